@@ -1,0 +1,180 @@
+// Flag parsing and the flags shared by the training commands.
+#include "bench/cli.h"
+
+#include <cstdio>
+#include <sstream>
+#include <thread>
+
+#include "engine/check.h"
+
+namespace pb {
+
+Flags::Flags(std::string command, std::string summary, std::vector<Flag> flags)
+    : command_(std::move(command)), summary_(std::move(summary)), flags_(std::move(flags)) {}
+
+const Flag& Flags::find(const std::string& name) const {
+  for (const Flag& f : flags_)
+    if (f.name == name) return f;
+  throw Error(fmt::format("internal: flag --{} not declared for {}", name, command_));
+}
+
+bool Flags::parse(const std::vector<std::string>& args, const std::string& passthrough_prefix) {
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--help" || a == "-h") {
+      std::fputs(help().c_str(), stdout);
+      return false;
+    }
+    if (a.rfind("--", 0) != 0) {
+      positional_.push_back(a);
+      continue;
+    }
+    if (!passthrough_prefix.empty() && a.rfind(passthrough_prefix, 0) == 0) {
+      passthrough_.push_back(a);
+      continue;
+    }
+    std::string name = a.substr(2), value;
+    bool inline_value = false;
+    if (auto eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      inline_value = true;
+    }
+    const Flag* flag = nullptr;
+    for (const Flag& f : flags_)
+      if (f.name == name) flag = &f;
+    if (!flag)
+      throw UsageError(fmt::format("unknown flag --{} for '{}' (see {} --help)", name, command_, command_));
+    if (flag->value.empty()) {
+      if (inline_value) throw UsageError(fmt::format("flag --{} takes no value", name));
+      value = "1";
+    } else if (!inline_value) {
+      if (i + 1 >= args.size()) throw UsageError(fmt::format("flag --{} needs a value ({})", name, flag->value));
+      value = args[++i];
+    }
+    values_[name] = value;
+  }
+  return true;
+}
+
+std::string Flags::help() const {
+  std::ostringstream out;
+  out << "usage: " << command_ << " [flags]\n\n" << summary_ << "\n\nflags:\n";
+  for (const Flag& f : flags_) {
+    std::string left = "  --" + f.name + (f.value.empty() ? "" : " " + f.value);
+    out << left;
+    out << std::string(left.size() < 30 ? 30 - left.size() : 1, ' ') << f.help;
+    if (!f.fallback.empty()) out << " (default: " << f.fallback << ")";
+    out << "\n";
+  }
+  out << "  --help                      this text\n";
+  return out.str();
+}
+
+bool Flags::has(const std::string& name) const {
+  find(name);
+  return values_.count(name) > 0;
+}
+
+std::string Flags::str(const std::string& name) const {
+  const Flag& f = find(name);
+  auto it = values_.find(name);
+  return it != values_.end() ? it->second : f.fallback;
+}
+
+int64_t Flags::integer(const std::string& name) const {
+  const std::string s = str(name);
+  try {
+    std::size_t used = 0;
+    const long long v = std::stoll(s, &used);
+    if (used == s.size()) return v;
+  } catch (const std::exception&) {
+  }
+  throw UsageError(fmt::format("flag --{} expects an integer, got '{}'", name, s));
+}
+
+double Flags::number(const std::string& name) const {
+  const std::string s = str(name);
+  try {
+    std::size_t used = 0;
+    const double v = std::stod(s, &used);
+    if (used == s.size()) return v;
+  } catch (const std::exception&) {
+  }
+  throw UsageError(fmt::format("flag --{} expects a number, got '{}'", name, s));
+}
+
+std::vector<int64_t> Flags::int_list(const std::string& name) const {
+  std::vector<int64_t> out;
+  std::stringstream ss(str(name));
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      std::size_t used = 0;
+      out.push_back(std::stoll(item, &used));
+      if (used != item.size()) throw std::invalid_argument(item);
+    } catch (const std::exception&) {
+      throw UsageError(fmt::format("flag --{} expects a comma-separated list of integers, got '{}'", name, str(name)));
+    }
+  }
+  return out;
+}
+
+std::vector<Flag> training_flags() {
+  return {
+      {"workload", "NAME|FILE", "great_net, linear, or a .json net description", "great_net"},
+      {"image", "PIXELS", "great_net: image height and width", "64"},
+      {"width", "SCALE", "great_net: channel width scale (1 = the seed's channels)", "0.25"},
+      {"strategy", "NAME", "regular, dp, ddp, mp or pipeline", "regular"},
+      {"devices", "N", "workers (GPUs, or CPU worker threads)", "1"},
+      {"device-kind", "KIND", "auto, cpu or cuda (auto: cuda when a GPU is present)", "auto"},
+      {"oversubscribe", "", "allow more workers than GPUs (they then share GPUs)", ""},
+      {"micro-batches", "M", "pipeline: micro-batches per step", "4"},
+      {"bucket-mb", "MB", "ddp: gradient bucket size in MiB", "25"},
+      {"balance", "L1,L2,..", "mp/pipeline: layers per stage (default: balanced by FLOPs)", ""},
+      {"precision", "P", "fp32 or tf32 (fp32 never uses TF32)", "fp32"},
+      {"threads", "N", "CPU threads per worker (0: share all cores among the workers)", "0"},
+  };
+}
+
+WorkloadOptions workload_options(const Flags& f) {
+  WorkloadOptions o;
+  o.image = f.integer("image");
+  o.width = f.number("width");
+  return o;
+}
+
+DeviceKind device_kind(const std::string& s) {
+  if (s == "cpu") return DeviceKind::Cpu;
+  if (s == "cuda") {
+    if (cuda_device_count() == 0) throw UsageError("--device-kind cuda, but no CUDA device is available");
+    return DeviceKind::Cuda;
+  }
+  if (s == "auto") return cuda_device_count() > 0 ? DeviceKind::Cuda : DeviceKind::Cpu;
+  throw UsageError(fmt::format("--device-kind expects auto, cpu or cuda, got '{}'", s));
+}
+
+StrategyOptions strategy_options(const Flags& f, int devices) {
+  StrategyOptions o;
+  o.devices = devices;
+  o.kind = device_kind(f.str("device-kind"));
+  o.oversubscribe = f.on("oversubscribe");
+  o.micro_batches = static_cast<int>(f.integer("micro-batches"));
+  const double mb = f.number("bucket-mb");
+  if (!(mb > 0)) throw UsageError(fmt::format("--bucket-mb must be positive, got {}", mb));
+  o.bucket_bytes = static_cast<std::size_t>(mb * (1 << 20));
+  if (f.has("balance"))
+    for (int64_t v : f.int_list("balance")) o.balance.push_back(static_cast<int>(v));
+  o.backend.precision = parse_precision(f.str("precision"));
+  const int64_t threads = f.integer("threads");
+  if (threads < 0) throw UsageError(fmt::format("--threads must be >= 0, got {}", threads));
+  if (threads == 0 && o.kind == DeviceKind::Cpu) {
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    o.backend.threads = std::max(1, cores / std::max(1, devices));
+  } else {
+    o.backend.threads = static_cast<int>(threads);
+  }
+  return o;
+}
+
+}  // namespace pb

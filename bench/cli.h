@@ -1,0 +1,59 @@
+// Command-line flags for the parbench subcommands: declared once with their help, parsed
+// strictly (unknown or malformed flags name themselves), printed by --help.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "strategies/strategy.h"
+#include "workloads/workload.h"
+
+namespace pb {
+
+struct Flag {
+  std::string name;   // without the leading --
+  std::string value;  // metavar for --help; empty for a boolean switch
+  std::string help;
+  std::string fallback;  // default shown in --help; empty = none
+};
+
+class Flags {
+ public:
+  Flags(std::string command, std::string summary, std::vector<Flag> flags);
+  // Parses --name value and --name=value. Returns false when --help was asked (help printed).
+  // Arguments not starting with -- are positional; unknown flags throw UsageError unless
+  // passthrough_prefix matches them (they are kept in passthrough()).
+  bool parse(const std::vector<std::string>& args, const std::string& passthrough_prefix = "");
+  std::string help() const;
+
+  bool has(const std::string& name) const;
+  std::string str(const std::string& name) const;  // value or the declared default
+  int64_t integer(const std::string& name) const;  // UsageError naming the flag when not an integer
+  double number(const std::string& name) const;
+  bool on(const std::string& name) const { return has(name); }
+  std::vector<int64_t> int_list(const std::string& name) const;  // "1,2,4"
+  const std::vector<std::string>& positional() const { return positional_; }
+  const std::vector<std::string>& passthrough() const { return passthrough_; }
+
+ private:
+  const Flag& find(const std::string& name) const;
+  std::string command_, summary_;
+  std::vector<Flag> flags_;
+  std::map<std::string, std::string> values_;
+  std::vector<std::string> positional_, passthrough_;
+};
+
+// Flags shared by every command that trains: workload, strategy, devices, precision.
+std::vector<Flag> training_flags();
+WorkloadOptions workload_options(const Flags& f);
+// --device-kind auto|cpu|cuda -> a kind; auto means cuda when a GPU is present.
+DeviceKind device_kind(const std::string& s);
+StrategyOptions strategy_options(const Flags& f, int devices);
+
+int cmd_replay(const std::vector<std::string>& args);
+int cmd_train(const std::vector<std::string>& args);
+int cmd_devices(const std::vector<std::string>& args);
+
+}  // namespace pb

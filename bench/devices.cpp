@@ -1,0 +1,29 @@
+// parbench devices: what this machine and build offer.
+#include <thread>
+
+#include "bench/cli.h"
+#include "engine/check.h"
+
+namespace pb {
+
+int cmd_devices(const std::vector<std::string>& args) {
+  Flags f("parbench devices", "Lists the CPU and the CUDA devices this build can use.", {});
+  if (!f.parse(args)) return 0;
+  fmt::print("parbench {} (commit {})\n", PARBENCH_VERSION, PARBENCH_GIT_COMMIT);
+  fmt::print("cpu: {} hardware threads; conv backend: {}\n", std::thread::hardware_concurrency(),
+#ifdef PARBENCH_HAVE_DNNL
+             "oneDNN"
+#else
+             "im2col+gemm"
+#endif
+  );
+#ifdef PARBENCH_HAVE_CUDA
+  const int n = cuda_device_count();
+  fmt::print("cuda: {} device(s)\n", n);
+#else
+  fmt::print("cuda: not built (configure found no CUDA toolkit with cuDNN)\n");
+#endif
+  return 0;
+}
+
+}  // namespace pb

@@ -1,0 +1,97 @@
+// parbench replay: K training steps from given parameters and data; writes every step's loss
+// and the final parameters, for checking the engine against another framework.
+#include <nlohmann/json.hpp>
+
+#include "bench/cli.h"
+#include "engine/check.h"
+#include "engine/fsutil.h"
+#include "engine/npy.h"
+#include "engine/state_dict.h"
+
+namespace pb {
+
+int cmd_replay(const std::vector<std::string>& args) {
+  std::vector<Flag> flags = training_flags();
+  std::vector<Flag> own = {
+      {"params", "DIR", "initial parameters, <layer>.weight.npy / <layer>.bias.npy (default: seeded PyTorch-style init)", ""},
+      {"input", "FILE", "input batch .npy [B, ...] (default: --batch seeded random samples)", ""},
+      {"target", "FILE", "target .npy [B, ...output] for target \"random\" nets (default: seeded random)", ""},
+      {"batch", "B", "batch size when no --input is given", "2"},
+      {"steps", "K", "training steps", "5"},
+      {"lr", "LR", "Adam learning rate (default: the workload's)", ""},
+      {"seed", "S", "seed for default parameters and data", "0"},
+      {"out", "DIR", "output folder: losses.json and params/<layer>.{weight,bias}.npy (required)", ""},
+  };
+  flags.insert(flags.begin() + 1, own.begin(), own.end());
+  Flags f("parbench replay",
+          "Runs K training steps of a workload from parameters and an input batch given as .npy\n"
+          "files and writes the loss of every step (OUT/losses.json) and the final parameters\n"
+          "(OUT/params/*.npy, named by the PyTorch state_dict keys of the equivalent nn.Sequential).",
+          flags);
+  if (!f.parse(args)) return 0;
+  if (!f.positional().empty()) throw UsageError(fmt::format("unexpected argument '{}'", f.positional()[0]));
+  if (!f.has("out")) throw UsageError("parbench replay needs --out DIR (see parbench replay --help)");
+
+  NetSpec net = resolve_workload(f.str("workload"), workload_options(f));
+  if (f.has("lr")) net.adam.lr = f.number("lr");
+  if (!(net.adam.lr > 0)) throw UsageError(fmt::format("--lr must be positive, got {}", net.adam.lr));
+  const NetPlan plan = plan_net(net);
+  const int64_t steps = f.integer("steps");
+  if (steps < 1) throw UsageError(fmt::format("--steps must be at least 1, got {}", steps));
+  const uint64_t seed = static_cast<uint64_t>(f.integer("seed"));
+
+  std::vector<float> params = f.has("params") ? read_state_dict(plan, f.str("params")) : init_params(plan, seed);
+  int64_t batch = 0;
+  std::vector<float> x;
+  if (f.has("input")) {
+    NpyArray a = read_npy(f.str("input"));
+    Shape want = plan.input;
+    if (a.shape.size() != want.size() + 1 || !std::equal(want.begin(), want.end(), a.shape.begin() + 1))
+      throw UsageError(fmt::format("{}: shape {}, expected [B, {}] for workload {}", f.str("input"),
+                                   shape_str(a.shape), fmt::join(want, ", "), net.name));
+    batch = a.shape[0];
+    x = std::move(a.data);
+  } else {
+    batch = f.integer("batch");
+    if (batch < 1) throw UsageError(fmt::format("--batch must be at least 1, got {}", batch));
+    x = synthetic_values(batch * numel_of(plan.input), seed + 1);
+  }
+  std::vector<float> t;
+  if (net.target == Target::Input) {
+    if (f.has("target")) throw UsageError(fmt::format("--target given, but workload {} reconstructs its input", net.name));
+    t = x;
+  } else if (f.has("target")) {
+    Shape want = plan.output;
+    want.insert(want.begin(), batch);
+    t = read_npy(f.str("target"), want).data;
+  } else {
+    t = synthetic_values(batch * numel_of(plan.output), seed + 2);
+  }
+
+  StrategyOptions so = strategy_options(f, static_cast<int>(f.integer("devices")));
+  auto strategy = make_strategy(f.str("strategy"), so);
+  strategy->setup(plan, params, net.adam);
+  strategy->load_batch(x, t, batch);
+  std::vector<double> losses;
+  for (int64_t k = 0; k < steps; ++k) {
+    strategy->step();
+    losses.push_back(strategy->loss());
+    fmt::print(stderr, "step {}/{}: loss {:.9g}\n", k + 1, steps, losses.back());
+  }
+
+  const std::string out = f.str("out");
+  make_dirs(out);
+  write_state_dict(plan, strategy->params(), out + "/params");
+  nlohmann::json j = {{"workload", net.name},   {"strategy", strategy->name()}, {"devices", so.devices},
+                      {"batch", batch},         {"steps", steps},               {"lr", net.adam.lr},
+                      {"weight_decay", net.adam.weight_decay}, {"losses", losses}};
+  StepStats st = strategy->stats();
+  nlohmann::json chunks = nlohmann::json::array();
+  for (const WorkerStats& w : st.workers) chunks.push_back(w.samples);
+  j["worker_samples"] = chunks;
+  write_file_atomic(out + "/losses.json", j.dump(2) + "\n");
+  fmt::print("wrote {}/losses.json and {}/params/ ({} steps, final loss {:.9g})\n", out, out, steps, losses.back());
+  return 0;
+}
+
+}  // namespace pb

@@ -1,0 +1,51 @@
+// parbench train: a plain training run that prints each iteration's time and loss.
+#include <chrono>
+
+#include "bench/cli.h"
+#include "engine/check.h"
+
+namespace pb {
+
+int cmd_train(const std::vector<std::string>& args) {
+  std::vector<Flag> flags = training_flags();
+  flags.push_back({"batch", "B", "global batch size", "2"});
+  flags.push_back({"iterations", "N", "timed training iterations", "10"});
+  flags.push_back({"warmup", "N", "untimed iterations first", "2"});
+  flags.push_back({"seed", "S", "seed for parameters and data", "0"});
+  Flags f("parbench train",
+          "Trains a workload on synthetic data and prints every iteration's time and loss.", flags);
+  if (!f.parse(args)) return 0;
+  if (!f.positional().empty()) throw UsageError(fmt::format("unexpected argument '{}'", f.positional()[0]));
+  const NetSpec net = resolve_workload(f.str("workload"), workload_options(f));
+  const NetPlan plan = plan_net(net);
+  const int64_t batch = f.integer("batch"), iters = f.integer("iterations"), warmup = f.integer("warmup");
+  if (batch < 1) throw UsageError(fmt::format("--batch must be at least 1, got {}", batch));
+  if (iters < 1) throw UsageError(fmt::format("--iterations must be at least 1, got {}", iters));
+  if (warmup < 0) throw UsageError(fmt::format("--warmup must be >= 0, got {}", warmup));
+  const uint64_t seed = static_cast<uint64_t>(f.integer("seed"));
+  const StrategyOptions so = strategy_options(f, static_cast<int>(f.integer("devices")));
+  auto strategy = make_strategy(f.str("strategy"), so);
+
+  std::vector<float> x = synthetic_values(batch * numel_of(plan.input), seed + 1);
+  std::vector<float> t = net.target == Target::Input ? x : synthetic_values(batch * numel_of(plan.output), seed + 2);
+  strategy->setup(plan, init_params(plan, seed), net.adam);
+  strategy->load_batch(x, t, batch);
+  fmt::print("{}: input {} x {}, {} parameters, {:.3g} GFLOP per training iteration; strategy {} on {} {} device(s)\n",
+             net.name, batch, shape_str(plan.input), plan.param_count, 3 * plan.forward_flops * batch / 1e9,
+             strategy->name(), so.devices, so.kind == DeviceKind::Cpu ? "cpu" : "cuda");
+  for (int64_t i = 0; i < warmup; ++i) strategy->step();
+  std::vector<double> ms;
+  for (int64_t i = 0; i < iters; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    strategy->step();
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    fmt::print("iteration {:4d}: {:9.2f} ms  loss {:.6g}\n", i + 1, ms.back(), strategy->loss());
+  }
+  std::sort(ms.begin(), ms.end());
+  const double median = ms.size() % 2 ? ms[ms.size() / 2] : (ms[ms.size() / 2 - 1] + ms[ms.size() / 2]) / 2;
+  fmt::print("median {:.2f} ms/iteration, {:.1f} samples/s, {:.3g} GFLOP/s\n", median, batch / (median / 1e3),
+             3 * plan.forward_flops * batch / (median / 1e3) / 1e9);
+  return 0;
+}
+
+}  // namespace pb

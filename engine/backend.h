@@ -1,0 +1,89 @@
+// The op interface every backend implements (CPU now, CUDA beside it). Models and strategies
+// call these through a Backend reference and never branch on the device kind.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "engine/device.h"
+
+namespace pb {
+
+struct ConvGeom {
+  int64_t n = 0, c = 0, h = 0, w = 0;  // input NCHW
+  int64_t k = 0, r = 0, s = 0;         // output channels, kernel height, kernel width
+  int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
+  int64_t p() const { return (h + 2 * pad_h - r) / stride_h + 1; }
+  int64_t q() const { return (w + 2 * pad_w - s) / stride_w + 1; }
+};
+
+// Hyper-parameters in double, as torch.optim.Adam keeps them; scalars derived per step are
+// computed in double and rounded to float once, as PyTorch does.
+struct AdamParams {
+  double lr = 1e-4;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+};
+
+enum class Precision { Fp32, Tf32 };
+const char* precision_name(Precision p);
+Precision parse_precision(const std::string& s);  // "fp32" | "tf32", UsageError otherwise
+
+struct BackendOptions {
+  int threads = 0;                 // CPU: threads for this worker's ops; 0 = all cores
+  Precision precision = Precision::Fp32;
+  bool exhaustive_conv_search = false;  // CUDA: timed algorithm search, cached per shape
+  std::size_t workspace_cap_bytes = std::size_t(1) << 30;  // CUDA: conv workspace cap
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device device() const = 0;
+  virtual std::string name() const = 0;
+
+  // y[n,k,p,q] = sum w[k,c,r,s] * x[n,c,p*sh+r-ph,q*sw+s-pw] + b[k]
+  virtual void conv2d_forward(const ConvGeom& g, const float* x, const float* w, const float* b,
+                              float* y) = 0;
+  // dx = conv_transpose(dy, w); dx is overwritten.
+  virtual void conv2d_backward_data(const ConvGeom& g, const float* dy, const float* w,
+                                    float* dx) = 0;
+  // dw, db overwritten, or added to when accumulate (micro-batches).
+  virtual void conv2d_backward_weights(const ConvGeom& g, const float* x, const float* dy,
+                                       float* dw, float* db, bool accumulate) = 0;
+
+  // x: [n, in], w: [out, in] (PyTorch layout), y: [n, out]
+  virtual void linear_forward(int64_t n, int64_t in, int64_t out, const float* x, const float* w,
+                              const float* b, float* y) = 0;
+  virtual void linear_backward_data(int64_t n, int64_t in, int64_t out, const float* dy,
+                                    const float* w, float* dx) = 0;
+  virtual void linear_backward_weights(int64_t n, int64_t in, int64_t out, const float* x,
+                                       const float* dy, float* dw, float* db, bool accumulate) = 0;
+
+  virtual void relu_forward(int64_t n, const float* x, float* y) = 0;  // may be in place
+  // dx = dy * (y > 0); may be in place (dx == dy).
+  virtual void relu_backward(int64_t n, const float* y, const float* dy, float* dx) = 0;
+
+  // loss_sum[0] = sum (y - t)^2 over n elements (device scalar);
+  // dy = grad_scale * (y - t), with grad_scale = 2 / (elements of the global batch).
+  virtual void mse_loss_grad(int64_t n, const float* y, const float* t, float grad_scale,
+                             float* dy, float* loss_sum) = 0;
+
+  // torch.optim.Adam on a flat buffer; step counts from 1.
+  virtual void adam_step(int64_t n, float* p, const float* g, float* m, float* v,
+                         const AdamParams& a, int64_t step) = 0;
+
+  virtual void fill(int64_t n, float* x, float value) = 0;
+  virtual void axpy(int64_t n, float alpha, const float* x, float* y) = 0;  // y += alpha * x
+  virtual void scale(int64_t n, float alpha, float* x) = 0;               // x *= alpha
+
+  // Blocks until all work queued on this backend is done (timing points, host reads).
+  virtual void synchronize() = 0;
+};
+
+std::unique_ptr<Backend> make_backend(Device d, const BackendOptions& opts = {});
+
+}  // namespace pb

@@ -1,0 +1,300 @@
+// CPU backend ops. Threads: each op uses this worker's thread count, so N CPU workers share
+// the cores instead of each spawning a full team.
+#include "engine/cpu_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "engine/check.h"
+#include "engine/dnnl/dnnl_conv.h"
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace pb {
+
+namespace {
+
+int default_threads() {
+#ifdef _OPENMP
+  return omp_get_num_procs();
+#else
+  return 1;
+#endif
+}
+
+// Work below this many elements is not worth waking a thread team for.
+constexpr int64_t kParallelGrain = 1 << 15;
+
+int team(int64_t work, int threads) { return work < kParallelGrain ? 1 : threads; }
+
+void im2col(const ConvGeom& g, const float* x, float* col, int threads) {
+  const int64_t P = g.p(), Q = g.q();
+  const int64_t rows = g.c * g.r * g.s;
+#pragma omp parallel for num_threads(team(rows * P * Q, threads)) schedule(static)
+  for (int64_t row = 0; row < rows; ++row) {
+    const int64_t c = row / (g.r * g.s), r = (row / g.s) % g.r, s = row % g.s;
+    float* out = col + row * P * Q;
+    const float* xc = x + c * g.h * g.w;
+    for (int64_t p = 0; p < P; ++p) {
+      const int64_t ih = p * g.stride_h + r - g.pad_h;
+      float* o = out + p * Q;
+      if (ih < 0 || ih >= g.h) {
+        std::fill(o, o + Q, 0.0f);
+        continue;
+      }
+      for (int64_t q = 0; q < Q; ++q) {
+        const int64_t iw = q * g.stride_w + s - g.pad_w;
+        o[q] = (iw >= 0 && iw < g.w) ? xc[ih * g.w + iw] : 0.0f;
+      }
+    }
+  }
+}
+
+// dx (one image, zeroed by the caller) += col2im(col); parallel over channels, which never
+// write to the same dx element.
+void col2im(const ConvGeom& g, const float* col, float* dx, int threads) {
+  const int64_t P = g.p(), Q = g.q();
+#pragma omp parallel for num_threads(team(g.c * g.r * g.s * P * Q, threads)) schedule(static)
+  for (int64_t c = 0; c < g.c; ++c) {
+    float* dxc = dx + c * g.h * g.w;
+    for (int64_t r = 0; r < g.r; ++r)
+      for (int64_t s = 0; s < g.s; ++s) {
+        const float* in = col + ((c * g.r + r) * g.s + s) * P * Q;
+        for (int64_t p = 0; p < P; ++p) {
+          const int64_t ih = p * g.stride_h + r - g.pad_h;
+          if (ih < 0 || ih >= g.h) continue;
+          for (int64_t q = 0; q < Q; ++q) {
+            const int64_t iw = q * g.stride_w + s - g.pad_w;
+            if (iw >= 0 && iw < g.w) dxc[ih * g.w + iw] += in[p * Q + q];
+          }
+        }
+      }
+  }
+}
+
+}  // namespace
+
+void cpu_transpose(int64_t rows, int64_t cols, const float* src, float* dst, int threads) {
+  constexpr int64_t B = 32;
+#pragma omp parallel for num_threads(team(rows * cols, threads)) schedule(static)
+  for (int64_t i0 = 0; i0 < rows; i0 += B)
+    for (int64_t j0 = 0; j0 < cols; j0 += B)
+      for (int64_t i = i0; i < std::min(rows, i0 + B); ++i)
+        for (int64_t j = j0; j < std::min(cols, j0 + B); ++j) dst[j * rows + i] = src[i * cols + j];
+}
+
+void cpu_gemm_nn(int64_t m, int64_t n, int64_t k, const float* a, const float* b, float* c,
+                 bool accumulate, int threads) {
+  // Blocks of 4 rows of C share each streamed row of B; the j loop vectorises.
+  constexpr int64_t KB = 256, NB = 1024;
+  const int64_t row_blocks = (m + 3) / 4;
+#pragma omp parallel for num_threads(team(m * n * k / 64, threads)) schedule(static)
+  for (int64_t rb = 0; rb < row_blocks; ++rb) {
+    const int64_t i0 = rb * 4, rows = std::min<int64_t>(4, m - i0);
+    if (!accumulate)
+      for (int64_t i = 0; i < rows; ++i) std::fill(c + (i0 + i) * n, c + (i0 + i + 1) * n, 0.0f);
+    for (int64_t j0 = 0; j0 < n; j0 += NB) {
+      const int64_t nj = std::min(NB, n - j0);
+      for (int64_t k0 = 0; k0 < k; k0 += KB) {
+        const int64_t nk = std::min(KB, k - k0);
+        if (rows == 4) {
+          float* c0 = c + i0 * n + j0;
+          float* c1 = c0 + n;
+          float* c2 = c1 + n;
+          float* c3 = c2 + n;
+          for (int64_t kk = k0; kk < k0 + nk; ++kk) {
+            const float a0 = a[i0 * k + kk], a1 = a[(i0 + 1) * k + kk], a2 = a[(i0 + 2) * k + kk],
+                        a3 = a[(i0 + 3) * k + kk];
+            const float* br = b + kk * n + j0;
+#pragma omp simd
+            for (int64_t j = 0; j < nj; ++j) {
+              const float bv = br[j];
+              c0[j] += a0 * bv;
+              c1[j] += a1 * bv;
+              c2[j] += a2 * bv;
+              c3[j] += a3 * bv;
+            }
+          }
+        } else {
+          for (int64_t i = i0; i < i0 + rows; ++i) {
+            float* cr = c + i * n + j0;
+            for (int64_t kk = k0; kk < k0 + nk; ++kk) {
+              const float av = a[i * k + kk];
+              const float* br = b + kk * n + j0;
+#pragma omp simd
+              for (int64_t j = 0; j < nj; ++j) cr[j] += av * br[j];
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+CpuBackend::CpuBackend(Device d, const BackendOptions& opts)
+    : device_(d), threads_(opts.threads > 0 ? opts.threads : default_threads()), scratch_(3) {
+#ifdef PARBENCH_HAVE_DNNL
+  dnnl_ = std::make_unique<DnnlConv>(threads_);
+#endif
+}
+
+#ifndef PARBENCH_HAVE_DNNL
+// Without oneDNN the member stays empty; only its destructor is needed.
+struct DnnlConv::Impl {};
+DnnlConv::~DnnlConv() = default;
+#endif
+
+CpuBackend::~CpuBackend() = default;
+
+std::string CpuBackend::name() const {
+  return fmt::format("cpu ({} threads, conv: {})", threads_, dnnl_ ? "oneDNN" : "im2col+gemm");
+}
+
+float* CpuBackend::scratch(std::size_t slot, std::size_t floats) {
+  auto& s = scratch_[slot];
+  if (s.size() < floats) s.resize(floats);
+  return s.data();
+}
+
+void CpuBackend::conv2d_forward(const ConvGeom& g, const float* x, const float* w, const float* b,
+                                float* y) {
+#ifdef PARBENCH_HAVE_DNNL
+  if (dnnl_) return dnnl_->forward(g, x, w, b, y);
+#endif
+  const int64_t PQ = g.p() * g.q(), CRS = g.c * g.r * g.s;
+  float* col = scratch(0, static_cast<std::size_t>(CRS * PQ));
+  for (int64_t n = 0; n < g.n; ++n) {
+    im2col(g, x + n * g.c * g.h * g.w, col, threads_);
+    float* yn = y + n * g.k * PQ;
+    for (int64_t k = 0; k < g.k; ++k) std::fill(yn + k * PQ, yn + (k + 1) * PQ, b ? b[k] : 0.0f);
+    cpu_gemm_nn(g.k, PQ, CRS, w, col, yn, true, threads_);
+  }
+}
+
+void CpuBackend::conv2d_backward_data(const ConvGeom& g, const float* dy, const float* w,
+                                      float* dx) {
+#ifdef PARBENCH_HAVE_DNNL
+  if (dnnl_) return dnnl_->backward_data(g, dy, w, dx);
+#endif
+  const int64_t PQ = g.p() * g.q(), CRS = g.c * g.r * g.s;
+  float* wt = scratch(1, static_cast<std::size_t>(CRS * g.k));
+  cpu_transpose(g.k, CRS, w, wt, threads_);
+  float* col = scratch(0, static_cast<std::size_t>(CRS * PQ));
+  std::fill(dx, dx + g.n * g.c * g.h * g.w, 0.0f);
+  for (int64_t n = 0; n < g.n; ++n) {
+    cpu_gemm_nn(CRS, PQ, g.k, wt, dy + n * g.k * PQ, col, false, threads_);
+    col2im(g, col, dx + n * g.c * g.h * g.w, threads_);
+  }
+}
+
+void CpuBackend::conv2d_backward_weights(const ConvGeom& g, const float* x, const float* dy,
+                                         float* dw, float* db, bool accumulate) {
+#ifdef PARBENCH_HAVE_DNNL
+  if (dnnl_) return dnnl_->backward_weights(g, x, dy, dw, db, accumulate);
+#endif
+  const int64_t PQ = g.p() * g.q(), CRS = g.c * g.r * g.s;
+  float* col = scratch(0, static_cast<std::size_t>(CRS * PQ));
+  float* colt = scratch(1, static_cast<std::size_t>(CRS * PQ));
+  if (!accumulate) {
+    std::fill(dw, dw + g.k * CRS, 0.0f);
+    if (db) std::fill(db, db + g.k, 0.0f);
+  }
+  for (int64_t n = 0; n < g.n; ++n) {
+    im2col(g, x + n * g.c * g.h * g.w, col, threads_);
+    cpu_transpose(CRS, PQ, col, colt, threads_);
+    const float* dyn = dy + n * g.k * PQ;
+    cpu_gemm_nn(g.k, CRS, PQ, dyn, colt, dw, true, threads_);
+    if (db)
+      for (int64_t k = 0; k < g.k; ++k) {
+        double s = 0;
+        for (int64_t i = 0; i < PQ; ++i) s += dyn[k * PQ + i];
+        db[k] += static_cast<float>(s);
+      }
+  }
+}
+
+void CpuBackend::linear_forward(int64_t n, int64_t in, int64_t out, const float* x, const float* w,
+                                const float* b, float* y) {
+  float* wt = scratch(1, static_cast<std::size_t>(in * out));
+  cpu_transpose(out, in, w, wt, threads_);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t o = 0; o < out; ++o) y[i * out + o] = b ? b[o] : 0.0f;
+  cpu_gemm_nn(n, out, in, x, wt, y, true, threads_);
+}
+
+void CpuBackend::linear_backward_data(int64_t n, int64_t in, int64_t out, const float* dy,
+                                      const float* w, float* dx) {
+  cpu_gemm_nn(n, in, out, dy, w, dx, false, threads_);
+}
+
+void CpuBackend::linear_backward_weights(int64_t n, int64_t in, int64_t out, const float* x,
+                                         const float* dy, float* dw, float* db, bool accumulate) {
+  float* dyt = scratch(1, static_cast<std::size_t>(n * out));
+  cpu_transpose(n, out, dy, dyt, threads_);
+  cpu_gemm_nn(out, in, n, dyt, x, dw, accumulate, threads_);
+  if (db) {
+    for (int64_t o = 0; o < out; ++o) {
+      double s = 0;
+      for (int64_t i = 0; i < n; ++i) s += dy[i * out + o];
+      db[o] = static_cast<float>(s) + (accumulate ? db[o] : 0.0f);
+    }
+  }
+}
+
+void CpuBackend::relu_forward(int64_t n, const float* x, float* y) {
+#pragma omp parallel for simd num_threads(team(n, threads_)) schedule(static)
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+
+void CpuBackend::relu_backward(int64_t n, const float* y, const float* dy, float* dx) {
+#pragma omp parallel for simd num_threads(team(n, threads_)) schedule(static)
+  for (int64_t i = 0; i < n; ++i) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+void CpuBackend::mse_loss_grad(int64_t n, const float* y, const float* t, float grad_scale,
+                               float* dy, float* loss_sum) {
+  double sum = 0;
+#pragma omp parallel for simd num_threads(team(n, threads_)) schedule(static) reduction(+ : sum)
+  for (int64_t i = 0; i < n; ++i) {
+    const float d = y[i] - t[i];
+    sum += static_cast<double>(d) * d;
+    dy[i] = grad_scale * d;
+  }
+  *loss_sum = static_cast<float>(sum);
+}
+
+void CpuBackend::adam_step(int64_t n, float* p, const float* g, float* m, float* v,
+                           const AdamParams& a, int64_t step) {
+  // Same order of float operations as torch.optim.Adam's single-tensor path.
+  const double bc1 = 1.0 - std::pow(a.beta1, static_cast<double>(step));
+  const double bc2 = 1.0 - std::pow(a.beta2, static_cast<double>(step));
+  const float step_size = static_cast<float>(a.lr / bc1);
+  const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+  const float b1 = static_cast<float>(a.beta1), b2 = static_cast<float>(a.beta2);
+  const float one_b1 = static_cast<float>(1.0 - a.beta1), one_b2 = static_cast<float>(1.0 - a.beta2);
+  const float eps = static_cast<float>(a.eps), wd = static_cast<float>(a.weight_decay);
+#pragma omp parallel for simd num_threads(team(n, threads_)) schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = wd != 0.0f ? g[i] + wd * p[i] : g[i];
+    m[i] = m[i] * b1 + gi * one_b1;
+    v[i] = v[i] * b2 + one_b2 * gi * gi;
+    const float denom = std::sqrt(v[i]) / bc2_sqrt + eps;
+    p[i] = p[i] + -step_size * m[i] / denom;  // addcdiv: value * t1 / t2
+  }
+}
+
+void CpuBackend::fill(int64_t n, float* x, float value) { std::fill(x, x + n, value); }
+
+void CpuBackend::axpy(int64_t n, float alpha, const float* x, float* y) {
+#pragma omp parallel for simd num_threads(team(n, threads_)) schedule(static)
+  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+}
+
+void CpuBackend::scale(int64_t n, float alpha, float* x) {
+#pragma omp parallel for simd num_threads(team(n, threads_)) schedule(static)
+  for (int64_t i = 0; i < n; ++i) x[i] *= alpha;
+}
+
+}  // namespace pb

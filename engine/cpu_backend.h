@@ -1,0 +1,58 @@
+// CPU backend: convolutions through oneDNN when the build has it, otherwise im2col + a blocked
+// GEMM; element-wise ops vectorised and threaded over this worker's share of the cores.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "engine/backend.h"
+
+namespace pb {
+
+class DnnlConv;  // engine/dnnl/dnnl_conv.h
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend(Device d, const BackendOptions& opts);
+  ~CpuBackend() override;
+  Device device() const override { return device_; }
+  std::string name() const override;
+  int threads() const { return threads_; }
+
+  void conv2d_forward(const ConvGeom& g, const float* x, const float* w, const float* b,
+                      float* y) override;
+  void conv2d_backward_data(const ConvGeom& g, const float* dy, const float* w, float* dx) override;
+  void conv2d_backward_weights(const ConvGeom& g, const float* x, const float* dy, float* dw,
+                               float* db, bool accumulate) override;
+  void linear_forward(int64_t n, int64_t in, int64_t out, const float* x, const float* w,
+                      const float* b, float* y) override;
+  void linear_backward_data(int64_t n, int64_t in, int64_t out, const float* dy, const float* w,
+                            float* dx) override;
+  void linear_backward_weights(int64_t n, int64_t in, int64_t out, const float* x, const float* dy,
+                               float* dw, float* db, bool accumulate) override;
+  void relu_forward(int64_t n, const float* x, float* y) override;
+  void relu_backward(int64_t n, const float* y, const float* dy, float* dx) override;
+  void mse_loss_grad(int64_t n, const float* y, const float* t, float grad_scale, float* dy,
+                     float* loss_sum) override;
+  void adam_step(int64_t n, float* p, const float* g, float* m, float* v, const AdamParams& a,
+                 int64_t step) override;
+  void fill(int64_t n, float* x, float value) override;
+  void axpy(int64_t n, float alpha, const float* x, float* y) override;
+  void scale(int64_t n, float alpha, float* x) override;
+  void synchronize() override {}
+
+ private:
+  float* scratch(std::size_t slot, std::size_t floats);
+
+  Device device_;
+  int threads_;
+  std::vector<std::vector<float>> scratch_;
+  std::unique_ptr<DnnlConv> dnnl_;
+};
+
+// C[m x n] = A[m x k] * B[k x n] (+ C when accumulate); row-major, threaded.
+void cpu_gemm_nn(int64_t m, int64_t n, int64_t k, const float* a, const float* b, float* c,
+                 bool accumulate, int threads);
+void cpu_transpose(int64_t rows, int64_t cols, const float* src, float* dst, int threads);
+
+}  // namespace pb

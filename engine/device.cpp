@@ -1,0 +1,112 @@
+// Per-device allocators, cross-device copies and the backend factory. The only file that
+// knows which backends this build has.
+#include "engine/device.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include "engine/backend.h"
+#include "engine/check.h"
+#include "engine/cpu_backend.h"
+#ifdef PARBENCH_HAVE_CUDA
+#include "engine/cuda/cuda_backend.h"
+#endif
+
+namespace pb {
+
+std::string Device::str() const {
+  return fmt::format("{}:{}", kind == DeviceKind::Cpu ? "cpu" : "cuda", index);
+}
+
+void* Allocator::allocate(std::size_t bytes) {
+  void* p = raw_allocate(bytes);
+  std::size_t now = current_.fetch_add(bytes) + bytes;
+  std::size_t peak = peak_.load();
+  while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
+  }
+  return p;
+}
+
+void Allocator::release(void* p, std::size_t bytes) noexcept {
+  if (!p) return;
+  raw_release(p);
+  current_.fetch_sub(bytes);
+}
+
+namespace {
+
+class CpuAllocator final : public Allocator {
+ protected:
+  void* raw_allocate(std::size_t bytes) override {
+    // 64-byte alignment for vector loads; aligned_alloc needs a multiple of the alignment.
+    std::size_t rounded = (bytes + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+    if (!p) throw OutOfMemory("cpu", bytes, 0);
+    return p;
+  }
+  void raw_release(void* p) noexcept override { std::free(p); }
+};
+
+}  // namespace
+
+Allocator& allocator_for(Device d) {
+  static std::mutex mu;
+  static std::map<std::pair<int, int>, std::unique_ptr<Allocator>> allocators;
+  std::lock_guard<std::mutex> lock(mu);
+  auto key = std::make_pair(static_cast<int>(d.kind), d.index);
+  auto it = allocators.find(key);
+  if (it != allocators.end()) return *it->second;
+  std::unique_ptr<Allocator> a;
+  if (d.kind == DeviceKind::Cpu) {
+    a = std::make_unique<CpuAllocator>();
+  } else {
+#ifdef PARBENCH_HAVE_CUDA
+    a = make_cuda_allocator(d.index);
+#else
+    throw Error(fmt::format("{} requested, but this build has no CUDA support", d.str()));
+#endif
+  }
+  return *allocators.emplace(key, std::move(a)).first->second;
+}
+
+void copy_bytes(Device dst_dev, void* dst, Device src_dev, const void* src, std::size_t bytes) {
+  if (bytes == 0) return;
+  if (dst_dev.kind == DeviceKind::Cpu && src_dev.kind == DeviceKind::Cpu) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+#ifdef PARBENCH_HAVE_CUDA
+  cuda_copy_bytes(dst_dev, dst, src_dev, src, bytes);
+#else
+  throw Error("copy involving a CUDA device in a build without CUDA");
+#endif
+}
+
+int cuda_device_count() {
+#ifdef PARBENCH_HAVE_CUDA
+  return cuda_count_devices();
+#else
+  return 0;
+#endif
+}
+
+std::unique_ptr<Backend> make_backend(Device d, const BackendOptions& opts) {
+  if (d.kind == DeviceKind::Cpu) return std::make_unique<CpuBackend>(d, opts);
+#ifdef PARBENCH_HAVE_CUDA
+  return make_cuda_backend(d.index, opts);
+#else
+  throw Error(fmt::format("{} requested, but this build has no CUDA support", d.str()));
+#endif
+}
+
+const char* precision_name(Precision p) { return p == Precision::Fp32 ? "fp32" : "tf32"; }
+
+Precision parse_precision(const std::string& s) {
+  if (s == "fp32") return Precision::Fp32;
+  if (s == "tf32") return Precision::Tf32;
+  throw UsageError(fmt::format("unknown precision '{}': expected fp32 or tf32", s));
+}
+
+}  // namespace pb

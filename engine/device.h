@@ -1,0 +1,55 @@
+// Devices and their memory accounting. A CPU "device" is a worker slot that shares the cores;
+// a CUDA device is one GPU.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <memory>
+#include <string>
+
+namespace pb {
+
+enum class DeviceKind { Cpu, Cuda };
+
+struct Device {
+  DeviceKind kind = DeviceKind::Cpu;
+  int index = 0;
+  bool operator==(const Device& o) const { return kind == o.kind && index == o.index; }
+  bool operator!=(const Device& o) const { return !(*this == o); }
+  std::string str() const;
+};
+
+inline Device cpu(int index = 0) { return {DeviceKind::Cpu, index}; }
+inline Device cuda(int index = 0) { return {DeviceKind::Cuda, index}; }
+
+// Raw allocation on one device with current/peak byte counts. Peak is what reports show as
+// "peak memory per device"; an allocation that does not fit throws OutOfMemory.
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  void* allocate(std::size_t bytes);
+  void release(void* p, std::size_t bytes) noexcept;
+  std::size_t current_bytes() const { return current_.load(); }
+  std::size_t peak_bytes() const { return peak_.load(); }
+  void reset_peak() { peak_.store(current_.load()); }
+
+ protected:
+  virtual void* raw_allocate(std::size_t bytes) = 0;
+  virtual void raw_release(void* p) noexcept = 0;
+
+ private:
+  std::atomic<std::size_t> current_{0};
+  std::atomic<std::size_t> peak_{0};
+};
+
+// One allocator per device, created on first use, alive for the process.
+Allocator& allocator_for(Device d);
+
+// Copies bytes between any two devices (host<->GPU, GPU<->GPU, host<->host); returns when the
+// destination holds the data.
+void copy_bytes(Device dst_dev, void* dst, Device src_dev, const void* src, std::size_t bytes);
+
+// Number of CUDA devices usable by this build (0 without CUDA or without a driver).
+int cuda_device_count();
+
+}  // namespace pb

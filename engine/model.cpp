@@ -1,0 +1,145 @@
+// Sequential stage forward/backward and the Adam optimizer.
+#include "engine/model.h"
+
+#include "engine/check.h"
+
+namespace pb {
+
+namespace {
+ConvGeom geom(const LayerPlan& l, int64_t batch) {
+  ConvGeom g;
+  g.n = batch;
+  g.c = l.in[0], g.h = l.in[1], g.w = l.in[2];
+  g.k = l.spec.out_channels, g.r = l.spec.kernel_h, g.s = l.spec.kernel_w;
+  g.stride_h = l.spec.stride_h, g.stride_w = l.spec.stride_w;
+  g.pad_h = l.spec.pad_h, g.pad_w = l.spec.pad_w;
+  return g;
+}
+}  // namespace
+
+Sequential::Sequential(const NetPlan& plan, int begin, int end, Backend& backend)
+    : plan_(plan), begin_(begin), end_(end), backend_(&backend) {
+  PB_CHECK(0 <= begin && begin < end && end <= static_cast<int>(plan.layers.size()),
+           "stage [{}, {}) of a {}-layer net", begin, end, plan.layers.size());
+  int64_t n = 0;
+  for (int i = begin; i < end; ++i) n += plan.layers[i].weight_numel + plan.layers[i].bias_numel;
+  params_ = Tensor::zeros({n}, backend.device());
+  grads_ = Tensor::zeros({n}, backend.device());
+}
+
+double Sequential::forward_flops_per_sample() const {
+  double f = 0;
+  for (int i = begin_; i < end_; ++i) f += plan_.layers[i].forward_flops;
+  return f;
+}
+
+void Sequential::load_params(const std::vector<float>& full) {
+  PB_CHECK(static_cast<int64_t>(full.size()) == plan_.param_count, "{} parameters for a net of {}",
+           full.size(), plan_.param_count);
+  if (params_.numel() > 0) params_.copy_from_host(full.data() + plan_.layers[begin_].param_offset, params_.numel());
+}
+
+void Sequential::store_params(std::vector<float>& full) const {
+  PB_CHECK(static_cast<int64_t>(full.size()) == plan_.param_count, "{} parameters for a net of {}",
+           full.size(), plan_.param_count);
+  std::vector<float> mine = params_.to_host();
+  std::copy(mine.begin(), mine.end(), full.begin() + plan_.layers[begin_].param_offset);
+}
+
+const float* Sequential::forward(const float* x, int64_t batch, int slot_id) {
+  Slot& slot = slots_[slot_id];
+  if (slot.batch != batch) {
+    slot.storage.assign(end_ - begin_, Tensor());
+    slot.out.assign(end_ - begin_, nullptr);
+    slot.batch = batch;
+  }
+  slot.input = x;
+  Backend& be = *backend_;
+  const int64_t base = plan_.layers[begin_].param_offset;
+  const float* cur = x;
+  bool cur_owned = false;  // cur is this stage's own buffer, not the caller's input
+  for (int i = begin_; i < end_; ++i) {
+    const LayerPlan& l = plan_.layers[i];
+    const int j = i - begin_;
+    const int64_t out_n = batch * numel_of(l.out);
+    // ReLU runs in place on its producer's output (never on the caller's input); flatten is a view.
+    const bool alias = l.spec.type == LayerType::Flatten || (l.spec.type == LayerType::ReLU && cur_owned);
+    if (!alias && !slot.storage[j].defined()) slot.storage[j] = Tensor::empty({out_n}, be.device());
+    float* y = alias ? const_cast<float*>(cur) : slot.storage[j].data();
+    const float* w = params_.data() + (l.param_offset - base);
+    switch (l.spec.type) {
+      case LayerType::Conv2d: be.conv2d_forward(geom(l, batch), cur, w, w + l.weight_numel, y); break;
+      case LayerType::Linear:
+        be.linear_forward(batch, l.in[0], l.out[0], cur, w, w + l.weight_numel, y);
+        break;
+      case LayerType::ReLU: be.relu_forward(out_n, cur, y); break;
+      case LayerType::Flatten: break;
+    }
+    slot.out[j] = y;
+    cur_owned = cur_owned || !alias;
+    cur = y;
+  }
+  return cur;
+}
+
+float* Sequential::grad_scratch(int i, int64_t floats) {
+  if (gbuf_[i].numel() < floats) gbuf_[i] = Tensor::empty({floats}, backend_->device());
+  return gbuf_[i].data();
+}
+
+void Sequential::backward(const float* dy, float* dx, bool accumulate, int slot_id) {
+  auto it = slots_.find(slot_id);
+  PB_CHECK(it != slots_.end() && it->second.input != nullptr, "backward before forward in slot {}", slot_id);
+  Slot& slot = it->second;
+  const int64_t batch = slot.batch;
+  Backend& be = *backend_;
+  const int64_t base = plan_.layers[begin_].param_offset;
+  int64_t max_act = 0;
+  for (int i = begin_; i < end_; ++i) max_act = std::max(max_act, batch * numel_of(plan_.layers[i].in));
+  float* bufs[2] = {grad_scratch(0, max_act), grad_scratch(1, max_act)};
+  const float* gout = dy;
+  for (int i = end_ - 1; i >= begin_; --i) {
+    const LayerPlan& l = plan_.layers[i];
+    const int j = i - begin_;
+    const float* xin = j == 0 ? slot.input : slot.out[j - 1];
+    const bool need_dx = i > begin_ || dx != nullptr;
+    float* gin = nullptr;
+    if (need_dx) gin = i == begin_ ? dx : (gout == bufs[0] ? bufs[1] : bufs[0]);
+    float* w = params_.data() + (l.param_offset - base);
+    float* gw = grads_.data() + (l.param_offset - base);
+    switch (l.spec.type) {
+      case LayerType::Conv2d: {
+        const ConvGeom g = geom(l, batch);
+        be.conv2d_backward_weights(g, xin, gout, gw, gw + l.weight_numel, accumulate);
+        if (need_dx) be.conv2d_backward_data(g, gout, w, gin);
+        break;
+      }
+      case LayerType::Linear:
+        be.linear_backward_weights(batch, l.in[0], l.out[0], xin, gout, gw, gw + l.weight_numel, accumulate);
+        if (need_dx) be.linear_backward_data(batch, l.in[0], l.out[0], gout, w, gin);
+        break;
+      case LayerType::ReLU:
+        if (need_dx) be.relu_backward(batch * numel_of(l.out), slot.out[j], gout, gin);
+        break;
+      case LayerType::Flatten:
+        // Same memory layout: the gradient passes through, copied only into the caller's dx.
+        if (i == begin_ && dx != nullptr)
+          copy_bytes(be.device(), dx, be.device(), gout, static_cast<std::size_t>(batch * numel_of(l.out)) * sizeof(float));
+        if (i > begin_) continue;
+        break;
+    }
+    gout = gin;
+  }
+}
+
+Adam::Adam(Backend& backend, int64_t n, const AdamParams& p)
+    : backend_(&backend), p_(p), m_(Tensor::zeros({n}, backend.device())), v_(Tensor::zeros({n}, backend.device())) {}
+
+void Adam::step(Tensor& params, const Tensor& grads) {
+  PB_CHECK(params.numel() == m_.numel() && grads.numel() == m_.numel(), "Adam over {} values, got {} and {}",
+           m_.numel(), params.numel(), grads.numel());
+  ++t_;
+  if (m_.numel() > 0) backend_->adam_step(m_.numel(), params.data(), grads.data(), m_.data(), v_.data(), p_, t_);
+}
+
+}  // namespace pb

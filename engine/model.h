@@ -1,0 +1,71 @@
+// A Sequential stage: layers [begin, end) of a net on one device. Its parameters live in one
+// contiguous buffer and its gradients in another, so an all-reduce or an Adam step is one call.
+#pragma once
+
+#include <map>
+#include <vector>
+
+#include "engine/backend.h"
+#include "engine/net.h"
+#include "engine/tensor.h"
+
+namespace pb {
+
+class Sequential {
+ public:
+  Sequential(const NetPlan& plan, int begin, int end, Backend& backend);
+
+  Backend& backend() { return *backend_; }
+  Tensor& params() { return params_; }
+  Tensor& grads() { return grads_; }
+  int begin() const { return begin_; }
+  int end() const { return end_; }
+  const Shape& in_sample() const { return plan_.layers[begin_].in; }
+  const Shape& out_sample() const { return plan_.layers[end_ - 1].out; }
+  int64_t in_numel(int64_t batch) const { return batch * numel_of(in_sample()); }
+  int64_t out_numel(int64_t batch) const { return batch * numel_of(out_sample()); }
+  double forward_flops_per_sample() const;
+
+  // This stage's slice of the whole net's flat parameter vector.
+  void load_params(const std::vector<float>& full);
+  void store_params(std::vector<float>& full) const;
+
+  // Output [batch, out...], owned by the stage, valid until the next forward in this slot.
+  // Slots hold the activations of separate micro-batches until their backward.
+  const float* forward(const float* x, int64_t batch, int slot = 0);
+  // dy: gradient of the loss w.r.t. this slot's output. dx: gradient w.r.t. the input, written
+  // when not null. Gradients overwrite grads(), or add to them when accumulate.
+  void backward(const float* dy, float* dx, bool accumulate, int slot = 0);
+
+ private:
+  struct Slot {
+    const float* input = nullptr;
+    int64_t batch = 0;
+    std::vector<const float*> out;  // per layer of the stage
+    std::vector<Tensor> storage;
+  };
+  float* grad_scratch(int i, int64_t floats);
+
+  const NetPlan& plan_;
+  int begin_, end_;
+  Backend* backend_;
+  Tensor params_, grads_;
+  std::map<int, Slot> slots_;
+  Tensor gbuf_[2];
+};
+
+// torch.optim.Adam over one flat buffer.
+class Adam {
+ public:
+  Adam(Backend& backend, int64_t n, const AdamParams& p);
+  void step(Tensor& params, const Tensor& grads);
+  int64_t steps() const { return t_; }
+
+ private:
+  Backend* backend_;
+  AdamParams p_;
+  Tensor m_, v_;
+  int64_t t_ = 0;
+};
+
+}  // namespace pb

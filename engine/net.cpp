@@ -1,0 +1,138 @@
+// Shape planning, validation and PyTorch-style initialisation of layer lists.
+#include "engine/net.h"
+
+#include <cmath>
+
+#include "engine/check.h"
+
+namespace pb {
+
+const char* layer_type_name(LayerType t) {
+  switch (t) {
+    case LayerType::Conv2d: return "conv2d";
+    case LayerType::ReLU: return "relu";
+    case LayerType::Linear: return "linear";
+    case LayerType::Flatten: return "flatten";
+  }
+  return "?";
+}
+
+namespace {
+[[noreturn]] void bad_layer(const std::string& net, int i, LayerType t, const std::string& what) {
+  throw UsageError(fmt::format("{}: layer {} ({}): {}", net.empty() ? "net" : net, i,
+                               layer_type_name(t), what));
+}
+}  // namespace
+
+NetPlan plan_net(const NetSpec& net) {
+  NetPlan plan;
+  const std::string& nm = net.name;
+  if (net.input.empty() || (net.input.size() != 1 && net.input.size() != 3))
+    throw UsageError(fmt::format("{}: input must be [C, H, W] or [F], got {}", nm, shape_str(net.input)));
+  for (int64_t d : net.input)
+    if (d <= 0) throw UsageError(fmt::format("{}: input sizes must be positive, got {}", nm, shape_str(net.input)));
+  if (net.layers.empty()) throw UsageError(fmt::format("{}: the layer list is empty", nm));
+  plan.input = net.input;
+  Shape cur = net.input;
+  for (std::size_t li = 0; li < net.layers.size(); ++li) {
+    const LayerSpec& s = net.layers[li];
+    const int i = static_cast<int>(li);
+    LayerPlan lp;
+    lp.spec = s;
+    lp.index = i;
+    lp.in = cur;
+    lp.param_offset = plan.param_count;
+    switch (s.type) {
+      case LayerType::Conv2d: {
+        if (cur.size() != 3)
+          bad_layer(nm, i, s.type, fmt::format("expects a [C, H, W] input, got {}", shape_str(cur)));
+        if (s.out_channels <= 0) bad_layer(nm, i, s.type, fmt::format("out_channels must be positive, got {}", s.out_channels));
+        if (s.kernel_h <= 0 || s.kernel_w <= 0)
+          bad_layer(nm, i, s.type, fmt::format("kernel_size must be positive, got [{}, {}]", s.kernel_h, s.kernel_w));
+        if (s.stride_h <= 0 || s.stride_w <= 0)
+          bad_layer(nm, i, s.type, fmt::format("stride must be positive, got [{}, {}]", s.stride_h, s.stride_w));
+        if (s.pad_h < 0 || s.pad_w < 0)
+          bad_layer(nm, i, s.type, fmt::format("padding must not be negative, got [{}, {}]", s.pad_h, s.pad_w));
+        if (s.in_channels >= 0 && s.in_channels != cur[0])
+          bad_layer(nm, i, s.type, fmt::format("in_channels is {} but the previous layer gives {} channels",
+                                               s.in_channels, cur[0]));
+        const int64_t ph = cur[1] + 2 * s.pad_h, pw = cur[2] + 2 * s.pad_w;
+        if (s.kernel_h > ph || s.kernel_w > pw)
+          bad_layer(nm, i, s.type, fmt::format("kernel_size [{}, {}] is larger than the padded input {}x{}",
+                                               s.kernel_h, s.kernel_w, ph, pw));
+        const int64_t oh = (ph - s.kernel_h) / s.stride_h + 1, ow = (pw - s.kernel_w) / s.stride_w + 1;
+        lp.out = {s.out_channels, oh, ow};
+        lp.weight_shape = {s.out_channels, cur[0], s.kernel_h, s.kernel_w};
+        lp.bias_shape = {s.out_channels};
+        lp.forward_flops = 2.0 * s.out_channels * oh * ow * cur[0] * s.kernel_h * s.kernel_w;
+        break;
+      }
+      case LayerType::Linear: {
+        if (cur.size() != 1)
+          bad_layer(nm, i, s.type, fmt::format("expects a flat [F] input, got {} (add a flatten layer)", shape_str(cur)));
+        if (s.out_features <= 0) bad_layer(nm, i, s.type, fmt::format("out_features must be positive, got {}", s.out_features));
+        if (s.in_features >= 0 && s.in_features != cur[0])
+          bad_layer(nm, i, s.type, fmt::format("in_features is {} but the previous layer gives {} features",
+                                               s.in_features, cur[0]));
+        lp.out = {s.out_features};
+        lp.weight_shape = {s.out_features, cur[0]};
+        lp.bias_shape = {s.out_features};
+        lp.forward_flops = 2.0 * s.out_features * cur[0];
+        break;
+      }
+      case LayerType::ReLU:
+        lp.out = cur;
+        break;
+      case LayerType::Flatten:
+        lp.out = {numel_of(cur)};
+        break;
+    }
+    if (!lp.weight_shape.empty()) {
+      lp.weight_numel = numel_of(lp.weight_shape);
+      lp.bias_numel = numel_of(lp.bias_shape);
+    }
+    plan.param_count += lp.weight_numel + lp.bias_numel;
+    plan.forward_flops += lp.forward_flops;
+    cur = lp.out;
+    plan.layers.push_back(lp);
+  }
+  plan.output = cur;
+  if (net.target == Target::Input && plan.output != plan.input)
+    throw UsageError(fmt::format("{}: target \"input\" needs the output shape {} to equal the input shape {}",
+                                 nm, shape_str(plan.output), shape_str(plan.input)));
+  return plan;
+}
+
+uint64_t Rng::next_u64() {  // splitmix64
+  uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+float Rng::uniform(float lo, float hi) {
+  const double u = static_cast<double>(next_u64() >> 11) * 0x1.0p-53;
+  return static_cast<float>(lo + (hi - lo) * u);
+}
+
+float Rng::normal() {  // Box-Muller
+  double u1 = static_cast<double>(next_u64() >> 11) * 0x1.0p-53;
+  const double u2 = static_cast<double>(next_u64() >> 11) * 0x1.0p-53;
+  if (u1 < 1e-300) u1 = 1e-300;
+  return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+}
+
+std::vector<float> init_params(const NetPlan& plan, uint64_t seed) {
+  std::vector<float> p(static_cast<std::size_t>(plan.param_count));
+  Rng rng(seed);
+  for (const LayerPlan& l : plan.layers) {
+    if (l.weight_numel == 0) continue;
+    const int64_t fan_in = l.weight_numel / l.weight_shape[0];
+    const float bound = static_cast<float>(1.0 / std::sqrt(static_cast<double>(fan_in)));
+    float* w = p.data() + l.param_offset;
+    for (int64_t i = 0; i < l.weight_numel + l.bias_numel; ++i) w[i] = rng.uniform(-bound, bound);
+  }
+  return p;
+}
+
+}  // namespace pb

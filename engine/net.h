@@ -1,0 +1,74 @@
+// Layer lists and their shape plan: the description every model, strategy and workload shares.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/backend.h"
+#include "engine/tensor.h"
+
+namespace pb {
+
+enum class LayerType { Conv2d, ReLU, Linear, Flatten };
+const char* layer_type_name(LayerType t);
+
+struct LayerSpec {
+  LayerType type = LayerType::ReLU;
+  // conv2d
+  int64_t out_channels = 0, kernel_h = 0, kernel_w = 0;
+  int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
+  int64_t in_channels = -1;  // declared by the user; -1 = inferred
+  // linear
+  int64_t out_features = 0;
+  int64_t in_features = -1;  // declared by the user; -1 = inferred
+};
+
+enum class Target { Input, Random };  // reconstruct the input, or regress a random target
+
+struct NetSpec {
+  std::string name;
+  Shape input;  // per sample: {C, H, W} or {F}
+  std::vector<LayerSpec> layers;
+  Target target = Target::Input;
+  AdamParams adam;
+};
+
+// One layer with its shapes resolved. Parameter offsets index the whole net's flat buffer, in
+// nn.Sequential's parameters() order (weight then bias, layer by layer).
+struct LayerPlan {
+  LayerSpec spec;
+  int index = 0;     // position in the layer list = PyTorch state_dict prefix
+  Shape in, out;     // per sample
+  int64_t weight_numel = 0, bias_numel = 0;
+  Shape weight_shape, bias_shape;
+  int64_t param_offset = 0;
+  double forward_flops = 0;  // per sample, multiply-add = 2 FLOPs
+};
+
+struct NetPlan {
+  std::vector<LayerPlan> layers;
+  Shape input, output;  // per sample
+  int64_t param_count = 0;
+  double forward_flops = 0;  // per sample
+};
+
+// Validates the layer chain; errors (UsageError) name the layer index, type and field.
+NetPlan plan_net(const NetSpec& net);
+
+// PyTorch's default init (kaiming_uniform a=sqrt(5): U(+-1/sqrt(fan_in)) for weights, and
+// U(+-1/sqrt(fan_in)) for biases) from a seeded generator, for the whole net.
+std::vector<float> init_params(const NetPlan& plan, uint64_t seed);
+
+// A small seeded generator whose stream is the same on every platform.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : state_(seed * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull) {}
+  uint64_t next_u64();
+  float uniform(float lo, float hi);  // [lo, hi)
+  float normal();
+ private:
+  uint64_t state_;
+};
+
+}  // namespace pb

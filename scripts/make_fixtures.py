@@ -1,0 +1,86 @@
+#!/usr/bin/python3
+"""Generate the golden PyTorch training trajectories under tests/fixtures/.
+
+Each net gets tests/fixtures/<name>/ with net.json, params/<key>.npy (initial),
+input.npy, target.npy (random targets only), expected.json (per-step Adam losses)
+and final/<key>.npy (parameters after --steps steps). The engine's tests replay
+them and compare.
+
+    /usr/bin/python3 scripts/make_fixtures.py [--out DIR] [--steps K]
+"""
+import argparse
+import os
+import shutil
+
+import torch
+
+import torchnet
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SEED = 0
+
+
+def conv(out, k, s=1, p=0):
+    return {"type": "conv2d", "out_channels": out, "kernel_size": k, "stride": s, "padding": p}
+
+
+RELU = {"type": "relu"}
+FLATTEN = {"type": "flatten"}
+
+# (net description, batch size)
+NETS = [
+    ({"name": "conv_stride2", "input": [3, 9, 9],
+      "layers": [conv(4, 3, 2, 1), RELU, conv(2, [3, 2], [1, 2], [0, 1]), RELU, FLATTEN,
+                 {"type": "linear", "out_features": 3}],
+      "target": "random", "lr": 1e-3, "weight_decay": 0.0}, 3),
+    ({"name": "conv_pad0", "input": [2, 8, 8],
+      "layers": [conv(4, 3, 1, 0), RELU, conv(3, 3, 1, 0)],
+      "target": "random", "lr": 1e-3}, 2),
+    ({"name": "conv_pad2", "input": [2, 8, 8],
+      "layers": [conv(4, 5, 1, 2), RELU, conv(2, 3, 1, 1)],
+      "target": "input", "lr": 1e-3}, 2),
+    ({"name": "conv_nonsquare", "input": [2, 7, 5],
+      "layers": [conv(4, [3, 1], 1, [1, 0]), RELU, conv(4, [1, 3], 1, [0, 1]), RELU,
+                 conv(3, [2, 3], [2, 1], [0, 1])],
+      "target": "random", "lr": 1e-3}, 2),
+    ({"name": "conv_odd", "input": [3, 11, 11],
+      "layers": [conv(8, 3, 1, 1), RELU, conv(16, 3, 1, 1), RELU, conv(8, 3, 1, 1), RELU,
+                 conv(3, 3, 1, 1), RELU],
+      "target": "input", "lr": 1e-3}, 2),
+    ({"name": "linear", "input": [5],
+      "layers": [{"type": "linear", "out_features": 2}],
+      "target": "random", "lr": 1e-3}, 30),
+    ({"name": "conv_linear", "input": [1, 6, 6],
+      "layers": [conv(3, 3, 1, 1), RELU, FLATTEN, {"type": "linear", "out_features": 4}],
+      "target": "random", "lr": 1e-3, "weight_decay": 0.01}, 4),
+]
+
+
+def make_fixture(net, batch, out_dir, steps):
+    directory = os.path.join(out_dir, net["name"])
+    shutil.rmtree(directory, ignore_errors=True)
+    model, x, target, random_target = torchnet.setup(net, batch, SEED)
+    torchnet.write_inputs(directory, net, model, x, target, random_target)
+    lr, wd = net["lr"], net.get("weight_decay", 0.0)
+    losses = torchnet.train(model, x, target, lr, wd, steps)
+    torchnet.save_params(model, os.path.join(directory, "final"))
+    torchnet.write_json(os.path.join(directory, "expected.json"), {
+        "steps": steps, "lr": lr, "weight_decay": wd, "batch": batch, "seed": SEED,
+        "losses": losses, "torch_version": torch.__version__})
+    return losses
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default=os.path.join(REPO, "tests", "fixtures"),
+                    help="output directory (default: tests/fixtures in the repo)")
+    ap.add_argument("--steps", type=int, default=5, help="Adam steps per net (default 5)")
+    args = ap.parse_args()
+    torchnet.configure()
+    for net, batch in NETS:
+        losses = make_fixture(net, batch, args.out, args.steps)
+        print(f"{net['name']:16s} batch {batch:2d}  loss {losses[0]:.6g} -> {losses[-1]:.6g}")
+
+
+if __name__ == "__main__":
+    main()

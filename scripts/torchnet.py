@@ -1,0 +1,147 @@
+"""PyTorch reference for parbench nets, shared by make_fixtures.py and torch_check.py.
+
+Builds the nn.Sequential equivalent of a parbench net description (JSON), makes
+the input batch and target, trains with Adam on that fixed batch, and writes the
+fixture layout:
+
+    net.json  input.npy  [target.npy]  params/<key>.npy  final/<key>.npy  expected.json
+
+Not run directly; use /usr/bin/python3 (Debian's python3-torch).
+"""
+import json
+import math
+import os
+
+import numpy as np
+import torch
+from torch import nn
+
+
+def configure():
+    """Single-threaded, deterministic float32 computation."""
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    torch.set_default_dtype(torch.float32)
+
+
+def load_net(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def _pair(v):
+    return (int(v[0]), int(v[1])) if isinstance(v, (list, tuple)) else (int(v), int(v))
+
+
+def _check_in(layer, key, actual, i):
+    if key in layer and layer[key] != actual:
+        raise ValueError(f"layer {i}: {key}={layer[key]} but the incoming size is {actual}")
+
+
+def build_model(net):
+    """Return (nn.Sequential, per-sample output shape) for a net description."""
+    shape = [int(d) for d in net["input"]]
+    modules = []
+    for i, layer in enumerate(net["layers"]):
+        kind = layer["type"]
+        if kind == "conv2d":
+            if len(shape) != 3:
+                raise ValueError(f"layer {i}: conv2d needs a [C, H, W] input, got {shape}")
+            c, h, w = shape
+            _check_in(layer, "in_channels", c, i)
+            k = _pair(layer["kernel_size"])
+            s = _pair(layer.get("stride", 1))
+            p = _pair(layer.get("padding", 0))
+            out = int(layer["out_channels"])
+            modules.append(nn.Conv2d(c, out, k, stride=s, padding=p, bias=True))
+            h = (h + 2 * p[0] - k[0]) // s[0] + 1
+            w = (w + 2 * p[1] - k[1]) // s[1] + 1
+            if h < 1 or w < 1:
+                raise ValueError(f"layer {i}: conv2d output is empty ({h}x{w})")
+            shape = [out, h, w]
+        elif kind == "relu":
+            modules.append(nn.ReLU())
+        elif kind == "flatten":
+            modules.append(nn.Flatten())
+            shape = [math.prod(shape)]
+        elif kind == "linear":
+            if len(shape) != 1:
+                raise ValueError(f"layer {i}: linear needs a flat input, got {shape} (add a flatten)")
+            _check_in(layer, "in_features", shape[0], i)
+            out = int(layer["out_features"])
+            modules.append(nn.Linear(shape[0], out))
+            shape = [out]
+        else:
+            raise ValueError(f"layer {i}: unknown layer type {kind!r}")
+    return nn.Sequential(*modules), shape
+
+
+def setup(net, batch, seed):
+    """Seed, then build the model (default init), the input batch and the target.
+
+    Returns (model, x, target, random_target); target is x when net["target"] is "input".
+    """
+    torch.manual_seed(seed)
+    model, out_shape = build_model(net)
+    x = torch.randn(batch, *net["input"])
+    kind = net.get("target", "input")
+    if kind == "input":
+        if list(out_shape) != list(net["input"]):
+            raise ValueError(f"target 'input' needs output shape {net['input']}, got {out_shape}")
+        return model, x, x, False
+    if kind == "random":
+        return model, x, torch.randn(batch, *out_shape), True
+    raise ValueError(f"unknown target {kind!r} (expected 'input' or 'random')")
+
+
+def train(model, x, target, lr, weight_decay, steps):
+    """Adam on the fixed batch; returns the per-step MSE losses (before each update)."""
+    opt = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.999), eps=1e-8,
+                           weight_decay=weight_decay)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = nn.functional.mse_loss(model(x), target)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def save_npy(path, tensor):
+    np.save(path, np.ascontiguousarray(tensor.detach().numpy().astype(np.float32)))
+
+
+def save_params(model, directory):
+    os.makedirs(directory, exist_ok=True)
+    for key, value in model.state_dict().items():
+        save_npy(os.path.join(directory, f"{key}.npy"), value)
+
+
+def write_json(path, obj):
+    with open(path, "w") as f:
+        json.dump(obj, f, indent=2)
+        f.write("\n")
+
+
+def write_net(path, net):
+    """Write a net description as JSON, one layer per line."""
+    fields = []
+    for key, value in net.items():
+        if key == "layers":
+            body = ",\n".join("    " + json.dumps(layer) for layer in value)
+            fields.append(f'  "layers": [\n{body}\n  ]')
+        else:
+            fields.append(f"  {json.dumps(key)}: {json.dumps(value)}")
+    with open(path, "w") as f:
+        f.write("{\n" + ",\n".join(fields) + "\n}\n")
+
+
+def write_inputs(directory, net, model, x, target, random_target):
+    """net.json, params/ (initial), input.npy and, for a random target, target.npy."""
+    os.makedirs(directory, exist_ok=True)
+    write_net(os.path.join(directory, "net.json"), net)
+    save_params(model, os.path.join(directory, "params"))
+    save_npy(os.path.join(directory, "input.npy"), x)
+    if random_target:
+        save_npy(os.path.join(directory, "target.npy"), target)

@@ -1,0 +1,69 @@
+// The strategy interface: one training step of a net, computed over N devices in some way.
+// Every strategy computes the gradient of the same global loss (MSE mean over the global batch)
+// and applies the same Adam step. Timing, warm-up and printing belong to the caller.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/backend.h"
+#include "engine/net.h"
+
+namespace pb {
+
+struct StrategyOptions {
+  int devices = 1;
+  DeviceKind kind = DeviceKind::Cpu;
+  bool oversubscribe = false;        // allow more workers than GPUs (they share GPUs)
+  int micro_batches = 4;             // pipeline
+  std::size_t bucket_bytes = 25u << 20;  // ddp gradient buckets
+  std::vector<int> balance;          // mp/pipeline: layers per stage; empty = balance by FLOPs
+  BackendOptions backend;
+};
+
+struct WorkerStats {
+  std::string device;
+  int64_t samples = 0;        // chunk size this worker got (dp/ddp), or the batch (mp stages)
+  double compute_s = 0;       // last step
+  double comm_s = 0;          // last step
+  std::size_t comm_bytes = 0; // last step, sent by this worker
+  std::size_t peak_bytes = 0; // device peak since setup
+};
+
+struct StepStats {
+  std::vector<WorkerStats> workers;
+  int workers_used = 0;
+  double bubble_fraction = 0;  // pipeline: (P-1)/(M+P-1)
+  bool oversubscribed = false;
+};
+
+class Strategy {
+ public:
+  virtual ~Strategy() = default;
+  virtual std::string name() const = 0;
+  // Untimed: place parameters (the whole net's flat vector) and optimizer state.
+  virtual void setup(const NetPlan& plan, const std::vector<float>& params, const AdamParams& adam) = 0;
+  // Untimed: place one global batch (host, [batch, ...]) and its target.
+  virtual void load_batch(const std::vector<float>& x, const std::vector<float>& target, int64_t batch) = 0;
+  // One training iteration; returns when every device has finished its work.
+  virtual void step() = 0;
+  // Global mean loss of the last step (reads back from the devices).
+  virtual double loss() = 0;
+  // The whole net's parameters, gathered to the host.
+  virtual std::vector<float> params() = 0;
+  virtual StepStats stats() const = 0;
+};
+
+using StrategyFactory = std::function<std::unique_ptr<Strategy>(const StrategyOptions&)>;
+
+std::vector<std::string> strategy_names();
+// UsageError listing the known strategies when the name is unknown.
+std::unique_ptr<Strategy> make_strategy(const std::string& name, const StrategyOptions& opts);
+
+// torch.chunk sizes: ceil(batch / n) each, the last shorter, possibly fewer chunks than n.
+std::vector<int64_t> chunk_sizes(int64_t batch, int n);
+
+}  // namespace pb

@@ -1,0 +1,181 @@
+// Built-in workloads, the JSON net format, and synthetic data.
+#include "workloads/workload.h"
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "engine/check.h"
+#include "engine/fsutil.h"
+
+namespace pb {
+
+NetSpec great_net(int64_t image, double width) {
+  if (image <= 0) throw UsageError(fmt::format("great_net: image size must be positive, got {}", image));
+  if (!(width > 0)) throw UsageError(fmt::format("great_net: width scale must be positive, got {}", width));
+  static const int64_t channels[] = {3, 16, 32, 64, 128, 256, 512, 1024, 512, 256, 128, 64, 32, 16, 3};
+  NetSpec net;
+  net.name = "great_net";
+  net.input = {3, image, image};
+  const int n = static_cast<int>(std::size(channels));
+  for (int i = 1; i < n; ++i) {
+    LayerSpec conv;
+    conv.type = LayerType::Conv2d;
+    conv.out_channels = (i == n - 1) ? 3 : std::max<int64_t>(1, std::llround(channels[i] * width));
+    conv.kernel_h = conv.kernel_w = 3;
+    conv.pad_h = conv.pad_w = 1;
+    net.layers.push_back(conv);
+    net.layers.push_back(LayerSpec{LayerType::ReLU});
+  }
+  net.target = Target::Input;
+  net.adam.lr = 1e-4;
+  return net;
+}
+
+NetSpec linear_net() {
+  NetSpec net;
+  net.name = "linear";
+  net.input = {5};
+  LayerSpec fc;
+  fc.type = LayerType::Linear;
+  fc.out_features = 2;
+  net.layers.push_back(fc);
+  net.target = Target::Random;
+  net.adam.lr = 1e-3;
+  return net;
+}
+
+namespace {
+
+using nlohmann::json;
+
+[[noreturn]] void bad(const std::string& src, const std::string& where, const std::string& what) {
+  throw UsageError(fmt::format("{}: {}: {}", src, where, what));
+}
+
+int64_t get_int(const json& j, const std::string& src, const std::string& where, const char* key,
+                int64_t fallback, bool required) {
+  if (!j.contains(key)) {
+    if (required) bad(src, where, fmt::format("missing field \"{}\"", key));
+    return fallback;
+  }
+  const json& v = j.at(key);
+  if (!v.is_number_integer()) bad(src, where, fmt::format("field \"{}\" must be an integer, got {}", key, v.dump()));
+  return v.get<int64_t>();
+}
+
+// An int or a [h, w] pair.
+std::pair<int64_t, int64_t> get_pair(const json& j, const std::string& src, const std::string& where,
+                                     const char* key, int64_t fallback, bool required) {
+  if (!j.contains(key)) {
+    if (required) bad(src, where, fmt::format("missing field \"{}\"", key));
+    return {fallback, fallback};
+  }
+  const json& v = j.at(key);
+  if (v.is_number_integer()) return {v.get<int64_t>(), v.get<int64_t>()};
+  if (v.is_array() && v.size() == 2 && v[0].is_number_integer() && v[1].is_number_integer())
+    return {v[0].get<int64_t>(), v[1].get<int64_t>()};
+  bad(src, where, fmt::format("field \"{}\" must be an integer or [h, w], got {}", key, v.dump()));
+}
+
+double get_double(const json& j, const std::string& src, const char* key, double fallback) {
+  if (!j.contains(key)) return fallback;
+  const json& v = j.at(key);
+  if (!v.is_number()) bad(src, fmt::format("field \"{}\"", key), fmt::format("must be a number, got {}", v.dump()));
+  return v.get<double>();
+}
+
+}  // namespace
+
+NetSpec parse_net_json(const std::string& text, const std::string& src) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    throw UsageError(fmt::format("{}: malformed JSON: {}", src, e.what()));
+  }
+  if (!j.is_object()) throw UsageError(fmt::format("{}: expected a JSON object with \"input\" and \"layers\"", src));
+  static const char* known_top[] = {"name", "input", "layers", "target", "lr", "weight_decay", "betas", "eps"};
+  for (const auto& [k, v] : j.items())
+    if (std::find(std::begin(known_top), std::end(known_top), k) == std::end(known_top))
+      bad(src, "top level", fmt::format("unknown field \"{}\" (known: {})", k, fmt::join(known_top, ", ")));
+  NetSpec net;
+  net.name = j.value("name", src);
+  if (!j.contains("input") || !j["input"].is_array())
+    bad(src, "field \"input\"", "missing or not an array: expected [C, H, W] or [F]");
+  for (const json& d : j["input"]) {
+    if (!d.is_number_integer()) bad(src, "field \"input\"", fmt::format("sizes must be integers, got {}", j["input"].dump()));
+    net.input.push_back(d.get<int64_t>());
+  }
+  if (!j.contains("layers") || !j["layers"].is_array()) bad(src, "field \"layers\"", "missing or not an array");
+  int i = 0;
+  for (const json& l : j["layers"]) {
+    const std::string where = fmt::format("layer {}", i);
+    if (!l.is_object() || !l.contains("type") || !l["type"].is_string())
+      bad(src, where, "expected an object with a string field \"type\"");
+    const std::string type = l["type"].get<std::string>();
+    LayerSpec s;
+    std::vector<std::string> allowed{"type"};
+    if (type == "conv2d") {
+      s.type = LayerType::Conv2d;
+      s.out_channels = get_int(l, src, where + " (conv2d)", "out_channels", 0, true);
+      s.in_channels = get_int(l, src, where + " (conv2d)", "in_channels", -1, false);
+      std::tie(s.kernel_h, s.kernel_w) = get_pair(l, src, where + " (conv2d)", "kernel_size", 0, true);
+      std::tie(s.stride_h, s.stride_w) = get_pair(l, src, where + " (conv2d)", "stride", 1, false);
+      std::tie(s.pad_h, s.pad_w) = get_pair(l, src, where + " (conv2d)", "padding", 0, false);
+      allowed = {"type", "out_channels", "in_channels", "kernel_size", "stride", "padding"};
+    } else if (type == "linear") {
+      s.type = LayerType::Linear;
+      s.out_features = get_int(l, src, where + " (linear)", "out_features", 0, true);
+      s.in_features = get_int(l, src, where + " (linear)", "in_features", -1, false);
+      allowed = {"type", "out_features", "in_features"};
+    } else if (type == "relu") {
+      s.type = LayerType::ReLU;
+    } else if (type == "flatten") {
+      s.type = LayerType::Flatten;
+    } else {
+      bad(src, where, fmt::format("unknown layer type \"{}\" (known: conv2d, relu, linear, flatten)", type));
+    }
+    for (const auto& [k, v] : l.items())
+      if (std::find(allowed.begin(), allowed.end(), k) == allowed.end())
+        bad(src, fmt::format("{} ({})", where, type), fmt::format("unknown field \"{}\"", k));
+    net.layers.push_back(s);
+    ++i;
+  }
+  const std::string target = j.value("target", std::string("input"));
+  if (target == "input") net.target = Target::Input;
+  else if (target == "random") net.target = Target::Random;
+  else bad(src, "field \"target\"", fmt::format("expected \"input\" or \"random\", got \"{}\"", target));
+  net.adam.lr = get_double(j, src, "lr", 1e-4);
+  net.adam.weight_decay = get_double(j, src, "weight_decay", 0.0);
+  net.adam.eps = get_double(j, src, "eps", 1e-8);
+  if (j.contains("betas")) {
+    const json& b = j["betas"];
+    if (!b.is_array() || b.size() != 2 || !b[0].is_number() || !b[1].is_number())
+      bad(src, "field \"betas\"", fmt::format("expected [beta1, beta2], got {}", b.dump()));
+    net.adam.beta1 = b[0].get<double>();
+    net.adam.beta2 = b[1].get<double>();
+  }
+  if (!(net.adam.lr > 0)) bad(src, "field \"lr\"", fmt::format("must be positive, got {}", net.adam.lr));
+  plan_net(net);  // shape errors name the layer now, not at run time
+  return net;
+}
+
+NetSpec load_net_json(const std::string& path) { return parse_net_json(read_file(path), path); }
+
+std::vector<std::string> builtin_workloads() { return {"great_net", "linear"}; }
+
+NetSpec resolve_workload(const std::string& name, const WorkloadOptions& opts) {
+  if (name == "great_net") return great_net(opts.image, opts.width);
+  if (name == "linear") return linear_net();
+  if (name.size() > 5 && name.substr(name.size() - 5) == ".json") return load_net_json(name);
+  throw UsageError(fmt::format("unknown workload '{}': expected great_net, linear, or a path to a .json net", name));
+}
+
+std::vector<float> synthetic_values(int64_t n, uint64_t seed) {
+  std::vector<float> v(static_cast<std::size_t>(n));
+  Rng rng(seed);
+  for (float& x : v) x = rng.normal();
+  return v;
+}
+
+}  // namespace pb

@@ -1,0 +1,34 @@
+// Workloads: the seed's GreatNetwork, the tutorial's Linear(5, 2), and nets described in JSON;
+// plus the synthetic data they train on.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/net.h"
+
+namespace pb {
+
+struct WorkloadOptions {
+  int64_t image = 512;       // great_net: image height and width
+  double width = 1.0;        // great_net: channel width scale (1 = the seed's channels)
+};
+
+// GreatNetwork: 14 conv3x3 pad 1 layers, channels 3-16-32-...-1024-...-16-3, ReLU after each,
+// MSE against the input image, Adam lr 1e-4. Hidden channels scale by `width` (at least 1).
+NetSpec great_net(int64_t image, double width);
+// The tutorial's model: Linear(5, 2), a random target.
+NetSpec linear_net();
+// A net from JSON text; `source` names the file in errors.
+NetSpec parse_net_json(const std::string& text, const std::string& source);
+NetSpec load_net_json(const std::string& path);
+
+// "great_net", "linear", or a path to a .json net description.
+NetSpec resolve_workload(const std::string& name, const WorkloadOptions& opts);
+std::vector<std::string> builtin_workloads();
+
+// Standard-normal values, seeded (the seed's FakeDataset draws torch.randn images).
+std::vector<float> synthetic_values(int64_t n, uint64_t seed);
+
+}  // namespace pb
