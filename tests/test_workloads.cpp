@@ -1,0 +1,133 @@
+// Workload definitions and the JSON net format's validation.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "engine/check.h"
+#include "workloads/workload.h"
+
+namespace pb {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string error_of(const std::string& json) {
+  try {
+    parse_net_json(json, "my_net.json");
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(Workloads, GreatNetIsTheSeedsNetwork) {
+  const NetPlan p = plan_net(great_net(512, 1.0));
+  ASSERT_EQ(p.layers.size(), 28u);
+  const int64_t channels[] = {16, 32, 64, 128, 256, 512, 1024, 512, 256, 128, 64, 32, 16, 3};
+  for (int i = 0; i < 14; ++i) {
+    EXPECT_EQ(p.layers[2 * i].spec.type, LayerType::Conv2d);
+    EXPECT_EQ(p.layers[2 * i].out[0], channels[i]);
+    EXPECT_EQ(p.layers[2 * i].spec.kernel_h, 3);
+    EXPECT_EQ(p.layers[2 * i].spec.pad_h, 1);
+    EXPECT_EQ(p.layers[2 * i + 1].spec.type, LayerType::ReLU);
+  }
+  EXPECT_EQ(p.output, (Shape{3, 512, 512}));
+  // Forward FLOPs: 2 * 9 * 512^2 * sum(c_in * c_out) per image; training is 3x that (about 20 TFLOP).
+  double macs = 0;
+  int64_t prev = 3;
+  for (int64_t c : channels) macs += static_cast<double>(prev) * c, prev = c;
+  EXPECT_DOUBLE_EQ(p.forward_flops, 2.0 * 9 * 512 * 512 * macs);
+  EXPECT_NEAR(3 * p.forward_flops / 1e12, 20.0, 1.0);
+  const NetPlan small = plan_net(great_net(16, 0.25));
+  EXPECT_EQ(small.layers[12].out[0], 256);  // 1024 * 0.25
+  EXPECT_EQ(small.layers[26].out[0], 3);    // the output keeps 3 channels
+}
+
+TEST(Workloads, LinearIsTheTutorialsModel) {
+  const NetPlan p = plan_net(linear_net());
+  EXPECT_EQ(p.input, Shape{5});
+  EXPECT_EQ(p.output, Shape{2});
+  EXPECT_EQ(p.param_count, 12);
+}
+
+TEST(Workloads, JsonNetParses) {
+  const NetSpec n = parse_net_json(R"({"name": "t", "input": [2, 7, 5], "target": "random", "lr": 0.01,
+    "layers": [{"type": "conv2d", "out_channels": 3, "kernel_size": [3, 1], "stride": [2, 1], "padding": [1, 0]},
+               {"type": "relu"}, {"type": "flatten"}, {"type": "linear", "out_features": 4, "in_features": 60}]})",
+                                   "t.json");
+  const NetPlan p = plan_net(n);
+  EXPECT_EQ(p.layers[0].out, (Shape{3, 4, 5}));
+  EXPECT_EQ(p.output, Shape{4});
+  EXPECT_DOUBLE_EQ(n.adam.lr, 0.01);
+  EXPECT_EQ(n.target, Target::Random);
+}
+
+TEST(Workloads, JsonErrorsNameTheFileLayerAndField) {
+  EXPECT_THAT(error_of("{\"input\": [3, 8, 8], \"layers\": ["), HasSubstr("my_net.json: malformed JSON"));
+  EXPECT_THAT(error_of("[1, 2]"), HasSubstr("my_net.json: expected a JSON object"));
+  const std::string chain = R"({"input": [3, 8, 8], "layers": [
+      {"type": "conv2d", "out_channels": 4, "kernel_size": 3, "padding": 1},
+      {"type": "conv2d", "in_channels": 5, "out_channels": 3, "kernel_size": 3, "padding": 1}]})";
+  EXPECT_THAT(error_of(chain), HasSubstr("layer 1 (conv2d): in_channels is 5 but the previous layer gives 4"));
+  const std::string big = R"({"input": [3, 4, 4], "target": "random", "layers": [
+      {"type": "conv2d", "out_channels": 4, "kernel_size": 7, "padding": 1}]})";
+  EXPECT_THAT(error_of(big), HasSubstr("layer 0 (conv2d): kernel_size [7, 7] is larger than the padded input 6x6"));
+  EXPECT_THAT(error_of(R"({"input": [3, 4, 4], "target": "random", "layers": [{"type": "conv2d", "out_channels": 0, "kernel_size": 3}]})"),
+              HasSubstr("layer 0 (conv2d): out_channels must be positive, got 0"));
+  EXPECT_THAT(error_of(R"({"input": [3, 4, 4], "target": "random", "layers": [{"type": "conv2d", "out_channels": 2, "kernel_size": 3, "stride": -1}]})"),
+              HasSubstr("layer 0 (conv2d): stride must be positive"));
+  EXPECT_THAT(error_of(R"({"input": [3, 0, 4], "layers": [{"type": "relu"}]})"), HasSubstr("input sizes must be positive"));
+  EXPECT_THAT(error_of(R"({"input": [3, 4, 4], "layers": [{"type": "pool"}]})"),
+              HasSubstr("layer 0: unknown layer type \"pool\""));
+  EXPECT_THAT(error_of(R"({"input": [3, 4, 4], "layers": [{"type": "relu", "inplace": true}]})"),
+              HasSubstr("layer 0 (relu): unknown field \"inplace\""));
+  EXPECT_THAT(error_of(R"({"input": [3, 4, 4], "layers": [{"type": "conv2d", "kernel_size": 3}]})"),
+              HasSubstr("layer 0 (conv2d): missing field \"out_channels\""));
+  EXPECT_THAT(error_of(R"({"input": [3, 4, 4], "layers": [{"type": "conv2d", "out_channels": "8", "kernel_size": 3}]})"),
+              HasSubstr("field \"out_channels\" must be an integer"));
+  EXPECT_THAT(error_of(R"({"input": [3, 4, 4], "layers": [{"type": "conv2d", "out_channels": 2, "kernel_size": 3, "padding": 1}]})"),
+              HasSubstr("target \"input\" needs the output shape (2, 4, 4) to equal the input shape (3, 4, 4)"));
+  EXPECT_THAT(error_of(R"({"input": [3, 4, 4], "layers": [{"type": "linear", "out_features": 2}]})"),
+              HasSubstr("layer 0 (linear): expects a flat [F] input"));
+  EXPECT_THAT(error_of(R"({"input": [3, 4, 4], "layers": []})"), HasSubstr("the layer list is empty"));
+  EXPECT_THAT(error_of(R"({"input": [3, 4, 4], "layers": [{"type": "relu"}], "lr": -1})"), HasSubstr("\"lr\""));
+  EXPECT_THAT(error_of(R"({"inputs": [3, 4, 4], "layers": [{"type": "relu"}]})"), HasSubstr("unknown field \"inputs\""));
+}
+
+TEST(Workloads, UnknownWorkloadAndMissingFile) {
+  EXPECT_THROW(resolve_workload("resnet", {}), UsageError);
+  try {
+    resolve_workload("/nonexistent/net.json", {});
+    FAIL();
+  } catch (const UsageError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("/nonexistent/net.json"));
+  }
+}
+
+TEST(Workloads, SyntheticDataIsSeededAndStandardNormal) {
+  const auto a = synthetic_values(100000, 3), b = synthetic_values(100000, 3), c = synthetic_values(100000, 4);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+  double mean = 0, var = 0;
+  for (float v : a) mean += v;
+  mean /= a.size();
+  for (float v : a) var += (v - mean) * (v - mean);
+  var /= a.size();
+  EXPECT_NEAR(mean, 0.0, 0.02);
+  EXPECT_NEAR(var, 1.0, 0.02);
+}
+
+TEST(Workloads, InitFollowsPyTorchBounds) {
+  const NetPlan p = plan_net(great_net(8, 0.5));
+  const auto params = init_params(p, 1);
+  for (const LayerPlan& l : p.layers) {
+    if (l.weight_numel == 0) continue;
+    const double bound = 1.0 / std::sqrt(static_cast<double>(l.weight_numel / l.weight_shape[0]));
+    double mx = 0;
+    for (int64_t i = 0; i < l.weight_numel + l.bias_numel; ++i) mx = std::max(mx, double(std::abs(params[l.param_offset + i])));
+    EXPECT_LE(mx, bound);
+    EXPECT_GT(mx, 0.9 * bound);  // fills the range
+  }
+}
+
+}  // namespace
+}  // namespace pb
