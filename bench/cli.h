@@ -55,5 +55,12 @@ StrategyOptions strategy_options(const Flags& f, int devices);
 int cmd_replay(const std::vector<std::string>& args);
 int cmd_train(const std::vector<std::string>& args);
 int cmd_devices(const std::vector<std::string>& args);
+int cmd_run(const std::vector<std::string>& args);
+int cmd_report(const std::vector<std::string>& args);
+int cmd_compare(const std::vector<std::string>& args);
+
+// Runs scripts/chart.py (with /usr/bin/python3, or $PARBENCH_PYTHON) on a report JSON; a warning,
+// not an error, when it cannot (matplotlib missing). Returns whether the PNG was written.
+bool render_chart(const std::string& report_json, const std::string& png);
 
 }  // namespace pb

@@ -17,12 +17,7 @@ int cmd_devices(const std::vector<std::string>& args) {
              "im2col+gemm"
 #endif
   );
-#ifdef PARBENCH_HAVE_CUDA
-  const int n = cuda_device_count();
-  fmt::print("cuda: {} device(s)\n", n);
-#else
-  fmt::print("cuda: not built (configure found no CUDA toolkit with cuDNN)\n");
-#endif
+  fmt::print("{}", system_info().str());
   return 0;
 }
 

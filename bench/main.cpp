@@ -1,9 +1,13 @@
 // parbench: one program, subcommands. Only here do errors become exit codes:
-// 2 for bad input (flags, files), 1 for anything else.
+// 2 for bad input (flags, files), 1 for anything else. Launched by mpirun, it is one rank of a
+// multi-process job: an error on any rank ends the whole job (MPI_Abort) rather than hang it.
 #include <cstdio>
+
+#include <fmt/ranges.h>
 
 #include "bench/cli.h"
 #include "engine/check.h"
+#include "engine/mpi/mpi_env.h"
 
 namespace {
 
@@ -14,11 +18,51 @@ const char* kUsage =
     "what memory cost.\n"
     "\n"
     "commands:\n"
+    "  run       benchmark every strategy x device count (Google Benchmark), print the table,\n"
+    "            write a run folder (JSON, markdown, CSV, chart)\n"
+    "  report    tables and a chart from the JSON of one or more runs\n"
+    "  compare   baseline vs contender JSON: verdict per benchmark, exit 1 on a regression (CI)\n"
     "  train     train a workload and print each iteration's time and loss\n"
     "  replay    K training steps from .npy parameters and data; writes losses and parameters\n"
     "  devices   list the CPU and GPUs this build can use\n"
     "\n"
     "Run 'parbench <command> --help' for a command's flags.\n";
+
+// Every rank of a job must run the same command line: compare a hash of each one's (FNV-1a).
+// Returns false (after rank 0 named the odd ranks) when they differ; every rank then exits 2.
+bool same_command_on_every_rank(int argc, char** argv) {
+  uint64_t h = 1469598103934665603ull;
+  for (int i = 1; i < argc; ++i)
+    for (const char* c = argv[i];; ++c) {
+      h = (h ^ static_cast<unsigned char>(*c)) * 1099511628211ull;
+      if (!*c) break;
+    }
+  const std::vector<uint64_t> all = pb::world_allgather(h);
+  std::vector<int> odd;
+  for (std::size_t r = 1; r < all.size(); ++r)
+    if (all[r] != all[0]) odd.push_back(static_cast<int>(r));
+  if (odd.empty()) return true;
+  if (pb::process().rank == 0)
+    fmt::print(stderr, "parbench: error: configuration mismatch: rank(s) {} of {} were started with other arguments "
+               "than rank 0; every rank of an MPI job must run the same parbench command line\n",
+               fmt::join(odd, ","), all.size());
+  return false;
+}
+
+int dispatch(const std::string& cmd, const std::vector<std::string>& args) {
+  if (cmd == "--help" || cmd == "-h" || cmd == "help") {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  if (cmd == "run") return pb::cmd_run(args);
+  if (cmd == "report") return pb::cmd_report(args);
+  if (cmd == "compare") return pb::cmd_compare(args);
+  if (cmd == "train") return pb::cmd_train(args);
+  if (cmd == "replay") return pb::cmd_replay(args);
+  if (cmd == "devices") return pb::cmd_devices(args);
+  fmt::print(stderr, "parbench: unknown command '{}'\n\n{}", cmd, kUsage);
+  return 2;
+}
 
 }  // namespace
 
@@ -29,16 +73,19 @@ int main(int argc, char** argv) {
   }
   const std::string cmd = argv[1];
   const std::vector<std::string> args(argv + 2, argv + argc);
-  try {
-    if (cmd == "--help" || cmd == "-h" || cmd == "help") {
-      std::fputs(kUsage, stdout);
-      return 0;
+  pb::ProcessSession session(&argc, &argv);  // MPI_Init when an MPI launcher started us
+  if (pb::multi_process()) {
+    try {
+      if (!same_command_on_every_rank(argc, argv)) return 2;
+      return dispatch(cmd, args);
+    } catch (const pb::UsageError& e) {
+      pb::abort_job(fmt::format("parbench {}: {}", cmd, e.what()), 2);
+    } catch (const std::exception& e) {
+      pb::abort_job(fmt::format("parbench {}: {}", cmd, e.what()), 1);
     }
-    if (cmd == "train") return pb::cmd_train(args);
-    if (cmd == "replay") return pb::cmd_replay(args);
-    if (cmd == "devices") return pb::cmd_devices(args);
-    fmt::print(stderr, "parbench: unknown command '{}'\n\n{}", cmd, kUsage);
-    return 2;
+  }
+  try {
+    return dispatch(cmd, args);
   } catch (const pb::UsageError& e) {
     fmt::print(stderr, "parbench {}: error: {}\n", cmd, e.what());
     return 2;

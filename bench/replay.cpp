@@ -5,6 +5,7 @@
 #include "bench/cli.h"
 #include "engine/check.h"
 #include "engine/fsutil.h"
+#include "engine/mpi/mpi_env.h"
 #include "engine/npy.h"
 #include "engine/state_dict.h"
 
@@ -68,7 +69,11 @@ int cmd_replay(const std::vector<std::string>& args) {
     t = synthetic_values(batch * numel_of(plan.output), seed + 2);
   }
 
-  StrategyOptions so = strategy_options(f, static_cast<int>(f.integer("devices")));
+  // Under MPI every rank computes (loss() and params() are collective); rank 0 alone prints and
+  // writes. --devices defaults to the number of processes there.
+  const bool lead = process().rank == 0;
+  const int devices = static_cast<int>(f.has("devices") || !multi_process() ? f.integer("devices") : process().size);
+  StrategyOptions so = strategy_options(f, devices);
   auto strategy = make_strategy(f.str("strategy"), so);
   strategy->setup(plan, params, net.adam);
   strategy->load_batch(x, t, batch);
@@ -76,16 +81,19 @@ int cmd_replay(const std::vector<std::string>& args) {
   for (int64_t k = 0; k < steps; ++k) {
     strategy->step();
     losses.push_back(strategy->loss());
-    fmt::print(stderr, "step {}/{}: loss {:.9g}\n", k + 1, steps, losses.back());
+    if (lead) fmt::print(stderr, "step {}/{}: loss {:.9g}\n", k + 1, steps, losses.back());
   }
 
+  const std::vector<float> final_params = strategy->params();
+  const StepStats st = strategy->stats();
+  if (!lead) return 0;
   const std::string out = f.str("out");
   make_dirs(out);
-  write_state_dict(plan, strategy->params(), out + "/params");
+  write_state_dict(plan, final_params, out + "/params");
   nlohmann::json j = {{"workload", net.name},   {"strategy", strategy->name()}, {"devices", so.devices},
                       {"batch", batch},         {"steps", steps},               {"lr", net.adam.lr},
                       {"weight_decay", net.adam.weight_decay}, {"losses", losses}};
-  StepStats st = strategy->stats();
+  if (multi_process()) j["world_size"] = process().size;
   nlohmann::json chunks = nlohmann::json::array();
   for (const WorkerStats& w : st.workers) chunks.push_back(w.samples);
   j["worker_samples"] = chunks;

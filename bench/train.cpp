@@ -3,6 +3,7 @@
 
 #include "bench/cli.h"
 #include "engine/check.h"
+#include "engine/mpi/mpi_env.h"
 
 namespace pb {
 
@@ -23,14 +24,18 @@ int cmd_train(const std::vector<std::string>& args) {
   if (iters < 1) throw UsageError(fmt::format("--iterations must be at least 1, got {}", iters));
   if (warmup < 0) throw UsageError(fmt::format("--warmup must be >= 0, got {}", warmup));
   const uint64_t seed = static_cast<uint64_t>(f.integer("seed"));
-  const StrategyOptions so = strategy_options(f, static_cast<int>(f.integer("devices")));
+  // Under MPI: --devices defaults to the number of processes; rank 0 prints (loss() is collective).
+  const bool lead = process().rank == 0;
+  const int devices = static_cast<int>(f.has("devices") || !multi_process() ? f.integer("devices") : process().size);
+  const StrategyOptions so = strategy_options(f, devices);
   auto strategy = make_strategy(f.str("strategy"), so);
 
   std::vector<float> x = synthetic_values(batch * numel_of(plan.input), seed + 1);
   std::vector<float> t = net.target == Target::Input ? x : synthetic_values(batch * numel_of(plan.output), seed + 2);
   strategy->setup(plan, init_params(plan, seed), net.adam);
   strategy->load_batch(x, t, batch);
-  fmt::print("{}: input {} x {}, {} parameters, {:.3g} GFLOP per training iteration; strategy {} on {} {} device(s)\n",
+  if (lead)
+    fmt::print("{}: input {} x {}, {} parameters, {:.3g} GFLOP per training iteration; strategy {} on {} {} device(s)\n",
              net.name, batch, shape_str(plan.input), plan.param_count, 3 * plan.forward_flops * batch / 1e9,
              strategy->name(), so.devices, so.kind == DeviceKind::Cpu ? "cpu" : "cuda");
   for (int64_t i = 0; i < warmup; ++i) strategy->step();
@@ -38,9 +43,12 @@ int cmd_train(const std::vector<std::string>& args) {
   for (int64_t i = 0; i < iters; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     strategy->step();
-    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-    fmt::print("iteration {:4d}: {:9.2f} ms  loss {:.6g}\n", i + 1, ms.back(), strategy->loss());
+    // An iteration lasts until the slowest rank is done.
+    ms.push_back(world_max(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count()));
+    const double loss = strategy->loss();
+    if (lead) fmt::print("iteration {:4d}: {:9.2f} ms  loss {:.6g}\n", i + 1, ms.back(), loss);
   }
+  if (!lead) return 0;
   std::sort(ms.begin(), ms.end());
   const double median = ms.size() % 2 ? ms[ms.size() / 2] : (ms[ms.size() / 2 - 1] + ms[ms.size() / 2]) / 2;
   fmt::print("median {:.2f} ms/iteration, {:.1f} samples/s, {:.3g} GFLOP/s\n", median, batch / (median / 1e3),

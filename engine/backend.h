@@ -34,6 +34,11 @@ Precision parse_precision(const std::string& s);  // "fp32" | "tf32", UsageError
 
 struct BackendOptions {
   int threads = 0;                 // CPU: threads for this worker's ops; 0 = all cores
+  bool cpu_reference_conv = false;  // CPU: use the im2col path even when oneDNN is present
+  // CPU with oneDNN: Winograd F(4x4,3x3) for 3x3 stride-1 convs with >= 32 channels in and out
+  // (fp32, ~10x direct's rounding error, about half its time). The environment variable
+  // PARBENCH_CPU_WINOGRAD=0 or =1 overrides this, for A/B runs against direct-only kernels.
+  bool cpu_winograd = true;
   Precision precision = Precision::Fp32;
   bool exhaustive_conv_search = false;  // CUDA: timed algorithm search, cached per shape
   std::size_t workspace_cap_bytes = std::size_t(1) << 30;  // CUDA: conv workspace cap

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "engine/check.h"
 #include "engine/dnnl/dnnl_conv.h"
@@ -15,6 +17,12 @@
 namespace pb {
 
 namespace {
+
+// BackendOptions::cpu_winograd, unless PARBENCH_CPU_WINOGRAD says otherwise.
+[[maybe_unused]] bool use_winograd(const BackendOptions& opts) {
+  const char* env = std::getenv("PARBENCH_CPU_WINOGRAD");
+  return env && *env ? std::string(env) != "0" : opts.cpu_winograd;
+}
 
 int default_threads() {
 #ifdef _OPENMP
@@ -136,7 +144,7 @@ void cpu_gemm_nn(int64_t m, int64_t n, int64_t k, const float* a, const float* b
 CpuBackend::CpuBackend(Device d, const BackendOptions& opts)
     : device_(d), threads_(opts.threads > 0 ? opts.threads : default_threads()), scratch_(3) {
 #ifdef PARBENCH_HAVE_DNNL
-  dnnl_ = std::make_unique<DnnlConv>(threads_);
+  if (!opts.cpu_reference_conv) dnnl_ = std::make_unique<DnnlConv>(threads_, use_winograd(opts));
 #endif
 }
 
@@ -149,7 +157,11 @@ DnnlConv::~DnnlConv() = default;
 CpuBackend::~CpuBackend() = default;
 
 std::string CpuBackend::name() const {
-  return fmt::format("cpu ({} threads, conv: {})", threads_, dnnl_ ? "oneDNN" : "im2col+gemm");
+  const char* conv = "im2col+gemm";
+#ifdef PARBENCH_HAVE_DNNL
+  if (dnnl_) conv = dnnl_->winograd() ? "oneDNN Winograd+direct" : "oneDNN direct";
+#endif
+  return fmt::format("cpu ({} threads, conv: {})", threads_, conv);
 }
 
 float* CpuBackend::scratch(std::size_t slot, std::size_t floats) {

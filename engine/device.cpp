@@ -6,6 +6,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <thread>
 
 #include "engine/backend.h"
 #include "engine/check.h"
@@ -99,6 +100,40 @@ std::unique_ptr<Backend> make_backend(Device d, const BackendOptions& opts) {
 #else
   throw Error(fmt::format("{} requested, but this build has no CUDA support", d.str()));
 #endif
+}
+
+namespace {
+std::string version_str(int v, int major_div, int minor_div, bool patch) {
+  if (v <= 0) return "none";
+  std::string out = fmt::format("{}.{}", v / major_div, (v % major_div) / minor_div);
+  return patch ? fmt::format("{}.{}", out, v % minor_div) : out;
+}
+}  // namespace
+
+SystemInfo system_info() {
+  SystemInfo info;
+  info.cpu_threads = std::thread::hardware_concurrency();
+#ifdef PARBENCH_HAVE_CUDA
+  cuda_fill_system_info(info);
+#else
+  info.cuda_note = "built without CUDA";
+#endif
+  return info;
+}
+
+std::string SystemInfo::str() const {
+  std::string out = fmt::format("cpu: {} hardware threads\n", cpu_threads);
+  if (!cuda_built) return out + "cuda: not built (configure found no CUDA toolkit with cuDNN)\n";
+  out += fmt::format("cuda: driver {}, runtime {}, cuDNN {}, NCCL {}\n",
+                     version_str(cuda_driver_version, 1000, 10, false),
+                     version_str(cuda_runtime_version, 1000, 10, false),
+                     version_str(cudnn_version, 10000, 100, true),
+                     nccl_built ? version_str(nccl_version, 10000, 100, true) : "not built");
+  out += fmt::format("cuda: {} device(s){}\n", gpus.size(), cuda_note.empty() ? "" : " (" + cuda_note + ")");
+  for (const GpuInfo& g : gpus)
+    out += fmt::format("  cuda:{}: {}, compute capability {}.{}, {} SMs, {:.1f} GiB\n", g.index, g.name,
+                       g.cc_major, g.cc_minor, g.multiprocessors, g.total_bytes / double(1u << 30));
+  return out;
 }
 
 const char* precision_name(Precision p) { return p == Precision::Fp32 ? "fp32" : "tf32"; }

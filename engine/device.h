@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace pb {
 
@@ -51,5 +52,28 @@ void copy_bytes(Device dst_dev, void* dst, Device src_dev, const void* src, std:
 
 // Number of CUDA devices usable by this build (0 without CUDA or without a driver).
 int cuda_device_count();
+
+// What this build and machine offer, for `parbench devices` and the JSON context of a run.
+struct GpuInfo {
+  int index = 0;
+  std::string name;
+  int cc_major = 0, cc_minor = 0;  // compute capability, e.g. 9.0 for H100/H200
+  std::size_t total_bytes = 0;
+  int multiprocessors = 0;
+};
+
+struct SystemInfo {
+  unsigned cpu_threads = 0;
+  bool cuda_built = false, nccl_built = false;
+  // Versions as the libraries report them: driver/runtime 1000*major + 10*minor (13000 =
+  // 13.0; driver 0 = no driver), cuDNN and NCCL 10000*major + 100*minor + patch.
+  int cuda_driver_version = 0, cuda_runtime_version = 0;
+  int cudnn_version = 0, nccl_version = 0;
+  std::vector<GpuInfo> gpus;
+  std::string cuda_note;  // why no GPU is usable ("no CUDA driver ..."), empty otherwise
+  std::string str() const;  // a few human-readable lines
+};
+
+SystemInfo system_info();
 
 }  // namespace pb

@@ -87,7 +87,15 @@ float* Sequential::grad_scratch(int i, int64_t floats) {
   return gbuf_[i].data();
 }
 
-void Sequential::backward(const float* dy, float* dx, bool accumulate, int slot_id) {
+std::pair<int64_t, int64_t> Sequential::layer_grad_range(int i) const {
+  PB_CHECK(begin_ <= i && i < end_, "layer {} outside stage [{}, {})", i, begin_, end_);
+  const LayerPlan& l = plan_.layers[i];
+  const int64_t lo = l.param_offset - plan_.layers[begin_].param_offset;
+  return {lo, lo + l.weight_numel + l.bias_numel};
+}
+
+void Sequential::backward(const float* dy, float* dx, bool accumulate, int slot_id,
+                          const std::function<void(int)>& grads_ready) {
   auto it = slots_.find(slot_id);
   PB_CHECK(it != slots_.end() && it->second.input != nullptr, "backward before forward in slot {}", slot_id);
   Slot& slot = it->second;
@@ -111,17 +119,23 @@ void Sequential::backward(const float* dy, float* dx, bool accumulate, int slot_
       case LayerType::Conv2d: {
         const ConvGeom g = geom(l, batch);
         be.conv2d_backward_weights(g, xin, gout, gw, gw + l.weight_numel, accumulate);
+        // Weight gradients first and announced before dx: a bucket's all-reduce can then run
+        // alongside the rest of backward.
+        if (grads_ready) grads_ready(i);
         if (need_dx) be.conv2d_backward_data(g, gout, w, gin);
         break;
       }
       case LayerType::Linear:
         be.linear_backward_weights(batch, l.in[0], l.out[0], xin, gout, gw, gw + l.weight_numel, accumulate);
+        if (grads_ready) grads_ready(i);
         if (need_dx) be.linear_backward_data(batch, l.in[0], l.out[0], gout, w, gin);
         break;
       case LayerType::ReLU:
+        if (grads_ready) grads_ready(i);
         if (need_dx) be.relu_backward(batch * numel_of(l.out), slot.out[j], gout, gin);
         break;
       case LayerType::Flatten:
+        if (grads_ready) grads_ready(i);
         // Same memory layout: the gradient passes through, copied only into the caller's dx.
         if (i == begin_ && dx != nullptr)
           copy_bytes(be.device(), dx, be.device(), gout, static_cast<std::size_t>(batch * numel_of(l.out)) * sizeof(float));
@@ -140,6 +154,15 @@ void Adam::step(Tensor& params, const Tensor& grads) {
            m_.numel(), params.numel(), grads.numel());
   ++t_;
   if (m_.numel() > 0) backend_->adam_step(m_.numel(), params.data(), grads.data(), m_.data(), v_.data(), p_, t_);
+}
+
+void Adam::copy_state_from(const Adam& other) {
+  PB_CHECK(other.m_.numel() == m_.numel(), "Adam state of {} values into one of {}", other.m_.numel(), m_.numel());
+  if (m_.numel() > 0) {
+    m_.copy_from(other.m_);
+    v_.copy_from(other.v_);
+  }
+  t_ = other.t_;
 }
 
 }  // namespace pb

@@ -2,7 +2,9 @@
 // contiguous buffer and its gradients in another, so an all-reduce or an Adam step is one call.
 #pragma once
 
+#include <functional>
 #include <map>
+#include <utility>
 #include <vector>
 
 #include "engine/backend.h"
@@ -35,7 +37,12 @@ class Sequential {
   const float* forward(const float* x, int64_t batch, int slot = 0);
   // dy: gradient of the loss w.r.t. this slot's output. dx: gradient w.r.t. the input, written
   // when not null. Gradients overwrite grads(), or add to them when accumulate.
-  void backward(const float* dy, float* dx, bool accumulate, int slot = 0);
+  // grads_ready(i), when given, fires as soon as layer i's (global index) slice of grads() is
+  // final for this call, last layer first: ddp starts its bucket all-reduces from it.
+  void backward(const float* dy, float* dx, bool accumulate, int slot = 0,
+                const std::function<void(int layer)>& grads_ready = {});
+  // The flat grads() range [begin, end) of layer i (global index; empty for ReLU/Flatten).
+  std::pair<int64_t, int64_t> layer_grad_range(int i) const;
 
  private:
   struct Slot {
@@ -60,6 +67,8 @@ class Adam {
   Adam(Backend& backend, int64_t n, const AdamParams& p);
   void step(Tensor& params, const Tensor& grads);
   int64_t steps() const { return t_; }
+  // Takes over another optimizer's moments and step count (any device): a replica rejoining.
+  void copy_state_from(const Adam& other);
 
  private:
   Backend* backend_;

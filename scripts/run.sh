@@ -7,4 +7,4 @@ case "${1:-}" in -h|--help) sed -n '2,3p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 scripts/install-deps.sh
 cmake -S . -B build >/dev/null
 cmake --build build -j"$(nproc)"
-exec build/parbench train "$@"
+exec build/parbench run "$@"

@@ -13,6 +13,10 @@ namespace {
 const std::vector<std::pair<std::string, StrategyFactory>>& registry() {
   static const std::vector<std::pair<std::string, StrategyFactory>> r = {
       {"regular", make_regular},
+      {"dp", make_dp},
+      {"ddp", make_ddp},
+      {"mp", make_mp},
+      {"pipeline", make_pipeline},
   };
   return r;
 }

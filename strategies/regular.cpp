@@ -2,6 +2,7 @@
 #include <chrono>
 
 #include "engine/check.h"
+#include "engine/mpi/mpi_env.h"
 #include "engine/model.h"
 #include "strategies/registry.h"
 
@@ -14,6 +15,9 @@ class Regular final : public Strategy {
   explicit Regular(const StrategyOptions& o) : opts_(o) {
     if (o.devices != 1)
       throw UsageError(fmt::format("strategy regular runs on one device, got --devices {}", o.devices));
+    if (multi_process())
+      throw UsageError(fmt::format("strategy regular runs on one device, but this is an MPI job of {} processes; "
+                                   "run it without mpirun", process().size));
   }
   std::string name() const override { return "regular"; }
 

@@ -31,15 +31,20 @@ struct WorkerStats {
   double comm_s = 0;          // last step
   std::size_t comm_bytes = 0; // last step, sent by this worker
   std::size_t peak_bytes = 0; // device peak since setup
+  int layer_begin = 0, layer_end = 0;  // mp/pipeline: the stage's layers [begin, end)
 };
 
 struct StepStats {
   std::vector<WorkerStats> workers;
   int workers_used = 0;
-  double bubble_fraction = 0;  // pipeline: (P-1)/(M+P-1)
+  double bubble_fraction = 0;  // pipeline (and mp, M = 1): (P-1)/(M+P-1)
   bool oversubscribed = false;
+  int micro_batches = 1;       // pipeline: micro-batches the last step ran (torch.chunk may give fewer)
+  std::string communicator = "none";  // "none" (one worker), "inproc" or "nccl"
 };
 
+// In a multi-process (MPI) job every process holds one worker and calls every method in the same
+// order: loss(), params() and stats() combine the processes' parts and are collective.
 class Strategy {
  public:
   virtual ~Strategy() = default;

@@ -1,7 +1,9 @@
 // oneDNN convolutions for the CPU backend: primitives created once per shape and cached.
 #pragma once
 
+#include <cstddef>
 #include <memory>
+#include <string>
 
 #include "engine/backend.h"
 
@@ -9,8 +11,21 @@ namespace pb {
 
 class DnnlConv {
  public:
-  explicit DnnlConv(int threads);
+  // Winograd keeps transformed tensors and per-thread weight-gradient copies in a scratch that
+  // grows with channels^2 and threads (great_net at 64x64, full width, 2 threads: 195 MB forward,
+  // 348 MB backward weights for its 512<->1024 layers). Above this cap a layer runs as 2, 4 or 8
+  // channel slices that each fit, so peak memory stays below PyTorch's (docs/PERFORMANCE.md).
+  static constexpr std::size_t kWinogradScratchCap = std::size_t(256) << 20;
+
+  // threads: the OpenMP team oneDNN uses for this instance's calls. winograd: allow Winograd
+  // F(4x4, 3x3) for the 3x3 stride-1 layers where it pays (see dnnl_conv.cpp), its scratch per
+  // call capped at winograd_scratch_cap bytes.
+  DnnlConv(int threads, bool winograd, std::size_t winograd_scratch_cap = kWinogradScratchCap);
   ~DnnlConv();
+  bool winograd() const;
+  // How this instance runs the three passes of a shape: oneDNN implementation, channel slices and
+  // scratch bytes of each, e.g. "forward jit_wino_4x3:avx512_core x2 (1234 B scratch), ...".
+  std::string plan(const ConvGeom& g, bool bias);
   void forward(const ConvGeom& g, const float* x, const float* w, const float* b, float* y);
   void backward_data(const ConvGeom& g, const float* dy, const float* w, float* dx);
   // dw, db overwritten, or added to when accumulate.

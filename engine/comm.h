@@ -1,0 +1,95 @@
+// Communicators: the collectives strategies use between their workers (ranks). Every rank calls
+// from its own thread with buffers on its own device; each call records its bytes and time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/backend.h"
+
+namespace pb {
+
+// Per rank, since the last reset. bytes: the payload of each collective this rank took part in
+// (all-reduce, reduce, broadcast: the buffer size; send: the message; recv: 0, the sender counts
+// it; all 0 with a single rank) -- the nccl-tests "size", from which reports derive bus
+// bandwidth. seconds: host time in the calls, waiting for peers included.
+struct CommStats {
+  double seconds = 0;
+  std::size_t bytes = 0;
+  int64_t calls = 0;
+};
+
+class Communicator {
+ public:
+  // ranks[r] is rank r's backend: its device, and the queue a collective must wait for. In a
+  // multi-process job the ranks of other processes are null: only local ranks call in.
+  explicit Communicator(std::vector<Backend*> ranks);
+  virtual ~Communicator() = default;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  virtual std::string name() const = 0;
+  int size() const { return static_cast<int>(ranks_.size()); }
+  bool is_local(int rank) const { return ranks_.at(rank) != nullptr; }
+  Device device(int rank) const;  // a local rank's
+
+  // All ranks call the same sequence of collectives with the same n (and root). Each returns
+  // when this rank's part is complete, except all_reduce_start, which wait() completes.
+  void all_reduce(int rank, float* buf, int64_t n);  // sum, in place
+  void all_reduce_start(int rank, float* buf, int64_t n);
+  void wait(int rank);
+  void broadcast(int rank, float* buf, int64_t n, int root);
+  void reduce(int rank, float* buf, int64_t n, int root);  // sum into root's buf; others keep theirs
+  void send(int rank, const float* buf, int64_t n, int peer);
+  void recv(int rank, float* buf, int64_t n, int peer);
+  void barrier(int rank);
+
+  // Called when a worker failed: every rank blocked in (or later entering) a collective throws
+  // Error instead of waiting forever for it. The communicator is unusable afterwards.
+  virtual void abort() noexcept = 0;
+
+  const CommStats& stats(int rank) const { return stats_.at(rank); }
+  void reset_stats(int rank) { stats_.at(rank) = CommStats{}; }
+
+ protected:
+  virtual void do_all_reduce(int rank, float* buf, int64_t n) = 0;  // may return before done
+  virtual void do_wait(int rank) = 0;
+  virtual void do_broadcast(int rank, float* buf, int64_t n, int root) = 0;
+  virtual void do_reduce(int rank, float* buf, int64_t n, int root) = 0;
+  virtual void do_send(int rank, const float* buf, int64_t n, int peer) = 0;
+  virtual void do_recv(int rank, float* buf, int64_t n, int peer) = 0;
+  virtual void do_barrier(int rank) = 0;
+
+ private:
+  template <class F>
+  void timed(int rank, std::size_t bytes, F&& f);
+  std::vector<Backend*> ranks_;
+  std::vector<CommStats> stats_;  // entry r is touched only by rank r's thread
+};
+
+enum class CommKind { Auto, InProcess, Nccl };
+
+// Auto: one rank gets a no-op communicator; several get NCCL when every rank is a distinct GPU
+// and the build has NCCL, otherwise in-process (CPU workers, workers sharing a GPU). Ranks of
+// other processes (null entries; ranks.size() must then be the MPI world size) get an MPI
+// communicator: NCCL bootstrapped through MPI on GPUs, MPI collectives otherwise. Making one
+// is then collective: every process calls it at the same point.
+std::unique_ptr<Communicator> make_communicator(const std::vector<Backend*>& ranks,
+                                                CommKind kind = CommKind::Auto);
+std::unique_ptr<Communicator> make_inproc_communicator(const std::vector<Backend*>& ranks);
+#ifdef PARBENCH_HAVE_NCCL
+std::unique_ptr<Communicator> make_nccl_communicator(const std::vector<Backend*>& ranks);
+#endif
+#ifdef PARBENCH_HAVE_MPI
+// engine/mpi/: one local rank, the world's other ranks in other processes.
+std::unique_ptr<Communicator> make_mpi_communicator(const std::vector<Backend*>& ranks, CommKind kind);
+std::unique_ptr<Communicator> make_mpi_host_communicator(const std::vector<Backend*>& ranks);
+#if defined(PARBENCH_HAVE_NCCL)
+std::unique_ptr<Communicator> make_nccl_mpi_communicator(const std::vector<Backend*>& ranks);
+#endif
+#endif
+
+}  // namespace pb

@@ -1,0 +1,182 @@
+// parbench's own CUDA kernels: element-wise ops, the fused MSE loss+gradient and the fused
+// Adam step. Float arithmetic uses the explicitly rounded intrinsics (__fmul_rn, ...) where
+// the CPU backend's operation order matters, so nvcc cannot contract it into FMAs.
+#include "engine/cuda/cuda_kernels.h"
+
+#include <algorithm>
+
+#include "engine/check.h"
+
+namespace pb::cu {
+
+namespace {
+
+constexpr int kThreads = 256;
+// Grid-stride loops: enough blocks to fill any current GPU several times over, never more
+// than the work needs.
+constexpr int64_t kMaxBlocks = 8192;
+
+unsigned blocks_for(int64_t n) {
+  return static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxBlocks));
+}
+
+__device__ inline int64_t first_index() {
+  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ inline int64_t grid_stride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
+
+__global__ void fill_kernel(int64_t n, float* x, float value) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) x[i] = value;
+}
+
+__global__ void axpy_kernel(int64_t n, float alpha, const float* x, float* y) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) y[i] = __fadd_rn(y[i], __fmul_rn(alpha, x[i]));
+}
+
+__global__ void scale_kernel(int64_t n, float alpha, float* x) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) x[i] = __fmul_rn(x[i], alpha);
+}
+
+// In place is fine (x == y, dy == dx): each element is read before it is written, by one thread.
+__global__ void relu_forward_kernel(int64_t n, const float* x, float* y) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) {
+    const float v = x[i];
+    y[i] = v > 0.0f ? v : 0.0f;
+  }
+}
+
+__global__ void relu_backward_kernel(int64_t n, const float* y, const float* dy, float* dx) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+__global__ void broadcast_rows_kernel(int64_t rows, int64_t cols, const float* b, float* y) {
+  const int64_t n = rows * cols;
+  for (int64_t i = first_index(); i < n; i += grid_stride()) y[i] = b[i % cols];
+}
+
+// One thread per column; neighbouring threads read neighbouring addresses of each row.
+__global__ void column_sums_kernel(int64_t rows, int64_t cols, const float* dy, float* db, bool accumulate) {
+  for (int64_t o = first_index(); o < cols; o += grid_stride()) {
+    double s = 0;
+    for (int64_t i = 0; i < rows; ++i) s += dy[i * cols + o];
+    db[o] = accumulate ? __fadd_rn(static_cast<float>(s), db[o]) : static_cast<float>(s);
+  }
+}
+
+// Sum of `v` over the block, valid in thread 0. blockDim.x must be kThreads.
+__device__ double block_sum(double v) {
+  __shared__ double warp_sums[kThreads / 32];
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) warp_sums[warp] = v;
+  __syncthreads();
+  v = threadIdx.x < kThreads / 32 ? warp_sums[threadIdx.x] : 0.0;
+  if (warp == 0)
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
+  __syncthreads();  // warp_sums may be reused by a following call
+  return v;
+}
+
+__global__ void mse_loss_grad_kernel(int64_t n, const float* y, const float* t, float grad_scale, float* dy,
+                                     float* loss_sum, double* partials, unsigned int* counter) {
+  double acc = 0;
+  for (int64_t i = first_index(); i < n; i += grid_stride()) {
+    const float d = __fsub_rn(y[i], t[i]);
+    acc += static_cast<double>(d) * d;
+    dy[i] = __fmul_rn(grad_scale, d);
+  }
+  const double mine = block_sum(acc);
+  __shared__ bool last;
+  if (threadIdx.x == 0) {
+    partials[blockIdx.x] = mine;
+    __threadfence();  // the partial is visible to every block before the counter says so
+    last = atomicAdd(counter, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  // The last block adds the partials in a fixed order: the loss does not depend on timing.
+  double total = 0;
+  for (unsigned j = threadIdx.x; j < gridDim.x; j += blockDim.x) total += __ldcg(partials + j);
+  total = block_sum(total);
+  if (threadIdx.x == 0) {
+    loss_sum[0] = static_cast<float>(total);
+    *counter = 0;  // ready for the next call on this stream
+  }
+}
+
+// torch.optim.Adam's single-tensor step, in the CPU backend's order of float operations.
+__global__ void adam_kernel(int64_t n, float* p, const float* g, float* m, float* v, AdamScalars s) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) {
+    const float pi = p[i];
+    const float gi = s.weight_decay != 0.0f ? __fadd_rn(g[i], __fmul_rn(s.weight_decay, pi)) : g[i];
+    const float mi = __fadd_rn(__fmul_rn(m[i], s.beta1), __fmul_rn(gi, s.one_minus_beta1));
+    const float vi = __fadd_rn(__fmul_rn(v[i], s.beta2), __fmul_rn(__fmul_rn(s.one_minus_beta2, gi), gi));
+    const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), s.bc2_sqrt), s.eps);
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = __fadd_rn(pi, __fdiv_rn(__fmul_rn(-s.step_size, mi), denom));
+  }
+}
+
+}  // namespace
+
+void launch_fill(cudaStream_t stream, int64_t n, float* x, float value) {
+  if (n <= 0) return;
+  fill_kernel<<<blocks_for(n), kThreads, 0, stream>>>(n, x, value);
+  CUDA_CHECK_LAST();
+}
+
+void launch_axpy(cudaStream_t stream, int64_t n, float alpha, const float* x, float* y) {
+  if (n <= 0) return;
+  axpy_kernel<<<blocks_for(n), kThreads, 0, stream>>>(n, alpha, x, y);
+  CUDA_CHECK_LAST();
+}
+
+void launch_scale(cudaStream_t stream, int64_t n, float alpha, float* x) {
+  if (n <= 0) return;
+  scale_kernel<<<blocks_for(n), kThreads, 0, stream>>>(n, alpha, x);
+  CUDA_CHECK_LAST();
+}
+
+void launch_relu_forward(cudaStream_t stream, int64_t n, const float* x, float* y) {
+  if (n <= 0) return;
+  relu_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(n, x, y);
+  CUDA_CHECK_LAST();
+}
+
+void launch_relu_backward(cudaStream_t stream, int64_t n, const float* y, const float* dy, float* dx) {
+  if (n <= 0) return;
+  relu_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(n, y, dy, dx);
+  CUDA_CHECK_LAST();
+}
+
+void launch_broadcast_rows(cudaStream_t stream, int64_t rows, int64_t cols, const float* b, float* y) {
+  if (rows <= 0 || cols <= 0) return;
+  broadcast_rows_kernel<<<blocks_for(rows * cols), kThreads, 0, stream>>>(rows, cols, b, y);
+  CUDA_CHECK_LAST();
+}
+
+void launch_column_sums(cudaStream_t stream, int64_t rows, int64_t cols, const float* dy, float* db,
+                        bool accumulate) {
+  if (cols <= 0) return;
+  column_sums_kernel<<<blocks_for(cols), kThreads, 0, stream>>>(rows, cols, dy, db, accumulate);
+  CUDA_CHECK_LAST();
+}
+
+void launch_mse_loss_grad(cudaStream_t stream, int64_t n, const float* y, const float* t, float grad_scale,
+                          float* dy, float* loss_sum, MseScratch scratch) {
+  // n == 0 still runs one block, so loss_sum becomes 0 as on the CPU.
+  const unsigned blocks = std::max(1u, std::min(blocks_for(n), static_cast<unsigned>(kMseMaxBlocks)));
+  mse_loss_grad_kernel<<<blocks, kThreads, 0, stream>>>(n, y, t, grad_scale, dy, loss_sum, scratch.partials,
+                                                       scratch.counter);
+  CUDA_CHECK_LAST();
+}
+
+void launch_adam(cudaStream_t stream, int64_t n, float* p, const float* g, float* m, float* v,
+                 const AdamScalars& s) {
+  if (n <= 0) return;
+  adam_kernel<<<blocks_for(n), kThreads, 0, stream>>>(n, p, g, m, v, s);
+  CUDA_CHECK_LAST();
+}
+
+}  // namespace pb::cu

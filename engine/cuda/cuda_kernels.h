@@ -1,0 +1,43 @@
+// Launchers for parbench's own CUDA kernels (engine/cuda/cuda_kernels.cu): the element-wise
+// ops, the fused MSE loss+gradient and the fused Adam step. Each launches on `stream` and
+// checks the launch before returning.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+namespace pb::cu {
+
+void launch_fill(cudaStream_t stream, int64_t n, float* x, float value);
+void launch_axpy(cudaStream_t stream, int64_t n, float alpha, const float* x, float* y);
+void launch_scale(cudaStream_t stream, int64_t n, float alpha, float* x);
+void launch_relu_forward(cudaStream_t stream, int64_t n, const float* x, float* y);
+void launch_relu_backward(cudaStream_t stream, int64_t n, const float* y, const float* dy, float* dx);
+
+// y[i, o] = b[o] for i < rows, o < cols (the bias a following GEMM adds to).
+void launch_broadcast_rows(cudaStream_t stream, int64_t rows, int64_t cols, const float* b, float* y);
+// db[o] = sum_i dy[i, o] (+ db[o] when accumulate), summed in double like the CPU backend.
+void launch_column_sums(cudaStream_t stream, int64_t rows, int64_t cols, const float* dy, float* db,
+                        bool accumulate);
+
+// Scratch the MSE reduction needs: one double per block plus a completion counter that must
+// start at zero (the kernel leaves it at zero again).
+constexpr int kMseMaxBlocks = 1024;
+struct MseScratch {
+  double* partials;        // kMseMaxBlocks doubles
+  unsigned int* counter;   // one, zero between calls
+};
+// dy = grad_scale * (y - t); loss_sum[0] = sum (y - t)^2, one kernel: each block reduces its
+// share, the last block to finish adds the partial sums in a fixed order (deterministic).
+void launch_mse_loss_grad(cudaStream_t stream, int64_t n, const float* y, const float* t,
+                          float grad_scale, float* dy, float* loss_sum, MseScratch scratch);
+
+// Scalars of one torch.optim.Adam step, derived on the host in double and rounded once.
+struct AdamScalars {
+  float step_size, bc2_sqrt, beta1, beta2, one_minus_beta1, one_minus_beta2, eps, weight_decay;
+};
+void launch_adam(cudaStream_t stream, int64_t n, float* p, const float* g, float* m, float* v,
+                 const AdamScalars& s);
+
+}  // namespace pb::cu

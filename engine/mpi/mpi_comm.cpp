@@ -1,0 +1,156 @@
+// MPI communicator: one rank per process, this process's rank the only local one. Collectives
+// are MPI's on a duplicate of MPI_COMM_WORLD (so they never match the harness's own world
+// collectives). Buffers on a GPU are staged through host memory; GPU ranks normally get NCCL
+// bootstrapped through MPI instead (nccl_mpi_comm.cpp), which make_mpi_communicator prefers.
+#include <algorithm>
+#include <climits>
+
+#include <mpi.h>
+
+#include "engine/check.h"
+#include "engine/comm.h"
+#include "engine/mpi/mpi_env.h"
+
+namespace pb {
+
+namespace {
+
+int local_rank_of(const std::vector<Backend*>& ranks) {
+  const ProcessInfo& p = process();
+  PB_CHECK(static_cast<int>(ranks.size()) == p.size, "a communicator of {} ranks in an MPI job of {} processes",
+           ranks.size(), p.size);
+  for (int r = 0; r < static_cast<int>(ranks.size()); ++r)
+    PB_CHECK((ranks[r] != nullptr) == (r == p.rank), "process {} must own exactly rank {} of the communicator",
+             p.rank, p.rank);
+  return p.rank;
+}
+
+class MpiComm final : public Communicator {
+ public:
+  explicit MpiComm(const std::vector<Backend*>& ranks) : Communicator(ranks), me_(local_rank_of(ranks)) {
+    MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
+    MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+  }
+  ~MpiComm() override {
+    if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  }
+  std::string name() const override { return "mpi"; }
+
+  // A failed rank ends the job (main calls MPI_Abort), which wakes every blocked peer; here only
+  // later calls of this process are refused.
+  void abort() noexcept override { aborted_ = true; }
+
+ protected:
+  // MPI_Iallreduce in place, completed by wait(): ddp's buckets are started during backward.
+  // A GPU buffer is reduced in host memory, synchronously (the staging copy needs the result).
+  void do_all_reduce(int rank, float* buf, int64_t n) override {
+    check(rank);
+    if (on_host()) {
+      pending_.emplace_back();
+      MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, count(n), MPI_FLOAT, MPI_SUM, comm_, &pending_.back()));
+      return;
+    }
+    float* h = stage_in(buf, n);
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, h, count(n), MPI_FLOAT, MPI_SUM, comm_));
+    stage_out(buf, n);
+  }
+  void do_wait(int rank) override {
+    check(rank);
+    if (pending_.empty()) return;
+    MPI_CHECK(MPI_Waitall(static_cast<int>(pending_.size()), pending_.data(), MPI_STATUSES_IGNORE));
+    pending_.clear();
+  }
+  void do_broadcast(int rank, float* buf, int64_t n, int root) override {
+    check(rank);
+    float* h = rank == root ? stage_in(buf, n) : host(buf, n);
+    MPI_CHECK(MPI_Bcast(h, count(n), MPI_FLOAT, root, comm_));
+    if (rank != root) stage_out(buf, n);
+  }
+  void do_reduce(int rank, float* buf, int64_t n, int root) override {
+    check(rank);
+    float* h = stage_in(buf, n);
+    if (rank == root) {
+      MPI_CHECK(MPI_Reduce(MPI_IN_PLACE, h, count(n), MPI_FLOAT, MPI_SUM, root, comm_));
+      stage_out(buf, n);
+    } else {
+      MPI_CHECK(MPI_Reduce(h, nullptr, count(n), MPI_FLOAT, MPI_SUM, root, comm_));
+    }
+  }
+  void do_send(int rank, const float* buf, int64_t n, int peer) override {
+    check(rank);
+    const float* h = stage_in(const_cast<float*>(buf), n);
+    MPI_CHECK(MPI_Send(h, count(n), MPI_FLOAT, peer, 0, comm_));
+  }
+  void do_recv(int rank, float* buf, int64_t n, int peer) override {
+    check(rank);
+    MPI_CHECK(MPI_Recv(host(buf, n), count(n), MPI_FLOAT, peer, 0, comm_, MPI_STATUS_IGNORE));
+    stage_out(buf, n);
+  }
+  void do_barrier(int rank) override {
+    check(rank);
+    MPI_CHECK(MPI_Barrier(comm_));
+  }
+
+ private:
+  void check(int rank) const {
+    if (aborted_) throw Error("communicator aborted: this rank failed");
+    PB_CHECK(rank == me_, "rank {} called into the communicator of process {}", rank, me_);
+  }
+  bool on_host() const { return device(me_).kind == DeviceKind::Cpu; }
+  static int count(int64_t n) {
+    PB_CHECK(n <= INT_MAX, "an MPI message of {} values", n);
+    return static_cast<int>(n);
+  }
+  // The buffer MPI works on: the device buffer itself on CPU, else a host copy.
+  float* host(float* buf, int64_t n) {
+    if (on_host()) return buf;
+    staging_.resize(static_cast<std::size_t>(n));
+    return staging_.data();
+  }
+  float* stage_in(float* buf, int64_t n) {
+    float* h = host(buf, n);
+    if (h != buf) copy_bytes(cpu(), h, device(me_), buf, static_cast<std::size_t>(n) * sizeof(float));
+    return h;
+  }
+  void stage_out(float* buf, int64_t n) {
+    if (!on_host()) copy_bytes(device(me_), buf, cpu(), staging_.data(), static_cast<std::size_t>(n) * sizeof(float));
+  }
+
+  int me_ = 0;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  std::vector<MPI_Request> pending_;
+  std::vector<float> staging_;
+  bool aborted_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_mpi_host_communicator(const std::vector<Backend*>& ranks) {
+  return std::make_unique<MpiComm>(ranks);
+}
+
+std::unique_ptr<Communicator> make_mpi_communicator(const std::vector<Backend*>& ranks, CommKind kind) {
+  const int me = local_rank_of(ranks);
+  const Device d = ranks[me]->device();
+  // NCCL needs a distinct GPU per rank on each host; every process must pick the same kind, so
+  // they agree on it (a collective): any CPU rank or shared GPU means MPI for all.
+  int gpu_ok = d.kind == DeviceKind::Cuda ? 1 : 0;
+  if (gpu_ok) {
+    // Another process on this host with the same GPU index (oversubscribed): not NCCL.
+    const ProcessInfo& p = process();
+    for (int r = 0; r < p.size; ++r)
+      if (r != me && p.hosts[r] == p.hosts[me] && p.local_ranks[r] % std::max(1, cuda_device_count()) == d.index)
+        gpu_ok = 0;
+  }
+  double all_ok = gpu_ok ? 0 : 1;  // count of processes that cannot use NCCL
+  world_sum(&all_ok, 1);
+  const bool nccl = all_ok == 0;
+  if (kind == CommKind::Nccl && !nccl) throw Error("the NCCL communicator needs one distinct GPU per rank");
+  if (kind == CommKind::InProcess) throw Error("an in-process communicator cannot span processes");
+#ifdef PARBENCH_HAVE_NCCL
+  if (nccl) return make_nccl_mpi_communicator(ranks);
+#endif
+  return make_mpi_host_communicator(ranks);
+}
+
+}  // namespace pb

@@ -1,0 +1,109 @@
+// The process context under MPI: MPI_Init_thread when an MPI launcher started us, world rank and
+// size, local rank (MPI_Comm_split_type SHARED: the processes on this host), hostnames, and the
+// host-side collectives over MPI_COMM_WORLD.
+#include "engine/mpi/mpi_env.h"
+
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+
+#include <mpi.h>
+#include <unistd.h>
+
+#include "engine/check.h"
+
+namespace pb {
+
+namespace {
+ProcessInfo g_info = [] {
+  ProcessInfo p;
+  p.local_ranks = {0};
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);  // MPI_Get_processor_name is not callable before MPI_Init
+  p.hosts = {host};
+  return p;
+}();
+bool g_initialized = false;
+
+int count_of(int64_t n) {
+  PB_CHECK(0 <= n && n <= INT_MAX, "an MPI message of {} values", n);
+  return static_cast<int>(n);
+}
+}  // namespace
+
+bool launched_by_mpi() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
+    if (std::getenv(v)) return true;
+  return false;
+}
+
+ProcessSession::ProcessSession(int* argc, char*** argv) {
+  if (!launched_by_mpi()) return;
+  int provided = 0;
+  MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided));
+  g_initialized = true;
+  // Errors come back as codes, which MPI_CHECK turns into exceptions (main then aborts the job).
+  MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+  if (provided < MPI_THREAD_SERIALIZED)
+    abort_job("this MPI library does not provide MPI_THREAD_SERIALIZED, which the worker threads need", 1);
+  ProcessInfo& p = g_info;
+  MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &p.rank));
+  MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &p.size));
+  MPI_Comm node;
+  MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, p.rank, MPI_INFO_NULL, &node));
+  MPI_CHECK(MPI_Comm_rank(node, &p.local_rank));
+  MPI_CHECK(MPI_Comm_free(&node));
+  p.local_ranks.assign(p.size, 0);
+  MPI_CHECK(MPI_Allgather(&p.local_rank, 1, MPI_INT, p.local_ranks.data(), 1, MPI_INT, MPI_COMM_WORLD));
+  char host[MPI_MAX_PROCESSOR_NAME] = {0};
+  int len = 0;
+  MPI_CHECK(MPI_Get_processor_name(host, &len));
+  std::vector<char> all(static_cast<std::size_t>(p.size) * MPI_MAX_PROCESSOR_NAME);
+  MPI_CHECK(MPI_Allgather(host, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR,
+                          MPI_COMM_WORLD));
+  p.hosts.clear();
+  for (int r = 0; r < p.size; ++r) p.hosts.emplace_back(all.data() + static_cast<std::size_t>(r) * MPI_MAX_PROCESSOR_NAME);
+}
+
+ProcessSession::~ProcessSession() {
+  if (g_initialized) MPI_Finalize();
+  g_initialized = false;
+}
+
+const ProcessInfo& process() { return g_info; }
+
+void world_sum(double* v, int64_t n) {
+  if (multi_process() && n > 0)
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v, count_of(n), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+}
+
+void world_sum(float* v, int64_t n) {
+  if (multi_process() && n > 0)
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v, count_of(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+}
+
+void world_broadcast(float* v, int64_t n, int root) {
+  if (multi_process() && n > 0) MPI_CHECK(MPI_Bcast(v, count_of(n), MPI_FLOAT, root, MPI_COMM_WORLD));
+}
+
+double world_max(double v) {
+  if (multi_process()) MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+  return v;
+}
+
+std::vector<uint64_t> world_allgather(uint64_t v) {
+  std::vector<uint64_t> out(static_cast<std::size_t>(process().size), v);
+  if (multi_process())
+    MPI_CHECK(MPI_Allgather(&v, 1, MPI_UINT64_T, out.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD));
+  return out;
+}
+
+void abort_job(const std::string& msg, int code) {
+  const ProcessInfo& p = process();
+  fmt::print(stderr, "parbench: rank {} ({}): error: {}\n", p.rank, p.hosts.at(p.rank), msg);
+  std::fflush(stderr);
+  if (g_initialized) MPI_Abort(MPI_COMM_WORLD, code);
+  std::exit(code);
+}
+
+}  // namespace pb

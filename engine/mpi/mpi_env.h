@@ -1,0 +1,48 @@
+// The process context of a multi-process job: this process's rank among the job's processes
+// (one per device), initialisation and finalisation of MPI, and the few host-side collectives the
+// harness and the strategies' base class need. Without MPI (or when not launched by an MPI
+// launcher) the job is this one process and every collective is the identity.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace pb {
+
+struct ProcessInfo {
+  int rank = 0, size = 1;
+  int local_rank = 0;               // among the job's processes on this host: its GPU index
+  std::vector<int> local_ranks;     // per rank
+  std::vector<std::string> hosts;   // per rank
+};
+
+// Whether an MPI launcher started this process (OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK set),
+// so that a plain `parbench` never needs mpirun.
+bool launched_by_mpi();
+
+// Initialises MPI (MPI_THREAD_SERIALIZED: a worker thread drives the communicator while the main
+// thread waits, never both at once) when launched by MPI, and finalises it on destruction.
+class ProcessSession {
+ public:
+  ProcessSession(int* argc, char*** argv);
+  ~ProcessSession();
+  ProcessSession(const ProcessSession&) = delete;
+  ProcessSession& operator=(const ProcessSession&) = delete;
+};
+
+const ProcessInfo& process();  // rank 0 of 1 until a session initialised MPI
+inline bool multi_process() { return process().size > 1; }
+
+// Host-side collectives over all processes; every process calls them in the same order.
+void world_sum(double* v, int64_t n);
+void world_sum(float* v, int64_t n);
+void world_broadcast(float* v, int64_t n, int root);
+double world_max(double v);
+std::vector<uint64_t> world_allgather(uint64_t v);
+
+// Prints "parbench: rank R (host): error: MSG" and ends the whole job with exit code `code`
+// (MPI_Abort): a failing rank must not leave the others blocked in a collective.
+[[noreturn]] void abort_job(const std::string& msg, int code);
+
+}  // namespace pb

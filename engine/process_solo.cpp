@@ -1,0 +1,43 @@
+// The process context of a build without MPI: the job is this one process, every host-side
+// collective is the identity (engine/mpi/mpi_env.cpp is the MPI one).
+#ifndef PARBENCH_HAVE_MPI
+#include <cstdio>
+#include <cstdlib>
+
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include "engine/mpi/mpi_env.h"
+
+namespace pb {
+
+bool launched_by_mpi() { return false; }
+ProcessSession::ProcessSession(int*, char***) {}
+ProcessSession::~ProcessSession() = default;
+
+const ProcessInfo& process() {
+  static const ProcessInfo info = [] {
+    ProcessInfo p;
+    char host[256] = {0};
+    gethostname(host, sizeof host - 1);
+    p.local_ranks = {0};
+    p.hosts = {host};
+    return p;
+  }();
+  return info;
+}
+
+void world_sum(double*, int64_t) {}
+void world_sum(float*, int64_t) {}
+void world_broadcast(float*, int64_t, int) {}
+double world_max(double v) { return v; }
+std::vector<uint64_t> world_allgather(uint64_t v) { return {v}; }
+
+void abort_job(const std::string& msg, int code) {
+  fmt::print(stderr, "parbench: rank 0 ({}): error: {}\n", process().hosts[0], msg);
+  std::exit(code);
+}
+
+}  // namespace pb
+#endif

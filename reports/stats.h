@@ -1,0 +1,30 @@
+// The statistics reports and comparisons use: median, spread, and the two-sided Mann-Whitney U
+// test (exact for small tie-free samples, normal approximation with tie correction otherwise,
+// following scipy.stats.mannwhitneyu's method='auto' and use_continuity=True).
+#pragma once
+
+#include <vector>
+
+namespace pb::reports {
+
+double median(std::vector<double> v);  // v non-empty
+double mean(const std::vector<double>& v);
+// Sample standard deviation (n - 1), 0 for fewer than two values.
+double stddev(const std::vector<double>& v);
+// Coefficient of variation stddev / mean; 0 when the mean is 0 or there is one value.
+double coefficient_of_variation(const std::vector<double>& v);
+
+struct MannWhitney {
+  double u1 = 0;      // U of the first sample: pairs (x, y) with x > y, ties count 1/2
+  double u2 = 0;      // n1 * n2 - u1
+  double p = 1;       // two-sided
+  bool exact = false; // exact null distribution (min(n1, n2) <= 8, no ties), else normal
+};
+
+// Requires both samples non-empty.
+MannWhitney mann_whitney_u(const std::vector<double>& x, const std::vector<double>& y);
+// The smallest two-sided p-value any data could give with these sample sizes (all of one
+// sample below all of the other, no ties): when it exceeds alpha the test can never reject.
+double mann_whitney_min_p(int n1, int n2);
+
+}  // namespace pb::reports

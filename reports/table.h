@@ -1,0 +1,70 @@
+// The comparison table: benchmarks of parbench runs (GB JSON) -> per workload, rows strategy x
+// devices with time, spread, throughput, speedup, scaling efficiency, memory, communication and
+// bubble, best per device count marked; rendered as markdown, CSV or JSON.
+// Formulas: docs/reports.md (the same as DESIGN.md's).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "reports/gbjson.h"
+
+namespace pb::reports {
+
+// A parbench benchmark name: workload/strategy/devices:N/batch:B[/GB suffixes...].
+struct BenchName {
+  std::string workload, strategy;
+  int devices = 0;
+  int64_t batch = 0;
+};
+std::optional<BenchName> parse_bench_name(const std::string& name);
+std::string bench_name(const std::string& workload, const std::string& strategy, int devices, int64_t batch);
+
+struct Row {
+  std::string name;  // GB run_name
+  std::string strategy;
+  int devices = 0;
+  bool error = false;
+  std::string error_message;
+  int repetitions = 0;
+  std::optional<double> median_ms;
+  std::optional<double> cv;        // fraction
+  bool cv_within_run = false;      // one repetition: CV over its iterations (counter iter_cv)
+  std::optional<double> samples_per_iteration, samples_per_s, flop_per_s;
+  std::optional<double> speedup;   // samples/s over regular's on one device
+  std::optional<double> efficiency;
+  std::string efficiency_base;     // name of the 1-device row efficiency is relative to
+  bool efficiency_from_regular = false;  // no 1-device row of its own: relative to regular's
+  std::optional<double> peak_mib_max, peak_mib_dev0;
+  std::optional<double> comm_share;          // comm time / iteration time
+  std::optional<double> comm_mib_per_iteration;
+  std::optional<double> bubble;              // pipeline bubble fraction
+  std::optional<double> workers_used, oversubscribed;
+  bool best = false;
+};
+
+struct Group {
+  std::string workload, scaling, precision, device_kind, workload_params;
+  bool scaling_assumed = false;  // the run's context did not say; weak assumed
+  int64_t batch = 0;             // per device (weak) or global (strong)
+  std::string baseline;          // name of the regular 1-device row; empty when absent
+  std::optional<double> ideal_base_samples_per_s;  // thr(1) the ideal line scales: N * thr(1)
+  std::vector<Row> rows;
+  std::string title() const;
+};
+
+struct Report {
+  std::vector<std::string> sources;
+  std::vector<Group> groups;
+};
+
+// Throws UsageError naming the file when a benchmark name is not a parbench name.
+Report build_report(const std::vector<RunFile>& files);
+
+std::string report_markdown(const Report& r);
+std::string report_csv(const Report& r);
+std::string report_json(const Report& r);
+
+}  // namespace pb::reports

@@ -1,0 +1,85 @@
+#!/usr/bin/python3
+"""PyTorch peer of `parbench train --workload great_net`: the same net, loss and optimizer.
+
+Trains the seed's GreatNetwork (14 conv3x3 pad 1 layers, each followed by ReLU, channels
+scaled by --width except the 3s at both ends) on one synthetic batch with MSE against the
+input and Adam (lr 1e-4), fp32, on the CPU with --threads threads, and prints every timed
+iteration and the line scripts/cpu_vs_torch.py parses:
+
+    median X ms/iteration
+
+Run with Debian's python3-torch: /usr/bin/python3 scripts/torch_peer.py --image 64 --width 1
+"""
+import argparse
+import resource
+import statistics
+import sys
+import time
+
+import torch
+from torch import nn
+
+CHANNELS = [3, 16, 32, 64, 128, 256, 512, 1024, 512, 256, 128, 64, 32, 16, 3]
+
+
+def great_net(width):
+    """nn.Sequential twin of workloads/workload.cpp great_net(): same channel rounding."""
+    chans = [CHANNELS[0]]
+    for i in range(1, len(CHANNELS)):
+        last = i == len(CHANNELS) - 1
+        # C++ std::llround rounds halves away from zero; channels * width is positive.
+        chans.append(3 if last else max(1, int(CHANNELS[i] * width + 0.5)))
+    layers = []
+    for c_in, c_out in zip(chans, chans[1:]):
+        layers += [nn.Conv2d(c_in, c_out, 3, padding=1), nn.ReLU()]
+    return nn.Sequential(*layers), chans
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--image", type=int, default=64, help="image height and width (default 64)")
+    ap.add_argument("--width", type=float, default=0.25, help="channel width scale (default 0.25)")
+    ap.add_argument("--batch", type=int, default=2, help="batch size (default 2)")
+    ap.add_argument("--iterations", type=int, default=10, help="timed iterations (default 10)")
+    ap.add_argument("--warmup", type=int, default=2, help="untimed iterations first (default 2)")
+    ap.add_argument("--threads", type=int, default=2, help="torch.set_num_threads (default 2)")
+    ap.add_argument("--seed", type=int, default=0, help="torch.manual_seed (default 0)")
+    args = ap.parse_args()
+    if min(args.image, args.batch, args.iterations, args.threads) < 1 or args.warmup < 0 or args.width <= 0:
+        ap.error("sizes, iterations and threads must be positive")
+
+    torch.set_num_threads(args.threads)
+    torch.set_default_dtype(torch.float32)
+    torch.manual_seed(args.seed)
+    model, chans = great_net(args.width)
+    x = torch.rand(args.batch, 3, args.image, args.image)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    loss_fn = nn.MSELoss()
+    params = sum(p.numel() for p in model.parameters())
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, mkldnn "
+          f"{torch.backends.mkldnn.is_available()}; great_net channels {'-'.join(map(str, chans))}, "
+          f"input {args.batch} x 3x{args.image}x{args.image}, {params} parameters", flush=True)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(x), x)
+        loss.backward()
+        opt.step()
+        return loss
+
+    for _ in range(args.warmup):
+        step()
+    ms = []
+    for i in range(args.iterations):
+        t0 = time.perf_counter()
+        loss = step()
+        ms.append((time.perf_counter() - t0) * 1e3)
+        print(f"iteration {i + 1:4d}: {ms[-1]:9.2f} ms  loss {loss.item():.6g}", flush=True)
+    rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"median {statistics.median(ms):.2f} ms/iteration, {args.batch / (statistics.median(ms) / 1e3):.1f} "
+          f"samples/s, peak RSS {rss_mib:.0f} MiB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,10 @@
+// mp: model parallelism. The layer list in contiguous stages, one per device (balanced by forward
+// FLOPs, or StrategyOptions::balance), activations sent forward and gradients back, the loss on
+// the last stage, an Adam per stage: the pipeline of pipeline.cpp with one micro-batch.
+#include "strategies/registry.h"
+
+namespace pb {
+
+std::unique_ptr<Strategy> make_mp(const StrategyOptions& o) { return make_staged(o, "mp", 1); }
+
+}  // namespace pb

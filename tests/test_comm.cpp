@@ -1,0 +1,272 @@
+// Communicator collectives on small integers (exact in float), for 1 to 4 ranks, each rank on
+// its own thread; the NCCL and shared-GPU variants skip without a CUDA device.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "engine/check.h"
+#include "engine/comm.h"
+#include "engine/tensor.h"
+#include "strategies/common.h"
+
+namespace pb {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Ranks on the given devices, each with its own backend and thread.
+struct Group {
+  explicit Group(const std::vector<Device>& devs, CommKind kind = CommKind::InProcess) {
+    BackendOptions bo;
+    bo.threads = 1;
+    for (const Device& d : devs) backends.push_back(make_backend(d, bo));
+    std::vector<Backend*> raw;
+    for (auto& b : backends) raw.push_back(b.get());
+    comm = make_communicator(raw, kind);
+  }
+  // fn(rank) on one thread per rank; the first failure is rethrown after all joined.
+  void run(const std::function<void(int)>& fn) {
+    WorkerPool pool(comm->size());
+    pool.run(comm->size(), fn, [&] { comm->abort(); });
+  }
+  std::vector<std::unique_ptr<Backend>> backends;
+  std::unique_ptr<Communicator> comm;
+};
+
+std::vector<Device> cpus(int n) {
+  std::vector<Device> d;
+  for (int i = 0; i < n; ++i) d.push_back(cpu(i));
+  return d;
+}
+
+float value(int rank, int64_t i) { return static_cast<float>((rank + 1) * (i % 7) + rank); }
+float sum_over_ranks(int n, int64_t i) {
+  float s = 0;
+  for (int r = 0; r < n; ++r) s += value(r, i);
+  return s;
+}
+std::vector<float> rank_values(int rank, int64_t n) {
+  std::vector<float> v(n);
+  for (int64_t i = 0; i < n; ++i) v[i] = value(rank, i);
+  return v;
+}
+
+// Runs `body` for 1..4 in-process ranks on CPU, plus the automatic (no-op) communicator for 1.
+void for_each_group(const std::function<void(Group&)>& body) {
+  for (int n = 1; n <= 4; ++n) {
+    SCOPED_TRACE(fmt::format("{} ranks", n));
+    Group g(cpus(n));
+    body(g);
+  }
+  SCOPED_TRACE("1 rank, no-op communicator");
+  Group solo(cpus(1), CommKind::Auto);
+  EXPECT_EQ(solo.comm->name(), "none");
+  body(solo);
+}
+
+TEST(Comm, AllReduceSums) {
+  for_each_group([](Group& g) {
+    const int n = g.comm->size();
+    const int64_t len = 1001;  // not a multiple of the rank count: uneven slices
+    std::vector<std::vector<float>> out(n);
+    g.run([&](int r) {
+      Tensor t = Tensor::from_host({len}, rank_values(r, len), g.comm->device(r));
+      g.comm->all_reduce(r, t.data(), len);
+      out[r] = t.to_host();
+    });
+    for (int r = 0; r < n; ++r)
+      for (int64_t i = 0; i < len; ++i) ASSERT_EQ(out[r][i], sum_over_ranks(n, i)) << "rank " << r << " [" << i << "]";
+    for (int r = 0; r < n; ++r) {
+      EXPECT_EQ(g.comm->stats(r).bytes, n > 1 ? static_cast<std::size_t>(len) * sizeof(float) : 0);
+      EXPECT_EQ(g.comm->stats(r).calls, 2);  // start + wait
+    }
+  });
+}
+
+TEST(Comm, AllReduceInBucketsStartedBeforeWaiting) {
+  for_each_group([](Group& g) {
+    const int n = g.comm->size();
+    const int64_t len = 1000;
+    const int64_t cuts[] = {700, 300, 0};  // the order backward finishes them: last layers first
+    std::vector<std::vector<float>> out(n);
+    g.run([&](int r) {
+      Tensor t = Tensor::from_host({len}, rank_values(r, len), g.comm->device(r));
+      int64_t end = len;
+      for (int64_t begin : cuts) {
+        g.comm->all_reduce_start(r, t.data() + begin, end - begin);
+        end = begin;
+      }
+      g.comm->wait(r);
+      out[r] = t.to_host();
+    });
+    for (int r = 0; r < n; ++r)
+      for (int64_t i = 0; i < len; ++i) ASSERT_EQ(out[r][i], sum_over_ranks(n, i)) << "rank " << r << " [" << i << "]";
+  });
+}
+
+TEST(Comm, BroadcastFromEveryRoot) {
+  for_each_group([](Group& g) {
+    const int n = g.comm->size();
+    const int64_t len = 37;
+    for (int root = 0; root < n; ++root) {
+      std::vector<std::vector<float>> out(n);
+      g.run([&](int r) {
+        Tensor t = Tensor::from_host({len}, rank_values(r, len), g.comm->device(r));
+        g.comm->broadcast(r, t.data(), len, root);
+        out[r] = t.to_host();
+      });
+      for (int r = 0; r < n; ++r) EXPECT_EQ(out[r], rank_values(root, len)) << "root " << root << ", rank " << r;
+    }
+  });
+}
+
+TEST(Comm, ReduceToEveryRoot) {
+  for_each_group([](Group& g) {
+    const int n = g.comm->size();
+    const int64_t len = 53;
+    for (int root = 0; root < n; ++root) {
+      std::vector<std::vector<float>> out(n);
+      g.run([&](int r) {
+        Tensor t = Tensor::from_host({len}, rank_values(r, len), g.comm->device(r));
+        g.comm->reduce(r, t.data(), len, root);
+        out[r] = t.to_host();
+      });
+      for (int r = 0; r < n; ++r) {
+        if (r != root) {
+          EXPECT_EQ(out[r], rank_values(r, len)) << "non-root rank " << r << " keeps its values";
+          continue;
+        }
+        for (int64_t i = 0; i < len; ++i) ASSERT_EQ(out[r][i], sum_over_ranks(n, i)) << "root " << root << " [" << i << "]";
+      }
+    }
+  });
+}
+
+TEST(Comm, SendRecvAlongAChainAndBack) {
+  for_each_group([](Group& g) {
+    const int n = g.comm->size();
+    const int64_t len = 9;
+    std::vector<std::vector<float>> forward(n), back(n);
+    g.run([&](int r) {
+      // Forward along 0 -> 1 -> ... adding the rank, then back the same way (a pipeline's pattern).
+      Tensor t = Tensor::zeros({len}, g.comm->device(r));
+      std::vector<float> v(len);
+      if (r > 0) g.comm->recv(r, t.data(), len, r - 1);
+      v = t.to_host();
+      for (float& x : v) x += static_cast<float>(r + 1);
+      t.copy_from_host(v.data(), len);
+      forward[r] = v;
+      if (r + 1 < n) g.comm->send(r, t.data(), len, r + 1);
+      if (r + 1 < n) g.comm->recv(r, t.data(), len, r + 1);
+      back[r] = t.to_host();
+      if (r > 0) g.comm->send(r, t.data(), len, r - 1);
+    });
+    const float total = static_cast<float>(n * (n + 1) / 2);
+    for (int r = 0; r < n; ++r) {
+      EXPECT_EQ(forward[r], std::vector<float>(len, static_cast<float>((r + 1) * (r + 2) / 2))) << "rank " << r;
+      EXPECT_EQ(back[r], std::vector<float>(len, total)) << "rank " << r;
+    }
+    if (n > 1) {
+      EXPECT_EQ(g.comm->stats(0).bytes, len * sizeof(float));  // sent once; receiving counts nothing
+      EXPECT_EQ(g.comm->stats(n - 1).bytes, len * sizeof(float));
+    }
+  });
+}
+
+TEST(Comm, BarrierWaitsForEveryRank) {
+  for_each_group([](Group& g) {
+    const int n = g.comm->size();
+    std::atomic<int> arrived{0};
+    std::vector<int> seen(n);
+    g.run([&](int r) {
+      if (r == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the late one
+      arrived.fetch_add(1);
+      g.comm->barrier(r);
+      seen[r] = arrived.load();
+    });
+    for (int r = 0; r < n; ++r) EXPECT_EQ(seen[r], n) << "rank " << r;
+  });
+}
+
+TEST(Comm, RejectsBadArguments) {
+  Group g(cpus(2));
+  EXPECT_THROW(g.comm->broadcast(0, nullptr, 4, 2), Error);  // no root 2
+  EXPECT_THROW(g.comm->send(0, nullptr, 4, 0), Error);       // to itself
+  EXPECT_THROW(g.comm->all_reduce(3, nullptr, 4), Error);    // no rank 3
+}
+
+TEST(Comm, FailingRankAbortsTheOthers) {
+  // Without abort, ranks 0 and 1 would wait in the barrier forever for rank 2.
+  Group g(cpus(3));
+  try {
+    g.run([&](int r) {
+      if (r == 2) throw UsageError("rank 2 failed");
+      g.comm->barrier(r);
+    });
+    FAIL() << "no exception";
+  } catch (const UsageError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("rank 2 failed"));  // the cause, not the aborts it triggered
+  }
+  EXPECT_THROW(g.comm->barrier(0), Error);
+}
+
+TEST(Comm, NcclAllReduceBroadcastSendRecvOnGpus) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+#ifndef PARBENCH_HAVE_NCCL
+  GTEST_SKIP() << "built without NCCL";
+#else
+  const int n = std::min(4, cuda_device_count());
+  std::vector<Device> devs;
+  for (int i = 0; i < n; ++i) devs.push_back(cuda(i));
+  Group g(devs, n == 1 ? CommKind::Auto : CommKind::Nccl);
+  EXPECT_EQ(g.comm->name(), n == 1 ? "none" : "nccl");
+  const int64_t len = 4099;
+  std::vector<std::vector<float>> sum(n), bc(n), chain(n);
+  g.run([&](int r) {
+    Tensor t = Tensor::from_host({len}, rank_values(r, len), g.comm->device(r));
+    g.comm->all_reduce_start(r, t.data(), 2000);
+    g.comm->all_reduce_start(r, t.data() + 2000, len - 2000);
+    g.comm->wait(r);
+    sum[r] = t.to_host();
+    Tensor b = Tensor::from_host({len}, rank_values(r, len), g.comm->device(r));
+    g.comm->broadcast(r, b.data(), len, n - 1);
+    bc[r] = b.to_host();
+    Tensor c = Tensor::from_host({len}, rank_values(r, len), g.comm->device(r));
+    if (r > 0) g.comm->recv(r, c.data(), len, r - 1);
+    if (r + 1 < n) g.comm->send(r, c.data(), len, r + 1);
+    chain[r] = c.to_host();
+    g.comm->barrier(r);
+  });
+  for (int r = 0; r < n; ++r) {
+    for (int64_t i = 0; i < len; ++i) ASSERT_EQ(sum[r][i], sum_over_ranks(n, i)) << "rank " << r << " [" << i << "]";
+    EXPECT_EQ(bc[r], rank_values(n - 1, len));
+    EXPECT_EQ(chain[r], rank_values(0, len));
+  }
+#endif
+}
+
+TEST(Comm, InProcessRanksSharingOneGpu) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  Group g({cuda(0), cuda(0), cuda(0)});
+  EXPECT_EQ(g.comm->name(), "inproc");
+  const int64_t len = 777;
+  std::vector<std::vector<float>> sum(3), red(3);
+  g.run([&](int r) {
+    Tensor t = Tensor::from_host({len}, rank_values(r, len), g.comm->device(r));
+    g.comm->all_reduce(r, t.data(), len);
+    sum[r] = t.to_host();
+    Tensor u = Tensor::from_host({len}, rank_values(r, len), g.comm->device(r));
+    g.comm->reduce(r, u.data(), len, 1);
+    red[r] = u.to_host();
+  });
+  for (int r = 0; r < 3; ++r)
+    for (int64_t i = 0; i < len; ++i) ASSERT_EQ(sum[r][i], sum_over_ranks(3, i)) << "rank " << r << " [" << i << "]";
+  EXPECT_EQ(red[1], sum[0]);
+  EXPECT_EQ(red[0], rank_values(0, len));
+}
+
+}  // namespace
+}  // namespace pb

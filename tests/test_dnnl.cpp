@@ -1,0 +1,343 @@
+// oneDNN convolutions (engine/dnnl) against the CPU backend's im2col path and a double-precision
+// loop, on fresh random shapes every run; tolerance atol + rtol * max|ref|, worst mismatch printed.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cmath>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/backend.h"
+#include "engine/cpu_backend.h"
+#ifdef PARBENCH_HAVE_DNNL
+#include "engine/dnnl/dnnl_conv.h"
+#endif
+
+namespace pb {
+namespace {
+
+#ifdef PARBENCH_HAVE_DNNL
+
+constexpr double kAtol = 1e-5, kRtol = 1e-4;
+
+std::string str(const ConvGeom& g) {
+  return fmt::format("x {}x{}x{}x{}, w {}x{}x{}x{}, stride {}x{}, pad {}x{} -> {}x{}", g.n, g.c, g.h, g.w, g.k, g.c,
+                     g.r, g.s, g.stride_h, g.stride_w, g.pad_h, g.pad_w, g.p(), g.q());
+}
+
+// The worst mismatch of a test, relative to its tolerance, printed when the test ends.
+struct Worst {
+  double of_tolerance = 0;
+  std::string what;
+};
+
+// Passes when every |got - ref| <= atol + rtol * max|ref|; the message names the worst element.
+::testing::AssertionResult close(const std::vector<float>& got, const std::vector<double>& ref,
+                                 Worst* worst_seen = nullptr) {
+  if (got.size() != ref.size()) return ::testing::AssertionFailure() << "size " << got.size() << " vs " << ref.size();
+  double max_ref = 0;
+  for (double r : ref) max_ref = std::max(max_ref, std::abs(r));
+  const double tol = kAtol + kRtol * max_ref;
+  double worst = -1;
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double err = std::abs(static_cast<double>(got[i]) - ref[i]);
+    if (std::isnan(err)) {
+      worst = err, at = i;
+      break;
+    }
+    if (err > worst) worst = err, at = i;
+  }
+  const std::string msg = fmt::format("worst mismatch {:.3g} at [{}]: got {:.9g}, ref {:.9g} (tolerance {:.3g}, "
+                                      "max|ref| {:.3g}, {} values)",
+                                      worst, at, got.empty() ? 0.f : got[at], ref.empty() ? 0. : ref[at], tol,
+                                      max_ref, got.size());
+  if (worst_seen && !(worst / tol <= worst_seen->of_tolerance)) {
+    worst_seen->of_tolerance = worst / tol;
+    worst_seen->what = msg;
+  }
+  if (!(worst <= tol)) return ::testing::AssertionFailure() << msg;
+  return ::testing::AssertionSuccess() << msg;
+}
+
+std::vector<double> as_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+
+// The slow, obviously right convolution, in double.
+struct Reference {
+  const ConvGeom& g;
+  template <class F>
+  void each(F&& f) const {  // f(x index, w index, y index) for every multiply-add
+    const int64_t P = g.p(), Q = g.q();
+    for (int64_t n = 0; n < g.n; ++n)
+      for (int64_t k = 0; k < g.k; ++k)
+        for (int64_t p = 0; p < P; ++p)
+          for (int64_t q = 0; q < Q; ++q)
+            for (int64_t c = 0; c < g.c; ++c)
+              for (int64_t r = 0; r < g.r; ++r)
+                for (int64_t s = 0; s < g.s; ++s) {
+                  const int64_t ih = p * g.stride_h + r - g.pad_h, iw = q * g.stride_w + s - g.pad_w;
+                  if (ih < 0 || ih >= g.h || iw < 0 || iw >= g.w) continue;
+                  f(((n * g.c + c) * g.h + ih) * g.w + iw, ((k * g.c + c) * g.r + r) * g.s + s,
+                    ((n * g.k + k) * P + p) * Q + q);
+                }
+  }
+  std::vector<double> forward(const std::vector<float>& x, const std::vector<float>& w, const float* b) const {
+    const int64_t PQ = g.p() * g.q();
+    std::vector<double> y(static_cast<std::size_t>(g.n * g.k * PQ));
+    for (std::size_t i = 0; i < y.size(); ++i) y[i] = b ? b[(i / PQ) % g.k] : 0.0;
+    each([&](int64_t xi, int64_t wi, int64_t yi) { y[yi] += double(w[wi]) * x[xi]; });
+    return y;
+  }
+  std::vector<double> backward_data(const std::vector<float>& dy, const std::vector<float>& w) const {
+    std::vector<double> dx(static_cast<std::size_t>(g.n * g.c * g.h * g.w));
+    each([&](int64_t xi, int64_t wi, int64_t yi) { dx[xi] += double(w[wi]) * dy[yi]; });
+    return dx;
+  }
+  std::vector<double> backward_weights(const std::vector<float>& x, const std::vector<float>& dy) const {
+    std::vector<double> dw(static_cast<std::size_t>(g.k * g.c * g.r * g.s));
+    each([&](int64_t xi, int64_t wi, int64_t yi) { dw[wi] += double(x[xi]) * dy[yi]; });
+    return dw;
+  }
+  std::vector<double> backward_bias(const std::vector<float>& dy) const {
+    const int64_t PQ = g.p() * g.q();
+    std::vector<double> db(static_cast<std::size_t>(g.k));
+    for (std::size_t i = 0; i < dy.size(); ++i) db[(i / PQ) % g.k] += dy[i];
+    return db;
+  }
+};
+
+// The three convolution passes of whatever is under test: a Backend, or a DnnlConv directly.
+struct Conv {
+  virtual ~Conv() = default;
+  virtual void forward(const ConvGeom& g, const float* x, const float* w, const float* b, float* y) = 0;
+  virtual void backward_data(const ConvGeom& g, const float* dy, const float* w, float* dx) = 0;
+  virtual void backward_weights(const ConvGeom& g, const float* x, const float* dy, float* dw, float* db,
+                                bool accumulate) = 0;
+};
+struct BackendConv final : Conv {
+  explicit BackendConv(Backend& b) : be(b) {}
+  void forward(const ConvGeom& g, const float* x, const float* w, const float* b, float* y) override {
+    be.conv2d_forward(g, x, w, b, y);
+  }
+  void backward_data(const ConvGeom& g, const float* dy, const float* w, float* dx) override {
+    be.conv2d_backward_data(g, dy, w, dx);
+  }
+  void backward_weights(const ConvGeom& g, const float* x, const float* dy, float* dw, float* db,
+                        bool accumulate) override {
+    be.conv2d_backward_weights(g, x, dy, dw, db, accumulate);
+  }
+  Backend& be;
+};
+struct DnnlOnly final : Conv {
+  explicit DnnlOnly(DnnlConv& c) : conv(c) {}
+  void forward(const ConvGeom& g, const float* x, const float* w, const float* b, float* y) override {
+    conv.forward(g, x, w, b, y);
+  }
+  void backward_data(const ConvGeom& g, const float* dy, const float* w, float* dx) override {
+    conv.backward_data(g, dy, w, dx);
+  }
+  void backward_weights(const ConvGeom& g, const float* x, const float* dy, float* dw, float* db,
+                        bool accumulate) override {
+    conv.backward_weights(g, x, dy, dw, db, accumulate);
+  }
+  DnnlConv& conv;
+};
+
+class Dnnl : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    seed_ = std::random_device{}();
+    rng_.seed(seed_);
+    RecordProperty("seed", std::to_string(seed_));
+  }
+  void TearDown() override {
+    if (!worst_.what.empty())
+      std::printf("seed %u, %s: %s; %.3g of the tolerance\n", seed_, worst_where_.c_str(), worst_.what.c_str(),
+                  worst_.of_tolerance);
+  }
+  ::testing::AssertionResult near(const std::vector<float>& got, const std::vector<double>& ref,
+                                  const std::string& where) {
+    const double before = worst_.of_tolerance;
+    auto r = close(got, ref, &worst_);
+    if (worst_.of_tolerance != before) worst_where_ = where;
+    return r;
+  }
+  int64_t uniform(int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng_); }
+  std::vector<float> random(int64_t n) {
+    std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+    std::vector<float> v(static_cast<std::size_t>(n));
+    for (float& x : v) x = d(rng_);
+    return v;
+  }
+  // Stride 1-2, padding 0-2, kernel 1-5 (non-square), channels 1-40, batch 1-3, odd sizes.
+  ConvGeom random_geom() {
+    ConvGeom g;
+    g.n = uniform(1, 3), g.c = uniform(1, 40), g.k = uniform(1, 40);
+    g.r = uniform(1, 5), g.s = uniform(1, 5);
+    g.stride_h = uniform(1, 2), g.stride_w = uniform(1, 2);
+    g.pad_h = uniform(0, 2), g.pad_w = uniform(0, 2);
+    g.h = uniform(std::max<int64_t>(1, g.r - 2 * g.pad_h), 23);
+    g.w = uniform(std::max<int64_t>(1, g.s - 2 * g.pad_w), 23);
+    return g;
+  }
+  static std::unique_ptr<CpuBackend> backend(bool reference, int threads, bool winograd = true) {
+    BackendOptions o;
+    o.threads = threads;
+    o.cpu_reference_conv = reference;
+    o.cpu_winograd = winograd;
+    return std::make_unique<CpuBackend>(cpu(), o);
+  }
+
+  // Forward, backward data, backward weights (overwrite and accumulate, with and without bias)
+  // of one shape on `be`, each against the double loop and against the im2col path `ref`.
+  void check(const ConvGeom& g, Backend& be, Backend& ref) {
+    BackendConv conv(be);
+    check(g, conv, ref);
+  }
+  void check(const ConvGeom& g, Conv& be, Backend& ref) {
+    SCOPED_TRACE(fmt::format("seed {}: {}", seed_, str(g)));
+    const Reference dbl{g};
+    const int64_t xn = g.n * g.c * g.h * g.w, wn = g.k * g.c * g.r * g.s, yn = g.n * g.k * g.p() * g.q();
+    const std::vector<float> x = random(xn), w = random(wn), b = random(g.k), dy = random(yn);
+
+    for (const bool bias : {true, false}) {
+      SCOPED_TRACE(bias ? "forward with bias" : "forward without bias");
+      std::vector<float> y(yn, NAN), y_ref(yn, NAN);
+      be.forward(g, x.data(), w.data(), bias ? b.data() : nullptr, y.data());
+      ref.conv2d_forward(g, x.data(), w.data(), bias ? b.data() : nullptr, y_ref.data());
+      EXPECT_TRUE(near(y, dbl.forward(x, w, bias ? b.data() : nullptr), "forward vs double, " + str(g)));
+      EXPECT_TRUE(near(y, as_double(y_ref), "forward vs im2col, " + str(g)));
+    }
+    {
+      SCOPED_TRACE("backward data");
+      std::vector<float> dx(xn, NAN), dx_ref(xn, NAN);
+      be.backward_data(g, dy.data(), w.data(), dx.data());
+      ref.conv2d_backward_data(g, dy.data(), w.data(), dx_ref.data());
+      EXPECT_TRUE(near(dx, dbl.backward_data(dy, w), "backward data vs double, " + str(g)));
+      EXPECT_TRUE(near(dx, as_double(dx_ref), "backward data vs im2col, " + str(g)));
+    }
+    const std::vector<double> dw_want = dbl.backward_weights(x, dy), db_want = dbl.backward_bias(dy);
+    const std::vector<float> dw_prior = random(wn), db_prior = random(g.k);
+    for (const bool accumulate : {false, true})
+      for (const bool bias : {true, false}) {
+        SCOPED_TRACE(fmt::format("backward weights, accumulate {}, bias {}", accumulate, bias));
+        // Without accumulate the prior contents must be overwritten, so start from garbage.
+        std::vector<float> dw = dw_prior, db = db_prior, dw_ref = dw_prior, db_ref = db_prior;
+        be.backward_weights(g, x.data(), dy.data(), dw.data(), bias ? db.data() : nullptr, accumulate);
+        ref.conv2d_backward_weights(g, x.data(), dy.data(), dw_ref.data(), bias ? db_ref.data() : nullptr,
+                                    accumulate);
+        std::vector<double> dw_exp = dw_want, db_exp = db_want;
+        if (accumulate) {
+          for (std::size_t i = 0; i < dw_exp.size(); ++i) dw_exp[i] += dw_prior[i];
+          for (std::size_t i = 0; i < db_exp.size(); ++i) db_exp[i] += db_prior[i];
+        }
+        EXPECT_TRUE(near(dw, dw_exp, "backward weights vs double, " + str(g)));
+        EXPECT_TRUE(near(dw, as_double(dw_ref), "backward weights vs im2col, " + str(g)));
+        if (bias) {
+          EXPECT_TRUE(near(db, db_exp, "backward bias vs double, " + str(g)));
+          EXPECT_TRUE(near(db, as_double(db_ref), "backward bias vs im2col, " + str(g)));
+        } else {
+          EXPECT_EQ(db, db_prior) << "db touched without a bias";
+        }
+      }
+  }
+
+  unsigned seed_ = 0;
+  std::mt19937_64 rng_;
+  Worst worst_;
+  std::string worst_where_;
+};
+
+TEST_F(Dnnl, BackendUsesOneDnnUnlessReferenceAsked) {
+  EXPECT_NE(backend(false, 1)->name().find("oneDNN"), std::string::npos) << backend(false, 1)->name();
+  EXPECT_NE(backend(true, 1)->name().find("im2col"), std::string::npos) << backend(true, 1)->name();
+}
+
+TEST_F(Dnnl, RandomShapesMatchReferences) {
+  auto be = backend(false, 2), ref = backend(true, 2);
+  for (int i = 0; i < 24; ++i) check(random_geom(), *be, *ref);
+}
+
+// great_net's shape family (3x3, stride 1, pad 1) on both sides of the Winograd threshold (32
+// channels in and out), with Winograd allowed (each shape twice, so cached primitives are reused
+// with new data) and with direct kernels only.
+TEST_F(Dnnl, GreatNetShapesWinogradAndDirect) {
+  auto ref = backend(true, 2);
+  const int64_t chans[][2] = {{3, 16}, {16, 32}, {32, 64}, {64, 32}, {64, 16}, {16, 3}, {40, 40}, {80, 40}};
+  for (const bool winograd : {true, false}) {
+    SCOPED_TRACE(winograd ? "Winograd allowed" : "direct only");
+    auto be = backend(false, 2, winograd);
+    for (int round = 0; round < (winograd ? 2 : 1); ++round)
+      for (const auto& ck : chans) {
+        ConvGeom g;
+        g.n = 2, g.c = ck[0], g.k = ck[1], g.h = 15, g.w = 17, g.r = g.s = 3, g.pad_h = g.pad_w = 1;
+        check(g, *be, *ref);
+      }
+  }
+}
+
+// Winograd's scratch grows with channels^2; under a cap a layer runs in channel slices (forward:
+// output channels, backward data: input channels, backward weights: output channels), and with no
+// room at all on direct kernels. Every plan must give the same results.
+TEST_F(Dnnl, WinogradChannelSlicesUnderScratchCap) {
+  auto ref = backend(true, 2);
+  ConvGeom g;
+  g.n = 2, g.c = 128, g.k = 96, g.h = 13, g.w = 11, g.r = g.s = 3, g.pad_h = g.pad_w = 1;
+  bool sliced = false, direct = false;
+  for (const std::size_t mib : {1 << 20, 12, 8, 0}) {
+    const std::size_t cap = std::size_t(mib) << 20;
+    DnnlConv conv(2, true, cap);
+    const std::string plan = conv.plan(g, true);
+    SCOPED_TRACE(fmt::format("scratch cap {} bytes: {}", cap, plan));
+    std::printf("scratch cap %zu bytes: %s\n", cap, plan.c_str());
+    sliced = sliced || (plan.find("wino") != std::string::npos &&
+                        (plan.find(" x2") != std::string::npos || plan.find(" x4") != std::string::npos));
+    if (cap == 0) {
+      direct = plan.find("wino") == std::string::npos;
+      EXPECT_TRUE(direct) << plan;
+    }
+    DnnlOnly c(conv);
+    check(g, c, *ref);
+  }
+  EXPECT_TRUE(sliced) << "no cap made Winograd run in slices";
+}
+
+// CPU workers each own a backend with their own thread count and call it concurrently.
+TEST_F(Dnnl, ConcurrentBackendsWithTheirOwnThreadCounts) {
+  std::vector<ConvGeom> shapes;
+  for (int i = 0; i < 6; ++i) shapes.push_back(random_geom());
+  std::vector<std::vector<float>> xs, ws;
+  for (const auto& g : shapes) xs.push_back(random(g.n * g.c * g.h * g.w)), ws.push_back(random(g.k * g.c * g.r * g.s));
+  std::vector<std::vector<std::vector<float>>> out(3, std::vector<std::vector<float>>(shapes.size()));
+  std::vector<std::thread> workers;
+  for (int t = 0; t < 3; ++t)
+    workers.emplace_back([&, t] {
+      auto be = backend(false, t + 1);
+      for (int rep = 0; rep < 3; ++rep)
+        for (std::size_t i = 0; i < shapes.size(); ++i) {
+          const ConvGeom& g = shapes[i];
+          out[t][i].assign(static_cast<std::size_t>(g.n * g.k * g.p() * g.q()), NAN);
+          be->conv2d_forward(g, xs[i].data(), ws[i].data(), nullptr, out[t][i].data());
+        }
+    });
+  for (auto& w : workers) w.join();
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    SCOPED_TRACE(fmt::format("seed {}: {}", seed_, str(shapes[i])));
+    const std::vector<double> want = Reference{shapes[i]}.forward(xs[i], ws[i], nullptr);
+    for (int t = 0; t < 3; ++t) EXPECT_TRUE(near(out[t][i], want, fmt::format("worker {}, {}", t, str(shapes[i]))));
+  }
+}
+
+#else
+
+TEST(Dnnl, Skipped) { GTEST_SKIP() << "built without oneDNN (PARBENCH_DNNL=OFF or libdnnl-dev missing)"; }
+
+#endif
+
+}  // namespace
+}  // namespace pb

@@ -1,0 +1,194 @@
+// End to end through the program: `parbench run` on CPU with a tiny workload, then `report`,
+// then `compare` against itself (exit 0) and against a doctored 1.5x slower copy (exit 1); a
+// configuration that fails is an error entry while the others finish.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/fsutil.h"
+#include "reports/gbjson.h"
+#include "strategies/strategy.h"
+
+namespace pb {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using ::testing::HasSubstr;
+
+struct Result {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class Harness : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("parbench_harness_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+  // Runs `parbench ARGS` with stdout and stderr captured; returns the exit status.
+  Result parbench(const std::string& args) {
+    const std::string out = (dir_ / "stdout.txt").string(), err = (dir_ / "stderr.txt").string();
+    const std::string cmd = std::string(PARBENCH_BINARY) + " " + args + " >" + out + " 2>" + err;
+    const int status = std::system(cmd.c_str());
+    Result r;
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.out = slurp(out);
+    r.err = slurp(err);
+    return r;
+  }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  static json load(const std::string& p) { return json::parse(reports::nan_to_null(slurp(p))); }
+  static bool have_matplotlib() { return std::system("/usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1") == 0; }
+
+  fs::path dir_;
+};
+
+TEST_F(Harness, RunReportCompare) {
+  // regular asked for by name at 2 devices fails (one device by definition): an error entry.
+  const std::string run = path("run");
+  Result r = parbench("run --workload linear --strategies regular --devices 1,2 --iterations 20 --warmup 1 "
+                      "--device-kind cpu --out " + run + " --benchmark_repetitions=3");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("| regular | 1 |"));
+  EXPECT_THAT(r.out, HasSubstr("| regular | 2 | error: strategy regular runs on one device"));
+  EXPECT_THAT(r.err, HasSubstr("[1/2] linear/regular/devices:1/batch:1: setting up"));
+  for (const char* f : {"results.json", "report.md", "report.csv", "report.json"})
+    EXPECT_TRUE(fs::exists(run + "/" + f)) << f;
+  if (have_matplotlib()) {
+    EXPECT_GT(fs::file_size(run + "/throughput.png"), 1000u);
+  }
+
+  // The record is Google Benchmark's JSON: context, and per benchmark GB's fields + counters.
+  const json gb = load(run + "/results.json");
+  EXPECT_EQ(gb["context"]["scaling"], "weak");
+  EXPECT_EQ(gb["context"]["device_kind"], "cpu");
+  EXPECT_EQ(gb["context"]["workload"], "linear");
+  EXPECT_TRUE(gb["context"].contains("parbench_commit"));
+  int ok = 0, errors = 0;
+  for (const json& b : gb["benchmarks"]) {
+    if (b.value("error_occurred", false)) {
+      ++errors;
+      EXPECT_THAT(b["name"].get<std::string>(), HasSubstr("linear/regular/devices:2/batch:1"));
+      EXPECT_THAT(b["error_message"].get<std::string>(), HasSubstr("one device"));
+    } else if (b["run_type"] == "iteration") {
+      ++ok;
+      EXPECT_EQ(b["name"], "linear/regular/devices:1/batch:1/iterations:20/manual_time");
+      EXPECT_EQ(b["iterations"], 20);
+      EXPECT_EQ(b["time_unit"], "ms");
+      for (const char* c : {"samples_per_s", "flop_per_s", "peak_bytes_max", "peak_bytes_dev0", "comm_bytes_per_iter",
+                            "comm_s_per_iter", "bubble_fraction", "workers_used", "oversubscribed", "global_batch"})
+        EXPECT_TRUE(b.contains(c)) << c;
+      EXPECT_EQ(b["workers_used"], 1);
+      EXPECT_NEAR(b["samples_per_s"].get<double>(), 1 / (b["real_time"].get<double>() * 1e-3), 1e-6 * b["samples_per_s"].get<double>());
+    }
+  }
+  EXPECT_EQ(ok, 3);
+  EXPECT_GE(errors, 1);
+
+  // report: CSV to stdout, all formats to a prefix, a chart.
+  r = parbench("report " + run + "/results.json --format csv --out " + path("rep/table") + " --chart " + path("rep.png"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("workload,scaling,batch"));
+  EXPECT_THAT(r.out, HasSubstr("linear,weak,1,fp32,cpu,regular,1,3,"));
+  EXPECT_TRUE(fs::exists(path("rep/table.md")));
+  EXPECT_TRUE(fs::exists(path("rep/table.json")));
+  if (have_matplotlib()) {
+    EXPECT_TRUE(fs::exists(path("rep.png")));
+  }
+
+  // compare with itself: no regression.
+  r = parbench("compare " + run + "/results.json " + run + "/results.json --out " + path("same.md"));
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_THAT(slurp(path("same.md")), HasSubstr("PASS"));
+
+  // A doctored copy, every time x1.5: slower, exit 1.
+  json slow = gb;
+  for (json& b : slow["benchmarks"])
+    if (!b.value("error_occurred", false) && b.contains("real_time") && b.value("aggregate_unit", "time") == "time") {
+      b["real_time"] = b["real_time"].get<double>() * 1.5;
+      b["cpu_time"] = b["cpu_time"].get<double>() * 1.5;
+    }
+  write_file_atomic(path("slower.json"), slow.dump(2));
+  r = parbench("compare " + run + "/results.json " + path("slower.json"));
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("**slower**"));
+  EXPECT_THAT(r.out, HasSubstr("FAIL"));
+}
+
+TEST_F(Harness, CompareRefusesBadInput) {
+  write_file_atomic(path("not.json"), "hello");
+  write_file_atomic(path("foreign.json"), R"({"results": []})");
+  Result r = parbench("compare " + path("not.json") + " " + path("foreign.json"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr(path("not.json") + ": not valid JSON"));
+  write_file_atomic(path("ok.json"), R"({"benchmarks": []})");
+  r = parbench("compare " + path("ok.json") + " " + path("foreign.json"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr(path("foreign.json") + ": not a Google Benchmark JSON file"));
+  r = parbench("compare " + path("ok.json"));
+  EXPECT_EQ(r.code, 2);
+  r = parbench("report " + path("foreign.json"));
+  EXPECT_EQ(r.code, 2);
+}
+
+TEST_F(Harness, EveryCommandHasHelp) {
+  for (const char* cmd : {"run", "report", "compare"}) {
+    Result r = parbench(std::string(cmd) + " --help");
+    EXPECT_EQ(r.code, 0) << cmd;
+    EXPECT_THAT(r.out, HasSubstr(std::string("usage: parbench ") + cmd));
+  }
+  Result r = parbench("run --no-such-flag");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--no-such-flag"));
+}
+
+TEST_F(Harness, FilterMatchingNothingIsAnError) {
+  Result r = parbench("run --workload linear --strategies regular --devices 1 --iterations 2 --device-kind cpu --out " +
+                      path("run") + " --benchmark_filter=nothing_matches_this");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("no configuration matched"));
+}
+
+// More model-parallel stages than layers fails cleanly; only where mp is registered.
+TEST_F(Harness, InvalidSplitIsAnErrorEntry) {
+  const auto names = strategy_names();
+  if (std::find(names.begin(), names.end(), "mp") == names.end()) GTEST_SKIP() << "strategy mp is not registered";
+  Result r = parbench("run --workload linear --strategies regular,mp --devices 1,99 --iterations 3 --warmup 1 "
+                      "--device-kind cpu --out " + path("run"));
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  const json gb = load(path("run/results.json"));
+  bool mp99_error = false, regular1_ok = false;
+  for (const json& b : gb["benchmarks"]) {
+    const std::string name = b["name"];
+    if (name.rfind("linear/mp/devices:99/", 0) == 0) mp99_error = b.value("error_occurred", false);
+    if (name.rfind("linear/regular/devices:1/", 0) == 0) regular1_ok = !b.value("error_occurred", false);
+  }
+  EXPECT_TRUE(mp99_error);
+  EXPECT_TRUE(regular1_ok);
+}
+
+}  // namespace
+}  // namespace pb

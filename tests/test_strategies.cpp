@@ -1,0 +1,379 @@
+// Strategies: every one matches `regular` (losses and parameters after 5 Adam steps) on CPU for
+// 1-4 workers and uneven splits; dp reproduces the DataParallel tutorial's chunk sizes; bad
+// input is refused with a clear UsageError, also through the parbench binary (exit code 2).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "engine/check.h"
+#include "engine/fsutil.h"
+#include "strategies/common.h"
+#include "workloads/workload.h"
+
+namespace pb {
+namespace {
+
+using ::testing::HasSubstr;
+namespace fs = std::filesystem;
+
+struct Trained {
+  std::vector<double> losses;
+  std::vector<float> params;
+  StepStats stats;  // after the last step
+  std::vector<StepStats> per_batch;
+};
+
+StrategyOptions options(int devices) {
+  StrategyOptions o;
+  o.devices = devices;
+  o.backend.threads = 1;  // the test machine's cores are shared by all workers
+  return o;
+}
+
+// Trains `net` from seeded parameters on the batches given (sizes, in order over one seeded data
+// set), `steps` steps per batch.
+Trained train(const std::string& strategy, const StrategyOptions& o, const NetSpec& net,
+          const std::vector<int64_t>& batches, int steps = 5) {
+  const NetPlan plan = plan_net(net);
+  int64_t total = 0;
+  for (int64_t b : batches) total += b;
+  const int64_t in = numel_of(plan.input), out = numel_of(plan.output);
+  const std::vector<float> x = synthetic_values(total * in, 1);
+  const std::vector<float> t = net.target == Target::Input ? x : synthetic_values(total * out, 2);
+  auto s = make_strategy(strategy, o);
+  s->setup(plan, init_params(plan, 0), net.adam);
+  Trained r;
+  int64_t at = 0;
+  for (int64_t b : batches) {
+    s->load_batch(std::vector<float>(x.begin() + at * in, x.begin() + (at + b) * in),
+                  std::vector<float>(t.begin() + at * out, t.begin() + (at + b) * out), b);
+    at += b;
+    for (int k = 0; k < steps; ++k) {
+      s->step();
+      r.losses.push_back(s->loss());
+    }
+    r.per_batch.push_back(s->stats());
+  }
+  r.params = s->params();
+  r.stats = s->stats();
+  return r;
+}
+
+const Trained& reference(const NetSpec& net, const std::vector<int64_t>& batches, int steps = 5) {
+  static std::map<std::string, Trained> cache;
+  std::string key = fmt::format("{} {} {} {}", net.name, net.input.back(), fmt::join(batches, ","), steps);
+  auto it = cache.find(key);
+  if (it == cache.end()) it = cache.emplace(key, train("regular", options(1), net, batches, steps)).first;
+  return it->second;
+}
+
+// Losses within rel `loss_rtol`; parameters within atol + rtol |ref|, reporting the worst element.
+void expect_matches(const Trained& got, const Trained& ref, double loss_rtol = 1e-5, double atol = 1e-5, double rtol = 1e-4) {
+  ASSERT_EQ(got.losses.size(), ref.losses.size());
+  for (std::size_t k = 0; k < ref.losses.size(); ++k)
+    EXPECT_NEAR(got.losses[k], ref.losses[k], loss_rtol * std::abs(ref.losses[k])) << "loss of step " << k + 1;
+  ASSERT_EQ(got.params.size(), ref.params.size());
+  double worst = -1;
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < ref.params.size(); ++i) {
+    const double excess = std::abs(double(got.params[i]) - ref.params[i]) - (atol + rtol * std::abs(ref.params[i]));
+    if (excess > worst) worst = excess, at = i;
+  }
+  EXPECT_LE(worst, 0.0) << "worst parameter mismatch at [" << at << "]: " << got.params[at] << " vs "
+                        << ref.params[at] << " (of " << ref.params.size() << ")";
+}
+
+NetSpec small_great_net() { return great_net(8, 0.125); }
+
+// Adam is blind to a uniform gradient scale (m / sqrt(v)); with eps far above the gradients it
+// behaves like SGD (update ~ lr g / eps), so a wrong scale (a local instead of the global mean)
+// shows in the parameters.
+NetSpec scale_sensitive(NetSpec net, double lr, double eps) {
+  net.name += "/sgd-like";
+  net.adam.lr = lr;
+  net.adam.eps = eps;
+  return net;
+}
+
+std::vector<NetSpec> workloads() {
+  return {small_great_net(), linear_net(), scale_sensitive(small_great_net(), 1.0, 1.0),
+          scale_sensitive(linear_net(), 1.0, 10.0)};
+}
+
+void check_equivalence(const std::string& strategy, const StrategyOptions& base, const std::vector<int64_t>& batches,
+                       bool linear_too = true) {
+  for (const NetSpec& net : workloads()) {
+    const int layers = static_cast<int>(net.layers.size());
+    if (layers == 1 && !linear_too) continue;
+    for (int n = 1; n <= 4; ++n) {
+      if ((strategy == "mp" || strategy == "pipeline") && n > layers) continue;  // a stage per layer at most
+      StrategyOptions o = base;
+      o.devices = n;
+      SCOPED_TRACE(fmt::format("{} on {} workers, {}, batches {}", strategy, n, net.name, fmt::join(batches, ",")));
+      expect_matches(train(strategy, o, net, batches), reference(net, batches));
+    }
+  }
+}
+
+TEST(Strategies, RegisteredByName) {
+  EXPECT_EQ(strategy_names(), (std::vector<std::string>{"regular", "dp", "ddp", "mp", "pipeline"}));
+}
+
+TEST(Strategies, DpMatchesRegular) {
+  check_equivalence("dp", options(1), {7});
+  check_equivalence("dp", options(1), {2}, false);  // fewer chunks than workers
+}
+
+TEST(Strategies, DdpMatchesRegular) {
+  check_equivalence("ddp", options(1), {7});
+  StrategyOptions tiny = options(1);
+  tiny.bucket_bytes = 1024;  // many buckets, started layer by layer during backward
+  check_equivalence("ddp", tiny, {7}, false);
+}
+
+TEST(Strategies, DdpReplicasRejoinAfterSittingOut) {
+  // 7 over 4 uses 4 workers, 2 over 4 only 2; the others must come back in step.
+  StrategyOptions o = options(4);
+  for (const NetSpec& net : workloads()) {
+    SCOPED_TRACE(net.name);
+    const Trained r = train("ddp", o, net, {7, 2, 7}, 2);
+    expect_matches(r, reference(net, {7, 2, 7}, 2));
+    EXPECT_EQ(r.per_batch[1].workers_used, 2);
+    EXPECT_EQ(r.per_batch[2].workers_used, 4);
+  }
+}
+
+TEST(Strategies, MpMatchesRegular) {
+  check_equivalence("mp", options(1), {7});
+}
+
+TEST(Strategies, PipelineMatchesRegular) {
+  StrategyOptions o = options(1);
+  o.micro_batches = 4;  // 7 -> 2,2,2,1
+  check_equivalence("pipeline", o, {7});
+  o.micro_batches = 3;  // 7 -> 3,3,1
+  check_equivalence("pipeline", o, {7}, false);
+}
+
+TEST(Strategies, ExplicitBalance) {
+  const NetSpec net = small_great_net();  // 28 layers: conv, relu, conv, relu, ...
+  const std::vector<std::vector<int>> balances = {{1, 27}, {3, 25}, {5, 9, 14}, {7, 7, 7, 7}, {2, 1, 1, 24}};
+  for (const auto& b : balances) {
+    for (const char* s : {"mp", "pipeline"}) {
+      StrategyOptions o = options(static_cast<int>(b.size()));
+      o.balance = b;
+      SCOPED_TRACE(fmt::format("{} --balance {}", s, fmt::join(b, ",")));
+      const Trained r = train(s, o, net, {7});
+      expect_matches(r, reference(net, {7}));
+      int at = 0;
+      for (std::size_t i = 0; i < b.size(); ++i) {
+        EXPECT_EQ(r.stats.workers[i].layer_begin, at);
+        EXPECT_EQ(r.stats.workers[i].layer_end, at + b[i]);
+        at += b[i];
+      }
+    }
+  }
+}
+
+TEST(Strategies, StagesBalancedByFlopsKeepReluWithItsConv) {
+  const NetPlan plan = plan_net(small_great_net());
+  for (int p = 1; p <= 6; ++p) {
+    const auto st = split_stages(plan, p, {}, "mp");
+    ASSERT_EQ(static_cast<int>(st.size()), p);
+    EXPECT_EQ(st.front().first, 0);
+    EXPECT_EQ(st.back().second, 28);
+    for (int s = 0; s < p; ++s) {
+      EXPECT_LT(st[s].first, st[s].second);
+      EXPECT_EQ(st[s].first % 2, 0) << "stage " << s << " starts with a ReLU";
+      if (s > 0) {
+        EXPECT_EQ(st[s].first, st[s - 1].second);
+      }
+    }
+  }
+  // The largest stage is no bigger than any other contiguous split would force: for 2 stages,
+  // compare with every cut.
+  const auto two = split_stages(plan, 2, {}, "mp");
+  auto flops = [&](int b, int e) {
+    double f = 0;
+    for (int i = b; i < e; ++i) f += plan.layers[i].forward_flops;
+    return f;
+  };
+  const double mine = std::max(flops(0, two[0].second), flops(two[0].second, 28));
+  for (int cut = 1; cut < 28; ++cut) EXPECT_LE(mine, std::max(flops(0, cut), flops(cut, 28)));
+  // Too few producers for the stages: the ReLU gets a stage of its own.
+  NetSpec tiny = linear_net();
+  tiny.layers.push_back(LayerSpec{LayerType::ReLU});
+  EXPECT_EQ(split_stages(plan_net(tiny), 2, {}, "mp"), (std::vector<std::pair<int, int>>{{0, 1}, {1, 2}}));
+}
+
+// The tutorial: Linear(5, 2), 100 samples in batches of 30 (30, 30, 30, 10), nn.DataParallel on
+// 2, 3 and 8 GPUs; the "In Model: input size" lines it prints, per batch.
+TEST(Strategies, DpReproducesTheTutorialsChunks) {
+  const std::map<int, std::vector<std::vector<int64_t>>> printed = {
+      {2, {{15, 15}, {15, 15}, {15, 15}, {5, 5}}},
+      {3, {{10, 10, 10}, {10, 10, 10}, {10, 10, 10}, {4, 4, 2}}},
+      {8, {{4, 4, 4, 4, 4, 4, 4, 2}, {4, 4, 4, 4, 4, 4, 4, 2}, {4, 4, 4, 4, 4, 4, 4, 2}, {2, 2, 2, 2, 2}}},
+  };
+  const std::vector<int64_t> batches = {30, 30, 30, 10};
+  for (const auto& [gpus, want] : printed) {
+    SCOPED_TRACE(fmt::format("{} workers", gpus));
+    const Trained r = train("dp", options(gpus), linear_net(), batches, 1);
+    for (std::size_t b = 0; b < batches.size(); ++b) {
+      const StepStats& st = r.per_batch[b];
+      std::vector<int64_t> ran;
+      for (int i = 0; i < st.workers_used; ++i) ran.push_back(st.workers[i].samples);
+      EXPECT_EQ(ran, want[b]) << "batch " << b + 1;
+      for (int i = st.workers_used; i < gpus; ++i) EXPECT_EQ(st.workers[i].samples, 0) << "idle worker " << i;
+      EXPECT_EQ(st.communicator, "inproc");
+    }
+    expect_matches(r, reference(linear_net(), batches, 1));
+  }
+}
+
+TEST(Strategies, StatsPerWorker) {
+  const NetSpec net = small_great_net();
+  StrategyOptions o = options(3);
+  o.micro_batches = 4;
+  const Trained p = train("pipeline", o, net, {7}, 1);
+  EXPECT_EQ(p.stats.workers_used, 3);
+  EXPECT_EQ(p.stats.micro_batches, 4);
+  EXPECT_DOUBLE_EQ(p.stats.bubble_fraction, 2.0 / 6.0);
+  for (const WorkerStats& w : p.stats.workers) {
+    EXPECT_EQ(w.samples, 7);
+    EXPECT_GT(w.comm_bytes, 0u);
+    EXPECT_GT(w.compute_s, 0.0);
+    EXPECT_GT(w.peak_bytes, 0u);
+  }
+  EXPECT_EQ(p.stats.workers[1].device, "cpu:1");
+  const Trained d = train("ddp", options(4), net, {7}, 1);
+  EXPECT_EQ(d.stats.communicator, "inproc");
+  const std::size_t grads = plan_net(net).param_count * sizeof(float);
+  for (const WorkerStats& w : d.stats.workers) EXPECT_EQ(w.comm_bytes, grads);  // every gradient once
+  const Trained solo = train("ddp", options(1), net, {7}, 1);
+  EXPECT_EQ(solo.stats.communicator, "none");
+  EXPECT_EQ(solo.stats.workers[0].comm_bytes, 0u);
+}
+
+std::string usage_error(const std::string& strategy, StrategyOptions o, const NetSpec& net, int64_t batch) {
+  try {
+    train(strategy, o, net, {batch}, 1);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "no UsageError";
+}
+
+TEST(Strategies, BadInput) {
+  EXPECT_THAT(usage_error("nope", options(1), linear_net(), 4),
+              HasSubstr("unknown strategy 'nope': expected one of regular, dp, ddp, mp, pipeline"));
+  EXPECT_THAT(usage_error("dp", options(0), linear_net(), 4), HasSubstr("--devices must be at least 1, got 0"));
+  EXPECT_THAT(usage_error("mp", options(2), linear_net(), 4),
+              HasSubstr("mp: 2 stages (one per device) but the net has only 1 layer(s)"));
+  EXPECT_THAT(usage_error("pipeline", options(29), small_great_net(), 4), HasSubstr("only 28 layer(s)"));
+  StrategyOptions o = options(2);
+  o.balance = {10, 10};
+  EXPECT_THAT(usage_error("mp", o, small_great_net(), 4), HasSubstr("--balance 10,10 sums to 20, but the net has 28 layers"));
+  o.balance = {28, 0};
+  EXPECT_THAT(usage_error("pipeline", o, small_great_net(), 4), HasSubstr("every stage needs at least one layer"));
+  o.balance = {28};
+  EXPECT_THAT(usage_error("mp", o, small_great_net(), 4), HasSubstr("has 1 entries for 2 stages"));
+  o = options(2);
+  o.micro_batches = 5;
+  EXPECT_THAT(usage_error("pipeline", o, small_great_net(), 4), HasSubstr("5 micro-batches but the batch has only 4"));
+  o.micro_batches = 0;
+  EXPECT_THAT(usage_error("pipeline", o, small_great_net(), 4), HasSubstr("--micro-batches must be at least 1"));
+  o = options(2);
+  o.kind = DeviceKind::Cuda;
+  if (cuda_device_count() == 0) {
+    EXPECT_THAT(usage_error("ddp", o, linear_net(), 4), HasSubstr("no CUDA device"));
+  } else {
+    o.devices = cuda_device_count() + 1;
+    EXPECT_THAT(usage_error("ddp", o, linear_net(), 4), HasSubstr("pass --oversubscribe"));
+  }
+}
+
+TEST(Strategies, BatchSmallerThanWorkersUsesFewerWorkers) {
+  for (const char* s : {"dp", "ddp"}) {
+    SCOPED_TRACE(s);
+    ::testing::internal::CaptureStderr();
+    const Trained r = train(s, options(4), linear_net(), {3}, 2);
+    EXPECT_THAT(::testing::internal::GetCapturedStderr(), HasSubstr("gives 3 chunk(s) (1,1,1); 1 worker(s) sit idle"));
+    EXPECT_EQ(r.stats.workers_used, 3);
+    EXPECT_EQ(r.stats.workers[3].samples, 0);
+    expect_matches(r, reference(linear_net(), {3}, 2));
+  }
+}
+
+// parbench replay through the binary: ddp on 3 workers writes the losses regular writes.
+int parbench(const std::string& args) {
+  const std::string cmd = std::string(PARBENCH_BINARY) + " " + args + " >/dev/null 2>&1";
+  const int rc = std::system(cmd.c_str());
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+TEST(Strategies, ReplayThroughTheBinary) {
+  const fs::path dir = fs::path(::testing::TempDir()) / fmt::format("pb_strategies_{}", ::getpid());
+  const std::string common = "replay --workload linear --batch 7 --steps 4 --threads 1 --device-kind cpu";
+  ASSERT_EQ(parbench(fmt::format("{} --strategy regular --out {}", common, (dir / "regular").string())), 0);
+  ASSERT_EQ(parbench(fmt::format("{} --strategy ddp --devices 3 --out {}", common, (dir / "ddp").string())), 0);
+  const auto reg = nlohmann::json::parse(read_file((dir / "regular" / "losses.json").string()));
+  const auto ddp = nlohmann::json::parse(read_file((dir / "ddp" / "losses.json").string()));
+  ASSERT_EQ(ddp["losses"].size(), 4u);
+  for (std::size_t k = 0; k < 4; ++k) {
+    const double want = reg["losses"][k].get<double>();
+    EXPECT_NEAR(ddp["losses"][k].get<double>(), want, 1e-5 * std::abs(want)) << "step " << k + 1;
+  }
+  EXPECT_EQ(ddp["worker_samples"], nlohmann::json::array({3, 3, 1}));
+  EXPECT_EQ(parbench(fmt::format("{} --strategy nope --out {}", common, (dir / "x").string())), 2);
+  EXPECT_EQ(parbench(fmt::format("{} --strategy mp --devices 2 --out {}", common, (dir / "x").string())), 2);
+  EXPECT_EQ(parbench(fmt::format("{} --strategy pipeline --micro-batches 8 --out {}", common, (dir / "x").string())), 2);
+  fs::remove_all(dir);
+}
+
+// On GPUs the reference is regular on a GPU, and cuDNN may pick other algorithms per chunk size:
+// a looser tolerance.
+TEST(Strategies, OnGpusMatchRegularOnAGpu) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const NetSpec net = small_great_net();
+  StrategyOptions g = options(1);
+  g.kind = DeviceKind::Cuda;
+  const Trained ref = train("regular", g, net, {7});
+  for (const char* s : {"dp", "ddp", "mp", "pipeline"}) {
+    StrategyOptions o = g;
+    o.devices = std::min(4, std::max(2, cuda_device_count()));
+    o.oversubscribe = true;
+    SCOPED_TRACE(fmt::format("{} on {} GPU workers", s, o.devices));
+    const Trained r = train(s, o, net, {7});
+    if (cuda_device_count() >= 2 && std::string(s) != "mp" && std::string(s) != "pipeline") {
+#ifdef PARBENCH_HAVE_NCCL
+      EXPECT_EQ(r.stats.communicator, "nccl");
+#endif
+    }
+    expect_matches(r, ref, 1e-4, 1e-4, 1e-3);
+  }
+}
+
+TEST(Strategies, OversubscribedWorkersShareAGpu) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  StrategyOptions o = options(cuda_device_count() + 1);
+  o.kind = DeviceKind::Cuda;
+  StrategyOptions g = o;
+  g.devices = 1;
+  EXPECT_THROW(make_strategy("ddp", o), UsageError);  // not without --oversubscribe
+  o.oversubscribe = true;
+  const Trained r = train("ddp", o, small_great_net(), {7});
+  EXPECT_TRUE(r.stats.oversubscribed);
+  EXPECT_EQ(r.stats.communicator, "inproc");  // NCCL cannot put two ranks on one GPU
+  EXPECT_EQ(r.stats.workers.back().device, "cuda:0");
+  expect_matches(r, train("regular", g, small_great_net(), {7}), 1e-4, 1e-4, 1e-3);
+}
+
+}  // namespace
+}  // namespace pb
