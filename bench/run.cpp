@@ -85,8 +85,11 @@ void run_config(benchmark::State& state, Sweep& sw, const Config& c) {
   // reported as an error for every repetition without being tried again; the sweep goes on.
   auto fail = [&](const std::exception& e) {
     // In a multi-process job the other ranks may be blocked in a collective this rank will never
-    // join: a failing configuration ends the job, with the rank and the error named.
-    if (multi_process()) abort_job(fmt::format("parbench run: {}: {}", c.name, e.what()), 1);
+    // join: a failing configuration ends the job, with the rank and the error named -- unless it
+    // is invalid input (a UsageError from checking the configuration), which every rank, running
+    // the same command line, finds at the same point before any communication, and skips alike.
+    if (multi_process() && !dynamic_cast<const UsageError*>(&e))
+      abort_job(fmt::format("parbench run: {}: {}", c.name, e.what()), 1);
     sw.release();
     sw.failed[c.name] = e.what();
     state.SkipWithError(e.what());

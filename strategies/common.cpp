@@ -85,9 +85,10 @@ std::vector<Device> worker_devices(const StrategyOptions& o, const std::string& 
       return out;
     }
     const int gpus = cuda_device_count();
-    if (gpus == 0) throw UsageError(fmt::format("{}: CUDA workers requested, but rank {} sees no CUDA device", strategy, p.rank));
+    if (gpus == 0) throw Error(fmt::format("{}: CUDA workers requested, but rank {} sees no CUDA device", strategy, p.rank));
+    // Not a UsageError: it depends on this host, so other ranks may not fail alike (see run.cpp).
     if (p.local_rank >= gpus && !o.oversubscribe)
-      throw UsageError(fmt::format("{}: rank {} is local rank {} on {} but the host has only {} GPU(s); launch one "
+      throw Error(fmt::format("{}: rank {} is local rank {} on {} but the host has only {} GPU(s); launch one "
                                    "process per GPU, or pass --oversubscribe", strategy, p.rank, p.local_rank,
                                    p.hosts[p.rank], gpus));
     for (int i = 0; i < o.devices; ++i) {

@@ -270,3 +270,19 @@ TEST(Comm, InProcessRanksSharingOneGpu) {
 
 }  // namespace
 }  // namespace pb
+
+namespace pb {
+namespace {
+
+// Ranks of other processes are null entries; outside an MPI job of that size no communicator
+// can reach them, and an all-null rank list has no local rank at all.
+TEST(Comm, RanksOfOtherProcessesNeedAnMpiJob) {
+  BackendOptions bo;
+  bo.threads = 1;
+  auto b = make_backend(cpu(0), bo);
+  EXPECT_THROW(make_communicator({b.get(), nullptr}), Error);
+  EXPECT_THROW(make_communicator({nullptr, nullptr}), Error);
+}
+
+}  // namespace
+}  // namespace pb

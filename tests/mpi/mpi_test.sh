@@ -1,0 +1,77 @@
+#!/bin/bash
+# ctest driver for the multi-process (MPI) tests: runs parbench under `mpiexec -n 2` on CPU ranks.
+# usage: mpi_test.sh MPIEXEC PARBENCH CASE   (CASE: replay-ddp|replay-mp|replay-pipeline|run|fail-rank|mismatch)
+# Open MPI as root in a container needs --allow-run-as-root; --oversubscribe lets 2 ranks share
+# fewer cores; btl self,vader keeps it to shared memory (no network interfaces probed).
+set -u
+MPIEXEC=$1 PARBENCH=$2 CASE=$3
+HERE=$(cd "$(dirname "$0")" && pwd)
+export OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
+MPI=("$MPIEXEC" --allow-run-as-root --oversubscribe)
+DIR=$(mktemp -d /tmp/parbench_mpi_XXXXXX)
+trap 'rm -rf "$DIR"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+case $CASE in
+replay-ddp | replay-mp | replay-pipeline)
+  S=${CASE#replay-}
+  # A 4-conv net (the conv_odd fixture): well conditioned, so Adam does not amplify rounding noise.
+  for W in "--workload $HERE/../fixtures/conv_odd/net.json" "--workload linear"; do
+    [[ $S != ddp && $W == *linear* ]] && continue  # one layer: no two stages
+    A="$W --steps 5 --batch 4 --micro-batches 2 --device-kind cpu"
+    "$PARBENCH" replay --strategy regular $A --out "$DIR/regular" >/dev/null 2>&1 || fail "regular replay"
+    "${MPI[@]}" -n 2 "$PARBENCH" replay --strategy "$S" --devices 2 $A --out "$DIR/$S" || fail "mpiexec -n 2 replay $S"
+    /usr/bin/python3 "$HERE/compare_replay.py" "$DIR/regular" "$DIR/$S" || fail "$S over MPI differs from regular ($W)"
+    grep -q '"world_size": 2' "$DIR/$S/losses.json" || fail "losses.json lacks world_size 2"
+    rm -rf "$DIR/regular" "$DIR/$S"
+  done
+  ;;
+run)
+  # Relative --out: each rank would write into its own working directory; only rank 0 may.
+  mkdir -p "$DIR/rank_dirs"
+  "${MPI[@]}" -n 2 "$PARBENCH" run --workload linear --strategies ddp,mp,pipeline --devices 2 --iterations 3 \
+    --warmup 1 --device-kind cpu --out "$DIR/run" >"$DIR/out.txt" 2>&1 || { cat "$DIR/out.txt"; fail "mpiexec run"; }
+  cat "$DIR/out.txt"
+  /usr/bin/python3 - "$DIR/run/results.json" <<'PY' || fail "results.json"
+import json, sys
+j = json.load(open(sys.argv[1]))
+ctx = j["context"]
+assert ctx["world_size"] == "2", ctx.get("world_size")
+assert len(ctx["hosts"].split(",")) == 2, ctx["hosts"]
+b = {x["name"]: x for x in j["benchmarks"]}
+ddp = [x for n, x in b.items() if "/ddp/devices:2/" in n]
+assert ddp and "error_occurred" not in ddp[0] and ddp[0]["iterations"] == 3, ddp
+assert ddp[0]["label"] == "communicator mpi", ddp[0]["label"]
+print("results.json: world_size 2, hosts", ctx["hosts"], ",", len(b), "benchmark(s)")
+PY
+  [ "$(grep -c '^| ddp | 2 |' "$DIR/out.txt")" = 1 ] || fail "the table must be printed once (rank 0 only)"
+  ;;
+fail-rank)
+  # Rank 1 throws during setup while rank 0 goes on into collectives: the job must end, fast.
+  for S in ddp pipeline; do
+    start=$(date +%s)
+    timeout 60 "${MPI[@]}" -n 2 -x PARBENCH_FAIL_RANK=1 "$PARBENCH" run --workload great_net --image 8 --width 0.1875 \
+      --strategies $S --devices 2 --iterations 2 --device-kind cpu --out "$DIR/f" >"$DIR/out.txt" 2>&1
+    rc=$? elapsed=$(($(date +%s) - start))
+    cat "$DIR/out.txt"
+    [ $rc -ne 0 ] || fail "$S: exit code 0 although rank 1 failed"
+    [ $rc -ne 124 ] || fail "$S: the job hung"
+    [ $elapsed -lt 30 ] || fail "$S: took ${elapsed}s"
+    grep -q 'parbench: rank 1 (.*): error: .*PARBENCH_FAIL_RANK' "$DIR/out.txt" || fail "$S: no message naming rank 1"
+  done
+  ;;
+mismatch)
+  # MPMD: two ranks with different arguments -> a configuration mismatch, every rank exits non-zero.
+  A="replay --workload linear --device-kind cpu --batch 4 --out $DIR/m"
+  start=$(date +%s)
+  timeout 60 "${MPI[@]}" -n 1 "$PARBENCH" $A --steps 5 : -n 1 "$PARBENCH" $A --steps 6 >"$DIR/out.txt" 2>&1
+  rc=$? elapsed=$(($(date +%s) - start))
+  cat "$DIR/out.txt"
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "exit code $rc"
+  [ $elapsed -lt 30 ] || fail "took ${elapsed}s"
+  grep -q 'configuration mismatch: rank(s) 1 of 2' "$DIR/out.txt" || fail "no mismatch message"
+  [ ! -e "$DIR/m" ] || fail "files written despite the mismatch"
+  ;;
+*) fail "unknown case $CASE" ;;
+esac
+echo "PASS: $CASE"
