@@ -291,8 +291,8 @@ int cmd_run(const std::vector<std::string>& args) {
   std::vector<Flag> flags;
   for (Flag fl : training_flags()) {
     if (fl.name == "strategy" || fl.name == "devices") continue;  // lists here: --strategies, --devices
-    if (fl.name == "image") fl = {"image", "PIXELS", "great_net: image height and width (default: 512 on GPU, 48 on CPU)", ""};
-    if (fl.name == "width") fl = {"width", "SCALE", "great_net: channel width scale (default: 1 on GPU, 0.25 on CPU)", ""};
+    if (fl.name == "image") fl = {"image", "PIXELS", "great_net: image height and width (default: 512 on GPU, 96 on CPU)", ""};
+    if (fl.name == "width") fl = {"width", "SCALE", "great_net: channel width scale (default: 1 on GPU, 0.5 on CPU)", ""};
     if (fl.name == "micro-batches")
       fl = {"micro-batches", "M", "pipeline: micro-batches per step (unless given: at most the global batch)", "4"};
     flags.push_back(fl);
@@ -319,8 +319,8 @@ int cmd_run(const std::vector<std::string>& args) {
   const DeviceKind kind = device_kind(f.str("device-kind"));
   const bool gpu = kind == DeviceKind::Cuda;
   WorkloadOptions wo;
-  wo.image = f.has("image") ? f.integer("image") : (gpu ? 512 : 48);
-  wo.width = f.has("width") ? f.number("width") : (gpu ? 1.0 : 0.25);
+  wo.image = f.has("image") ? f.integer("image") : (gpu ? 512 : 96);
+  wo.width = f.has("width") ? f.number("width") : (gpu ? 1.0 : 0.5);
   const std::string workload = f.str("workload");
   Sweep sw;
   sw.net = resolve_workload(workload, wo);
