@@ -28,6 +28,13 @@ struct AdamParams {
   double weight_decay = 0.0;
 };
 
+// The float scalars of one torch.optim.Adam step, derived in double and rounded once as PyTorch
+// does; every backend's Adam kernel uses these, in the same order of float operations.
+struct AdamStepScalars {
+  float step_size, bc2_sqrt, beta1, beta2, one_minus_beta1, one_minus_beta2, eps, weight_decay;
+};
+AdamStepScalars adam_step_scalars(const AdamParams& a, int64_t step);
+
 enum class Precision { Fp32, Tf32 };
 const char* precision_name(Precision p);
 Precision parse_precision(const std::string& s);  // "fp32" | "tf32", UsageError otherwise

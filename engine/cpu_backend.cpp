@@ -280,13 +280,9 @@ void CpuBackend::mse_loss_grad(int64_t n, const float* y, const float* t, float 
 void CpuBackend::adam_step(int64_t n, float* p, const float* g, float* m, float* v,
                            const AdamParams& a, int64_t step) {
   // Same order of float operations as torch.optim.Adam's single-tensor path.
-  const double bc1 = 1.0 - std::pow(a.beta1, static_cast<double>(step));
-  const double bc2 = 1.0 - std::pow(a.beta2, static_cast<double>(step));
-  const float step_size = static_cast<float>(a.lr / bc1);
-  const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
-  const float b1 = static_cast<float>(a.beta1), b2 = static_cast<float>(a.beta2);
-  const float one_b1 = static_cast<float>(1.0 - a.beta1), one_b2 = static_cast<float>(1.0 - a.beta2);
-  const float eps = static_cast<float>(a.eps), wd = static_cast<float>(a.weight_decay);
+  const AdamStepScalars s = adam_step_scalars(a, step);
+  const float step_size = s.step_size, bc2_sqrt = s.bc2_sqrt, b1 = s.beta1, b2 = s.beta2;
+  const float one_b1 = s.one_minus_beta1, one_b2 = s.one_minus_beta2, eps = s.eps, wd = s.weight_decay;
 #pragma omp parallel for simd num_threads(team(n, threads_)) schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     const float gi = wd != 0.0f ? g[i] + wd * p[i] : g[i];

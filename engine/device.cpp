@@ -2,6 +2,7 @@
 // knows which backends this build has.
 #include "engine/device.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -134,6 +135,15 @@ std::string SystemInfo::str() const {
     out += fmt::format("  cuda:{}: {}, compute capability {}.{}, {} SMs, {:.1f} GiB\n", g.index, g.name,
                        g.cc_major, g.cc_minor, g.multiprocessors, g.total_bytes / double(1u << 30));
   return out;
+}
+
+AdamStepScalars adam_step_scalars(const AdamParams& a, int64_t step) {
+  const double bc1 = 1.0 - std::pow(a.beta1, static_cast<double>(step));
+  const double bc2 = 1.0 - std::pow(a.beta2, static_cast<double>(step));
+  return {static_cast<float>(a.lr / bc1),         static_cast<float>(std::sqrt(bc2)),
+          static_cast<float>(a.beta1),            static_cast<float>(a.beta2),
+          static_cast<float>(1.0 - a.beta1),      static_cast<float>(1.0 - a.beta2),
+          static_cast<float>(a.eps),              static_cast<float>(a.weight_decay)};
 }
 
 const char* precision_name(Precision p) { return p == Precision::Fp32 ? "fp32" : "tf32"; }

@@ -250,18 +250,7 @@ class CudaBackend final : public Backend {
   void adam_step(int64_t n, float* p, const float* g, float* m, float* v, const AdamParams& a,
                  int64_t step) override {
     cu::use_device(device_);
-    // The same scalars as CpuBackend::adam_step (torch.optim.Adam): double, rounded once.
-    const double bc1 = 1.0 - std::pow(a.beta1, static_cast<double>(step));
-    const double bc2 = 1.0 - std::pow(a.beta2, static_cast<double>(step));
-    cu::AdamScalars s{};
-    s.step_size = static_cast<float>(a.lr / bc1);
-    s.bc2_sqrt = static_cast<float>(std::sqrt(bc2));
-    s.beta1 = static_cast<float>(a.beta1);
-    s.beta2 = static_cast<float>(a.beta2);
-    s.one_minus_beta1 = static_cast<float>(1.0 - a.beta1);
-    s.one_minus_beta2 = static_cast<float>(1.0 - a.beta2);
-    s.eps = static_cast<float>(a.eps);
-    s.weight_decay = static_cast<float>(a.weight_decay);
+    const AdamStepScalars s = adam_step_scalars(a, step);
     cu::launch_adam(stream_, n, p, g, m, v, s);
   }
 

@@ -105,7 +105,7 @@ __global__ void mse_loss_grad_kernel(int64_t n, const float* y, const float* t, 
 }
 
 // torch.optim.Adam's single-tensor step, in the CPU backend's order of float operations.
-__global__ void adam_kernel(int64_t n, float* p, const float* g, float* m, float* v, AdamScalars s) {
+__global__ void adam_kernel(int64_t n, float* p, const float* g, float* m, float* v, AdamStepScalars s) {
   for (int64_t i = first_index(); i < n; i += grid_stride()) {
     const float pi = p[i];
     const float gi = s.weight_decay != 0.0f ? __fadd_rn(g[i], __fmul_rn(s.weight_decay, pi)) : g[i];
@@ -173,7 +173,7 @@ void launch_mse_loss_grad(cudaStream_t stream, int64_t n, const float* y, const 
 }
 
 void launch_adam(cudaStream_t stream, int64_t n, float* p, const float* g, float* m, float* v,
-                 const AdamScalars& s) {
+                 const AdamStepScalars& s) {
   if (n <= 0) return;
   adam_kernel<<<blocks_for(n), kThreads, 0, stream>>>(n, p, g, m, v, s);
   CUDA_CHECK_LAST();

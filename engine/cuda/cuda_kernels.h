@@ -7,6 +7,8 @@
 
 #include <cuda_runtime.h>
 
+#include "engine/backend.h"
+
 namespace pb::cu {
 
 void launch_fill(cudaStream_t stream, int64_t n, float* x, float value);
@@ -33,11 +35,7 @@ struct MseScratch {
 void launch_mse_loss_grad(cudaStream_t stream, int64_t n, const float* y, const float* t,
                           float grad_scale, float* dy, float* loss_sum, MseScratch scratch);
 
-// Scalars of one torch.optim.Adam step, derived on the host in double and rounded once.
-struct AdamScalars {
-  float step_size, bc2_sqrt, beta1, beta2, one_minus_beta1, one_minus_beta2, eps, weight_decay;
-};
 void launch_adam(cudaStream_t stream, int64_t n, float* p, const float* g, float* m, float* v,
-                 const AdamScalars& s);
+                 const AdamStepScalars& s);
 
 }  // namespace pb::cu
