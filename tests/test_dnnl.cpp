@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "reference.h"
 #include "engine/backend.h"
 #include "engine/cpu_backend.h"
 #ifdef PARBENCH_HAVE_DNNL
@@ -67,40 +68,18 @@ struct Worst {
 
 std::vector<double> as_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
 
-// The slow, obviously right convolution, in double.
+// The slow, obviously right convolution in double (tests/reference.cpp), called as this file does.
 struct Reference {
   const ConvGeom& g;
-  template <class F>
-  void each(F&& f) const {  // f(x index, w index, y index) for every multiply-add
-    const int64_t P = g.p(), Q = g.q();
-    for (int64_t n = 0; n < g.n; ++n)
-      for (int64_t k = 0; k < g.k; ++k)
-        for (int64_t p = 0; p < P; ++p)
-          for (int64_t q = 0; q < Q; ++q)
-            for (int64_t c = 0; c < g.c; ++c)
-              for (int64_t r = 0; r < g.r; ++r)
-                for (int64_t s = 0; s < g.s; ++s) {
-                  const int64_t ih = p * g.stride_h + r - g.pad_h, iw = q * g.stride_w + s - g.pad_w;
-                  if (ih < 0 || ih >= g.h || iw < 0 || iw >= g.w) continue;
-                  f(((n * g.c + c) * g.h + ih) * g.w + iw, ((k * g.c + c) * g.r + r) * g.s + s,
-                    ((n * g.k + k) * P + p) * Q + q);
-                }
-  }
   std::vector<double> forward(const std::vector<float>& x, const std::vector<float>& w, const float* b) const {
-    const int64_t PQ = g.p() * g.q();
-    std::vector<double> y(static_cast<std::size_t>(g.n * g.k * PQ));
-    for (std::size_t i = 0; i < y.size(); ++i) y[i] = b ? b[(i / PQ) % g.k] : 0.0;
-    each([&](int64_t xi, int64_t wi, int64_t yi) { y[yi] += double(w[wi]) * x[xi]; });
-    return y;
+    return ref::conv2d_forward(g, as_double(x), as_double(w), b ? ref::Vec(b, b + g.k) : ref::Vec());
   }
   std::vector<double> backward_data(const std::vector<float>& dy, const std::vector<float>& w) const {
-    std::vector<double> dx(static_cast<std::size_t>(g.n * g.c * g.h * g.w));
-    each([&](int64_t xi, int64_t wi, int64_t yi) { dx[xi] += double(w[wi]) * dy[yi]; });
-    return dx;
+    return ref::conv2d_backward_data(g, as_double(dy), as_double(w));
   }
   std::vector<double> backward_weights(const std::vector<float>& x, const std::vector<float>& dy) const {
-    std::vector<double> dw(static_cast<std::size_t>(g.k * g.c * g.r * g.s));
-    each([&](int64_t xi, int64_t wi, int64_t yi) { dw[wi] += double(x[xi]) * dy[yi]; });
+    ref::Vec dw, db;
+    ref::conv2d_backward_weights(g, as_double(x), as_double(dy), dw, db);
     return dw;
   }
   std::vector<double> backward_bias(const std::vector<float>& dy) const {
