@@ -10,7 +10,8 @@ usage() {
     cat <<'EOF'
 Usage: scripts/gpu_check.sh [options] OUTDIR
 
-Builds parbench for sm_90 (build-gpu/), runs build-gpu/parbench_tests, then times
+Builds parbench for sm_90 (build-gpu/), runs build-gpu/parbench_tests and `parbench run`
+with its GPU defaults (OUTDIR/run/), then times
 `parbench train --workload great_net --image 512 --width 1` and the PyTorch peer
 (scripts/torch_gpu_peer.py) for fp32 and tf32 at each batch, both with exhaustive
 convolution search (PARBENCH_CONV_SEARCH=exhaustive; torch.backends.cudnn.benchmark=True).
@@ -188,6 +189,15 @@ for precision in fp32 tf32; do
         rows+=("$precision|$batch|${engine_ms}|${torch_ms}")
     done
 done
+
+# --- 4b. the benchmark sweep with its GPU defaults -----------------------------------------
+section "parbench run with its defaults (great_net 512x512, batch 1 per GPU, every strategy)"
+if timeout 300 "$build/parbench" run --out "$outdir/run" >"$outdir/run.log" 2>&1; then
+    sed -n '/^## /,$p' "$outdir/run.log"
+else
+    tail -n 20 "$outdir/run.log"
+    note_failure "parbench run (log: run.log)"
+fi
 
 # --- 5. the table ---------------------------------------------------------------------------
 section "table"
