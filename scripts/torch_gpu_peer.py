@@ -27,25 +27,7 @@ import time
 import torch
 from torch import nn
 
-CHANNELS = [3, 16, 32, 64, 128, 256, 512, 1024, 512, 256, 128, 64, 32, 16, 3]
-
-
-def great_net_channels(width):
-    """Channels of workloads/workload.cpp great_net(): hidden ones scaled, the 3s at both ends kept."""
-    chans = [CHANNELS[0]]
-    for i in range(1, len(CHANNELS)):
-        last = i == len(CHANNELS) - 1
-        # C++ std::llround rounds halves away from zero; channels * width is positive.
-        chans.append(3 if last else max(1, int(CHANNELS[i] * width + 0.5)))
-    return chans
-
-
-def great_net(chans):
-    layers = []
-    for c_in, c_out in zip(chans, chans[1:]):
-        layers += [nn.Conv2d(c_in, c_out, kernel_size=3, stride=1, padding=1), nn.ReLU()]
-    return nn.Sequential(*layers)
-
+from torchnet import great_net
 
 def forward_flops_per_sample(chans, image):
     """Multiply-adds of the convolutions counted as 2 FLOPs; 3x3 pad 1 keeps HxW."""
@@ -87,8 +69,8 @@ def main():
     device = torch.device(args.device)
     pin_precision(args.precision, args.conv_search)
     torch.manual_seed(args.seed)
-    chans = great_net_channels(args.width)
-    model = great_net(chans).to(device)
+    model, chans = great_net(args.width)
+    model = model.to(device)
     x = torch.randn(args.batch, 3, args.image, args.image, device=device)
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
     loss_fn = nn.MSELoss()

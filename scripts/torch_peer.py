@@ -19,21 +19,7 @@ import time
 import torch
 from torch import nn
 
-CHANNELS = [3, 16, 32, 64, 128, 256, 512, 1024, 512, 256, 128, 64, 32, 16, 3]
-
-
-def great_net(width):
-    """nn.Sequential twin of workloads/workload.cpp great_net(): same channel rounding."""
-    chans = [CHANNELS[0]]
-    for i in range(1, len(CHANNELS)):
-        last = i == len(CHANNELS) - 1
-        # C++ std::llround rounds halves away from zero; channels * width is positive.
-        chans.append(3 if last else max(1, int(CHANNELS[i] * width + 0.5)))
-    layers = []
-    for c_in, c_out in zip(chans, chans[1:]):
-        layers += [nn.Conv2d(c_in, c_out, 3, padding=1), nn.ReLU()]
-    return nn.Sequential(*layers), chans
-
+from torchnet import great_net
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -17,6 +17,28 @@ import torch
 from torch import nn
 
 
+GREAT_NET_CHANNELS = [3, 16, 32, 64, 128, 256, 512, 1024, 512, 256, 128, 64, 32, 16, 3]
+
+
+def great_net_channels(width):
+    """Channels of workloads/workload.cpp great_net(): hidden ones scaled, the 3s at both ends kept."""
+    chans = [GREAT_NET_CHANNELS[0]]
+    for i in range(1, len(GREAT_NET_CHANNELS)):
+        last = i == len(GREAT_NET_CHANNELS) - 1
+        # C++ std::llround rounds halves away from zero; channels * width is positive.
+        chans.append(3 if last else max(1, int(GREAT_NET_CHANNELS[i] * width + 0.5)))
+    return chans
+
+
+def great_net(width):
+    """nn.Sequential twin of great_net(): conv3x3 pad 1 + ReLU per layer. Returns (model, channels)."""
+    chans = great_net_channels(width)
+    layers = []
+    for c_in, c_out in zip(chans, chans[1:]):
+        layers += [nn.Conv2d(c_in, c_out, kernel_size=3, stride=1, padding=1), nn.ReLU()]
+    return nn.Sequential(*layers), chans
+
+
 def configure():
     """Single-threaded, deterministic float32 computation."""
     torch.set_num_threads(1)
