@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "engine/check.h"
+#include "reports/table.h"
 
 namespace pb::reports {
 
@@ -24,15 +25,6 @@ std::string fmt_time(std::optional<double> s) {
   return fmt::format("{:.4g}", ms);
 }
 
-std::string md_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '|') out += "\\|";
-    else if (c == '\n') out += ' ';
-    else out += c;
-  }
-  return out;
-}
 
 }  // namespace
 

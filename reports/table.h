@@ -20,6 +20,8 @@ struct BenchName {
   int64_t batch = 0;
 };
 std::optional<BenchName> parse_bench_name(const std::string& name);
+// Text for one markdown table cell: '|' escaped, newlines flattened.
+std::string md_escape(const std::string& s);
 std::string bench_name(const std::string& workload, const std::string& strategy, int devices, int64_t batch);
 
 struct Row {
