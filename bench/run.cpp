@@ -367,27 +367,29 @@ int cmd_run(const std::vector<std::string>& args) {
   const std::vector<std::string> known = strategy_names();
   const bool all = f.str("strategies") == "all";
   std::vector<std::string> strategies = all ? known : split_list(f.str("strategies"));
-  if (proc.size > 1) {  // regular (one device) and dp (one process) cannot span processes
-    std::vector<std::string> keep;
+  for (const std::string& s : strategies)
+    if (std::find(known.begin(), known.end(), s) == known.end())
+      throw UsageError(fmt::format("unknown strategy '{}' in --strategies: expected all or some of {}", s, fmt::join(known, ", ")));
+  if (proc.size > 1) {  // single-process strategies cannot span processes
+    std::vector<std::string> keep, multi;
+    for (const StrategyInfo& i : strategy_infos())
+      if (i.multi_process) multi.push_back(i.name);
     for (const std::string& s : strategies) {
-      if (s != "regular" && s != "dp") keep.push_back(s);
+      if (strategy_info(s).multi_process) keep.push_back(s);
       else if (!all)
-        throw UsageError(fmt::format("strategy {} runs in a single process; in an MPI job use ddp, mp or pipeline", s));
+        throw UsageError(fmt::format("strategy {} runs in a single process; in an MPI job use {}", s, fmt::join(multi, ", ")));
     }
     strategies = keep;
   }
   dedupe(strategies);
   if (strategies.empty()) throw UsageError("--strategies needs at least one strategy");
-  for (const std::string& s : strategies)
-    if (std::find(known.begin(), known.end(), s) == known.end())
-      throw UsageError(fmt::format("unknown strategy '{}' in --strategies: expected all or some of {}", s, fmt::join(known, ", ")));
 
   // Configurations, registered with Google Benchmark in sweep order.
   std::vector<Config> configs;
   for (int64_t d : device_counts)
     for (const std::string& s : strategies) {
-      // regular is one device by definition; asked for by name at N > 1, it runs and fails.
-      if (all && s == "regular" && d > 1) continue;
+      // A single-device strategy is one device by definition; asked for by name at N > 1, it runs and fails.
+      if (all && strategy_info(s).single_device && d > 1) continue;
       Config c;
       c.strategy = s;
       c.devices = static_cast<int>(d);

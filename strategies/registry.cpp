@@ -10,29 +10,52 @@
 namespace pb {
 
 namespace {
-const std::vector<std::pair<std::string, StrategyFactory>>& registry() {
-  static const std::vector<std::pair<std::string, StrategyFactory>> r = {
-      {"regular", make_regular},
-      {"dp", make_dp},
-      {"ddp", make_ddp},
-      {"mp", make_mp},
-      {"pipeline", make_pipeline},
+struct Entry {
+  StrategyInfo info;
+  StrategyFactory make;
+};
+
+// Display order: the seed's comparison first.
+const std::vector<Entry>& registry() {
+  static const std::vector<Entry> r = {
+      {{"regular", "one device, the whole batch", true, false}, make_regular},
+      {{"dp", "torch.nn.DataParallel: scatter from device 0, replicate, gather, step on device 0", false, false},
+       make_dp},
+      {{"ddp", "a replica per worker, bucketed gradient all-reduce overlapped with backward", false, true}, make_ddp},
+      {{"mp", "layers split into contiguous stages, one per worker", false, true}, make_mp},
+      {{"pipeline", "mp with micro-batches in a GPipe fill-drain schedule", false, true}, make_pipeline},
   };
   return r;
 }
 }  // namespace
 
+const std::vector<StrategyInfo>& strategy_infos() {
+  static const std::vector<StrategyInfo> infos = [] {
+    std::vector<StrategyInfo> v;
+    for (const Entry& e : registry()) v.push_back(e.info);
+    return v;
+  }();
+  return infos;
+}
+
 std::vector<std::string> strategy_names() {
   std::vector<std::string> names;
-  for (const auto& [name, f] : registry()) names.push_back(name);
+  for (const StrategyInfo& i : strategy_infos()) names.push_back(i.name);
   return names;
+}
+
+const StrategyInfo& strategy_info(const std::string& name) {
+  for (const Entry& e : registry())
+    if (e.info.name == name) return e.info;
+  throw UsageError(fmt::format("unknown strategy '{}': expected one of {}", name, fmt::join(strategy_names(), ", ")));
 }
 
 std::unique_ptr<Strategy> make_strategy(const std::string& name, const StrategyOptions& opts) {
   if (opts.devices < 1) throw UsageError(fmt::format("--devices must be at least 1, got {}", opts.devices));
-  for (const auto& [n, f] : registry())
-    if (n == name) return f(opts);
-  throw UsageError(fmt::format("unknown strategy '{}': expected one of {}", name, fmt::join(strategy_names(), ", ")));
+  for (const Entry& e : registry())
+    if (e.info.name == name) return e.make(opts);
+  strategy_info(name);  // throws, naming the known ones
+  return nullptr;
 }
 
 std::vector<int64_t> chunk_sizes(int64_t batch, int n) {

@@ -64,6 +64,18 @@ class Strategy {
 
 using StrategyFactory = std::function<std::unique_ptr<Strategy>(const StrategyOptions&)>;
 
+// What the rest of the program may know about a strategy without making one.
+struct StrategyInfo {
+  std::string name;
+  std::string description;      // one line, for --help
+  bool single_device = false;   // runs on exactly one device (regular)
+  bool multi_process = false;   // can run as one process per worker under MPI
+};
+
+// Every strategy, in display order (the seed's comparison first).
+const std::vector<StrategyInfo>& strategy_infos();
+// UsageError listing the known strategies when the name is unknown.
+const StrategyInfo& strategy_info(const std::string& name);
 std::vector<std::string> strategy_names();
 // UsageError listing the known strategies when the name is unknown.
 std::unique_ptr<Strategy> make_strategy(const std::string& name, const StrategyOptions& opts);
