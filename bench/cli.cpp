@@ -1,6 +1,7 @@
 // Flag parsing and the flags shared by the training commands.
 #include "bench/cli.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 #include <thread>
@@ -129,7 +130,7 @@ std::vector<Flag> training_flags() {
       {"devices", "N", "workers (GPUs, or CPU worker threads)", "1"},
       {"device-kind", "KIND", "auto, cpu or cuda (auto: cuda when a GPU is present)", "auto"},
       {"oversubscribe", "", "allow more workers than GPUs (they then share GPUs)", ""},
-      {"micro-batches", "M", "pipeline: micro-batches per step", "4"},
+      {"micro-batches", "M", "pipeline: micro-batches per step (default: min(4, global batch))", ""},
       {"bucket-mb", "MB", "ddp: gradient bucket size in MiB", "25"},
       {"balance", "L1,L2,..", "mp/pipeline: layers per stage (default: balanced by FLOPs)", ""},
       {"precision", "P", "fp32 or tf32 (fp32 never uses TF32)", "fp32"},
@@ -154,12 +155,19 @@ DeviceKind device_kind(const std::string& s) {
   throw UsageError(fmt::format("--device-kind expects auto, cpu or cuda, got '{}'", s));
 }
 
-StrategyOptions strategy_options(const Flags& f, int devices) {
+int micro_batches(const Flags& f, int64_t global_batch) {
+  if (!f.has("micro-batches")) return static_cast<int>(std::min<int64_t>(kDefaultMicroBatches, global_batch));
+  const int64_t m = f.integer("micro-batches");
+  if (m < 1) throw UsageError(fmt::format("--micro-batches must be at least 1, got {}", m));
+  return static_cast<int>(m);
+}
+
+StrategyOptions strategy_options(const Flags& f, int devices, int64_t global_batch) {
   StrategyOptions o;
   o.devices = devices;
   o.kind = device_kind(f.str("device-kind"));
   o.oversubscribe = f.on("oversubscribe");
-  o.micro_batches = static_cast<int>(f.integer("micro-batches"));
+  o.micro_batches = micro_batches(f, global_batch);
   const double mb = f.number("bucket-mb");
   if (!(mb > 0)) throw UsageError(fmt::format("--bucket-mb must be positive, got {}", mb));
   o.bucket_bytes = static_cast<std::size_t>(mb * (1 << 20));

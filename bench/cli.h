@@ -50,7 +50,11 @@ std::vector<Flag> training_flags();
 WorkloadOptions workload_options(const Flags& f);
 // --device-kind auto|cpu|cuda -> a kind; auto means cuda when a GPU is present.
 DeviceKind device_kind(const std::string& s);
-StrategyOptions strategy_options(const Flags& f, int devices);
+// Pipeline micro-batches, one rule for every command: --micro-batches when given (the strategy
+// refuses more than the batch has samples), else min(kDefaultMicroBatches, global batch).
+constexpr int kDefaultMicroBatches = 4;
+int micro_batches(const Flags& f, int64_t global_batch);
+StrategyOptions strategy_options(const Flags& f, int devices, int64_t global_batch);
 
 int cmd_replay(const std::vector<std::string>& args);
 int cmd_train(const std::vector<std::string>& args);

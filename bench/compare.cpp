@@ -1,5 +1,6 @@
-// parbench compare: a CI regression gate over two GB JSON files. A thin command over
+// parbench compare: a CI regression gate over GB JSON files. A thin command over
 // reports/compare.h; exit 0 pass, 1 regression or lost benchmark, 2 bad input or unlike runs.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
@@ -10,33 +11,71 @@
 
 namespace pb {
 
+namespace {
+
+// A baseline: one Google Benchmark JSON file, or a folder of past runs: every *.json below it
+// except the run folders' report.json (parbench's own table, not a Google Benchmark file).
+std::vector<reports::RunFile> load_baselines(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::vector<reports::RunFile> out;
+  if (!fs::is_directory(path)) {
+    out.push_back(reports::load_run_json(path));
+    return out;
+  }
+  std::vector<std::string> files;
+  for (const auto& e : fs::recursive_directory_iterator(path))
+    if (e.is_regular_file() && e.path().extension() == ".json" && e.path().filename() != "report.json")
+      files.push_back(e.path().string());
+  std::sort(files.begin(), files.end());
+  if (files.empty()) throw UsageError(fmt::format("{}: a baseline folder, but it holds no .json file", path));
+  for (const std::string& f : files) out.push_back(reports::load_run_json(f));
+  return out;
+}
+
+}  // namespace
+
 int cmd_compare(const std::vector<std::string>& args) {
   Flags f("parbench compare",
-          "Compares a contender run with a baseline run (Google Benchmark JSON, any program's), benchmark by\n"
-          "benchmark: ratio of median times, two-sided Mann-Whitney U test over repetitions, verdict faster /\n"
-          "slower / same / missing / new / failed. Prints a markdown summary.\n"
-          "Exit status: 0 no regression; 1 a benchmark is slower by more than the threshold and significantly\n"
-          "so, or disappeared, or failed where the baseline ran; 2 bad input, or runs from different\n"
-          "environments (GPU model, device count, precision, library versions) without --force.\n"
-          "Rules: docs/reports.md.\n"
-          "usage: parbench compare BASELINE.json CONTENDER.json [flags]",
+          "Compares a contender run with a baseline (Google Benchmark JSON, any program's). The baseline is\n"
+          "one run, or a folder of past runs (every .json below it but report.json) taken together as the\n"
+          "baseline distribution. Benchmarks are matched by identity (the name without Google Benchmark's\n"
+          "/iterations:N/... suffixes). First the suite verdict: geometric mean of the time ratios with a\n"
+          "bootstrap confidence interval; then per benchmark: ratio of median times, two-sided Mann-Whitney U\n"
+          "test over repetitions, verdict faster / slower / same / missing / new / failed. Prints markdown.\n"
+          "Exit status: 0 no regression; 1 the suite is slower by the threshold (see docs/reports.md), or a\n"
+          "benchmark disappeared or failed where the baseline ran (with --gate each: or any benchmark is\n"
+          "slower); 2 bad input, or runs that differ in the environment or in what they measure (GPU, CPU,\n"
+          "library versions, workload and its parameters, precision, scaling, micro-batches, bucket size,\n"
+          "balance, threads, ...) without --force. Rules: docs/reports.md.\n"
+          "usage: parbench compare BASELINE.json|BASELINE_DIR CONTENDER.json [flags]",
           {
               {"threshold", "FRACTION", "smallest time change that counts (0.05 = 5%)", "0.05"},
-              {"alpha", "P", "significance level of the Mann-Whitney U test", "0.05"},
-              {"force", "", "compare even when the environments differ (the summary lists the differences)", ""},
+              {"alpha", "P", "significance level of the tests (the suite's interval is 1 - alpha)", "0.05"},
+              {"gate", "WHAT", "suite: fail on the suite verdict; each: also on any single benchmark's", "suite"},
+              {"time", "WHICH", "real: wall time per iteration; cpu: the process's CPU time per iteration", "real"},
+              {"force", "", "compare even when the runs are not comparable (the summary lists the differences)", ""},
               {"out", "FILE.md", "also write the markdown summary to this file", ""},
           });
   if (!f.parse(args)) return 0;
   if (f.positional().size() != 2)
-    throw UsageError(fmt::format("expected BASELINE.json CONTENDER.json, got {} file(s) (see parbench compare --help)",
+    throw UsageError(fmt::format("expected BASELINE CONTENDER.json, got {} argument(s) (see parbench compare --help)",
                                  f.positional().size()));
   reports::CompareOptions o;
   o.threshold = f.number("threshold");
   o.alpha = f.number("alpha");
-  const reports::RunFile base = reports::load_run_json(f.positional()[0]);
-  const reports::RunFile cont = reports::load_run_json(f.positional()[1]);
+  const std::string gate = f.str("gate");
+  if (gate != "suite" && gate != "each") throw UsageError(fmt::format("--gate expects suite or each, got '{}'", gate));
+  o.gate_each = gate == "each";
+  const std::string time = f.str("time");
+  if (time != "real" && time != "cpu") throw UsageError(fmt::format("--time expects real or cpu, got '{}'", time));
+  std::vector<reports::RunFile> base = load_baselines(f.positional()[0]);
+  reports::RunFile cont = reports::load_run_json(f.positional()[1]);
+  if (time == "cpu") {
+    for (reports::RunFile& b : base) b = reports::with_process_cpu_time(std::move(b));
+    cont = reports::with_process_cpu_time(std::move(cont));
+  }
   const reports::Comparison c = reports::compare_runs(base, cont, o, f.on("force"));
-  const std::string md = reports::comparison_markdown(c, base.source, cont.source);
+  const std::string md = reports::comparison_markdown(c, base.front().source, cont.source);
   std::fputs(md.c_str(), stdout);
   if (f.has("out")) {
     make_dirs(std::filesystem::path(f.str("out")).parent_path().string());

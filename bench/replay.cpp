@@ -73,7 +73,7 @@ int cmd_replay(const std::vector<std::string>& args) {
   // writes. --devices defaults to the number of processes there.
   const bool lead = process().rank == 0;
   const int devices = static_cast<int>(f.has("devices") || !multi_process() ? f.integer("devices") : process().size);
-  StrategyOptions so = strategy_options(f, devices);
+  StrategyOptions so = strategy_options(f, devices, batch);
   auto strategy = make_strategy(f.str("strategy"), so);
   strategy->setup(plan, params, net.adam);
   strategy->load_batch(x, t, batch);

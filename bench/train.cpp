@@ -27,7 +27,7 @@ int cmd_train(const std::vector<std::string>& args) {
   // Under MPI: --devices defaults to the number of processes; rank 0 prints (loss() is collective).
   const bool lead = process().rank == 0;
   const int devices = static_cast<int>(f.has("devices") || !multi_process() ? f.integer("devices") : process().size);
-  const StrategyOptions so = strategy_options(f, devices);
+  const StrategyOptions so = strategy_options(f, devices, batch);
   auto strategy = make_strategy(f.str("strategy"), so);
 
   std::vector<float> x = synthetic_values(batch * numel_of(plan.input), seed + 1);

@@ -1,21 +1,19 @@
 // The CI comparison: per benchmark, ratio of medians and a two-sided Mann-Whitney U test over
-// repetitions; the verdict rules are written out in docs/reports.md and in decide() below.
+// repetitions; for the suite, the geometric mean of the ratios with a bootstrap interval. The
+// verdict rules are written out in docs/reports.md and in decide() / suite_verdict() below.
 #include "reports/compare.h"
 
 #include <algorithm>
+#include <cmath>
+#include <random>
 
 #include "engine/check.h"
+#include "reports/schema.h"
 #include "reports/table.h"
 
 namespace pb::reports {
 
 namespace {
-
-// Context keys whose difference makes two runs incomparable (written by `parbench run`).
-const char* const kEnvKeys[] = {"device_kind", "gpu_count", "gpu_names",    "precision",   "cuda_driver",
-                                "cuda_runtime", "cudnn",    "nccl",         "conv_backend"};
-// Only for CPU runs: there the CPU is the device.
-const char* const kCpuEnvKeys[] = {"cpu_model", "cpu_threads"};
 
 std::string fmt_time(std::optional<double> s) {
   if (!s) return "-";
@@ -48,18 +46,80 @@ std::vector<EnvDiff> environment_diffs(const RunFile& baseline, const RunFile& c
     if (!hb && !hc) return;
     const std::string vb = hb ? baseline.context.at(key) : "(not recorded)";
     const std::string vc = hc ? contender.context.at(key) : "(not recorded)";
-    if (vb != vc) diffs.push_back({key, vb, vc});
+    if (vb != vc) diffs.push_back({key, vb, vc, baseline.source});
   };
-  for (const char* k : kEnvKeys) check(k);
-  if (baseline.context_value("device_kind") == "cpu" || contender.context_value("device_kind") == "cpu")
-    for (const char* k : kCpuEnvKeys) check(k);
+  const std::string kind = schema::context::device_kind.name;
+  const bool cpu = baseline.context_value(kind) == "cpu" || contender.context_value(kind) == "cpu";
+  for (const schema::Key& k : schema::kContext)
+    if (k.match == schema::Match::Always || (k.match == schema::Match::Cpu && cpu)) check(k.name);
   return diffs;
 }
 
 int Comparison::exit_code() const {
+  if (suite.verdict == Verdict::Slower) return 1;
   for (const CompareEntry& e : entries)
-    if (e.verdict == Verdict::Slower || e.verdict == Verdict::Missing || e.verdict == Verdict::Failed) return 1;
+    if (e.verdict == Verdict::Missing || e.verdict == Verdict::Failed || (options.gate_each && e.verdict == Verdict::Slower))
+      return 1;
   return 0;
+}
+
+SuiteVerdict suite_verdict(const std::vector<std::vector<std::vector<double>>>& base_runs,
+                           const std::vector<std::vector<double>>& cont, const CompareOptions& o) {
+  PB_CHECK(base_runs.size() == cont.size(), "suite_verdict: {} baseline vs {} contender benchmarks", base_runs.size(),
+           cont.size());
+  SuiteVerdict s;
+  s.benchmarks = static_cast<int>(cont.size());
+  if (cont.empty()) {
+    s.verdict = Verdict::Skipped;
+    s.note = "no benchmark measured on both sides";
+    return s;
+  }
+  auto pooled = [](const std::vector<std::vector<double>>& runs) {
+    std::vector<double> all;
+    for (const auto& r : runs) all.insert(all.end(), r.begin(), r.end());
+    return all;
+  };
+  auto geomean = [&](auto&& ratio_of) {
+    double log_sum = 0;
+    for (std::size_t b = 0; b < cont.size(); ++b) log_sum += std::log(ratio_of(b));
+    return std::exp(log_sum / static_cast<double>(cont.size()));
+  };
+  s.ratio = geomean([&](std::size_t b) { return median(cont[b]) / median(pooled(base_runs[b])); });
+  // Percentile bootstrap; a fixed seed keeps the verdict reproducible for the same files.
+  std::mt19937_64 rng(0x70617262656e6368ull);
+  auto pick = [&](std::size_t n) { return std::uniform_int_distribution<std::size_t>(0, n - 1)(rng); };
+  auto resample = [&](const std::vector<double>& v) {
+    std::vector<double> out(v.size());
+    for (double& x : out) x = v[pick(v.size())];
+    return out;
+  };
+  std::vector<double> stats;
+  for (int i = 0; i < std::max(1, o.bootstrap); ++i)
+    stats.push_back(geomean([&](std::size_t b) {
+      std::vector<double> base;  // runs with replacement, then repetitions within each run
+      for (std::size_t k = 0; k < base_runs[b].size(); ++k) {
+        const std::vector<double> r = resample(base_runs[b][pick(base_runs[b].size())]);
+        base.insert(base.end(), r.begin(), r.end());
+      }
+      return median(resample(cont[b])) / median(base);
+    }));
+  std::sort(stats.begin(), stats.end());
+  auto quantile = [&](double q) {
+    const double pos = q * static_cast<double>(stats.size() - 1);
+    const std::size_t i = static_cast<std::size_t>(pos);
+    const double frac = pos - static_cast<double>(i);
+    return i + 1 < stats.size() ? stats[i] * (1 - frac) + stats[i + 1] * frac : stats[i];
+  };
+  s.lo = quantile(o.alpha / 2);
+  s.hi = quantile(1 - o.alpha / 2);
+  // Slower: the interval lies above 1 (a slowdown is certain) and reaches 1 + threshold (one of
+  // the threshold's size is not ruled out). A certain but provably small change passes.
+  if (*s.lo > 1 && *s.hi > 1 + o.threshold) s.verdict = Verdict::Slower;
+  else if (*s.hi < 1 && *s.lo < 1 - o.threshold) s.verdict = Verdict::Faster;
+  else s.verdict = Verdict::Same;
+  if (s.verdict == Verdict::Same && (*s.lo > 1 || *s.hi < 1))
+    s.note = fmt::format("a change, but smaller than the threshold of {:g}%", o.threshold * 100);
+  return s;
 }
 
 namespace {
@@ -89,24 +149,35 @@ void decide(CompareEntry& e, const Benchmark& b, const Benchmark& c, const Compa
 
 }  // namespace
 
-Comparison compare_runs(const RunFile& baseline, const RunFile& contender, const CompareOptions& opts, bool force) {
+Comparison compare_runs(const std::vector<RunFile>& baselines, const RunFile& contender, const CompareOptions& opts,
+                        bool force) {
   if (!(opts.threshold >= 0)) throw UsageError(fmt::format("--threshold must be >= 0, got {}", opts.threshold));
   if (!(opts.alpha > 0 && opts.alpha < 1)) throw UsageError(fmt::format("--alpha must be in (0, 1), got {}", opts.alpha));
+  PB_CHECK(!baselines.empty(), "compare_runs: no baseline");
   Comparison out;
   out.options = opts;
-  out.env_diffs = environment_diffs(baseline, contender);
+  for (const RunFile& b : baselines) {
+    out.baseline_sources.push_back(b.source);
+    for (EnvDiff& d : environment_diffs(b, contender)) out.env_diffs.push_back(std::move(d));
+  }
   if (!out.env_diffs.empty() && !force) {
-    std::string msg = fmt::format("{} and {} were run in different environments (use --force to compare anyway):",
-                                  baseline.source, contender.source);
-    for (const EnvDiff& d : out.env_diffs) msg += fmt::format("\n  {}: baseline '{}', contender '{}'", d.key, d.baseline, d.contender);
+    std::string msg = fmt::format("the runs are not comparable: they differ in the environment or in what they measure "
+                                  "(use --force to compare anyway):");
+    for (const EnvDiff& d : out.env_diffs)
+      msg += fmt::format("\n  {}: baseline '{}' ({}), contender '{}' ({})", d.key, d.baseline, d.baseline_source,
+                         d.contender, contender.source);
     throw UsageError(msg);
   }
-  const std::vector<Benchmark> base = collect_benchmarks(baseline), cont = collect_benchmarks(contender);
+  std::vector<const RunFile*> base_files;
+  for (const RunFile& b : baselines) base_files.push_back(&b);
+  const std::vector<Benchmark> base = collect_benchmarks(base_files), cont = collect_benchmarks(contender);
   auto find = [](const std::vector<Benchmark>& v, const std::string& name) -> const Benchmark* {
     for (const Benchmark& b : v)
       if (b.name == name) return &b;
     return nullptr;
   };
+  std::vector<std::vector<std::vector<double>>> suite_base;
+  std::vector<std::vector<double>> suite_cont;
   for (const Benchmark& b : base) {
     CompareEntry e;
     e.name = b.name;
@@ -114,8 +185,8 @@ Comparison compare_runs(const RunFile& baseline, const RunFile& contender, const
     e.baseline_s = b.median_s();
     const Benchmark* c = find(cont, b.name);
     if (!c) {
-      e.verdict = Verdict::Missing;
-      e.note = "in the baseline, not in the contender";
+      e.verdict = b.error ? Verdict::Skipped : Verdict::Missing;
+      e.note = b.error ? "failed in the baseline, not in the contender" : "in the baseline, not in the contender";
     } else {
       e.n_contender = c->repetitions();
       e.contender_s = c->median_s();
@@ -125,11 +196,18 @@ Comparison compare_runs(const RunFile& baseline, const RunFile& contender, const
       } else if (!e.contender_s) {
         e.verdict = Verdict::Failed;
         e.note = "failed in the contender: " + (c->error_message.empty() ? std::string("no measurement") : c->error_message);
-      } else if (!e.baseline_s || *e.baseline_s <= 0) {
+      } else if (!e.baseline_s) {
         e.verdict = Verdict::New;
         e.note = "failed in the baseline: " + b.error_message;
       } else {
         decide(e, b, *c, opts);
+        // The suite's samples: repetition times (GB's aggregates stand in when that is all there is).
+        std::vector<std::vector<double>> runs(base_files.size());
+        for (std::size_t i = 0; i < b.times_s.size(); ++i) runs[static_cast<std::size_t>(b.times_file[i])].push_back(b.times_s[i]);
+        runs.erase(std::remove_if(runs.begin(), runs.end(), [](const auto& r) { return r.empty(); }), runs.end());
+        if (runs.empty()) runs.push_back({*e.baseline_s});
+        suite_base.push_back(std::move(runs));
+        suite_cont.push_back(c->times_s.empty() ? std::vector<double>{*e.contender_s} : c->times_s);
       }
     }
     out.entries.push_back(std::move(e));
@@ -144,14 +222,30 @@ Comparison compare_runs(const RunFile& baseline, const RunFile& contender, const
     e.note = c.error ? "new, and failed: " + c.error_message : "not in the baseline";
     out.entries.push_back(std::move(e));
   }
+  out.suite = suite_verdict(suite_base, suite_cont, opts);
   return out;
+}
+
+Comparison compare_runs(const RunFile& baseline, const RunFile& contender, const CompareOptions& opts, bool force) {
+  return compare_runs(std::vector<RunFile>{baseline}, contender, opts, force);
 }
 
 std::string comparison_markdown(const Comparison& c, const std::string& baseline_source,
                                 const std::string& contender_source) {
   std::string out = "# parbench compare\n\n";
-  out += fmt::format("Baseline `{}`, contender `{}`. Threshold {:g}%, alpha {:g}.\n\n", baseline_source, contender_source,
-                     c.options.threshold * 100, c.options.alpha);
+  const SuiteVerdict& s = c.suite;
+  // The suite verdict first: it is what the gate mostly rests on.
+  if (s.ratio)
+    out += fmt::format("**{}** suite of {} benchmark(s): geometric mean time ratio {:.3f} ({:g}% CI {:.3f} to {:.3f}): "
+                       "**{}**{}\n\n",
+                       c.exit_code() ? "FAIL" : "PASS", s.benchmarks, *s.ratio, (1 - c.options.alpha) * 100, *s.lo, *s.hi,
+                       verdict_name(s.verdict), s.note.empty() ? "" : " (" + s.note + ")");
+  else
+    out += fmt::format("**{}** suite: {}\n\n", c.exit_code() ? "FAIL" : "PASS", s.note);
+  const std::size_t more = c.baseline_sources.size() > 1 ? c.baseline_sources.size() - 1 : 0;
+  out += fmt::format("Baseline `{}`{}, contender `{}`. Threshold {:g}%, alpha {:g}.\n\n", baseline_source,
+                     more ? fmt::format(" and {} more run(s)", more) : "", contender_source, c.options.threshold * 100,
+                     c.options.alpha);
   if (!c.env_diffs.empty()) {
     out += "**Warning: the environments differ (compared with --force):**\n\n";
     for (const EnvDiff& d : c.env_diffs) out += fmt::format("- {}: baseline `{}`, contender `{}`\n", d.key, d.baseline, d.contender);
@@ -159,21 +253,24 @@ std::string comparison_markdown(const Comparison& c, const std::string& baseline
   }
   int counts[7] = {};
   for (const CompareEntry& e : c.entries) counts[static_cast<int>(e.verdict)]++;
-  out += fmt::format("**{}** ({} slower, {} missing, {} failed, {} faster, {} same, {} new, {} skipped)\n\n",
-                     c.exit_code() ? "FAIL" : "PASS", counts[1], counts[3], counts[5], counts[0], counts[2], counts[4], counts[6]);
+  out += fmt::format("Benchmarks: {} slower, {} missing, {} failed, {} faster, {} same, {} new, {} skipped\n\n",
+                     counts[1], counts[3], counts[5], counts[0], counts[2], counts[4], counts[6]);
   out += "| benchmark | baseline ms | contender ms | ratio | p-value | reps | verdict | note |\n";
   out += "|---|--:|--:|--:|--:|--:|:-:|---|\n";
   for (const CompareEntry& e : c.entries) {
     std::string p = "-";
     if (e.test) p = fmt::format("{:.3g}{}", e.test->p, e.test->exact ? "" : " (normal)");
     std::string v = verdict_name(e.verdict);
-    if (e.verdict == Verdict::Slower || e.verdict == Verdict::Missing || e.verdict == Verdict::Failed) v = "**" + v + "**";
+    if ((c.options.gate_each && e.verdict == Verdict::Slower) || e.verdict == Verdict::Missing || e.verdict == Verdict::Failed)
+      v = "**" + v + "**";
     out += fmt::format("| {} | {} | {} | {} | {} | {}/{} | {} | {} |\n", md_escape(e.name), fmt_time(e.baseline_s),
                        fmt_time(e.contender_s), e.ratio ? fmt::format("{:.3f}", *e.ratio) : "-", p, e.n_baseline,
                        e.n_contender, v, md_escape(e.note));
   }
-  out += "\nslower: ratio > 1 + threshold and p < alpha (or the ratio alone when the test is not possible); "
-         "exit code 1 on any slower, missing or failed benchmark. Rules: docs/reports.md.\n";
+  out += fmt::format("\nsuite slower: its interval lies above 1 and reaches beyond 1 + threshold. A benchmark is slower "
+                     "when its ratio > 1 + threshold and p < alpha (or the ratio alone when the test is not possible). "
+                     "Exit code 1 when the suite is slower or a benchmark is missing or failed{}. Rules: docs/reports.md.\n",
+                     c.options.gate_each ? ", or any benchmark is slower (--gate each)" : "");
   return out;
 }
 

@@ -1,5 +1,6 @@
-// Baseline vs contender: benchmarks matched by name, a time ratio and a Mann-Whitney U test per
-// benchmark, a verdict, and the exit code a CI job gates on. Rules: docs/reports.md.
+// Baseline vs contender: benchmarks matched by identity, a time ratio and a Mann-Whitney U test
+// per benchmark, a suite verdict (geometric mean of the ratios with a bootstrap confidence
+// interval), and the exit code a CI job gates on. Rules: docs/reports.md.
 #pragma once
 
 #include <optional>
@@ -13,7 +14,9 @@ namespace pb::reports {
 
 struct CompareOptions {
   double threshold = 0.05;  // a time ratio beyond 1 +- threshold is a change
-  double alpha = 0.05;      // significance level of the two-sided test
+  double alpha = 0.05;      // significance level of the tests; the suite's interval is 1 - alpha
+  int bootstrap = 2000;     // resamples for the suite's confidence interval
+  bool gate_each = false;   // also fail on a single benchmark's "slower"
 };
 
 enum class Verdict { Faster, Slower, Same, Missing, New, Failed, Skipped };
@@ -29,28 +32,51 @@ struct CompareEntry {
   std::string note;                               // why the verdict (test skipped, error text)
 };
 
+// The suite: every benchmark both sides measured. ratio = geometric mean over the benchmarks of
+// median contender / median baseline repetition time; [lo, hi] its percentile bootstrap
+// interval at 1 - alpha (repetitions resampled per benchmark; with several baseline runs, runs
+// first and then their repetitions).
+struct SuiteVerdict {
+  int benchmarks = 0;
+  std::optional<double> ratio, lo, hi;
+  Verdict verdict = Verdict::Same;  // Slower, Faster or Same (Skipped when nothing matched)
+  std::string note;
+};
+
 // A context entry that differs between the two runs (absent on one side counts as differing).
 struct EnvDiff {
   std::string key, baseline, contender;
+  std::string baseline_source;
 };
 
-// The environment keys that must agree: device kind, GPU names and count, precision, library
-// versions (driver, runtime, cuDNN, NCCL, CPU conv backend), and for CPU runs the CPU model.
+// The context keys that must agree (schema.h, Match::Always; Match::Cpu when either run is a
+// CPU run): the environment (device kind, GPUs, library versions, CPU) and everything that
+// changes the work or the arithmetic (workload and its parameters, parameter count, forward
+// FLOPs, precision, scaling, micro-batches, bucket size, balance, threads, ...).
 std::vector<EnvDiff> environment_diffs(const RunFile& baseline, const RunFile& contender);
 
 struct Comparison {
   std::vector<CompareEntry> entries;
+  SuiteVerdict suite;
   std::vector<EnvDiff> env_diffs;  // non-empty only when forced
   CompareOptions options;
-  // 1 when a benchmark is significantly slower beyond the threshold, disappeared, or failed
-  // where the baseline ran; else 0.
+  std::vector<std::string> baseline_sources;
+  // 1 when the suite is slower, a benchmark disappeared or failed where the baseline ran, or
+  // (gate_each) a benchmark is slower; else 0.
   int exit_code() const;
 };
 
-// Throws UsageError listing the differences when the environments differ and !force.
+// Several baselines (past runs of the same build) are one baseline distribution. Throws
+// UsageError listing the differing keys when the runs are not comparable and !force.
+Comparison compare_runs(const std::vector<RunFile>& baselines, const RunFile& contender, const CompareOptions& opts,
+                        bool force);
 Comparison compare_runs(const RunFile& baseline, const RunFile& contender, const CompareOptions& opts, bool force);
 
 std::string comparison_markdown(const Comparison& c, const std::string& baseline_source,
                                 const std::string& contender_source);
+// The suite statistic alone (for tests): runs[b] are benchmark b's baseline repetition times
+// grouped by run, cont[b] its contender repetition times.
+SuiteVerdict suite_verdict(const std::vector<std::vector<std::vector<double>>>& base_runs,
+                           const std::vector<std::vector<double>>& cont, const CompareOptions& o);
 
 }  // namespace pb::reports

@@ -3,12 +3,15 @@
 #include "reports/gbjson.h"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "engine/check.h"
 #include "engine/fsutil.h"
+#include "reports/schema.h"
 #include "reports/stats.h"
 
 namespace pb::reports {
@@ -39,7 +42,24 @@ double time_unit_seconds(const std::string& unit, const std::string& source, con
   bad(source, where, fmt::format("field \"time_unit\" must be ns, us, ms or s, got \"{}\"", unit));
 }
 
+bool is_gb_suffix(const std::string& part) {
+  for (const char* key : {"iterations:", "repeats:", "threads:", "min_time:", "min_warmup_time:"})
+    if (part.rfind(key, 0) == 0) return true;
+  return part == "manual_time" || part == "real_time" || part == "process_time";
+}
+
 }  // namespace
+
+std::string benchmark_identity(const std::string& run_name) {
+  std::vector<std::string> parts;
+  std::stringstream ss(run_name);
+  std::string part;
+  while (std::getline(ss, part, '/')) parts.push_back(part);
+  while (parts.size() > 1 && is_gb_suffix(parts.back())) parts.pop_back();
+  std::string out;
+  for (std::size_t i = 0; i < parts.size(); ++i) out += (i ? "/" : "") + parts[i];
+  return out;
+}
 
 std::string nan_to_null(const std::string& text) {
   std::string out;
@@ -99,6 +119,28 @@ RunFile parse_run_json(const std::string& text, const std::string& source) {
       file.context[it.key()] = it.value().is_string() ? it.value().get<std::string>() : it.value().dump();
   }
 
+  if (doc.contains(schema::iteration_times.name)) {
+    const std::string field = schema::iteration_times.name;
+    const json& it = doc.at(field);
+    if (!it.is_object()) bad(source, "", fmt::format("field \"{}\" must be an object, got a JSON {}", field, type_name(it)));
+    for (auto e = it.begin(); e != it.end(); ++e) {
+      const std::string where = fmt::format("{}[\"{}\"]", field, e.key());
+      if (!e.value().is_array()) bad(source, where, "expected an array of repetitions");
+      std::vector<std::vector<double>> reps;
+      for (const json& rep : e.value()) {
+        if (!rep.is_array()) bad(source, where, "expected an array of repetitions, each an array of seconds");
+        std::vector<double> times;
+        for (const json& t : rep) {
+          if (!t.is_number() || !(t.get<double>() > 0) || !std::isfinite(t.get<double>()))
+            bad(source, where, fmt::format("every iteration time must be a positive finite number, got {}", t.dump()));
+          times.push_back(t.get<double>());
+        }
+        if (!times.empty()) reps.push_back(std::move(times));
+      }
+      file.iteration_times[benchmark_identity(e.key())] = std::move(reps);
+    }
+  }
+
   for (std::size_t i = 0; i < list.size(); ++i) {
     const json& b = list[i];
     std::string where = fmt::format("benchmarks[{}]", i);
@@ -154,7 +196,11 @@ RunFile parse_run_json(const std::string& text, const std::string& source) {
         r.real_s = real * scale;
         r.cpu_s = cpu * scale;
       }
-      if (!r.aggregate && !(r.real_s >= 0)) bad(source, where, fmt::format("field \"real_time\" must be >= 0, got {}", real));
+      // A measured time is positive and finite; a zero or an overflow is a broken record, not a
+      // fast benchmark. (Aggregates such as stddev may be 0.)
+      const bool is_time = !r.aggregate || r.aggregate_name == "mean" || r.aggregate_name == "median";
+      if (is_time && !r.percentage && !(r.real_s > 0 && std::isfinite(r.real_s)))
+        bad(source, where, fmt::format("field \"real_time\" must be a positive finite time, got {}", b.at("real_time").dump()));
     }
     for (auto it = b.begin(); it != b.end(); ++it)
       if (!kKnownFields.count(it.key()) && it.value().is_number()) r.counters[it.key()] = it.value().get<double>();
@@ -165,7 +211,25 @@ RunFile parse_run_json(const std::string& text, const std::string& source) {
 
 RunFile load_run_json(const std::string& path) { return parse_run_json(read_file(path), path); }
 
+RunFile with_process_cpu_time(RunFile f) {
+  for (BenchRun& r : f.runs) {
+    if (r.error || r.percentage) continue;
+    if (r.run_name.find("/process_time") == std::string::npos)
+      throw UsageError(fmt::format("{}: benchmark \"{}\": its cpu_time is not the process's CPU time (no /process_time "
+                                   "in the name); compare wall time instead",
+                                   f.source, r.run_name));
+    if (!r.aggregate && !(r.cpu_s > 0 && std::isfinite(r.cpu_s)))
+      throw UsageError(fmt::format("{}: benchmark \"{}\": cpu_time must be a positive finite time", f.source, r.name));
+    r.real_s = r.cpu_s;
+  }
+  f.iteration_times.clear();
+  return f;
+}
+
 std::optional<double> Benchmark::median_s() const {
+  std::vector<double> all;
+  for (const std::vector<double>& rep : iteration_times_s) all.insert(all.end(), rep.begin(), rep.end());
+  if (!all.empty()) return median(all);
   if (!times_s.empty()) return median(times_s);
   auto it = aggregates.find("median");
   if (it != aggregates.end()) return it->second;
@@ -195,21 +259,46 @@ std::vector<Benchmark> collect_benchmarks(const std::vector<const RunFile*>& fil
     out.back().name = name;
     return out.back();
   };
-  for (const RunFile* f : files) {
+  for (std::size_t fi = 0; fi < files.size(); ++fi) {
+    const RunFile* f = files[fi];
+    // Counters of GB's median (else mean) aggregate: the only ones a file written with
+    // --benchmark_report_aggregates_only has.
+    std::map<std::string, std::map<std::string, double>> agg_counters;
+    std::map<std::string, bool> has_iterations;
     for (const BenchRun& r : f->runs) {
-      Benchmark& b = find(r.run_name);
+      Benchmark& b = find(benchmark_identity(r.run_name));
       if (r.error) {
         if (b.error_message.empty()) b.error_message = r.error_message;
         continue;
       }
       if (r.aggregate) {
-        // GB's own statistics: used only when a file holds aggregates but no repetitions.
         if (!r.percentage) b.aggregates[r.aggregate_name] = r.real_s;
+        b.aggregate_repetitions = std::max(b.aggregate_repetitions, r.repetitions);
+        if (r.aggregate_name == "median" || (r.aggregate_name == "mean" && !agg_counters.count(b.name)))
+          agg_counters[b.name] = r.counters;
         continue;
       }
+      has_iterations[b.name] = true;
       if (b.times_s.empty()) b.iterations = r.iterations;
       b.times_s.push_back(r.real_s);
+      b.times_file.push_back(static_cast<int>(fi));
       for (const auto& [k, v] : r.counters) b.counters[k].push_back(v);
+    }
+    for (const auto& [name, reps] : f->iteration_times) {
+      Benchmark& b = find(name);
+      b.iteration_times_s.insert(b.iteration_times_s.end(), reps.begin(), reps.end());
+      if (has_iterations[name]) continue;
+      // Aggregates only: the repetitions' times are the means of their iterations.
+      for (const std::vector<double>& rep : reps) {
+        b.times_s.push_back(mean(rep));
+        b.times_file.push_back(static_cast<int>(fi));
+      }
+      if (b.iterations == 0 && !reps.empty()) b.iterations = static_cast<int64_t>(reps.front().size());
+    }
+    for (const auto& [name, counters] : agg_counters) {
+      if (has_iterations[name]) continue;
+      Benchmark& b = find(name);
+      for (const auto& [k, v] : counters) b.counters[k].push_back(v);
     }
   }
   for (Benchmark& b : out) b.error = b.times_s.empty() && b.aggregates.empty() && !b.error_message.empty();

@@ -1,14 +1,13 @@
-// Table arithmetic and its three renderings. Every derived column's formula is written next to
-// the line computing it and in docs/reports.md.
+// Table arithmetic: grouping by identity, the derived columns (each formula written next to the
+// line computing it and in docs/reports.md). The renderings are in table_render.cpp.
 #include "reports/table.h"
 
 #include <algorithm>
 #include <map>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
-
 #include "engine/check.h"
+#include "reports/schema.h"
 #include "reports/stats.h"
 
 namespace pb::reports {
@@ -28,17 +27,20 @@ bool parse_int(const std::string& s, int64_t& out) {
   }
 }
 
-// Known strategies first, in the order of the seed's comparison; others alphabetically after.
-int strategy_rank(const std::string& s) {
-  static const char* order[] = {"regular", "dp", "ddp", "mp", "pipeline"};
-  for (int i = 0; i < 5; ++i)
-    if (s == order[i]) return i;
-  return 5;
+// Display order: the run's (context strategy_order, the registry's order), else first appearance.
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
 }
 
 void merge_into(Benchmark& into, const Benchmark& from) {
   if (into.times_s.empty()) into.iterations = from.iterations;
   into.times_s.insert(into.times_s.end(), from.times_s.begin(), from.times_s.end());
+  into.iteration_times_s.insert(into.iteration_times_s.end(), from.iteration_times_s.begin(), from.iteration_times_s.end());
   for (const auto& [k, v] : from.counters) into.counters[k].insert(into.counters[k].end(), v.begin(), v.end());
   for (const auto& [k, v] : from.aggregates) into.aggregates.emplace(k, v);
   if (into.error_message.empty()) into.error_message = from.error_message;
@@ -50,45 +52,11 @@ struct GroupBuild {
   std::vector<Benchmark> benches;
 };
 
-// Plain numbers for tables: a few significant digits, never exponent notation for times.
-std::string num(double x) {
-  const double a = std::abs(x);
-  if (a >= 1000) return fmt::format("{:.0f}", x);
-  if (a >= 100) return fmt::format("{:.1f}", x);
-  if (a >= 1) return fmt::format("{:.2f}", x);
-  if (a == 0) return "0";
-  return fmt::format("{:.3g}", x);
-}
-
-std::string opt(const std::optional<double>& v, const std::string& suffix = "") {
-  return v ? num(*v) + suffix : "-";
-}
-std::string pct(const std::optional<double>& v) { return v ? fmt::format("{:.1f}%", *v * 100) : "-"; }
-
-
-std::string csv_field(const std::string& s) {
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"') out += '"';
-    out += c;
-  }
-  return out + "\"";
-}
-
-std::string csv_num(const std::optional<double>& v) { return v ? fmt::format("{:.9g}", *v) : ""; }
-
-nlohmann::json json_num(const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); }
-
 }  // namespace
 
-std::string md_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '|') out += "\\|";
-    else if (c == '\n') out += ' ';
-    else out += c;
-  }
+std::string BenchName::workload_id() const {
+  std::string out = workload;
+  for (const std::string& p : workload_params) out += "/" + p;
   return out;
 }
 
@@ -97,27 +65,37 @@ std::optional<BenchName> parse_bench_name(const std::string& name) {
   std::stringstream ss(name);
   std::string part;
   while (std::getline(ss, part, '/')) parts.push_back(part);
-  if (parts.size() < 4 || parts[0].empty() || parts[1].empty()) return std::nullopt;
+  if (parts.empty() || parts[0].empty() || parts[0].find(':') != std::string::npos) return std::nullopt;
   BenchName b;
   b.workload = parts[0];
-  b.strategy = parts[1];
+  std::size_t i = 1;
+  for (; i < parts.size() && parts[i].find(':') != std::string::npos; ++i) b.workload_params.push_back(parts[i]);
+  if (i >= parts.size() || parts[i].empty()) return std::nullopt;
+  b.strategy = parts[i++];
   bool have_devices = false, have_batch = false;
-  for (std::size_t i = 2; i < parts.size(); ++i) {
+  for (; i < parts.size(); ++i) {
     int64_t v = 0;
-    if (parts[i].rfind("devices:", 0) == 0 && parse_int(parts[i].substr(8), v) && v >= 1) {
+    const std::string& p = parts[i];
+    if (p.rfind("devices:", 0) == 0 && parse_int(p.substr(8), v) && v >= 1) {
       b.devices = static_cast<int>(v);
       have_devices = true;
-    } else if (parts[i].rfind("batch:", 0) == 0 && parse_int(parts[i].substr(6), v) && v >= 1) {
+    } else if (p.rfind("batch:", 0) == 0 && parse_int(p.substr(6), v) && v >= 1) {
       b.batch = v;
       have_batch = true;
+    } else if (have_batch && p.find(':') != std::string::npos) {
+      b.options.push_back(p);
+    } else {
+      return std::nullopt;
     }
   }
   if (!have_devices || !have_batch) return std::nullopt;
   return b;
 }
 
-std::string bench_name(const std::string& workload, const std::string& strategy, int devices, int64_t batch) {
-  return fmt::format("{}/{}/devices:{}/batch:{}", workload, strategy, devices, batch);
+std::string bench_name(const BenchName& n) {
+  std::string out = fmt::format("{}/{}/devices:{}/batch:{}", n.workload_id(), n.strategy, n.devices, n.batch);
+  for (const std::string& o : n.options) out += "/" + o;
+  return out;
 }
 
 std::string Group::title() const {
@@ -127,57 +105,97 @@ std::string Group::title() const {
                    scaling_assumed ? " (assumed: the run did not record it)" : "");
   if (!precision.empty()) t += ", " + precision;
   if (!device_kind.empty()) t += ", " + device_kind;
+  if (!distinction.empty()) t += " [" + distinction + "]";
   return t;
 }
 
 Report build_report(const std::vector<RunFile>& files) {
   Report report;
   std::vector<GroupBuild> builds;
+  std::vector<std::string> order;  // strategies in display order
+  for (const RunFile& f : files)
+    for (const std::string& s : split_commas(f.context_value(schema::context::strategy_order.name)))
+      if (std::find(order.begin(), order.end(), s) == order.end()) order.push_back(s);
+  std::string baseline_strategy;   // single-device: the speedup's reference
+  for (const RunFile& f : files) {
+    const auto single = split_commas(f.context_value(schema::context::single_device_strategies.name));
+    if (!single.empty() && baseline_strategy.empty()) baseline_strategy = single.front();
+  }
+  if (baseline_strategy.empty()) baseline_strategy = "regular";  // runs that did not record it
+
   for (const RunFile& f : files) {
     report.sources.push_back(f.source);
-    std::string scaling = f.context_value("scaling");
+    std::string scaling = f.context_value(schema::context::scaling.name);
     const bool assumed = scaling.empty();
     if (assumed) scaling = "weak";
     if (scaling != "weak" && scaling != "strong")
       throw UsageError(fmt::format("{}: context \"scaling\" must be weak or strong, got \"{}\"", f.source, scaling));
     const double fwd_flops = [&] {
       try {
-        return std::stod(f.context_value("forward_flops_per_sample", "0"));
+        return std::stod(f.context_value(schema::context::forward_flops_per_sample.name, "0"));
       } catch (const std::exception&) {
         return 0.0;
       }
     }();
+    std::map<std::string, std::string> work;
+    for (const schema::Key& k : schema::kContext)
+      if (k.match != schema::Match::No && f.context.count(k.name)) work[k.name] = f.context.at(k.name);
+    if (!f.context.count(schema::context::scaling.name)) work[schema::context::scaling.name] = scaling;
     for (Benchmark& b : collect_benchmarks(f)) {
       const auto parsed = parse_bench_name(b.name);
       if (!parsed)
         throw UsageError(fmt::format(
-            "{}: benchmark \"{}\" is not a parbench benchmark (expected workload/strategy/devices:N/batch:B); "
-            "use 'parbench compare' for other Google Benchmark files",
+            "{}: benchmark \"{}\" is not a parbench benchmark (expected "
+            "workload[/param:value...]/strategy/devices:N/batch:B); use 'parbench compare' for other Google "
+            "Benchmark files",
             f.source, b.name));
+      for (const std::string& s : {parsed->strategy})
+        if (std::find(order.begin(), order.end(), s) == order.end()) order.push_back(s);
       GroupBuild* g = nullptr;
       for (GroupBuild& c : builds)
-        if (c.group.workload == parsed->workload && c.group.scaling == scaling && c.group.batch == parsed->batch &&
-            c.group.precision == f.context_value("precision") && c.group.device_kind == f.context_value("device_kind"))
-          g = &c;
+        if (c.group.workload_id == parsed->workload_id() && c.group.batch == parsed->batch && c.group.work == work) g = &c;
       if (!g) {
         builds.emplace_back();
         g = &builds.back();
         g->group.workload = parsed->workload;
+        g->group.workload_id = parsed->workload_id();
+        g->group.work = work;
         g->group.scaling = scaling;
         g->group.scaling_assumed = assumed;
         g->group.batch = parsed->batch;
-        g->group.precision = f.context_value("precision");
-        g->group.device_kind = f.context_value("device_kind");
-        g->group.workload_params = f.context_value("workload_params");
+        g->group.precision = f.context_value(schema::context::precision.name);
+        g->group.device_kind = f.context_value(schema::context::device_kind.name);
+        g->group.workload_params = f.context_value(schema::context::workload_params.name);
+        if (g->group.workload_params.empty())
+          for (const std::string& p : parsed->workload_params)
+            g->group.workload_params += (g->group.workload_params.empty() ? "" : ", ") + p;
       }
       // Throughput needs FLOPs per sample from the file that ran it: keep it as a counter.
-      if (fwd_flops > 0 && !b.counters.count("forward_flops_per_sample"))
-        b.counters["forward_flops_per_sample"] = std::vector<double>(b.times_s.size(), fwd_flops);
+      if (fwd_flops > 0 && !b.counters.count(schema::context::forward_flops_per_sample.name))
+        b.counters[schema::context::forward_flops_per_sample.name] = std::vector<double>(b.times_s.size(), fwd_flops);
       auto same = std::find_if(g->benches.begin(), g->benches.end(), [&](const Benchmark& o) { return o.name == b.name; });
       if (same != g->benches.end()) merge_into(*same, b);
       else g->benches.push_back(b);
     }
   }
+  // Groups with the same title name what sets them apart (a bucket size, a thread count, ...).
+  std::vector<std::string> titles;
+  for (const GroupBuild& g : builds) titles.push_back(g.group.title());
+  for (std::size_t i = 0; i < builds.size(); ++i)
+    for (std::size_t j = 0; j < builds.size(); ++j) {
+      GroupBuild& g = builds[i];
+      const GroupBuild& o = builds[j];
+      if (i == j || titles[i] != titles[j]) continue;
+      for (const auto& [k, v] : g.group.work) {
+        auto it = o.group.work.find(k);
+        const std::string entry = k + " " + v;
+        if ((it == o.group.work.end() || it->second != v) && g.group.distinction.find(entry) == std::string::npos)
+          g.group.distinction += (g.group.distinction.empty() ? "" : ", ") + entry;
+      }
+    }
+  auto strategy_rank = [&](const std::string& s) {
+    return static_cast<int>(std::find(order.begin(), order.end(), s) - order.begin());
+  };
 
   for (GroupBuild& gb : builds) {
     Group& g = gb.group;
@@ -193,36 +211,35 @@ Report build_report(const std::vector<RunFile>& files) {
       const auto med = b.median_s();
       if (!r.error && med && *med > 0) {
         r.median_ms = *med * 1e3;
-        if (b.repetitions() >= 2) {
+        if (b.times_s.size() >= 2) {
           r.cv = coefficient_of_variation(b.times_s);
-        } else if (auto c = b.counter_median("iter_cv")) {
+        } else if (auto c = b.counter_median(schema::counter::iter_cv.name)) {
           r.cv = *c;
           r.cv_within_run = true;
         }
         // Samples per iteration: the run's own count, else what the scaling mode implies.
         double samples = static_cast<double>(g.scaling == "weak" ? n.batch * n.devices : n.batch);
-        if (auto s = b.counter_median("global_batch")) samples = *s;
+        if (auto s = b.counter_median(schema::counter::global_batch.name)) samples = *s;
         r.samples_per_iteration = samples;
         r.samples_per_s = samples / *med;  // throughput = samples per iteration / seconds per iteration
-        if (auto fwd = b.counter_median("forward_flops_per_sample"); fwd && *fwd > 0)
+        if (auto fwd = b.counter_median(schema::context::forward_flops_per_sample.name); fwd && *fwd > 0)
           r.flop_per_s = 3 * *fwd * samples / *med;  // backward ~ 2x forward
-        else if (auto fl = b.counter_median("flop_per_s"))
+        else if (auto fl = b.counter_median(schema::counter::flop_per_s.name))
           r.flop_per_s = *fl;
-        if (auto p = b.counter_max("peak_bytes_max")) r.peak_mib_max = *p / kMiB;
-        if (auto p = b.counter_max("peak_bytes_dev0")) r.peak_mib_dev0 = *p / kMiB;
-        if (auto c = b.counter_median("comm_s_per_iter")) r.comm_share = *c / *med;
-        if (auto c = b.counter_median("comm_bytes_per_iter")) r.comm_mib_per_iteration = *c / kMiB;
-        if (auto bub = b.counter_median("bubble_fraction"); bub && (*bub > 0 || n.strategy == "pipeline")) r.bubble = *bub;
-        if (auto w = b.counter_median("workers_used")) r.workers_used = *w;
-        if (auto o = b.counter_max("oversubscribed")) r.oversubscribed = *o;
+        if (auto p = b.counter_max(schema::counter::peak_bytes_max.name)) r.peak_mib_max = *p / kMiB;
+        if (auto p = b.counter_max(schema::counter::peak_bytes_dev0.name)) r.peak_mib_dev0 = *p / kMiB;
+        if (auto c = b.counter_median(schema::counter::comm_s_per_iter.name)) r.comm_share = *c / *med;
+        if (auto c = b.counter_median(schema::counter::comm_bytes_per_iter.name)) r.comm_mib_per_iteration = *c / kMiB;
+        if (auto bub = b.counter_median(schema::counter::bubble_fraction.name); bub && (*bub > 0 || b.counter_median(schema::counter::micro_batches.name).value_or(0) > 1))
+          r.bubble = *bub;
+        if (auto w = b.counter_median(schema::counter::workers_used.name)) r.workers_used = *w;
+        if (auto o = b.counter_max(schema::counter::oversubscribed.name)) r.oversubscribed = *o;
       }
       g.rows.push_back(std::move(r));
     }
-    std::stable_sort(g.rows.begin(), g.rows.end(), [](const Row& a, const Row& b) {
+    std::stable_sort(g.rows.begin(), g.rows.end(), [&](const Row& a, const Row& b) {
       if (a.devices != b.devices) return a.devices < b.devices;
-      const int ra = strategy_rank(a.strategy), rb = strategy_rank(b.strategy);
-      if (ra != rb) return ra < rb;
-      return a.strategy < b.strategy;
+      return strategy_rank(a.strategy) < strategy_rank(b.strategy);
     });
 
     auto one_device = [&](const std::string& strategy) -> const Row* {
@@ -230,7 +247,7 @@ Report build_report(const std::vector<RunFile>& files) {
         if (r.strategy == strategy && r.devices == 1 && r.samples_per_s) return &r;
       return nullptr;
     };
-    const Row* base = one_device("regular");
+    const Row* base = one_device(baseline_strategy);
     if (base) {
       g.baseline = base->name;
       g.ideal_base_samples_per_s = base->samples_per_s;
@@ -267,119 +284,6 @@ Report build_report(const std::vector<RunFile>& files) {
     report.groups.push_back(std::move(g));
   }
   return report;
-}
-
-std::string report_markdown(const Report& rep) {
-  std::string out;
-  for (const Group& g : rep.groups) {
-    out += fmt::format("## {}\n\n", g.title());
-    out += "| strategy | devices | ms/iteration (median) | CV | samples/s | GFLOP/s | speedup vs regular x1 "
-           "| scaling efficiency | peak MiB/device | comm share | bubble | best |\n";
-    out += "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|:-:|\n";
-    bool within = false, other_base = false;
-    for (const Row& r : g.rows) {
-      if (r.error || !r.median_ms) {
-        out += fmt::format("| {} | {} | error: {} | | | | | | | | | |\n", r.strategy, r.devices,
-                           md_escape(r.error_message.empty() ? "no measurement" : r.error_message));
-        continue;
-      }
-      std::string cv = "-";
-      if (r.cv) {
-        cv = fmt::format("{:.1f}%{}", *r.cv * 100, r.cv_within_run ? "*" : "");
-        within |= r.cv_within_run;
-      }
-      std::string eff = pct(r.efficiency);
-      if (r.efficiency && r.efficiency_from_regular) {
-        eff += " +";
-        other_base = true;
-      }
-      out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", r.strategy, r.devices,
-                         num(*r.median_ms), cv, opt(r.samples_per_s),
-                         r.flop_per_s ? num(*r.flop_per_s / 1e9) : "-", opt(r.speedup, "x"), eff, opt(r.peak_mib_max),
-                         pct(r.comm_share), pct(r.bubble), r.best ? "**best**" : "");
-    }
-    out += "\n";
-    out += g.scaling == "weak" ? "Scaling efficiency (weak) = thr(N) / (N x thr(1))"
-                               : "Scaling efficiency (strong) = T(1) / (N x T(N))";
-    out += ", relative to the same strategy on one device";
-    if (g.baseline.empty()) out += "; no regular run on one device, so no speedup";
-    out += ". Formulas: docs/reports.md.\n";
-    if (other_base) out += "+ this strategy has no one-device run: efficiency relative to regular on one device.\n";
-    if (within) out += "\\* one repetition: CV over its iterations (add --benchmark_repetitions=N for CV over repetitions).\n";
-    out += "\n";
-  }
-  if (rep.groups.empty()) out += "No benchmarks.\n";
-  return out;
-}
-
-std::string report_csv(const Report& rep) {
-  std::string out =
-      "workload,scaling,batch,precision,device_kind,strategy,devices,repetitions,median_ms,cv,cv_over,"
-      "samples_per_iteration,samples_per_s,flop_per_s,speedup,efficiency,efficiency_base,peak_mib_max,peak_mib_dev0,"
-      "comm_share,comm_mib_per_iteration,bubble_fraction,workers_used,oversubscribed,best,error\n";
-  for (const Group& g : rep.groups)
-    for (const Row& r : g.rows) {
-      const std::string cv_over = r.cv ? (r.cv_within_run ? "iterations" : "repetitions") : "";
-      out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
-                         csv_field(g.workload), g.scaling, g.batch, csv_field(g.precision), csv_field(g.device_kind),
-                         csv_field(r.strategy), r.devices, r.repetitions, csv_num(r.median_ms), csv_num(r.cv), cv_over,
-                         csv_num(r.samples_per_iteration), csv_num(r.samples_per_s), csv_num(r.flop_per_s),
-                         csv_num(r.speedup), csv_num(r.efficiency), csv_field(r.efficiency_base),
-                         csv_num(r.peak_mib_max), csv_num(r.peak_mib_dev0), csv_num(r.comm_share),
-                         csv_num(r.comm_mib_per_iteration), csv_num(r.bubble), csv_num(r.workers_used),
-                         csv_num(r.oversubscribed), r.best ? 1 : 0, csv_field(r.error ? r.error_message : ""));
-    }
-  return out;
-}
-
-std::string report_json(const Report& rep) {
-  using nlohmann::json;
-  json doc;
-  doc["parbench_report"] = 1;
-  doc["sources"] = rep.sources;
-  doc["groups"] = json::array();
-  for (const Group& g : rep.groups) {
-    json jg;
-    jg["title"] = g.title();
-    jg["workload"] = g.workload;
-    jg["workload_params"] = g.workload_params;
-    jg["scaling"] = g.scaling;
-    jg["scaling_assumed"] = g.scaling_assumed;
-    jg["batch"] = g.batch;
-    jg["precision"] = g.precision;
-    jg["device_kind"] = g.device_kind;
-    jg["baseline"] = g.baseline;
-    jg["ideal_base_samples_per_s"] = json_num(g.ideal_base_samples_per_s);
-    jg["rows"] = json::array();
-    for (const Row& r : g.rows) {
-      json jr;
-      jr["name"] = r.name;
-      jr["strategy"] = r.strategy;
-      jr["devices"] = r.devices;
-      jr["repetitions"] = r.repetitions;
-      jr["error"] = r.error ? json(r.error_message) : json(nullptr);
-      jr["median_ms"] = json_num(r.median_ms);
-      jr["cv"] = json_num(r.cv);
-      jr["cv_over"] = r.cv ? json(r.cv_within_run ? "iterations" : "repetitions") : json(nullptr);
-      jr["samples_per_iteration"] = json_num(r.samples_per_iteration);
-      jr["samples_per_s"] = json_num(r.samples_per_s);
-      jr["flop_per_s"] = json_num(r.flop_per_s);
-      jr["speedup"] = json_num(r.speedup);
-      jr["efficiency"] = json_num(r.efficiency);
-      jr["efficiency_base"] = r.efficiency_base;
-      jr["peak_mib_max"] = json_num(r.peak_mib_max);
-      jr["peak_mib_dev0"] = json_num(r.peak_mib_dev0);
-      jr["comm_share"] = json_num(r.comm_share);
-      jr["comm_mib_per_iteration"] = json_num(r.comm_mib_per_iteration);
-      jr["bubble_fraction"] = json_num(r.bubble);
-      jr["workers_used"] = json_num(r.workers_used);
-      jr["oversubscribed"] = json_num(r.oversubscribed);
-      jr["best"] = r.best;
-      jg["rows"].push_back(std::move(jr));
-    }
-    doc["groups"].push_back(std::move(jg));
-  }
-  return doc.dump(2) + "\n";
 }
 
 }  // namespace pb::reports

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -13,16 +14,22 @@
 
 namespace pb::reports {
 
-// A parbench benchmark name: workload/strategy/devices:N/batch:B[/GB suffixes...].
+// A parbench benchmark name, its identity:
+//   WORKLOAD[/PARAM:V...]/STRATEGY/devices:N/batch:B[/OPTION:V...][/GB suffixes...]
+// e.g. great_net/image:96/width:0.5/pipeline/devices:2/batch:1/micro_batches:2. The workload's
+// parameters and the schedule options that change the work are part of the name.
 struct BenchName {
   std::string workload, strategy;
+  std::vector<std::string> workload_params;  // "image:96", "width:0.5"
   int devices = 0;
   int64_t batch = 0;
+  std::vector<std::string> options;          // "micro_batches:2"
+  std::string workload_id() const;           // workload with its parameters
 };
 std::optional<BenchName> parse_bench_name(const std::string& name);
+std::string bench_name(const BenchName& n);
 // Text for one markdown table cell: '|' escaped, newlines flattened.
 std::string md_escape(const std::string& s);
-std::string bench_name(const std::string& workload, const std::string& strategy, int devices, int64_t batch);
 
 struct Row {
   std::string name;  // GB run_name
@@ -49,6 +56,11 @@ struct Row {
 
 struct Group {
   std::string workload, scaling, precision, device_kind, workload_params;
+  std::string workload_id;       // workload with the parameters its benchmark names carry
+  // The runs' context entries that change the work (schema Match::Always / Cpu): a group holds
+  // only runs that agree on all of them.
+  std::map<std::string, std::string> work;
+  std::string distinction;       // what sets this group apart from others with the same title
   bool scaling_assumed = false;  // the run's context did not say; weak assumed
   int64_t batch = 0;             // per device (weak) or global (strong)
   std::string baseline;          // name of the regular 1-device row; empty when absent

@@ -24,13 +24,27 @@ using ::testing::HasSubstr;
 // entry per repetition (times in ms), then its aggregates when there are several.
 class GbJson {
  public:
-  explicit GbJson(std::map<std::string, std::string> ctx = {{"scaling", "weak"}, {"precision", "fp32"}, {"device_kind", "cpu"}}) {
+  explicit GbJson(std::map<std::string, std::string> ctx = {{"scaling", "weak"},
+                                                             {"precision", "fp32"},
+                                                             {"device_kind", "cpu"},
+                                                             {"strategy_order", "regular,dp,ddp,mp,pipeline"}}) {
     doc_["context"] = {{"date", "2025-01-01T00:00:00+00:00"}, {"num_cpus", 2}, {"library_build_type", "release"}};
     for (const auto& [k, v] : ctx) doc_["context"][k] = v;
     doc_["benchmarks"] = json::array();
   }
+  // Google Benchmark's run-setting suffix of the names that follow.
+  GbJson& suffix(const std::string& s) {
+    suffix_ = s;
+    return *this;
+  }
+  // parbench's per-iteration record for a benchmark (seconds).
+  GbJson& iteration_times(const std::string& name, const json& reps) {
+    doc_["iteration_times_s"][name] = reps;
+    return *this;
+  }
+  json& doc() { return doc_; }
   GbJson& add(const std::string& name, const std::vector<double>& ms, std::map<std::string, double> counters = {}) {
-    const std::string run = name + "/iterations:10/manual_time";
+    const std::string run = name + suffix_;
     for (std::size_t i = 0; i < ms.size(); ++i) {
       json b = {{"name", run},        {"family_index", family_},     {"per_family_instance_index", 0},
                 {"run_name", run},    {"run_type", "iteration"},     {"repetitions", ms.size()},
@@ -49,7 +63,7 @@ class GbJson {
     return *this;
   }
   GbJson& error(const std::string& name, const std::string& message) {
-    const std::string run = name + "/iterations:10/manual_time";
+    const std::string run = name + suffix_;
     doc_["benchmarks"].push_back({{"name", run}, {"run_name", run}, {"run_type", "iteration"}, {"repetitions", 1},
                                   {"repetition_index", 0}, {"threads", 1}, {"error_occurred", true},
                                   {"error_message", message}, {"iterations", 0}, {"real_time", 0.0},
@@ -62,6 +76,7 @@ class GbJson {
  private:
   json doc_;
   int family_ = 0;
+  std::string suffix_ = "/iterations:10/process_time/manual_time";
 };
 
 const Row& row(const Group& g, const std::string& strategy, int devices) {
@@ -256,15 +271,111 @@ TEST(Report, ForeignBenchmarkNamesAreRefused) {
 }
 
 TEST(Report, BenchNames) {
-  auto n = parse_bench_name("great_net/ddp/devices:4/batch:8/iterations:10/manual_time");
+  auto n = parse_bench_name("great_net/image:96/width:0.5/ddp/devices:4/batch:8");
   ASSERT_TRUE(n);
   EXPECT_EQ(n->workload, "great_net");
+  EXPECT_EQ(n->workload_params, (std::vector<std::string>{"image:96", "width:0.5"}));
+  EXPECT_EQ(n->workload_id(), "great_net/image:96/width:0.5");
   EXPECT_EQ(n->strategy, "ddp");
   EXPECT_EQ(n->devices, 4);
   EXPECT_EQ(n->batch, 8);
-  EXPECT_EQ(bench_name("great_net", "ddp", 4, 8), "great_net/ddp/devices:4/batch:8");
+  EXPECT_EQ(bench_name(*n), "great_net/image:96/width:0.5/ddp/devices:4/batch:8");
+  BenchName plain;
+  plain.workload = "linear";
+  plain.strategy = "regular";
+  plain.devices = 1;
+  plain.batch = 2;
+  EXPECT_EQ(bench_name(plain), "linear/regular/devices:1/batch:2");
   EXPECT_FALSE(parse_bench_name("BM_x/8"));
   EXPECT_FALSE(parse_bench_name("w/s/devices:0/batch:1"));
+  EXPECT_FALSE(parse_bench_name("w/s/devices:1/batch:1/iterations:10/manual_time"));  // identities only
+}
+
+TEST(Identity, DropsGoogleBenchmarksRunSettings) {
+  EXPECT_EQ(benchmark_identity("linear/ddp/devices:2/batch:1/iterations:10/process_time/manual_time"),
+            "linear/ddp/devices:2/batch:1");
+  EXPECT_EQ(benchmark_identity("w/s/devices:1/batch:1/iterations:7/manual_time"), "w/s/devices:1/batch:1");
+  EXPECT_EQ(benchmark_identity("BM_memcpy/64/repeats:3/threads:2/real_time"), "BM_memcpy/64");
+  EXPECT_EQ(benchmark_identity("BM_x/min_time:0.500/min_warmup_time:0.100"), "BM_x");
+  EXPECT_EQ(benchmark_identity("BM_plain"), "BM_plain");
+}
+
+TEST(Report, GroupsByWorkloadParametersAndWorkSettings) {
+  // Two image sizes: two tables, never pooled into one row.
+  const RunFile big = GbJson().add("great_net/image:96/width:0.5/regular/devices:1/batch:1", {800}).file("big.json");
+  const RunFile small = GbJson().add("great_net/image:16/width:0.5/regular/devices:1/batch:1", {20}).file("small.json");
+  const Report rep = build_report({big, small});
+  ASSERT_EQ(rep.groups.size(), 2u);
+  EXPECT_DOUBLE_EQ(*rep.groups[0].rows.at(0).median_ms, 800);
+  EXPECT_DOUBLE_EQ(*rep.groups[1].rows.at(0).median_ms, 20);
+  EXPECT_THAT(rep.groups[0].title(), HasSubstr("image:96"));
+  EXPECT_THAT(rep.groups[1].title(), HasSubstr("image:16"));
+  // Same names, different bucket sizes (a context key that changes the work): two tables whose
+  // titles say which is which.
+  auto ctx = [](const std::string& mb) {
+    return std::map<std::string, std::string>{{"scaling", "weak"}, {"precision", "fp32"}, {"bucket_mb", mb}};
+  };
+  const RunFile a = GbJson(ctx("25")).add("linear/ddp/devices:2/batch:1", {10}).file("a.json");
+  const RunFile b = GbJson(ctx("1")).add("linear/ddp/devices:2/batch:1", {14}).file("b.json");
+  const Report two = build_report({a, b});
+  ASSERT_EQ(two.groups.size(), 2u);
+  EXPECT_EQ(two.groups[0].rows.at(0).repetitions, 1);
+  EXPECT_THAT(two.groups[0].title(), HasSubstr("bucket_mb 25"));
+  EXPECT_THAT(two.groups[1].title(), HasSubstr("bucket_mb 1"));
+  // Informative keys (the commit) do not split a table.
+  auto commit = [](const std::string& c) {
+    return std::map<std::string, std::string>{{"scaling", "weak"}, {"parbench_commit", c}};
+  };
+  const Report one = build_report({GbJson(commit("abc")).add("linear/ddp/devices:2/batch:1", {10}).file(),
+                                   GbJson(commit("def")).add("linear/ddp/devices:2/batch:1", {12}).file()});
+  ASSERT_EQ(one.groups.size(), 1u);
+  EXPECT_EQ(one.groups[0].rows.at(0).repetitions, 2);
+}
+
+TEST(Report, DisplayOrderAndSpeedupBaseFromTheRunsContext) {
+  // The run says which strategies come first and which is the one-device reference.
+  const RunFile f = GbJson({{"scaling", "weak"}, {"strategy_order", "solo,zeta,alpha"}, {"single_device_strategies", "solo"}})
+                        .add("w/alpha/devices:1/batch:1", {10})
+                        .add("w/zeta/devices:1/batch:1", {10})
+                        .add("w/solo/devices:1/batch:1", {20})
+                        .file();
+  const Group& g = build_report({f}).groups.at(0);
+  EXPECT_EQ(g.rows[0].strategy, "solo");
+  EXPECT_EQ(g.rows[1].strategy, "zeta");
+  EXPECT_EQ(g.rows[2].strategy, "alpha");
+  EXPECT_NEAR(*row(g, "alpha", 1).speedup, 2.0, 1e-12);
+  // Without the context: order of appearance.
+  const RunFile old = GbJson({{"scaling", "weak"}, {"precision", "fp32"}}).add("w/zeta/devices:1/batch:1", {10}).add("w/alpha/devices:1/batch:1", {10}).file();
+  EXPECT_EQ(build_report({old}).groups.at(0).rows.at(0).strategy, "zeta");
+}
+
+TEST(Report, MedianFromIterationsWithOneRepetitionAndWithAggregatesOnly) {
+  // One repetition: GB's real_time is the mean of the iterations (here 40 ms, one slow step);
+  // the median comes from the recorded iterations.
+  const RunFile one = GbJson()
+                          .add("linear/regular/devices:1/batch:1", {40})
+                          .iteration_times("linear/regular/devices:1/batch:1", {{0.010, 0.011, 0.009, 0.130, 0.040}})
+                          .file();
+  const Row& r = build_report({one}).groups.at(0).rows.at(0);
+  EXPECT_NEAR(*r.median_ms, 11, 1e-9);
+  // --benchmark_report_aggregates_only: no repetition entries, counters only on the aggregates.
+  GbJson agg;
+  agg.iteration_times("linear/ddp/devices:2/batch:1", {{0.010, 0.012}, {0.011, 0.013}, {0.020, 0.022}});
+  for (const char* a : {"mean", "median", "stddev"})
+    agg.doc()["benchmarks"].push_back({{"name", std::string("linear/ddp/devices:2/batch:1/iterations:2/manual_time_") + a},
+                                       {"run_name", "linear/ddp/devices:2/batch:1/iterations:2/manual_time"},
+                                       {"run_type", "aggregate"}, {"aggregate_name", a}, {"aggregate_unit", "time"},
+                                       {"repetitions", 3}, {"iterations", 3}, {"real_time", 12.0}, {"cpu_time", 12.0},
+                                       {"time_unit", "ms"}, {"global_batch", 2}, {"comm_s_per_iter", 0.006}});
+  const RunFile f = agg.file();
+  const Row& d = build_report({f}).groups.at(0).rows.at(0);
+  EXPECT_EQ(d.repetitions, 3);
+  EXPECT_NEAR(*d.median_ms, 12.5, 1e-9);  // of the six iterations
+  EXPECT_NEAR(*d.comm_share, 0.006 / 0.0125, 1e-9);  // counters from the median aggregate
+  EXPECT_NEAR(*d.cv, coefficient_of_variation({0.011, 0.012, 0.021}), 1e-12);  // over the repetitions' means
+  const Comparison c = compare_runs(f, f, {}, false);
+  EXPECT_EQ(c.entries.at(0).n_baseline, 3);
+  EXPECT_EQ(c.entries.at(0).n_contender, 3);
 }
 
 // ---- compare ------------------------------------------------------------------------------
@@ -361,6 +472,163 @@ TEST(Compare, FewRepetitionsJudgeOnTheRatio) {
   CompareOptions loose;
   loose.threshold = 0.2;
   EXPECT_EQ(compare_runs(b2, c2, loose, false).exit_code(), 0);
+}
+
+TEST(Compare, MatchesAcrossDifferentIterationCounts) {
+  const RunFile base = GbJson().suffix("/iterations:10/manual_time").add("w/a/devices:1/batch:1", {10, 10, 10, 10}).file();
+  const RunFile cont = GbJson().suffix("/iterations:25/manual_time").add("w/a/devices:1/batch:1", {10, 10, 10, 10}).file();
+  const Comparison c = compare_runs(base, cont, {}, false);
+  ASSERT_EQ(c.entries.size(), 1u);
+  EXPECT_EQ(c.entries[0].verdict, Verdict::Same);
+  EXPECT_EQ(c.exit_code(), 0);
+}
+
+TEST(Compare, RefusesRunsThatMeasureDifferentWork) {
+  // Each of these changes the work or the arithmetic; the error names the key and both values.
+  const std::map<std::string, std::pair<std::string, std::string>> changes = {
+      {"workload_params", {"image 96, width 0.5", "image 96, width 0.125"}},
+      {"param_count", {"1000", "250"}},
+      {"forward_flops_per_sample", {"1e9", "2e9"}},
+      {"scaling", {"weak", "strong"}},
+      {"micro_batches", {"min(4, global batch)", "2"}},
+      {"bucket_mb", {"25", "1"}},
+      {"balance", {"2,3", "3,2"}},
+      {"threads_per_worker", {"auto", "1"}},
+      {"PARBENCH_CONV_SEARCH", {"unset", "exhaustive"}},
+      {"PARBENCH_CPU_WINOGRAD", {"unset", "0"}},
+  };
+  for (const auto& [key, values] : changes) {
+    std::map<std::string, std::string> cb = {{"device_kind", "cpu"}, {key, values.first}};
+    std::map<std::string, std::string> cc = {{"device_kind", "cpu"}, {key, values.second}};
+    const RunFile base = GbJson(cb).add("w/a/devices:1/batch:1", {10}).file("base.json");
+    const RunFile cont = GbJson(cc).add("w/a/devices:1/batch:1", {10}).file("cont.json");
+    try {
+      compare_runs(base, cont, {}, false);
+      ADD_FAILURE() << key << ": expected UsageError";
+    } catch (const UsageError& e) {
+      EXPECT_THAT(e.what(), HasSubstr(key + ": baseline '" + values.first + "'")) << key;
+      EXPECT_THAT(e.what(), HasSubstr("contender '" + values.second + "'")) << key;
+    }
+    EXPECT_EQ(compare_runs(base, cont, {}, true).env_diffs.size(), 1u) << key;
+  }
+  // Informative keys may differ.
+  const RunFile a = GbJson({{"device_kind", "cpu"}, {"parbench_commit", "abc"}, {"iterations", "10"}}).add("w/a/devices:1/batch:1", {10}).file();
+  const RunFile b = GbJson({{"device_kind", "cpu"}, {"parbench_commit", "def"}, {"iterations", "20"}}).add("w/a/devices:1/batch:1", {10}).file();
+  EXPECT_NO_THROW(compare_runs(a, b, {}, false));
+}
+
+TEST(Compare, NonPositiveOrNonFiniteTimesAreBadInputOnEitherSide) {
+  for (double bad_ms : {0.0, -1.0}) {
+    GbJson g;
+    g.add("w/a/devices:1/batch:1", {10, bad_ms});
+    EXPECT_THROW(g.file(), UsageError) << bad_ms;
+  }
+  const std::string inf = R"({"benchmarks": [{"name": "w/a/devices:1/batch:1", "iterations": 1, "real_time": Infinity, "time_unit": "ms"}]})";
+  EXPECT_THROW(parse_run_json(inf, "inf.json"), UsageError);
+  GbJson zero_iter;
+  zero_iter.add("w/a/devices:1/batch:1", {10}).iteration_times("w/a/devices:1/batch:1", {{0.01, 0.0}});
+  try {
+    zero_iter.file("z.json");
+    FAIL() << "expected UsageError";
+  } catch (const UsageError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("z.json"));
+    EXPECT_THAT(e.what(), HasSubstr("iteration_times_s"));
+  }
+}
+
+TEST(Compare, CpuTimeInsteadOfWallTime) {
+  // Wall time doubled by a loaded machine, CPU time unchanged: --time cpu sees no change.
+  GbJson base, cont;
+  base.add("w/a/devices:1/batch:1", {10, 10, 10, 10});
+  cont.add("w/a/devices:1/batch:1", {20, 20, 20, 20});
+  for (json* d : {&base.doc(), &cont.doc()})
+    for (json& b : (*d)["benchmarks"]) b["cpu_time"] = 30.0;
+  EXPECT_EQ(compare_runs(base.file(), cont.file(), {}, false).suite.verdict, Verdict::Slower);
+  const Comparison c = compare_runs(with_process_cpu_time(base.file()), with_process_cpu_time(cont.file()), {}, false);
+  EXPECT_EQ(c.suite.verdict, Verdict::Same);
+  EXPECT_NEAR(*c.entries.at(0).baseline_s, 0.030, 1e-12);
+  // A file whose cpu_time is the main thread's only is refused.
+  const RunFile old = GbJson().suffix("/iterations:10/manual_time").add("w/a/devices:1/batch:1", {10}).file("old.json");
+  try {
+    with_process_cpu_time(old);
+    FAIL() << "expected UsageError";
+  } catch (const UsageError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("old.json"));
+    EXPECT_THAT(e.what(), HasSubstr("process_time"));
+  }
+}
+
+TEST(Suite, UniformSlowdownIsCaughtWhereSingleBenchmarksAreNot) {
+  // Nine benchmarks, 5 repetitions each, +-4% noise; the contender is 10% slower everywhere but
+  // noisy enough that few benchmarks separate on their own.
+  GbJson base, cont;
+  const double noise[5] = {-0.04, 0.02, 0.0, 0.035, -0.025};
+  for (int b = 0; b < 9; ++b) {
+    std::vector<double> tb, tc;
+    for (int r = 0; r < 5; ++r) {
+      tb.push_back(10 * (1 + noise[r]));
+      tc.push_back(11 * (1 + noise[(r + b) % 5] * 2.5));
+    }
+    base.add(fmt::format("w/s{}/devices:1/batch:1", b), tb);
+    cont.add(fmt::format("w/s{}/devices:1/batch:1", b), tc);
+  }
+  const Comparison c = compare_runs(base.file(), cont.file(), {}, false);
+  EXPECT_EQ(c.suite.benchmarks, 9);
+  EXPECT_NEAR(*c.suite.ratio, 1.1, 0.01);
+  EXPECT_GT(*c.suite.lo, 1.0);
+  EXPECT_EQ(c.suite.verdict, Verdict::Slower);
+  EXPECT_EQ(c.exit_code(), 1);
+  int slower = 0;
+  for (const CompareEntry& e : c.entries) slower += e.verdict == Verdict::Slower;
+  EXPECT_LT(slower, 9);
+  const std::string md = comparison_markdown(c, "a", "b");
+  EXPECT_LT(md.find("suite of 9"), md.find("| benchmark |"));  // printed first
+  EXPECT_THAT(md, HasSubstr("**slower**"));
+}
+
+TEST(Suite, VerdictRules) {
+  const CompareOptions o;
+  auto runs = [](std::vector<double> v) { return std::vector<std::vector<double>>{std::move(v)}; };
+  // Unchanged: the interval holds 1.
+  const std::vector<double> t = {10, 10.3, 9.8, 10.1, 9.9};
+  SuiteVerdict same = suite_verdict({runs(t), runs(t)}, {t, t}, o);
+  EXPECT_EQ(same.verdict, Verdict::Same);
+  EXPECT_LE(*same.lo, 1.0);
+  EXPECT_GE(*same.hi, 1.0);
+  // A certain 1% slowdown, tightly measured: smaller than the threshold, passes.
+  const std::vector<double> tight = {10, 10.01, 9.99, 10.005, 9.995};
+  std::vector<double> tight1;
+  for (double x : tight) tight1.push_back(x * 1.01);
+  SuiteVerdict small = suite_verdict({runs(tight)}, {tight1}, o);
+  EXPECT_GT(*small.lo, 1.0);
+  EXPECT_EQ(small.verdict, Verdict::Same);
+  EXPECT_THAT(small.note, HasSubstr("smaller than the threshold"));
+  // 20% faster: faster.
+  std::vector<double> quick;
+  for (double x : t) quick.push_back(x * 0.8);
+  EXPECT_EQ(suite_verdict({runs(t)}, {quick}, o).verdict, Verdict::Faster);
+  // The same data twice gives the same interval (fixed seed).
+  EXPECT_DOUBLE_EQ(*suite_verdict({runs(t)}, {quick}, o).lo, *suite_verdict({runs(t)}, {quick}, o).lo);
+  EXPECT_EQ(suite_verdict({}, {}, o).verdict, Verdict::Skipped);
+}
+
+TEST(Suite, SeveralBaselineRunsAreOneDistribution) {
+  // Three past runs whose levels drift by +-6%: against them a contender at +6% is within the
+  // history; against the single quiet run at 10 it is a regression.
+  const RunFile quiet = GbJson().add("w/a/devices:1/batch:1", {10, 10.05, 9.95, 10.02, 9.98}).file("r0.json");
+  const RunFile high = GbJson().add("w/a/devices:1/batch:1", {10.8, 10.85, 10.75, 10.82, 10.78}).file("r1.json");
+  const RunFile low = GbJson().add("w/a/devices:1/batch:1", {9.4, 9.45, 9.35, 9.42, 9.38}).file("r2.json");
+  const RunFile cont = GbJson().add("w/a/devices:1/batch:1", {10.6, 10.62, 10.58, 10.61, 10.59}).file("c.json");
+  const Comparison one = compare_runs(quiet, cont, {}, false);
+  EXPECT_EQ(one.suite.verdict, Verdict::Slower);
+  const Comparison many = compare_runs(std::vector<RunFile>{quiet, high, low}, cont, {}, false);
+  EXPECT_EQ(many.entries.at(0).n_baseline, 15);
+  EXPECT_EQ(many.suite.verdict, Verdict::Same);
+  EXPECT_EQ(many.exit_code(), 0);
+  EXPECT_THAT(comparison_markdown(many, "r0.json", "c.json"), HasSubstr("and 2 more run(s)"));
+  // Every baseline run must be comparable with the contender.
+  const RunFile strong = GbJson({{"scaling", "strong"}, {"precision", "fp32"}}).add("w/a/devices:1/batch:1", {10}).file("strong.json");
+  EXPECT_THROW(compare_runs(std::vector<RunFile>{quiet, strong}, cont, {}, false), UsageError);
 }
 
 TEST(Compare, DifferentEnvironmentsRefusedUnlessForced) {

@@ -1,0 +1,110 @@
+// The JSON context of `parbench run`: machine facts and everything that defines the work, under
+// the names of reports/schema.h.
+#include <cstdlib>
+#include <fstream>
+
+#include <fmt/ranges.h>
+
+#include "bench/run.h"
+#include "engine/mpi/mpi_env.h"
+#include "reports/schema.h"
+
+namespace pb {
+
+namespace {
+
+namespace ctx = reports::schema::context;
+
+void put(const reports::schema::Key& k, const std::string& value) { benchmark::AddCustomContext(k.name, value); }
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) {
+      auto colon = line.find(':');
+      if (colon != std::string::npos) {
+        std::string v = line.substr(colon + 1);
+        v.erase(0, v.find_first_not_of(" \t"));
+        return v;
+      }
+    }
+  return "unknown";
+}
+
+std::string env_or_unset(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : "unset";
+}
+
+void add_system_context(DeviceKind kind) {
+  const SystemInfo info = system_info();
+  put(ctx::device_kind, kind == DeviceKind::Cuda ? "cuda" : "cpu");
+  put(ctx::cpu_model, cpu_model());
+  put(ctx::cpu_threads, std::to_string(info.cpu_threads));
+  put(ctx::conv_backend,
+#ifdef PARBENCH_HAVE_DNNL
+      "oneDNN"
+#else
+      "im2col+gemm"
+#endif
+  );
+  put(ctx::gpu_count, std::to_string(info.gpus.size()));
+  // The backends read these at setup; they change which kernels run.
+  put(ctx::conv_search, env_or_unset(ctx::conv_search.name));
+  put(ctx::cpu_winograd, env_or_unset(ctx::cpu_winograd.name));
+  if (!info.cuda_built) return;
+  std::vector<std::string> names;
+  for (const GpuInfo& g : info.gpus)
+    names.push_back(fmt::format("{} (cc {}.{}, {:.0f} GiB)", g.name, g.cc_major, g.cc_minor, g.total_bytes / double(1u << 30)));
+  put(ctx::gpu_names, fmt::format("{}", fmt::join(names, "; ")));
+  // Versions as device.h documents them: driver/runtime 1000*major + 10*minor, cuDNN and
+  // NCCL 10000*major + 100*minor + patch.
+  auto mm = [](int v) { return v > 0 ? fmt::format("{}.{}", v / 1000, v % 1000 / 10) : std::string("none"); };
+  auto mmp = [](int v) { return v > 0 ? fmt::format("{}.{}.{}", v / 10000, v % 10000 / 100, v % 100) : std::string("none"); };
+  put(ctx::cuda_driver, mm(info.cuda_driver_version));
+  put(ctx::cuda_runtime, mm(info.cuda_runtime_version));
+  put(ctx::cudnn, mmp(info.cudnn_version));
+  put(ctx::nccl, info.nccl_built ? mmp(info.nccl_version) : "not built");
+}
+
+}  // namespace
+
+void add_run_context(const RunPlan& p, const Flags& f, const Sweep& sw) {
+  add_system_context(p.kind);
+  put(ctx::parbench_version, PARBENCH_VERSION);
+  put(ctx::parbench_commit, PARBENCH_GIT_COMMIT);
+  put(ctx::precision, f.str("precision"));
+  put(ctx::scaling, p.scaling);
+  put(ctx::batch, std::to_string(p.batch));
+  put(ctx::batch_meaning, p.scaling == "weak" ? "per device" : "global");
+  put(ctx::workload, sw.net.name);
+  put(ctx::workload_source, p.workload);
+  if (sw.net.name == "great_net") put(ctx::workload_params, fmt::format("image {}, width {:g}", p.wo.image, p.wo.width));
+  put(ctx::input_shape, shape_str(sw.plan.input));
+  put(ctx::param_count, std::to_string(sw.plan.param_count));
+  put(ctx::forward_flops_per_sample, fmt::format("{:.17g}", sw.plan.forward_flops));
+  put(ctx::strategies, fmt::format("{}", fmt::join(p.strategies, ",")));
+  // Registry facts the reports need without linking the strategies: display order, and which
+  // strategy is the one-device reference.
+  std::vector<std::string> order, single;
+  for (const StrategyInfo& i : strategy_infos()) {
+    order.push_back(i.name);
+    if (i.single_device) single.push_back(i.name);
+  }
+  put(ctx::strategy_order, fmt::format("{}", fmt::join(order, ",")));
+  put(ctx::single_device_strategies, fmt::format("{}", fmt::join(single, ",")));
+  put(ctx::device_counts, fmt::format("{}", fmt::join(p.device_counts, ",")));
+  put(ctx::warmup, std::to_string(sw.warmup));
+  put(ctx::iterations, p.iterations ? std::to_string(p.iterations) : "auto");
+  put(ctx::threads_per_worker, f.str("threads") == "0" ? "auto" : f.str("threads"));
+  put(ctx::micro_batches, f.has("micro-batches") ? f.str("micro-batches") : "min(4, global batch)");
+  put(ctx::bucket_mb, f.str("bucket-mb"));
+  if (f.has("balance")) put(ctx::balance, f.str("balance"));
+  put(ctx::oversubscribe, f.on("oversubscribe") ? "true" : "false");
+  put(ctx::seed, std::to_string(sw.seed));
+  put(ctx::world_size, std::to_string(process().size));  // processes (MPI ranks); 1 without MPI
+  put(ctx::hosts, fmt::format("{}", fmt::join(process().hosts, ",")));  // per rank
+}
+
+}  // namespace pb

@@ -1,0 +1,82 @@
+// The measuring half of `parbench run`: one configuration's Google Benchmark body, and the
+// reporter that records Google Benchmark's JSON plus every iteration's time.
+#pragma once
+
+#include <benchmark/benchmark.h>
+
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "strategies/strategy.h"
+#include "workloads/workload.h"
+
+namespace pb {
+
+struct Config {
+  std::string name;  // the benchmark's identity (reports::bench_name)
+  std::string strategy;
+  int devices = 1;
+  int64_t global_batch = 1;
+  StrategyOptions options;
+  int index = 0;  // 1-based, for the progress lines
+};
+
+// What every benchmark of the sweep shares; the strategy of the configuration being measured
+// stays alive across GB's calls of the same benchmark (iteration-count search, repetitions),
+// so setup and warm-up happen once per configuration.
+struct Sweep {
+  NetSpec net;
+  NetPlan plan;
+  std::vector<float> params;
+  int64_t warmup = 0;
+  uint64_t seed = 0;
+  int total = 0;
+  std::string active_name;
+  std::unique_ptr<Strategy> active;
+  std::map<std::string, std::string> failed;  // configuration -> error: later calls skip at once
+  // Per configuration, the iteration times of every call GB made of it, in order.
+  std::map<std::string, std::vector<std::vector<double>>> calls;
+  void release() {
+    active.reset();
+    active_name.clear();
+  }
+};
+
+void run_config(benchmark::State& state, Sweep& sw, const Config& c);
+
+// Tees GB's runs to the display reporter (console, or --benchmark_format) and to a JSON
+// reporter over a buffer; after every report the buffer, closed, replaces the JSON file
+// atomically, so an interrupted sweep leaves valid JSON of what finished. The format is GB's
+// own JSONReporter's, plus one top-level field: every timed iteration (schema.h).
+class RecordingReporter final : public benchmark::BenchmarkReporter {
+ public:
+  RecordingReporter(benchmark::BenchmarkReporter* display, std::string path, const Sweep& sweep);
+  bool ReportContext(const Context& context) override;
+  void ReportRuns(const std::vector<Run>& runs) override;
+  void Finalize() override;
+  int failed() const { return static_cast<int>(failed_.size()); }
+
+ private:
+  void save(bool finalized);
+  benchmark::BenchmarkReporter* display_;
+  benchmark::JSONReporter json_;
+  std::ostringstream buffer_;
+  std::string path_;
+  const Sweep& sweep_;
+  std::set<std::string> failed_;  // benchmarks with an error
+  std::map<std::string, std::vector<std::vector<double>>> times_;  // benchmark -> repetitions
+};
+
+// Ranks other than 0 of a multi-process job run every benchmark in step with rank 0 but report
+// nothing: rank 0 alone prints and writes.
+class NullReporter final : public benchmark::BenchmarkReporter {
+ public:
+  bool ReportContext(const Context&) override { return true; }
+  void ReportRuns(const std::vector<Run>&) override {}
+};
+
+}  // namespace pb
