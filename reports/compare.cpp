@@ -84,7 +84,24 @@ SuiteVerdict suite_verdict(const std::vector<std::vector<std::vector<double>>>& 
     for (std::size_t b = 0; b < cont.size(); ++b) log_sum += std::log(ratio_of(b));
     return std::exp(log_sum / static_cast<double>(cont.size()));
   };
-  s.ratio = geomean([&](std::size_t b) { return median(cont[b]) / median(pooled(base_runs[b])); });
+  std::vector<double> base_median(cont.size());
+  for (std::size_t b = 0; b < cont.size(); ++b) base_median[b] = median(pooled(base_runs[b]));
+  s.ratio = geomean([&](std::size_t b) { return median(cont[b]) / base_median[b]; });
+  // With several baseline runs, run k's effect: the geometric mean over the benchmarks it
+  // measured of its median over the pooled median. The contender is one run and drifts like
+  // them (machine load, clocks), so each resample is divided by a drawn run's effect.
+  std::vector<double> effects;
+  for (std::size_t k = 0; k < base_runs.front().size(); ++k) {
+    double log_sum = 0;
+    int n = 0;
+    for (std::size_t b = 0; b < cont.size(); ++b)
+      if (k < base_runs[b].size() && !base_runs[b][k].empty()) {
+        log_sum += std::log(median(base_runs[b][k]) / base_median[b]);
+        ++n;
+      }
+    if (n > 0) effects.push_back(std::exp(log_sum / n));
+  }
+  if (effects.size() < 2) effects = {1.0};
   // Percentile bootstrap; a fixed seed keeps the verdict reproducible for the same files.
   std::mt19937_64 rng(0x70617262656e6368ull);
   auto pick = [&](std::size_t n) { return std::uniform_int_distribution<std::size_t>(0, n - 1)(rng); };
@@ -94,15 +111,20 @@ SuiteVerdict suite_verdict(const std::vector<std::vector<std::vector<double>>>& 
     return out;
   };
   std::vector<double> stats;
-  for (int i = 0; i < std::max(1, o.bootstrap); ++i)
+  for (int i = 0; i < std::max(1, o.bootstrap); ++i) {
+    const double effect = effects[pick(effects.size())];
     stats.push_back(geomean([&](std::size_t b) {
+      std::vector<std::size_t> measured;  // the runs that measured this benchmark
+      for (std::size_t k = 0; k < base_runs[b].size(); ++k)
+        if (!base_runs[b][k].empty()) measured.push_back(k);
       std::vector<double> base;  // runs with replacement, then repetitions within each run
-      for (std::size_t k = 0; k < base_runs[b].size(); ++k) {
-        const std::vector<double> r = resample(base_runs[b][pick(base_runs[b].size())]);
+      for (std::size_t k = 0; k < measured.size(); ++k) {
+        const std::vector<double> r = resample(base_runs[b][measured[pick(measured.size())]]);
         base.insert(base.end(), r.begin(), r.end());
       }
       return median(resample(cont[b])) / median(base);
-    }));
+    }) / effect);
+  }
   std::sort(stats.begin(), stats.end());
   auto quantile = [&](double q) {
     const double pos = q * static_cast<double>(stats.size() - 1);
@@ -204,8 +226,7 @@ Comparison compare_runs(const std::vector<RunFile>& baselines, const RunFile& co
         // The suite's samples: repetition times (GB's aggregates stand in when that is all there is).
         std::vector<std::vector<double>> runs(base_files.size());
         for (std::size_t i = 0; i < b.times_s.size(); ++i) runs[static_cast<std::size_t>(b.times_file[i])].push_back(b.times_s[i]);
-        runs.erase(std::remove_if(runs.begin(), runs.end(), [](const auto& r) { return r.empty(); }), runs.end());
-        if (runs.empty()) runs.push_back({*e.baseline_s});
+        if (b.times_s.empty()) runs.front() = {*e.baseline_s};
         suite_base.push_back(std::move(runs));
         suite_cont.push_back(c->times_s.empty() ? std::vector<double>{*e.contender_s} : c->times_s);
       }

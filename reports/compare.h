@@ -35,7 +35,7 @@ struct CompareEntry {
 // The suite: every benchmark both sides measured. ratio = geometric mean over the benchmarks of
 // median contender / median baseline repetition time; [lo, hi] its percentile bootstrap
 // interval at 1 - alpha (repetitions resampled per benchmark; with several baseline runs, runs
-// first and then their repetitions).
+// first and then their repetitions, and each resample divided by a drawn baseline run's drift).
 struct SuiteVerdict {
   int benchmarks = 0;
   std::optional<double> ratio, lo, hi;
@@ -74,8 +74,9 @@ Comparison compare_runs(const RunFile& baseline, const RunFile& contender, const
 
 std::string comparison_markdown(const Comparison& c, const std::string& baseline_source,
                                 const std::string& contender_source);
-// The suite statistic alone (for tests): runs[b] are benchmark b's baseline repetition times
-// grouped by run, cont[b] its contender repetition times.
+// The suite statistic alone (for tests): base_runs[b][k] are benchmark b's baseline repetition
+// times in run k (the same k for every benchmark; empty where run k lacks it), cont[b] its
+// contender repetition times.
 SuiteVerdict suite_verdict(const std::vector<std::vector<std::vector<double>>>& base_runs,
                            const std::vector<std::vector<double>>& cont, const CompareOptions& o);
 

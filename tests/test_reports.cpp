@@ -631,6 +631,40 @@ TEST(Suite, SeveralBaselineRunsAreOneDistribution) {
   EXPECT_THROW(compare_runs(std::vector<RunFile>{quiet, strong}, cont, {}, false), UsageError);
 }
 
+TEST(Suite, RunToRunDriftOfTheHistoryWidensTheInterval) {
+  // Four past runs whose whole level drifts (machine load): every benchmark moves together.
+  const double levels[4] = {1.0, 1.08, 0.93, 1.03};
+  const double jitter[5] = {0.0, 0.004, -0.003, 0.002, -0.001};
+  std::vector<std::vector<std::vector<double>>> base(4);  // [benchmark][run][repetition]
+  for (int b = 0; b < 4; ++b)
+    for (double level : levels) {
+      std::vector<double> reps;
+      for (double j : jitter) reps.push_back(10.0 * (b + 1) * level * (1 + j));
+      base[b].push_back(reps);
+    }
+  auto contender = [&](double level) {
+    std::vector<std::vector<double>> c;
+    for (int b = 0; b < 4; ++b) {
+      std::vector<double> reps;
+      for (double j : jitter) reps.push_back(10.0 * (b + 1) * level * (1 - j));
+      c.push_back(reps);
+    }
+    return c;
+  };
+  const CompareOptions o;
+  // A run 6% above the history's middle is within its drift...
+  const SuiteVerdict within = suite_verdict(base, contender(1.075), o);
+  EXPECT_GT(*within.ratio, 1.05);
+  EXPECT_EQ(within.verdict, Verdict::Same);
+  EXPECT_LT(*within.lo, 1.0);
+  // ...while against the first run alone (no drift known) the same contender is slower.
+  std::vector<std::vector<std::vector<double>>> first;
+  for (const auto& runs : base) first.push_back({runs[0]});
+  EXPECT_EQ(suite_verdict(first, contender(1.075), o).verdict, Verdict::Slower);
+  // Far beyond the drift: slower.
+  EXPECT_EQ(suite_verdict(base, contender(1.4), o).verdict, Verdict::Slower);
+}
+
 TEST(Compare, DifferentEnvironmentsRefusedUnlessForced) {
   const RunFile base = GbJson({{"device_kind", "cuda"}, {"gpu_names", "NVIDIA H100"}, {"precision", "fp32"}})
                            .add("w/a/devices:1/batch:1", {10})

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# How well `parbench compare` separates a uniform 5% slowdown from run-to-run noise: one
+# baseline run, then RERUNS unchanged reruns of the same build, each compared with the baseline
+# (a FAIL is a false alarm) and, doctored 5% slower (every time x1.05), compared again (a PASS
+# is a miss). Also with the history as baseline (rerun i against the baseline and reruns < i,
+# from i = 3), and with --time cpu. Last, each rerun against itself doctored 5% slower: the
+# statistic's power when there is no run-to-run drift at all.
+# usage: scripts/compare_noise.sh PARBENCH [OUT_DIR] [RERUNS] [-- extra parbench run flags]
+set -euo pipefail
+PB=${1:?usage: compare_noise.sh PARBENCH [OUT_DIR] [RERUNS]}
+OUT=${2:-runs/compare-noise}
+N=${3:-10}
+shift $(( $# < 3 ? $# : 3 ))
+[[ ${1:-} == -- ]] && shift
+PY=${PARBENCH_PYTHON:-/usr/bin/python3}
+# One thread per worker: on a 2-core machine shared with other jobs, OpenMP teams of 2 per
+# worker make single steps swing by 10x, which no gate can see through.
+RUN=(run --workload great_net --image 8 --width 0.1875 --devices 1,2 --iterations 10 --warmup 2 --threads 1
+     --device-kind cpu --benchmark_repetitions=5 "$@")
+rm -rf "$OUT"
+mkdir -p "$OUT/history"
+
+doctor() {  # doctor IN OUT FACTOR: every time of a parbench results.json multiplied by FACTOR
+  "$PY" - "$1" "$2" "$3" <<'PY'
+import json, math, sys
+src, dst, k = sys.argv[1], sys.argv[2], float(sys.argv[3])
+text = open(src).read().replace("-nan", "NaN")
+doc = json.loads(text)
+for b in doc["benchmarks"]:
+    if b.get("error_occurred") or b.get("aggregate_unit", "time") != "time" or "real_time" not in b:
+        continue
+    b["real_time"] *= k
+    b["cpu_time"] *= k
+doc["iteration_times_s"] = {n: [[t * k for t in rep] for rep in reps] for n, reps in doc.get("iteration_times_s", {}).items()}
+open(dst, "w").write(json.dumps(doc, indent=1))
+PY
+}
+
+echo "start: $(uptime)"
+"$PB" "${RUN[@]}" --out "$OUT/baseline" >"$OUT/baseline.log" 2>&1
+cp "$OUT/baseline/results.json" "$OUT/history/00.json"
+fa=0 fa_each=0 miss=0 miss_each=0 fa_hist=0 miss_hist=0 hist=0 fa_cpu=0 miss_cpu=0 miss_self=0 miss_self_cpu=0
+printf '%-5s %-34s %-34s %-31s %-31s %-31s %-31s %s\n' rerun "unchanged: suite ratio (CI) rc,each" \
+  "x1.05: suite ratio (CI) rc,each" "history, unchanged: rc" "history, x1.05: rc" "cpu time, unchanged" \
+  "cpu time, x1.05" load
+for i in $(seq 1 "$N"); do
+  d="$OUT/rerun$i"
+  "$PB" "${RUN[@]}" --out "$d" >"$d.log" 2>&1
+  doctor "$d/results.json" "$d/slower.json" 1.05
+  verdict() { grep -o 'geometric mean time ratio [0-9.]* ([0-9]*% CI [0-9.]* to [0-9.]*)' "$1" | sed 's/geometric mean time ratio //'; }
+  set +e
+  "$PB" compare "$OUT/baseline/results.json" "$d/results.json" >"$d/same.md"; s=$?
+  "$PB" compare "$OUT/baseline/results.json" "$d/results.json" --gate each >/dev/null; se=$?
+  "$PB" compare "$OUT/baseline/results.json" "$d/slower.json" >"$d/slower.md"; w=$?
+  "$PB" compare "$OUT/baseline/results.json" "$d/slower.json" --gate each >/dev/null; we=$?
+  "$PB" compare "$OUT/baseline/results.json" "$d/results.json" --time cpu >"$d/same-cpu.md"; sc=$?
+  "$PB" compare "$OUT/baseline/results.json" "$d/slower.json" --time cpu >"$d/slower-cpu.md"; wc=$?
+  "$PB" compare "$d/results.json" "$d/slower.json" >/dev/null; self=$?
+  "$PB" compare "$d/results.json" "$d/slower.json" --time cpu >/dev/null; self_cpu=$?
+  h=- hw=-
+  if (( i >= 3 )); then
+    "$PB" compare "$OUT/history" "$d/results.json" >"$d/history.md"; h=$?
+    "$PB" compare "$OUT/history" "$d/slower.json" >"$d/history-slower.md"; hw=$?
+    hist=$((hist + 1))
+  fi
+  set -e
+  (( s == 1 )) && fa=$((fa + 1)); (( se == 1 )) && fa_each=$((fa_each + 1))
+  (( w == 0 )) && miss=$((miss + 1)); (( we == 0 )) && miss_each=$((miss_each + 1))
+  [[ $h == 1 ]] && fa_hist=$((fa_hist + 1)); [[ $hw == 0 ]] && miss_hist=$((miss_hist + 1))
+  (( sc == 1 )) && fa_cpu=$((fa_cpu + 1)); (( wc == 0 )) && miss_cpu=$((miss_cpu + 1))
+  (( self == 0 )) && miss_self=$((miss_self + 1)); (( self_cpu == 0 )) && miss_self_cpu=$((miss_self_cpu + 1))
+  printf '%-5s %-34s %-34s %-31s %-31s %-31s %-31s %s\n' "$i" "$(verdict "$d/same.md") $s,$se" \
+    "$(verdict "$d/slower.md") $w,$we" "$( [[ $h == - ]] && echo - || echo "$(verdict "$d/history.md") $h")" \
+    "$( [[ $hw == - ]] && echo - || echo "$(verdict "$d/history-slower.md") $hw")" "$(verdict "$d/same-cpu.md") $sc" \
+    "$(verdict "$d/slower-cpu.md") $wc" "$(cut -d' ' -f1-3 /proc/loadavg)"
+  cp "$d/results.json" "$OUT/history/$(printf %02d "$i").json"
+done
+echo "end: $(uptime)"
+echo "unchanged reruns flagged (false alarms): suite $fa/$N, --gate each $fa_each/$N, history baseline $fa_hist/$hist, --time cpu $fa_cpu/$N"
+echo "5% slower not caught (misses): suite $miss/$N, --gate each $miss_each/$N, history baseline $miss_hist/$hist, --time cpu $miss_cpu/$N"
+echo "a rerun against itself x1.05, not caught: wall time $miss_self/$N, --time cpu $miss_self_cpu/$N"
