@@ -175,7 +175,8 @@ for root in nvidia.__path__:
     # Every binary and bundled library resolves every library: bundled ones from lib/, CUDA
     # ones from the directories above (the simulated wheels in a dry run), the rest from the
     # system, and nothing from the machine the bundle was built on.
-    local bad=0 f name path
+    local bad=0 f name path needed
+    local provided_re='^(linux-vdso|ld-linux-x86-64|libc|libm|libdl|libpthread|librt|libresolv|libutil|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libcublasLt|libcudnn[a-z_]*|libnccl|libnvrtc|libnvJitLink)\.so'
     for f in "$bundle/parbench" "$bundle/parbench_tests" "$bundle"/lib/*.so* "$bundle"/libparbench_*.so; do
         [ -e "$f" ] || continue
         out=$(ldd "$f" 2>&1)
@@ -183,9 +184,13 @@ for root in nvidia.__path__:
             echo "${f#$bundle/}: $(grep 'not found' <<<"$out" | tr -s ' \t' ' ' | tr '\n' ';')"
             bad=1
         fi
+        needed=$(objdump -p "$f" | awk '/NEEDED/ {print $2}')
         while read -r name path; do
-            if [ -e "$bundle/lib/$name" ] && [ "$path" != "$bundle/lib/$name" ]; then
-                echo "${f#$bundle/}: $name resolves to $path, not the bundled lib/$name"; bad=1
+            # What a bundled file links directly must come from the bundle, unless the GPU
+            # machine provides it (CUDA libraries, the C and C++ runtimes).
+            if grep -qxF "$name" <<<"$needed" && ! [[ "$name" =~ $provided_re ]] &&
+               [[ "$path" != "$bundle/lib/"* ]]; then
+                echo "${f#$bundle/}: $name => $path, not from the bundle's lib/"; bad=1
             fi
             if grep -qxF "$name" <<<"$cuda_sonames"; then
                 echo "  ${f#$bundle/}: $name => $path"
