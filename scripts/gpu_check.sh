@@ -236,14 +236,26 @@ result "1 environment" ok "libraries resolved; ${gpus:-0} CUDA device(s)"
 
 # The GPU tests: every suite that needs a device.
 gpu_filter='Cuda*:*Gpu*:*GPU*:NcclSingleRank*'
+# Their full names, one a line: --gtest_list_tests prints "Suite." lines, then "  Test" lines
+# (and gtest_main's banner, skipped).
+gpu_tests() {
+    local line suite=""
+    timeout 30 "$bundle/parbench_tests" --gtest_list_tests --gtest_filter="$gpu_filter" | sed 's/  *#.*//; s/ *$//' |
+        while IFS= read -r line; do
+            case "$line" in
+                "  "*) echo "$suite${line##* }" ;;
+                [A-Za-z_]*.) suite=$line ;;
+            esac
+        done
+}
 
 # --- dry run: every later stage's command line, parsed ------------------------------------
 if [ "$dry_run" = 1 ]; then
     section "dry run: command lines of stages 2-5"
     env_lines=$(wc -l <"$env_log")
     {
-        n=$("$bundle/parbench_tests" --gtest_list_tests --gtest_filter="$gpu_filter" | grep -c '^  ')
-        echo "stage 2 would run $n GPU tests (filter $gpu_filter)"
+        n=$(gpu_tests | wc -l)
+        echo "stage 2 would run $n GPU tests (filter $gpu_filter): $(gpu_tests | grep -c '^Cuda\.') Cuda, $(gpu_tests | grep -c '^NcclSingleRank\.') NcclSingleRank, ..."
         [ "$n" -gt 0 ] || { echo "no test matches $gpu_filter"; exit 1; }
         # Each parbench command must get past flag parsing and stop only for want of a GPU.
         while read -r args; do
@@ -281,15 +293,10 @@ fi
 # --- 2. the GPU tests, one process each ------------------------------------------------------
 section "2 GPU tests"
 tests_log="$outdir/tests.log"
-stage_end=$(( $(date +%s) + $(limit 150) ))
+stage_end=$(( $(date +%s) + $(limit 180) ))
 passed=0; failed_tests=(); skipped=0; not_run=0
 suite=""
-while read -r line; do
-    case "$line" in
-        "") continue ;;
-        *.) suite=$line; continue ;;
-    esac
-    t="$suite${line%% *}"
+while read -r t; do
     left=$(( stage_end - $(date +%s) ))
     if [ "$left" -le 1 ]; then not_run=$((not_run + 1)); echo "NOT RUN (stage time out): $t" >>"$tests_log"; continue; fi
     echo "=== $t" >>"$tests_log"
@@ -303,7 +310,7 @@ while read -r line; do
     else
         passed=$((passed + 1))
     fi
-done < <("$bundle/parbench_tests" --gtest_list_tests --gtest_filter="$gpu_filter" | sed 's/  *#.*//')
+done < <(gpu_tests)
 echo "passed $passed, failed ${#failed_tests[@]}, skipped $skipped, not run $not_run"
 [ "${#failed_tests[@]}" = 0 ] || printf '  FAILED %s\n' "${failed_tests[@]}"
 if [ "${#failed_tests[@]}" -gt 0 ] || [ "$not_run" -gt 0 ] || [ "$skipped" -gt 0 ]; then
@@ -366,7 +373,7 @@ sanitizer=$(command -v compute-sanitizer || ls "${CUDA_HOME:-/usr/local/cuda}/bi
 if [ -z "$sanitizer" ]; then
     result "5 sanitizer" "not run" "compute-sanitizer not found"
 else
-    timeout "$(limit 120)" "$sanitizer" --tool memcheck --error-exitcode 3 "$bundle/parbench" train --workload great_net \
+    timeout "$(limit 90)" "$sanitizer" --tool memcheck --error-exitcode 3 "$bundle/parbench" train --workload great_net \
         --image 64 --width 0.25 --batch 2 --device-kind cuda --iterations 2 --warmup 1 >"$outdir/sanitizer.log" 2>&1
     src=$?
     tail -n 5 "$outdir/sanitizer.log"
