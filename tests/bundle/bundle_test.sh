@@ -20,7 +20,6 @@ else
   bundle=$src/build-bundle/out
   "$src/scripts/gpu_bundle.sh" --jobs 2 "$bundle" || fail "gpu_bundle.sh"
 fi
-build=$(dirname "$bundle")
 
 bytes=$(du -sb "$bundle" | cut -f1)
 [ "$bytes" -lt $((16 * 1024 * 1024)) ] || fail "bundle is $bytes bytes, not under 16 MiB"
@@ -57,7 +56,8 @@ for f in "${elfs[@]}"; do
   [ -e "$f" ] || continue
   out=$(ldd "$f") || fail "ldd ${f#$bundle/}"
   ! grep -q 'not found' <<<"$out" || fail "${f#$bundle/}: $(grep 'not found' <<<"$out")"
-  ! grep -qE "$src|$build" <<<"$(grep -v "$bundle" <<<"$out")" || fail "${f#$bundle/} resolves into the build tree: $out"
+  ! grep -v -e "$bundle/" -e "$tmp/" <<<"$out" | grep -qF "$src/" ||
+    fail "${f#$bundle/} resolves into the source or build tree: $(grep -F "$src/" <<<"$out")"
   while read -r name path; do
     case $name in
       libcudart* | libcublas* | libcudnn* | libnccl*)
