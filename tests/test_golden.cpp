@@ -123,11 +123,11 @@ TEST(Replay, BadInputExitsTwoAndWritesNothing) {
   const fs::path out = fs::path(::testing::TempDir()) / "replay_bad";
   fs::remove_all(out);
   // the input of another net: wrong shape
-  EXPECT_EQ(run(fmt::format("replay --workload {0}/net.json --input {1}/input.npy --device-kind cpu --out {2}", d.string(),
-                            (d.parent_path() / "linear").string(), out.string())),
+  EXPECT_EQ(run(fmt::format("replay --workload {0}/net.json --input {1}/input.npy --device-kind cpu --out {2}",
+                            d.string(), (d.parent_path() / "linear").string(), out.string())),
             2);
-  EXPECT_EQ(run(fmt::format("replay --workload {0}/net.json --params {1}/params --device-kind cpu --out {2}", d.string(),
-                            (d.parent_path() / "conv_pad2").string(), out.string())),
+  EXPECT_EQ(run(fmt::format("replay --workload {0}/net.json --params {1}/params --device-kind cpu --out {2}",
+                            d.string(), (d.parent_path() / "conv_pad2").string(), out.string())),
             2);
   EXPECT_EQ(run(fmt::format("replay --workload {}/net.json", d.string())), 2);  // no --out
   EXPECT_EQ(run(fmt::format("replay --workload {}/net.json --steps x --out {}", d.string(), out.string())), 2);
