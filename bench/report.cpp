@@ -19,20 +19,21 @@ namespace pb {
 
 namespace {
 
-// scripts/chart.py: $PARBENCH_CHART_SCRIPT, the source tree the program was built from, or the
-// first scripts/ folder above the executable (a build folder inside the source tree).
+// scripts/chart.py: $PARBENCH_CHART_SCRIPT, the first scripts/ folder at or above the executable
+// (a build folder inside the source tree, or a bundle), or the source tree the program was
+// built from (a build folder elsewhere on the build machine).
 std::string chart_script() {
   namespace fs = std::filesystem;
   if (const char* env = std::getenv("PARBENCH_CHART_SCRIPT")) return env;
-#ifdef PARBENCH_SOURCE_DIR
-  if (fs::exists(PARBENCH_SOURCE_DIR "/scripts/chart.py")) return PARBENCH_SOURCE_DIR "/scripts/chart.py";
-#endif
   std::error_code ec;
   fs::path dir = fs::read_symlink("/proc/self/exe", ec).parent_path();
   for (; !ec && !dir.empty(); dir = dir.parent_path()) {
     if (fs::exists(dir / "scripts" / "chart.py")) return (dir / "scripts" / "chart.py").string();
     if (dir == dir.root_path()) break;
   }
+#ifdef PARBENCH_SOURCE_DIR
+  if (fs::exists(PARBENCH_SOURCE_DIR "/scripts/chart.py")) return PARBENCH_SOURCE_DIR "/scripts/chart.py";
+#endif
   if (fs::exists("scripts/chart.py")) return "scripts/chart.py";
   return "";
 }

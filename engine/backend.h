@@ -56,6 +56,9 @@ class Backend {
   virtual ~Backend() = default;
   virtual Device device() const = 0;
   virtual std::string name() const = 0;
+  // The algorithms this backend chose for a convolution shape already run, for failure
+  // messages; empty where a backend does not choose (CPU).
+  virtual std::string conv_algorithms(const ConvGeom&) const { return {}; }
 
   // y[n,k,p,q] = sum w[k,c,r,s] * x[n,c,p*sh+r-ph,q*sw+s-pw] + b[k]
   virtual void conv2d_forward(const ConvGeom& g, const float* x, const float* w, const float* b,

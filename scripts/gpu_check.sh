@@ -1,252 +1,385 @@
 #!/usr/bin/env bash
-# All GPU checking in one run, for an NVIDIA H200 (or any sm_90 GPU) machine: build for sm_90,
-# run the whole test suite (GPU tests included), then time the seed's GreatNetwork at 512x512
-# against PyTorch on the same GPU, fp32 and tf32, batch 1 and 2. Logs and table.md go to OUTDIR.
+# The first run on a GPU machine, from a bundle made by scripts/gpu_bundle.sh: builds and
+# installs nothing. Copy the bundle over and run one command:
 #
-#   scripts/gpu_check.sh runs/gpu-$(date +%Y%m%d)
-set -euo pipefail
+#   BUNDLE/gpu_check.sh OUTDIR            # on the GPU machine, about 6 minutes, 10 at most
+#   BUNDLE/gpu_check.sh --dry-run OUTDIR  # anywhere: every stage that needs no GPU, then exit 2
+set -uo pipefail
 
 usage() {
     cat <<'EOF'
-Usage: scripts/gpu_check.sh [options] OUTDIR
+Usage: gpu_check.sh [options] [OUTDIR]
 
-Builds parbench for sm_90 (build-gpu/), runs build-gpu/parbench_tests and `parbench run`
-with its GPU defaults (OUTDIR/run/), then times
-`parbench train --workload great_net --image 512 --width 1` and the PyTorch peer
-(scripts/torch_gpu_peer.py) for fp32 and tf32 at each batch, both with exhaustive
-convolution search (PARBENCH_CONV_SEARCH=exhaustive; torch.backends.cudnn.benchmark=True).
-Prints a table last; every log and OUTDIR/table.md stay in OUTDIR. Installs nothing
-itself: missing build packages are delegated to scripts/install-deps.sh (apt-get).
+Stages, each with its own time limit, each writing its log as soon as it ends:
+  1 environment   bundle integrity (SHA256SUMS), CUDA libraries from NVIDIA's pip wheels
+                  (python3 -c 'import nvidia...') or a CUDA toolkit, every bundled binary and
+                  library resolved (ldd), GPU, driver, CPU, the libraries actually loaded
+  2 tests         the GPU tests of parbench_tests only, one process per test
+  3 torch         GreatNetwork 512x512 batch 1, engine vs PyTorch, tf32 then fp32,
+                  exhaustive convolution search on both sides
+  4 run           parbench run on the one GPU, --oversubscribe: dp, ddp, mp and pipeline with
+                  2 workers each
+  5 sanitizer     compute-sanitizer --tool memcheck over a small parbench train (if present)
+At most 8 files land in OUTDIR (default gpu-check-<UTC time> in the current directory):
+gpu_check.log (everything printed), env.txt, tests.log, torch.log, run.log, run.tar.gz,
+sanitizer.log, summary.md.
 
 Options:
-  --iterations N   timed iterations per configuration (default 10)
-  --warmup N       untimed iterations first; the algorithm search runs here (default 2)
-  --batches "B.."  batch sizes (default "1 2")
-  --jobs N         build parallelism (default: nproc)
+  --dry-run        run what needs no GPU: bundle integrity, library resolution against a
+                   simulated pip-wheel layout made from this machine's CUDA libraries, every
+                   later stage's command line parsed; then stop with "no GPU" (exit 2)
+  --python PY      the Python with PyTorch and NVIDIA's wheels (default: python3)
+  --iterations N   timed iterations in stage 3 (default 5)
+  --warmup N       untimed iterations first in stage 3; the algorithm search runs here (default 2)
   --help           show this help
 
-Exit status: 0 when the build, the tests and every timed run succeeded (whether the
-performance bars are met is printed, not the exit status); 1 when a test or a run
-failed; 2 when the check could not start (usage, missing tools, no GPU).
+Exit status: 0 when every stage passed; 1 when a stage failed; 2 when the check could not
+run on a GPU (bad usage, a broken bundle or unresolved library, no GPU, --dry-run).
 EOF
 }
 
 die() { echo "gpu_check: error: $*" >&2; exit 2; }
 
-iterations=10
+dry_run=0
+python=python3
+iterations=5
 warmup=2
-batches="1 2"
-jobs=$(nproc 2>/dev/null || echo 16)
 outdir=""
 while [ $# -gt 0 ]; do
     case "$1" in
+        --dry-run) dry_run=1; shift ;;
+        --python) [ $# -ge 2 ] || die "--python needs a value"; python=$2; shift 2 ;;
         --iterations) [ $# -ge 2 ] || die "--iterations needs a value"; iterations=$2; shift 2 ;;
         --warmup) [ $# -ge 2 ] || die "--warmup needs a value"; warmup=$2; shift 2 ;;
-        --batches) [ $# -ge 2 ] || die "--batches needs a value"; batches=$2; shift 2 ;;
-        --jobs) [ $# -ge 2 ] || die "--jobs needs a value"; jobs=$2; shift 2 ;;
         -h|--help) usage; exit 0 ;;
         -*) usage >&2; die "unknown option: $1" ;;
         *) [ -z "$outdir" ] || die "more than one OUTDIR: '$outdir' and '$1'"; outdir=$1; shift ;;
     esac
 done
-[ -n "$outdir" ] || { usage >&2; die "OUTDIR is required"; }
-for v in "$iterations" "$warmup" "$jobs" $batches; do
-    [[ "$v" =~ ^[0-9]+$ ]] || die "expected a non-negative integer, got '$v'"
-done
-[ "$iterations" -ge 1 ] || die "--iterations must be at least 1"
-[ -n "${batches// /}" ] || die "--batches needs at least one batch size"
+[[ "$iterations" =~ ^[1-9][0-9]*$ ]] || die "--iterations expects a positive integer, got '$iterations'"
+[[ "$warmup" =~ ^[0-9]+$ ]] || die "--warmup expects a non-negative integer, got '$warmup'"
 
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-mkdir -p "$outdir"
+bundle=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+[ -x "$bundle/parbench" ] && [ -x "$bundle/parbench_tests" ] && [ -f "$bundle/SHA256SUMS" ] ||
+    die "$bundle is not a bundle (no parbench, parbench_tests or SHA256SUMS next to this script): make one with scripts/gpu_bundle.sh OUTDIR and run OUTDIR/gpu_check.sh"
+outdir=${outdir:-gpu-check-$(date -u +%Y%m%dT%H%M%SZ)}
+mkdir -p "$outdir" || die "cannot create $outdir"
 outdir=$(cd "$outdir" && pwd)
-build="$root/build-gpu"
-# Everything this script prints also lands in OUTDIR/gpu_check.log.
 exec > >(tee "$outdir/gpu_check.log") 2>&1
-cd "$root"
 
-failures=()
-note_failure() { failures+=("$1"); echo "gpu_check: FAILED: $1"; }
-section() { printf '\n=== %s (%s) ===\n' "$1" "$(date +%H:%M:%S)"; }
+start=$(date +%s)
+hard_cap=570                     # seconds: the whole check ends before 10 minutes
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+results=()                       # "stage|status|detail" for summary.md
+failed=0
+section() { printf '\n=== %s (%s, %ds in) ===\n' "$1" "$(date -u +%H:%M:%S)" "$(( $(date +%s) - start ))"; }
+result() {
+    results+=("$1|$2|$3")
+    echo "gpu_check: $1: $2${3:+ ($3)}"
+    [ "$2" = "FAILED" ] && failed=1
+    write_summary
+}
+# A stage's time limit: its own budget, cut to what is left of the hard cap.
+limit() {
+    local left=$(( hard_cap - ($(date +%s) - start) ))
+    [ "$left" -lt "$1" ] && echo $(( left > 1 ? left : 1 )) || echo "$1"
+}
+write_summary() {
+    {
+        echo "# parbench GPU check"
+        echo
+        echo "$(date -u +%Y-%m-%dT%H:%M:%SZ), ${gpu_name:-no GPU}, $(sed -n 2p "$bundle/BUNDLE.txt")"
+        [ "$dry_run" = 1 ] && echo "dry run: no GPU used"
+        echo
+        echo "| stage | result | detail |"
+        echo "|---|---|---|"
+        local r
+        for r in "${results[@]}"; do echo "| ${r//|/ | } |"; done
+        if [ -n "${table:-}" ]; then echo; echo "$table"; fi
+    } >"$outdir/summary.md"
+}
 
 # TF32 must be what --precision says: an inherited NVIDIA_TF32_OVERRIDE=0 would silently turn
-# the tf32 rows into fp32 (fp32 is pinned through the library APIs, not this variable).
+# the tf32 rows into fp32.
 unset NVIDIA_TF32_OVERRIDE
 
-# --- 1. tools and packages ----------------------------------------------------------------
-section "environment"
-if ! command -v nvcc >/dev/null 2>&1; then
-    for d in /usr/local/cuda/bin /usr/local/cuda-*/bin; do
-        if [ -x "$d/nvcc" ]; then export PATH="$d:$PATH"; break; fi
-    done
-fi
-command -v nvcc >/dev/null 2>&1 || die "nvcc not found (install the CUDA toolkit or put it on PATH)"
-header_present() {
-    local h
-    for h in "$@"; do
-        [ -e "/usr/include/$h" ] || [ -e "/usr/local/include/$h" ] || return 1
-    done
-}
-if ! command -v cmake >/dev/null 2>&1 || ! command -v g++ >/dev/null 2>&1 ||
-   ! header_present fmt/format.h nlohmann/json.hpp benchmark/benchmark.h gtest/gtest.h; then
-    if command -v apt-get >/dev/null 2>&1; then
-        echo "build tools or libraries missing; running scripts/install-deps.sh"
-        bash "$root/scripts/install-deps.sh" ||
-            die "scripts/install-deps.sh failed; install cmake, g++, libfmt-dev, nlohmann-json3-dev, libbenchmark-dev, libgtest-dev, libgmock-dev and rerun"
-    else
-        die "cmake, g++ or a library header (fmt, nlohmann-json, benchmark, gtest) is missing and apt-get is not available: install them and rerun"
-    fi
-fi
-if command -v nvidia-smi >/dev/null 2>&1; then
-    nvidia-smi >"$outdir/nvidia-smi.txt" 2>&1 || echo "nvidia-smi failed:"
-    cat "$outdir/nvidia-smi.txt"
-    gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1 || true)
-    gpu_name=${gpu_name:-unknown GPU}
-else
-    echo "nvidia-smi not found"
-    gpu_name="unknown GPU"
-fi
-nvcc --version | tail -n 2
-cmake --version | head -n 1
-have_torch=1
-if ! python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' >"$outdir/torch-probe.log" 2>&1; then
-    have_torch=0
-    note_failure "python3 has no PyTorch with CUDA (see torch-probe.log): PyTorch columns will be n/a"
-else
-    python3 -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda, "cuDNN", torch.backends.cudnn.version())' |
-        tee -a "$outdir/torch-probe.log"
-fi
-commit=$(git -C "$root" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+# --- 1. environment and library resolution ------------------------------------------------
+section "1 environment"
+env_log="$outdir/env.txt"
+: >"$env_log"
+stage1() {
+    echo "bundle: $bundle"
+    cat "$bundle/BUNDLE.txt" | sed -n '1,6p'
+    (cd "$bundle" && sha256sum --quiet -c SHA256SUMS) || { echo "bundle files differ from SHA256SUMS"; return 1; }
+    echo "bundle integrity: ok ($(wc -l <"$bundle/SHA256SUMS") files match SHA256SUMS)"
 
-# --- 2. build for sm_90 -------------------------------------------------------------------
-section "build (sm_90, $jobs jobs)"
-# A cache from a copy of the repo at another path cannot be reused.
-if [ -f "$build/CMakeCache.txt" ] && ! grep -qxF "CMAKE_HOME_DIRECTORY:INTERNAL=$root" "$build/CMakeCache.txt"; then
-    echo "build-gpu/ was configured for another source directory; starting it afresh"
-    rm -rf "$build"
-fi
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DPARBENCH_CUDA=ON \
-      -DPARBENCH_CUDA_ARCHS=90 -DCMAKE_CUDA_ARCHITECTURES=90 >"$outdir/configure.log" 2>&1 ||
-    { tail -n 30 "$outdir/configure.log"; die "configure failed (full log: $outdir/configure.log)"; }
-grep 'parbench:' "$outdir/configure.log" || true
-cmake --build "$build" -j "$jobs" >"$outdir/build.log" 2>&1 ||
-    { tail -n 40 "$outdir/build.log"; die "build failed (full log: $outdir/build.log)"; }
-echo "built: $build/parbench, $build/parbench_tests"
-"$build/parbench" devices | tee "$outdir/devices.txt"
-if grep -q 'cuda: 0 device' "$outdir/devices.txt"; then
-    die "parbench sees no CUDA device"
-fi
-
-# --- 3. tests -----------------------------------------------------------------------------
-section "tests (all of parbench_tests; the Cuda suite needs the GPU)"
-if timeout 300 "$build/parbench_tests" >"$outdir/tests.log" 2>&1; then
-    grep -E '^\[  (PASSED|SKIPPED) ' "$outdir/tests.log" | head -n 20 || true
-else
-    grep -E '^\[  FAILED  \]|^\[  (PASSED|SKIPPED) ' "$outdir/tests.log" | head -n 40 || true
-    note_failure "parbench_tests (log: tests.log)"
-fi
-if grep -E '^\[  SKIPPED \] Cuda' "$outdir/tests.log"; then
-    note_failure "Cuda tests skipped on a GPU machine"
-fi
-
-# --- 4. GreatNetwork 512x512 against PyTorch ----------------------------------------------
-section "GreatNetwork 512x512, width 1: engine vs PyTorch (exhaustive conv search)"
-# Training FLOPs per image = 3 x forward; forward = sum over the 14 convs of 2*Cin*Cout*3*3*H*W.
-gflop_per_image=$(python3 - <<'EOF'
-c = [3, 16, 32, 64, 128, 256, 512, 1024, 512, 256, 128, 64, 32, 16, 3]
-print(3 * sum(2 * a * b * 9 * 512 * 512 for a, b in zip(c, c[1:])) / 1e9)
-EOF
-)
-median_of() { sed -n 's/^median \([0-9.]*\) ms\/iteration.*/\1/p' "$1" | tail -n 1; }
-
-rows=()
-for precision in fp32 tf32; do
-    for batch in $batches; do
-        config="$precision batch $batch"
-        echo "--- $config"
-        elog="$outdir/engine-$precision-b$batch.log"
-        if PARBENCH_CONV_SEARCH=exhaustive timeout 300 "$build/parbench" train --workload great_net --image 512 \
-                --width 1 --batch "$batch" --precision "$precision" --device-kind cuda \
-                --iterations "$iterations" --warmup "$warmup" >"$elog" 2>&1; then
-            engine_ms=$(median_of "$elog")
-        else
-            engine_ms=""
-            tail -n 5 "$elog"
-            note_failure "engine $config (log: $(basename "$elog"))"
-        fi
-        torch_ms=""
-        if [ "$have_torch" = 1 ]; then
-            tlog="$outdir/torch-$precision-b$batch.log"
-            if timeout 300 python3 "$root/scripts/torch_gpu_peer.py" --device cuda --image 512 --width 1 \
-                    --batch "$batch" --precision "$precision" --conv-search exhaustive \
-                    --iterations "$iterations" --warmup "$warmup" >"$tlog" 2>&1; then
-                torch_ms=$(median_of "$tlog")
-            else
-                tail -n 5 "$tlog"
-                note_failure "PyTorch $config (log: $(basename "$tlog"))"
+    # The CUDA libraries the binaries need, by soname.
+    cuda_sonames=$(for f in "$bundle/parbench" "$bundle/parbench_tests" "$bundle"/libparbench_*.so "$bundle"/lib/libparbench_*.so; do
+                       [ -e "$f" ] && objdump -p "$f" | awk '/NEEDED/ {print $2}'
+                   done | grep -E '^lib(cudart|cublas|cublasLt|cudnn|nccl)\.so' | sort -u)
+    if [ "$dry_run" = 1 ]; then
+        # A simulated pip-wheel layout: site-packages/nvidia/{cu13,cudnn,nccl}/lib holding only
+        # versioned sonames, made from wherever this machine's CUDA libraries are.
+        local site="$scratch/site-packages" lib src d
+        mkdir -p "$site/nvidia"
+        for lib in $cuda_sonames libcublasLt.so.13; do
+            src=$(LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64:/usr/local/cuda/lib" \
+                  ldd "$bundle/parbench" | awk -v l="$lib" '$1 == l && $3 ~ /^\// {print $3}')
+            [ -n "$src" ] || src=$(ldconfig -p | awk -v l="$lib" '$1 == l {print $NF; exit}')
+            [ -n "$src" ] || { echo "dry run: no $lib on this machine to simulate a wheel with"; return 1; }
+            case "$lib" in libcudnn*) d=cudnn ;; libnccl*) d=nccl ;; *) d=cu13 ;; esac
+            mkdir -p "$site/nvidia/$d/lib"
+            touch "$site/nvidia/$d/__init__.py"
+            ln -sf "$(readlink -f "$src")" "$site/nvidia/$d/lib/$lib"
+            # cuDNN opens its engine libraries at run time, by soname, from the library path.
+            if [ "$d" = cudnn ]; then
+                for s in "$(dirname "$src")"/libcudnn_*.so.9; do
+                    [ -e "$s" ] && ln -sf "$(readlink -f "$s")" "$site/nvidia/cudnn/lib/$(basename "$s")"
+                done
             fi
-        fi
-        echo "engine ${engine_ms:-n/a} ms/iteration, PyTorch ${torch_ms:-n/a} ms/iteration"
-        rows+=("$precision|$batch|${engine_ms}|${torch_ms}")
-    done
-done
+        done
+        echo "dry run: simulated wheel layout in $site: $(cd "$site" && find nvidia -name '*.so*' | sort | tr '\n' ' ')"
+        export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+    fi
 
-# --- 4b. the benchmark sweep with its GPU defaults -----------------------------------------
-section "parbench run with its defaults (great_net 512x512, batch 1 per GPU, every strategy)"
-if timeout 300 "$build/parbench" run --out "$outdir/run" >"$outdir/run.log" 2>&1; then
-    sed -n '/^## /,$p' "$outdir/run.log"
-else
-    tail -n 20 "$outdir/run.log"
-    note_failure "parbench run (log: run.log)"
+    # NVIDIA's wheels first (what PyTorch itself loads), then a CUDA toolkit.
+    # NVIDIA's wheels install the namespace package nvidia with one lib/ per wheel.
+    local find_wheels='
+import os
+try:
+    import nvidia
+except ImportError:
+    raise SystemExit(0)
+for root in nvidia.__path__:
+    for name in sorted(os.listdir(root)):
+        lib = os.path.join(root, name, "lib")
+        if os.path.isdir(lib) and any(".so" in f for f in os.listdir(lib)):
+            print(lib)
+'
+    wheel_dirs=$(timeout 30 "$python" -c "$find_wheels" 2>/dev/null)
+    local dirs=()
+    [ -n "$wheel_dirs" ] && mapfile -t dirs <<<"$wheel_dirs"
+    if [ "$dry_run" = 0 ]; then
+        for d in "${CUDA_HOME:-/usr/local/cuda}/lib64" "${CUDA_HOME:-/usr/local/cuda}/lib"; do
+            [ -d "$d" ] && dirs+=("$d")
+        done
+    fi
+    if [ "${#dirs[@]}" -gt 0 ]; then
+        export LD_LIBRARY_PATH="$(IFS=:; echo "${dirs[*]}")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    fi
+    echo "CUDA library directories: ${dirs[*]:-(none: the system library path)}"
+    [ "$dry_run" = 0 ] || [ -n "$wheel_dirs" ] ||
+        { echo "dry run: '$python' did not find the simulated nvidia package"; return 1; }
+
+    # Every binary and bundled library resolves every library: bundled ones from lib/, CUDA
+    # ones from the directories above (the simulated wheels in a dry run), the rest from the
+    # system, and nothing from the machine the bundle was built on.
+    local bad=0 f name path needed
+    local provided_re='^(linux-vdso|ld-linux-x86-64|libc|libm|libdl|libpthread|librt|libresolv|libutil|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libcublasLt|libcudnn[a-z_]*|libnccl|libnvrtc|libnvJitLink)\.so'
+    for f in "$bundle/parbench" "$bundle/parbench_tests" "$bundle"/lib/*.so* "$bundle"/libparbench_*.so; do
+        [ -e "$f" ] || continue
+        out=$(ldd "$f" 2>&1)
+        if grep -q 'not found' <<<"$out"; then
+            echo "${f#$bundle/}: $(grep 'not found' <<<"$out" | tr -s ' \t' ' ' | tr '\n' ';')"
+            bad=1
+        fi
+        needed=$(objdump -p "$f" | awk '/NEEDED/ {print $2}')
+        while read -r name path; do
+            # What a bundled file links directly must come from the bundle, unless the GPU
+            # machine provides it (CUDA libraries, the C and C++ runtimes).
+            if grep -qxF "$name" <<<"$needed" && ! [[ "$name" =~ $provided_re ]] &&
+               [[ "$path" != "$bundle/lib/"* ]]; then
+                echo "${f#$bundle/}: $name => $path, not from the bundle's lib/"; bad=1
+            fi
+            if grep -qxF "$name" <<<"$cuda_sonames"; then
+                echo "  ${f#$bundle/}: $name => $path"
+                if [ "$dry_run" = 1 ] && [[ "$path" != "$scratch"/* ]]; then
+                    echo "${f#$bundle/}: $name resolves to $path, not the simulated wheel"; bad=1
+                fi
+            fi
+        done < <(awk '/=>/ && $3 ~ /^\// {print $1, $3}' <<<"$out")
+    done
+    [ "$bad" = 0 ] || { echo "library resolution: FAILED"; return 1; }
+    echo "library resolution: ok (every binary and bundled library)"
+
+    # The libraries actually loaded, with versions (real file names).
+    echo "loaded by 'parbench devices':"
+    LD_DEBUG=libs timeout 60 "$bundle/parbench" devices 2>&1 >"$scratch/devices.txt" |
+        sed -n 's/.*calling init: //p' | sort -u | while read -r l; do
+            real=$(readlink -f "$l"); [ "$real" = "$l" ] && echo "  $l" || echo "  $l -> $real"
+        done
+    cat "$scratch/devices.txt"
+    echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) threads"
+    if command -v nvidia-smi >/dev/null 2>&1; then
+        timeout 30 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1 || true
+    else
+        echo "nvidia-smi: not found"
+    fi
+    timeout 60 "$python" -c 'import torch; print("PyTorch", torch.__version__, "CUDA", torch.version.cuda, "cuDNN", torch.backends.cudnn.version(), "GPU available:", torch.cuda.is_available())' 2>&1 | tail -n 1
+    echo "compute-sanitizer: $(command -v compute-sanitizer || ls "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer" 2>/dev/null || echo 'not found')"
+    timeout 30 "$bundle/parbench_tests" --gtest_list_tests >/dev/null || { echo "parbench_tests cannot list its tests"; return 1; }
+    return 0
+}
+# Stage 1 runs in this shell (it exports the library path); each command in it has its own limit.
+stage1 >>"$env_log" 2>&1
+rc=$?
+cat "$env_log"
+if [ "$rc" != 0 ]; then
+    result "1 environment" FAILED "see env.txt"
+    echo "gpu_check: the bundle cannot run here; nothing else is tried"
+    exit 2
+fi
+gpu_name=$(command -v nvidia-smi >/dev/null 2>&1 && timeout 30 nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
+gpus=$(sed -n 's/^cuda: \([0-9]*\) device(s).*/\1/p' "$scratch/devices.txt" | head -n 1)
+result "1 environment" ok "libraries resolved; ${gpus:-0} CUDA device(s)"
+
+# The GPU tests: every suite that needs a device.
+gpu_filter='Cuda*:*Gpu*:*GPU*:NcclSingleRank*'
+# Their full names, one a line: --gtest_list_tests prints "Suite." lines, then "  Test" lines
+# (and gtest_main's banner, skipped).
+gpu_tests() {
+    local line suite=""
+    timeout 30 "$bundle/parbench_tests" --gtest_list_tests --gtest_filter="$gpu_filter" | sed 's/  *#.*//; s/ *$//' |
+        while IFS= read -r line; do
+            case "$line" in
+                "  "*) echo "$suite${line##* }" ;;
+                [A-Za-z_]*.) suite=$line ;;
+            esac
+        done
+}
+
+# --- dry run: every later stage's command line, parsed ------------------------------------
+if [ "$dry_run" = 1 ]; then
+    section "dry run: command lines of stages 2-5"
+    env_lines=$(wc -l <"$env_log")
+    {
+        n=$(gpu_tests | wc -l)
+        echo "stage 2 would run $n GPU tests (filter $gpu_filter): $(gpu_tests | grep -c '^Cuda\.') Cuda, $(gpu_tests | grep -c '^NcclSingleRank\.') NcclSingleRank, ..."
+        [ "$n" -gt 0 ] || { echo "no test matches $gpu_filter"; exit 1; }
+        # Each parbench command must get past flag parsing and stop only for want of a GPU.
+        while read -r args; do
+            msg=$(timeout 30 "$bundle/parbench" $args 2>&1 >/dev/null)
+            if ! grep -q 'no CUDA device' <<<"$msg"; then
+                echo "parbench $args: expected 'no CUDA device', got: $msg"; exit 1
+            fi
+            echo "parbench $args: parsed (stops at: $msg)"
+        done <<EOF
+train --workload great_net --image 512 --width 1 --batch 1 --precision tf32 --device-kind cuda --iterations $iterations --warmup $warmup
+run --device-kind cuda --oversubscribe --strategies dp,ddp,mp,pipeline --devices 2 --iterations 3 --warmup 1 --out $scratch/run
+train --workload great_net --image 64 --width 0.25 --batch 2 --device-kind cuda --iterations 2 --warmup 1
+EOF
+        if "$python" -c 'import torch' 2>/dev/null; then
+            timeout 60 "$python" "$bundle/scripts/torch_gpu_peer.py" --device cpu --image 16 --width 0.125 --batch 1 \
+                --precision fp32 --iterations 1 --warmup 0 >"$scratch/peer.txt" 2>&1 ||
+                { cat "$scratch/peer.txt"; echo "the PyTorch peer failed on CPU"; exit 1; }
+            echo "PyTorch peer: ran on CPU ($(grep -m1 '^median' "$scratch/peer.txt"))"
+        else
+            echo "PyTorch peer: '$python' has no torch; not tried"
+        fi
+    } >>"$env_log" 2>&1
+    rc=$?
+    tail -n "+$((env_lines + 1))" "$env_log"
+    [ "$rc" = 0 ] && result "dry run" ok "every stage's command line parsed" || result "dry run" FAILED "see env.txt"
+    [ "$rc" = 0 ] || exit 1
+    echo "gpu_check: no GPU: dry run done, every stage that needs no GPU passed ($(( $(date +%s) - start ))s)"
+    exit 2
+fi
+if [ "${gpus:-0}" -lt 1 ]; then
+    echo "gpu_check: no GPU: parbench sees no CUDA device (see env.txt)"
+    exit 2
 fi
 
-# --- 5. the table ---------------------------------------------------------------------------
-section "table"
-table=$(python3 - "$gflop_per_image" "${rows[@]}" <<'EOF'
-import sys
-gflop_per_image = float(sys.argv[1])
-TF32_DENSE_TFLOPS = 494.0  # H200 SXM dense TF32 tensor-core peak
-lines = ["| config | engine ms/iteration | PyTorch ms/iteration | engine/PyTorch | engine TFLOP/s | PyTorch TFLOP/s |",
-         "|---|---:|---:|---:|---:|---:|"]
-ratio_ok, tf32_ok, complete = True, True, True
-for row in sys.argv[2:]:
-    prec, batch, e, t = row.split("|")
-    batch = int(batch)
-    tflop = gflop_per_image * batch / 1e3
-    e = float(e) if e else None
-    t = float(t) if t else None
-    fmt_ms = lambda v: f"{v:.2f}" if v is not None else "n/a"
-    fmt_rate = lambda v: f"{tflop / (v / 1e3):.1f}" if v is not None else "n/a"
-    ratio = f"{e / t:.2f}" if e is not None and t is not None else "n/a"
-    if e is None or t is None:
-        complete = False
-    elif e / t > 1.00:
-        ratio_ok = False
-    if prec == "tf32" and (e is None or tflop / (e / 1e3) < 0.6 * TF32_DENSE_TFLOPS):
-        tf32_ok = False
-    lines.append(f"| {prec}, batch {batch} | {fmt_ms(e)} | {fmt_ms(t)} | {ratio} | {fmt_rate(e)} | {fmt_rate(t)} |")
-lines.append("")
-lines.append(f"Training FLOPs = 3 x forward = {gflop_per_image / 1e3:.2f} TFLOP per image "
-             "(forward: sum over the 14 convs of 2*Cin*Cout*9*512*512).")
-lines.append("Bar 1, engine <= PyTorch at every configuration (ratio <= 1.00): "
-             + ("NOT met" if not ratio_ok else "met" if complete else "incomplete (a run failed)"))
-lines.append(f"Bar 2, tf32 engine >= 60% of H200 dense TF32 ({0.6 * TF32_DENSE_TFLOPS:.0f} TFLOP/s): "
-             + ("met" if tf32_ok else "NOT met"))
-print("\n".join(lines))
-EOF
-)
-{
-    echo "# GPU check: GreatNetwork 512x512, width 1, engine vs PyTorch"
-    echo
-    echo "$(date -u +%Y-%m-%dT%H:%MZ), $gpu_name, commit $commit; $iterations timed iterations after $warmup warm-up,"
-    echo "median; exhaustive conv search in both (PARBENCH_CONV_SEARCH=exhaustive, cudnn.benchmark=True)."
-    echo "Command: scripts/gpu_check.sh $outdir"
-    echo
-    echo "$table"
-    if [ "${#failures[@]}" -gt 0 ]; then
-        echo
-        echo "Failures:"
-        printf -- '- %s\n' "${failures[@]}"
+# --- 2. the GPU tests, one process each ------------------------------------------------------
+section "2 GPU tests"
+tests_log="$outdir/tests.log"
+stage_end=$(( $(date +%s) + $(limit 180) ))
+passed=0; failed_tests=(); skipped=0; not_run=0
+suite=""
+while read -r t; do
+    left=$(( stage_end - $(date +%s) ))
+    if [ "$left" -le 1 ]; then not_run=$((not_run + 1)); echo "NOT RUN (stage time out): $t" >>"$tests_log"; continue; fi
+    echo "=== $t" >>"$tests_log"
+    timeout "$(( left < 60 ? left : 60 ))" "$bundle/parbench_tests" --gtest_filter="$t" >"$scratch/t.txt" 2>&1
+    trc=$?
+    cat "$scratch/t.txt" >>"$tests_log"
+    if [ "$trc" != 0 ]; then
+        failed_tests+=("$t$([ "$trc" = 124 ] && echo ' (timed out)')")
+    elif grep -q '^\[  SKIPPED \]' "$scratch/t.txt"; then
+        skipped=$((skipped + 1))
+    else
+        passed=$((passed + 1))
     fi
-} >"$outdir/table.md"
-cat "$outdir/table.md"
-[ "${#failures[@]}" -eq 0 ] || exit 1
+done < <(gpu_tests)
+echo "passed $passed, failed ${#failed_tests[@]}, skipped $skipped, not run $not_run"
+[ "${#failed_tests[@]}" = 0 ] || printf '  FAILED %s\n' "${failed_tests[@]}"
+if [ "${#failed_tests[@]}" -gt 0 ] || [ "$not_run" -gt 0 ] || [ "$skipped" -gt 0 ]; then
+    result "2 GPU tests" FAILED "passed $passed, failed ${#failed_tests[@]}: ${failed_tests[*]:-}; skipped $skipped; not run $not_run"
+else
+    result "2 GPU tests" ok "passed $passed"
+fi
+
+# --- 3. GreatNetwork 512x512, engine vs PyTorch ---------------------------------------------
+section "3 GreatNetwork 512x512 batch 1: engine vs PyTorch (exhaustive conv search)"
+torch_log="$outdir/torch.log"
+# Training FLOPs per 512x512 image, width 1: 3 x forward, forward = sum over the 14 convs.
+tflop_per_image=$(awk 'BEGIN { split("3 16 32 64 128 256 512 1024 512 256 128 64 32 16 3", c, " ");
+                               for (i = 1; i < 15; i++) f += 2 * c[i] * c[i + 1] * 9 * 512 * 512;
+                               printf "%.2f", 3 * f / 1e12 }')
+median_of() { sed -n 's/^median \([0-9.]*\) ms\/iteration.*/\1/p' "$1" | tail -n 1; }
+rows=()
+for precision in tf32 fp32; do
+    echo "=== engine $precision" >>"$torch_log"
+    PARBENCH_CONV_SEARCH=exhaustive timeout "$(limit 75)" "$bundle/parbench" train --workload great_net --image 512 \
+        --width 1 --batch 1 --precision "$precision" --device-kind cuda --iterations "$iterations" \
+        --warmup "$warmup" >"$scratch/e.txt" 2>&1
+    erc=$?
+    cat "$scratch/e.txt" >>"$torch_log"
+    e=$(median_of "$scratch/e.txt")
+    echo "=== PyTorch $precision" >>"$torch_log"
+    timeout "$(limit 75)" "$python" "$bundle/scripts/torch_gpu_peer.py" --device cuda --image 512 --width 1 --batch 1 \
+        --precision "$precision" --conv-search exhaustive --iterations "$iterations" --warmup "$warmup" \
+        >"$scratch/t.txt" 2>&1
+    trc=$?
+    cat "$scratch/t.txt" >>"$torch_log"
+    t=$(median_of "$scratch/t.txt")
+    echo "$precision: engine ${e:-n/a} ms/iteration (exit $erc), PyTorch ${t:-n/a} ms/iteration (exit $trc)"
+    ratio=n/a
+    [ -n "$e" ] && [ -n "$t" ] && ratio=$(awk -v e="$e" -v t="$t" 'BEGIN {printf "%.2f", e / t}')
+    rate() { [ -n "$1" ] && awk -v ms="$1" -v f="$tflop_per_image" 'BEGIN {printf "%.1f", f / (ms / 1e3)}' || echo n/a; }
+    rows+=("| $precision | ${e:-n/a} | ${t:-n/a} | $ratio | $(rate "$e") | $(rate "$t") |")
+    [ "$erc" = 0 ] && [ "$trc" = 0 ] || stage3_failed=1
+done
+table=$(printf '%s\n' "GreatNetwork 512x512, width 1, batch 1, median of $iterations after $warmup warm-up, exhaustive search." \
+        "Training FLOPs = 3 x forward = $tflop_per_image TFLOP per image (forward: the 14 convs, 2*Cin*Cout*9*512*512 each)." \
+        "Bars: engine/PyTorch <= 1.00 at each precision; tf32 engine >= 296 TFLOP/s (60% of H200 dense TF32, 494)." "" \
+        "| precision | engine ms/iteration | PyTorch ms/iteration | engine/PyTorch | engine TFLOP/s | PyTorch TFLOP/s |" \
+        "|---|---:|---:|---:|---:|---:|" "${rows[@]}")
+[ -z "${stage3_failed:-}" ] && result "3 engine vs PyTorch" ok "table below" ||
+    result "3 engine vs PyTorch" FAILED "see torch.log"
+
+# --- 4. every multi-worker strategy with 2 workers on the one GPU ---------------------------
+section "4 parbench run: dp, ddp, mp, pipeline with 2 workers on one GPU"
+timeout "$(limit 120)" "$bundle/parbench" run --device-kind cuda --oversubscribe --strategies dp,ddp,mp,pipeline \
+    --devices 2 --iterations 3 --warmup 1 --out "$scratch/run" >"$outdir/run.log" 2>&1
+rrc=$?
+sed -n '/^## /,$p' "$outdir/run.log" | head -n 30
+[ -d "$scratch/run" ] && tar -C "$scratch" -czf "$outdir/run.tar.gz" run
+[ "$rrc" = 0 ] && result "4 run" ok "run.log, run.tar.gz" || result "4 run" FAILED "exit $rrc, see run.log"
+
+# --- 5. memcheck over a small training run --------------------------------------------------
+section "5 compute-sanitizer memcheck"
+sanitizer=$(command -v compute-sanitizer || ls "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer" 2>/dev/null)
+if [ -z "$sanitizer" ]; then
+    result "5 sanitizer" "not run" "compute-sanitizer not found"
+else
+    timeout "$(limit 90)" "$sanitizer" --tool memcheck --error-exitcode 3 "$bundle/parbench" train --workload great_net \
+        --image 64 --width 0.25 --batch 2 --device-kind cuda --iterations 2 --warmup 1 >"$outdir/sanitizer.log" 2>&1
+    src=$?
+    tail -n 5 "$outdir/sanitizer.log"
+    [ "$src" = 0 ] && result "5 sanitizer" ok "no memcheck error" || result "5 sanitizer" FAILED "exit $src, see sanitizer.log"
+fi
+
+section "summary"
+cat "$outdir/summary.md"
+exit "$failed"

@@ -5,8 +5,9 @@ The same net (the seed's GreatNetwork: 14 conv3x3 pad 1 layers, each followed by
 hidden channels scaled by --width), the same loss (MSE against the input image) and optimizer
 (Adam, lr 1e-4), with precision and algorithm search pinned like the engine's:
 
-  --precision fp32   torch.backends.cuda.matmul.allow_tf32 = False, cudnn.allow_tf32 = False
-  --precision tf32   both True
+  --precision fp32   TF32 off for matmul and cuDNN convolutions: fp32_precision = "ieee" where
+                     PyTorch has it (>= 2.9), else allow_tf32 = False for both
+  --precision tf32   TF32 on for both ("tf32", or allow_tf32 = True)
   --conv-search exhaustive   torch.backends.cudnn.benchmark = True  (PARBENCH_CONV_SEARCH=exhaustive)
   --conv-search heuristic    torch.backends.cudnn.benchmark = False (the engine's default)
 
@@ -35,13 +36,24 @@ def forward_flops_per_sample(chans, image):
 
 
 def pin_precision(precision, conv_search):
+    """Returns which TF32 API was used. PyTorch >= 2.9 has per-backend fp32_precision settings
+    and raises when they and the legacy allow_tf32 flags are mixed, so only one is touched."""
     tf32 = precision == "tf32"
-    torch.backends.cuda.matmul.allow_tf32 = tf32
-    torch.backends.cudnn.allow_tf32 = tf32
-    if hasattr(torch, "set_float32_matmul_precision"):
-        torch.set_float32_matmul_precision("high" if tf32 else "highest")
+    cudnn_conv = getattr(torch.backends.cudnn, "conv", None)
+    if hasattr(cudnn_conv, "fp32_precision") and hasattr(torch.backends.cuda.matmul, "fp32_precision"):
+        mode = "tf32" if tf32 else "ieee"
+        torch.backends.cuda.matmul.fp32_precision = mode
+        cudnn_conv.fp32_precision = mode
+        api = f"fp32_precision={mode}"
+    else:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.backends.cudnn.allow_tf32 = tf32
+        if hasattr(torch, "set_float32_matmul_precision"):
+            torch.set_float32_matmul_precision("high" if tf32 else "highest")
+        api = f"allow_tf32={tf32}"
     torch.backends.cudnn.benchmark = conv_search == "exhaustive"
     torch.backends.cudnn.deterministic = False
+    return api
 
 
 def main():
@@ -67,7 +79,7 @@ def main():
         return 2
 
     device = torch.device(args.device)
-    pin_precision(args.precision, args.conv_search)
+    tf32_api = pin_precision(args.precision, args.conv_search)
     torch.manual_seed(args.seed)
     model, chans = great_net(args.width)
     model = model.to(device)
@@ -82,7 +94,8 @@ def main():
         backend = f"cuDNN {torch.backends.cudnn.version()}, CUDA {torch.version.cuda}"
     else:
         gpu, backend = "cpu", f"{torch.get_num_threads()} threads"
-    print(f"torch {torch.__version__} on {gpu} ({backend}); {args.precision}, conv search {args.conv_search} "
+    print(f"torch {torch.__version__} on {gpu} ({backend}); {args.precision} ({tf32_api}), "
+          f"conv search {args.conv_search} "
           f"(cudnn.benchmark={torch.backends.cudnn.benchmark}); great_net channels {'-'.join(map(str, chans))}, "
           f"input {args.batch} x 3x{args.image}x{args.image}, {params} parameters", flush=True)
     print(f"training GFLOP per iteration: {train_gflop:.6g}", flush=True)

@@ -13,21 +13,15 @@
 #include <random>
 
 #include "engine/backend.h"
+#include "engine/batch_split.h"
 #include "engine/check.h"
 #include "engine/device.h"
 #include "engine/net.h"
 #include "engine/tensor.h"
 #include "strategies/strategy.h"
+#include "tests/gpu_skip.h"
 #include "workloads/workload.h"
 
-#ifdef PARBENCH_HAVE_CUDA
-#define PB_REQUIRE_GPU()                                                   \
-  do {                                                                     \
-    if (::pb::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device"; \
-  } while (0)
-#else
-#define PB_REQUIRE_GPU() GTEST_SKIP() << "built without CUDA"
-#endif
 
 namespace pb {
 namespace {
@@ -149,6 +143,7 @@ void check_conv(Rand& r, Backend& g_be, Backend& c_be, double tol) {
   g_be.conv2d_backward_weights(g, gx.data(), gdy.data(), gdw.data(), bias ? gdb.data() : nullptr, accumulate);
 
   SCOPED_TRACE(fmt::format("bias {}, accumulate {}", bias, accumulate));
+  SCOPED_TRACE(g_be.conv_algorithms(g));  // which cuDNN algorithms produced a wrong result
   EXPECT_REL_CLOSE(gy.to_host(), y, tol);
   EXPECT_REL_CLOSE(gdx.to_host(), dx, tol);
   EXPECT_REL_CLOSE(gdw.to_host(), dw, tol);
@@ -239,6 +234,84 @@ TEST(Cuda, ConvWithoutWorkspaceMatchesCpu) {
       check_conv(r, *g_be, *c_be, kFp32Tol);
     }
   }
+}
+
+// One float read back from the GPU.
+float at(const Tensor& t, int64_t i) {
+  float v = 0;
+  copy_bytes(cpu(), &v, t.device(), t.data() + i, sizeof(float));
+  return v;
+}
+
+// A convolution whose tensors hold 2^31 elements (8 images of 1x16384x16384), which one cuDNN
+// call refuses: the backend splits the batch. Image i holds the constant i + 1 in x and dy, so
+// every output is known in closed form (taps that fall on the padding contribute nothing) and
+// a part computed at the wrong offset, skipped or not accumulated shows up.
+TEST(Cuda, ConvOverTheTensorLimitSplitsTheBatch) {
+  PB_REQUIRE_GPU();
+  ConvGeom g;
+  g.n = 8, g.c = 1, g.k = 1, g.h = 16384, g.w = 16384, g.r = 3, g.s = 3, g.pad_h = 1, g.pad_w = 1;
+  const int64_t img = g.h * g.w, total = g.n * img;
+  ASSERT_GT(total, kMaxTensorElements);
+  const std::size_t need = 4 * static_cast<std::size_t>(total) * sizeof(float) + (std::size_t(4) << 30);
+  if (system_info().gpus.at(0).total_bytes < need) GTEST_SKIP() << "needs " << (need >> 30) << " GiB of GPU memory";
+  ASSERT_EQ(conv_batch_parts(g).size(), 2u);
+
+  Rand r;
+  SCOPED_TRACE(fmt::format("seed {}", r.seed));
+  const std::vector<float> w = r.vec(9), b = r.vec(1);
+  auto be = gpu_backend(Precision::Fp32);
+  Tensor x = Tensor::empty({total}, cuda()), dy = Tensor::empty({total}, cuda());
+  Tensor y = Tensor::empty({total}, cuda()), dx = Tensor::empty({total}, cuda());
+  Tensor gw = gpu(w), gb = gpu(b), dw = gpu(std::vector<float>(9, 1.0f)), db = gpu({1.0f});
+  for (int64_t i = 0; i < g.n; ++i) {
+    be->fill(img, x.data() + i * img, static_cast<float>(i + 1));
+    be->fill(img, dy.data() + i * img, static_cast<float>(i + 1));
+  }
+  be->fill(total, y.data(), std::numeric_limits<float>::quiet_NaN());
+  be->fill(total, dx.data(), std::numeric_limits<float>::quiet_NaN());
+  be->conv2d_forward(g, x.data(), gw.data(), gb.data(), y.data());
+  be->conv2d_backward_data(g, dy.data(), gw.data(), dx.data());
+  be->conv2d_backward_weights(g, x.data(), dy.data(), dw.data(), db.data(), /*accumulate=*/true);
+  be->synchronize();
+  SCOPED_TRACE(be->conv_algorithms(g));
+
+  // Sum of the taps (r, s) whose input (ph + r - 1, qw + s - 1) lies inside the image.
+  auto taps = [&](int64_t ph, int64_t qw, int sign) {
+    double sum = 0;
+    for (int64_t rr = 0; rr < 3; ++rr)
+      for (int64_t ss = 0; ss < 3; ++ss) {
+        const int64_t ih = ph + sign * (rr - 1), iw = qw + sign * (ss - 1);
+        if (ih >= 0 && ih < g.h && iw >= 0 && iw < g.w) sum += w[rr * 3 + ss];
+      }
+    return sum;
+  };
+  const int64_t H = g.h, W = g.w;
+  const std::pair<int64_t, int64_t> spots[] = {{0, 0}, {0, W - 1}, {H - 1, 0}, {H - 1, W - 1},
+                                               {0, 77}, {H / 2, 0}, {H / 2, W / 2}, {H - 1, 12345}};
+  for (int64_t i = 0; i < g.n; ++i)
+    for (const auto& [ph, qw] : spots) {
+      const int64_t e = i * img + ph * W + qw;
+      const double want_y = (i + 1) * taps(ph, qw, 1) + b[0];
+      const double want_dx = (i + 1) * taps(ph, qw, -1);  // the transposed convolution of dy
+      EXPECT_NEAR(at(y, e), want_y, 1e-5 * (1 + std::fabs(want_y))) << "y image " << i << " at " << ph << "," << qw;
+      EXPECT_NEAR(at(dx, e), want_dx, 1e-5 * (1 + std::fabs(want_dx))) << "dx image " << i << " at " << ph << "," << qw;
+    }
+  // dw[r][s] = 1 (accumulated into) + sum_i (i+1)^2 * (positions where tap (r,s) is inside);
+  // db = 1 + sum_i (i+1) * H * W.
+  double sq = 0, lin = 0;
+  for (int64_t i = 0; i < g.n; ++i) sq += double(i + 1) * (i + 1), lin += double(i + 1);
+  const auto got_dw = dw.to_host();
+  for (int64_t rr = 0; rr < 3; ++rr)
+    for (int64_t ss = 0; ss < 3; ++ss) {
+      const double want = 1 + sq * double(H - std::abs(rr - 1)) * double(W - std::abs(ss - 1));
+      EXPECT_NEAR(got_dw[rr * 3 + ss], want, 1e-4 * want) << "dw[" << rr << "][" << ss << "]";
+    }
+  const double want_db = 1 + lin * double(H) * double(W);
+  EXPECT_NEAR(db.to_host()[0], want_db, 1e-4 * want_db);
+  const std::string algos = be->conv_algorithms(g);
+  EXPECT_NE(algos.find("batch 0..3"), std::string::npos) << algos;
+  EXPECT_NE(algos.find("batch 4..7"), std::string::npos) << algos;
 }
 
 TEST(Cuda, LinearMatchesCpu) {

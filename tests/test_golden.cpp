@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "tests/gpu_skip.h"
+#include "tests/paths.h"
 #include "engine/fsutil.h"
 #include "engine/npy.h"
 #include "engine/state_dict.h"
@@ -22,7 +24,7 @@ namespace fs = std::filesystem;
 
 std::vector<std::string> fixture_names() {
   std::vector<std::string> names;
-  for (const auto& e : fs::directory_iterator(fs::path(PARBENCH_SOURCE_DIR) / "tests/fixtures"))
+  for (const auto& e : fs::directory_iterator(pb::test::source_dir() / "tests/fixtures"))
     if (fs::exists(e.path() / "net.json")) names.push_back(e.path().filename().string());
   std::sort(names.begin(), names.end());
   return names;
@@ -30,7 +32,7 @@ std::vector<std::string> fixture_names() {
 
 class Golden : public ::testing::TestWithParam<std::string> {
  protected:
-  fs::path dir() const { return fs::path(PARBENCH_SOURCE_DIR) / "tests/fixtures" / GetParam(); }
+  fs::path dir() const { return pb::test::source_dir() / "tests/fixtures" / GetParam(); }
 };
 
 // Tolerances: the 1e-5 (relative on losses, absolute on parameters). Measured here:
@@ -80,43 +82,52 @@ TEST(GoldenFixtures, CoverTheRequiredCases) {
 }
 
 int run(const std::string& args) {
-  const std::string cmd = std::string(PARBENCH_BINARY) + " " + args + " >/dev/null 2>&1";
+  const std::string cmd = pb::test::parbench_binary() + " " + args + " >/dev/null 2>&1";
   const int rc = std::system(cmd.c_str());
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
-// The replay command end to end: files in, files out, compared with PyTorch's.
-TEST(Replay, CommandReproducesFixtureFiles) {
-  const fs::path d = fs::path(PARBENCH_SOURCE_DIR) / "tests/fixtures/conv_nonsquare";
-  const fs::path out = fs::path(::testing::TempDir()) / "replay_nonsquare";
+// The replay command end to end on DEVICE_KIND: files in, files out, compared with PyTorch's
+// (within TOL: the GPU sums in another order).
+void expect_replay_reproduces_fixture(const std::string& device_kind, double tol) {
+  const fs::path d = pb::test::source_dir() / "tests/fixtures/conv_nonsquare";
+  const fs::path out = fs::path(::testing::TempDir()) / ("replay_nonsquare_" + device_kind);
   fs::remove_all(out);
   ASSERT_EQ(run(fmt::format("replay --workload {0}/net.json --params {0}/params --input {0}/input.npy "
-                            "--target {0}/target.npy --steps 5 --out {1}",
-                            d.string(), out.string())),
+                            "--target {0}/target.npy --steps 5 --device-kind {2} --out {1}",
+                            d.string(), out.string(), device_kind)),
             0);
   const auto got = nlohmann::json::parse(read_file((out / "losses.json").string()));
   const auto want = nlohmann::json::parse(read_file((d / "expected.json").string()));
   ASSERT_EQ(got["losses"].size(), want["losses"].size());
   for (std::size_t k = 0; k < want["losses"].size(); ++k)
     EXPECT_NEAR(got["losses"][k].get<double>(), want["losses"][k].get<double>(),
-                1e-5 * std::abs(want["losses"][k].get<double>()));
+                tol * std::abs(want["losses"][k].get<double>()));
   for (const auto& e : fs::directory_iterator(d / "final")) {
     const NpyArray a = read_npy(e.path().string());
     const NpyArray b = read_npy((out / "params" / e.path().filename()).string(), a.shape);
-    for (std::size_t i = 0; i < a.data.size(); ++i) EXPECT_NEAR(a.data[i], b.data[i], 1e-5) << e.path().filename();
+    for (std::size_t i = 0; i < a.data.size(); ++i) EXPECT_NEAR(a.data[i], b.data[i], tol) << e.path().filename();
   }
 }
 
+TEST(Replay, CommandReproducesFixtureFiles) { expect_replay_reproduces_fixture("cpu", 1e-5); }
+
+// fp32 on the GPU (no TF32): cuDNN's algorithms reorder the sums, a few float roundings.
+TEST(Replay, CommandReproducesFixtureFilesGpu) {
+  PB_REQUIRE_GPU();
+  expect_replay_reproduces_fixture("cuda", 1e-4);
+}
+
 TEST(Replay, BadInputExitsTwoAndWritesNothing) {
-  const fs::path d = fs::path(PARBENCH_SOURCE_DIR) / "tests/fixtures/conv_pad0";
+  const fs::path d = pb::test::source_dir() / "tests/fixtures/conv_pad0";
   const fs::path out = fs::path(::testing::TempDir()) / "replay_bad";
   fs::remove_all(out);
   // the input of another net: wrong shape
-  EXPECT_EQ(run(fmt::format("replay --workload {0}/net.json --input {1}/input.npy --out {2}", d.string(),
-                            (d.parent_path() / "linear").string(), out.string())),
+  EXPECT_EQ(run(fmt::format("replay --workload {0}/net.json --input {1}/input.npy --device-kind cpu --out {2}",
+                            d.string(), (d.parent_path() / "linear").string(), out.string())),
             2);
-  EXPECT_EQ(run(fmt::format("replay --workload {0}/net.json --params {1}/params --out {2}", d.string(),
-                            (d.parent_path() / "conv_pad2").string(), out.string())),
+  EXPECT_EQ(run(fmt::format("replay --workload {0}/net.json --params {1}/params --device-kind cpu --out {2}",
+                            d.string(), (d.parent_path() / "conv_pad2").string(), out.string())),
             2);
   EXPECT_EQ(run(fmt::format("replay --workload {}/net.json", d.string())), 2);  // no --out
   EXPECT_EQ(run(fmt::format("replay --workload {}/net.json --steps x --out {}", d.string(), out.string())), 2);

@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/paths.h"
 #include "engine/fsutil.h"
 #include "reports/gbjson.h"
 #include "strategies/strategy.h"
@@ -53,7 +54,7 @@ class Harness : public ::testing::Test {
   // Runs `parbench ARGS` with stdout and stderr captured; returns the exit status.
   Result parbench(const std::string& args) {
     const std::string out = (dir_ / "stdout.txt").string(), err = (dir_ / "stderr.txt").string();
-    const std::string cmd = std::string(PARBENCH_BINARY) + " " + args + " >" + out + " 2>" + err;
+    const std::string cmd = pb::test::parbench_binary() + " " + args + " >" + out + " 2>" + err;
     const int status = std::system(cmd.c_str());
     Result r;
     r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;

@@ -12,6 +12,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/paths.h"
 #include "engine/check.h"
 #include "engine/fsutil.h"
 #include "strategies/common.h"
@@ -328,7 +329,7 @@ TEST(Strategies, BatchSmallerThanWorkersUsesFewerWorkers) {
 
 // parbench replay through the binary: ddp on 3 workers writes the losses regular writes.
 int parbench(const std::string& args) {
-  const std::string cmd = std::string(PARBENCH_BINARY) + " " + args + " >/dev/null 2>&1";
+  const std::string cmd = pb::test::parbench_binary() + " " + args + " >/dev/null 2>&1";
   const int rc = std::system(cmd.c_str());
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }

@@ -10,7 +10,10 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <string>
+#include <vector>
 
+#include "engine/batch_split.h"
 #include "engine/check.h"
 #include "engine/cuda/cuda_kernels.h"
 #include "engine/cuda/cuda_util.h"
@@ -47,6 +50,32 @@ struct AlgoChoice {
   cudnnMathType_t math = CUDNN_FMA_MATH;
   std::size_t workspace = 0;
 };
+
+const char* math_name(cudnnMathType_t m) {
+  switch (m) {
+    case CUDNN_DEFAULT_MATH: return "default math";
+    case CUDNN_TENSOR_OP_MATH: return "tensor-op math";
+    case CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION: return "tensor-op math with conversion";
+    case CUDNN_FMA_MATH: return "FMA math";
+  }
+  return "unknown math";
+}
+
+// e.g. "forward IMPLICIT_PRECOMP_GEMM (1), tensor-op math, 0 B workspace"
+std::string choice_str(const char* direction, const std::optional<AlgoChoice>& c) {
+  static const char* const kFwd[] = {"IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT",
+                                     "FFT", "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"};
+  static const char* const kBwdData[] = {"ALGO_0", "ALGO_1", "FFT", "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"};
+  static const char* const kBwdFilter[] = {"ALGO_0", "ALGO_1", "FFT", "ALGO_3", "WINOGRAD", "WINOGRAD_NONFUSED",
+                                           "FFT_TILING"};
+  if (!c) return fmt::format("{} not run", direction);
+  const std::string d = direction;
+  const char* const* names = d == "forward" ? kFwd : d == "backward-data" ? kBwdData : kBwdFilter;
+  const int count = d == "forward" ? 8 : d == "backward-data" ? 6 : 7;
+  return fmt::format("{} {} ({}), {}, {} B workspace", direction,
+                     c->algo >= 0 && c->algo < count ? names[c->algo] : "?", c->algo, math_name(c->math),
+                     c->workspace);
+}
 
 // Descriptors for one convolution shape, built once, and the algorithms chosen for it.
 struct ConvPlan {
@@ -156,48 +185,53 @@ class CudaBackend final : public Backend {
                        exhaustive_ ? "exhaustive search" : "cuDNN heuristics");
   }
 
+  // cuDNN takes no tensor of 2^31 elements or more: larger batches run as consecutive
+  // sub-batches (conv_batch_parts), each with its own plan; weight and bias gradients of the
+  // later parts add to the first's (beta = 1), as PyTorch does.
   void conv2d_forward(const ConvGeom& g, const float* x, const float* w, const float* b, float* y) override {
     cu::use_device(device_);
-    ConvPlan& p = plan_for(g);
-    if (!p.fwd) p.fwd = choose<FwdOps>(p, g, x, w, y);
-    void* ws = workspace(p.fwd->workspace);
-    CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv, p.fwd->math));
-    CUDNN_CHECK(cudnnConvolutionForward(cudnn_, &kOne, p.x, x, p.w, w, p.conv,
-                                        static_cast<cudnnConvolutionFwdAlgo_t>(p.fwd->algo), ws, p.fwd->workspace,
-                                        &kZero, p.y, y));
-    if (b) CUDNN_CHECK(cudnnAddTensor(cudnn_, &kOne, p.bias, b, &kOne, p.y, y));
+    for (const BatchPart& part : conv_batch_parts(g)) {
+      const ConvGeom gp = sub_batch(g, part.n);
+      conv_forward_part(gp, x + part.offset * in_per_image(g), w, b, y + part.offset * out_per_image(g));
+    }
   }
 
   void conv2d_backward_data(const ConvGeom& g, const float* dy, const float* w, float* dx) override {
     cu::use_device(device_);
-    ConvPlan& p = plan_for(g);
-    if (!p.bwd_data) p.bwd_data = choose<BwdDataOps>(p, g, w, dy, dx);
-    void* ws = workspace(p.bwd_data->workspace);
-    CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv, p.bwd_data->math));
-    CUDNN_CHECK(cudnnConvolutionBackwardData(cudnn_, &kOne, p.w, w, p.y, dy, p.conv,
-                                             static_cast<cudnnConvolutionBwdDataAlgo_t>(p.bwd_data->algo), ws,
-                                             p.bwd_data->workspace, &kZero, p.x, dx));
+    for (const BatchPart& part : conv_batch_parts(g)) {
+      const ConvGeom gp = sub_batch(g, part.n);
+      conv_backward_data_part(gp, dy + part.offset * out_per_image(g), w, dx + part.offset * in_per_image(g));
+    }
   }
 
   void conv2d_backward_weights(const ConvGeom& g, const float* x, const float* dy, float* dw, float* db,
                                bool accumulate) override {
     cu::use_device(device_);
-    ConvPlan& p = plan_for(g);
-    if (!p.bwd_filter) {
-      // The timed search writes its output: search into scratch, so gradients being
-      // accumulated in dw survive it.
-      std::unique_ptr<Buffer> scratch;
-      if (exhaustive_)
-        scratch = std::make_unique<Buffer>(dev(), static_cast<std::size_t>(g.k * g.c * g.r * g.s) * sizeof(float));
-      p.bwd_filter = choose<BwdFilterOps>(p, g, x, dy, scratch ? static_cast<float*>(scratch->data()) : dw);
+    bool add = accumulate;
+    for (const BatchPart& part : conv_batch_parts(g)) {
+      const ConvGeom gp = sub_batch(g, part.n);
+      conv_backward_weights_part(gp, x + part.offset * in_per_image(g), dy + part.offset * out_per_image(g), dw, db,
+                                 add);
+      add = true;
     }
-    void* ws = workspace(p.bwd_filter->workspace);
-    const float* beta = accumulate ? &kOne : &kZero;
-    CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv, p.bwd_filter->math));
-    CUDNN_CHECK(cudnnConvolutionBackwardFilter(cudnn_, &kOne, p.x, x, p.y, dy, p.conv,
-                                               static_cast<cudnnConvolutionBwdFilterAlgo_t>(p.bwd_filter->algo), ws,
-                                               p.bwd_filter->workspace, beta, p.w, dw));
-    if (db) CUDNN_CHECK(cudnnConvolutionBackwardBias(cudnn_, &kOne, p.y, dy, beta, p.bias, db));
+  }
+
+  std::string conv_algorithms(const ConvGeom& g) const override {
+    std::string out;
+    for (const BatchPart& part : conv_batch_parts(g)) {
+      const ConvGeom gp = sub_batch(g, part.n);
+      const auto it = plans_.find(key_of(gp));
+      if (!out.empty()) out += "; ";
+      out += fmt::format("batch {}..{}: ", part.offset, part.offset + part.n - 1);
+      if (it == plans_.end()) {
+        out += "not planned";
+        continue;
+      }
+      const ConvPlan& p = *it->second;
+      out += fmt::format("{}; {}; {}", choice_str("forward", p.fwd), choice_str("backward-data", p.bwd_data),
+                         choice_str("backward-filter", p.bwd_filter));
+    }
+    return fmt::format("{} on {}: {}", geom_str(g), dev().str(), out);
   }
 
   // Row-major PyTorch layouts seen as column-major: x[n,in] is X'[in,n], w[out,in] is
@@ -283,8 +317,59 @@ class CudaBackend final : public Backend {
 
   Device dev() const { return Device{DeviceKind::Cuda, device_}; }
 
+  static ConvGeom sub_batch(ConvGeom g, int64_t n) {
+    g.n = n;
+    return g;
+  }
+  static int64_t in_per_image(const ConvGeom& g) { return g.c * g.h * g.w; }
+  static int64_t out_per_image(const ConvGeom& g) { return g.k * g.p() * g.q(); }
+  static Key key_of(const ConvGeom& g) {
+    return Key{g.n, g.c, g.h, g.w, g.k, g.r, g.s, g.stride_h, g.stride_w, g.pad_h, g.pad_w};
+  }
+
+  void conv_forward_part(const ConvGeom& g, const float* x, const float* w, const float* b, float* y) {
+    ConvPlan& p = plan_for(g);
+    if (!p.fwd) p.fwd = choose<FwdOps>(p, g, x, w, y);
+    void* ws = workspace(p.fwd->workspace);
+    CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv, p.fwd->math));
+    CUDNN_CHECK(cudnnConvolutionForward(cudnn_, &kOne, p.x, x, p.w, w, p.conv,
+                                        static_cast<cudnnConvolutionFwdAlgo_t>(p.fwd->algo), ws, p.fwd->workspace,
+                                        &kZero, p.y, y));
+    if (b) CUDNN_CHECK(cudnnAddTensor(cudnn_, &kOne, p.bias, b, &kOne, p.y, y));
+  }
+
+  void conv_backward_data_part(const ConvGeom& g, const float* dy, const float* w, float* dx) {
+    ConvPlan& p = plan_for(g);
+    if (!p.bwd_data) p.bwd_data = choose<BwdDataOps>(p, g, w, dy, dx);
+    void* ws = workspace(p.bwd_data->workspace);
+    CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv, p.bwd_data->math));
+    CUDNN_CHECK(cudnnConvolutionBackwardData(cudnn_, &kOne, p.w, w, p.y, dy, p.conv,
+                                             static_cast<cudnnConvolutionBwdDataAlgo_t>(p.bwd_data->algo), ws,
+                                             p.bwd_data->workspace, &kZero, p.x, dx));
+  }
+
+  void conv_backward_weights_part(const ConvGeom& g, const float* x, const float* dy, float* dw, float* db,
+                                  bool accumulate) {
+    ConvPlan& p = plan_for(g);
+    if (!p.bwd_filter) {
+      // The timed search writes its output: search into scratch, so gradients being
+      // accumulated in dw survive it.
+      std::unique_ptr<Buffer> scratch;
+      if (exhaustive_)
+        scratch = std::make_unique<Buffer>(dev(), static_cast<std::size_t>(g.k * g.c * g.r * g.s) * sizeof(float));
+      p.bwd_filter = choose<BwdFilterOps>(p, g, x, dy, scratch ? static_cast<float*>(scratch->data()) : dw);
+    }
+    void* ws = workspace(p.bwd_filter->workspace);
+    const float* beta = accumulate ? &kOne : &kZero;
+    CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv, p.bwd_filter->math));
+    CUDNN_CHECK(cudnnConvolutionBackwardFilter(cudnn_, &kOne, p.x, x, p.y, dy, p.conv,
+                                               static_cast<cudnnConvolutionBwdFilterAlgo_t>(p.bwd_filter->algo), ws,
+                                               p.bwd_filter->workspace, beta, p.w, dw));
+    if (db) CUDNN_CHECK(cudnnConvolutionBackwardBias(cudnn_, &kOne, p.y, dy, beta, p.bias, db));
+  }
+
   ConvPlan& plan_for(const ConvGeom& g) {
-    const Key key{g.n, g.c, g.h, g.w, g.k, g.r, g.s, g.stride_h, g.stride_w, g.pad_h, g.pad_w};
+    const Key key = key_of(g);
     auto it = plans_.find(key);
     if (it != plans_.end()) return *it->second;
     auto p = std::make_unique<ConvPlan>();
@@ -308,26 +393,28 @@ class CudaBackend final : public Backend {
     return *plans_.emplace(key, std::move(p)).first->second;
   }
 
-  // Grow-only workspace shared by all convolutions of this backend. Growing frees the old
-  // buffer first: cudaFree waits for queued kernels that may still use it.
+  // Grow-only workspace shared by all convolutions of this backend. An outgrown buffer is kept
+  // until the backend is destroyed rather than freed: cudaFree synchronizes the whole device,
+  // which would stall every other stream (other workers, collectives) each time it grows.
+  // Growth happens during the first steps only (the search asks for the most up front).
   void* workspace(std::size_t bytes) {
     if (bytes == 0) return nullptr;
     if (!workspace_ || workspace_->bytes() < bytes) {
-      workspace_.reset();
+      if (workspace_) outgrown_.push_back(std::move(workspace_));
       workspace_ = std::make_unique<Buffer>(dev(), bytes);
     }
     return workspace_->data();
   }
 
-  // The most workspace a search may use: the configured cap, and no more than the pool holds
-  // plus what is free on the device, so a search never fails for memory a slower algorithm
-  // would not need.
+  // The most workspace a search may use: the configured cap, and no more than the current
+  // buffer or what is free on the device (a larger buffer is allocated beside the current
+  // one), so a search never fails for memory a slower algorithm would not need.
   std::size_t workspace_limit() const {
     std::size_t free_bytes = 0, total = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
     const std::size_t pool = workspace_ ? workspace_->bytes() : 0;
     const std::size_t reserve = std::size_t(64) << 20;  // room for cuDNN's own small allocations
-    const std::size_t usable = pool + (free_bytes > reserve ? free_bytes - reserve : 0);
+    const std::size_t usable = std::max(pool, free_bytes > reserve ? free_bytes - reserve : std::size_t(0));
     return std::min(opts_.workspace_cap_bytes, usable);
   }
 
@@ -382,6 +469,7 @@ class CudaBackend final : public Backend {
   cu::CublasHandle cublas_;
   std::string gpu_name_;
   std::unique_ptr<Buffer> workspace_;
+  std::vector<std::unique_ptr<Buffer>> outgrown_;  // earlier workspaces, freed at destruction
   std::unique_ptr<Buffer> mse_scratch_;
   std::map<Key, std::unique_ptr<ConvPlan>> plans_;
 };

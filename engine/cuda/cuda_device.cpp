@@ -103,13 +103,18 @@ void cuda_copy_bytes(Device dst_dev, void* dst, Device src_dev, const void* src,
   const bool dst_gpu = dst_dev.kind == DeviceKind::Cuda, src_gpu = src_dev.kind == DeviceKind::Cuda;
   if (dst_gpu && src_gpu && dst_dev.index != src_dev.index) {
     enable_peer_access(src_dev.index, dst_dev.index);
-    cu::use_device(src_dev.index);
-    // cudaMemcpyPeer is serialized with all work queued on both devices (so it reads finished
-    // data and overwrites nothing still in use); the destination's synchronize makes it
-    // complete before we return.
-    CUDA_CHECK(cudaMemcpyPeer(dst, dst_dev.index, src, src_dev.index, bytes));
+    // Stream-ordered, not device-wide: the legacy default stream of each device orders after
+    // the backends' blocking streams there, so an event on the destination's and the copy on
+    // the source's make the copy wait for both sides' queued work; only that stream is then
+    // waited for. (cudaMemcpyPeer + cudaDeviceSynchronize would also stall every other stream
+    // of the destination, e.g. another worker's compute or a collective in flight.)
     cu::use_device(dst_dev.index);
-    CUDA_CHECK(cudaDeviceSynchronize());
+    cu::Event dst_ready(cudaEventDisableTiming);
+    CUDA_CHECK(cudaEventRecord(dst_ready, cudaStreamLegacy));
+    cu::use_device(src_dev.index);
+    CUDA_CHECK(cudaStreamWaitEvent(cudaStreamLegacy, dst_ready, 0));
+    CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_dev.index, src, src_dev.index, bytes, cudaStreamLegacy));
+    CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
     return;
   }
   const int device = dst_gpu ? dst_dev.index : src_dev.index;

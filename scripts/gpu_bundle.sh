@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# Builds a self-contained GPU bundle on a machine without a GPU: parbench and parbench_tests
+# for one CUDA architecture (sm_90 by default), Release, portable x86-64, CUDA on, oneDNN and
+# MPI off, with the non-CUDA shared libraries they need, the Python peers, the test fixtures
+# and gpu_check.sh. The CUDA libraries (cudart, cuBLAS, cuDNN, NCCL) are not bundled: the GPU
+# machine provides them from a CUDA toolkit or NVIDIA's pip wheels (gpu_check.sh finds them).
+#
+#   scripts/gpu_bundle.sh OUTDIR
+#   scp -r OUTDIR gpu-host: && ssh gpu-host OUTDIR/gpu_check.sh runs/gpu
+set -euo pipefail
+
+usage() {
+    cat <<'EOF'
+Usage: scripts/gpu_bundle.sh [options] OUTDIR
+
+Options:
+  --arch N         CUDA architecture to build for (default 90: sm_90, H100/H200)
+  --build-dir DIR  where to configure and build (default build-bundle/ in the source tree)
+  --jobs N         build parallelism (default: nproc)
+  --help           show this help
+
+OUTDIR is replaced. Exit status: 0 on success, 1 when the build or a bundle check failed,
+2 on bad usage or a missing tool.
+EOF
+}
+
+die() { echo "gpu_bundle: error: $*" >&2; exit 2; }
+fail() { echo "gpu_bundle: FAILED: $*" >&2; exit 1; }
+
+# The bundle must stay small enough to copy onto a locked-down machine in seconds.
+max_bytes=$((16 * 1024 * 1024))
+# Oldest glibc the bundle supports (RHEL 9, Ubuntu 22.04).
+max_glibc=2.34
+
+arch=90
+jobs=$(nproc 2>/dev/null || echo 2)
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=""
+out=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --arch) [ $# -ge 2 ] || die "--arch needs a value"; arch=$2; shift 2 ;;
+        --build-dir) [ $# -ge 2 ] || die "--build-dir needs a value"; build=$2; shift 2 ;;
+        --jobs) [ $# -ge 2 ] || die "--jobs needs a value"; jobs=$2; shift 2 ;;
+        -h|--help) usage; exit 0 ;;
+        -*) usage >&2; die "unknown option: $1" ;;
+        *) [ -z "$out" ] || die "more than one OUTDIR: '$out' and '$1'"; out=$1; shift ;;
+    esac
+done
+[ -n "$out" ] || { usage >&2; die "OUTDIR is required"; }
+[[ "$arch" =~ ^[0-9]+[a-z]?$ ]] || die "--arch expects a CUDA architecture such as 90 or 90a, got '$arch'"
+[[ "$jobs" =~ ^[1-9][0-9]*$ ]] || die "--jobs expects a positive integer, got '$jobs'"
+build=${build:-$root/build-bundle}
+for tool in cmake nvcc ldd objdump sha256sum; do
+    command -v "$tool" >/dev/null 2>&1 || die "'$tool' not found on PATH (the bundle is built with the CUDA toolkit and binutils)"
+done
+
+launcher=()
+if command -v ccache >/dev/null 2>&1; then
+    launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+fi
+# The binaries look for their libraries in lib/ next to them ($ORIGIN/lib) and nowhere on the
+# build machine. DT_RPATH rather than DT_RUNPATH: it also serves the bundled libraries' own
+# dependencies (libbenchmark needs the bundled libstdc++), and LD_LIBRARY_PATH cannot
+# replace a bundled library with an older one.
+echo "gpu_bundle: configuring $build (sm_$arch)"
+mkdir -p "$build"
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release \
+      -DPARBENCH_CUDA=ON -DPARBENCH_DNNL=OFF -DPARBENCH_MPI=OFF -DPARBENCH_NATIVE=OFF -DPARBENCH_SANITIZE=OFF \
+      -DPARBENCH_CUDA_ARCHS="$arch" -DCMAKE_CUDA_ARCHITECTURES="$arch" \
+      -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON '-DCMAKE_INSTALL_RPATH=$ORIGIN/lib;$ORIGIN' \
+      -DCMAKE_INSTALL_RPATH_USE_LINK_PATH=OFF \
+      -DCMAKE_EXE_LINKER_FLAGS=-Wl,--disable-new-dtags -DCMAKE_SHARED_LINKER_FLAGS=-Wl,--disable-new-dtags \
+      -DCMAKE_MODULE_LINKER_FLAGS=-Wl,--disable-new-dtags \
+      "${launcher[@]}" >"$build/bundle-configure.log" 2>&1 ||
+    { tail -n 30 "$build/bundle-configure.log"; fail "configure failed (log: $build/bundle-configure.log)"; }
+grep 'parbench:' "$build/bundle-configure.log" || true
+grep -q 'CUDA+cuDNN ON' "$build/bundle-configure.log" || fail "the configure did not enable CUDA (log: $build/bundle-configure.log)"
+echo "gpu_bundle: building parbench and parbench_tests (-j$jobs)"
+cmake --build "$build" -j "$jobs" --target parbench parbench_tests >"$build/bundle-build.log" 2>&1 ||
+    { tail -n 40 "$build/bundle-build.log"; fail "build failed (log: $build/bundle-build.log)"; }
+# Modules the program opens at run time (libparbench_*.so), next to the binary or under lib/.
+shopt -s nullglob
+modules=("$build"/libparbench_*.so "$build"/lib/libparbench_*.so)
+shopt -u nullglob
+
+# Libraries the GPU machine provides (CUDA toolkit or pip wheels, the driver), the C library
+# and the C++ runtime; everything else a binary needs is copied. The C++ runtime stays the
+# system's: this toolchain's libstdc++ (GCC 12) itself needs glibc 2.36, so bundling it would
+# raise the glibc floor; the binaries need GLIBCXX_3.4.30 (GCC >= 12 runtime), which
+# gpu_check.sh's library check verifies on the GPU machine.
+provided_re='^(linux-vdso|ld-linux-x86-64|libc|libm|libdl|libpthread|librt|libresolv|libutil|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libcublasLt|libcudnn[a-z_]*|libnccl|libnvrtc|libnvJitLink)\.so'
+
+rm -rf "$out"
+mkdir -p "$out/lib" "$out/scripts" "$out/tests"
+out=$(cd "$out" && pwd)
+cp "$build/parbench" "$build/parbench_tests" "$out/"
+for m in "${modules[@]}"; do
+    case "$m" in
+        "$build"/lib/*) cp "$m" "$out/lib/" ;;
+        *) cp "$m" "$out/" ;;
+    esac
+done
+cp "$root/scripts/gpu_check.sh" "$out/gpu_check.sh"
+cp "$root/scripts/torch_gpu_peer.py" "$root/scripts/torchnet.py" "$root/scripts/chart.py" "$out/scripts/"
+cp -r "$root/tests/fixtures" "$out/tests/fixtures"
+
+# Copy the dependencies of every binary and module, then of the copied libraries, until no
+# new one appears.
+copy_deps() {
+    local f=$1 name path
+    while read -r name path; do
+        [[ "$name" =~ $provided_re ]] && continue
+        [ -n "$path" ] && [ "$path" != "not" ] ||
+            fail "$(basename "$f") needs $name, which is not found on this machine"
+        [ -e "$out/lib/$name" ] && continue
+        cp -L "$path" "$out/lib/$name"
+        chmod 0755 "$out/lib/$name"
+        copy_deps "$out/lib/$name"
+    done < <(ldd "$f" | awk '/=>/ {print $1, $3} !/=>/ && NF == 2 {print $1, ""}' | grep -v '^/' || true)
+}
+for f in "$out/parbench" "$out/parbench_tests" "${modules[@]/#$build/$out}"; do
+    copy_deps "$f"
+done
+# Symbols and debug info are not needed to run; they would triple the size.
+bundled_elf() {
+    local f
+    for f in "$out/parbench" "$out/parbench_tests" "$out"/lib/*.so* "$out"/libparbench_*.so; do
+        if [ -e "$f" ]; then echo "$f"; fi
+    done
+}
+bundled_elf | while read -r f; do strip --strip-unneeded "$f"; done
+
+# --- checks -------------------------------------------------------------------------------
+# No file may need a glibc newer than max_glibc.
+newest=$(bundled_elf | while read -r f; do objdump -T "$f"; done | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' |
+         sort -V -u | tail -n 1)
+newest_cxx=$(bundled_elf | while read -r f; do objdump -T "$f"; done | grep -o 'GLIBCXX_[0-9.]*' | sort -V -u | tail -n 1)
+if [ "$(printf '%s\n%s\n' "$newest" "$max_glibc" | sort -V | tail -n 1)" != "$max_glibc" ]; then
+    fail "a bundled file needs glibc $newest, newer than $max_glibc"
+fi
+# Nothing may point back at the build machine.
+bundled_elf | while read -r f; do
+    rp=$(objdump -x "$f" | awk '/RPATH|RUNPATH/ {print $2}')
+    case "$rp" in *"$root"*|*"$build"*) fail "$(basename "$f") has a run path into the build tree: $rp" ;; esac
+done
+commit=$(git -C "$root" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+{
+    echo "parbench GPU bundle"
+    echo "commit $commit$(git -C "$root" diff --quiet HEAD 2>/dev/null || echo ' (with uncommitted changes)')"
+    echo "built $(date -u +%Y-%m-%dT%H:%MZ) on $(uname -m), sm_$arch, Release, portable x86-64, oneDNN off, MPI off"
+    echo "needs glibc >= $max_glibc (newest symbol used: GLIBC_$newest), the system's libstdc++ with $newest_cxx,"
+    echo "an NVIDIA driver, and"
+    echo "cudart/cuBLAS/cuDNN 9/NCCL 2 from a CUDA toolkit or NVIDIA's pip wheels"
+    echo "files:"
+} >"$out/BUNDLE.txt"
+(cd "$out" && find . -type f ! -name BUNDLE.txt ! -name SHA256SUMS | sed 's|^\./||' | sort | xargs sha256sum) >"$out/SHA256SUMS"
+sed 's/^[0-9a-f]*  /  /' "$out/SHA256SUMS" >>"$out/BUNDLE.txt"
+
+bytes=$(du -sb "$out" | cut -f1)
+[ "$bytes" -le "$max_bytes" ] || fail "the bundle is $bytes bytes, over the $max_bytes-byte limit"
+echo "gpu_bundle: $out: $((bytes / 1024)) KiB; bundled libraries: $(cd "$out/lib" && ls | tr '\n' ' ')"

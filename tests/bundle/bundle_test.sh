@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# ctest driver for the GPU bundle: builds it with scripts/gpu_bundle.sh (incremental in
+# build-bundle/), then checks it without a GPU: size; every binary and bundled library resolves
+# every library from the bundle plus a simulated pip-wheel layout (site-packages/nvidia/...
+# holding only versioned sonames, made here from the CUDA toolkit's libraries, found through a
+# fake `nvidia` package as gpu_check.sh finds the real one); nothing resolves into the source
+# or build tree; the tests find their fixtures inside the bundle; gpu_check.sh --dry-run ends
+# with "no GPU" (exit 2) within a minute; and a bundle missing a library or with a changed file
+# is caught.
+# usage: bundle_test.sh [BUNDLE]   (BUNDLE given: check it and build nothing)
+set -u
+src=$(cd "$(dirname "$0")/../.." && pwd)
+fail() { echo "FAIL: $*"; exit 1; }
+tmp=$(mktemp -d /tmp/parbench_bundle_XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+
+if [ $# -ge 1 ]; then
+  bundle=$(cd "$1" && pwd) || fail "no bundle at $1"
+else
+  bundle=$src/build-bundle/out
+  "$src/scripts/gpu_bundle.sh" --jobs 2 "$bundle" || fail "gpu_bundle.sh"
+fi
+
+bytes=$(du -sb "$bundle" | cut -f1)
+[ "$bytes" -lt $((16 * 1024 * 1024)) ] || fail "bundle is $bytes bytes, not under 16 MiB"
+echo "bundle: $((bytes / 1024)) KiB, libraries: $(ls "$bundle/lib" | tr '\n' ' ')"
+
+# The simulated wheels: the toolkit's CUDA libraries under their versioned sonames only.
+site=$tmp/site-packages
+for lib in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libcudnn.so.9 libnccl.so.2; do
+  path=$(ldconfig -p | awk -v l="$lib" '$1 == l {print $NF; exit}')
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/lib; do
+    [ -n "$path" ] || { [ -e "$d/$lib" ] && path=$d/$lib; }
+  done
+  [ -n "$path" ] || fail "no $lib in the CUDA toolkit to simulate a wheel with"
+  case $lib in libcudnn*) w=cudnn ;; libnccl*) w=nccl ;; *) w=cu13 ;; esac
+  mkdir -p "$site/nvidia/$w/lib" && touch "$site/nvidia/$w/__init__.py"
+  cp -L "$path" "$site/nvidia/$w/lib/$lib"  # a copy: no unversioned name, no link into the toolkit
+done
+for s in $(dirname "$(ldconfig -p | awk '$1 == "libcudnn.so.9" {print $NF; exit}')")/libcudnn_*.so.9; do
+  ln -s "$(readlink -f "$s")" "$site/nvidia/cudnn/lib/$(basename "$s")"
+done
+[ -z "$(find "$site" -name '*.so')" ] || fail "the simulated wheels must hold only versioned sonames"
+libdirs=$(PYTHONPATH=$site python3 -c '
+import os, nvidia
+for root in nvidia.__path__:
+    for n in sorted(os.listdir(root)):
+        if os.path.isdir(os.path.join(root, n, "lib")): print(os.path.join(root, n, "lib"))' | paste -sd:)
+[ -n "$libdirs" ] || fail "the fake nvidia package was not found"
+export LD_LIBRARY_PATH=$libdirs
+
+provided='^(linux-vdso|ld-linux-x86-64|libc|libm|libdl|libpthread|librt|libresolv|libutil|libstdc\+\+|libgcc_s)\.so'
+elfs=("$bundle/parbench" "$bundle/parbench_tests" "$bundle"/lib/*.so* "$bundle"/libparbench_*.so)
+checked=0
+for f in "${elfs[@]}"; do
+  [ -e "$f" ] || continue
+  out=$(ldd "$f") || fail "ldd ${f#$bundle/}"
+  ! grep -q 'not found' <<<"$out" || fail "${f#$bundle/}: $(grep 'not found' <<<"$out")"
+  ! grep -v -e "$bundle/" -e "$tmp/" <<<"$out" | grep -qF "$src/" ||
+    fail "${f#$bundle/} resolves into the source or build tree: $(grep -F "$src/" <<<"$out")"
+  while read -r name path; do
+    case $name in
+      libcudart* | libcublas* | libcudnn* | libnccl*)
+        [[ $path == "$site"/* ]] || fail "${f#$bundle/}: $name => $path, not the simulated wheel" ;;
+      *)
+        [[ $name =~ $provided ]] || [[ $path == "$bundle/lib/"* ]] ||
+          fail "${f#$bundle/}: $name => $path, neither bundled nor a system library" ;;
+    esac
+  done < <(awk '/=>/ {print $1, $3}' <<<"$out")
+  checked=$((checked + 1))
+done
+[ "$checked" -ge 5 ] || fail "only $checked files checked"
+! objdump -x "$bundle/parbench" "$bundle/parbench_tests" | grep -E 'R(UN)?PATH' | grep -q "$src" ||
+  fail "a run path into the source tree"
+echo "ldd: $checked files resolve from the bundle and the simulated wheels"
+
+# The tests find parbench and the fixtures next to themselves, not in the source tree: in a
+# copy without one fixture, the test that requires it fails.
+cp -r "$bundle" "$tmp/copy"
+(cd "$tmp" && env -u PARBENCH_BINARY -u PARBENCH_SOURCE_DIR "$tmp/copy/parbench_tests" \
+   --gtest_filter='GoldenFixtures.*:Replay.CommandReproducesFixtureFiles:Strategies.ReplayThroughTheBinary' \
+   >"$tmp/t.txt" 2>&1) || { cat "$tmp/t.txt"; fail "fixture tests from the bundle"; }
+rm -rf "$tmp/copy/tests/fixtures/conv_pad0"
+(cd "$tmp" && env -u PARBENCH_BINARY -u PARBENCH_SOURCE_DIR "$tmp/copy/parbench_tests" \
+   --gtest_filter='GoldenFixtures.CoverTheRequiredCases' >"$tmp/t.txt" 2>&1) &&
+  fail "parbench_tests read fixtures from outside the bundle"
+echo "parbench_tests: finds parbench and its fixtures inside the bundle"
+
+# The dry run, as CI and a first GPU session run it.
+py=python3
+/usr/bin/python3 -c 'import torch' 2>/dev/null && py=/usr/bin/python3
+start=$(date +%s)
+"$bundle/gpu_check.sh" --dry-run --python "$py" "$tmp/dry" >"$tmp/dry.txt" 2>&1
+rc=$? elapsed=$(($(date +%s) - start))
+[ $rc -eq 2 ] || { cat "$tmp/dry.txt"; fail "gpu_check.sh --dry-run exited $rc, expected 2"; }
+tail -n 1 "$tmp/dry.txt" | grep -q '^gpu_check: no GPU' || { cat "$tmp/dry.txt"; fail "no 'no GPU' last line"; }
+grep -q 'library resolution: ok' "$tmp/dry.txt" || fail "dry run did not check library resolution"
+grep -q 'gpu_check: dry run: ok' "$tmp/dry.txt" || fail "dry run did not parse the later stages"
+[ $elapsed -lt 60 ] || fail "dry run took ${elapsed}s"
+n=$(find "$tmp/dry" -type f | wc -l)
+[ "$n" -le 8 ] || fail "$n output files, more than 8"
+echo "gpu_check.sh --dry-run: exit 2 'no GPU' in ${elapsed}s, $n file(s)"
+
+# A bundle missing a library is caught by the library check, a changed file by the integrity check.
+rm -rf "$tmp/copy" && cp -r "$bundle" "$tmp/copy"
+rm "$tmp/copy/lib/libfmt.so.9"
+(cd "$tmp/copy" && grep -v 'lib/libfmt' SHA256SUMS >S && mv S SHA256SUMS)
+"$tmp/copy/gpu_check.sh" --dry-run "$tmp/dry2" >"$tmp/dry2.txt" 2>&1
+rc=$?
+[ $rc -eq 2 ] && grep -qE "libfmt.so.9 => (not found|.*not from the bundle's lib/)" "$tmp/dry2.txt" ||
+  { cat "$tmp/dry2.txt"; fail "a missing libfmt.so.9 was not reported (exit $rc)"; }
+echo "x" >>"$tmp/copy/scripts/chart.py"
+"$tmp/copy/gpu_check.sh" --dry-run "$tmp/dry3" >"$tmp/dry3.txt" 2>&1
+rc=$?
+[ $rc -eq 2 ] && grep -q 'scripts/chart.py: FAILED' "$tmp/dry3.txt" ||
+  { cat "$tmp/dry3.txt"; fail "a changed file was not reported (exit $rc)"; }
+echo "gpu_check.sh --dry-run: reports a missing library and a changed file"
+echo "PASS"
