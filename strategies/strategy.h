@@ -80,7 +80,4 @@ std::vector<std::string> strategy_names();
 // UsageError listing the known strategies when the name is unknown.
 std::unique_ptr<Strategy> make_strategy(const std::string& name, const StrategyOptions& opts);
 
-// torch.chunk sizes: ceil(batch / n) each, the last shorter, possibly fewer chunks than n.
-std::vector<int64_t> chunk_sizes(int64_t batch, int n);
-
 }  // namespace pb

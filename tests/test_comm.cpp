@@ -10,7 +10,7 @@
 #include "engine/check.h"
 #include "engine/comm.h"
 #include "engine/tensor.h"
-#include "strategies/common.h"
+#include "strategies/pool.h"
 
 namespace pb {
 namespace {

@@ -14,7 +14,8 @@
 
 #include "engine/check.h"
 #include "engine/fsutil.h"
-#include "strategies/common.h"
+#include "strategies/group.h"
+#include "strategies/stages.h"
 #include "workloads/workload.h"
 
 namespace pb {

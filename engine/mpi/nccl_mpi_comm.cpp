@@ -10,7 +10,7 @@
 
 #include "engine/check.h"
 #include "engine/comm.h"
-#include "engine/mpi/mpi_env.h"
+#include "engine/process.h"
 
 namespace pb {
 
