@@ -21,7 +21,7 @@
 #include "bench/cli.h"
 #include "engine/check.h"
 #include "engine/fsutil.h"
-#include "engine/mpi/mpi_env.h"
+#include "engine/process.h"
 #include "reports/gbjson.h"
 #include "reports/stats.h"
 #include "reports/table.h"
