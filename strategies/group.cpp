@@ -122,7 +122,7 @@ void Group::run_step(int count, const std::function<void(Worker&)>& fn) {
   Communicator& comm = connect(count);
   for (int i = count; i < size(); ++i) {
     WorkerStats& s = workers_[i]->stats;
-    s.samples = 0, s.compute_s = s.comm_s = 0, s.comm_bytes = 0;
+    s.samples = 0, s.compute_s = s.comm_s = s.wait_s = 0, s.comm_bytes = 0;
   }
   run_local(count, [&](Worker& w) {
     comm.reset_stats(w.rank);
@@ -131,9 +131,11 @@ void Group::run_step(int count, const std::function<void(Worker&)>& fn) {
     w.backend->synchronize();  // the worker's time includes its queued device work
     const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     WorkerStats& s = w.stats;  // only this worker's entry: no race
-    s.comm_s = comm.stats(w.rank).seconds;
-    s.comm_bytes = comm.stats(w.rank).bytes;
-    s.compute_s = std::max(0.0, total - s.comm_s);
+    const CommStats& c = comm.stats(w.rank);  // complete now: the device work is done
+    s.comm_s = c.seconds;
+    s.wait_s = c.wait_s;
+    s.comm_bytes = c.bytes;
+    s.compute_s = std::max(0.0, total - s.comm_s - s.wait_s);
   }, [&] { comm.abort(); });
   used_ = count;
 }
@@ -169,20 +171,20 @@ StepStats Group::stats() const {
   for (int i : local_) s.workers[i].peak_bytes = allocator_for(workers_[i]->device).peak_bytes();
   if (!multi_process()) return s;
   // Each process knows its own worker's numbers: gather them as a sum over zeros elsewhere.
-  constexpr int kFields = 5;
+  constexpr int kFields = 6;
   std::vector<double> v(s.workers.size() * kFields, 0.0);
   for (int i : local_) {
     const WorkerStats& w = s.workers[i];
     double* f = &v[static_cast<std::size_t>(i) * kFields];
     f[0] = static_cast<double>(w.samples), f[1] = w.compute_s, f[2] = w.comm_s;
-    f[3] = static_cast<double>(w.comm_bytes), f[4] = static_cast<double>(w.peak_bytes);
+    f[3] = static_cast<double>(w.comm_bytes), f[4] = static_cast<double>(w.peak_bytes), f[5] = w.wait_s;
   }
   world_sum(v.data(), static_cast<int64_t>(v.size()));
   for (std::size_t i = 0; i < s.workers.size(); ++i) {
     WorkerStats& w = s.workers[i];
     const double* f = &v[i * kFields];
     w.samples = static_cast<int64_t>(f[0]), w.compute_s = f[1], w.comm_s = f[2];
-    w.comm_bytes = static_cast<std::size_t>(f[3]), w.peak_bytes = static_cast<std::size_t>(f[4]);
+    w.comm_bytes = static_cast<std::size_t>(f[3]), w.peak_bytes = static_cast<std::size_t>(f[4]), w.wait_s = f[5];
   }
   return s;
 }

@@ -86,10 +86,6 @@ class MpiComm final : public Communicator {
     MPI_CHECK(MPI_Recv(host(buf, n), count(n), MPI_FLOAT, peer, 0, comm_, MPI_STATUS_IGNORE));
     stage_out(buf, n);
   }
-  void do_barrier(int rank) override {
-    check(rank);
-    MPI_CHECK(MPI_Barrier(comm_));
-  }
 
  private:
   void check(int rank) const {
