@@ -12,6 +12,7 @@
 
 #include "engine/check.h"
 #include "strategies/pool.h"
+#include "strategies/strategy.h"
 
 namespace pb {
 namespace {
@@ -52,6 +53,19 @@ TEST(WorkerPool, FirstFailureRethrownAfterEveryTaskEnded) {
   std::atomic<int> done{0};
   pool.run(3, [&](int) { ++done; });  // still usable
   EXPECT_EQ(done, 3);
+}
+
+// The preamble every strategy shares: no step or batch before its setup.
+TEST(GroupStrategy, EveryStrategyRefusesAStepBeforeItsSetup) {
+  for (const std::string& name : strategy_names()) {
+    SCOPED_TRACE(name);
+    StrategyOptions o;
+    o.backend.threads = 1;
+    auto s = make_strategy(name, o);
+    EXPECT_THAT([&] { s->step(); }, ::testing::ThrowsMessage<Error>(HasSubstr(name + ": step() before setup()")));
+    EXPECT_THAT([&] { s->load_batch({1}, {1}, 1); },
+                ::testing::ThrowsMessage<Error>(HasSubstr(name + ": load_batch() before setup()")));
+  }
 }
 
 struct Result {
