@@ -99,6 +99,8 @@ class NcclComm final : public Communicator {
 
   double device_transfer_s(int rank) override {
     Lane& l = lanes_[rank];
+    if (l.timed == 0) return 0;
+    backend(rank).synchronize(*l.timers[l.timed - 1].second);  // the stream runs its calls in order
     double s = 0;
     for (int k = 0; k < l.timed; ++k) s += backend(rank).elapsed_s(*l.timers[k].first, *l.timers[k].second);
     return s;
