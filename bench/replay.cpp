@@ -5,7 +5,7 @@
 #include "bench/cli.h"
 #include "engine/check.h"
 #include "engine/fsutil.h"
-#include "engine/mpi/mpi_env.h"
+#include "engine/process.h"
 #include "engine/npy.h"
 #include "engine/state_dict.h"
 

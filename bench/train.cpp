@@ -3,7 +3,7 @@
 
 #include "bench/cli.h"
 #include "engine/check.h"
-#include "engine/mpi/mpi_env.h"
+#include "engine/process.h"
 
 namespace pb {
 

@@ -51,6 +51,21 @@ struct BackendOptions {
   std::size_t workspace_cap_bytes = std::size_t(1) << 30;  // CUDA: conv workspace cap
 };
 
+// A queue of device work besides a backend's own compute queue (a communicator's). native() is
+// the cudaStream_t on CUDA; CPU work runs when issued, so a CPU stream is no queue at all (null).
+class Stream {
+ public:
+  virtual ~Stream() = default;
+  virtual void* native() const = 0;
+};
+
+// A point in a queue: what was queued there before record(). CPU events are complete when
+// recorded and keep the host time, so elapsed_s works on both.
+class Event {
+ public:
+  virtual ~Event() = default;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -91,12 +106,19 @@ class Backend {
   virtual void adam_step(int64_t n, float* p, const float* g, float* m, float* v,
                          const AdamParams& a, int64_t step) = 0;
 
-  virtual void fill(int64_t n, float* x, float value) = 0;
-  virtual void axpy(int64_t n, float alpha, const float* x, float* y) = 0;  // y += alpha * x
-  virtual void scale(int64_t n, float alpha, float* x) = 0;               // x *= alpha
-
   // Blocks until all work queued on this backend is done (timing points, host reads).
   virtual void synchronize() = 0;
+
+  // Ordering between queues without blocking the host. `stream` null means this backend's
+  // compute queue. A communicator records an event on the compute queue and makes its own
+  // stream wait for it before a transfer, then the reverse after, so neither side stalls the host.
+  virtual std::unique_ptr<Stream> create_stream() = 0;
+  virtual std::unique_ptr<Event> create_event() = 0;
+  virtual void record(Event& e, Stream* stream = nullptr) = 0;
+  virtual void wait(Event& e, Stream* stream = nullptr) = 0;  // later work on stream waits for e
+  virtual void synchronize(Event& e) = 0;                     // the host waits for e
+  // Seconds between two recorded events, both complete (after synchronize).
+  virtual double elapsed_s(Event& start, Event& end) = 0;
 };
 
 std::unique_ptr<Backend> make_backend(Device d, const BackendOptions& opts = {});

@@ -2,6 +2,7 @@
 // and the factory that picks an implementation.
 #include "engine/comm.h"
 
+#include <algorithm>
 #include <chrono>
 #include <set>
 
@@ -9,7 +10,8 @@
 
 namespace pb {
 
-Communicator::Communicator(std::vector<Backend*> ranks) : ranks_(std::move(ranks)), stats_(ranks_.size()) {
+Communicator::Communicator(std::vector<Backend*> ranks)
+    : ranks_(std::move(ranks)), stats_(ranks_.size()), pending_wait_(ranks_.size()), settled_(ranks_.size()) {
   PB_CHECK(!ranks_.empty(), "a communicator needs at least one rank");
   bool any = false;
   for (Backend* b : ranks_) any = any || b != nullptr;
@@ -21,20 +23,44 @@ Device Communicator::device(int rank) const {
   return ranks_[rank]->device();
 }
 
+const CommStats& Communicator::stats(int rank) {
+  CommStats& s = stats_.at(rank);
+  if (!settled_[rank]) {
+    s.seconds += device_transfer_s(rank);
+    settled_[rank] = 1;
+  }
+  return s;
+}
+
+void Communicator::reset_stats(int rank) {
+  stats_.at(rank) = CommStats{};
+  settled_[rank] = 0;
+  reset_device_timers(rank);
+}
+
+// The host time of a call is split into wait (for the rank's queued device work, for peers) and
+// transfer; an event-ordered implementation spends only the time to enqueue on the host, and
+// its transfers are timed on the device instead.
 template <class F>
 void Communicator::timed(int rank, std::size_t bytes, F&& f) {
   PB_CHECK(0 <= rank && rank < size(), "rank {} of {}", rank, size());
   PB_CHECK(is_local(rank), "rank {} of {} belongs to another process", rank, size());
-  const auto t0 = std::chrono::steady_clock::now();
-  f();
+  using clock = std::chrono::steady_clock;
   CommStats& s = stats_[rank];
-  s.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const bool events = orders_with_events();
+  const auto t0 = clock::now();
+  if (!events) ranks_[rank]->synchronize();  // buffers that queued device work may still produce
+  const auto t1 = clock::now();
+  pending_wait_[rank] = 0;
+  f();
+  const double call = std::chrono::duration<double>(clock::now() - t1).count();
+  const double wait = std::chrono::duration<double>(t1 - t0).count() + pending_wait_[rank];
+  s.wait_s += wait;
+  if (!events) s.seconds += std::max(0.0, call - pending_wait_[rank]);
   s.bytes += size() > 1 ? bytes : 0;  // one rank moves nothing
   ++s.calls;
 }
 
-// Every collective first synchronizes the rank's backend: it reads or writes buffers that
-// queued device work may still be producing (a no-op on CPU).
 void Communicator::all_reduce(int rank, float* buf, int64_t n) {
   all_reduce_start(rank, buf, n);
   wait(rank);
@@ -43,7 +69,6 @@ void Communicator::all_reduce(int rank, float* buf, int64_t n) {
 void Communicator::all_reduce_start(int rank, float* buf, int64_t n) {
   PB_CHECK(n >= 0, "all_reduce of {} values", n);
   timed(rank, n * sizeof(float), [&] {
-    ranks_[rank]->synchronize();
     if (n > 0) do_all_reduce(rank, buf, n);
   });
 }
@@ -53,7 +78,6 @@ void Communicator::wait(int rank) { timed(rank, 0, [&] { do_wait(rank); }); }
 void Communicator::broadcast(int rank, float* buf, int64_t n, int root) {
   PB_CHECK(n >= 0 && 0 <= root && root < size(), "broadcast of {} values from root {} of {}", n, root, size());
   timed(rank, n * sizeof(float), [&] {
-    ranks_[rank]->synchronize();
     if (n > 0) do_broadcast(rank, buf, n, root);
   });
 }
@@ -61,7 +85,6 @@ void Communicator::broadcast(int rank, float* buf, int64_t n, int root) {
 void Communicator::reduce(int rank, float* buf, int64_t n, int root) {
   PB_CHECK(n >= 0 && 0 <= root && root < size(), "reduce of {} values to root {} of {}", n, root, size());
   timed(rank, n * sizeof(float), [&] {
-    ranks_[rank]->synchronize();
     if (n > 0) do_reduce(rank, buf, n, root);
   });
 }
@@ -70,7 +93,6 @@ void Communicator::send(int rank, const float* buf, int64_t n, int peer) {
   PB_CHECK(n >= 0 && 0 <= peer && peer < size() && peer != rank, "send of {} values from rank {} to {} of {}", n,
            rank, peer, size());
   timed(rank, n * sizeof(float), [&] {
-    ranks_[rank]->synchronize();
     if (n > 0) do_send(rank, buf, n, peer);
   });
 }
@@ -79,15 +101,7 @@ void Communicator::recv(int rank, float* buf, int64_t n, int peer) {
   PB_CHECK(n >= 0 && 0 <= peer && peer < size() && peer != rank, "recv of {} values at rank {} from {} of {}", n,
            rank, peer, size());
   timed(rank, 0, [&] {
-    ranks_[rank]->synchronize();
     if (n > 0) do_recv(rank, buf, n, peer);
-  });
-}
-
-void Communicator::barrier(int rank) {
-  timed(rank, 0, [&] {
-    ranks_[rank]->synchronize();
-    do_barrier(rank);
   });
 }
 
@@ -107,7 +121,7 @@ class SoloComm final : public Communicator {
   void do_reduce(int, float*, int64_t, int) override {}
   void do_send(int, const float*, int64_t, int) override {}  // unreachable: peer != rank is checked
   void do_recv(int, float*, int64_t, int) override {}
-  void do_barrier(int) override {}
+  bool orders_with_events() const override { return true; }  // nothing to order
 };
 
 }  // namespace

@@ -15,9 +15,12 @@ namespace pb {
 // Per rank, since the last reset. bytes: the payload of each collective this rank took part in
 // (all-reduce, reduce, broadcast: the buffer size; send: the message; recv: 0, the sender counts
 // it; all 0 with a single rank) -- the nccl-tests "size", from which reports derive bus
-// bandwidth. seconds: host time in the calls, waiting for peers included.
+// bandwidth. seconds: the transfers alone -- host copies on CPU, the collectives' own span on
+// the device when the communicator orders itself with events (NCCL). wait_s: time this rank sat
+// idle in the calls instead: waiting for a peer to arrive, or for its own queued device work.
 struct CommStats {
   double seconds = 0;
+  double wait_s = 0;
   std::size_t bytes = 0;
   int64_t calls = 0;
 };
@@ -36,23 +39,25 @@ class Communicator {
   bool is_local(int rank) const { return ranks_.at(rank) != nullptr; }
   Device device(int rank) const;  // a local rank's
 
-  // All ranks call the same sequence of collectives with the same n (and root). Each returns
-  // when this rank's part is complete, except all_reduce_start, which wait() completes.
-  void all_reduce(int rank, float* buf, int64_t n);  // sum, in place
+  // All ranks call the same sequence of collectives with the same n (and root). Each is ordered
+  // after the work already queued on the rank's backend, and the backend's later work after it
+  // (a host-side communicator completes it before returning; NCCL orders the streams with events
+  // and returns at once) -- except all_reduce_start, whose result is ordered by wait().
+  void all_reduce(int rank, float* buf, int64_t n);  // sum, in place: all_reduce_start + wait
   void all_reduce_start(int rank, float* buf, int64_t n);
   void wait(int rank);
   void broadcast(int rank, float* buf, int64_t n, int root);
   void reduce(int rank, float* buf, int64_t n, int root);  // sum into root's buf; others keep theirs
   void send(int rank, const float* buf, int64_t n, int peer);
   void recv(int rank, float* buf, int64_t n, int peer);
-  void barrier(int rank);
 
   // Called when a worker failed: every rank blocked in (or later entering) a collective throws
   // Error instead of waiting forever for it. The communicator is unusable afterwards.
   virtual void abort() noexcept = 0;
 
-  const CommStats& stats(int rank) const { return stats_.at(rank); }
-  void reset_stats(int rank) { stats_.at(rank) = CommStats{}; }
+  // Complete once the rank's backend has finished its queued work (after synchronize()).
+  const CommStats& stats(int rank);
+  void reset_stats(int rank);
 
  protected:
   virtual void do_all_reduce(int rank, float* buf, int64_t n) = 0;  // may return before done
@@ -61,13 +66,26 @@ class Communicator {
   virtual void do_reduce(int rank, float* buf, int64_t n, int root) = 0;
   virtual void do_send(int rank, const float* buf, int64_t n, int peer) = 0;
   virtual void do_recv(int rank, float* buf, int64_t n, int peer) = 0;
-  virtual void do_barrier(int rank) = 0;
+
+  Backend& backend(int rank) const { return *ranks_.at(rank); }  // a local rank's
+  // Implementations that order themselves after the rank's queued compute with events return
+  // true; for the others the base class first synchronizes the rank's backend (booked as wait).
+  virtual bool orders_with_events() const { return false; }
+  // Seconds of the current call that the rank spent waiting for a peer, not moving data.
+  void waited(int rank, double seconds) { pending_wait_[rank] += seconds; }
+  // For event-ordered implementations: the transfers' device time, folded into stats(rank) once
+  // the rank's device work is complete.
+  virtual double device_transfer_s(int) { return 0; }
+  virtual void reset_device_timers(int) {}
 
  private:
   template <class F>
   void timed(int rank, std::size_t bytes, F&& f);
   std::vector<Backend*> ranks_;
-  std::vector<CommStats> stats_;  // entry r is touched only by rank r's thread
+  // Entry r of each is touched only by rank r's thread.
+  std::vector<CommStats> stats_;
+  std::vector<double> pending_wait_;
+  std::vector<char> settled_;
 };
 
 enum class CommKind { Auto, InProcess, Nccl };
@@ -81,7 +99,12 @@ std::unique_ptr<Communicator> make_communicator(const std::vector<Backend*>& ran
                                                 CommKind kind = CommKind::Auto);
 std::unique_ptr<Communicator> make_inproc_communicator(const std::vector<Backend*>& ranks);
 #ifdef PARBENCH_HAVE_NCCL
+// engine/nccl/: every rank in this process; or this process's one rank joining the job's others
+// through a unique id (opaque bytes) that one rank made and everyone received.
 std::unique_ptr<Communicator> make_nccl_communicator(const std::vector<Backend*>& ranks);
+std::string nccl_unique_id();
+std::unique_ptr<Communicator> make_nccl_rank_communicator(const std::vector<Backend*>& ranks, int rank,
+                                                          const std::string& id);
 #endif
 #ifdef PARBENCH_HAVE_MPI
 // engine/mpi/: one local rank, the world's other ranks in other processes.

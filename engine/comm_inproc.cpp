@@ -1,6 +1,7 @@
 // In-process communicator: the ranks are threads of this process meeting at a shared-memory
 // rendezvous. Buffers are reached only through copy_bytes (or read directly when on the host), so
 // it serves CPU workers and CUDA workers that share one GPU alike.
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 
@@ -30,9 +31,9 @@ class InProcComm final : public Communicator {
 
   void do_broadcast(int rank, float* buf, int64_t n, int root) override {
     if (rank == root) src_[root] = buf;
-    meet();  // root's pointer is published
+    meet(rank);  // root's pointer is published
     if (rank != root) copy_bytes(device(rank), buf, device(root), src_[root], bytes(n));
-    meet();  // root's buffer must stay untouched until every rank has its copy
+    meet(rank);  // root's buffer must stay untouched until every rank has its copy
   }
 
   // A rendezvous: the sender posts its buffer and blocks until the receiver has copied it, so
@@ -44,7 +45,7 @@ class InProcComm final : public Communicator {
     m.n = n;
     m.posted = true;
     cv_.notify_all();
-    cv_.wait(lock, [&] { return aborted_ || m.taken; });
+    idle(rank, lock, [&] { return aborted_ || m.taken; });  // the copy is the receiver's
     m.posted = m.taken = false;
     throw_if_aborted();
   }
@@ -54,7 +55,7 @@ class InProcComm final : public Communicator {
     const float* src = nullptr;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return aborted_ || (m.posted && !m.taken); });
+      idle(rank, lock, [&] { return aborted_ || (m.posted && !m.taken); });
       throw_if_aborted();
       PB_CHECK(m.n == n, "rank {} receives {} values but rank {} sends {}", rank, n, peer, m.n);
       src = m.ptr;
@@ -65,8 +66,6 @@ class InProcComm final : public Communicator {
     m.taken = true;
     cv_.notify_all();
   }
-
-  void do_barrier(int) override { meet(); }
 
  private:
   struct Mail {
@@ -81,9 +80,18 @@ class InProcComm final : public Communicator {
     if (aborted_) throw Error("communicator aborted: another worker failed");
   }
 
+  // Waits on cv_ until done(), booked as the rank's wait for its peers.
+  template <class Pred>
+  void idle(int rank, std::unique_lock<std::mutex>& lock, Pred done) {
+    if (done()) return;
+    const auto t0 = std::chrono::steady_clock::now();
+    cv_.wait(lock, done);
+    waited(rank, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+
   // Barrier among all ranks. The mutex also orders memory: whatever a rank wrote before meet()
   // (its published pointer, its slice of the sum) is visible to every rank after it.
-  void meet() {
+  void meet(int rank) {
     std::unique_lock<std::mutex> lock(mu_);
     throw_if_aborted();
     const uint64_t gen = generation_;
@@ -93,7 +101,7 @@ class InProcComm final : public Communicator {
       cv_.notify_all();
       return;
     }
-    cv_.wait(lock, [&] { return aborted_ || generation_ != gen; });
+    idle(rank, lock, [&] { return aborted_ || generation_ != gen; });
     throw_if_aborted();
   }
 
@@ -110,7 +118,7 @@ class InProcComm final : public Communicator {
     }
     // Only rank 0 resizes, and nobody reads sum_ between the previous call's last meet and this one.
     if (rank == 0 && static_cast<int64_t>(sum_.size()) < n) sum_.resize(static_cast<std::size_t>(n));
-    meet();  // every rank's input is published
+    meet(rank);  // every rank's input is published
     const int64_t lo = n * rank / size(), hi = n * (rank + 1) / size();
     float* out = sum_.data();
     for (int64_t i = lo; i < hi; ++i) out[i] = src_[0][i];
@@ -118,9 +126,9 @@ class InProcComm final : public Communicator {
       const float* in = src_[k];
       for (int64_t i = lo; i < hi; ++i) out[i] += in[i];
     }
-    meet();  // the sum is complete, and nobody reads the inputs any more
+    meet(rank);  // the sum is complete, and nobody reads the inputs any more
     if (root < 0 || root == rank) copy_bytes(dev, buf, cpu(), sum_.data(), bytes(n));
-    meet();  // sum_ and host_ are free for the next call
+    meet(rank);  // sum_ and host_ are free for the next call
   }
 
   std::mutex mu_;

@@ -3,6 +3,7 @@
 #include "engine/cpu_backend.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -293,16 +294,20 @@ void CpuBackend::adam_step(int64_t n, float* p, const float* g, float* m, float*
   }
 }
 
-void CpuBackend::fill(int64_t n, float* x, float value) { std::fill(x, x + n, value); }
+namespace {
+struct CpuStream final : Stream {
+  void* native() const override { return nullptr; }
+};
+struct CpuEvent final : Event {
+  std::chrono::steady_clock::time_point at;
+};
+}  // namespace
 
-void CpuBackend::axpy(int64_t n, float alpha, const float* x, float* y) {
-#pragma omp parallel for simd num_threads(team(n, threads_)) schedule(static)
-  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
-}
-
-void CpuBackend::scale(int64_t n, float alpha, float* x) {
-#pragma omp parallel for simd num_threads(team(n, threads_)) schedule(static)
-  for (int64_t i = 0; i < n; ++i) x[i] *= alpha;
+std::unique_ptr<Stream> CpuBackend::create_stream() { return std::make_unique<CpuStream>(); }
+std::unique_ptr<Event> CpuBackend::create_event() { return std::make_unique<CpuEvent>(); }
+void CpuBackend::record(Event& e, Stream*) { static_cast<CpuEvent&>(e).at = std::chrono::steady_clock::now(); }
+double CpuBackend::elapsed_s(Event& start, Event& end) {
+  return std::chrono::duration<double>(static_cast<CpuEvent&>(end).at - static_cast<CpuEvent&>(start).at).count();
 }
 
 }  // namespace pb

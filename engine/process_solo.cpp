@@ -8,7 +8,7 @@
 
 #include <fmt/format.h>
 
-#include "engine/mpi/mpi_env.h"
+#include "engine/process.h"
 
 namespace pb {
 

@@ -28,7 +28,7 @@ inline constexpr Key devices{"devices", "count", "N, the devices (workers) of th
 inline constexpr Key peak_bytes_max{"peak_bytes_max", "bytes", "peak allocated bytes since setup, the largest over the workers"};
 inline constexpr Key peak_bytes_dev0{"peak_bytes_dev0", "bytes", "peak allocated bytes since setup on worker 0"};
 inline constexpr Key comm_bytes_per_iter{"comm_bytes_per_iter", "bytes", "bytes sent per iteration, summed over the workers"};
-inline constexpr Key comm_s_per_iter{"comm_s_per_iter", "s", "communication seconds per iteration, the largest over the workers"};
+inline constexpr Key comm_s_per_iter{"comm_s_per_iter", "s", "communication seconds per iteration, the largest over the workers: the transfers alone (in-process: the copies, not the wait for peers; NCCL: the collectives' span on the GPU stream; MPI: the whole calls, waiting included)"};
 inline constexpr Key bubble_fraction{"bubble_fraction", "fraction", "(P-1)/(M+P-1) as the strategy reports it (pipeline; mp is M = 1)"};
 inline constexpr Key micro_batches{"micro_batches", "count", "micro-batches the last step ran"};
 inline constexpr Key workers_used{"workers_used", "count", "workers that got work (torch.chunk may give fewer chunks than devices)"};

@@ -1,8 +1,8 @@
 // ddp: DistributedDataParallel. A replica per worker trains on its torch.chunk piece; gradient
 // buckets are all-reduced (sum) as soon as backward has finished them, and every replica steps.
 #include "engine/check.h"
-#include "engine/model.h"
-#include "strategies/common.h"
+#include "strategies/batch.h"
+#include "strategies/group.h"
 #include "strategies/registry.h"
 
 namespace pb {
@@ -32,103 +32,80 @@ std::vector<Bucket> make_buckets(const Sequential& m, std::size_t bytes) {
   return out;
 }
 
-class DistributedDataParallel final : public MultiWorkerStrategy {
+class DistributedDataParallel final : public GroupStrategy {
  public:
-  explicit DistributedDataParallel(const StrategyOptions& o) : MultiWorkerStrategy(o, "ddp") {}
+  explicit DistributedDataParallel(const StrategyOptions& o) : GroupStrategy(o, "ddp", true, /*replicas=*/true) {}
 
-  void setup(const NetPlan& plan, const std::vector<float>& params, const AdamParams& adam) override {
-    comm_.reset();
-    models_.clear();
-    models_.resize(workers());
-    adams_.clear();
-    adams_.resize(workers());
+ protected:
+  void plan_workers() override {
     stale_.assign(workers(), false);
-    plan_ = plan;
-    start_workers([&](int i) {
-      models_[i] = std::make_unique<Sequential>(plan_, 0, static_cast<int>(plan_.layers.size()), backend(i));
-      models_[i]->load_params(params);
-      adams_[i] = std::make_unique<Adam>(backend(i), models_[i]->params().numel(), adam);
-    });
-    buckets_ = make_buckets(*models_[first_local()], opts_.bucket_bytes);
-    closes_.assign(plan_.layers.size(), -1);
-    for (std::size_t b = 0; b < buckets_.size(); ++b) closes_[buckets_[b].last_layer] = static_cast<int>(b);
+    buckets_.clear();
+    closes_.assign(plan().layers.size(), -1);
   }
 
-  void load_batch(const std::vector<float>& x, const std::vector<float>& t, int64_t batch) override {
+  void setup_worker(Worker& w, const std::vector<float>& params, const AdamParams& adam) override {
+    w.model = std::make_unique<Sequential>(plan(), 0, static_cast<int>(plan().layers.size()), w.be());
+    w.model->load_params(params);
+    w.adam = std::make_unique<Adam>(w.be(), w.model->params().numel(), adam);
+  }
+
+  int plan_batch(int64_t batch) override {
+    if (buckets_.empty()) {  // every replica has the same layout
+      buckets_ = make_buckets(*group().first_local().model, opts_.bucket_bytes);
+      for (std::size_t b = 0; b < buckets_.size(); ++b) closes_[buckets_[b].last_layer] = static_cast<int>(b);
+    }
     chunks_ = split_batch(batch, workers(), name());
-    batch_ = batch;
-    const std::vector<int64_t> offsets = chunk_offsets(chunks_);
+    offsets_ = chunk_offsets(chunks_);
     const int used = static_cast<int>(chunks_.size());
-    require_all_workers(used);
-    const int64_t in = numel_of(plan_.input), out = numel_of(plan_.output);
-    x_.assign(used, Tensor());
-    t_ = dy_ = loss_ = x_;
-    // Like a DDP process's own data loader, each worker loads its piece straight to its device.
-    on_workers(used, [&](int i) {
-      const Device d = backend(i).device();
-      x_[i] = Tensor::empty({chunks_[i] * in}, d);
-      x_[i].copy_from_host(x.data() + offsets[i] * in, chunks_[i] * in);
-      t_[i] = Tensor::empty({chunks_[i] * out}, d);
-      t_[i].copy_from_host(t.data() + offsets[i] * out, chunks_[i] * out);
-      dy_[i] = Tensor::empty({chunks_[i] * out}, d);
-      loss_[i] = Tensor::zeros({1}, d);
-      // A replica that sat out earlier steps rejoins with replica 0's state (idle while we read it).
-      // Only in a single process: a multi-process job always uses every worker.
-      if (stale_[i]) {
-        PB_CHECK(is_local(0), "{}: replica {} is stale in a multi-process job", name(), i);
-        models_[i]->params().copy_from(models_[0]->params());
-        adams_[i]->copy_state_from(*adams_[0]);
-        stale_[i] = false;
-      }
+    group().require_all_workers(used);
+    for (int i = used; i < workers(); ++i) stale_[i] = true;  // sits out this batch's steps
+    return used;
+  }
+
+  // Like a DDP process's own data loader, each worker loads its piece straight to its device.
+  void load_worker(Worker& w, const std::vector<float>& x, const std::vector<float>& t) override {
+    const int64_t in = numel_of(plan().input), out = numel_of(plan().output), n = chunks_[w.rank];
+    const int64_t at = offsets_[w.rank];
+    w.x = Tensor::empty({n * in}, w.device);
+    w.x.copy_from_host(x.data() + at * in, n * in);
+    w.t = Tensor::empty({n * out}, w.device);
+    w.t.copy_from_host(t.data() + at * out, n * out);
+    w.dy = Tensor::empty({n * out}, w.device);
+    w.loss = Tensor::zeros({1}, w.device);
+    // A replica that sat out earlier steps rejoins with replica 0's state (idle while we read it).
+    // Only in a single process: a multi-process job always uses every worker.
+    if (stale_[w.rank]) {
+      PB_CHECK(group().is_local(0), "{}: replica {} is stale in a multi-process job", name(), w.rank);
+      Worker& first = group().worker(0);
+      w.model->params().copy_from(first.model->params());
+      w.adam->copy_state_from(*first.adam);
+      stale_[w.rank] = false;
+    }
+  }
+
+  void step(Worker& w, Group& g) override {
+    const int i = w.rank;
+    const int64_t n = chunks_[i], out = numel_of(plan().output);
+    Sequential& m = *w.model;
+    Communicator& c = g.comm();
+    const float* y = m.forward(w.x.data(), n);
+    w.be().mse_loss_grad(n * out, y, w.t.data(), grad_scale(), w.dy.data(), w.loss.data());
+    float* grads = m.grads().data();
+    m.backward(w.dy.data(), nullptr, false, 0, [&](int layer) {
+      if (closes_[layer] < 0) return;
+      const Bucket& b = buckets_[closes_[layer]];
+      c.all_reduce_start(i, grads + b.begin, b.end - b.begin);  // overlaps the rest of backward on GPUs
     });
-    if (!comm_ || comm_->size() != used) comm_ = make_communicator(backends(used));
-  }
-
-  void step() override {
-    PB_CHECK(!models_.empty() && !chunks_.empty(), "{}: step() before setup() and load_batch()", name());
-    const int used = static_cast<int>(chunks_.size());
-    const int64_t out = numel_of(plan_.output);
-    const float scale = 2.0f / static_cast<float>(batch_ * out);  // gradient of the global mean
-    Communicator& c = *comm_;
-    run_step(used, c, [&](int i) {
-      Sequential& m = *models_[i];
-      const int64_t n = chunks_[i];
-      const float* y = m.forward(x_[i].data(), n);
-      backend(i).mse_loss_grad(n * out, y, t_[i].data(), scale, dy_[i].data(), loss_[i].data());
-      float* g = m.grads().data();
-      m.backward(dy_[i].data(), nullptr, false, 0, [&](int layer) {
-        if (closes_[layer] < 0) return;
-        const Bucket& b = buckets_[closes_[layer]];
-        c.all_reduce_start(i, g + b.begin, b.end - b.begin);  // overlaps the rest of backward on GPUs
-      });
-      c.wait(i);  // every bucket's sum has landed before the optimizer reads it
-      adams_[i]->step(m.params(), m.grads());
-      stats_.workers[i].samples = n;
-    });
-    for (int i = used; i < workers(); ++i) stale_[i] = true;
-  }
-
-  double loss() override {
-    const double sum = sum_over_workers(static_cast<int>(chunks_.size()), [&](int i) { return loss_[i].to_host()[0]; });
-    return sum / static_cast<double>(batch_ * numel_of(plan_.output));
-  }
-
-  std::vector<float> params() override {
-    // Replica 0 always has a chunk; every active replica holds the same values.
-    return params_of(0, plan_.param_count, [&](std::vector<float>& full) { models_[0]->store_params(full); });
+    c.wait(i);  // every bucket's sum has landed before the optimizer reads it
+    w.adam->step(m.params(), m.grads());
+    w.stats.samples = n;
   }
 
  private:
-  NetPlan plan_;
-  std::vector<std::unique_ptr<Sequential>> models_;
-  std::vector<std::unique_ptr<Adam>> adams_;
-  std::vector<char> stale_;  // replica missed steps (no chunk); char, not bool: workers write their own entry
+  std::vector<char> stale_;  // replica sat out steps (no chunk); char, not bool: workers write their own entry
   std::vector<Bucket> buckets_;
   std::vector<int> closes_;  // per layer: the bucket whose gradients are final after it, or -1
-  std::unique_ptr<Communicator> comm_;
-  std::vector<int64_t> chunks_;
-  int64_t batch_ = 0;
-  std::vector<Tensor> x_, t_, dy_, loss_;  // per active worker
+  std::vector<int64_t> chunks_, offsets_;
 };
 
 }  // namespace

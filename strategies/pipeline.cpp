@@ -2,124 +2,96 @@
 // torch.chunk micro-batches under a GPipe fill-drain schedule: every stage runs all forwards, then
 // all backwards in reverse, accumulating gradients; stages run concurrently on their own threads.
 #include "engine/check.h"
-#include "engine/model.h"
-#include "strategies/common.h"
+#include "strategies/batch.h"
+#include "strategies/group.h"
 #include "strategies/registry.h"
+#include "strategies/stages.h"
 
 namespace pb {
 
 namespace {
 
-class Staged final : public MultiWorkerStrategy {
+class Staged final : public GroupStrategy {
  public:
   Staged(const StrategyOptions& o, const std::string& name, int micro_batches)
-      : MultiWorkerStrategy(o, name), micro_(micro_batches) {
+      : GroupStrategy(o, name, true, /*replicas=*/false), micro_(micro_batches) {
     if (micro_ < 1) throw UsageError(fmt::format("{}: --micro-batches must be at least 1, got {}", name, micro_));
   }
 
-  void setup(const NetPlan& plan, const std::vector<float>& params, const AdamParams& adam) override {
-    comm_.reset();
-    models_.clear();
-    models_.resize(workers());
-    adams_.clear();
-    adams_.resize(workers());
-    plan_ = plan;
-    const auto ranges = split_stages(plan_, workers(), opts_.balance, name());
-    start_workers([&](int s) {
-      models_[s] = std::make_unique<Sequential>(plan_, ranges[s].first, ranges[s].second, backend(s));
-      models_[s]->load_params(params);
-      adams_[s] = std::make_unique<Adam>(backend(s), models_[s]->params().numel(), adam);
-    });
+ protected:
+  void plan_workers() override {
+    ranges_ = split_stages(plan(), workers(), opts_.balance, name());
     for (int s = 0; s < workers(); ++s) {
-      stats_.workers[s].layer_begin = ranges[s].first;
-      stats_.workers[s].layer_end = ranges[s].second;
+      group().worker(s).stats.layer_begin = ranges_[s].first;
+      group().worker(s).stats.layer_end = ranges_[s].second;
     }
-    comm_ = make_communicator(backends(workers()));
   }
 
-  void load_batch(const std::vector<float>& x, const std::vector<float>& t, int64_t batch) override {
+  void setup_worker(Worker& w, const std::vector<float>& params, const AdamParams& adam) override {
+    const auto [begin, end] = ranges_[w.rank];
+    w.model = std::make_unique<Sequential>(plan(), begin, end, w.be());
+    w.model->load_params(params);
+    w.adam = std::make_unique<Adam>(w.be(), w.model->params().numel(), adam);  // its own slice
+  }
+
+  int plan_batch(int64_t batch) override {
     if (micro_ > batch)
       throw UsageError(fmt::format("{}: {} micro-batches but the batch has only {} sample(s)", name(), micro_, batch));
     micro_sizes_ = chunk_sizes(batch, micro_);
     offsets_ = chunk_offsets(micro_sizes_);
-    batch_ = batch;
-    const int last = workers() - 1;
-    const int64_t most = micro_sizes_[0];
-    in_.assign(workers(), Tensor());
-    dx_ = dyin_ = in_;
-    on_workers(workers(), [&](int s) {
-      const Sequential& m = *models_[s];
-      const Device d = backend(s).device();
-      // Stage inputs are kept per micro-batch until its backward (the slot refers to them); the
-      // gradient buffers serve one micro-batch at a time, as send/recv return only when done.
-      in_[s] = s == 0 ? Tensor::from_host({m.in_numel(batch)}, x, d) : Tensor::empty({m.in_numel(batch)}, d);
-      if (s > 0) dx_[s] = Tensor::empty({m.in_numel(most)}, d);
-      if (s < last) dyin_[s] = Tensor::empty({m.out_numel(most)}, d);
-      if (s == last) {
-        t_ = Tensor::from_host({m.out_numel(batch)}, t, d);
-        dy_ = Tensor::empty({m.out_numel(batch)}, d);
-        losses_ = Tensor::zeros({static_cast<int64_t>(micro_sizes_.size())}, d);
-      }
-    });
+    const int micro = static_cast<int>(micro_sizes_.size());
+    micro_batches_ = micro;
+    bubble_fraction_ = static_cast<double>(workers() - 1) / (micro + workers() - 1);
+    return workers();
   }
 
-  void step() override {
-    PB_CHECK(!models_.empty() && !micro_sizes_.empty(), "{}: step() before setup() and load_batch()", name());
-    const int stages = workers(), last = stages - 1, micro = static_cast<int>(micro_sizes_.size());
-    const float scale = 2.0f / static_cast<float>(batch_ * numel_of(plan_.output));  // global mean
-    Communicator& c = *comm_;
-    run_step(stages, c, [&](int s) {
-      Sequential& m = *models_[s];
-      const int64_t in = numel_of(m.in_sample()), out = numel_of(m.out_sample());
-      for (int k = 0; k < micro; ++k) {  // fill: forwards, activations sent on
-        const int64_t n = micro_sizes_[k], at = offsets_[k];
-        float* x = in_[s].data() + at * in;
-        if (s > 0) c.recv(s, x, n * in, s - 1);
-        const float* y = m.forward(x, n, k);
-        if (s == last)
-          backend(s).mse_loss_grad(n * out, y, t_.data() + at * out, scale, dy_.data() + at * out, losses_.data() + k);
-        else
-          c.send(s, y, n * out, s + 1);
-      }
-      for (int k = micro - 1; k >= 0; --k) {  // drain: backwards, gradients sent back
-        const int64_t n = micro_sizes_[k];
-        const float* dy = s == last ? dy_.data() + offsets_[k] * out : dyin_[s].data();
-        if (s < last) c.recv(s, dyin_[s].data(), n * out, s + 1);
-        m.backward(dy, s > 0 ? dx_[s].data() : nullptr, k != micro - 1, k);
-        if (s > 0) c.send(s, dx_[s].data(), n * in, s - 1);
-      }
-      adams_[s]->step(m.params(), m.grads());
-      stats_.workers[s].samples = batch_;
-    });
-    stats_.micro_batches = micro;
-    stats_.bubble_fraction = static_cast<double>(stages - 1) / (micro + stages - 1);
+  // Stage inputs are kept per micro-batch until its backward (the slot refers to them); the
+  // gradient buffers serve one micro-batch at a time, as send/recv return only when done.
+  void load_worker(Worker& w, const std::vector<float>& x, const std::vector<float>& t) override {
+    const Sequential& m = *w.model;
+    const int64_t b = batch(), most = micro_sizes_[0];
+    const bool first = w.rank == 0, last = w.rank == workers() - 1;
+    w.x = first ? Tensor::from_host({m.in_numel(b)}, x, w.device) : Tensor::empty({m.in_numel(b)}, w.device);
+    if (!first) w.dx = Tensor::empty({m.in_numel(most)}, w.device);
+    if (last) {  // the loss of every micro-batch, on the last stage
+      w.t = Tensor::from_host({m.out_numel(b)}, t, w.device);
+      w.dy = Tensor::empty({m.out_numel(b)}, w.device);
+      w.loss = Tensor::zeros({static_cast<int64_t>(micro_sizes_.size())}, w.device);
+    } else {  // the gradient of one micro-batch's output, from the next stage
+      w.dy = Tensor::empty({m.out_numel(most)}, w.device);
+    }
   }
 
-  double loss() override {
-    const int last = workers() - 1;
-    const double sum = sum_over_workers(workers(), [&](int s) {
-      double l = 0;
-      if (s == last)  // the loss lives on the last stage
-        for (float v : losses_.to_host()) l += v;
-      return l;
-    });
-    return sum / static_cast<double>(batch_ * numel_of(plan_.output));
-  }
-
-  std::vector<float> params() override {
-    return params_from_pieces(plan_.param_count, [&](int s, std::vector<float>& full) { models_[s]->store_params(full); });
+  void step(Worker& w, Group& g) override {
+    const int s = w.rank, last = workers() - 1, micro = static_cast<int>(micro_sizes_.size());
+    Sequential& m = *w.model;
+    Communicator& c = g.comm();
+    const int64_t in = numel_of(m.in_sample()), out = numel_of(m.out_sample());
+    for (int k = 0; k < micro; ++k) {  // fill: forwards, activations sent on
+      const int64_t n = micro_sizes_[k], at = offsets_[k];
+      float* x = w.x.data() + at * in;
+      if (s > 0) c.recv(s, x, n * in, s - 1);
+      const float* y = m.forward(x, n, k);
+      if (s == last)
+        w.be().mse_loss_grad(n * out, y, w.t.data() + at * out, grad_scale(), w.dy.data() + at * out, w.loss.data() + k);
+      else
+        c.send(s, y, n * out, s + 1);
+    }
+    for (int k = micro - 1; k >= 0; --k) {  // drain: backwards, gradients sent back
+      const int64_t n = micro_sizes_[k];
+      const float* dy = s == last ? w.dy.data() + offsets_[k] * out : w.dy.data();
+      if (s < last) c.recv(s, w.dy.data(), n * out, s + 1);
+      m.backward(dy, s > 0 ? w.dx.data() : nullptr, k != micro - 1, k);
+      if (s > 0) c.send(s, w.dx.data(), n * in, s - 1);
+    }
+    w.adam->step(m.params(), m.grads());
+    w.stats.samples = batch();
   }
 
  private:
   int micro_;
-  NetPlan plan_;
-  std::vector<std::unique_ptr<Sequential>> models_;
-  std::vector<std::unique_ptr<Adam>> adams_;  // each stage steps its own parameter slice
-  std::unique_ptr<Communicator> comm_;
+  std::vector<std::pair<int, int>> ranges_;  // per stage: its layers [begin, end)
   std::vector<int64_t> micro_sizes_, offsets_;
-  int64_t batch_ = 0;
-  std::vector<Tensor> in_, dx_, dyin_;  // per stage
-  Tensor t_, dy_, losses_;              // last stage
 };
 
 }  // namespace

@@ -58,12 +58,4 @@ std::unique_ptr<Strategy> make_strategy(const std::string& name, const StrategyO
   return nullptr;
 }
 
-std::vector<int64_t> chunk_sizes(int64_t batch, int n) {
-  std::vector<int64_t> out;
-  if (batch <= 0 || n <= 0) return out;
-  const int64_t chunk = (batch + n - 1) / n;
-  for (int64_t start = 0; start < batch; start += chunk) out.push_back(std::min(chunk, batch - start));
-  return out;
-}
-
 }  // namespace pb

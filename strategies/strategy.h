@@ -27,8 +27,9 @@ struct StrategyOptions {
 struct WorkerStats {
   std::string device;
   int64_t samples = 0;        // chunk size this worker got (dp/ddp), or the batch (mp stages)
-  double compute_s = 0;       // last step
-  double comm_s = 0;          // last step
+  double compute_s = 0;       // last step: its time less comm_s and wait_s
+  double comm_s = 0;          // last step: transfers alone (CommStats::seconds)
+  double wait_s = 0;          // last step: idle in the communicator, waiting for peers or its device
   std::size_t comm_bytes = 0; // last step, sent by this worker
   std::size_t peak_bytes = 0; // device peak since setup
   int layer_begin = 0, layer_end = 0;  // mp/pipeline: the stage's layers [begin, end)
@@ -79,8 +80,5 @@ const StrategyInfo& strategy_info(const std::string& name);
 std::vector<std::string> strategy_names();
 // UsageError listing the known strategies when the name is unknown.
 std::unique_ptr<Strategy> make_strategy(const std::string& name, const StrategyOptions& opts);
-
-// torch.chunk sizes: ceil(batch / n) each, the last shorter, possibly fewer chunks than n.
-std::vector<int64_t> chunk_sizes(int64_t batch, int n);
 
 }  // namespace pb

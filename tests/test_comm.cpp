@@ -10,7 +10,7 @@
 #include "engine/check.h"
 #include "engine/comm.h"
 #include "engine/tensor.h"
-#include "strategies/common.h"
+#include "strategies/pool.h"
 
 namespace pb {
 namespace {
@@ -176,7 +176,7 @@ TEST(Comm, SendRecvAlongAChainAndBack) {
   });
 }
 
-TEST(Comm, BarrierWaitsForEveryRank) {
+TEST(Comm, AllReduceWaitsForEveryRank) {
   for_each_group([](Group& g) {
     const int n = g.comm->size();
     std::atomic<int> arrived{0};
@@ -184,7 +184,8 @@ TEST(Comm, BarrierWaitsForEveryRank) {
     g.run([&](int r) {
       if (r == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the late one
       arrived.fetch_add(1);
-      g.comm->barrier(r);
+      float one = 1;
+      g.comm->all_reduce(r, &one, 1);
       seen[r] = arrived.load();
     });
     for (int r = 0; r < n; ++r) EXPECT_EQ(seen[r], n) << "rank " << r;
@@ -199,18 +200,19 @@ TEST(Comm, RejectsBadArguments) {
 }
 
 TEST(Comm, FailingRankAbortsTheOthers) {
-  // Without abort, ranks 0 and 1 would wait in the barrier forever for rank 2.
+  // Without abort, ranks 0 and 1 would wait in the all-reduce forever for rank 2.
   Group g(cpus(3));
+  float v[3] = {1, 2, 3};
   try {
     g.run([&](int r) {
       if (r == 2) throw UsageError("rank 2 failed");
-      g.comm->barrier(r);
+      g.comm->all_reduce(r, &v[r], 1);
     });
     FAIL() << "no exception";
   } catch (const UsageError& e) {
     EXPECT_THAT(e.what(), HasSubstr("rank 2 failed"));  // the cause, not the aborts it triggered
   }
-  EXPECT_THROW(g.comm->barrier(0), Error);
+  EXPECT_THROW(g.comm->all_reduce(0, &v[0], 1), Error);
 }
 
 TEST(Comm, NcclAllReduceBroadcastSendRecvOnGpus) {
@@ -238,7 +240,9 @@ TEST(Comm, NcclAllReduceBroadcastSendRecvOnGpus) {
     if (r > 0) g.comm->recv(r, c.data(), len, r - 1);
     if (r + 1 < n) g.comm->send(r, c.data(), len, r + 1);
     chain[r] = c.to_host();
-    g.comm->barrier(r);
+    Tensor z = Tensor::zeros({1}, g.comm->device(r));  // every rank done before any frees its buffers
+    g.comm->all_reduce(r, z.data(), 1);
+    (void)z.to_host();
   });
   for (int r = 0; r < n; ++r) {
     for (int64_t i = 0; i < len; ++i) ASSERT_EQ(sum[r][i], sum_over_ranks(n, i)) << "rank " << r << " [" << i << "]";

@@ -17,6 +17,7 @@
 #include "engine/cpu_backend.h"
 #ifdef PARBENCH_HAVE_DNNL
 #include "engine/dnnl/dnnl_conv.h"
+#include "tests/support.h"
 #endif
 
 namespace pb {
@@ -153,17 +154,7 @@ class Dnnl : public ::testing::Test {
     for (float& x : v) x = d(rng_);
     return v;
   }
-  // Stride 1-2, padding 0-2, kernel 1-5 (non-square), channels 1-40, batch 1-3, odd sizes.
-  ConvGeom random_geom() {
-    ConvGeom g;
-    g.n = uniform(1, 3), g.c = uniform(1, 40), g.k = uniform(1, 40);
-    g.r = uniform(1, 5), g.s = uniform(1, 5);
-    g.stride_h = uniform(1, 2), g.stride_w = uniform(1, 2);
-    g.pad_h = uniform(0, 2), g.pad_w = uniform(0, 2);
-    g.h = uniform(std::max<int64_t>(1, g.r - 2 * g.pad_h), 23);
-    g.w = uniform(std::max<int64_t>(1, g.s - 2 * g.pad_w), 23);
-    return g;
-  }
+  ConvGeom random_geom() { return test::random_geom(rng_, {3, 40, 23}); }
   static std::unique_ptr<CpuBackend> backend(bool reference, int threads, bool winograd = true) {
     BackendOptions o;
     o.threads = threads;

@@ -1,4 +1,4 @@
-// Every CPU op against the double-precision reference, on fresh random shapes and values each
+// Every op of every backend present against the double-precision reference, on fresh random shapes and values each
 // run (the seed is printed with any failure), plus finite-difference gradient checks.
 #include <gtest/gtest.h>
 
@@ -7,38 +7,16 @@
 #include <random>
 
 #include "engine/model.h"
+#include "engine/tensor.h"
 #include "reference.h"
+#include "tests/support.h"
 
 namespace pb {
 namespace {
 
-struct Rand {
-  std::mt19937_64 gen;
-  uint64_t seed;
-  Rand() : seed(std::random_device{}()) { gen.seed(seed); }
-  int64_t i(int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(gen); }
-  std::vector<float> vec(int64_t n) {
-    std::normal_distribution<float> d;
-    std::vector<float> v(static_cast<std::size_t>(n));
-    for (float& x : v) x = d(gen);
-    return v;
-  }
-};
-
-ConvGeom random_geom(Rand& r) {
-  ConvGeom g;
-  g.n = r.i(1, 3), g.c = r.i(1, 12), g.k = r.i(1, 12);
-  g.r = r.i(1, 5), g.s = r.i(1, 5);
-  g.stride_h = r.i(1, 2), g.stride_w = r.i(1, 2), g.pad_h = r.i(0, 2), g.pad_w = r.i(0, 2);
-  g.h = r.i(std::max<int64_t>(1, g.r - 2 * g.pad_h), 13);
-  g.w = r.i(std::max<int64_t>(1, g.s - 2 * g.pad_w), 13);
-  return g;
-}
-
-std::string geom_str(const ConvGeom& g) {
-  return fmt::format("n{} c{} {}x{} k{} kernel {}x{} stride {}x{} pad {}x{}", g.n, g.c, g.h, g.w, g.k, g.r, g.s,
-                     g.stride_h, g.stride_w, g.pad_h, g.pad_w);
-}
+using test::geom_str;
+using test::Rand;
+using test::random_geom;
 
 #define EXPECT_CLOSE(got, want, atol, rtol)                                  \
   do {                                                                       \
@@ -46,100 +24,117 @@ std::string geom_str(const ConvGeom& g) {
     EXPECT_LE(m_.excess, 0.0) << ref::describe(m_);                          \
   } while (0)
 
-TEST(Ops, ConvForwardBackwardMatchReference) {
+// The op tests below run on every backend present (CPU; CUDA when there is a GPU), each op on
+// device copies of host values, read back and compared with the reference.
+std::vector<Device> backends_present() {
+  std::vector<Device> d = {cpu()};
+  if (cuda_device_count() > 0) d.push_back(cuda());
+  return d;
+}
+
+class OnEveryBackend : public ::testing::TestWithParam<Device> {
+ protected:
+  void SetUp() override { be = make_backend(GetParam()); }
+  Tensor dev(const std::vector<float>& v) const {
+    return Tensor::from_host({static_cast<int64_t>(v.size())}, v, GetParam());
+  }
+  Tensor poisoned(int64_t n) const { return dev(std::vector<float>(static_cast<std::size_t>(n), NAN)); }
+  std::unique_ptr<Backend> be;
+};
+
+TEST_P(OnEveryBackend, ConvForwardBackwardMatchReference) {
   Rand r;
-  auto be = make_backend(cpu());
   for (int trial = 0; trial < 25; ++trial) {
     const ConvGeom g = random_geom(r);
     SCOPED_TRACE(fmt::format("seed {} trial {}: {}", r.seed, trial, geom_str(g)));
     const int64_t xn = g.n * g.c * g.h * g.w, wn = g.k * g.c * g.r * g.s, yn = g.n * g.k * g.p() * g.q();
     const auto x = r.vec(xn), w = r.vec(wn), b = r.vec(g.k), dy = r.vec(yn);
-    std::vector<float> y(yn, NAN), dx(xn, NAN), dw(wn, NAN), db(g.k, NAN);
-    be->conv2d_forward(g, x.data(), w.data(), b.data(), y.data());
-    be->conv2d_backward_data(g, dy.data(), w.data(), dx.data());
-    be->conv2d_backward_weights(g, x.data(), dy.data(), dw.data(), db.data(), false);
+    const Tensor X = dev(x), W = dev(w), B = dev(b), DY = dev(dy);
+    Tensor Y = poisoned(yn), DX = poisoned(xn), DW = poisoned(wn), DB = poisoned(g.k);
+    be->conv2d_forward(g, X.data(), W.data(), B.data(), Y.data());
+    be->conv2d_backward_data(g, DY.data(), W.data(), DX.data());
+    be->conv2d_backward_weights(g, X.data(), DY.data(), DW.data(), DB.data(), false);
     const ref::Vec ry = ref::conv2d_forward(g, ref::to_double(x), ref::to_double(w), ref::to_double(b));
     const ref::Vec rdx = ref::conv2d_backward_data(g, ref::to_double(dy), ref::to_double(w));
     ref::Vec rdw, rdb;
     ref::conv2d_backward_weights(g, ref::to_double(x), ref::to_double(dy), rdw, rdb);
-    EXPECT_CLOSE(y, ry, 1e-5, 1e-4);
-    EXPECT_CLOSE(dx, rdx, 1e-5, 1e-4);
-    EXPECT_CLOSE(dw, rdw, 1e-4, 1e-4);
-    EXPECT_CLOSE(db, rdb, 1e-4, 1e-4);
+    EXPECT_CLOSE(Y.to_host(), ry, 1e-5, 1e-4);
+    EXPECT_CLOSE(DX.to_host(), rdx, 1e-5, 1e-4);
+    EXPECT_CLOSE(DW.to_host(), rdw, 1e-4, 1e-4);
+    EXPECT_CLOSE(DB.to_host(), rdb, 1e-4, 1e-4);
     // accumulate adds to what is there
-    be->conv2d_backward_weights(g, x.data(), dy.data(), dw.data(), db.data(), true);
+    be->conv2d_backward_weights(g, X.data(), DY.data(), DW.data(), DB.data(), true);
     for (double& v : rdw) v *= 2;
     for (double& v : rdb) v *= 2;
-    EXPECT_CLOSE(dw, rdw, 2e-4, 1e-4);
-    EXPECT_CLOSE(db, rdb, 2e-4, 1e-4);
+    EXPECT_CLOSE(DW.to_host(), rdw, 2e-4, 1e-4);
+    EXPECT_CLOSE(DB.to_host(), rdb, 2e-4, 1e-4);
   }
 }
 
-TEST(Ops, LinearMatchesReference) {
+TEST_P(OnEveryBackend, LinearMatchesReference) {
   Rand r;
-  auto be = make_backend(cpu());
   for (int trial = 0; trial < 20; ++trial) {
     const int64_t n = r.i(1, 40), in = r.i(1, 70), out = r.i(1, 30);
     SCOPED_TRACE(fmt::format("seed {} trial {}: n {} in {} out {}", r.seed, trial, n, in, out));
     const auto x = r.vec(n * in), w = r.vec(out * in), b = r.vec(out), dy = r.vec(n * out);
-    std::vector<float> y(n * out, NAN), dx(n * in, NAN), dw(out * in, NAN), db(out, NAN);
-    be->linear_forward(n, in, out, x.data(), w.data(), b.data(), y.data());
-    be->linear_backward_data(n, in, out, dy.data(), w.data(), dx.data());
-    be->linear_backward_weights(n, in, out, x.data(), dy.data(), dw.data(), db.data(), false);
+    const Tensor X = dev(x), W = dev(w), B = dev(b), DY = dev(dy);
+    Tensor Y = poisoned(n * out), DX = poisoned(n * in), DW = poisoned(out * in), DB = poisoned(out);
+    be->linear_forward(n, in, out, X.data(), W.data(), B.data(), Y.data());
+    be->linear_backward_data(n, in, out, DY.data(), W.data(), DX.data());
+    be->linear_backward_weights(n, in, out, X.data(), DY.data(), DW.data(), DB.data(), false);
     ref::Vec rdw, rdb;
     ref::linear_backward_weights(n, in, out, ref::to_double(x), ref::to_double(dy), rdw, rdb);
-    EXPECT_CLOSE(y, ref::linear_forward(n, in, out, ref::to_double(x), ref::to_double(w), ref::to_double(b)), 1e-5, 1e-4);
-    EXPECT_CLOSE(dx, ref::linear_backward_data(n, in, out, ref::to_double(dy), ref::to_double(w)), 1e-5, 1e-4);
-    EXPECT_CLOSE(dw, rdw, 1e-4, 1e-4);
-    EXPECT_CLOSE(db, rdb, 1e-4, 1e-4);
+    EXPECT_CLOSE(Y.to_host(), ref::linear_forward(n, in, out, ref::to_double(x), ref::to_double(w), ref::to_double(b)),
+                 1e-5, 1e-4);
+    EXPECT_CLOSE(DX.to_host(), ref::linear_backward_data(n, in, out, ref::to_double(dy), ref::to_double(w)), 1e-5, 1e-4);
+    EXPECT_CLOSE(DW.to_host(), rdw, 1e-4, 1e-4);
+    EXPECT_CLOSE(DB.to_host(), rdb, 1e-4, 1e-4);
   }
 }
 
-TEST(Ops, ReluMseAndElementwiseMatchReference) {
+TEST_P(OnEveryBackend, ReluAndMseMatchReference) {
   Rand r;
-  auto be = make_backend(cpu());
   const int64_t n = r.i(1, 200000);  // large enough to go multi-threaded sometimes
   SCOPED_TRACE(fmt::format("seed {} n {}", r.seed, n));
   const auto x = r.vec(n), t = r.vec(n), dy = r.vec(n);
-  std::vector<float> y(n, NAN), dx(n, NAN), g(n, NAN);
-  be->relu_forward(n, x.data(), y.data());
-  EXPECT_CLOSE(y, ref::relu(ref::to_double(x)), 0, 0);
-  be->relu_backward(n, y.data(), dy.data(), dx.data());
+  const Tensor X = dev(x), T = dev(t), DY = dev(dy);
+  Tensor Y = poisoned(n), DX = poisoned(n), G = poisoned(n), L = poisoned(1);
+  be->relu_forward(n, X.data(), Y.data());
+  EXPECT_CLOSE(Y.to_host(), ref::relu(ref::to_double(x)), 0, 0);
+  be->relu_backward(n, Y.data(), DY.data(), DX.data());
   ref::Vec rdx(n);
   for (int64_t i = 0; i < n; ++i) rdx[i] = x[i] > 0 ? dy[i] : 0.0;
-  EXPECT_CLOSE(dx, rdx, 0, 0);
-  float loss_sum = NAN;
-  be->mse_loss_grad(n, x.data(), t.data(), 2.0f / static_cast<float>(n), g.data(), &loss_sum);
+  EXPECT_CLOSE(DX.to_host(), rdx, 0, 0);
+  be->mse_loss_grad(n, X.data(), T.data(), 2.0f / static_cast<float>(n), G.data(), L.data());
   ref::Vec rg;
   const double rloss = ref::mse(ref::to_double(x), ref::to_double(t), &rg);
-  EXPECT_NEAR(loss_sum / n, rloss, 1e-6 * rloss);
-  EXPECT_CLOSE(g, rg, 1e-9, 1e-5);
-  std::vector<float> a = x;
-  be->axpy(n, 0.5f, t.data(), a.data());
-  be->scale(n, 2.0f, a.data());
-  ref::Vec ra(n);
-  for (int64_t i = 0; i < n; ++i) ra[i] = 2.0 * (x[i] + 0.5 * t[i]);
-  EXPECT_CLOSE(a, ra, 1e-6, 1e-6);
-  be->fill(n, a.data(), 3.0f);
-  EXPECT_CLOSE(a, ref::Vec(n, 3.0), 0, 0);
+  EXPECT_NEAR(L.to_host()[0] / n, rloss, 1e-6 * rloss);
+  EXPECT_CLOSE(G.to_host(), rg, 1e-9, 1e-5);
 }
 
-TEST(Ops, AdamMatchesReferenceOverSteps) {
+TEST_P(OnEveryBackend, AdamMatchesReferenceOverSteps) {
   Rand r;
-  auto be = make_backend(cpu());
   const int64_t n = r.i(1, 5000);
   SCOPED_TRACE(fmt::format("seed {} n {}", r.seed, n));
   AdamParams a;
   a.lr = 1e-3, a.weight_decay = 0.01;
-  std::vector<float> p = r.vec(n), m(n, 0.0f), v(n, 0.0f);
-  ref::Vec rp = ref::to_double(p), rm(n, 0.0), rv(n, 0.0);
+  const std::vector<float> p0 = r.vec(n);
+  Tensor P = dev(p0), M = dev(std::vector<float>(n, 0.0f)), V = dev(std::vector<float>(n, 0.0f));
+  ref::Vec rp = ref::to_double(p0), rm(n, 0.0), rv(n, 0.0);
   for (int64_t step = 1; step <= 5; ++step) {
     const auto g = r.vec(n);
-    be->adam_step(n, p.data(), g.data(), m.data(), v.data(), a, step);
+    const Tensor G = dev(g);
+    be->adam_step(n, P.data(), G.data(), M.data(), V.data(), a, step);
+    be->synchronize();  // G goes out of scope
     ref::adam(rp, ref::to_double(g), rm, rv, a, step);
   }
-  EXPECT_CLOSE(p, rp, 1e-6, 1e-6);
+  EXPECT_CLOSE(P.to_host(), rp, 1e-6, 1e-6);
 }
+
+INSTANTIATE_TEST_SUITE_P(Ops, OnEveryBackend, ::testing::ValuesIn(backends_present()),
+                         [](const ::testing::TestParamInfo<Device>& i) {
+                           return i.param.kind == DeviceKind::Cpu ? std::string("cpu") : std::string("cuda");
+                         });
 
 // A small net with every layer type, its gradients checked two ways: the double reference
 // against central finite differences of itself, and the engine against the reference.

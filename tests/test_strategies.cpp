@@ -15,7 +15,8 @@
 #include "tests/paths.h"
 #include "engine/check.h"
 #include "engine/fsutil.h"
-#include "strategies/common.h"
+#include "strategies/group.h"
+#include "strategies/stages.h"
 #include "workloads/workload.h"
 
 namespace pb {

@@ -288,24 +288,35 @@ class CudaBackend final : public Backend {
     cu::launch_adam(stream_, n, p, g, m, v, s);
   }
 
-  void fill(int64_t n, float* x, float value) override {
-    cu::use_device(device_);
-    cu::launch_fill(stream_, n, x, value);
-  }
-
-  void axpy(int64_t n, float alpha, const float* x, float* y) override {
-    cu::use_device(device_);
-    cu::launch_axpy(stream_, n, alpha, x, y);
-  }
-
-  void scale(int64_t n, float alpha, float* x) override {
-    cu::use_device(device_);
-    cu::launch_scale(stream_, n, alpha, x);
-  }
-
   void synchronize() override {
     cu::use_device(device_);
     CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+  std::unique_ptr<Stream> create_stream() override {
+    cu::use_device(device_);
+    return std::make_unique<CudaStream>();
+  }
+  std::unique_ptr<Event> create_event() override {
+    cu::use_device(device_);
+    return std::make_unique<CudaEvent>();
+  }
+  void record(Event& e, Stream* s) override {
+    cu::use_device(device_);
+    CUDA_CHECK(cudaEventRecord(static_cast<CudaEvent&>(e).event, queue(s)));
+  }
+  void wait(Event& e, Stream* s) override {
+    cu::use_device(device_);
+    CUDA_CHECK(cudaStreamWaitEvent(queue(s), static_cast<CudaEvent&>(e).event, 0));
+  }
+  void synchronize(Event& e) override {
+    cu::use_device(device_);
+    CUDA_CHECK(cudaEventSynchronize(static_cast<CudaEvent&>(e).event));
+  }
+  double elapsed_s(Event& start, Event& end) override {
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<CudaEvent&>(start).event, static_cast<CudaEvent&>(end).event));
+    return ms * 1e-3;
   }
 
  private:
@@ -367,6 +378,17 @@ class CudaBackend final : public Backend {
                                                p.bwd_filter->workspace, beta, p.w, dw));
     if (db) CUDNN_CHECK(cudnnConvolutionBackwardBias(cudnn_, &kOne, p.y, dy, beta, p.bias, db));
   }
+
+  // Non-blocking: a communicator's transfers never wait on unrelated legacy-stream work, and
+  // overlap the compute stream (ddp buckets during backward).
+  struct CudaStream final : Stream {
+    cu::Stream stream{cudaStreamNonBlocking};
+    void* native() const override { return stream.get(); }
+  };
+  struct CudaEvent final : Event {
+    cu::Event event;
+  };
+  cudaStream_t queue(Stream* s) const { return s ? static_cast<cudaStream_t>(s->native()) : stream_.get(); }
 
   ConvPlan& plan_for(const ConvGeom& g) {
     const Key key = key_of(g);

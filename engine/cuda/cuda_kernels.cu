@@ -25,18 +25,6 @@ __device__ inline int64_t first_index() {
 }
 __device__ inline int64_t grid_stride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
 
-__global__ void fill_kernel(int64_t n, float* x, float value) {
-  for (int64_t i = first_index(); i < n; i += grid_stride()) x[i] = value;
-}
-
-__global__ void axpy_kernel(int64_t n, float alpha, const float* x, float* y) {
-  for (int64_t i = first_index(); i < n; i += grid_stride()) y[i] = __fadd_rn(y[i], __fmul_rn(alpha, x[i]));
-}
-
-__global__ void scale_kernel(int64_t n, float alpha, float* x) {
-  for (int64_t i = first_index(); i < n; i += grid_stride()) x[i] = __fmul_rn(x[i], alpha);
-}
-
 // In place is fine (x == y, dy == dx): each element is read before it is written, by one thread.
 __global__ void relu_forward_kernel(int64_t n, const float* x, float* y) {
   for (int64_t i = first_index(); i < n; i += grid_stride()) {
@@ -119,24 +107,6 @@ __global__ void adam_kernel(int64_t n, float* p, const float* g, float* m, float
 }
 
 }  // namespace
-
-void launch_fill(cudaStream_t stream, int64_t n, float* x, float value) {
-  if (n <= 0) return;
-  fill_kernel<<<blocks_for(n), kThreads, 0, stream>>>(n, x, value);
-  CUDA_CHECK_LAST();
-}
-
-void launch_axpy(cudaStream_t stream, int64_t n, float alpha, const float* x, float* y) {
-  if (n <= 0) return;
-  axpy_kernel<<<blocks_for(n), kThreads, 0, stream>>>(n, alpha, x, y);
-  CUDA_CHECK_LAST();
-}
-
-void launch_scale(cudaStream_t stream, int64_t n, float alpha, float* x) {
-  if (n <= 0) return;
-  scale_kernel<<<blocks_for(n), kThreads, 0, stream>>>(n, alpha, x);
-  CUDA_CHECK_LAST();
-}
 
 void launch_relu_forward(cudaStream_t stream, int64_t n, const float* x, float* y) {
   if (n <= 0) return;

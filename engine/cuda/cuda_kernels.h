@@ -11,9 +11,6 @@
 
 namespace pb::cu {
 
-void launch_fill(cudaStream_t stream, int64_t n, float* x, float value);
-void launch_axpy(cudaStream_t stream, int64_t n, float alpha, const float* x, float* y);
-void launch_scale(cudaStream_t stream, int64_t n, float alpha, float* x);
 void launch_relu_forward(cudaStream_t stream, int64_t n, const float* x, float* y);
 void launch_relu_backward(cudaStream_t stream, int64_t n, const float* y, const float* dy, float* dx);
 

@@ -44,11 +44,11 @@ class Handle {
 
 struct StreamTraits {
   using type = cudaStream_t;
-  // A blocking stream (not cudaStreamNonBlocking) on purpose: copies that device.cpp issues on
+  // Blocking by default (not cudaStreamNonBlocking) on purpose: copies that device.cpp issues on
   // the legacy default stream then order after this stream's kernels, and vice versa.
-  static cudaStream_t create() {
+  static cudaStream_t create(unsigned flags = cudaStreamDefault) {
     cudaStream_t s = nullptr;
-    CUDA_CHECK(cudaStreamCreate(&s));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s, flags));
     return s;
   }
   static void destroy(cudaStream_t s) noexcept { (void)cudaStreamDestroy(s); }

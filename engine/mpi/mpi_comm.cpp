@@ -9,7 +9,7 @@
 
 #include "engine/check.h"
 #include "engine/comm.h"
-#include "engine/mpi/mpi_env.h"
+#include "engine/process.h"
 
 namespace pb {
 
@@ -85,10 +85,6 @@ class MpiComm final : public Communicator {
     check(rank);
     MPI_CHECK(MPI_Recv(host(buf, n), count(n), MPI_FLOAT, peer, 0, comm_, MPI_STATUS_IGNORE));
     stage_out(buf, n);
-  }
-  void do_barrier(int rank) override {
-    check(rank);
-    MPI_CHECK(MPI_Barrier(comm_));
   }
 
  private:

@@ -1,7 +1,7 @@
 // The process context under MPI: MPI_Init_thread when an MPI launcher started us, world rank and
 // size, local rank (MPI_Comm_split_type SHARED: the processes on this host), hostnames, and the
 // host-side collectives over MPI_COMM_WORLD.
-#include "engine/mpi/mpi_env.h"
+#include "engine/process.h"
 
 #include <climits>
 #include <cstdio>

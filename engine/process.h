@@ -1,7 +1,8 @@
 // The process context of a multi-process job: this process's rank among the job's processes
 // (one per device), initialisation and finalisation of MPI, and the few host-side collectives the
 // harness and the strategies' base class need. Without MPI (or when not launched by an MPI
-// launcher) the job is this one process and every collective is the identity.
+// launcher) the job is this one process and every collective is the identity. Implemented by
+// engine/mpi/mpi_env.cpp (MPI builds) or engine/process_solo.cpp.
 #pragma once
 
 #include <cstdint>

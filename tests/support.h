@@ -1,0 +1,54 @@
+// Helpers shared by the op tests: a seeded random source and random convolution shapes.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "engine/backend.h"
+
+namespace pb::test {
+
+// A random source seeded from the system; tests print `seed` so that a failure can be replayed.
+struct Rand {
+  std::mt19937_64 gen;
+  uint64_t seed;
+  Rand() : seed(std::random_device{}()) { gen.seed(seed); }
+  int64_t i(int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(gen); }
+  bool coin() { return i(0, 1) == 1; }
+  std::vector<float> vec(int64_t n) {  // standard normal
+    std::normal_distribution<float> d;
+    std::vector<float> v(static_cast<std::size_t>(n));
+    for (float& x : v) x = d(gen);
+    return v;
+  }
+};
+
+// Upper bounds of a random convolution: batch, channels in and out, image height and width.
+struct GeomLimits {
+  int64_t batch = 3, channels = 12, size = 13;
+};
+
+// Stride 1-2, padding 0-2, kernel 1-5 (non-square), odd sizes; never an empty output.
+inline ConvGeom random_geom(std::mt19937_64& gen, const GeomLimits& l = {}) {
+  auto i = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(gen); };
+  ConvGeom g;
+  g.n = i(1, l.batch), g.c = i(1, l.channels), g.k = i(1, l.channels);
+  g.r = i(1, 5), g.s = i(1, 5);
+  g.stride_h = i(1, 2), g.stride_w = i(1, 2), g.pad_h = i(0, 2), g.pad_w = i(0, 2);
+  g.h = i(std::max<int64_t>(1, g.r - 2 * g.pad_h), l.size);
+  g.w = i(std::max<int64_t>(1, g.s - 2 * g.pad_w), l.size);
+  return g;
+}
+inline ConvGeom random_geom(Rand& r, const GeomLimits& l = {}) { return random_geom(r.gen, l); }
+
+inline std::string geom_str(const ConvGeom& g) {
+  return fmt::format("n{} c{} {}x{} k{} kernel {}x{} stride {}x{} pad {}x{}", g.n, g.c, g.h, g.w, g.k, g.r, g.s,
+                     g.stride_h, g.stride_w, g.pad_h, g.pad_w);
+}
+
+}  // namespace pb::test

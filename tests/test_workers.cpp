@@ -1,0 +1,118 @@
+// The worker pool under the strategies, and what a user sees when the system refuses workers.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "engine/check.h"
+#include "strategies/pool.h"
+#include "strategies/strategy.h"
+
+namespace pb {
+namespace {
+
+using ::testing::HasSubstr;
+namespace fs = std::filesystem;
+
+TEST(WorkerPool, TaskZeroOnTheCallerTheOthersEachOnTheirOwnThread) {
+  WorkerPool pool(3);
+  std::vector<std::thread::id> first(3), second(3);
+  pool.run(3, [&](int i) { first[i] = std::this_thread::get_id(); });
+  pool.run(3, [&](int i) { second[i] = std::this_thread::get_id(); });
+  EXPECT_EQ(first[0], std::this_thread::get_id());
+  EXPECT_NE(first[1], first[0]);
+  EXPECT_NE(first[2], first[1]);
+  EXPECT_EQ(first, second);  // a worker's backend is always driven by the same thread
+  std::atomic<int> calls{0};
+  pool.run(1, [&](int i) { calls += i + 1; });  // only task 0
+  EXPECT_EQ(calls, 1);
+}
+
+TEST(WorkerPool, FirstFailureRethrownAfterEveryTaskEnded) {
+  WorkerPool pool(3);
+  for (int failing : {0, 2}) {
+    std::atomic<int> done{0}, aborts{0};
+    try {
+      pool.run(3, [&](int i) {
+        if (i == failing) throw Error(fmt::format("task {} fails", i));
+        ++done;
+      }, [&] { ++aborts; });
+      ADD_FAILURE() << "no exception";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.what(), fmt::format("task {} fails", failing));
+    }
+    EXPECT_EQ(done, 2);
+    EXPECT_EQ(aborts, 1);
+  }
+  std::atomic<int> done{0};
+  pool.run(3, [&](int) { ++done; });  // still usable
+  EXPECT_EQ(done, 3);
+}
+
+// The preamble every strategy shares: no step or batch before its setup.
+TEST(GroupStrategy, EveryStrategyRefusesAStepBeforeItsSetup) {
+  for (const std::string& name : strategy_names()) {
+    SCOPED_TRACE(name);
+    StrategyOptions o;
+    o.backend.threads = 1;
+    auto s = make_strategy(name, o);
+    EXPECT_THAT([&] { s->step(); }, ::testing::ThrowsMessage<Error>(HasSubstr(name + ": step() before setup()")));
+    EXPECT_THAT([&] { s->load_batch({1}, {1}, 1); },
+                ::testing::ThrowsMessage<Error>(HasSubstr(name + ": load_batch() before setup()")));
+  }
+}
+
+struct Result {
+  int code = -1;
+  std::string err;  // stdout and stderr
+};
+
+// `parbench ARGS` under an address-space limit of 2 GB: thread stacks run out after a few
+// hundred workers.
+Result parbench_limited(const std::string& args) {
+  const fs::path dir = fs::temp_directory_path() / ("parbench_workers_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string err = (dir / "stderr.txt").string();
+  const std::string cmd = "(ulimit -v 2000000; cd " + dir.string() + " && " + PARBENCH_BINARY + " " + args +
+                          " >" + err + " 2>&1)";
+  const int status = std::system(cmd.c_str());
+  Result r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream in(err);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  r.err = ss.str();
+  fs::remove_all(dir);
+  return r;
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+#define SKIP_UNDER_ASAN() GTEST_SKIP() << "AddressSanitizer reserves more address space than the limit"
+#else
+#define SKIP_UNDER_ASAN() (void)0
+#endif
+
+TEST(WorkerPool, RefusedThreadsAreAUsageErrorNamingDevices) {
+  SKIP_UNDER_ASAN();
+  const Result r = parbench_limited("train --workload linear --strategy ddp --devices 1000 --batch 2 --threads 1");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("ddp: --devices 1000: could not start worker thread"));
+  EXPECT_THAT(r.err, HasSubstr("use fewer devices"));
+}
+
+TEST(WorkerPool, RefusedThreadsFailOneConfigurationAndTheSweepGoesOn) {
+  SKIP_UNDER_ASAN();
+  const Result r = parbench_limited(
+      "run --workload linear --strategies ddp --devices 1000,2 --iterations 2 --warmup 0 --threads 1 --out run");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("2 configuration(s), 1 failed"));
+}
+
+}  // namespace
+}  // namespace pb
