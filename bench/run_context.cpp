@@ -6,7 +6,7 @@
 #include <fmt/ranges.h>
 
 #include "bench/run.h"
-#include "engine/mpi/mpi_env.h"
+#include "engine/process.h"
 #include "reports/schema.h"
 
 namespace pb {

@@ -10,7 +10,7 @@
 
 #include "engine/check.h"
 #include "engine/fsutil.h"
-#include "engine/mpi/mpi_env.h"
+#include "engine/process.h"
 #include "reports/gbjson.h"
 #include "reports/schema.h"
 #include "reports/stats.h"
