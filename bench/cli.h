@@ -50,7 +50,13 @@ std::vector<Flag> training_flags();
 WorkloadOptions workload_options(const Flags& f);
 // --device-kind auto|cpu|cuda -> a kind; auto means cuda when a GPU is present.
 DeviceKind device_kind(const std::string& s);
+// Also sets the process-wide --comm-timeout.
 StrategyOptions strategy_options(const Flags& f, int devices);
+// Google Benchmark's flags as passed through by `run`: values GB would misread (repetitions 0 or
+// -1, an unknown format, an output file in a missing folder) throw UsageError naming the flag.
+void check_benchmark_flags(const std::vector<std::string>& args);
+// The workload and the flags that size it, for "needs X GiB" messages.
+std::string workload_sizing(const Flags& f, const NetSpec& net);
 
 int cmd_replay(const std::vector<std::string>& args);
 int cmd_train(const std::vector<std::string>& args);
@@ -60,7 +66,8 @@ int cmd_report(const std::vector<std::string>& args);
 int cmd_compare(const std::vector<std::string>& args);
 
 // Runs scripts/chart.py (with /usr/bin/python3, or $PARBENCH_PYTHON) on a report JSON; a warning,
-// not an error, when it cannot (matplotlib missing). Returns whether the PNG was written.
+// not an error, when it cannot (matplotlib missing). Returns whether the PNG was written; a PNG
+// made but not writable to `png` (a full disk) throws pb::Error.
 bool render_chart(const std::string& report_json, const std::string& png);
 
 }  // namespace pb

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <set>
 #include <thread>
@@ -21,6 +22,7 @@
 #include "bench/cli.h"
 #include "engine/check.h"
 #include "engine/fsutil.h"
+#include "engine/memory_estimate.h"
 #include "engine/mpi/mpi_env.h"
 #include "reports/gbjson.h"
 #include "reports/stats.h"
@@ -68,6 +70,7 @@ Strategy& prepare(Sweep& sw, const Config& c) {
   // Peak memory is per configuration: start each device's count from what is live now.
   const int visible = c.options.kind == DeviceKind::Cuda ? cuda_device_count() : c.devices;
   for (int i = 0; i < std::min(c.devices, visible); ++i) allocator_for(Device{c.options.kind, i}).reset_peak();
+  check_memory_fits(sw.plan, c.global_batch, c.options.kind, c.devices, c.options.backend.memory_limit_bytes, sw.net.name);
   auto s = make_strategy(c.strategy, c.options);
   s->setup(sw.plan, sw.params, sw.net.adam);
   const std::vector<float> x = synthetic_values(c.global_batch * numel_of(sw.plan.input), sw.seed + 1);
@@ -403,6 +406,7 @@ int cmd_run(const std::vector<std::string>& args) {
     }
   sw.total = static_cast<int>(configs.size());
   for (std::size_t i = 0; i < configs.size(); ++i) configs[i].index = static_cast<int>(i + 1);
+  check_memory_fits(sw.plan, 1, kind, static_cast<int>(*std::max_element(device_counts.begin(), device_counts.end())), configs.empty() ? 0 : configs[0].options.backend.memory_limit_bytes, workload_sizing(f, sw.net));
   sw.params = init_params(sw.plan, sw.seed);
 
   // Google Benchmark's flags: what we passed through, behind a program name.
@@ -413,6 +417,7 @@ int cmd_run(const std::vector<std::string>& args) {
   for (std::string& a : gb_args) argv.push_back(a.data());
   argv.push_back(nullptr);
   int argc = static_cast<int>(gb_args.size());
+  check_benchmark_flags(f.passthrough());
   benchmark::Initialize(&argc, argv.data());
   if (argc > 1) throw UsageError(fmt::format("unknown Google Benchmark flag '{}'", argv[1]));
   bool list_only = false;
@@ -422,7 +427,8 @@ int cmd_run(const std::vector<std::string>& args) {
 
   std::string dir = f.str("out");
   if (dir.empty()) dir = fresh_run_dir(sw.net.name);
-  if (!list_only && lead) make_dirs(dir);
+  std::optional<DirLock> lock;  // one writer per run folder; removed again if nothing was written
+  if (!list_only && lead) lock.emplace(dir);
   const std::string json_path = dir + "/results.json";
 
   add_system_context(kind);
