@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "engine/check.h"
+#include "engine/mpi/mpi_env.h"
 
 namespace pb {
 
@@ -67,6 +68,9 @@ void check_memory_fits(const NetPlan& plan, int64_t global_batch, DeviceKind kin
       have += limit_bytes > 0 ? limit_bytes : static_cast<double>(info.gpus[i].total_bytes);
     source = fmt::format("{} GPU(s){}", gpus, limit_bytes > 0 ? " at --memory-limit each" : "");
   }
+  // Every rank of a job must decide alike (a configuration skipped on one rank alone would leave
+  // the others waiting in a collective): all use the smallest capacity any rank sees.
+  if (multi_process()) have = -world_max(-have);
   if (have <= 0 || m.total() <= have) return;
   throw UsageError(fmt::format(
       "{} needs at least {:.3g} GiB at global batch {} (parameters {:.3g}, gradients and Adam moments {:.3g}, "

@@ -28,7 +28,8 @@ std::size_t available_ram_bytes();
 // Throws pb::UsageError "needs at least X GiB (...), the devices have Y GiB ..." when the
 // estimate exceeds what `devices` workers of `kind` can have: on CPU `limit_bytes` (when > 0)
 // or the available RAM, on CUDA `limit_bytes` per GPU or each GPU's memory. `what` names the
-// net and the flags that size it, for the message.
+// net and the flags that size it, for the message. In a multi-process job it is collective
+// (every rank calls it at the same point) and uses the smallest capacity among the ranks.
 void check_memory_fits(const NetPlan& plan, int64_t global_batch, DeviceKind kind, int devices,
                        double limit_bytes, const std::string& what);
 
