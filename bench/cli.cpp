@@ -2,11 +2,15 @@
 #include "bench/cli.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <set>
 #include <sstream>
 #include <thread>
 
 #include "engine/check.h"
+#include "engine/process.h"
 
 namespace pb {
 
@@ -99,10 +103,10 @@ double Flags::number(const std::string& name) const {
   try {
     std::size_t used = 0;
     const double v = std::stod(s, &used);
-    if (used == s.size()) return v;
+    if (used == s.size() && std::isfinite(v)) return v;
   } catch (const std::exception&) {
   }
-  throw UsageError(fmt::format("flag --{} expects a number, got '{}'", name, s));
+  throw UsageError(fmt::format("flag --{} expects a finite number, got '{}'", name, s));
 }
 
 std::vector<int64_t> Flags::int_list(const std::string& name) const {
@@ -135,6 +139,8 @@ std::vector<Flag> training_flags() {
       {"balance", "L1,L2,..", "mp/pipeline: layers per stage (default: balanced by FLOPs)", ""},
       {"precision", "P", "fp32 or tf32 (fp32 never uses TF32)", "fp32"},
       {"threads", "N", "CPU threads per worker (0: share all cores among the workers)", "0"},
+      {"comm-timeout", "SECONDS", "MPI: end the job when a rank waits longer than this in one communication call (0: never)", "300"},
+      {"memory-limit", "GIB", "memory a configuration may use: in all on CPU, per GPU on CUDA (default: available RAM / GPU memory)", ""},
   };
 }
 
@@ -174,6 +180,14 @@ StrategyOptions strategy_options(const Flags& f, int devices, int64_t global_bat
   if (f.has("balance"))
     for (int64_t v : f.int_list("balance")) o.balance.push_back(static_cast<int>(v));
   o.backend.precision = parse_precision(f.str("precision"));
+  const double comm_timeout = f.number("comm-timeout");
+  if (comm_timeout < 0) throw UsageError(fmt::format("--comm-timeout must be >= 0 seconds, got {}", comm_timeout));
+  set_comm_timeout(comm_timeout);
+  if (f.has("memory-limit")) {
+    const double gib = f.number("memory-limit");
+    if (!(gib > 0)) throw UsageError(fmt::format("--memory-limit must be a positive number of GiB, got {}", gib));
+    o.backend.memory_limit_bytes = gib * (1u << 30);
+  }
   const int64_t threads = f.integer("threads");
   if (threads < 0) throw UsageError(fmt::format("--threads must be >= 0, got {}", threads));
   if (threads == 0 && o.kind == DeviceKind::Cpu) {
@@ -183,6 +197,57 @@ StrategyOptions strategy_options(const Flags& f, int devices, int64_t global_bat
     o.backend.threads = static_cast<int>(threads);
   }
   return o;
+}
+
+void check_benchmark_flags(const std::vector<std::string>& args) {
+  static const std::set<std::string> bools = {"benchmark_list_tests", "benchmark_enable_random_interleaving",
+                                              "benchmark_report_aggregates_only", "benchmark_display_aggregates_only",
+                                              "benchmark_counters_tabular"};
+  static const std::set<std::string> truth = {"true", "false", "1", "0", "yes", "no", "t", "f", "y", "n"};
+  for (const std::string& a : args) {
+    const std::size_t eq = a.find('=');
+    const std::string name = a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+    const bool has_value = eq != std::string::npos;
+    const std::string v = has_value ? a.substr(eq + 1) : "";
+    auto bad = [&](const std::string& expected) {
+      throw UsageError(fmt::format("flag --{} expects {}, got '{}'", name, expected, has_value ? v : a));
+    };
+    auto number = [&](double& out) {
+      std::size_t used = 0;
+      try {
+        out = std::stod(v, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      return has_value && used == v.size() && used > 0 && std::isfinite(out);
+    };
+    double x = 0;
+    if (name == "benchmark_repetitions") {
+      if (!number(x) || x != std::floor(x) || x < 1 || x > 1e6) bad("=N, a whole number of repetitions from 1 to 1000000");
+    } else if (name == "benchmark_format" || name == "benchmark_out_format") {
+      if (v != "console" && v != "json" && v != "csv") bad("=console, =json or =csv");
+    } else if (name == "benchmark_min_time" || name == "benchmark_min_warmup_time") {
+      if (!number(x) || x < 0) bad("=SECONDS, a number >= 0");
+    } else if (name == "benchmark_color") {
+      if (v != "auto" && !truth.count(v)) bad("=auto, =true or =false");
+    } else if (bools.count(name)) {
+      if (has_value && !truth.count(v)) bad("no value, =true or =false");
+    } else if (name == "benchmark_out") {
+      if (v.empty()) bad("=FILE");
+      const std::filesystem::path parent = std::filesystem::path(v).parent_path();
+      std::error_code ec;
+      if (std::filesystem::is_directory(v, ec)) bad("=FILE, not a directory");
+      if (!parent.empty() && !std::filesystem::is_directory(parent, ec))
+        throw UsageError(fmt::format("flag --benchmark_out={}: folder {} does not exist", v, parent.string()));
+    }
+  }
+}
+
+std::string workload_sizing(const Flags& f, const NetSpec& net) {
+  if (net.name == "great_net")
+    return fmt::format("great_net (--image {}, --width {}, --batch)", f.has("image") ? f.str("image") : "default",
+                       f.has("width") ? f.str("width") : "default");
+  return fmt::format("workload {} (--workload {}, --batch)", net.name, f.str("workload"));
 }
 
 }  // namespace pb

@@ -54,7 +54,13 @@ DeviceKind device_kind(const std::string& s);
 // refuses more than the batch has samples), else min(kDefaultMicroBatches, global batch).
 constexpr int kDefaultMicroBatches = 4;
 int micro_batches(const Flags& f, int64_t global_batch);
+// Also sets the process-wide --comm-timeout.
 StrategyOptions strategy_options(const Flags& f, int devices, int64_t global_batch);
+// Google Benchmark's flags as passed through by `run`: values GB would misread (repetitions 0 or
+// -1, an unknown format, an output file in a missing folder) throw UsageError naming the flag.
+void check_benchmark_flags(const std::vector<std::string>& args);
+// The workload and the flags that size it, for "needs X GiB" messages.
+std::string workload_sizing(const Flags& f, const NetSpec& net);
 
 int cmd_replay(const std::vector<std::string>& args);
 int cmd_train(const std::vector<std::string>& args);
@@ -64,7 +70,8 @@ int cmd_report(const std::vector<std::string>& args);
 int cmd_compare(const std::vector<std::string>& args);
 
 // Runs scripts/chart.py (with /usr/bin/python3, or $PARBENCH_PYTHON) on a report JSON; a warning,
-// not an error, when it cannot (matplotlib missing). Returns whether the PNG was written.
+// not an error, when it cannot (matplotlib missing). Returns whether the PNG was written; a PNG
+// made but not writable to `png` (a full disk) throws pb::Error.
 bool render_chart(const std::string& report_json, const std::string& png);
 
 }  // namespace pb

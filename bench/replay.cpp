@@ -1,9 +1,13 @@
 // parbench replay: K training steps from given parameters and data; writes every step's loss
 // and the final parameters, for checking the engine against another framework.
+#include <cmath>
+#include <optional>
+
 #include <nlohmann/json.hpp>
 
 #include "bench/cli.h"
 #include "engine/check.h"
+#include "engine/memory_estimate.h"
 #include "engine/fsutil.h"
 #include "engine/process.h"
 #include "engine/npy.h"
@@ -33,30 +37,43 @@ int cmd_replay(const std::vector<std::string>& args) {
   if (!f.positional().empty()) throw UsageError(fmt::format("unexpected argument '{}'", f.positional()[0]));
   if (!f.has("out")) throw UsageError("parbench replay needs --out DIR (see parbench replay --help)");
 
+  // An unwritable --out fails now, not after the steps; outputs appear only when all are written.
+  const bool lead = process().rank == 0;
+  std::optional<StagingDir> staging;
+  if (lead) staging.emplace(f.str("out"));
+
   NetSpec net = resolve_workload(f.str("workload"), workload_options(f));
   if (f.has("lr")) net.adam.lr = f.number("lr");
-  if (!(net.adam.lr > 0)) throw UsageError(fmt::format("--lr must be positive, got {}", net.adam.lr));
+  if (const std::string p = adam_lr_problem(net.adam.lr); !p.empty()) throw UsageError("--lr " + p);
   const NetPlan plan = plan_net(net);
   const int64_t steps = f.integer("steps");
   if (steps < 1) throw UsageError(fmt::format("--steps must be at least 1, got {}", steps));
   const uint64_t seed = static_cast<uint64_t>(f.integer("seed"));
 
-  std::vector<float> params = f.has("params") ? read_state_dict(plan, f.str("params")) : init_params(plan, seed);
   int64_t batch = 0;
   std::vector<float> x;
   if (f.has("input")) {
     NpyArray a = read_npy(f.str("input"));
+    check_finite(a, f.str("input"));
     Shape want = plan.input;
     if (a.shape.size() != want.size() + 1 || !std::equal(want.begin(), want.end(), a.shape.begin() + 1))
       throw UsageError(fmt::format("{}: shape {}, expected [B, {}] for workload {}", f.str("input"),
                                    shape_str(a.shape), fmt::join(want, ", "), net.name));
     batch = a.shape[0];
+    if (batch < 1) throw UsageError(fmt::format("{}: shape {}: the batch is empty, expected at least 1 sample",
+                                                f.str("input"), shape_str(a.shape)));
     x = std::move(a.data);
   } else {
     batch = f.integer("batch");
     if (batch < 1) throw UsageError(fmt::format("--batch must be at least 1, got {}", batch));
-    x = synthetic_values(batch * numel_of(plan.input), seed + 1);
   }
+  // Under MPI every rank computes (loss() and params() are collective); rank 0 alone prints and
+  // writes. --devices defaults to the number of processes there.
+  const int devices = static_cast<int>(f.has("devices") || !multi_process() ? f.integer("devices") : process().size);
+  StrategyOptions so = strategy_options(f, devices, batch);
+  check_memory_fits(plan, batch, so.kind, so.devices, so.backend.memory_limit_bytes, workload_sizing(f, net));
+  std::vector<float> params = f.has("params") ? read_state_dict(plan, f.str("params")) : init_params(plan, seed);
+  if (!f.has("input")) x = synthetic_values(batch * numel_of(plan.input), seed + 1);
   std::vector<float> t;
   if (net.target == Target::Input) {
     if (f.has("target")) throw UsageError(fmt::format("--target given, but workload {} reconstructs its input", net.name));
@@ -64,16 +81,13 @@ int cmd_replay(const std::vector<std::string>& args) {
   } else if (f.has("target")) {
     Shape want = plan.output;
     want.insert(want.begin(), batch);
-    t = read_npy(f.str("target"), want).data;
+    NpyArray a = read_npy(f.str("target"), want);
+    check_finite(a, f.str("target"));
+    t = std::move(a.data);
   } else {
     t = synthetic_values(batch * numel_of(plan.output), seed + 2);
   }
 
-  // Under MPI every rank computes (loss() and params() are collective); rank 0 alone prints and
-  // writes. --devices defaults to the number of processes there.
-  const bool lead = process().rank == 0;
-  const int devices = static_cast<int>(f.has("devices") || !multi_process() ? f.integer("devices") : process().size);
-  StrategyOptions so = strategy_options(f, devices, batch);
   auto strategy = make_strategy(f.str("strategy"), so);
   strategy->setup(plan, params, net.adam);
   strategy->load_batch(x, t, batch);
@@ -81,6 +95,9 @@ int cmd_replay(const std::vector<std::string>& args) {
   for (int64_t k = 0; k < steps; ++k) {
     strategy->step();
     losses.push_back(strategy->loss());
+    if (!std::isfinite(losses.back()))
+      throw Error(fmt::format("training diverged: the loss is {} after step {} (learning rate {:g}); nothing written",
+                              losses.back(), k + 1, net.adam.lr));
     if (lead) fmt::print(stderr, "step {}/{}: loss {:.9g}\n", k + 1, steps, losses.back());
   }
 
@@ -88,8 +105,7 @@ int cmd_replay(const std::vector<std::string>& args) {
   const StepStats st = strategy->stats();
   if (!lead) return 0;
   const std::string out = f.str("out");
-  make_dirs(out);
-  write_state_dict(plan, final_params, out + "/params");
+  write_state_dict(plan, final_params, staging->path() + "/params");
   nlohmann::json j = {{"workload", net.name},   {"strategy", strategy->name()}, {"devices", so.devices},
                       {"batch", batch},         {"steps", steps},               {"lr", net.adam.lr},
                       {"weight_decay", net.adam.weight_decay}, {"losses", losses}};
@@ -97,7 +113,8 @@ int cmd_replay(const std::vector<std::string>& args) {
   nlohmann::json chunks = nlohmann::json::array();
   for (const WorkerStats& w : st.workers) chunks.push_back(w.samples);
   j["worker_samples"] = chunks;
-  write_file_atomic(out + "/losses.json", j.dump(2) + "\n");
+  write_file_atomic(staging->path() + "/losses.json", j.dump(2) + "\n");
+  staging->commit({"losses.json", "params"});
   fmt::print("wrote {}/losses.json and {}/params/ ({} steps, final loss {:.9g})\n", out, out, steps, losses.back());
   return 0;
 }

@@ -49,7 +49,15 @@ bool render_chart(const std::string& report_json, const std::string& png) {
   // Debian's python has matplotlib; the first python3 on PATH may not.
   const char* env_python = std::getenv("PARBENCH_PYTHON");
   const std::string python = env_python ? env_python : "/usr/bin/python3";
-  std::vector<std::string> args = {python, script, report_json, png};
+  // chart.py writes a temporary file; the PNG then goes through write_file_atomic, which writes
+  // through a device or FIFO and reports a failed write (a full disk, /dev/full) as an error.
+  const std::string tmp_png =
+      (std::filesystem::temp_directory_path() / fmt::format("parbench-chart-{}.png", ::getpid())).string();
+  struct Remove {
+    const std::string& path;
+    ~Remove() { std::remove(path.c_str()); }
+  } remove_tmp{tmp_png};
+  std::vector<std::string> args = {python, script, report_json, tmp_png};
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -63,7 +71,10 @@ bool render_chart(const std::string& report_json, const std::string& png) {
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return true;
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+    write_file_atomic(png, read_file(tmp_png));
+    return true;
+  }
   // chart.py prints its own reason (matplotlib missing: exit 3).
   fmt::print(stderr, "parbench: warning: chart not written ({} {} exited with status {})\n", python, script,
              WIFEXITED(status) ? WEXITSTATUS(status) : -1);
@@ -109,7 +120,7 @@ int cmd_report(const std::vector<std::string>& args) {
   if (f.has("chart")) {
     std::string tmp;
     if (json_path.empty()) {
-      tmp = f.str("chart") + ".report.json.tmp";
+      tmp = (std::filesystem::temp_directory_path() / fmt::format("parbench-report-{}.json", ::getpid())).string();
       write_file_atomic(tmp, js);
       json_path = tmp;
     }

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <optional>
 #include <sstream>
 
 #include <fmt/ranges.h>
@@ -18,6 +19,7 @@
 #include "engine/check.h"
 #include "engine/fsutil.h"
 #include "engine/process.h"
+#include "engine/memory_estimate.h"
 #include "reports/gbjson.h"
 #include "reports/table.h"
 
@@ -189,6 +191,8 @@ RunPlan plan_run(const Flags& f, Sweep& sw) {
     throw UsageError(fmt::format("nothing to run: {} run(s) on one device only, and --devices {} has no 1",
                                  fmt::join(strategies, ", "), f.str("devices")));
   sw.total = static_cast<int>(p.configs.size());
+  check_memory_fits(sw.plan, 1, p.kind, static_cast<int>(*std::max_element(device_counts.begin(), device_counts.end())),
+                    p.configs.front().options.backend.memory_limit_bytes, workload_sizing(f, sw.net));
   sw.params = init_params(sw.plan, sw.seed);
   return p;
 }
@@ -216,6 +220,7 @@ int cmd_run(const std::vector<std::string>& args) {
   for (std::string& a : gb_args) argv.push_back(a.data());
   argv.push_back(nullptr);
   int argc = static_cast<int>(gb_args.size());
+  check_benchmark_flags(f.passthrough());
   benchmark::Initialize(&argc, argv.data());
   if (argc > 1) throw UsageError(fmt::format("unknown Google Benchmark flag '{}'", argv[1]));
   bool list_only = false;
@@ -225,7 +230,8 @@ int cmd_run(const std::vector<std::string>& args) {
 
   std::string dir = f.str("out");
   if (dir.empty()) dir = fresh_run_dir(sw.net.name);
-  if (!list_only && lead) make_dirs(dir);
+  std::optional<DirLock> lock;  // one writer per run folder; removed again if nothing was written
+  if (!list_only && lead) lock.emplace(dir);
   const std::string json_path = dir + "/results.json";
 
   add_run_context(plan, f, sw);

@@ -10,6 +10,7 @@
 
 #include "engine/check.h"
 #include "engine/fsutil.h"
+#include "engine/memory_estimate.h"
 #include "engine/process.h"
 #include "reports/gbjson.h"
 #include "reports/schema.h"
@@ -29,6 +30,7 @@ Strategy& prepare(Sweep& sw, const Config& c) {
   // Peak memory is per configuration: start each device's count from what is live now.
   const int visible = c.options.kind == DeviceKind::Cuda ? cuda_device_count() : c.devices;
   for (int i = 0; i < std::min(c.devices, visible); ++i) allocator_for(Device{c.options.kind, i}).reset_peak();
+  check_memory_fits(sw.plan, c.global_batch, c.options.kind, c.devices, c.options.backend.memory_limit_bytes, sw.net.name);
   auto s = make_strategy(c.strategy, c.options);
   s->setup(sw.plan, sw.params, sw.net.adam);
   const std::vector<float> x = synthetic_values(c.global_batch * numel_of(sw.plan.input), sw.seed + 1);

@@ -1,8 +1,10 @@
 // parbench train: a plain training run that prints each iteration's time and loss.
 #include <chrono>
+#include <cmath>
 
 #include "bench/cli.h"
 #include "engine/check.h"
+#include "engine/memory_estimate.h"
 #include "engine/process.h"
 
 namespace pb {
@@ -28,6 +30,7 @@ int cmd_train(const std::vector<std::string>& args) {
   const bool lead = process().rank == 0;
   const int devices = static_cast<int>(f.has("devices") || !multi_process() ? f.integer("devices") : process().size);
   const StrategyOptions so = strategy_options(f, devices, batch);
+  check_memory_fits(plan, batch, so.kind, so.devices, so.backend.memory_limit_bytes, workload_sizing(f, net));
   auto strategy = make_strategy(f.str("strategy"), so);
 
   std::vector<float> x = synthetic_values(batch * numel_of(plan.input), seed + 1);
@@ -46,6 +49,9 @@ int cmd_train(const std::vector<std::string>& args) {
     // An iteration lasts until the slowest rank is done.
     ms.push_back(world_max(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count()));
     const double loss = strategy->loss();
+    if (!std::isfinite(loss))
+      throw Error(fmt::format("training diverged: the loss is {} after iteration {} (learning rate {:g})", loss,
+                              i + 1, net.adam.lr));
     if (lead) fmt::print("iteration {:4d}: {:9.2f} ms  loss {:.6g}\n", i + 1, ms.back(), loss);
   }
   if (!lead) return 0;

@@ -49,6 +49,7 @@ struct BackendOptions {
   Precision precision = Precision::Fp32;
   bool exhaustive_conv_search = false;  // CUDA: timed algorithm search, cached per shape
   std::size_t workspace_cap_bytes = std::size_t(1) << 30;  // CUDA: conv workspace cap
+  double memory_limit_bytes = 0;  // memory a configuration may use per GPU / in all on CPU; 0 = what the device has
 };
 
 // A queue of device work besides a backend's own compute queue (a communicator's). native() is

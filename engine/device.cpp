@@ -1,6 +1,7 @@
 // Per-device allocators, cross-device copies and the backend factory. The only file that
 // knows which backends this build has.
 #include "engine/device.h"
+#include "engine/memory_estimate.h"
 
 #include <cmath>
 #include <cstdlib>
@@ -45,7 +46,7 @@ class CpuAllocator final : public Allocator {
     // 64-byte alignment for vector loads; aligned_alloc needs a multiple of the alignment.
     std::size_t rounded = (bytes + 63) / 64 * 64;
     void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
-    if (!p) throw OutOfMemory("cpu", bytes, 0);
+    if (!p) throw OutOfMemory("cpu", bytes, available_ram_bytes());
     return p;
   }
   void raw_release(void* p) noexcept override { std::free(p); }

@@ -29,8 +29,14 @@ NetPlan plan_net(const NetSpec& net) {
   const std::string& nm = net.name;
   if (net.input.empty() || (net.input.size() != 1 && net.input.size() != 3))
     throw UsageError(fmt::format("{}: input must be [C, H, W] or [F], got {}", nm, shape_str(net.input)));
-  for (int64_t d : net.input)
+  double input_numel = 1;
+  for (int64_t d : net.input) {
     if (d <= 0) throw UsageError(fmt::format("{}: input sizes must be positive, got {}", nm, shape_str(net.input)));
+    input_numel *= static_cast<double>(d);
+  }
+  if (input_numel > 0x1p48)
+    throw UsageError(fmt::format("{}: input {} has {:.3g} values per sample, more than any device can hold", nm,
+                                 shape_str(net.input), input_numel));
   if (net.layers.empty()) throw UsageError(fmt::format("{}: the layer list is empty", nm));
   plan.input = net.input;
   Shape cur = net.input;
@@ -86,6 +92,14 @@ NetPlan plan_net(const NetSpec& net) {
       case LayerType::Flatten:
         lp.out = {numel_of(cur)};
         break;
+    }
+    // Sizes beyond 2^48 values fit no device and would overflow the int64 element counts.
+    for (const Shape* sh : {&lp.out, &lp.weight_shape}) {
+      double n = 1;
+      for (int64_t d : *sh) n *= static_cast<double>(d);
+      if (n > 0x1p48)
+        bad_layer(nm, i, s.type, fmt::format("{} {} has {:.3g} values, more than any device can hold",
+                                             sh == &lp.out ? "output" : "weight", shape_str(*sh), n));
     }
     if (!lp.weight_shape.empty()) {
       lp.weight_numel = numel_of(lp.weight_shape);

@@ -2,12 +2,15 @@
 // that pads the header exactly as numpy.save does.
 #include "engine/npy.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string_view>
 
 #include "engine/check.h"
 #include "engine/fsutil.h"
+#include "engine/memory_estimate.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "float32 data is copied as is, so '<f4' needs a little-endian host");
@@ -147,8 +150,28 @@ class HeaderParser {
 
 }  // namespace
 
-NpyArray read_npy(const std::string& path) {
-  const std::string b = read_file(path);
+namespace {
+
+// Where the header ends, from the file's first bytes (magic, version, header length); 0 when those
+// are not all there or not valid (parse_npy then names the problem).
+std::size_t header_end(const std::string& b) {
+  if (b.size() < kMagicLen + 2 || b.compare(0, kMagicLen, kMagic, kMagicLen) != 0) return 0;
+  const int major = static_cast<unsigned char>(b[6]);
+  if (major < 1 || major > 3) return 0;
+  const int len_bytes = major == 1 ? 2 : 4;
+  const std::size_t start = kMagicLen + 2 + len_bytes;
+  if (b.size() < start) return 0;
+  return start + le_uint(b, kMagicLen + 2, len_bytes);
+}
+
+struct Layout {
+  Shape shape;
+  std::size_t data_start = 0;
+  uint64_t n = 0, nbytes = 0;
+};
+
+// Magic, version and header of `b`, which must hold at least the whole header.
+Layout parse_layout(const std::string& b, const std::string& path) {
   if (b.size() < kMagicLen || b.compare(0, kMagicLen, kMagic, kMagicLen) != 0)
     bad(path, "not a .npy file (bad magic)");
   if (b.size() < kMagicLen + 2) bad(path, "truncated header: file ends after the magic string");
@@ -166,30 +189,72 @@ NpyArray read_npy(const std::string& path) {
 
   std::string descr;
   bool fortran = false;
-  NpyArray arr;
-  HeaderParser(path, std::string_view(b).substr(start, header_len))
-      .parse(descr, fortran, arr.shape);
+  Layout l;
+  HeaderParser(path, std::string_view(b).substr(start, header_len)).parse(descr, fortran, l.shape);
   if (descr != "<f4" && descr != "=f4")
     bad(path,
         fmt::format("dtype '{}' not supported, expected '<f4' (float32 little-endian)", descr));
   // With at most one dimension both orders are the same bytes.
-  if (fortran && arr.shape.size() > 1)
+  if (fortran && l.shape.size() > 1)
     bad(path, "fortran_order True not supported, expected C order");
 
-  uint64_t n = 1, nbytes = 0;
+  l.n = 1;
   bool overflow = false;
-  for (int64_t d : arr.shape) overflow |= __builtin_mul_overflow(n, static_cast<uint64_t>(d), &n);
-  overflow |= __builtin_mul_overflow(n, uint64_t{sizeof(float)}, &nbytes);
-  if (overflow) bad(path, fmt::format("shape {} too large", tuple_str(arr.shape)));
-  const std::size_t have = b.size() - start - header_len;
-  if (have != nbytes)
+  for (int64_t d : l.shape) overflow |= __builtin_mul_overflow(l.n, static_cast<uint64_t>(d), &l.n);
+  overflow |= __builtin_mul_overflow(l.n, uint64_t{sizeof(float)}, &l.nbytes);
+  if (overflow) bad(path, fmt::format("shape {} too large", tuple_str(l.shape)));
+  l.data_start = start + header_len;
+  return l;
+}
+
+void check_data_size(const Layout& l, uint64_t have, const std::string& path) {
+  if (have != l.nbytes)
     bad(path, fmt::format("{} data: header says shape {} = {} floats ({} bytes), file has {} "
                           "bytes of data",
-                          have < nbytes ? "truncated" : "trailing", tuple_str(arr.shape), n,
-                          nbytes, have));
-  arr.data.resize(n);
-  if (n) std::memcpy(arr.data.data(), b.data() + start + header_len, nbytes);
+                          have < l.nbytes ? "truncated" : "trailing", tuple_str(l.shape), l.n,
+                          l.nbytes, have));
+}
+
+}  // namespace
+
+NpyArray parse_npy(const std::string& b, const std::string& path) {
+  const Layout l = parse_layout(b, path);
+  check_data_size(l, b.size() - l.data_start, path);
+  NpyArray arr;
+  arr.shape = l.shape;
+  arr.data.resize(l.n);
+  if (l.n) std::memcpy(arr.data.data(), b.data() + l.data_start, l.nbytes);
   return arr;
+}
+
+void check_finite(const NpyArray& a, const std::string& path) {
+  for (std::size_t i = 0; i < a.data.size(); ++i)
+    if (!std::isfinite(a.data[i]))
+      bad(path, fmt::format("value {} at flat index {} is not finite; inputs and parameters must be "
+                            "finite numbers", a.data[i], i));
+}
+
+NpyArray read_npy(const std::string& path) {
+  // Read no more than the header promises (plus one byte, to detect trailing data), so an endless
+  // or huge file costs no more memory than a valid one.
+  constexpr std::size_t kMaxHeader = std::size_t{1} << 20;
+  FileReader r(path);
+  std::string b;
+  r.append(b, kMagicLen + 2 + 4);
+  const std::size_t hend = header_end(b);
+  if (hend > kMaxHeader)
+    bad(path, fmt::format("header of {} bytes: not a plausible .npy file (at most {})", hend, kMaxHeader));
+  if (hend > b.size()) r.append(b, hend - b.size());
+  if (hend == 0 || b.size() < hend) return parse_npy(b, path);  // names the malformation
+  const Layout l = parse_layout(b, path);
+  // The data size is known now: refuse a mismatch before reading (and allocating) any data.
+  if (r.regular()) check_data_size(l, r.size() - hend, path);
+  if (!r.regular() && l.nbytes > available_ram_bytes())
+    bad(path, fmt::format("header says shape {} = {} bytes of data, more than the available RAM", tuple_str(l.shape),
+                          l.nbytes));
+  const uint64_t want = l.nbytes + 1, already = b.size() - hend;
+  if (want > already) r.append(b, static_cast<std::size_t>(std::min<uint64_t>(want - already, SIZE_MAX - b.size())));
+  return parse_npy(b, path);
 }
 
 NpyArray read_npy(const std::string& path, const Shape& expected_shape) {

@@ -15,10 +15,16 @@ struct NpyArray {
 };
 
 // Accepts only dtype '<f4' (or '=f4') in C order; anything else, a malformed header or a data
-// size that does not match the shape throws pb::UsageError naming the file.
+// size that does not match the shape throws pb::UsageError naming the file. Reads at most the size the header gives (a stream like /dev/zero is refused).
 NpyArray read_npy(const std::string& path);
+// The same checks on a whole file's bytes; `path` names it in errors.
+NpyArray parse_npy(const std::string& bytes, const std::string& path);
 // As above, and the shape must equal `expected_shape`.
 NpyArray read_npy(const std::string& path, const Shape& expected_shape);
+
+// NaN or infinity in training input or parameters would be hidden (ReLU) or spread silently:
+// throws pb::UsageError naming the file and the first such value.
+void check_finite(const NpyArray& a, const std::string& path);
 
 // Writes format 1.0, '<f4', C order, byte-identical to numpy.save; atomic (write_file_atomic).
 void write_npy(const std::string& path, const Shape& shape, const float* data);

@@ -42,6 +42,21 @@ void world_broadcast(float* v, int64_t n, int root);
 double world_max(double v);
 std::vector<uint64_t> world_allgather(uint64_t v);
 
+// A blocking MPI call (collective, send, receive, wait) that lasts longer than this ends the job
+// with a message naming this rank and the call: a stopped or hung rank must not hang the others
+// forever. 0 disables the watchdog. Default kDefaultCommTimeout; set from --comm-timeout.
+constexpr double kDefaultCommTimeout = 300;
+void set_comm_timeout(double seconds);
+
+// Marks a blocking MPI call for the watchdog for the object's life. `what` names the call.
+class CommWatch {
+ public:
+  explicit CommWatch(const char* what);
+  ~CommWatch();
+  CommWatch(const CommWatch&) = delete;
+  CommWatch& operator=(const CommWatch&) = delete;
+};
+
 // Prints "parbench: rank R (host): error: MSG" and ends the whole job with exit code `code`
 // (MPI_Abort): a failing rank must not leave the others blocked in a collective.
 [[noreturn]] void abort_job(const std::string& msg, int code);

@@ -34,6 +34,10 @@ void world_broadcast(float*, int64_t, int) {}
 double world_max(double v) { return v; }
 std::vector<uint64_t> world_allgather(uint64_t v) { return {v}; }
 
+void set_comm_timeout(double) {}
+CommWatch::CommWatch(const char*) {}
+CommWatch::~CommWatch() = default;
+
 void abort_job(const std::string& msg, int code) {
   fmt::print(stderr, "parbench: rank 0 ({}): error: {}\n", process().hosts[0], msg);
   std::exit(code);

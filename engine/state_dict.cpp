@@ -23,6 +23,7 @@ std::vector<float> read_state_dict(const NetPlan& plan, const std::string& dir) 
   std::vector<float> p(static_cast<std::size_t>(plan.param_count));
   for (const ParamEntry& e : param_entries(plan)) {
     NpyArray a = read_npy(dir + "/" + e.key + ".npy", e.shape);
+    check_finite(a, dir + "/" + e.key + ".npy");
     std::copy(a.data.begin(), a.data.end(), p.begin() + e.offset);
   }
   return p;

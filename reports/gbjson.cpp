@@ -11,6 +11,7 @@
 
 #include "engine/check.h"
 #include "engine/fsutil.h"
+#include "engine/json_input.h"
 #include "reports/schema.h"
 #include "reports/stats.h"
 
@@ -98,12 +99,7 @@ std::string RunFile::context_value(const std::string& key, const std::string& fa
 }
 
 RunFile parse_run_json(const std::string& text, const std::string& source) {
-  json doc;
-  try {
-    doc = json::parse(nan_to_null(text));
-  } catch (const json::parse_error& e) {
-    bad(source, "", fmt::format("not valid JSON ({})", e.what()));
-  }
+  const json doc = parse_json_input(nan_to_null(text), source);
   if (!doc.is_object()) bad(source, "", fmt::format("expected a Google Benchmark JSON object, got a JSON {}", type_name(doc)));
   if (!doc.contains("benchmarks"))
     bad(source, "", "not a Google Benchmark JSON file: it has no \"benchmarks\" array");

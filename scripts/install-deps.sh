@@ -24,6 +24,7 @@ packages=(
     libgtest-dev libgmock-dev libdnnl-dev ocl-icd-opencl-dev
     libopenmpi-dev openmpi-bin
     python3-numpy python3-matplotlib
+    clang
 )
 
 for arg in "$@"; do

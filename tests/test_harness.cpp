@@ -215,7 +215,7 @@ TEST_F(Harness, CompareRefusesBadInput) {
   write_file_atomic(path("foreign.json"), R"({"results": []})");
   Result r = parbench("compare " + path("not.json") + " " + path("foreign.json"));
   EXPECT_EQ(r.code, 2);
-  EXPECT_THAT(r.err, HasSubstr(path("not.json") + ": not valid JSON"));
+  EXPECT_THAT(r.err, HasSubstr(path("not.json") + ": malformed JSON"));
   write_file_atomic(path("ok.json"), R"({"benchmarks": []})");
   r = parbench("compare " + path("ok.json") + " " + path("foreign.json"));
   EXPECT_EQ(r.code, 2);

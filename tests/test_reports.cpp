@@ -702,7 +702,7 @@ std::string parse_error(const std::string& text) {
 }
 
 TEST(GbJsonParse, MalformedInputsGiveClearErrors) {
-  EXPECT_THAT(parse_error("this is not json"), HasSubstr("bad.json: not valid JSON"));
+  EXPECT_THAT(parse_error("this is not json"), HasSubstr("bad.json: malformed JSON"));
   EXPECT_THAT(parse_error("[1, 2]"), HasSubstr("bad.json: expected a Google Benchmark JSON object"));
   EXPECT_THAT(parse_error(R"({"context": {}})"), HasSubstr("bad.json: not a Google Benchmark JSON file: it has no \"benchmarks\" array"));
   EXPECT_THAT(parse_error(R"({"benchmarks": {}})"), HasSubstr("\"benchmarks\" must be an array"));

@@ -2,16 +2,21 @@
 #include "workloads/workload.h"
 
 #include <cmath>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "engine/check.h"
 #include "engine/fsutil.h"
+#include "engine/json_input.h"
 
 namespace pb {
 
 NetSpec great_net(int64_t image, double width) {
   if (image <= 0) throw UsageError(fmt::format("great_net: image size must be positive, got {}", image));
-  if (!(width > 0)) throw UsageError(fmt::format("great_net: width scale must be positive, got {}", width));
+  // The widest layer has 1024 * width channels; beyond 2^31 no allocation could hold it.
+  if (!(width > 0 && width * 1024 <= double(1 << 30) * 2))
+    throw UsageError(fmt::format("great_net: --width must be a positive finite scale (at most {}), got {}",
+                                 double(1 << 30) * 2 / 1024, width));
   static const int64_t channels[] = {3, 16, 32, 64, 128, 256, 512, 1024, 512, 256, 128, 64, 32, 16, 3};
   NetSpec net;
   net.name = "great_net";
@@ -87,18 +92,15 @@ double get_double(const json& j, const std::string& src, const char* key, double
 }  // namespace
 
 NetSpec parse_net_json(const std::string& text, const std::string& src) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::parse_error& e) {
-    throw UsageError(fmt::format("{}: malformed JSON: {}", src, e.what()));
-  }
+  const json j = parse_json_input(text, src);
   if (!j.is_object()) throw UsageError(fmt::format("{}: expected a JSON object with \"input\" and \"layers\"", src));
   static const char* known_top[] = {"name", "input", "layers", "target", "lr", "weight_decay", "betas", "eps"};
   for (const auto& [k, v] : j.items())
     if (std::find(std::begin(known_top), std::end(known_top), k) == std::end(known_top))
       bad(src, "top level", fmt::format("unknown field \"{}\" (known: {})", k, fmt::join(known_top, ", ")));
   NetSpec net;
+  if (j.contains("name") && !j["name"].is_string())
+    bad(src, "field \"name\"", fmt::format("must be a string, got {}", j["name"].dump()));
   net.name = j.value("name", src);
   if (!j.contains("input") || !j["input"].is_array())
     bad(src, "field \"input\"", "missing or not an array: expected [C, H, W] or [F]");
@@ -141,6 +143,8 @@ NetSpec parse_net_json(const std::string& text, const std::string& src) {
     net.layers.push_back(s);
     ++i;
   }
+  if (j.contains("target") && !j["target"].is_string())
+    bad(src, "field \"target\"", fmt::format("expected \"input\" or \"random\", got {}", j["target"].dump()));
   const std::string target = j.value("target", std::string("input"));
   if (target == "input") net.target = Target::Input;
   else if (target == "random") net.target = Target::Random;
@@ -155,9 +159,24 @@ NetSpec parse_net_json(const std::string& text, const std::string& src) {
     net.adam.beta1 = b[0].get<double>();
     net.adam.beta2 = b[1].get<double>();
   }
-  if (!(net.adam.lr > 0)) bad(src, "field \"lr\"", fmt::format("must be positive, got {}", net.adam.lr));
+  if (const std::string p = adam_lr_problem(net.adam.lr); !p.empty()) bad(src, "field \"lr\"", p);
+  // PyTorch's torch.optim.Adam checks: 0 <= beta < 1, eps >= 0, weight_decay >= 0.
+  for (const auto& [field, v] : {std::pair<const char*, double>{"betas[0]", net.adam.beta1}, {"betas[1]", net.adam.beta2}})
+    if (!(v >= 0 && v < 1)) bad(src, fmt::format("field \"{}\"", field), fmt::format("must be in [0, 1), got {}", v));
+  if (!(std::isfinite(net.adam.eps) && net.adam.eps >= 0))
+    bad(src, "field \"eps\"", fmt::format("must be a finite number >= 0, got {}", net.adam.eps));
+  if (!(std::isfinite(net.adam.weight_decay) && net.adam.weight_decay >= 0))
+    bad(src, "field \"weight_decay\"", fmt::format("must be a finite number >= 0, got {}", net.adam.weight_decay));
   plan_net(net);  // shape errors name the layer now, not at run time
   return net;
+}
+
+std::string adam_lr_problem(double lr) {
+  // Parameters are float32: a step of lr or more overflows them at once.
+  if (!(lr > 0 && lr <= std::numeric_limits<float>::max()))
+    return fmt::format("must be a positive finite number (at most {:g}, the float32 limit), got {}",
+                       std::numeric_limits<float>::max(), lr);
+  return "";
 }
 
 NetSpec load_net_json(const std::string& path) { return parse_net_json(read_file(path), path); }

@@ -23,6 +23,8 @@ NetSpec linear_net();
 // A net from JSON text; `source` names the file in errors.
 NetSpec parse_net_json(const std::string& text, const std::string& source);
 NetSpec load_net_json(const std::string& path);
+// Why `lr` is not a usable Adam learning rate ("must be ..."), or empty when it is.
+std::string adam_lr_problem(double lr);
 
 // "great_net", "linear", or a path to a .json net description.
 NetSpec resolve_workload(const std::string& name, const WorkloadOptions& opts);

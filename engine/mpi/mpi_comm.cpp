@@ -51,39 +51,60 @@ class MpiComm final : public Communicator {
       return;
     }
     float* h = stage_in(buf, n);
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, h, count(n), MPI_FLOAT, MPI_SUM, comm_));
+    {
+      CommWatch watch("MPI_Allreduce");
+      MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, h, count(n), MPI_FLOAT, MPI_SUM, comm_));
+    }
     stage_out(buf, n);
   }
   void do_wait(int rank) override {
     check(rank);
     if (pending_.empty()) return;
-    MPI_CHECK(MPI_Waitall(static_cast<int>(pending_.size()), pending_.data(), MPI_STATUSES_IGNORE));
+    {
+      CommWatch watch("MPI_Waitall (all-reduce)");
+      MPI_CHECK(MPI_Waitall(static_cast<int>(pending_.size()), pending_.data(), MPI_STATUSES_IGNORE));
+    }
     pending_.clear();
   }
   void do_broadcast(int rank, float* buf, int64_t n, int root) override {
     check(rank);
     float* h = rank == root ? stage_in(buf, n) : host(buf, n);
-    MPI_CHECK(MPI_Bcast(h, count(n), MPI_FLOAT, root, comm_));
+    {
+      CommWatch watch("MPI_Bcast");
+      MPI_CHECK(MPI_Bcast(h, count(n), MPI_FLOAT, root, comm_));
+    }
     if (rank != root) stage_out(buf, n);
   }
   void do_reduce(int rank, float* buf, int64_t n, int root) override {
     check(rank);
     float* h = stage_in(buf, n);
     if (rank == root) {
-      MPI_CHECK(MPI_Reduce(MPI_IN_PLACE, h, count(n), MPI_FLOAT, MPI_SUM, root, comm_));
+      {
+        CommWatch watch("MPI_Reduce");
+        MPI_CHECK(MPI_Reduce(MPI_IN_PLACE, h, count(n), MPI_FLOAT, MPI_SUM, root, comm_));
+      }
       stage_out(buf, n);
     } else {
-      MPI_CHECK(MPI_Reduce(h, nullptr, count(n), MPI_FLOAT, MPI_SUM, root, comm_));
+      {
+        CommWatch watch("MPI_Reduce");
+        MPI_CHECK(MPI_Reduce(h, nullptr, count(n), MPI_FLOAT, MPI_SUM, root, comm_));
+      }
     }
   }
   void do_send(int rank, const float* buf, int64_t n, int peer) override {
     check(rank);
     const float* h = stage_in(const_cast<float*>(buf), n);
-    MPI_CHECK(MPI_Send(h, count(n), MPI_FLOAT, peer, 0, comm_));
+    {
+      CommWatch watch("MPI_Send");
+      MPI_CHECK(MPI_Send(h, count(n), MPI_FLOAT, peer, 0, comm_));
+    }
   }
   void do_recv(int rank, float* buf, int64_t n, int peer) override {
     check(rank);
-    MPI_CHECK(MPI_Recv(host(buf, n), count(n), MPI_FLOAT, peer, 0, comm_, MPI_STATUS_IGNORE));
+    {
+      CommWatch watch("MPI_Recv");
+      MPI_CHECK(MPI_Recv(host(buf, n), count(n), MPI_FLOAT, peer, 0, comm_, MPI_STATUS_IGNORE));
+    }
     stage_out(buf, n);
   }
 

@@ -3,7 +3,11 @@
 // host-side collectives over MPI_COMM_WORLD.
 #include "engine/process.h"
 
+#include <chrono>
 #include <climits>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 #include <cstdio>
 #include <cstdlib>
 
@@ -25,6 +29,36 @@ ProcessInfo g_info = [] {
 }();
 bool g_initialized = false;
 
+// The watchdog: one thread that wakes every second and ends the job when the blocking MPI call in
+// progress (at most one at a time: MPI_THREAD_SERIALIZED) has lasted longer than the timeout.
+struct Watchdog {
+  std::mutex mu;
+  std::condition_variable cv;
+  double timeout_s = kDefaultCommTimeout;
+  const char* what = nullptr;
+  int depth = 0;
+  std::chrono::steady_clock::time_point since;
+  bool stop = false;
+  std::thread thread;
+
+  void loop() {
+    std::unique_lock<std::mutex> lock(mu);
+    while (!stop) {
+      cv.wait_for(lock, std::chrono::seconds(1));
+      if (stop || !what || timeout_s <= 0) continue;
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+      if (waited <= timeout_s) continue;
+      const std::string msg = fmt::format(
+          "{} has waited {:.0f} s for the other ranks (--comm-timeout {:g}): a rank has stopped, hung or died; "
+          "ending the job",
+          what, waited, timeout_s);
+      lock.unlock();
+      abort_job(msg, 1);
+    }
+  }
+};
+Watchdog g_watchdog;
+
 int count_of(int64_t n) {
   PB_CHECK(0 <= n && n <= INT_MAX, "an MPI message of {} values", n);
   return static_cast<int>(n);
@@ -39,6 +73,7 @@ bool launched_by_mpi() {
 
 ProcessSession::ProcessSession(int* argc, char*** argv) {
   if (!launched_by_mpi()) return;
+  g_watchdog.thread = std::thread([] { g_watchdog.loop(); });
   int provided = 0;
   MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided));
   g_initialized = true;
@@ -66,43 +101,89 @@ ProcessSession::ProcessSession(int* argc, char*** argv) {
 }
 
 ProcessSession::~ProcessSession() {
+  if (g_watchdog.thread.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(g_watchdog.mu);
+      g_watchdog.stop = true;
+    }
+    g_watchdog.cv.notify_all();
+    g_watchdog.thread.join();
+  }
   if (g_initialized) MPI_Finalize();
   g_initialized = false;
+}
+
+void set_comm_timeout(double seconds) {
+  std::lock_guard<std::mutex> lock(g_watchdog.mu);
+  g_watchdog.timeout_s = seconds;
+}
+
+CommWatch::CommWatch(const char* what) {
+  std::lock_guard<std::mutex> lock(g_watchdog.mu);
+  if (g_watchdog.depth++ == 0) {
+    g_watchdog.what = what;
+    g_watchdog.since = std::chrono::steady_clock::now();
+  }
+}
+
+CommWatch::~CommWatch() {
+  std::lock_guard<std::mutex> lock(g_watchdog.mu);
+  if (--g_watchdog.depth == 0) g_watchdog.what = nullptr;
 }
 
 const ProcessInfo& process() { return g_info; }
 
 void world_sum(double* v, int64_t n) {
   if (multi_process() && n > 0)
+  {
+    CommWatch watch("MPI_Allreduce (world_sum)");
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v, count_of(n), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+  }
 }
 
 void world_sum(float* v, int64_t n) {
   if (multi_process() && n > 0)
+  {
+    CommWatch watch("MPI_Allreduce (world_sum)");
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v, count_of(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+  }
 }
 
 void world_broadcast(float* v, int64_t n, int root) {
-  if (multi_process() && n > 0) MPI_CHECK(MPI_Bcast(v, count_of(n), MPI_FLOAT, root, MPI_COMM_WORLD));
+  if (multi_process() && n > 0) {
+    CommWatch watch("MPI_Bcast (world_broadcast)");
+    MPI_CHECK(MPI_Bcast(v, count_of(n), MPI_FLOAT, root, MPI_COMM_WORLD));
+  }
 }
 
 double world_max(double v) {
-  if (multi_process()) MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+  if (multi_process()) {
+    CommWatch watch("MPI_Allreduce (world_max)");
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+  }
   return v;
 }
 
 std::vector<uint64_t> world_allgather(uint64_t v) {
   std::vector<uint64_t> out(static_cast<std::size_t>(process().size), v);
-  if (multi_process())
+  if (multi_process()) {
+    CommWatch watch("MPI_Allgather (world_allgather)");
     MPI_CHECK(MPI_Allgather(&v, 1, MPI_UINT64_T, out.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD));
+  }
   return out;
 }
 
 void abort_job(const std::string& msg, int code) {
   const ProcessInfo& p = process();
   fmt::print(stderr, "parbench: rank {} ({}): error: {}\n", p.rank, p.hosts.at(p.rank), msg);
+  std::fflush(stdout);
   std::fflush(stderr);
-  if (g_initialized) MPI_Abort(MPI_COMM_WORLD, code);
+  // MPI_Abort kills the job at once, and the launcher may not have forwarded our stderr yet: give
+  // it a moment, or the message that says why the job ended can be lost.
+  if (g_initialized) {
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    MPI_Abort(MPI_COMM_WORLD, code);
+  }
   std::exit(code);
 }
 

@@ -1,0 +1,82 @@
+// The memory estimate and the check against device memory / RAM.
+#include "engine/memory_estimate.h"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "engine/check.h"
+#include "engine/process.h"
+
+namespace pb {
+
+namespace {
+double numel_d(const Shape& s) {
+  double n = 1;
+  for (int64_t d : s) n *= static_cast<double>(d);
+  return n;
+}
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+}  // namespace
+
+MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch) {
+  MemoryEstimate m;
+  const double f = sizeof(float), b = static_cast<double>(global_batch);
+  double largest_out = -1;
+  double act = numel_d(plan.input);  // the input batch stays resident
+  for (const LayerPlan& l : plan.layers) {
+    m.params += (numel_d(l.weight_shape) * (l.weight_shape.empty() ? 0 : 1) + numel_d(l.bias_shape) * (l.bias_shape.empty() ? 0 : 1)) * f;
+    const double out = numel_d(l.out);
+    act += out;
+    if (out > largest_out) {
+      largest_out = out;
+      m.largest = fmt::format("layer {} ({}), output {}", l.index, layer_type_name(l.spec.type), shape_str(l.out));
+    }
+    if (l.spec.type == LayerType::Conv2d)
+      m.workspace = std::max(m.workspace, numel_d(l.in) / static_cast<double>(l.in[1] * l.in[2]) * l.spec.kernel_h *
+                                              l.spec.kernel_w * static_cast<double>(l.out[1] * l.out[2]) * f);
+  }
+  m.grads_and_moments = 3 * m.params;
+  m.activations = act * b * f;
+  return m;
+}
+
+std::size_t available_ram_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  unsigned long long kb = 0;
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream ls(line);
+    if (ls >> key >> kb && key == "MemAvailable:") return static_cast<std::size_t>(kb) * 1024;
+  }
+  return 0;
+}
+
+void check_memory_fits(const NetPlan& plan, int64_t global_batch, DeviceKind kind, int devices,
+                       double limit_bytes, const std::string& what) {
+  const MemoryEstimate m = estimate_memory(plan, global_batch);
+  double have = 0;
+  std::string source;
+  if (kind == DeviceKind::Cpu) {
+    have = limit_bytes > 0 ? limit_bytes : static_cast<double>(available_ram_bytes());
+    source = limit_bytes > 0 ? "--memory-limit" : "available RAM (MemAvailable)";
+  } else {
+    const SystemInfo info = system_info();
+    const int gpus = std::min<int>(devices, static_cast<int>(info.gpus.size()));
+    for (int i = 0; i < gpus; ++i)
+      have += limit_bytes > 0 ? limit_bytes : static_cast<double>(info.gpus[i].total_bytes);
+    source = fmt::format("{} GPU(s){}", gpus, limit_bytes > 0 ? " at --memory-limit each" : "");
+  }
+  // Every rank of a job must decide alike (a configuration skipped on one rank alone would leave
+  // the others waiting in a collective): all use the smallest capacity any rank sees.
+  if (multi_process()) have = -world_max(-have);
+  if (have <= 0 || m.total() <= have) return;
+  throw UsageError(fmt::format(
+      "{} needs at least {:.3g} GiB at global batch {} (parameters {:.3g}, gradients and Adam moments {:.3g}, "
+      "activations {:.3g}, workspace {:.3g}; largest {}), device has {:.3g} GiB ({})",
+      what, m.total() / kGiB, global_batch, m.params / kGiB, m.grads_and_moments / kGiB, m.activations / kGiB,
+      m.workspace / kGiB, m.largest, have / kGiB, source));
+}
+
+}  // namespace pb
