@@ -426,6 +426,10 @@ int cmd_run(const std::vector<std::string>& args) {
   const std::string json_path = dir + "/results.json";
 
   add_system_context(kind);
+  // Debian builds Google Benchmark without NDEBUG, so its "library_build_type" says debug; the
+  // times here are parbench's own (SetIterationTime), which that build type does not touch.
+  benchmark::AddCustomContext("timing", "manual: each iteration timed by parbench (steady clock, devices synchronized); "
+                                        "library_build_type is Google Benchmark's own build and does not affect it");
   benchmark::AddCustomContext("parbench_version", PARBENCH_VERSION);
   benchmark::AddCustomContext("parbench_commit", PARBENCH_GIT_COMMIT);
   benchmark::AddCustomContext("precision", f.str("precision"));
