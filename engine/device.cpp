@@ -111,7 +111,7 @@ SystemInfo system_info(CudaInfo what) {
 #endif
   const CudaDriverProbe& probe = cuda_driver_probe();
   if (what == CudaInfo::IfGpus && probe.devices == 0 && !cuda_module_loaded()) {
-    info.cuda_note = probe.note;
+    info.cuda_note = probe.note + "; the CUDA backend module was not loaded";
     return info;
   }
   try {
@@ -132,7 +132,7 @@ std::string SystemInfo::str() const {
   std::string out = fmt::format("cpu: {} hardware threads\n", cpu_threads);
   if (!cuda_built) return out + "cuda: not built (configure found no CUDA toolkit with cuDNN)\n";
   if (cuda_module.empty())
-    return out + fmt::format("cuda: no GPU ({}); the CUDA backend module was not loaded\n", cuda_note);
+    return out + fmt::format("cuda: no GPU usable: {}\n", cuda_note);
   out += fmt::format("cuda: module {}\n", cuda_module);
   out += fmt::format("cuda: driver {}, runtime {}, cuDNN {}, NCCL {}\n",
                      version_str(cuda_driver_version, 1000, 10, false),
