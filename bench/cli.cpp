@@ -154,7 +154,8 @@ WorkloadOptions workload_options(const Flags& f) {
 DeviceKind device_kind(const std::string& s) {
   if (s == "cpu") return DeviceKind::Cpu;
   if (s == "cuda") {
-    if (cuda_device_count() == 0) throw UsageError("--device-kind cuda, but no CUDA device is available");
+    if (cuda_device_count() == 0)
+      throw UsageError(fmt::format("--device-kind cuda, but no CUDA device is available ({})", system_info().cuda_note));
     return DeviceKind::Cuda;
   }
   if (s == "auto") return cuda_device_count() > 0 ? DeviceKind::Cuda : DeviceKind::Cpu;

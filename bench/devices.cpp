@@ -17,7 +17,7 @@ int cmd_devices(const std::vector<std::string>& args) {
              "im2col+gemm"
 #endif
   );
-  fmt::print("{}", system_info().str());
+  fmt::print("{}", system_info(CudaInfo::Always).str());
   return 0;
 }
 

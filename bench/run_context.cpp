@@ -72,6 +72,9 @@ void add_system_context(DeviceKind kind) {
 
 void add_run_context(const RunPlan& p, const Flags& f, const Sweep& sw) {
   add_system_context(p.kind);
+  // Debian builds Google Benchmark without NDEBUG, so its "library_build_type" says debug; the
+  // times are parbench's own (SetIterationTime), which that build type does not touch.
+  put(ctx::timing, ctx::timing.meaning);
   put(ctx::parbench_version, PARBENCH_VERSION);
   put(ctx::parbench_commit, PARBENCH_GIT_COMMIT);
   put(ctx::precision, f.str("precision"));

@@ -46,7 +46,8 @@ struct OutOfMemory : Error {
                     std::string("check failed: " #cond ": ") + fmt::format(__VA_ARGS__)); \
   } while (0)
 
-#ifdef PARBENCH_HAVE_CUDA
+// CUDA library checks: only inside the CUDA module, the one part built with CUDA headers.
+#ifdef PARBENCH_IN_CUDA_MODULE
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
@@ -73,7 +74,7 @@ inline void check_cublas(cublasStatus_t e, const char* expr, const char* file, i
 #define CUDA_CHECK_LAST() CUDA_CHECK(cudaGetLastError())
 #endif
 
-#ifdef PARBENCH_HAVE_NCCL
+#if defined(PARBENCH_IN_CUDA_MODULE) && defined(PARBENCH_HAVE_NCCL)
 #include <nccl.h>
 namespace pb::detail {
 inline void check_nccl(ncclResult_t e, const char* expr, const char* file, int line) {

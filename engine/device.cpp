@@ -1,5 +1,5 @@
-// Per-device allocators, cross-device copies and the backend factory. The only file that
-// knows which backends this build has.
+// Per-device allocators, cross-device copies, device discovery. CUDA devices are served by
+// the CUDA module (engine/cuda_module.h), opened only when a GPU is used or asked about.
 #include "engine/device.h"
 #include "engine/memory_estimate.h"
 
@@ -12,10 +12,7 @@
 
 #include "engine/backend.h"
 #include "engine/check.h"
-#include "engine/cpu_backend.h"
-#ifdef PARBENCH_HAVE_CUDA
-#include "engine/cuda/cuda_backend.h"
-#endif
+#include "engine/cuda_module.h"
 
 namespace pb {
 
@@ -66,7 +63,7 @@ Allocator& allocator_for(Device d) {
     a = std::make_unique<CpuAllocator>();
   } else {
 #ifdef PARBENCH_HAVE_CUDA
-    a = make_cuda_allocator(d.index);
+    a = cuda_module().make_allocator(d.index);
 #else
     throw Error(fmt::format("{} requested, but this build has no CUDA support", d.str()));
 #endif
@@ -81,7 +78,7 @@ void copy_bytes(Device dst_dev, void* dst, Device src_dev, const void* src, std:
     return;
   }
 #ifdef PARBENCH_HAVE_CUDA
-  cuda_copy_bytes(dst_dev, dst, src_dev, src, bytes);
+  cuda_module().copy_bytes(dst_dev, dst, src_dev, src, bytes);
 #else
   throw Error("copy involving a CUDA device in a build without CUDA");
 #endif
@@ -89,18 +86,11 @@ void copy_bytes(Device dst_dev, void* dst, Device src_dev, const void* src, std:
 
 int cuda_device_count() {
 #ifdef PARBENCH_HAVE_CUDA
-  return cuda_count_devices();
+  // The driver first: where it sees no GPU the module (and cuDNN, cuBLAS, NCCL) stays unloaded.
+  if (!cuda_module_loaded() && cuda_driver_probe().devices == 0) return 0;
+  return cuda_module().device_count();
 #else
   return 0;
-#endif
-}
-
-std::unique_ptr<Backend> make_backend(Device d, const BackendOptions& opts) {
-  if (d.kind == DeviceKind::Cpu) return std::make_unique<CpuBackend>(d, opts);
-#ifdef PARBENCH_HAVE_CUDA
-  return make_cuda_backend(d.index, opts);
-#else
-  throw Error(fmt::format("{} requested, but this build has no CUDA support", d.str()));
 #endif
 }
 
@@ -112,12 +102,28 @@ std::string version_str(int v, int major_div, int minor_div, bool patch) {
 }
 }  // namespace
 
-SystemInfo system_info() {
+SystemInfo system_info(CudaInfo what) {
   SystemInfo info;
   info.cpu_threads = std::thread::hardware_concurrency();
 #ifdef PARBENCH_HAVE_CUDA
-  cuda_fill_system_info(info);
+  info.cuda_built = true;
+#ifdef PARBENCH_HAVE_NCCL
+  info.nccl_built = true;
+#endif
+  const CudaDriverProbe& probe = cuda_driver_probe();
+  if (what == CudaInfo::IfGpus && probe.devices == 0 && !cuda_module_loaded()) {
+    info.cuda_note = probe.note + "; the CUDA backend module was not loaded";
+    return info;
+  }
+  try {
+    cuda_module().fill_system_info(info);
+    info.cuda_module = cuda_module_path();
+  } catch (const Error& e) {
+    if (probe.devices > 0) throw;  // GPUs present but unusable: a broken install, say so
+    info.cuda_note = fmt::format("{}; {}", probe.note, e.what());
+  }
 #else
+  (void)what;
   info.cuda_note = "built without CUDA";
 #endif
   return info;
@@ -126,6 +132,9 @@ SystemInfo system_info() {
 std::string SystemInfo::str() const {
   std::string out = fmt::format("cpu: {} hardware threads\n", cpu_threads);
   if (!cuda_built) return out + "cuda: not built (configure found no CUDA toolkit with cuDNN)\n";
+  if (cuda_module.empty())
+    return out + fmt::format("cuda: no GPU usable: {}\n", cuda_note);
+  out += fmt::format("cuda: module {}\n", cuda_module);
   out += fmt::format("cuda: driver {}, runtime {}, cuDNN {}, NCCL {}\n",
                      version_str(cuda_driver_version, 1000, 10, false),
                      version_str(cuda_runtime_version, 1000, 10, false),

@@ -71,9 +71,13 @@ struct SystemInfo {
   int cudnn_version = 0, nccl_version = 0;
   std::vector<GpuInfo> gpus;
   std::string cuda_note;  // why no GPU is usable ("no CUDA driver ..."), empty otherwise
+  std::string cuda_module;  // the CUDA backend module's file, when it was loaded
   std::string str() const;  // a few human-readable lines
 };
 
-SystemInfo system_info();
+// IfGpus leaves the CUDA module unloaded where the driver sees no GPU (the library versions
+// are then 0); Always loads it to report the versions this build's CUDA backend runs with.
+enum class CudaInfo { IfGpus, Always };
+SystemInfo system_info(CudaInfo what = CudaInfo::IfGpus);
 
 }  // namespace pb

@@ -45,6 +45,9 @@ inline constexpr Key kCounters[] = {
 // ---- context: one per run, text ----------------------------------------------------------
 namespace context {
 using M = Match;
+inline constexpr Key timing{"timing", "-",
+                            "manual: every iteration timed by parbench itself (steady clock, devices synchronized); "
+                            "Google Benchmark's `library_build_type` does not affect it"};
 inline constexpr Key parbench_version{"parbench_version", "-", "the program's version"};
 inline constexpr Key parbench_commit{"parbench_commit", "-", "git commit the program was built from"};
 inline constexpr Key device_kind{"device_kind", "-", "cpu or cuda", M::Always};
@@ -86,7 +89,7 @@ inline constexpr Key hosts{"hosts", "-", "host of each rank, comma-separated"};
 }  // namespace context
 
 inline constexpr Key kContext[] = {
-    context::parbench_version, context::parbench_commit, context::device_kind,   context::cpu_model,
+    context::timing, context::parbench_version, context::parbench_commit, context::device_kind,   context::cpu_model,
     context::cpu_threads,      context::conv_backend,    context::gpu_count,     context::gpu_names,
     context::cuda_driver,      context::cuda_runtime,    context::cudnn,         context::nccl,
     context::conv_search,      context::cpu_winograd,    context::precision,     context::scaling,

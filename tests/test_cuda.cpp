@@ -140,10 +140,11 @@ TEST(Cuda, DeviceCountNeverCrashes) {
 }
 
 TEST(Cuda, SystemInfoListsWhatTheBuildHas) {
-  const SystemInfo info = system_info();
+  const SystemInfo info = system_info(CudaInfo::Always);
   EXPECT_EQ(static_cast<int>(info.gpus.size()), cuda_device_count());
 #ifdef PARBENCH_HAVE_CUDA
   EXPECT_TRUE(info.cuda_built);
+  EXPECT_FALSE(info.cuda_module.empty()) << info.cuda_note;
   EXPECT_GT(info.cuda_runtime_version, 0);
   EXPECT_GE(info.cudnn_version, 90000) << "cuDNN 9 or later";
   if (info.gpus.empty()) {

@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cmath>
 #include <memory>
 #include <random>
@@ -251,10 +253,37 @@ TEST_F(Dnnl, GreatNetShapesWinogradAndDirect) {
   }
 }
 
+// oneDNN has Winograd kernels only with AVX-512; elsewhere (AVX2, or ONEDNN_MAX_CPU_ISA=AVX2) every
+// layer runs direct. Asks oneDNN itself: the plan of a shape Winograd takes when it can.
+std::string winograd_probe_plan() {
+  ConvGeom g;
+  g.n = 1, g.c = g.k = 64, g.h = g.w = 16, g.r = g.s = 3, g.pad_h = g.pad_w = 1;
+  DnnlConv conv(1, true, SIZE_MAX);
+  return conv.plan(g, true);
+}
+bool cpu_has_winograd() { return winograd_probe_plan().find("wino") != std::string::npos; }
+
+TEST_F(Dnnl, WithoutWinogradKernelsLayersRunDirect) {
+  if (cpu_has_winograd()) {
+    const char* isa = std::getenv("ONEDNN_MAX_CPU_ISA");
+    ASSERT_FALSE(isa && std::string(isa) == "AVX2") << "ONEDNN_MAX_CPU_ISA=AVX2, yet oneDNN has Winograd kernels";
+    GTEST_SKIP() << "this CPU has oneDNN Winograd kernels; the ctest variant dnnl_avx2 (ONEDNN_MAX_CPU_ISA=AVX2) "
+                    "runs this test without them";
+  }
+  // Winograd allowed but unavailable: the backend must fall back to direct kernels, not fail.
+  auto be = backend(false, 2, true), ref = backend(true, 2);
+  ConvGeom g;
+  g.n = 2, g.c = 48, g.k = 40, g.h = 9, g.w = 7, g.r = g.s = 3, g.pad_h = g.pad_w = 1;
+  check(g, *be, *ref);
+}
+
 // Winograd's scratch grows with channels^2; under a cap a layer runs in channel slices (forward:
 // output channels, backward data: input channels, backward weights: output channels), and with no
 // room at all on direct kernels. Every plan must give the same results.
 TEST_F(Dnnl, WinogradChannelSlicesUnderScratchCap) {
+  if (!cpu_has_winograd())
+    GTEST_SKIP() << "oneDNN has no Winograd kernel on this CPU (it needs AVX-512; oneDNN's plan here: "
+                 << winograd_probe_plan() << ")";
   auto ref = backend(true, 2);
   ConvGeom g;
   g.n = 2, g.c = 128, g.k = 96, g.h = 13, g.w = 11, g.r = g.s = 3, g.pad_h = g.pad_w = 1;

@@ -55,8 +55,9 @@ TEST(Events, SideStreamWaitsForComputeBeforeTheEvent) {
   for (int k = 0; k < 8; ++k) be->relu_forward(n, x.data(), x.data());  // long enough to race
   be->record(*ready);
   be->wait(*ready, side.get());
-  CUDA_CHECK(cudaMemcpyAsync(z.data(), x.data(), n * sizeof(float), cudaMemcpyDeviceToDevice,
-                             static_cast<cudaStream_t>(side->native())));
+  ASSERT_EQ(cudaMemcpyAsync(z.data(), x.data(), n * sizeof(float), cudaMemcpyDeviceToDevice,
+                            static_cast<cudaStream_t>(side->native())),
+            cudaSuccess);
   be->record(*copied, side.get());
   be->synchronize(*copied);
   const std::vector<float> got = z.to_host();

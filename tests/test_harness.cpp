@@ -12,10 +12,12 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "tests/paths.h"
+#include "engine/device.h"
 #include "engine/fsutil.h"
 #include "reports/gbjson.h"
 #include "strategies/strategy.h"
@@ -51,10 +53,10 @@ class Harness : public ::testing::Test {
   void TearDown() override {
     if (!HasFailure()) fs::remove_all(dir_);
   }
-  // Runs `parbench ARGS` with stdout and stderr captured; returns the exit status.
-  Result parbench(const std::string& args) {
+  // Runs `ENV parbench ARGS` with stdout and stderr captured; returns the exit status.
+  Result parbench(const std::string& args, const std::string& env = "") {
     const std::string out = (dir_ / "stdout.txt").string(), err = (dir_ / "stderr.txt").string();
-    const std::string cmd = pb::test::parbench_binary() + " " + args + " >" + out + " 2>" + err;
+    const std::string cmd = env + " " + pb::test::parbench_binary() + " " + args + " >" + out + " 2>" + err;
     const int status = std::system(cmd.c_str());
     Result r;
     r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -260,6 +262,43 @@ TEST_F(Harness, InvalidSplitIsAnErrorEntry) {
   }
   EXPECT_TRUE(mp99_error);
   EXPECT_TRUE(regular1_ok);
+}
+
+// The CUDA module (cuDNN, cuBLAS, NCCL) is opened only when a GPU is used or asked about: the
+// dynamic loader's own log (LD_DEBUG=files) of a CPU run must not name it.
+TEST_F(Harness, CpuRunsDoNotLoadTheCudaModule) {
+  std::vector<std::string> kinds = {"cpu"};
+  if (cuda_device_count() == 0) kinds.push_back("auto");  // no GPU: auto is a CPU run too
+  for (const std::string& kind : kinds) {
+    SCOPED_TRACE("--device-kind " + kind);
+    Result r = parbench("train --workload linear --iterations 2 --warmup 1 --device-kind " + kind, "LD_DEBUG=files");
+    ASSERT_EQ(r.code, 0) << r.out << r.err;
+    ASSERT_THAT(r.err, HasSubstr("needed by")) << "no loader log: LD_DEBUG had no effect";
+    EXPECT_THAT(r.err, Not(HasSubstr("libparbench_cuda"))) << r.err;
+    EXPECT_THAT(r.err, Not(HasSubstr("libcudnn"))) << r.err;
+  }
+}
+
+TEST_F(Harness, DevicesNamesTheCudaModuleOrWhyItIsMissing) {
+#ifdef PARBENCH_HAVE_CUDA
+  Result r = parbench("devices");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("libparbench_cuda.so"));
+  EXPECT_THAT(r.out, HasSubstr("cuDNN 9."));
+  r = parbench("devices", "PARBENCH_CUDA_MODULE=/nonexistent/libparbench_cuda.so");
+  if (cuda_device_count() == 0) {
+    ASSERT_EQ(r.code, 0) << r.out << r.err;
+    EXPECT_THAT(r.out, HasSubstr("could not be loaded"));
+  } else {
+    EXPECT_EQ(r.code, 1) << r.out << r.err;  // GPUs but no usable backend: an error, not a CPU run
+    EXPECT_THAT(r.err, HasSubstr("could not be loaded"));
+  }
+  EXPECT_THAT(r.out + r.err, HasSubstr("/nonexistent/libparbench_cuda.so"));
+#else
+  Result r = parbench("devices");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("cuda: not built"));
+#endif
 }
 
 }  // namespace

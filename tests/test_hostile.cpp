@@ -16,6 +16,7 @@
 #include <string>
 #include <thread>
 
+#include "tests/paths.h"
 #include "engine/check.h"
 #include "engine/device.h"
 #include "engine/fsutil.h"
@@ -58,7 +59,7 @@ class Hostile : public ::testing::Test {
   // `parbench ARGS` with stdout and stderr captured; a signal gives code -1.
   Result parbench(const std::string& args) {
     const std::string out = path("stdout.txt"), err = path("stderr.txt");
-    const std::string cmd = std::string(PARBENCH_BINARY) + " " + args + " >" + out + " 2>" + err;
+    const std::string cmd = pb::test::parbench_binary() + " " + args + " >" + out + " 2>" + err;
     const int status = std::system(cmd.c_str());
     Result r;
     r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <thread>
 
+#include "tests/paths.h"
 #include "engine/check.h"
 #include "strategies/pool.h"
 #include "strategies/strategy.h"
@@ -79,7 +80,7 @@ Result parbench_limited(const std::string& args) {
   const fs::path dir = fs::temp_directory_path() / ("parbench_workers_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   const std::string err = (dir / "stderr.txt").string();
-  const std::string cmd = "(ulimit -v 2000000; cd " + dir.string() + " && " + PARBENCH_BINARY + " " + args +
+  const std::string cmd = "(ulimit -v 2000000; cd " + dir.string() + " && " + pb::test::parbench_binary() + " " + args +
                           " >" + err + " 2>&1)";
   const int status = std::system(cmd.c_str());
   Result r;

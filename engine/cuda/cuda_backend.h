@@ -1,6 +1,5 @@
-// The CUDA side of engine/device.cpp: per-GPU allocators, copies, discovery and the backend
-// factory. Declarations only, so device.cpp needs no CUDA headers; compiled only when the
-// build has CUDA (PARBENCH_HAVE_CUDA).
+// Inside the CUDA module (libparbench_cuda.so): per-GPU allocators, copies, discovery and the
+// backend factory, which cuda_module_impl.cpp hands to the program (engine/cuda_module.h).
 #pragma once
 
 #include <cstddef>

@@ -1,5 +1,5 @@
 // GPU allocators, copies between any two devices, and device discovery (what engine/device.cpp
-// delegates to when the build has CUDA).
+// reaches through the CUDA module).
 #include <mutex>
 #include <set>
 
