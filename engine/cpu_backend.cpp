@@ -208,6 +208,15 @@ bool CpuBackend::own_winograd_forward([[maybe_unused]] const ConvGeom& g, [[mayb
 #endif
 }
 
+bool CpuBackend::own_winograd_backward_weights([[maybe_unused]] const ConvGeom& g, [[maybe_unused]] bool bias) {
+#ifdef PARBENCH_HAVE_DNNL
+  return winograd_ && Winograd2x3::applies(g) && std::min(g.c, g.k) >= kOwnWinogradMinChannels &&
+         !dnnl_->backward_weights_is_winograd(g, bias);
+#else
+  return false;
+#endif
+}
+
 bool CpuBackend::own_winograd_backward_data([[maybe_unused]] const ConvGeom& g) {
 #ifdef PARBENCH_HAVE_DNNL
   return winograd_ && Winograd2x3::applies(g) && std::min(g.c, g.k) >= kOwnWinogradMinChannels &&
@@ -269,6 +278,7 @@ void CpuBackend::conv2d_backward_data(const ConvGeom& g, const float* dy, const 
 void CpuBackend::conv2d_backward_weights(const ConvGeom& g, const float* x, const float* dy,
                                          float* dw, float* db, bool accumulate) {
 #ifdef PARBENCH_HAVE_DNNL
+  if (own_winograd_backward_weights(g, db != nullptr)) return winograd_->backward_weights(g, x, dy, dw, db, accumulate);
   if (dnnl_) return dnnl_->backward_weights(g, x, dy, dw, db, accumulate);
 #endif
   const int64_t PQ = g.p() * g.q(), CRS = g.c * g.r * g.s;

@@ -44,10 +44,11 @@ class CpuBackend final : public Backend {
 
  private:
   float* scratch(std::size_t slot, std::size_t floats);
-  // Whether the forward (backward data) pass of g runs the engine's own Winograd: where oneDNN
-  // has none for this CPU and the layer is wide enough for it to pay.
+  // Whether a pass of g runs the engine's own Winograd: where oneDNN has none for this CPU and
+  // the layer is wide enough for it to pay.
   bool own_winograd_forward(const ConvGeom& g, bool bias);
   bool own_winograd_backward_data(const ConvGeom& g);
+  bool own_winograd_backward_weights(const ConvGeom& g, bool bias);
 
   Device device_;
   int threads_;

@@ -80,6 +80,23 @@ class CpuWinograd : public ::testing::Test {
     EXPECT_TRUE(close(y, ref::conv2d_forward(g, xd, wd, {}))) << "forward";
     wino.backward_data(g, dy.data(), w.data(), dx.data());
     EXPECT_TRUE(close(dx, ref::conv2d_backward_data(g, dyd, wd))) << "backward data";
+    ref::Vec dw_ref, db_ref;
+    ref::conv2d_backward_weights(g, xd, dyd, dw_ref, db_ref);
+    std::vector<float> dw(w.size(), NAN), db(b.size(), NAN);
+    wino.backward_weights(g, x.data(), dy.data(), dw.data(), db.data(), false);
+    EXPECT_TRUE(close(dw, dw_ref)) << "backward weights";
+    EXPECT_TRUE(close(db, db_ref)) << "backward bias";
+    // accumulate: added to what was there
+    std::vector<float> dw_acc = random(static_cast<int64_t>(w.size())), db_acc = random(g.k);
+    ref::Vec dw_want(dw_acc.begin(), dw_acc.end()), db_want(db_acc.begin(), db_acc.end());
+    for (std::size_t i = 0; i < dw_want.size(); ++i) dw_want[i] += dw_ref[i];
+    for (std::size_t i = 0; i < db_want.size(); ++i) db_want[i] += db_ref[i];
+    wino.backward_weights(g, x.data(), dy.data(), dw_acc.data(), db_acc.data(), true);
+    EXPECT_TRUE(close(dw_acc, dw_want)) << "backward weights, accumulated";
+    EXPECT_TRUE(close(db_acc, db_want)) << "backward bias, accumulated";
+    std::fill(dw.begin(), dw.end(), NAN);
+    wino.backward_weights(g, x.data(), dy.data(), dw.data(), nullptr, false);
+    EXPECT_TRUE(close(dw, dw_ref)) << "backward weights without bias";
   }
   ConvGeom random_geom() {
     ConvGeom g;

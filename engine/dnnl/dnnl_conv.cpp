@@ -322,6 +322,15 @@ bool DnnlConv::backward_data_is_winograd(const ConvGeom& g) {
   return wino;
 }
 
+bool DnnlConv::backward_weights_is_winograd(const ConvGeom& g, bool bias) {
+  Impl& I = *impl_;
+  if (!I.winograd) return false;
+  OmpThreads omp(I.threads);
+  bool wino = false;
+  dnnl_call("convolution plan", g, [&] { wino = I.get_bwd_weights(g, bias).impl.find("wino") != std::string::npos; });
+  return wino;
+}
+
 void DnnlConv::forward(const ConvGeom& g, const float* x, const float* w, const float* b, float* y) {
   Impl& I = *impl_;
   OmpThreads omp(I.threads);

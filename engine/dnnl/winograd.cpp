@@ -53,6 +53,22 @@ inline void filter_tile(const float* g, float* u, int64_t stride) {
   }
 }
 
+// dg += G^T M G, the 3x3 weight gradient of one filter from the 16 values m[xi * stride].
+inline void filter_gradient(const float* m, int64_t stride, float* dg, bool accumulate) {
+  float t[3][4];
+  for (int j = 0; j < 4; ++j) {
+    const float m0 = m[j * stride], m1 = m[(4 + j) * stride], m2 = m[(8 + j) * stride], m3 = m[(12 + j) * stride];
+    t[0][j] = m0 + 0.5f * (m1 + m2);
+    t[1][j] = 0.5f * (m1 - m2);
+    t[2][j] = 0.5f * (m1 + m2) + m3;
+  }
+  for (int i = 0; i < 3; ++i) {
+    const float a = t[i][0], b = t[i][1], c = t[i][2], d = t[i][3];
+    const float g[3] = {a + 0.5f * (b + c), 0.5f * (b - c), 0.5f * (b + c) + d};
+    for (int j = 0; j < 3; ++j) dg[i * 3 + j] = accumulate ? dg[i * 3 + j] + g[j] : g[j];
+  }
+}
+
 }  // namespace
 
 struct Winograd2x3::Impl {
@@ -60,18 +76,27 @@ struct Winograd2x3::Impl {
   int64_t chunk_bytes;
   dnnl::engine eng{dnnl::engine::kind::cpu, 0};
   dnnl::stream strm{eng};
-  std::map<std::array<int64_t, 3>, dnnl::matmul> matmuls;
+  std::map<std::array<int64_t, 5>, dnnl::matmul> matmuls;
   std::vector<float> u, v, m, strips;
 
   Impl(int t, std::size_t chunk) : threads(t), chunk_bytes(static_cast<int64_t>(chunk)) {}
 
-  dnnl::matmul& matmul(int64_t rows, int64_t inner, int64_t cols) {
-    auto it = matmuls.find({rows, inner, cols});
+  // 16 products [rows x inner] x [inner x cols]; the right factor stored transposed (as
+  // [16][cols][inner]) when transposed_b, the result added to dst when sum.
+  dnnl::matmul& matmul(int64_t rows, int64_t inner, int64_t cols, bool transposed_b = false, bool sum = false) {
+    const std::array<int64_t, 5> key{rows, inner, cols, transposed_b, sum};
+    auto it = matmuls.find(key);
     if (it != matmuls.end()) return it->second;
-    const memory::desc a({16, rows, inner}, Dt::f32, Tag::abc), b({16, inner, cols}, Dt::f32, Tag::abc),
-        c({16, rows, cols}, Dt::f32, Tag::abc);
-    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), eng);
-    return matmuls.emplace(std::array<int64_t, 3>{rows, inner, cols}, dnnl::matmul(pd)).first->second;
+    const memory::desc a({16, rows, inner}, Dt::f32, Tag::abc),
+        b({16, inner, cols}, Dt::f32, transposed_b ? Tag::acb : Tag::abc), c({16, rows, cols}, Dt::f32, Tag::abc);
+    dnnl::primitive_attr attr;
+    if (sum) {
+      dnnl::post_ops ops;
+      ops.append_sum(1.0f);
+      attr.set_post_ops(ops);
+    }
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, eng);
+    return matmuls.emplace(key, dnnl::matmul(pd)).first->second;
   }
 
   // y (n x kout x P x Q) = conv3x3(x (n x cin x h x w), filters already in u as [16][kout][cin]),
@@ -100,6 +125,74 @@ struct Winograd2x3::Impl {
         }
         output_chunk(img, kout, P, Q, th0, rows, TW, b, y, nt);
       }
+  }
+
+  // The 3x3 weight gradient's Winograd form, M[xi][k][c] = sum over tiles of Z[xi][k][t] V[xi][c][t]
+  // with Z = A dy A^T of each 2x2 tile of dy (zero past an odd edge) and V the forward's input
+  // transform, into u; the caller applies G^T M G.
+  void weight_gradient(int64_t n, int64_t cin, int64_t h, int64_t w, int64_t kout, int64_t ph, int64_t pw,
+                       const float* x, const float* dy) {
+    const int64_t P = h + 2 * ph - 2, Q = w + 2 * pw - 2;
+    const int64_t TH = (P + 1) / 2, TW = (Q + 1) / 2;
+    const int64_t per_row = 16 * std::max(cin, kout) * TW * int64_t(sizeof(float));
+    const int64_t R = std::clamp<int64_t>(chunk_bytes / per_row, 1, TH);
+    const int64_t Wp = 2 * TW + 2, strip = (2 * R + 2) * Wp;
+    u.resize(static_cast<std::size_t>(16 * kout * cin));
+    v.resize(static_cast<std::size_t>(16 * cin * R * TW));
+    m.resize(static_cast<std::size_t>(16 * kout * R * TW));
+    strips.resize(static_cast<std::size_t>(strip * threads));
+    bool first = true;
+    for (int64_t img = 0; img < n; ++img)
+      for (int64_t th0 = 0; th0 < TH; th0 += R) {
+        const int64_t rows = std::min(R, TH - th0), nt = rows * TW;
+        input_chunk(img, cin, h, w, ph, pw, th0, rows, TW, x, nt);
+        gradient_chunk(img, kout, P, Q, th0, rows, TW, dy, nt);
+        const memory::desc a({16, kout, nt}, Dt::f32, Tag::abc), bm({16, nt, cin}, Dt::f32, Tag::acb),
+            c({16, kout, cin}, Dt::f32, Tag::abc);
+        matmul(kout, nt, cin, true, !first)
+            .execute(strm, {{DNNL_ARG_SRC, memory(a, eng, m.data())},
+                            {DNNL_ARG_WEIGHTS, memory(bm, eng, v.data())},
+                            {DNNL_ARG_DST, memory(c, eng, u.data())}});
+        strm.wait();
+        first = false;
+      }
+  }
+
+  // Z[xi][k][t] = A dy A^T for the 2x2 tiles of dy in rows [th0, th0 + rows) of image img.
+  void gradient_chunk(int64_t img, int64_t kout, int64_t P, int64_t Q, int64_t th0, int64_t rows, int64_t TW,
+                      const float* dy, int64_t nt) {
+    float* Z = m.data();
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t k = 0; k < kout; ++k) {
+      float* s0 = strips.data() + static_cast<std::size_t>(thread_num()) * (strips.size() / threads);
+      float* s1 = s0 + 2 * TW;
+      const float* dyk = dy + (img * kout + k) * P * Q;
+      const int64_t xs = kout * nt;
+      for (int64_t tr = 0; tr < rows; ++tr) {
+        const int64_t oh = 2 * (th0 + tr);
+        std::copy(dyk + oh * Q, dyk + oh * Q + Q, s0);
+        std::fill(s0 + Q, s0 + 2 * TW, 0.0f);
+        if (oh + 1 < P) {
+          std::copy(dyk + (oh + 1) * Q, dyk + (oh + 1) * Q + Q, s1);
+          std::fill(s1 + Q, s1 + 2 * TW, 0.0f);
+        } else {
+          std::fill(s1, s1 + 2 * TW, 0.0f);
+        }
+        float* out = Z + k * nt + tr * TW;
+#pragma omp simd
+        for (int64_t tw = 0; tw < TW; ++tw) {
+          const float d00 = s0[2 * tw], d01 = s0[2 * tw + 1], d10 = s1[2 * tw], d11 = s1[2 * tw + 1];
+          // rows of A d: d0, d0 + d1, d0 - d1, -d1 (per column); then the same along each row.
+          const float r[4][2] = {{d00, d01}, {d00 + d10, d01 + d11}, {d00 - d10, d01 - d11}, {-d10, -d11}};
+          for (int i = 0; i < 4; ++i) {
+            out[(i * 4 + 0) * xs + tw] = r[i][0];
+            out[(i * 4 + 1) * xs + tw] = r[i][0] + r[i][1];
+            out[(i * 4 + 2) * xs + tw] = r[i][0] - r[i][1];
+            out[(i * 4 + 3) * xs + tw] = -r[i][1];
+          }
+        }
+      }
+    }
   }
 
   // V[xi][c][t] for the tiles of rows [th0, th0 + rows) of image img, through a zero-padded
@@ -236,6 +329,33 @@ void Winograd2x3::backward_data(const ConvGeom& g, const float* dy, const float*
     I.run(g.n, g.k, g.p(), g.q(), g.c, 2 - g.pad_h, 2 - g.pad_w, dy, nullptr, dx);
   } catch (const dnnl::error& e) {
     throw Error(fmt::format("oneDNN matmul of Winograd backward data ({} -> {} channels): {}", g.k, g.c, e.what()));
+  }
+}
+
+void Winograd2x3::backward_weights(const ConvGeom& g, const float* x, const float* dy, float* dw, float* db,
+                                   bool accumulate) {
+  PB_CHECK(applies(g), "Winograd F(2x2, 3x3): needs a 3x3 kernel, stride 1, padding 0-2");
+  Impl& I = *impl_;
+  OmpThreads omp(I.threads);
+  try {
+    I.weight_gradient(g.n, g.c, g.h, g.w, g.k, g.pad_h, g.pad_w, x, dy);
+  } catch (const dnnl::error& e) {
+    throw Error(fmt::format("oneDNN matmul of Winograd backward weights ({} -> {} channels): {}", g.c, g.k, e.what()));
+  }
+  const int64_t kc = g.k * g.c, PQ = g.p() * g.q();
+  const float* M = I.u.data();
+#pragma omp parallel for num_threads(I.threads) schedule(static)
+  for (int64_t i = 0; i < kc; ++i) filter_gradient(M + i, kc, dw + i * 9, accumulate);
+  if (db) {
+#pragma omp parallel for num_threads(I.threads) schedule(static)
+    for (int64_t k = 0; k < g.k; ++k) {
+      double sum = 0;
+      for (int64_t img = 0; img < g.n; ++img) {
+        const float* d = dy + (img * g.k + k) * PQ;
+        for (int64_t i = 0; i < PQ; ++i) sum += d[i];
+      }
+      db[k] = static_cast<float>(sum) + (accumulate ? db[k] : 0.0f);
+    }
   }
 }
 

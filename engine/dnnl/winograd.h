@@ -24,6 +24,8 @@ class Winograd2x3 {
   static bool applies(const ConvGeom& g);
   void forward(const ConvGeom& g, const float* x, const float* w, const float* b, float* y);
   void backward_data(const ConvGeom& g, const float* dy, const float* w, float* dx);
+  // dw, db (when given) overwritten, or added to when accumulate.
+  void backward_weights(const ConvGeom& g, const float* x, const float* dy, float* dw, float* db, bool accumulate);
 
  private:
   struct Impl;
