@@ -7,12 +7,48 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <string>
+
+#include <unistd.h>
 
 #include "engine/check.h"
 #include "engine/dnnl/dnnl_conv.h"
+#include "engine/dnnl/winograd.h"
 #ifdef _OPENMP
 #include <omp.h>
+#endif
+
+#if defined(_OPENMP) && defined(__linux__)
+// OpenMP threads wait passively (sleep in the kernel) at the end of a parallel region unless the
+// user chose otherwise. libgomp's default spins up to 300000 times per barrier, and when another
+// process holds one of the cores the spinning thread burns its time slice waiting for a teammate
+// that is not running: a step then takes 10-30x longer (docs/PERFORMANCE.md). libgomp reads
+// OMP_WAIT_POLICY once, in its own constructor, and libc installs the environment only after an
+// executable's .preinit_array has run, so the only way in is the environment of a fresh exec:
+// this runs before any library is initialised and re-executes the program with the variable
+// added (once: the new process has it). If the exec fails, the program goes on as it was.
+namespace {
+bool names(const char* entry, const char* name) {
+  const std::size_t n = std::strlen(name);
+  return std::strncmp(entry, name, n) == 0 && entry[n] == '=';
+}
+void default_passive_openmp_wait(int, char** argv, char** envp) {
+  static char policy[] = "OMP_WAIT_POLICY=PASSIVE";
+  static char* env[4096];
+  std::size_t n = 0;
+  for (; envp && envp[n]; ++n) {
+    if (names(envp[n], "OMP_WAIT_POLICY") || names(envp[n], "GOMP_SPINCOUNT")) return;
+    if (n + 2 >= std::size(env)) return;
+    env[n] = envp[n];
+  }
+  env[n] = policy;
+  env[n + 1] = nullptr;
+  execve("/proc/self/exe", argv, env);  // returns only when it fails
+}
+}  // namespace
+__attribute__((section(".preinit_array"), used)) static void (*const pb_preinit_openmp_wait)(int, char**, char**) =
+    default_passive_openmp_wait;
 #endif
 
 namespace pb {
@@ -32,6 +68,10 @@ int default_threads() {
   return 1;
 #endif
 }
+
+// The engine's own Winograd F(2x2, 3x3) only from this many channels in and out: below, its
+// transforms cost more than the multiplies it saves.
+constexpr int64_t kOwnWinogradMinChannels = 32;
 
 // Work below this many elements is not worth waking a thread team for.
 constexpr int64_t kParallelGrain = 1 << 15;
@@ -145,22 +185,54 @@ void cpu_gemm_nn(int64_t m, int64_t n, int64_t k, const float* a, const float* b
 CpuBackend::CpuBackend(Device d, const BackendOptions& opts)
     : device_(d), threads_(opts.threads > 0 ? opts.threads : default_threads()), scratch_(3) {
 #ifdef PARBENCH_HAVE_DNNL
-  if (!opts.cpu_reference_conv) dnnl_ = std::make_unique<DnnlConv>(threads_, use_winograd(opts));
+  if (!opts.cpu_reference_conv) {
+    dnnl_ = std::make_unique<DnnlConv>(threads_, use_winograd(opts));
+    if (use_winograd(opts)) winograd_ = std::make_unique<Winograd2x3>(threads_);
+  }
 #endif
 }
 
 #ifndef PARBENCH_HAVE_DNNL
-// Without oneDNN the member stays empty; only its destructor is needed.
+// Without oneDNN the members stay empty; only their destructors are needed.
 struct DnnlConv::Impl {};
 DnnlConv::~DnnlConv() = default;
+struct Winograd2x3::Impl {};
+Winograd2x3::~Winograd2x3() = default;
 #endif
+
+bool CpuBackend::own_winograd_forward([[maybe_unused]] const ConvGeom& g, [[maybe_unused]] bool bias) {
+#ifdef PARBENCH_HAVE_DNNL
+  return winograd_ && Winograd2x3::applies(g) && std::min(g.c, g.k) >= kOwnWinogradMinChannels &&
+         !dnnl_->forward_is_winograd(g, bias);
+#else
+  return false;
+#endif
+}
+
+bool CpuBackend::own_winograd_backward_weights([[maybe_unused]] const ConvGeom& g, [[maybe_unused]] bool bias) {
+#ifdef PARBENCH_HAVE_DNNL
+  return winograd_ && Winograd2x3::applies(g) && std::min(g.c, g.k) >= kOwnWinogradMinChannels &&
+         !dnnl_->backward_weights_is_winograd(g, bias);
+#else
+  return false;
+#endif
+}
+
+bool CpuBackend::own_winograd_backward_data([[maybe_unused]] const ConvGeom& g) {
+#ifdef PARBENCH_HAVE_DNNL
+  return winograd_ && Winograd2x3::applies(g) && std::min(g.c, g.k) >= kOwnWinogradMinChannels &&
+         !dnnl_->backward_data_is_winograd(g);
+#else
+  return false;
+#endif
+}
 
 CpuBackend::~CpuBackend() = default;
 
 std::string CpuBackend::name() const {
   const char* conv = "im2col+gemm";
 #ifdef PARBENCH_HAVE_DNNL
-  if (dnnl_) conv = dnnl_->winograd() ? "oneDNN Winograd+direct" : "oneDNN direct";
+  if (dnnl_) conv = dnnl_->winograd() ? "Winograd (oneDNN's or own F(2x2,3x3)) + oneDNN direct" : "oneDNN direct";
 #endif
   return fmt::format("cpu ({} threads, conv: {})", threads_, conv);
 }
@@ -174,6 +246,7 @@ float* CpuBackend::scratch(std::size_t slot, std::size_t floats) {
 void CpuBackend::conv2d_forward(const ConvGeom& g, const float* x, const float* w, const float* b,
                                 float* y) {
 #ifdef PARBENCH_HAVE_DNNL
+  if (own_winograd_forward(g, b != nullptr)) return winograd_->forward(g, x, w, b, y);
   if (dnnl_) return dnnl_->forward(g, x, w, b, y);
 #endif
   const int64_t PQ = g.p() * g.q(), CRS = g.c * g.r * g.s;
@@ -189,6 +262,7 @@ void CpuBackend::conv2d_forward(const ConvGeom& g, const float* x, const float* 
 void CpuBackend::conv2d_backward_data(const ConvGeom& g, const float* dy, const float* w,
                                       float* dx) {
 #ifdef PARBENCH_HAVE_DNNL
+  if (own_winograd_backward_data(g)) return winograd_->backward_data(g, dy, w, dx);
   if (dnnl_) return dnnl_->backward_data(g, dy, w, dx);
 #endif
   const int64_t PQ = g.p() * g.q(), CRS = g.c * g.r * g.s;
@@ -205,6 +279,7 @@ void CpuBackend::conv2d_backward_data(const ConvGeom& g, const float* dy, const 
 void CpuBackend::conv2d_backward_weights(const ConvGeom& g, const float* x, const float* dy,
                                          float* dw, float* db, bool accumulate) {
 #ifdef PARBENCH_HAVE_DNNL
+  if (own_winograd_backward_weights(g, db != nullptr)) return winograd_->backward_weights(g, x, dy, dw, db, accumulate);
   if (dnnl_) return dnnl_->backward_weights(g, x, dy, dw, db, accumulate);
 #endif
   const int64_t PQ = g.p() * g.q(), CRS = g.c * g.r * g.s;

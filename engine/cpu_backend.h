@@ -9,7 +9,8 @@
 
 namespace pb {
 
-class DnnlConv;  // engine/dnnl/dnnl_conv.h
+class DnnlConv;     // engine/dnnl/dnnl_conv.h
+class Winograd2x3;  // engine/dnnl/winograd.h
 
 class CpuBackend final : public Backend {
  public:
@@ -47,11 +48,17 @@ class CpuBackend final : public Backend {
 
  private:
   float* scratch(std::size_t slot, std::size_t floats);
+  // Whether a pass of g runs the engine's own Winograd: where oneDNN has none for this CPU and
+  // the layer is wide enough for it to pay.
+  bool own_winograd_forward(const ConvGeom& g, bool bias);
+  bool own_winograd_backward_data(const ConvGeom& g);
+  bool own_winograd_backward_weights(const ConvGeom& g, bool bias);
 
   Device device_;
   int threads_;
   std::vector<std::vector<float>> scratch_;
   std::unique_ptr<DnnlConv> dnnl_;
+  std::unique_ptr<Winograd2x3> winograd_;
 };
 
 // C[m x n] = A[m x k] * B[k x n] (+ C when accumulate); row-major, threaded.

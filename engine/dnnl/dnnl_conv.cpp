@@ -12,11 +12,9 @@
 #include <utility>
 
 #include <oneapi/dnnl/dnnl.hpp>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 #include "engine/check.h"
+#include "engine/dnnl/omp_threads.h"
 
 namespace pb {
 
@@ -52,31 +50,6 @@ class Scratch {
   };
   std::unique_ptr<void, Free> ptr_;
   std::size_t bytes_ = 0;
-};
-
-// Sets this thread's OpenMP team size for oneDNN (it reads the calling thread's
-// omp_get_max_threads(), a per-thread setting, when it creates and runs primitives) and
-// restores the caller's value after.
-class OmpThreads {
- public:
-  explicit OmpThreads(int n) {
-#ifdef _OPENMP
-    saved_ = omp_get_max_threads();
-    if (saved_ != n) omp_set_num_threads(n);
-#else
-    (void)n;
-#endif
-  }
-  ~OmpThreads() {
-#ifdef _OPENMP
-    if (omp_get_max_threads() != saved_) omp_set_num_threads(saved_);
-#endif
-  }
-  OmpThreads(const OmpThreads&) = delete;
-  OmpThreads& operator=(const OmpThreads&) = delete;
-
- private:
-  int saved_ = 1;
 };
 
 using Key = std::array<int64_t, 12>;
@@ -329,6 +302,33 @@ std::string DnnlConv::plan(const ConvGeom& g, bool bias) {
                       bw.pad.get_size());
   });
   return out;
+}
+
+bool DnnlConv::forward_is_winograd(const ConvGeom& g, bool bias) {
+  Impl& I = *impl_;
+  if (!I.winograd) return false;
+  OmpThreads omp(I.threads);
+  bool wino = false;
+  dnnl_call("convolution plan", g, [&] { wino = I.get_fwd(g, bias).impl.find("wino") != std::string::npos; });
+  return wino;
+}
+
+bool DnnlConv::backward_data_is_winograd(const ConvGeom& g) {
+  Impl& I = *impl_;
+  if (!I.winograd) return false;
+  OmpThreads omp(I.threads);
+  bool wino = false;
+  dnnl_call("convolution plan", g, [&] { wino = I.get_bwd_data(g).impl.find("wino") != std::string::npos; });
+  return wino;
+}
+
+bool DnnlConv::backward_weights_is_winograd(const ConvGeom& g, bool bias) {
+  Impl& I = *impl_;
+  if (!I.winograd) return false;
+  OmpThreads omp(I.threads);
+  bool wino = false;
+  dnnl_call("convolution plan", g, [&] { wino = I.get_bwd_weights(g, bias).impl.find("wino") != std::string::npos; });
+  return wino;
 }
 
 void DnnlConv::forward(const ConvGeom& g, const float* x, const float* w, const float* b, float* y) {

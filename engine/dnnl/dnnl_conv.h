@@ -26,6 +26,10 @@ class DnnlConv {
   // How this instance runs the three passes of a shape: oneDNN implementation, channel slices and
   // scratch bytes of each, e.g. "forward jit_wino_4x3:avx512_core x2 (1234 B scratch), ...".
   std::string plan(const ConvGeom& g, bool bias);
+  // Whether this instance runs that pass of g with oneDNN's Winograd.
+  bool forward_is_winograd(const ConvGeom& g, bool bias);
+  bool backward_data_is_winograd(const ConvGeom& g);
+  bool backward_weights_is_winograd(const ConvGeom& g, bool bias);
   void forward(const ConvGeom& g, const float* x, const float* w, const float* b, float* y);
   void backward_data(const ConvGeom& g, const float* dy, const float* w, float* dx);
   // dw, db overwritten, or added to when accumulate.
