@@ -1,20 +1,15 @@
-// CUDA backend: convolutions through cuDNN, Linear through cuBLAS, everything else through
-// parbench's own kernels (cuda_kernels.cu). One stream per backend carries all of its work;
-// a backend is driven by one host thread at a time.
+// CUDA backend: convolutions through cuDNN (cuda_conv.cpp), Linear through cuBLAS, everything
+// else through parbench's own kernels (cuda_kernels.cu). One stream per backend carries all of
+// its work; a backend is driven by one host thread at a time.
 #include "engine/cuda/cuda_backend.h"
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <cstdlib>
-#include <limits>
-#include <map>
-#include <optional>
 #include <string>
-#include <vector>
 
-#include "engine/batch_split.h"
 #include "engine/check.h"
+#include "engine/cuda/cuda_conv.h"
 #include "engine/cuda/cuda_kernels.h"
 #include "engine/cuda/cuda_util.h"
 #include "engine/tensor.h"
@@ -25,123 +20,7 @@ namespace {
 
 constexpr float kOne = 1.0f, kZero = 0.0f;
 
-int to_int(int64_t v, const char* what) {
-  PB_CHECK(v >= 0 && v <= std::numeric_limits<int>::max(), "{} = {} does not fit the int a CUDA library takes",
-           what, v);
-  return static_cast<int>(v);
-}
-
-std::string geom_str(const ConvGeom& g) {
-  return fmt::format("conv x[{},{},{},{}] w[{},{},{},{}] stride {}x{} pad {}x{}", g.n, g.c, g.h, g.w, g.k, g.c, g.r,
-                     g.s, g.stride_h, g.stride_w, g.pad_h, g.pad_w);
-}
-
-// Which cuDNN math modes a precision allows. fp32: FMA kernels only (CUDNN_DEFAULT_MATH would
-// let cuDNN 8+ pick TF32 tensor-core kernels on Ampere and later). tf32: tensor cores with
-// TF32, but never CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION, which rounds inputs to fp16.
-cudnnMathType_t base_math(Precision p) { return p == Precision::Fp32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH; }
-bool math_allowed(Precision p, cudnnMathType_t m) {
-  return p == Precision::Fp32 ? m == CUDNN_FMA_MATH : m != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
-}
-
-// The algorithm chosen for one direction of one convolution shape.
-struct AlgoChoice {
-  int algo = -1;
-  cudnnMathType_t math = CUDNN_FMA_MATH;
-  std::size_t workspace = 0;
-};
-
-const char* math_name(cudnnMathType_t m) {
-  switch (m) {
-    case CUDNN_DEFAULT_MATH: return "default math";
-    case CUDNN_TENSOR_OP_MATH: return "tensor-op math";
-    case CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION: return "tensor-op math with conversion";
-    case CUDNN_FMA_MATH: return "FMA math";
-  }
-  return "unknown math";
-}
-
-// e.g. "forward IMPLICIT_PRECOMP_GEMM (1), tensor-op math, 0 B workspace"
-std::string choice_str(const char* direction, const std::optional<AlgoChoice>& c) {
-  static const char* const kFwd[] = {"IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT",
-                                     "FFT", "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"};
-  static const char* const kBwdData[] = {"ALGO_0", "ALGO_1", "FFT", "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"};
-  static const char* const kBwdFilter[] = {"ALGO_0", "ALGO_1", "FFT", "ALGO_3", "WINOGRAD", "WINOGRAD_NONFUSED",
-                                           "FFT_TILING"};
-  if (!c) return fmt::format("{} not run", direction);
-  const std::string d = direction;
-  const char* const* names = d == "forward" ? kFwd : d == "backward-data" ? kBwdData : kBwdFilter;
-  const int count = d == "forward" ? 8 : d == "backward-data" ? 6 : 7;
-  return fmt::format("{} {} ({}), {}, {} B workspace", direction,
-                     c->algo >= 0 && c->algo < count ? names[c->algo] : "?", c->algo, math_name(c->math),
-                     c->workspace);
-}
-
-// Descriptors for one convolution shape, built once, and the algorithms chosen for it.
-struct ConvPlan {
-  cu::TensorDesc x, y, bias;
-  cu::FilterDesc w;
-  cu::ConvDesc conv;
-  std::optional<AlgoChoice> fwd, bwd_data, bwd_filter;
-};
-
-// The three directions differ only in their cuDNN entry points; these adapters let one
-// search routine serve all three.
-struct FwdOps {
-  using Perf = cudnnConvolutionFwdAlgoPerf_t;
-  using Algo = cudnnConvolutionFwdAlgo_t;
-  static constexpr int kCount = CUDNN_CONVOLUTION_FWD_ALGO_COUNT;
-  static constexpr const char* kName = "forward";
-  static cudnnStatus_t heuristics(cudnnHandle_t h, ConvPlan& p, int n, int* got, Perf* out) {
-    return cudnnGetConvolutionForwardAlgorithm_v7(h, p.x, p.w, p.conv, p.y, n, got, out);
-  }
-  static cudnnStatus_t workspace(cudnnHandle_t h, ConvPlan& p, Algo a, std::size_t* bytes) {
-    return cudnnGetConvolutionForwardWorkspaceSize(h, p.x, p.w, p.conv, p.y, a, bytes);
-  }
-  // a = x, b = w, out = y
-  static cudnnStatus_t find(cudnnHandle_t h, ConvPlan& p, const float* a, const float* b, float* out, int n,
-                            int* got, Perf* perf, void* ws, std::size_t ws_bytes) {
-    return cudnnFindConvolutionForwardAlgorithmEx(h, p.x, a, p.w, b, p.conv, p.y, out, n, got, perf, ws, ws_bytes);
-  }
-};
-
-struct BwdDataOps {
-  using Perf = cudnnConvolutionBwdDataAlgoPerf_t;
-  using Algo = cudnnConvolutionBwdDataAlgo_t;
-  static constexpr int kCount = CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT;
-  static constexpr const char* kName = "backward-data";
-  static cudnnStatus_t heuristics(cudnnHandle_t h, ConvPlan& p, int n, int* got, Perf* out) {
-    return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p.w, p.y, p.conv, p.x, n, got, out);
-  }
-  static cudnnStatus_t workspace(cudnnHandle_t h, ConvPlan& p, Algo a, std::size_t* bytes) {
-    return cudnnGetConvolutionBackwardDataWorkspaceSize(h, p.w, p.y, p.conv, p.x, a, bytes);
-  }
-  // a = w, b = dy, out = dx
-  static cudnnStatus_t find(cudnnHandle_t h, ConvPlan& p, const float* a, const float* b, float* out, int n,
-                            int* got, Perf* perf, void* ws, std::size_t ws_bytes) {
-    return cudnnFindConvolutionBackwardDataAlgorithmEx(h, p.w, a, p.y, b, p.conv, p.x, out, n, got, perf, ws,
-                                                       ws_bytes);
-  }
-};
-
-struct BwdFilterOps {
-  using Perf = cudnnConvolutionBwdFilterAlgoPerf_t;
-  using Algo = cudnnConvolutionBwdFilterAlgo_t;
-  static constexpr int kCount = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
-  static constexpr const char* kName = "backward-filter";
-  static cudnnStatus_t heuristics(cudnnHandle_t h, ConvPlan& p, int n, int* got, Perf* out) {
-    return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p.x, p.y, p.conv, p.w, n, got, out);
-  }
-  static cudnnStatus_t workspace(cudnnHandle_t h, ConvPlan& p, Algo a, std::size_t* bytes) {
-    return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, p.x, p.y, p.conv, p.w, a, bytes);
-  }
-  // a = x, b = dy, out = dw
-  static cudnnStatus_t find(cudnnHandle_t h, ConvPlan& p, const float* a, const float* b, float* out, int n,
-                            int* got, Perf* perf, void* ws, std::size_t ws_bytes) {
-    return cudnnFindConvolutionBackwardFilterAlgorithmEx(h, p.x, a, p.y, b, p.conv, p.w, out, n, got, perf, ws,
-                                                         ws_bytes);
-  }
-};
+using cu::to_int;
 
 // Timed or heuristic algorithm choice: PARBENCH_CONV_SEARCH, when set, overrides the option for
 // the whole process (so a benchmark can match torch.backends.cudnn.benchmark without a flag).
@@ -157,7 +36,8 @@ bool exhaustive_search(const BackendOptions& opts) {
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int device, const BackendOptions& opts)
-      : device_(device), opts_(opts), exhaustive_(exhaustive_search(opts)), set_device_(device) {
+      : device_(device), opts_(opts), exhaustive_(exhaustive_search(opts)), set_device_(device),
+        convs_(Device{DeviceKind::Cuda, device}, opts, exhaustive_, cudnn_) {
     CUDNN_CHECK(cudnnSetStream(cudnn_, stream_));
     CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
     // fp32: cuBLAS's default math never uses TF32 for sgemm (TF32 has fewer mantissa bits than
@@ -185,54 +65,20 @@ class CudaBackend final : public Backend {
                        exhaustive_ ? "exhaustive search" : "cuDNN heuristics");
   }
 
-  // cuDNN takes no tensor of 2^31 elements or more: larger batches run as consecutive
-  // sub-batches (conv_batch_parts), each with its own plan; weight and bias gradients of the
-  // later parts add to the first's (beta = 1), as PyTorch does.
   void conv2d_forward(const ConvGeom& g, const float* x, const float* w, const float* b, float* y) override {
     cu::use_device(device_);
-    for (const BatchPart& part : conv_batch_parts(g)) {
-      const ConvGeom gp = sub_batch(g, part.n);
-      conv_forward_part(gp, x + part.offset * in_per_image(g), w, b, y + part.offset * out_per_image(g));
-    }
+    convs_.forward(g, x, w, b, y);
   }
-
   void conv2d_backward_data(const ConvGeom& g, const float* dy, const float* w, float* dx) override {
     cu::use_device(device_);
-    for (const BatchPart& part : conv_batch_parts(g)) {
-      const ConvGeom gp = sub_batch(g, part.n);
-      conv_backward_data_part(gp, dy + part.offset * out_per_image(g), w, dx + part.offset * in_per_image(g));
-    }
+    convs_.backward_data(g, dy, w, dx);
   }
-
   void conv2d_backward_weights(const ConvGeom& g, const float* x, const float* dy, float* dw, float* db,
                                bool accumulate) override {
     cu::use_device(device_);
-    bool add = accumulate;
-    for (const BatchPart& part : conv_batch_parts(g)) {
-      const ConvGeom gp = sub_batch(g, part.n);
-      conv_backward_weights_part(gp, x + part.offset * in_per_image(g), dy + part.offset * out_per_image(g), dw, db,
-                                 add);
-      add = true;
-    }
+    convs_.backward_weights(g, x, dy, dw, db, accumulate);
   }
-
-  std::string conv_algorithms(const ConvGeom& g) const override {
-    std::string out;
-    for (const BatchPart& part : conv_batch_parts(g)) {
-      const ConvGeom gp = sub_batch(g, part.n);
-      const auto it = plans_.find(key_of(gp));
-      if (!out.empty()) out += "; ";
-      out += fmt::format("batch {}..{}: ", part.offset, part.offset + part.n - 1);
-      if (it == plans_.end()) {
-        out += "not planned";
-        continue;
-      }
-      const ConvPlan& p = *it->second;
-      out += fmt::format("{}; {}; {}", choice_str("forward", p.fwd), choice_str("backward-data", p.bwd_data),
-                         choice_str("backward-filter", p.bwd_filter));
-    }
-    return fmt::format("{} on {}: {}", geom_str(g), dev().str(), out);
-  }
+  std::string conv_algorithms(const ConvGeom& g) const override { return convs_.algorithms(g); }
 
   // Row-major PyTorch layouts seen as column-major: x[n,in] is X'[in,n], w[out,in] is
   // W'[in,out], y[n,out] is Y'[out,n]. So y = x w^T is Y' = W'^T X'.
@@ -324,60 +170,8 @@ class CudaBackend final : public Backend {
   struct SetDevice {
     explicit SetDevice(int d) { cu::use_device(d); }
   };
-  using Key = std::array<int64_t, 11>;
 
   Device dev() const { return Device{DeviceKind::Cuda, device_}; }
-
-  static ConvGeom sub_batch(ConvGeom g, int64_t n) {
-    g.n = n;
-    return g;
-  }
-  static int64_t in_per_image(const ConvGeom& g) { return g.c * g.h * g.w; }
-  static int64_t out_per_image(const ConvGeom& g) { return g.k * g.p() * g.q(); }
-  static Key key_of(const ConvGeom& g) {
-    return Key{g.n, g.c, g.h, g.w, g.k, g.r, g.s, g.stride_h, g.stride_w, g.pad_h, g.pad_w};
-  }
-
-  void conv_forward_part(const ConvGeom& g, const float* x, const float* w, const float* b, float* y) {
-    ConvPlan& p = plan_for(g);
-    if (!p.fwd) p.fwd = choose<FwdOps>(p, g, x, w, y);
-    void* ws = workspace(p.fwd->workspace);
-    CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv, p.fwd->math));
-    CUDNN_CHECK(cudnnConvolutionForward(cudnn_, &kOne, p.x, x, p.w, w, p.conv,
-                                        static_cast<cudnnConvolutionFwdAlgo_t>(p.fwd->algo), ws, p.fwd->workspace,
-                                        &kZero, p.y, y));
-    if (b) CUDNN_CHECK(cudnnAddTensor(cudnn_, &kOne, p.bias, b, &kOne, p.y, y));
-  }
-
-  void conv_backward_data_part(const ConvGeom& g, const float* dy, const float* w, float* dx) {
-    ConvPlan& p = plan_for(g);
-    if (!p.bwd_data) p.bwd_data = choose<BwdDataOps>(p, g, w, dy, dx);
-    void* ws = workspace(p.bwd_data->workspace);
-    CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv, p.bwd_data->math));
-    CUDNN_CHECK(cudnnConvolutionBackwardData(cudnn_, &kOne, p.w, w, p.y, dy, p.conv,
-                                             static_cast<cudnnConvolutionBwdDataAlgo_t>(p.bwd_data->algo), ws,
-                                             p.bwd_data->workspace, &kZero, p.x, dx));
-  }
-
-  void conv_backward_weights_part(const ConvGeom& g, const float* x, const float* dy, float* dw, float* db,
-                                  bool accumulate) {
-    ConvPlan& p = plan_for(g);
-    if (!p.bwd_filter) {
-      // The timed search writes its output: search into scratch, so gradients being
-      // accumulated in dw survive it.
-      std::unique_ptr<Buffer> scratch;
-      if (exhaustive_)
-        scratch = std::make_unique<Buffer>(dev(), static_cast<std::size_t>(g.k * g.c * g.r * g.s) * sizeof(float));
-      p.bwd_filter = choose<BwdFilterOps>(p, g, x, dy, scratch ? static_cast<float*>(scratch->data()) : dw);
-    }
-    void* ws = workspace(p.bwd_filter->workspace);
-    const float* beta = accumulate ? &kOne : &kZero;
-    CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv, p.bwd_filter->math));
-    CUDNN_CHECK(cudnnConvolutionBackwardFilter(cudnn_, &kOne, p.x, x, p.y, dy, p.conv,
-                                               static_cast<cudnnConvolutionBwdFilterAlgo_t>(p.bwd_filter->algo), ws,
-                                               p.bwd_filter->workspace, beta, p.w, dw));
-    if (db) CUDNN_CHECK(cudnnConvolutionBackwardBias(cudnn_, &kOne, p.y, dy, beta, p.bias, db));
-  }
 
   // Non-blocking: a communicator's transfers never wait on unrelated legacy-stream work, and
   // overlap the compute stream (ddp buckets during backward).
@@ -390,98 +184,6 @@ class CudaBackend final : public Backend {
   };
   cudaStream_t queue(Stream* s) const { return s ? static_cast<cudaStream_t>(s->native()) : stream_.get(); }
 
-  ConvPlan& plan_for(const ConvGeom& g) {
-    const Key key = key_of(g);
-    auto it = plans_.find(key);
-    if (it != plans_.end()) return *it->second;
-    auto p = std::make_unique<ConvPlan>();
-    const int N = to_int(g.n, "batch"), C = to_int(g.c, "channels"), H = to_int(g.h, "height"),
-              W = to_int(g.w, "width"), K = to_int(g.k, "output channels");
-    const int P = to_int(g.p(), "output height"), Q = to_int(g.q(), "output width");
-    CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, N, C, H, W));
-    CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, N, K, P, Q));
-    CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->bias, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, K, 1, 1));
-    CUDNN_CHECK(cudnnSetFilter4dDescriptor(p->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, K, C,
-                                           to_int(g.r, "kernel height"), to_int(g.s, "kernel width")));
-    // PyTorch's Conv2d is a cross-correlation (no kernel flip).
-    CUDNN_CHECK(cudnnSetConvolution2dDescriptor(p->conv, to_int(g.pad_h, "pad"), to_int(g.pad_w, "pad"),
-                                                to_int(g.stride_h, "stride"), to_int(g.stride_w, "stride"), 1, 1,
-                                                CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-    CUDNN_CHECK(cudnnSetConvolutionMathType(p->conv, base_math(opts_.precision)));
-    int on = 0, ok = 0, op = 0, oq = 0;
-    CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(p->conv, p->x, p->w, &on, &ok, &op, &oq));
-    PB_CHECK(on == N && ok == K && op == P && oq == Q, "{}: cuDNN output [{},{},{},{}], expected [{},{},{},{}]",
-             geom_str(g), on, ok, op, oq, N, K, P, Q);
-    return *plans_.emplace(key, std::move(p)).first->second;
-  }
-
-  // Grow-only workspace shared by all convolutions of this backend. An outgrown buffer is kept
-  // until the backend is destroyed rather than freed: cudaFree synchronizes the whole device,
-  // which would stall every other stream (other workers, collectives) each time it grows.
-  // Growth happens during the first steps only (the search asks for the most up front).
-  void* workspace(std::size_t bytes) {
-    if (bytes == 0) return nullptr;
-    if (!workspace_ || workspace_->bytes() < bytes) {
-      if (workspace_) outgrown_.push_back(std::move(workspace_));
-      workspace_ = std::make_unique<Buffer>(dev(), bytes);
-    }
-    return workspace_->data();
-  }
-
-  // The most workspace a search may use: the configured cap, and no more than the current
-  // buffer or what is free on the device (a larger buffer is allocated beside the current
-  // one), so a search never fails for memory a slower algorithm would not need.
-  std::size_t workspace_limit() const {
-    std::size_t free_bytes = 0, total = 0;
-    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
-    const std::size_t pool = workspace_ ? workspace_->bytes() : 0;
-    const std::size_t reserve = std::size_t(64) << 20;  // room for cuDNN's own small allocations
-    const std::size_t usable = std::max(pool, free_bytes > reserve ? free_bytes - reserve : std::size_t(0));
-    return std::min(opts_.workspace_cap_bytes, usable);
-  }
-
-  // Heuristics (cudnnGet*_v7, ranked by expected speed) or, with exhaustive search, timed runs
-  // of every algorithm (cudnnFind*Ex, as torch.backends.cudnn.benchmark). Either way the
-  // first algorithm whose math mode the precision allows and whose workspace fits wins.
-  template <typename Ops>
-  AlgoChoice choose(ConvPlan& p, const ConvGeom& g, const float* a, const float* b, float* out) {
-    using Perf = typename Ops::Perf;
-    const Precision prec = opts_.precision;
-    const std::size_t limit = workspace_limit();
-    std::array<Perf, Ops::kCount> perfs{};
-    int got = 0;
-    std::size_t search_ws = 0;
-    CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv, base_math(prec)));
-    if (exhaustive_) {
-      // Give the search as much workspace as the hungriest algorithm wants, within the limit.
-      for (int i = 0; i < Ops::kCount; ++i) {
-        std::size_t bytes = 0;
-        if (Ops::workspace(cudnn_, p, static_cast<typename Ops::Algo>(i), &bytes) == CUDNN_STATUS_SUCCESS &&
-            bytes <= limit)
-          search_ws = std::max(search_ws, bytes);
-      }
-      void* ws = workspace(search_ws);
-      CUDNN_CHECK(Ops::find(cudnn_, p, a, b, out, Ops::kCount, &got, perfs.data(), ws, search_ws));
-    } else {
-      CUDNN_CHECK(Ops::heuristics(cudnn_, p, Ops::kCount, &got, perfs.data()));
-    }
-    for (int i = 0; i < got; ++i) {
-      const Perf& perf = perfs[i];
-      if (perf.status != CUDNN_STATUS_SUCCESS || !math_allowed(prec, perf.mathType)) continue;
-      // The workspace an algorithm needs depends on the math mode it runs with.
-      CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv, perf.mathType));
-      std::size_t bytes = 0;
-      const cudnnStatus_t st = Ops::workspace(cudnn_, p, perf.algo, &bytes);
-      CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv, base_math(prec)));
-      if (st != CUDNN_STATUS_SUCCESS) continue;
-      bytes = std::max(bytes, perf.memory);
-      if (bytes > (exhaustive_ ? search_ws : limit)) continue;
-      return AlgoChoice{static_cast<int>(perf.algo), perf.mathType, bytes};
-    }
-    throw Error(fmt::format("{} on {}: no cuDNN {} algorithm for {} fits {} bytes of workspace", geom_str(g),
-                            dev().str(), Ops::kName, precision_name(prec), limit));
-  }
-
   int device_;
   BackendOptions opts_;
   bool exhaustive_;
@@ -490,10 +192,8 @@ class CudaBackend final : public Backend {
   cu::CudnnHandle cudnn_;
   cu::CublasHandle cublas_;
   std::string gpu_name_;
-  std::unique_ptr<Buffer> workspace_;
-  std::vector<std::unique_ptr<Buffer>> outgrown_;  // earlier workspaces, freed at destruction
+  cu::CudnnConv convs_;
   std::unique_ptr<Buffer> mse_scratch_;
-  std::map<Key, std::unique_ptr<ConvPlan>> plans_;
 };
 
 }  // namespace

@@ -1,8 +1,10 @@
 // RAII owners for CUDA, cuDNN and cuBLAS handles, one small class per kind. Creation is
 // checked (throws); destruction never throws, because it runs during unwinding and at exit,
-// when the runtime may already be shutting down.
+// when the runtime may already be shutting down. Also the checked narrowing to their ints.
 #pragma once
 
+#include <cstdint>
+#include <limits>
 #include <utility>
 
 #include "engine/check.h"
@@ -12,6 +14,12 @@ namespace pb::cu {
 // Makes `device` current for the calling thread. Every public CUDA entry point calls it first,
 // because one host thread may drive several GPUs and the current device is per thread.
 inline void use_device(int device) { CUDA_CHECK(cudaSetDevice(device)); }
+
+inline int to_int(int64_t v, const char* what) {
+  PB_CHECK(v >= 0 && v <= std::numeric_limits<int>::max(), "{} = {} does not fit the int a CUDA library takes",
+           what, v);
+  return static_cast<int>(v);
+}
 
 // A move-only owner of one handle: Traits supply create/destroy for the handle type.
 template <typename Traits>

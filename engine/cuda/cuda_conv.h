@@ -1,0 +1,73 @@
+// cuDNN convolutions for the CUDA backend: descriptors built once per shape, the algorithm of
+// each direction (cuDNN's heuristics or a timed search), and the workspace they share.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/backend.h"
+#include "engine/cuda/cuda_util.h"
+#include "engine/device.h"
+#include "engine/tensor.h"
+
+namespace pb::cu {
+
+struct AlgoChoice;
+struct ConvPlan;
+
+// One backend's convolutions, run on the stream its cuDNN handle is bound to. The caller makes
+// the device current before each call; calls never overlap.
+class CudnnConv {
+ public:
+  CudnnConv(Device dev, const BackendOptions& opts, bool exhaustive, cudnnHandle_t cudnn);
+  ~CudnnConv();
+  CudnnConv(const CudnnConv&) = delete;
+  CudnnConv& operator=(const CudnnConv&) = delete;
+
+  // cuDNN takes no tensor of 2^31 elements or more: larger batches run as consecutive
+  // sub-batches (conv_batch_parts), each with its own plan; weight and bias gradients of the
+  // later parts add to the first's (beta = 1), as PyTorch does.
+  void forward(const ConvGeom& g, const float* x, const float* w, const float* b, float* y);
+  void backward_data(const ConvGeom& g, const float* dy, const float* w, float* dx);
+  void backward_weights(const ConvGeom& g, const float* x, const float* dy, float* dw, float* db, bool accumulate);
+  // The algorithms chosen so far for each sub-batch of `g` (Backend::conv_algorithms).
+  std::string algorithms(const ConvGeom& g) const;
+
+ private:
+  using Key = std::array<int64_t, 11>;
+
+  static ConvGeom sub_batch(ConvGeom g, int64_t n) {
+    g.n = n;
+    return g;
+  }
+  static int64_t in_per_image(const ConvGeom& g) { return g.c * g.h * g.w; }
+  static int64_t out_per_image(const ConvGeom& g) { return g.k * g.p() * g.q(); }
+  static Key key_of(const ConvGeom& g) {
+    return Key{g.n, g.c, g.h, g.w, g.k, g.r, g.s, g.stride_h, g.stride_w, g.pad_h, g.pad_w};
+  }
+
+  void forward_part(const ConvGeom& g, const float* x, const float* w, const float* b, float* y);
+  void backward_data_part(const ConvGeom& g, const float* dy, const float* w, float* dx);
+  void backward_weights_part(const ConvGeom& g, const float* x, const float* dy, float* dw, float* db,
+                             bool accumulate);
+  ConvPlan& plan_for(const ConvGeom& g);
+  void* workspace(std::size_t bytes);
+  std::size_t workspace_limit() const;
+  template <typename Ops>
+  AlgoChoice choose(ConvPlan& p, const ConvGeom& g, const float* a, const float* b, float* out);
+
+  Device dev_;
+  BackendOptions opts_;
+  bool exhaustive_;
+  cudnnHandle_t cudnn_;
+  std::unique_ptr<Buffer> workspace_;
+  std::vector<std::unique_ptr<Buffer>> outgrown_;  // earlier workspaces, freed at destruction
+  std::map<Key, std::unique_ptr<ConvPlan>> plans_;
+};
+
+}  // namespace pb::cu
