@@ -1,19 +1,15 @@
 // oneDNN convolutions for the CPU backend. Tensors arrive as plain NCHW / OIHW pointers; each
-// shape gets its primitives once (cached), in the layouts oneDNN prefers, with reorders between
-// the user's layout and the primitive's around each call.
+// call runs its shape's cached primitives (dnnl_conv_plan.h), with reorders between the user's
+// layout and the primitive's around them.
 #include "engine/dnnl/dnnl_conv.h"
 
-#include <algorithm>
-#include <array>
-#include <cstdlib>
-#include <map>
 #include <string>
 #include <unordered_map>
-#include <utility>
 
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "engine/check.h"
+#include "engine/dnnl/dnnl_conv_plan.h"
 #include "engine/dnnl/omp_threads.h"
 
 namespace pb {
@@ -21,253 +17,14 @@ namespace pb {
 namespace {
 
 using dnnl::memory;
-using Tag = memory::format_tag;
-using Dt = memory::data_type;
-
-// Winograd only where it pays: below 32 channels in or out (per slice) direct is as fast.
-constexpr int64_t kWinogradMinChannels = 32;
-
-// A growable 64-byte-aligned buffer: sized on first use of the largest shape, reused after, so a
-// training step allocates nothing.
-class Scratch {
- public:
-  void* get(std::size_t bytes) {
-    if (bytes > bytes_) {
-      const std::size_t rounded = (bytes + 63) / 64 * 64;
-      ptr_.reset();  // free the old buffer first: peak memory is what we are careful about
-      bytes_ = 0;
-      void* p = std::aligned_alloc(64, rounded);
-      if (!p) throw Error(fmt::format("oneDNN scratch: cannot allocate {} bytes", rounded));
-      ptr_.reset(p);
-      bytes_ = rounded;
-    }
-    return ptr_.get();
-  }
-
- private:
-  struct Free {
-    void operator()(void* p) const { std::free(p); }
-  };
-  std::unique_ptr<void, Free> ptr_;
-  std::size_t bytes_ = 0;
-};
-
-using Key = std::array<int64_t, 12>;
-Key key_of(const ConvGeom& g, bool bias) {
-  return {g.n, g.c, g.h, g.w, g.k, g.r, g.s, g.stride_h, g.stride_w, g.pad_h, g.pad_w, bias ? 1 : 0};
-}
-
-// One tensor argument of a primitive: the user's plain layout (possibly a channel slice of a
-// larger tensor), the primitive's, and the reorders between them when they differ.
-struct Arg {
-  memory::desc user, prim;
-  dnnl::reorder to_prim, to_user;
-  bool reordered() const { return !(user == prim); }
-};
-
-// Each op runs its primitive `parts` times, on consecutive slices of the channels it produces
-// (forward: output channels, backward data: input channels, backward weights: output channels).
-struct Fwd {
-  dnnl::convolution_forward prim;
-  int64_t parts;  // 1 unless Winograd runs in channel slices
-  std::string impl;
-  Arg src, wei, dst;
-  memory::desc bias, pad;
-};
-struct BwdData {
-  dnnl::convolution_backward_data prim;
-  int64_t parts;
-  std::string impl;
-  Arg diff_dst, wei, diff_src;
-  memory::desc pad;
-};
-struct BwdWeights {
-  dnnl::convolution_backward_weights prim;
-  int64_t parts;
-  std::string impl;
-  Arg src, diff_dst, diff_wei;
-  dnnl::reorder add_to_user;  // diff_wei prim -> user layout with a sum post-op: dw += computed
-  memory::desc bias, pad;
-};
-
-struct Dims {
-  memory::dims src, wei, bias, dst, strides, pad;
-};
-Dims dims(const ConvGeom& g) {
-  // Right padding = left padding: oneDNN checks the output size with the same floor division
-  // as ConvGeom::p()/q(), so symmetric padding describes every geometry (PyTorch does this too).
-  return {{g.n, g.c, g.h, g.w}, {g.k, g.c, g.r, g.s}, {g.k}, {g.n, g.k, g.p(), g.q()},
-          {g.stride_h, g.stride_w}, {g.pad_h, g.pad_w}};
-}
-memory::desc any(const memory::dims& d) { return memory::desc(d, Dt::f32, Tag::any); }
-// Plain NCHW / OIHW layout of a 4-d slice `d` of a tensor whose dimension 1 has `full1` entries.
-memory::desc plain(const memory::dims& d, int64_t full1) {
-  return memory::desc(d, Dt::f32, memory::dims{full1 * d[2] * d[3], d[2] * d[3], d[3], 1});
-}
-ConvGeom slice_k(ConvGeom g, int64_t parts) { return g.k /= parts, g; }
-ConvGeom slice_c(ConvGeom g, int64_t parts) { return g.c /= parts, g; }
+using dnnl_plan::BwdData;
+using dnnl_plan::BwdWeights;
+using dnnl_plan::Fwd;
 
 }  // namespace
 
-struct DnnlConv::Impl {
-  int threads;
-  bool winograd;
-  std::size_t winograd_scratch_cap;
-  dnnl::engine eng{dnnl::engine::kind::cpu, 0};
-  dnnl::stream strm{eng};
-  std::map<Key, Fwd> fwd;
-  std::map<Key, BwdData> bwd_data;
-  std::map<Key, BwdWeights> bwd_weights;
-  // Shared by all shapes: calls on one instance never overlap.
-  Scratch src_buf, dst_buf, wei_buf, bias_buf, pad_buf;
-
-  Impl(int t, bool wino, std::size_t cap) : threads(t), winograd(wino), winograd_scratch_cap(cap) {}
-
-  dnnl::primitive_attr attr() const {
-    dnnl::primitive_attr a;
-    a.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    return a;
-  }
-
-  Arg arg(const memory::desc& user, const memory::desc& prim) {
-    Arg a{user, prim, {}, {}};
-    if (a.reordered()) {
-      a.to_prim = dnnl::reorder(dnnl::reorder::primitive_desc(eng, user, eng, prim));
-      a.to_user = dnnl::reorder(dnnl::reorder::primitive_desc(eng, prim, eng, user));
-    }
-    return a;
-  }
-
-  dnnl::convolution_forward::primitive_desc fwd_pd(const ConvGeom& g, bool bias, dnnl::algorithm alg) {
-    const Dims d = dims(g);
-    const auto desc =
-        bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, any(d.src), any(d.wei),
-                                               memory::desc(d.bias, Dt::f32, Tag::x), any(d.dst), d.strides, d.pad,
-                                               d.pad)
-             : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, any(d.src), any(d.wei),
-                                               any(d.dst), d.strides, d.pad, d.pad);
-    return dnnl::convolution_forward::primitive_desc(desc, attr(), eng);
-  }
-
-  // Picks the algorithm and slicing of one op. Winograd F(4x4, 3x3) (oneDNN's jit_wino_4x3) for
-  // 3x3 stride-1 layers with 32+ channels in and out takes about half the direct kernels' time.
-  // It is still fp32 arithmetic, with ~10x direct's rounding error (measured ~3e-6 vs ~3e-7 of
-  // max|y| at 512 channels). `sliced` is the channel count the op can be split along; make(alg,
-  // parts) creates the primitive descriptor for one of `parts` slices. Direct (unsliced) where
-  // the CPU has no Winograd kernel or no slicing fits the scratch cap.
-  template <class Make>
-  auto choose(const ConvGeom& g, int64_t sliced, Make&& make) {
-    if (winograd && g.r == 3 && g.s == 3 && g.stride_h == 1 && g.stride_w == 1 &&
-        std::min(g.c, g.k) >= kWinogradMinChannels) {
-      for (int64_t parts = 1; parts <= 8; parts *= 2) {
-        if (sliced % parts != 0 || (parts > 1 && (sliced / parts) % 16 != 0) ||
-            sliced / parts < kWinogradMinChannels)
-          break;
-        try {
-          auto pd = make(dnnl::algorithm::convolution_winograd, parts);
-          if (pd.scratchpad_desc().get_size() <= winograd_scratch_cap) return std::make_pair(pd, parts);
-        } catch (const dnnl::error& e) {
-          if (e.status != dnnl_unimplemented) throw;
-          break;
-        }
-      }
-    }
-    return std::make_pair(make(dnnl::algorithm::convolution_direct, int64_t{1}), int64_t{1});
-  }
-
-  Fwd& get_fwd(const ConvGeom& g, bool bias) {
-    const Key key = key_of(g, bias);
-    auto it = fwd.find(key);
-    if (it != fwd.end()) return it->second;
-    const auto [pd, parts] =
-        choose(g, g.k, [&](dnnl::algorithm alg, int64_t n) { return fwd_pd(slice_k(g, n), bias, alg); });
-    const Dims d = dims(slice_k(g, parts));
-    Fwd f{dnnl::convolution_forward(pd),
-          parts,
-          pd.impl_info_str(),
-          arg(plain(d.src, g.c), pd.src_desc()),
-          arg(plain(d.wei, g.c), pd.weights_desc()),
-          arg(plain(d.dst, g.k), pd.dst_desc()),
-          bias ? pd.bias_desc() : memory::desc(),
-          pd.scratchpad_desc()};
-    return fwd.emplace(key, std::move(f)).first->second;
-  }
-
-  BwdData& get_bwd_data(const ConvGeom& g) {
-    const Key key = key_of(g, false);
-    auto it = bwd_data.find(key);
-    if (it != bwd_data.end()) return it->second;
-    const auto [pd, parts] = choose(g, g.c, [&](dnnl::algorithm alg, int64_t n) {
-      const ConvGeom gs = slice_c(g, n);
-      const Dims d = dims(gs);
-      const dnnl::convolution_backward_data::desc desc(alg, any(d.src), any(d.wei), any(d.dst), d.strides, d.pad,
-                                                       d.pad);
-      return dnnl::convolution_backward_data::primitive_desc(desc, attr(), eng, fwd_pd(gs, false, alg));
-    });
-    const Dims d = dims(slice_c(g, parts));
-    BwdData b{dnnl::convolution_backward_data(pd),
-              parts,
-              pd.impl_info_str(),
-              arg(plain(d.dst, g.k), pd.diff_dst_desc()),
-              arg(plain(d.wei, g.c), pd.weights_desc()),
-              arg(plain(d.src, g.c), pd.diff_src_desc()),
-              pd.scratchpad_desc()};
-    return bwd_data.emplace(key, std::move(b)).first->second;
-  }
-
-  BwdWeights& get_bwd_weights(const ConvGeom& g, bool bias) {
-    const Key key = key_of(g, bias);
-    auto it = bwd_weights.find(key);
-    if (it != bwd_weights.end()) return it->second;
-    const auto [pd, parts] = choose(g, g.k, [&](dnnl::algorithm alg, int64_t n) {
-      const ConvGeom gs = slice_k(g, n);
-      const Dims d = dims(gs);
-      const auto desc =
-          bias ? dnnl::convolution_backward_weights::desc(alg, any(d.src), any(d.wei),
-                                                          memory::desc(d.bias, Dt::f32, Tag::x), any(d.dst),
-                                                          d.strides, d.pad, d.pad)
-               : dnnl::convolution_backward_weights::desc(alg, any(d.src), any(d.wei), any(d.dst), d.strides, d.pad,
-                                                          d.pad);
-      return dnnl::convolution_backward_weights::primitive_desc(desc, attr(), eng, fwd_pd(gs, bias, alg));
-    });
-    const Dims d = dims(slice_k(g, parts));
-    BwdWeights b{dnnl::convolution_backward_weights(pd),
-                 parts,
-                 pd.impl_info_str(),
-                 arg(plain(d.src, g.c), pd.src_desc()),
-                 arg(plain(d.dst, g.k), pd.diff_dst_desc()),
-                 arg(plain(d.wei, g.c), pd.diff_weights_desc()),
-                 {},
-                 bias ? pd.diff_bias_desc() : memory::desc(),
-                 pd.scratchpad_desc()};
-    dnnl::primitive_attr sum;
-    dnnl::post_ops ops;
-    ops.append_sum(1.0f);
-    sum.set_post_ops(ops);
-    b.add_to_user = dnnl::reorder(dnnl::reorder::primitive_desc(eng, b.diff_wei.prim, eng, b.diff_wei.user, sum));
-    return bwd_weights.emplace(key, std::move(b)).first->second;
-  }
-
-  memory user_mem(const Arg& a, const float* p) { return memory(a.user, eng, const_cast<float*>(p)); }
-
-  // The primitive's view of an input: the user's memory itself, or a reorder of it into `buf`.
-  memory input(const Arg& a, const float* p, Scratch& buf) {
-    memory u = user_mem(a, p);
-    if (!a.reordered()) return u;
-    memory m(a.prim, eng, buf.get(a.prim.get_size()));
-    a.to_prim.execute(strm, u, m);
-    return m;
-  }
-  // Where the primitive writes an output: the user's memory, or `buf` to be reordered after.
-  memory output(const Arg& a, float* p, Scratch& buf) {
-    return a.reordered() ? memory(a.prim, eng, buf.get(a.prim.get_size())) : user_mem(a, p);
-  }
-  void finish(const Arg& a, memory& m, float* p) {
-    if (!a.reordered()) return;
-    memory u = user_mem(a, p);
-    a.to_user.execute(strm, m, u);
-  }
-  memory scratchpad(const memory::desc& d) { return memory(d, eng, pad_buf.get(d.get_size())); }
+struct DnnlConv::Impl : dnnl_plan::Plans {
+  using Plans::Plans;
 };
 
 DnnlConv::DnnlConv(int threads, bool winograd, std::size_t winograd_scratch_cap)
