@@ -16,7 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tests/paths.h"
+#include "tests/cli_fixture.h"
 #include "engine/device.h"
 #include "engine/fsutil.h"
 #include "reports/gbjson.h"
@@ -30,45 +30,14 @@ using nlohmann::json;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-struct Result {
-  int code = -1;
-  std::string out, err;
-};
+using test::Result;
+using test::slurp;
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-class Harness : public ::testing::Test {
+class Harness : public test::CliTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("parbench_harness_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override {
-    if (!HasFailure()) fs::remove_all(dir_);
-  }
-  // Runs `ENV parbench ARGS` with stdout and stderr captured; returns the exit status.
-  Result parbench(const std::string& args, const std::string& env = "") {
-    const std::string out = (dir_ / "stdout.txt").string(), err = (dir_ / "stderr.txt").string();
-    const std::string cmd = env + " " + pb::test::parbench_binary() + " " + args + " >" + out + " 2>" + err;
-    const int status = std::system(cmd.c_str());
-    Result r;
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.out = slurp(out);
-    r.err = slurp(err);
-    return r;
-  }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  Harness() : CliTest("parbench_harness_") {}
   static json load(const std::string& p) { return json::parse(reports::nan_to_null(slurp(p))); }
   static bool have_matplotlib() { return std::system("/usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1") == 0; }
-
-  fs::path dir_;
 };
 
 TEST_F(Harness, RunReportCompare) {

@@ -16,7 +16,7 @@
 #include <string>
 #include <thread>
 
-#include "tests/paths.h"
+#include "tests/cli_fixture.h"
 #include "engine/check.h"
 #include "engine/device.h"
 #include "engine/fsutil.h"
@@ -33,41 +33,12 @@ namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-struct Result {
-  int code = -1;
-  std::string out, err;
-};
+using test::Result;
+using test::slurp;
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-class Hostile : public ::testing::Test {
+class Hostile : public test::CliTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("parbench_hostile_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override {
-    if (!HasFailure()) fs::remove_all(dir_);
-  }
-  // `parbench ARGS` with stdout and stderr captured; a signal gives code -1.
-  Result parbench(const std::string& args) {
-    const std::string out = path("stdout.txt"), err = path("stderr.txt");
-    const std::string cmd = pb::test::parbench_binary() + " " + args + " >" + out + " 2>" + err;
-    const int status = std::system(cmd.c_str());
-    Result r;
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.out = slurp(out);
-    r.err = slurp(err);
-    return r;
-  }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  Hostile() : CliTest("parbench_hostile_") {}
   std::string write(const std::string& name, const std::string& text) const {
     std::ofstream(path(name)) << text;
     return path(name);
@@ -76,7 +47,6 @@ class Hostile : public ::testing::Test {
     write_npy(path(name), shape, v.data());
     return path(name);
   }
-  fs::path dir_;
 };
 
 // --- 1. outputs never replace a device, FIFO or symlink ------------------------------------------
