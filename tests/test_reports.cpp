@@ -339,7 +339,8 @@ TEST(Report, DisplayOrderAndSpeedupBaseFromTheRunsContext) {
                         .add("w/zeta/devices:1/batch:1", {10})
                         .add("w/solo/devices:1/batch:1", {20})
                         .file();
-  const Group& g = build_report({f}).groups.at(0);
+  const Report rep = build_report({f});
+  const Group& g = rep.groups.at(0);
   EXPECT_EQ(g.rows[0].strategy, "solo");
   EXPECT_EQ(g.rows[1].strategy, "zeta");
   EXPECT_EQ(g.rows[2].strategy, "alpha");
@@ -356,7 +357,8 @@ TEST(Report, MedianFromIterationsWithOneRepetitionAndWithAggregatesOnly) {
                           .add("linear/regular/devices:1/batch:1", {40})
                           .iteration_times("linear/regular/devices:1/batch:1", {{0.010, 0.011, 0.009, 0.130, 0.040}})
                           .file();
-  const Row& r = build_report({one}).groups.at(0).rows.at(0);
+  const Report rep_one = build_report({one});
+  const Row& r = rep_one.groups.at(0).rows.at(0);
   EXPECT_NEAR(*r.median_ms, 11, 1e-9);
   // --benchmark_report_aggregates_only: no repetition entries, counters only on the aggregates.
   GbJson agg;
@@ -368,7 +370,8 @@ TEST(Report, MedianFromIterationsWithOneRepetitionAndWithAggregatesOnly) {
                                        {"repetitions", 3}, {"iterations", 3}, {"real_time", 12.0}, {"cpu_time", 12.0},
                                        {"time_unit", "ms"}, {"global_batch", 2}, {"comm_s_per_iter", 0.006}});
   const RunFile f = agg.file();
-  const Row& d = build_report({f}).groups.at(0).rows.at(0);
+  const Report rep_agg = build_report({f});
+  const Row& d = rep_agg.groups.at(0).rows.at(0);
   EXPECT_EQ(d.repetitions, 3);
   EXPECT_NEAR(*d.median_ms, 12.5, 1e-9);  // of the six iterations
   EXPECT_NEAR(*d.comm_share, 0.006 / 0.0125, 1e-9);  // counters from the median aggregate
