@@ -27,15 +27,6 @@ namespace pb {
 
 namespace {
 
-std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ','))
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
-
 // Keeps the first of repeated list entries (a benchmark registered twice would pool).
 template <class T>
 void dedupe(std::vector<T>& v) {
@@ -149,7 +140,7 @@ RunPlan plan_run(const Flags& f, Sweep& sw) {
   const std::vector<std::string> known = strategy_names();
   const bool all = f.str("strategies") == "all";
   std::vector<std::string>& strategies = p.strategies;
-  strategies = all ? known : split_list(f.str("strategies"));
+  strategies = all ? known : reports::split_commas(f.str("strategies"));
   for (const std::string& s : strategies)
     if (std::find(known.begin(), known.end(), s) == known.end())
       throw UsageError(fmt::format("unknown strategy '{}' in --strategies: expected all or some of {}", s, fmt::join(known, ", ")));

@@ -27,15 +27,6 @@ bool parse_int(const std::string& s, int64_t& out) {
   }
 }
 
-// Display order: the run's (context strategy_order, the registry's order), else first appearance.
-std::vector<std::string> split_commas(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ','))
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
 
 void merge_into(Benchmark& into, const Benchmark& from) {
   if (into.times_s.empty()) into.iterations = from.iterations;
@@ -284,6 +275,15 @@ Report build_report(const std::vector<RunFile>& files) {
     report.groups.push_back(std::move(g));
   }
   return report;
+}
+
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
 }
 
 }  // namespace pb::reports

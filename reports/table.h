@@ -30,6 +30,8 @@ std::optional<BenchName> parse_bench_name(const std::string& name);
 std::string bench_name(const BenchName& n);
 // Text for one markdown table cell: '|' escaped, newlines flattened.
 std::string md_escape(const std::string& s);
+// The non-empty items of a comma-separated list (flags, and the list-valued context keys).
+std::vector<std::string> split_commas(const std::string& s);
 
 struct Row {
   std::string name;  // GB run_name
