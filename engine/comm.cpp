@@ -105,6 +105,24 @@ void Communicator::recv(int rank, float* buf, int64_t n, int peer) {
   });
 }
 
+int64_t Communicator::send_start(int rank, const float* buf, int64_t n, int peer) {
+  PB_CHECK(n >= 0 && 0 <= peer && peer < size() && peer != rank, "send of {} values from rank {} to {} of {}", n,
+           rank, peer, size());
+  int64_t id = -1;
+  timed(rank, n * sizeof(float), [&] { id = do_send_start(rank, buf, n, peer); });
+  return id;
+}
+
+int64_t Communicator::recv_start(int rank, float* buf, int64_t n, int peer) {
+  PB_CHECK(n >= 0 && 0 <= peer && peer < size() && peer != rank, "recv of {} values at rank {} from {} of {}", n,
+           rank, peer, size());
+  int64_t id = -1;
+  timed(rank, 0, [&] { id = do_recv_start(rank, buf, n, peer); });
+  return id;
+}
+
+void Communicator::wait_transfer(int rank, int64_t id) { timed(rank, 0, [&] { do_wait_transfer(rank, id); }); }
+
 namespace {
 
 // One rank: every collective is the identity, so strategies need no `if (n > 1)`.
@@ -121,6 +139,9 @@ class SoloComm final : public Communicator {
   void do_reduce(int, float*, int64_t, int) override {}
   void do_send(int, const float*, int64_t, int) override {}  // unreachable: peer != rank is checked
   void do_recv(int, float*, int64_t, int) override {}
+  int64_t do_send_start(int, const float*, int64_t, int) override { return 0; }  // unreachable, as do_send
+  int64_t do_recv_start(int, float*, int64_t, int) override { return 0; }
+  void do_wait_transfer(int, int64_t) override {}
   bool orders_with_events() const override { return true; }  // nothing to order
 };
 

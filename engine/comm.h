@@ -51,6 +51,16 @@ class Communicator {
   void send(int rank, const float* buf, int64_t n, int peer);
   void recv(int rank, float* buf, int64_t n, int peer);
 
+  // Point-to-point transfers that return at once, so a pipeline stage can start its next
+  // micro-batch while its output travels. The send's buffer must stay unchanged, and the recv's
+  // untouched, until wait_transfer(rank, id) of the id they return; after it the sent buffer is
+  // free and the received values are ordered before the rank's later work. Between two ranks,
+  // messages of one direction match in the order they were started (as MPI's). A transfer is
+  // started after the rank's queued work, like every call above.
+  int64_t send_start(int rank, const float* buf, int64_t n, int peer);
+  int64_t recv_start(int rank, float* buf, int64_t n, int peer);
+  void wait_transfer(int rank, int64_t id);
+
   // Called when a worker failed: every rank blocked in (or later entering) a collective throws
   // Error instead of waiting forever for it. The communicator is unusable afterwards.
   virtual void abort() noexcept = 0;
@@ -66,6 +76,10 @@ class Communicator {
   virtual void do_reduce(int rank, float* buf, int64_t n, int root) = 0;
   virtual void do_send(int rank, const float* buf, int64_t n, int peer) = 0;
   virtual void do_recv(int rank, float* buf, int64_t n, int peer) = 0;
+  // Return an id, unique among the rank's transfers not yet waited for.
+  virtual int64_t do_send_start(int rank, const float* buf, int64_t n, int peer) = 0;
+  virtual int64_t do_recv_start(int rank, float* buf, int64_t n, int peer) = 0;
+  virtual void do_wait_transfer(int rank, int64_t id) = 0;
 
   Backend& backend(int rank) const { return *ranks_.at(rank); }  // a local rank's
   // Implementations that order themselves after the rank's queued compute with events return

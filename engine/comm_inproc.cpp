@@ -3,6 +3,9 @@
 // it serves CPU workers and CUDA workers that share one GPU alike.
 #include <chrono>
 #include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
 #include <mutex>
 
 #include "engine/check.h"
@@ -15,7 +18,8 @@ namespace {
 class InProcComm final : public Communicator {
  public:
   explicit InProcComm(std::vector<Backend*> ranks)
-      : Communicator(std::move(ranks)), src_(size()), host_(size()), mail_(size() * size()) {}
+      : Communicator(std::move(ranks)), src_(size()), host_(size()), mail_(size() * size()),
+        channels_(size() * size()), started_(size()), next_id_(size()) {}
   std::string name() const override { return "inproc"; }
 
   void abort() noexcept override {
@@ -67,7 +71,71 @@ class InProcComm final : public Communicator {
     cv_.notify_all();
   }
 
+  // Non-blocking transfers: a channel per (sender, receiver) pair queues the sends and recvs not
+  // yet matched, in start order. Whichever side starts second finds its match and copies straight
+  // from the sender's buffer into the receiver's (both are stable until waited for), so a send
+  // never waits for the receiver, and every micro-batch in flight stays in its own buffer.
+  int64_t do_send_start(int rank, const float* buf, int64_t n, int peer) override {
+    auto op = std::make_shared<Transfer>();
+    op->src = buf, op->n = n, op->sender = rank, op->receiver = peer;
+    return start(rank, std::move(op), channels_[rank * size() + peer].sends, channels_[rank * size() + peer].recvs);
+  }
+
+  int64_t do_recv_start(int rank, float* buf, int64_t n, int peer) override {
+    auto op = std::make_shared<Transfer>();
+    op->dst = buf, op->n = n, op->sender = peer, op->receiver = rank;
+    return start(rank, std::move(op), channels_[peer * size() + rank].recvs, channels_[peer * size() + rank].sends);
+  }
+
+  void do_wait_transfer(int rank, int64_t id) override {
+    auto it = started_[rank].find(id);
+    PB_CHECK(it != started_[rank].end(), "rank {} waits for transfer {}, which it has not started or already waited for",
+             rank, id);
+    const std::shared_ptr<Transfer> op = std::move(it->second);
+    started_[rank].erase(it);
+    std::unique_lock<std::mutex> lock(mu_);
+    idle(rank, lock, [&] { return aborted_ || op->done; });
+    throw_if_aborted();
+  }
+
  private:
+  struct Transfer {
+    const float* src = nullptr;
+    float* dst = nullptr;
+    int64_t n = 0;
+    int sender = 0, receiver = 0;
+    bool done = false;
+  };
+  struct Channel {
+    std::deque<std::shared_ptr<Transfer>> sends, recvs;  // started, not yet matched
+  };
+
+  // Queues `op` on its side of the channel, or completes it with the other side's oldest.
+  int64_t start(int rank, std::shared_ptr<Transfer> op, std::deque<std::shared_ptr<Transfer>>& mine,
+                std::deque<std::shared_ptr<Transfer>>& theirs) {
+    const int64_t id = next_id_[rank]++;
+    started_[rank].emplace(id, op);  // this rank's own map: no lock needed
+    std::shared_ptr<Transfer> match;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      throw_if_aborted();
+      if (theirs.empty()) {
+        mine.push_back(op);
+        return id;
+      }
+      match = std::move(theirs.front());
+      theirs.pop_front();
+    }
+    Transfer& send = op->src ? *op : *match;
+    Transfer& recv = op->src ? *match : *op;
+    PB_CHECK(send.n == recv.n, "rank {} receives {} values but rank {} sends {}", recv.receiver, recv.n, send.sender, send.n);
+    copy_bytes(device(recv.receiver), recv.dst, device(send.sender), send.src, bytes(send.n));
+    std::lock_guard<std::mutex> lock(mu_);
+    op->done = match->done = true;
+    cv_.notify_all();
+    return id;
+  }
+
   struct Mail {
     const float* ptr = nullptr;
     int64_t n = 0;
@@ -140,6 +208,9 @@ class InProcComm final : public Communicator {
   std::vector<std::vector<float>> host_;   // per rank: host copy of a device buffer
   std::vector<float> sum_;
   std::vector<Mail> mail_;                 // [sender * size + receiver]
+  std::vector<Channel> channels_;          // [sender * size + receiver], under mu_
+  std::vector<std::map<int64_t, std::shared_ptr<Transfer>>> started_;  // per rank, its own thread's
+  std::vector<int64_t> next_id_;           // per rank, its own thread's
 };
 
 }  // namespace

@@ -192,6 +192,126 @@ TEST(Comm, AllReduceWaitsForEveryRank) {
   });
 }
 
+// Message k of rank r to its next rank, distinct for every (r, k).
+std::vector<float> message(int rank, int k, int64_t n) {
+  std::vector<float> v(n);
+  for (int64_t i = 0; i < n; ++i) v[i] = static_cast<float>(1000 * rank + 100 * k + i % 97);
+  return v;
+}
+
+// Every rank sends K messages down a chain, all in flight at once: half of the receives are
+// started before the matching sends exist, the other half after; waits run in reverse order.
+// Messages match in start order, land in their own buffers, and the sender's bytes are counted.
+TEST(Comm, NonBlockingTransfersInFlightMatchInOrder) {
+  constexpr int K = 6;
+  const int64_t len = 513;
+  for (int n = 2; n <= 4; ++n) {
+    SCOPED_TRACE(fmt::format("{} ranks", n));
+    Group g(cpus(n));
+    std::vector<std::vector<std::vector<float>>> got(n);
+    std::vector<CommStats> stats(n);
+    g.run([&](int r) {
+      g.comm->reset_stats(r);
+      std::vector<Tensor> out, in;
+      std::vector<int64_t> ids;
+      for (int k = 0; k < K; ++k) {
+        out.push_back(Tensor::from_host({len}, message(r, k, len), g.comm->device(r)));
+        in.push_back(Tensor::zeros({len}, g.comm->device(r)));
+      }
+      if (r > 0)
+        for (int k = 0; k < K / 2; ++k) ids.push_back(g.comm->recv_start(r, in[k].data(), len, r - 1));
+      if (r + 1 < n)
+        for (int k = 0; k < K; ++k) ids.push_back(g.comm->send_start(r, out[k].data(), len, r + 1));
+      if (r > 0)
+        for (int k = K / 2; k < K; ++k) ids.push_back(g.comm->recv_start(r, in[k].data(), len, r - 1));
+      for (auto it = ids.rbegin(); it != ids.rend(); ++it) g.comm->wait_transfer(r, *it);
+      for (int k = 0; k < K; ++k) got[r].push_back(in[k].to_host());
+      stats[r] = g.comm->stats(r);
+    });
+    for (int r = 1; r < n; ++r)
+      for (int k = 0; k < K; ++k) EXPECT_EQ(got[r][k], message(r - 1, k, len)) << "rank " << r << " message " << k;
+    for (int r = 0; r < n; ++r)
+      EXPECT_EQ(stats[r].bytes, r + 1 < n ? K * len * sizeof(float) : 0u) << "rank " << r;
+  }
+}
+
+// The exchange a 1F1B stage makes: rank 0 sends several activations before it receives the
+// first gradient back. With blocking rendezvous sends this deadlocks (rank 0 waits for rank 1
+// to take activation 1, rank 1 for rank 0 to take gradient 0); started sends do not.
+TEST(Comm, NonBlockingSendsRunAheadOfTheReceiver) {
+  Group g(cpus(2));
+  constexpr int K = 4;
+  const int64_t len = 64;
+  std::vector<std::vector<float>> back(K);
+  g.run([&](int r) {
+    std::vector<Tensor> bufs;
+    for (int k = 0; k < K; ++k) bufs.push_back(Tensor::from_host({len}, message(r, k, len), g.comm->device(r)));
+    if (r == 0) {
+      std::vector<int64_t> sends;
+      for (int k = 0; k < K; ++k) sends.push_back(g.comm->send_start(0, bufs[k].data(), len, 1));
+      std::vector<Tensor> grads;
+      for (int k = 0; k < K; ++k) {
+        grads.push_back(Tensor::zeros({len}, g.comm->device(0)));
+        g.comm->wait_transfer(0, g.comm->recv_start(0, grads[k].data(), len, 1));
+        back[k] = grads[k].to_host();
+      }
+      for (int64_t id : sends) g.comm->wait_transfer(0, id);
+    } else {
+      for (int k = 0; k < K; ++k) {
+        Tensor x = Tensor::zeros({len}, g.comm->device(1));
+        g.comm->wait_transfer(1, g.comm->recv_start(1, x.data(), len, 0));
+        g.comm->wait_transfer(1, g.comm->send_start(1, x.data(), len, 0));  // echoed
+      }
+    }
+  });
+  for (int k = 0; k < K; ++k) EXPECT_EQ(back[k], message(0, k, len)) << "message " << k;
+}
+
+// A rank blocked waiting for a message that will never come wakes up when a peer fails.
+TEST(Comm, AbortWakesARankWaitingForATransfer) {
+  Group g(cpus(3));
+  std::atomic<bool> waiting{false};
+  float v[3] = {0, 0, 0};
+  try {
+    g.run([&](int r) {
+      if (r == 2) {
+        while (!waiting) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));  // rank 1 is blocked by now
+        throw UsageError("rank 2 failed");
+      }
+      if (r == 1) {
+        const int64_t id = g.comm->recv_start(1, &v[1], 1, 2);
+        waiting = true;
+        g.comm->wait_transfer(1, id);
+      }
+    });
+    FAIL() << "no exception";
+  } catch (const UsageError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("rank 2 failed"));
+  }
+  EXPECT_THROW(g.comm->send_start(0, &v[0], 1, 1), Error);  // unusable afterwards
+}
+
+TEST(Comm, NonBlockingTransfersRejectMisuse) {
+  {
+    Group g(cpus(2));
+    EXPECT_THROW(g.comm->send_start(0, nullptr, 4, 0), Error);  // to itself
+    EXPECT_THROW(g.comm->recv_start(1, nullptr, 4, 2), Error);  // no rank 2
+    EXPECT_THROW(g.comm->wait_transfer(0, 12345), Error);        // never started
+  }
+  Group g(cpus(2));
+  float a[4] = {1, 2, 3, 4}, b[3] = {};
+  try {
+    g.run([&](int r) {
+      if (r == 0) g.comm->wait_transfer(0, g.comm->send_start(0, a, 4, 1));
+      else g.comm->wait_transfer(1, g.comm->recv_start(1, b, 3, 0));
+    });
+    FAIL() << "no exception";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("rank 1 receives 3 values but rank 0 sends 4"));
+  }
+}
+
 TEST(Comm, RejectsBadArguments) {
   Group g(cpus(2));
   EXPECT_THROW(g.comm->broadcast(0, nullptr, 4, 2), Error);  // no root 2
@@ -226,7 +346,7 @@ TEST(Comm, NcclAllReduceBroadcastSendRecvOnGpus) {
   Group g(devs, n == 1 ? CommKind::Auto : CommKind::Nccl);
   EXPECT_EQ(g.comm->name(), n == 1 ? "none" : "nccl");
   const int64_t len = 4099;
-  std::vector<std::vector<float>> sum(n), bc(n), chain(n);
+  std::vector<std::vector<float>> sum(n), bc(n), chain(n), below(n), above(n);
   g.run([&](int r) {
     Tensor t = Tensor::from_host({len}, rank_values(r, len), g.comm->device(r));
     g.comm->all_reduce_start(r, t.data(), 2000);
@@ -240,6 +360,18 @@ TEST(Comm, NcclAllReduceBroadcastSendRecvOnGpus) {
     if (r > 0) g.comm->recv(r, c.data(), len, r - 1);
     if (r + 1 < n) g.comm->send(r, c.data(), len, r + 1);
     chain[r] = c.to_host();
+    // Non-blocking, both directions at once: activations up the chain, gradients down.
+    Tensor up = Tensor::from_host({len}, rank_values(r, len), g.comm->device(r));
+    Tensor down = Tensor::from_host({len}, rank_values(r, len), g.comm->device(r));
+    Tensor from_below = Tensor::zeros({len}, g.comm->device(r)), from_above = Tensor::zeros({len}, g.comm->device(r));
+    std::vector<int64_t> ids;
+    if (r + 1 < n) ids.push_back(g.comm->send_start(r, up.data(), len, r + 1));
+    if (r > 0) ids.push_back(g.comm->send_start(r, down.data(), len, r - 1));
+    if (r > 0) ids.push_back(g.comm->recv_start(r, from_below.data(), len, r - 1));
+    if (r + 1 < n) ids.push_back(g.comm->recv_start(r, from_above.data(), len, r + 1));
+    for (int64_t id : ids) g.comm->wait_transfer(r, id);
+    below[r] = from_below.to_host();
+    above[r] = from_above.to_host();
     Tensor z = Tensor::zeros({1}, g.comm->device(r));  // every rank done before any frees its buffers
     g.comm->all_reduce(r, z.data(), 1);
     (void)z.to_host();
@@ -248,6 +380,8 @@ TEST(Comm, NcclAllReduceBroadcastSendRecvOnGpus) {
     for (int64_t i = 0; i < len; ++i) ASSERT_EQ(sum[r][i], sum_over_ranks(n, i)) << "rank " << r << " [" << i << "]";
     EXPECT_EQ(bc[r], rank_values(n - 1, len));
     EXPECT_EQ(chain[r], rank_values(0, len));
+    if (r > 0) EXPECT_EQ(below[r], rank_values(r - 1, len));
+    if (r + 1 < n) EXPECT_EQ(above[r], rank_values(r + 1, len));
   }
 #endif
 }

@@ -4,6 +4,7 @@
 // bootstrapped through MPI instead (nccl_mpi_comm.cpp), which make_mpi_communicator prefers.
 #include <algorithm>
 #include <climits>
+#include <map>
 
 #include <mpi.h>
 
@@ -108,7 +109,55 @@ class MpiComm final : public Communicator {
     stage_out(buf, n);
   }
 
+  // MPI_Isend / MPI_Irecv under their own tag (never matching the blocking calls'); a GPU buffer
+  // goes through a host copy of its own per transfer in flight.
+  int64_t do_send_start(int rank, const float* buf, int64_t n, int peer) override {
+    check(rank);
+    Transfer& t = transfers_[next_id_];
+    const float* h = buf;
+    if (!on_host()) {
+      t.host.resize(static_cast<std::size_t>(n));
+      copy_bytes(cpu(), t.host.data(), device(me_), buf, static_cast<std::size_t>(n) * sizeof(float));
+      h = t.host.data();
+    }
+    MPI_CHECK(MPI_Isend(h, count(n), MPI_FLOAT, peer, kTransferTag, comm_, &t.request));
+    return next_id_++;
+  }
+  int64_t do_recv_start(int rank, float* buf, int64_t n, int peer) override {
+    check(rank);
+    Transfer& t = transfers_[next_id_];
+    float* h = buf;
+    if (!on_host()) {
+      t.host.resize(static_cast<std::size_t>(n));
+      t.device_dst = buf;
+      h = t.host.data();
+    }
+    MPI_CHECK(MPI_Irecv(h, count(n), MPI_FLOAT, peer, kTransferTag, comm_, &t.request));
+    return next_id_++;
+  }
+  void do_wait_transfer(int rank, int64_t id) override {
+    check(rank);
+    auto it = transfers_.find(id);
+    PB_CHECK(it != transfers_.end(), "rank {} waits for transfer {}, which it has not started or already waited for",
+             rank, id);
+    Transfer t = std::move(it->second);
+    transfers_.erase(it);
+    {
+      CommWatch watch("MPI_Wait (send/recv)");
+      MPI_CHECK(MPI_Wait(&t.request, MPI_STATUS_IGNORE));
+    }
+    if (t.device_dst)
+      copy_bytes(device(me_), t.device_dst, cpu(), t.host.data(), t.host.size() * sizeof(float));
+  }
+
  private:
+  static constexpr int kTransferTag = 1;
+  struct Transfer {
+    MPI_Request request = MPI_REQUEST_NULL;
+    std::vector<float> host;     // GPU buffers: the staging copy
+    float* device_dst = nullptr;  // GPU recv: where the staging copy goes after the wait
+  };
+
   void check(int rank) const {
     if (aborted_) throw Error("communicator aborted: this rank failed");
     PB_CHECK(rank == me_, "rank {} called into the communicator of process {}", rank, me_);
@@ -137,6 +186,8 @@ class MpiComm final : public Communicator {
   MPI_Comm comm_ = MPI_COMM_NULL;
   std::vector<MPI_Request> pending_;
   std::vector<float> staging_;
+  std::map<int64_t, Transfer> transfers_;  // started, not yet waited for
+  int64_t next_id_ = 0;
   bool aborted_ = false;
 };
 

@@ -6,6 +6,7 @@
 // them, through events, so the host never blocks and ddp's buckets overlap backward.
 #include <atomic>
 #include <cstring>
+#include <map>
 
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -34,6 +35,17 @@ class NcclComm final : public Communicator {
         CUDA_CHECK(cudaSetDevice(device(me).index));
         NCCL_CHECK(ncclCommInitRank(&lanes_[me].comm, size(), *id, me));
       }
+      // Non-blocking transfers get two communicators of their own, split off collectively: one
+      // for messages to higher ranks, one for those to lower ranks, each on its own stream.
+      // NCCL runs a communicator's calls in issue order; with both directions on one, a stage
+      // that sends its next activation before it receives a gradient (1F1B) could wait on a
+      // peer that waits on it. Per direction the order is a chain and cannot close a cycle.
+      NCCL_CHECK(ncclGroupStart());
+      for (int r = 0; r < size(); ++r) {
+        if (!is_local(r)) continue;
+        for (Direction& d : lanes_[r].p2p) NCCL_CHECK(ncclCommSplit(lanes_[r].comm, 0, r, &d.comm, nullptr));
+      }
+      NCCL_CHECK(ncclGroupEnd());
       for (int r = 0; r < size(); ++r) {
         if (!is_local(r)) continue;
         Backend& be = backend(r);
@@ -41,6 +53,7 @@ class NcclComm final : public Communicator {
         l.stream = be.create_stream();
         l.ready = be.create_event();
         l.done = be.create_event();
+        for (Direction& d : l.p2p) d.stream = be.create_stream();
       }
     } catch (...) {
       release();
@@ -57,8 +70,11 @@ class NcclComm final : public Communicator {
   void abort() noexcept override {
     bool expected = false;
     if (!aborted_.compare_exchange_strong(expected, true)) return;
-    for (Lane& l : lanes_)
+    for (Lane& l : lanes_) {
+      for (auto& d : l.p2p)
+        if (d.comm) ncclCommAbort(d.comm);
       if (l.comm) ncclCommAbort(l.comm);
+    }
   }
 
  protected:
@@ -97,23 +113,57 @@ class NcclComm final : public Communicator {
     });
   }
 
+  // On the direction's stream after the compute queued so far; wait_transfer makes the compute
+  // queued afterwards wait for it.
+  int64_t do_send_start(int rank, const float* buf, int64_t n, int peer) override {
+    return transfer(rank, peer, [&](ncclComm_t c, cudaStream_t s) {
+      NCCL_CHECK(ncclSend(buf, count(n), ncclFloat, peer, c, s));
+    });
+  }
+  int64_t do_recv_start(int rank, float* buf, int64_t n, int peer) override {
+    return transfer(rank, peer, [&](ncclComm_t c, cudaStream_t s) {
+      NCCL_CHECK(ncclRecv(buf, count(n), ncclFloat, peer, c, s));
+    });
+  }
+  void do_wait_transfer(int rank, int64_t id) override {
+    on(rank);
+    Lane& l = lanes_[rank];
+    auto it = l.pending.find(id);
+    PB_CHECK(it != l.pending.end(), "rank {} waits for transfer {}, which it has not started or already waited for",
+             rank, id);
+    backend(rank).wait(*l.events[it->second]);
+    l.free_events.push_back(it->second);
+    l.pending.erase(it);
+  }
+
   double device_transfer_s(int rank) override {
     Lane& l = lanes_[rank];
     if (l.timed == 0) return 0;
-    backend(rank).synchronize(*l.timers[l.timed - 1].second);  // the stream runs its calls in order
     double s = 0;
-    for (int k = 0; k < l.timed; ++k) s += backend(rank).elapsed_s(*l.timers[k].first, *l.timers[k].second);
+    for (int k = 0; k < l.timed; ++k) {
+      backend(rank).synchronize(*l.timers[k].second);  // transfers run on up to three streams
+      s += backend(rank).elapsed_s(*l.timers[k].first, *l.timers[k].second);
+    }
     return s;
   }
   void reset_device_timers(int rank) override { lanes_[rank].timed = 0; }
 
  private:
+  struct Direction {
+    ncclComm_t comm = nullptr;
+    std::unique_ptr<Stream> stream;
+  };
   struct Lane {
     ncclComm_t comm = nullptr;
     std::unique_ptr<Stream> stream;
     std::unique_ptr<Event> ready, done;
     std::vector<std::pair<std::unique_ptr<Event>, std::unique_ptr<Event>>> timers;  // start, end per call
     int timed = 0;  // timers used since the last reset
+    Direction p2p[2];  // non-blocking transfers: [0] to higher ranks, [1] to lower ranks
+    std::vector<std::unique_ptr<Event>> events;  // one per transfer in flight, reused
+    std::vector<int> free_events;
+    std::map<int64_t, int> pending;  // transfer id -> its event
+    int64_t next_id = 0;
   };
 
   // Worker threads call for their own rank; the CUDA current device is per thread, so set it.
@@ -142,6 +192,30 @@ class NcclComm final : public Communicator {
     }
   }
 
+  template <class Op>
+  int64_t transfer(int rank, int peer, Op&& op) {
+    on(rank);
+    Lane& l = lanes_[rank];
+    Backend& be = backend(rank);
+    Direction& d = l.p2p[peer > rank ? 0 : 1];
+    be.record(*l.ready);
+    be.wait(*l.ready, d.stream.get());
+    if (l.timed == static_cast<int>(l.timers.size())) l.timers.emplace_back(be.create_event(), be.create_event());
+    auto& [start, end] = l.timers[l.timed++];
+    be.record(*start, d.stream.get());
+    op(d.comm, static_cast<cudaStream_t>(d.stream->native()));
+    be.record(*end, d.stream.get());
+    if (l.free_events.empty()) {
+      l.events.push_back(be.create_event());
+      l.free_events.push_back(static_cast<int>(l.events.size()) - 1);
+    }
+    const int e = l.free_events.back();
+    l.free_events.pop_back();
+    be.record(*l.events[e], d.stream.get());
+    l.pending.emplace(l.next_id, e);
+    return l.next_id++;
+  }
+
   static size_t count(int64_t n) { return static_cast<size_t>(n); }
 
   void release() noexcept {
@@ -150,6 +224,11 @@ class NcclComm final : public Communicator {
       if (!is_local(r)) continue;
       cudaSetDevice(device(r).index);
       if (l.stream) cudaStreamSynchronize(static_cast<cudaStream_t>(l.stream->native()));
+      for (auto& d : l.p2p) {
+        if (d.stream) cudaStreamSynchronize(static_cast<cudaStream_t>(d.stream->native()));
+        if (d.comm && !aborted_) ncclCommDestroy(d.comm);
+        d.comm = nullptr;
+      }
       if (l.comm && !aborted_) ncclCommDestroy(l.comm);
       l.comm = nullptr;
     }
