@@ -11,6 +11,7 @@
 
 #include "engine/check.h"
 #include "engine/process.h"
+#include "strategies/registry.h"
 
 namespace pb {
 
@@ -137,6 +138,8 @@ std::vector<Flag> training_flags() {
       {"micro-batches", "M", "pipeline: micro-batches per step (default: min(4, global batch))", ""},
       {"bucket-mb", "MB", "ddp: gradient bucket size in MiB", "25"},
       {"balance", "L1,L2,..", "mp/pipeline: layers per stage (default: balanced by FLOPs)", ""},
+      {"schedule", "S", "pipeline: gpipe or 1f1b (selects the pipeline variant: pipeline, pipeline-1f1b)", ""},
+      {"recompute", "", "pipeline: keep only stage inputs, recompute activations in backward (pipeline-recompute, ...)", ""},
       {"precision", "P", "fp32 or tf32 (fp32 never uses TF32)", "fp32"},
       {"threads", "N", "CPU threads per worker (0: share all cores among the workers)", "0"},
       {"comm-timeout", "SECONDS", "MPI: end the job when a rank waits longer than this in one communication call (0: never)", "300"},
@@ -169,6 +172,25 @@ int micro_batches(const Flags& f, int64_t global_batch) {
   return static_cast<int>(m);
 }
 
+Schedule pipeline_schedule(const std::string& s) {
+  if (s == "gpipe") return Schedule::GPipe;
+  if (s == "1f1b") return Schedule::OneFOneB;
+  throw UsageError(fmt::format("--schedule expects gpipe or 1f1b, got '{}'", s));
+}
+
+std::string strategy_name(const Flags& f, const std::string& name, bool strict) {
+  Schedule schedule = Schedule::GPipe;
+  bool recompute = false;
+  if (!parse_pipeline_name(name, &schedule, &recompute)) {
+    if (strict && (f.has("schedule") || f.on("recompute")))
+      throw UsageError(fmt::format("--{} applies to the pipeline strategies only, not {}",
+                                   f.has("schedule") ? "schedule" : "recompute", name));
+    return name;
+  }
+  if (f.has("schedule")) schedule = pipeline_schedule(f.str("schedule"));
+  return pipeline_name(schedule, recompute || f.on("recompute"));
+}
+
 StrategyOptions strategy_options(const Flags& f, int devices, int64_t global_batch) {
   StrategyOptions o;
   o.devices = devices;
@@ -180,6 +202,8 @@ StrategyOptions strategy_options(const Flags& f, int devices, int64_t global_bat
   o.bucket_bytes = static_cast<std::size_t>(mb * (1 << 20));
   if (f.has("balance"))
     for (int64_t v : f.int_list("balance")) o.balance.push_back(static_cast<int>(v));
+  if (f.has("schedule")) o.schedule = pipeline_schedule(f.str("schedule"));
+  o.recompute = f.on("recompute");
   o.backend.precision = parse_precision(f.str("precision"));
   const double comm_timeout = f.number("comm-timeout");
   if (comm_timeout < 0) throw UsageError(fmt::format("--comm-timeout must be >= 0 seconds, got {}", comm_timeout));

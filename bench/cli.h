@@ -54,6 +54,12 @@ DeviceKind device_kind(const std::string& s);
 // refuses more than the batch has samples), else min(kDefaultMicroBatches, global batch).
 constexpr int kDefaultMicroBatches = 4;
 int micro_batches(const Flags& f, int64_t global_batch);
+// --schedule gpipe|1f1b -> a schedule (UsageError naming the flag otherwise).
+Schedule pipeline_schedule(const std::string& s);
+// The strategy a name means under --schedule / --recompute: a pipeline variant (pipeline,
+// pipeline-1f1b, ...) with the flags applied, so the name carries them; other strategies are
+// unchanged -- or, when `strict` (one --strategy), refused when either flag is given.
+std::string strategy_name(const Flags& f, const std::string& name, bool strict);
 // Also sets the process-wide --comm-timeout.
 StrategyOptions strategy_options(const Flags& f, int devices, int64_t global_batch);
 // Google Benchmark's flags as passed through by `run`: values GB would misread (repetitions 0 or

@@ -88,7 +88,7 @@ int cmd_replay(const std::vector<std::string>& args) {
     t = synthetic_values(batch * numel_of(plan.output), seed + 2);
   }
 
-  auto strategy = make_strategy(f.str("strategy"), so);
+  auto strategy = make_strategy(strategy_name(f, f.str("strategy"), true), so);
   strategy->setup(plan, params, net.adam);
   strategy->load_batch(x, t, batch);
   std::vector<double> losses;

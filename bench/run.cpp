@@ -155,6 +155,7 @@ RunPlan plan_run(const Flags& f, Sweep& sw) {
     }
     strategies = keep;
   }
+  for (std::string& s : strategies) s = strategy_name(f, s, false);  // --schedule / --recompute pick pipeline variants
   dedupe(strategies);
   if (strategies.empty()) throw UsageError("--strategies needs at least one strategy");
 

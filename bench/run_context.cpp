@@ -108,6 +108,8 @@ void add_run_context(const RunPlan& p, const Flags& f, const Sweep& sw) {
   put(ctx::seed, std::to_string(sw.seed));
   put(ctx::world_size, std::to_string(process().size));  // processes (MPI ranks); 1 without MPI
   put(ctx::hosts, fmt::format("{}", fmt::join(process().hosts, ",")));  // per rank
+  put(ctx::schedule, f.has("schedule") ? f.str("schedule") : "per strategy");
+  put(ctx::recompute, f.on("recompute") ? "true" : "per strategy");
 }
 
 }  // namespace pb

@@ -31,7 +31,7 @@ int cmd_train(const std::vector<std::string>& args) {
   const int devices = static_cast<int>(f.has("devices") || !multi_process() ? f.integer("devices") : process().size);
   const StrategyOptions so = strategy_options(f, devices, batch);
   check_memory_fits(plan, batch, so.kind, so.devices, so.backend.memory_limit_bytes, workload_sizing(f, net));
-  auto strategy = make_strategy(f.str("strategy"), so);
+  auto strategy = make_strategy(strategy_name(f, f.str("strategy"), true), so);
 
   std::vector<float> x = synthetic_values(batch * numel_of(plan.input), seed + 1);
   std::vector<float> t = net.target == Target::Input ? x : synthetic_values(batch * numel_of(plan.output), seed + 2);

@@ -86,6 +86,8 @@ inline constexpr Key oversubscribe{"oversubscribe", "-", "true when workers may 
 inline constexpr Key seed{"seed", "-", "seed for parameters and data"};
 inline constexpr Key world_size{"world_size", "count", "processes (MPI ranks); 1 without MPI", M::Always};
 inline constexpr Key hosts{"hosts", "-", "host of each rank, comma-separated"};
+inline constexpr Key schedule{"schedule", "-", "pipeline schedule: the --schedule value (gpipe or 1f1b), or per strategy (pipeline: gpipe, pipeline-1f1b: 1f1b)"};
+inline constexpr Key recompute{"recompute", "-", "true with --recompute, else per strategy (the -recompute pipelines recompute)"};
 }  // namespace context
 
 inline constexpr Key kContext[] = {
@@ -98,7 +100,8 @@ inline constexpr Key kContext[] = {
     context::strategies,       context::strategy_order,  context::single_device_strategies,
     context::device_counts,    context::warmup,          context::iterations,    context::threads_per_worker,
     context::micro_batches,    context::bucket_mb,       context::balance,       context::oversubscribe,
-    context::seed,             context::world_size,      context::hosts};
+    context::seed,             context::world_size,      context::hosts,
+    context::schedule,         context::recompute};
 
 // ---- the record's own top-level field ------------------------------------------------------
 // {"<benchmark>": [[seconds of each iteration of repetition 0], [... repetition 1], ...]}

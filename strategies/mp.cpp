@@ -5,6 +5,11 @@
 
 namespace pb {
 
-std::unique_ptr<Strategy> make_mp(const StrategyOptions& o) { return make_staged(o, "mp", 1); }
+std::unique_ptr<Strategy> make_mp(const StrategyOptions& o) {
+  StrategyOptions one = o;  // one micro-batch: every schedule is the same, nothing to recompute
+  one.schedule = Schedule::GPipe;
+  one.recompute = false;
+  return make_staged(one, "mp", 1);
+}
 
 }  // namespace pb

@@ -15,6 +15,15 @@ struct Entry {
   StrategyFactory make;
 };
 
+StrategyFactory pipeline_variant(Schedule schedule, bool recompute) {
+  return [=](const StrategyOptions& o) {
+    StrategyOptions v = o;
+    v.schedule = schedule;
+    v.recompute = recompute;
+    return make_pipeline(v);
+  };
+}
+
 // Display order: the seed's comparison first.
 const std::vector<Entry>& registry() {
   static const std::vector<Entry> r = {
@@ -24,6 +33,12 @@ const std::vector<Entry>& registry() {
       {{"ddp", "a replica per worker, bucketed gradient all-reduce overlapped with backward", false, true}, make_ddp},
       {{"mp", "layers split into contiguous stages, one per worker", false, true}, make_mp},
       {{"pipeline", "mp with micro-batches in a GPipe fill-drain schedule", false, true}, make_pipeline},
+      {{"pipeline-1f1b", "pipeline in a 1F1B schedule (PipeDream-flush): at most P micro-batches in flight", false, true},
+       pipeline_variant(Schedule::OneFOneB, false)},
+      {{"pipeline-recompute", "GPipe pipeline keeping only stage inputs, recomputing activations in backward", false, true},
+       pipeline_variant(Schedule::GPipe, true)},
+      {{"pipeline-1f1b-recompute", "1F1B pipeline with recomputed activations", false, true},
+       pipeline_variant(Schedule::OneFOneB, true)},
   };
   return r;
 }

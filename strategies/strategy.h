@@ -14,6 +14,11 @@
 
 namespace pb {
 
+// Pipeline schedules: GPipe fill-drain (every forward, then every backward) or 1F1B
+// (PipeDream-flush / Megatron: P-1-s warm-up forwards on stage s, then one forward and one
+// backward alternately, then the remaining backwards).
+enum class Schedule { GPipe, OneFOneB };
+
 struct StrategyOptions {
   int devices = 1;
   DeviceKind kind = DeviceKind::Cpu;
@@ -21,6 +26,8 @@ struct StrategyOptions {
   int micro_batches = 4;             // pipeline
   std::size_t bucket_bytes = 25u << 20;  // ddp gradient buckets
   std::vector<int> balance;          // mp/pipeline: layers per stage; empty = balance by FLOPs
+  Schedule schedule = Schedule::GPipe;  // pipeline
+  bool recompute = false;            // pipeline: keep only stage inputs, recompute in backward
   BackendOptions backend;
 };
 

@@ -117,7 +117,7 @@ void check_equivalence(const std::string& strategy, const StrategyOptions& base,
     const int layers = static_cast<int>(net.layers.size());
     if (layers == 1 && !linear_too) continue;
     for (int n = 1; n <= 4; ++n) {
-      if ((strategy == "mp" || strategy == "pipeline") && n > layers) continue;  // a stage per layer at most
+      if ((strategy == "mp" || strategy.rfind("pipeline", 0) == 0) && n > layers) continue;  // a stage per layer at most
       StrategyOptions o = base;
       o.devices = n;
       SCOPED_TRACE(fmt::format("{} on {} workers, {}, batches {}", strategy, n, net.name, fmt::join(batches, ",")));
@@ -140,7 +140,8 @@ TEST(Strategies, WorkloadsActuallyTrain) {
 }
 
 TEST(Strategies, RegisteredByName) {
-  EXPECT_EQ(strategy_names(), (std::vector<std::string>{"regular", "dp", "ddp", "mp", "pipeline"}));
+  EXPECT_EQ(strategy_names(), (std::vector<std::string>{"regular", "dp", "ddp", "mp", "pipeline", "pipeline-1f1b",
+                                                       "pipeline-recompute", "pipeline-1f1b-recompute"}));
 }
 
 TEST(Strategies, DpMatchesRegular) {
@@ -177,6 +178,50 @@ TEST(Strategies, PipelineMatchesRegular) {
   check_equivalence("pipeline", o, {7});
   o.micro_batches = 3;  // 7 -> 3,3,1
   check_equivalence("pipeline", o, {7}, false);
+}
+
+// Every schedule x recompute, uneven micro-batches (7 -> 2,2,2,1 and 3,3,1), and a second batch
+// of another size (the activation slots are resized).
+TEST(Strategies, PipelineSchedulesAndRecomputeMatchRegular) {
+  for (const char* s : {"pipeline-1f1b", "pipeline-recompute", "pipeline-1f1b-recompute"}) {
+    StrategyOptions o = options(1);
+    o.micro_batches = 4;
+    check_equivalence(s, o, {7});
+    o.micro_batches = 3;
+    check_equivalence(s, o, {7, 5}, false);
+  }
+}
+
+// The options select the same schedules as the registered names.
+TEST(Strategies, PipelineOptionsNameTheVariant) {
+  StrategyOptions o = options(2);
+  o.schedule = Schedule::OneFOneB;
+  o.recompute = true;
+  EXPECT_EQ(make_strategy("pipeline", o)->name(), "pipeline-1f1b-recompute");
+  EXPECT_EQ(make_strategy("pipeline-1f1b", options(2))->name(), "pipeline-1f1b");
+  EXPECT_EQ(make_strategy("mp", o)->name(), "mp");
+}
+
+// Peak memory per stage at M = 8: GPipe holds the activations of all 8 micro-batches, 1F1B at
+// most P - s on stage s, recompute only the stage inputs and one micro-batch's activations.
+TEST(Strategies, OneFOneBAndRecomputeHoldLessThanGPipe) {
+  const NetSpec net = great_net(16, 0.25);
+  for (int p = 2; p <= 4; ++p) {
+    SCOPED_TRACE(fmt::format("{} stages", p));
+    StrategyOptions o = options(p);
+    o.micro_batches = 8;
+    std::map<std::string, std::vector<std::size_t>> peak;
+    for (const char* s : {"pipeline", "pipeline-1f1b", "pipeline-recompute", "pipeline-1f1b-recompute"}) {
+      const Trained t = train(s, o, net, {16}, 1);
+      for (const WorkerStats& w : t.stats.workers) peak[s].push_back(w.peak_bytes);
+    }
+    for (int st = 0; st < p; ++st) {
+      SCOPED_TRACE(fmt::format("stage {}", st));
+      EXPECT_LT(peak["pipeline-1f1b"][st], peak["pipeline"][st]);
+      EXPECT_LT(peak["pipeline-recompute"][st], peak["pipeline"][st]);
+      EXPECT_LE(peak["pipeline-1f1b-recompute"][st], peak["pipeline-1f1b"][st]);
+    }
+  }
 }
 
 TEST(Strategies, ExplicitBalance) {
@@ -289,7 +334,8 @@ std::string usage_error(const std::string& strategy, StrategyOptions o, const Ne
 
 TEST(Strategies, BadInput) {
   EXPECT_THAT(usage_error("nope", options(1), linear_net(), 4),
-              HasSubstr("unknown strategy 'nope': expected one of regular, dp, ddp, mp, pipeline"));
+              HasSubstr("unknown strategy 'nope': expected one of regular, dp, ddp, mp, pipeline, pipeline-1f1b, "
+                        "pipeline-recompute, pipeline-1f1b-recompute"));
   EXPECT_THAT(usage_error("dp", options(0), linear_net(), 4), HasSubstr("--devices must be at least 1, got 0"));
   EXPECT_THAT(usage_error("mp", options(2), linear_net(), 4),
               HasSubstr("mp: 2 stages (one per device) but the net has only 1 layer(s)"));
@@ -351,6 +397,22 @@ TEST(Strategies, ReplayThroughTheBinary) {
   EXPECT_EQ(parbench(fmt::format("{} --strategy nope --out {}", common, (dir / "x").string())), 2);
   EXPECT_EQ(parbench(fmt::format("{} --strategy mp --devices 2 --out {}", common, (dir / "x").string())), 2);
   EXPECT_EQ(parbench(fmt::format("{} --strategy pipeline --micro-batches 8 --out {}", common, (dir / "x").string())), 2);
+  // --schedule and --recompute name the pipeline variant; the 1F1B-with-recompute stages of
+  // great_net write regular's losses.
+  const std::string net = "replay --workload great_net --image 8 --width 0.1875 --batch 7 --steps 3 --threads 1 --device-kind cpu";
+  ASSERT_EQ(parbench(fmt::format("{} --strategy regular --out {}", net, (dir / "gn").string())), 0);
+  ASSERT_EQ(parbench(fmt::format("{} --strategy pipeline --devices 3 --micro-batches 4 --schedule 1f1b --recompute --out {}",
+                                 net, (dir / "gn1f1b").string())), 0);
+  const auto gn = nlohmann::json::parse(read_file((dir / "gn" / "losses.json").string()));
+  const auto f1b = nlohmann::json::parse(read_file((dir / "gn1f1b" / "losses.json").string()));
+  EXPECT_EQ(f1b["strategy"], "pipeline-1f1b-recompute");
+  ASSERT_EQ(f1b["losses"].size(), 3u);
+  for (std::size_t k = 0; k < 3; ++k) {
+    const double want = gn["losses"][k].get<double>();
+    EXPECT_NEAR(f1b["losses"][k].get<double>(), want, 1e-5 * std::abs(want)) << "step " << k + 1;
+  }
+  EXPECT_EQ(parbench(fmt::format("{} --strategy pipeline --schedule zigzag --out {}", common, (dir / "x").string())), 2);
+  EXPECT_EQ(parbench(fmt::format("{} --strategy ddp --devices 2 --recompute --out {}", common, (dir / "x").string())), 2);
   fs::remove_all(dir);
 }
 
