@@ -72,6 +72,46 @@ TEST_P(Golden, EngineReproducesPyTorchTrajectory) {
   EXPECT_GT(moved, 1e-4);
 }
 
+// Every pipeline schedule, with and without recompute, on 2-4 stages (uneven micro-batches where
+// the batch allows) follows PyTorch's single-device trajectory within the same tolerances.
+TEST_P(Golden, PipelineSchedulesReproducePyTorchTrajectory) {
+  const NetSpec net = load_net_json((dir() / "net.json").string());
+  const NetPlan plan = plan_net(net);
+  const int layers = static_cast<int>(plan.layers.size());
+  if (layers < 2) GTEST_SKIP() << "one layer: no two stages";
+  const auto expected = nlohmann::json::parse(read_file((dir() / "expected.json").string()));
+  const NpyArray x = read_npy((dir() / "input.npy").string());
+  const int64_t batch = x.shape[0];
+  std::vector<float> t = x.data;
+  if (net.target == Target::Random) {
+    Shape ts = plan.output;
+    ts.insert(ts.begin(), batch);
+    t = read_npy((dir() / "target.npy").string(), ts).data;
+  }
+  const auto want = expected["losses"].get<std::vector<double>>();
+  const std::vector<float> final = read_state_dict(plan, (dir() / "final").string());
+  for (const char* name : {"pipeline", "pipeline-1f1b", "pipeline-recompute", "pipeline-1f1b-recompute"}) {
+    for (int n = 2; n <= std::min(4, layers); ++n) {
+      SCOPED_TRACE(fmt::format("{} on {} stages", name, n));
+      StrategyOptions o;
+      o.devices = n;
+      o.backend.threads = 1;
+      o.micro_batches = static_cast<int>(std::min<int64_t>(3, batch));
+      auto s = make_strategy(name, o);
+      s->setup(plan, read_state_dict(plan, (dir() / "params").string()), net.adam);
+      s->load_batch(x.data, t, batch);
+      for (std::size_t k = 0; k < want.size(); ++k) {
+        s->step();
+        EXPECT_NEAR(s->loss(), want[k], 1e-5 * std::abs(want[k])) << "step " << k + 1;
+      }
+      const std::vector<float> got = s->params();
+      double worst = 0;
+      for (std::size_t i = 0; i < got.size(); ++i) worst = std::max(worst, double(std::abs(got[i] - final[i])));
+      EXPECT_LE(worst, 1e-5);
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, Golden, ::testing::ValuesIn(fixture_names()),
                          [](const auto& info) { return info.param; });
 

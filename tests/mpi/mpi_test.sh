@@ -1,6 +1,7 @@
 #!/bin/bash
 # ctest driver for the multi-process (MPI) tests: runs parbench under `mpiexec -n 2` on CPU ranks.
-# usage: mpi_test.sh MPIEXEC PARBENCH CASE   (CASE: replay-ddp|replay-mp|replay-pipeline|run|fail-rank|stopped-rank|mismatch)
+# usage: mpi_test.sh MPIEXEC PARBENCH CASE   (CASE: replay-ddp|replay-mp|replay-pipeline|replay-pipeline-1f1b|
+#   replay-pipeline-recompute|replay-pipeline-1f1b-recompute|run|fail-rank|stopped-rank|mismatch)
 # Open MPI as root in a container needs --allow-run-as-root; --oversubscribe lets 2 ranks share
 # fewer cores; btl self,vader keeps it to shared memory (no network interfaces probed).
 set -u
@@ -17,12 +18,13 @@ trap 'rm -rf "$DIR"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 
 case $CASE in
-replay-ddp | replay-mp | replay-pipeline)
+replay-ddp | replay-mp | replay-pipeline | replay-pipeline-1f1b | replay-pipeline-recompute | replay-pipeline-1f1b-recompute)
   S=${CASE#replay-}
   # A 4-conv net (the conv_odd fixture): well conditioned, so Adam does not amplify rounding noise.
   for W in "--workload $HERE/../fixtures/conv_odd/net.json" "--workload linear"; do
     [[ $S != ddp && $W == *linear* ]] && continue  # one layer: no two stages
     A="$W --steps 5 --batch 4 --micro-batches 2 --device-kind cpu"
+    [[ $S == pipeline-* ]] && A="$W --steps 5 --batch 7 --micro-batches 4 --device-kind cpu"  # 2,2,2,1: more than P in flight
     "$PARBENCH" replay --strategy regular $A --out "$DIR/regular" >/dev/null 2>&1 || fail "regular replay"
     "${MPI[@]}" -n 2 "$PARBENCH" replay --strategy "$S" --devices 2 $A --out "$DIR/$S" || fail "mpiexec -n 2 replay $S"
     /usr/bin/python3 "$HERE/compare_replay.py" "$DIR/regular" "$DIR/$S" || fail "$S over MPI differs from regular ($W)"
@@ -33,7 +35,7 @@ replay-ddp | replay-mp | replay-pipeline)
 run)
   # Relative --out: each rank would write into its own working directory; only rank 0 may.
   mkdir -p "$DIR/rank_dirs"
-  "${MPI[@]}" -n 2 "$PARBENCH" run --workload linear --strategies ddp,mp,pipeline --devices 2 --iterations 3 \
+  "${MPI[@]}" -n 2 "$PARBENCH" run --workload linear --strategies ddp,mp,pipeline,pipeline-1f1b --devices 2 --iterations 3 \
     --warmup 1 --device-kind cpu --out "$DIR/run" >"$DIR/out.txt" 2>&1 || { cat "$DIR/out.txt"; fail "mpiexec run"; }
   cat "$DIR/out.txt"
   /usr/bin/python3 - "$DIR/run/results.json" <<'PY' || fail "results.json"
@@ -52,7 +54,7 @@ PY
   ;;
 fail-rank)
   # Rank 1 throws during setup while rank 0 goes on into collectives: the job must end, fast.
-  for S in ddp pipeline; do
+  for S in ddp pipeline pipeline-1f1b; do
     start=$(date +%s)
     timeout 60 "${MPI[@]}" -n 2 -x PARBENCH_FAIL_RANK=1 "$PARBENCH" run --workload great_net --image 8 --width 0.1875 \
       --strategies $S --devices 2 --iterations 2 --device-kind cpu --out "$DIR/f" >"$DIR/out.txt" 2>&1
