@@ -2,6 +2,8 @@
 #include <chrono>
 #include <cmath>
 
+#include <fmt/ranges.h>
+
 #include "bench/cli.h"
 #include "engine/check.h"
 #include "engine/memory_estimate.h"
@@ -54,7 +56,11 @@ int cmd_train(const std::vector<std::string>& args) {
                               i + 1, net.adam.lr));
     if (lead) fmt::print("iteration {:4d}: {:9.2f} ms  loss {:.6g}\n", i + 1, ms.back(), loss);
   }
+  const StepStats st = strategy->stats();  // collective in an MPI job
   if (!lead) return 0;
+  std::vector<std::string> peaks;
+  for (const WorkerStats& w : st.workers) peaks.push_back(fmt::format("{:.1f}", w.peak_bytes / 1048576.0));
+  fmt::print("peak memory per worker (MiB): {}\n", fmt::join(peaks, " "));
   std::sort(ms.begin(), ms.end());
   const double median = ms.size() % 2 ? ms[ms.size() / 2] : (ms[ms.size() / 2 - 1] + ms[ms.size() / 2]) / 2;
   fmt::print("median {:.2f} ms/iteration, {:.1f} samples/s, {:.3g} GFLOP/s\n", median, batch / (median / 1e3),

@@ -92,6 +92,7 @@ class Staged final : public GroupStrategy {
       }
       for (int i = std::max(0, micro - warmup); i < micro; ++i) backward(r, i, i == 0);
     }
+    for (int k = 0; k < micro; ++k) wait_send(r, k);  // recompute: the scratch slot's last one
     for (int64_t id : r.grad_send)
       if (id != kNone) r.c.wait_transfer(s, id);
     w.adam->step(w.model->params(), w.model->grads());
@@ -113,6 +114,7 @@ class Staged final : public GroupStrategy {
     int64_t grad_send[2] = {kNone, kNone};  // per input-gradient buffer
     int backwards = 0;
     int last_scratch_send = kNone;  // recompute: the micro-batch whose send reads the scratch slot
+    int scratch = kNone;            // recompute: the micro-batch whose activations the scratch slot holds
   };
 
   // Activation slots of Sequential: one per micro-batch in flight, or with recompute a single
@@ -145,6 +147,7 @@ class Staged final : public GroupStrategy {
     if (r.s > 0) r.c.wait_transfer(r.s, r.c.recv_start(r.s, const_cast<float*>(x), n * numel_of(m.in_sample()), r.s - 1));
     free_scratch(r);
     const float* y = r.out[k] = m.forward(x, n, slot_of(r, k));
+    r.scratch = k;
     if (r.last) return;  // the loss is taken with the backward, from the slot (or recomputed)
     r.act_send[k] = r.c.send_start(r.s, y, n * numel_of(m.out_sample()), r.s + 1);
     if (opts_.recompute) r.last_scratch_send = k;
@@ -158,13 +161,15 @@ class Staged final : public GroupStrategy {
       r.c.wait_transfer(r.s, r.c.recv_start(r.s, w.dy.data(), n * out, r.s + 1));
       if (!opts_.recompute) wait_send(r, k);
     }
-    const float* y = nullptr;
-    if (opts_.recompute) {
+    // Recomputed unless the scratch slot still holds this micro-batch (its backward follows its
+    // forward directly: the last stage under 1F1B, the last micro-batch under GPipe).
+    if (opts_.recompute && r.scratch != k) {
       free_scratch(r);
-      y = m.forward(input_of(r, k), n, slot_of(r, k));
+      r.out[k] = m.forward(input_of(r, k), n, slot_of(r, k));
+      r.scratch = k;
     }
     if (r.last) {
-      if (!y) y = r.out[k];
+      const float* y = r.out[k];
       w.be().mse_loss_grad(n * out, y, w.t.data() + offsets_[k] * out, grad_scale(), w.dy.data(), w.loss.data() + k);
     }
     float* dx = nullptr;
