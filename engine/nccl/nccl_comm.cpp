@@ -40,12 +40,12 @@ class NcclComm final : public Communicator {
       // NCCL runs a communicator's calls in issue order; with both directions on one, a stage
       // that sends its next activation before it receives a gradient (1F1B) could wait on a
       // peer that waits on it. Per direction the order is a chain and cannot close a cycle.
-      NCCL_CHECK(ncclGroupStart());
-      for (int r = 0; r < size(); ++r) {
-        if (!is_local(r)) continue;
-        for (Direction& d : lanes_[r].p2p) NCCL_CHECK(ncclCommSplit(lanes_[r].comm, 0, r, &d.comm, nullptr));
+      for (int dir = 0; dir < 2; ++dir) {  // one split per group: each rank's calls in the same order
+        NCCL_CHECK(ncclGroupStart());
+        for (int r = 0; r < size(); ++r)
+          if (is_local(r)) NCCL_CHECK(ncclCommSplit(lanes_[r].comm, 0, r, &lanes_[r].p2p[dir].comm, nullptr));
+        NCCL_CHECK(ncclGroupEnd());
       }
-      NCCL_CHECK(ncclGroupEnd());
       for (int r = 0; r < size(); ++r) {
         if (!is_local(r)) continue;
         Backend& be = backend(r);
