@@ -68,31 +68,34 @@ fail-rank)
   ;;
 stopped-rank)
   # Rank 1 is stopped (SIGSTOP) mid-training: rank 0's watchdog must end the job after
-  # --comm-timeout, naming itself and the call it waited in, instead of hanging forever.
-  cp "$HERE/../fixtures/conv_odd/net.json" "$DIR/stop.json"
-  start=$(date +%s)
-  timeout 90 "${MPI[@]}" -n 2 "$PARBENCH" train --workload "$DIR/stop.json" --strategy ddp --devices 2 --batch 2 \
-    --iterations 1000000 --warmup 0 --device-kind cpu --comm-timeout 5 >"$DIR/out.txt" 2>&1 &
-  job=$!
-  pid=
-  for _ in $(seq 200); do
-    for p in $(pgrep -f "$DIR/stop.json"); do
-      tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 && pid=$p
+  # --comm-timeout, naming itself and the call it waited in, instead of hanging forever -- in
+  # ddp's all-reduce and in a 1F1B stage's wait for a started transfer (MPI_Wait).
+  for S in ddp pipeline-1f1b; do
+    cp "$HERE/../fixtures/conv_odd/net.json" "$DIR/stop.json"
+    start=$(date +%s)
+    timeout 90 "${MPI[@]}" -n 2 "$PARBENCH" train --workload "$DIR/stop.json" --strategy $S --devices 2 --batch 2 \
+      --iterations 1000000 --warmup 0 --device-kind cpu --comm-timeout 5 >"$DIR/out.txt" 2>&1 &
+    job=$!
+    pid=
+    for _ in $(seq 200); do
+      for p in $(pgrep -f "$DIR/stop.json"); do
+        tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 && pid=$p
+      done
+      [ -n "$pid" ] && grep -q 'iteration' "$DIR/out.txt" && break
+      sleep 0.1
     done
-    [ -n "$pid" ] && grep -q 'iteration' "$DIR/out.txt" && break
-    sleep 0.1
+    [ -n "$pid" ] || { kill "$job"; fail "$S: rank 1 not found"; }
+    kill -STOP "$pid"
+    wait "$job"
+    rc=$? elapsed=$(($(date +%s) - start))
+    kill -KILL "$pid" 2>/dev/null
+    tail -5 "$DIR/out.txt"
+    [ $rc -ne 0 ] || fail "$S: exit code 0 although rank 1 was stopped"
+    [ $rc -ne 124 ] || fail "$S: the job hung"
+    [ $elapsed -lt 60 ] || fail "$S: took ${elapsed}s"
+    grep -q 'parbench: rank 0 (.*): error: MPI_.* has waited [0-9]* s for the other ranks (--comm-timeout 5)' "$DIR/out.txt" ||
+      fail "$S: no watchdog message naming rank 0"
   done
-  [ -n "$pid" ] || { kill "$job"; fail "rank 1 not found"; }
-  kill -STOP "$pid"
-  wait "$job"
-  rc=$? elapsed=$(($(date +%s) - start))
-  kill -KILL "$pid" 2>/dev/null
-  tail -5 "$DIR/out.txt"
-  [ $rc -ne 0 ] || fail "exit code 0 although rank 1 was stopped"
-  [ $rc -ne 124 ] || fail "the job hung"
-  [ $elapsed -lt 60 ] || fail "took ${elapsed}s"
-  grep -q 'parbench: rank 0 (.*): error: MPI_.* has waited [0-9]* s for the other ranks (--comm-timeout 5)' "$DIR/out.txt" ||
-    fail "no watchdog message naming rank 0"
   ;;
 mismatch)
   # MPMD: two ranks with different arguments -> a configuration mismatch, every rank exits non-zero.
