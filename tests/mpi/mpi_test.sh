@@ -68,8 +68,9 @@ fail-rank)
   ;;
 stopped-rank)
   # Rank 1 is stopped (SIGSTOP) mid-training: rank 0's watchdog must end the job after
-  # --comm-timeout, naming itself and the call it waited in, instead of hanging forever -- in
-  # ddp's all-reduce and in a 1F1B stage's wait for a started transfer (MPI_Wait).
+  # --comm-timeout, naming itself and the call it waited in, instead of hanging forever -- for
+  # ddp and for a 1F1B pipeline (whose rank 0 waits in a started transfer's MPI_Wait or in the
+  # loss's world sum, wherever rank 1 stopped).
   for S in ddp pipeline-1f1b; do
     cp "$HERE/../fixtures/conv_odd/net.json" "$DIR/stop.json"
     start=$(date +%s)
