@@ -233,6 +233,29 @@ TEST_F(Harness, InvalidSplitIsAnErrorEntry) {
   EXPECT_TRUE(regular1_ok);
 }
 
+// --schedule and --recompute pick the pipeline variants of the sweep: the benchmark names carry
+// them (a run of pipeline and pipeline-1f1b collapses to one pipeline-1f1b-recompute), and the
+// context records the flags.
+TEST_F(Harness, ScheduleFlagsNameThePipelineVariant) {
+  Result r = parbench("run --workload great_net --image 8 --width 0.1875 --strategies pipeline,pipeline-1f1b,mp "
+                      "--schedule 1f1b --recompute --devices 2 --batch 4 --micro-batches 4 --iterations 2 --warmup 0 "
+                      "--threads 1 --device-kind cpu --out " + path("run"));
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  const json gb = load(path("run/results.json"));
+  std::vector<std::string> strategies;
+  for (const json& b : gb["benchmarks"]) {
+    const std::string name = b["name"];
+    EXPECT_FALSE(b.value("error_occurred", false)) << name;
+    strategies.push_back(name.substr(name.find("/width:0.1875/") + 14, name.find("/devices:") - name.find("/width:0.1875/") - 14));
+  }
+  EXPECT_EQ(strategies, (std::vector<std::string>{"pipeline-1f1b-recompute", "mp"}));
+  EXPECT_EQ(gb["context"]["schedule"], "1f1b");
+  EXPECT_EQ(gb["context"]["recompute"], "true");
+  r = parbench("run --workload linear --strategies pipeline --schedule fifo --devices 1 --device-kind cpu --out " + path("bad"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--schedule expects gpipe or 1f1b, got 'fifo'"));
+}
+
 // The CUDA module (cuDNN, cuBLAS, NCCL) is opened only when a GPU is used or asked about: the
 // dynamic loader's own log (LD_DEBUG=files) of a CPU run must not name it.
 TEST_F(Harness, CpuRunsDoNotLoadTheCudaModule) {
