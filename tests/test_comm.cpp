@@ -380,8 +380,12 @@ TEST(Comm, NcclAllReduceBroadcastSendRecvOnGpus) {
     for (int64_t i = 0; i < len; ++i) ASSERT_EQ(sum[r][i], sum_over_ranks(n, i)) << "rank " << r << " [" << i << "]";
     EXPECT_EQ(bc[r], rank_values(n - 1, len));
     EXPECT_EQ(chain[r], rank_values(0, len));
-    if (r > 0) EXPECT_EQ(below[r], rank_values(r - 1, len));
-    if (r + 1 < n) EXPECT_EQ(above[r], rank_values(r + 1, len));
+    if (r > 0) {
+      EXPECT_EQ(below[r], rank_values(r - 1, len));
+    }
+    if (r + 1 < n) {
+      EXPECT_EQ(above[r], rank_values(r + 1, len));
+    }
   }
 #endif
 }
