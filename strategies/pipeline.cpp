@@ -21,6 +21,7 @@ class Staged final : public GroupStrategy {
  protected:
   void plan_workers() override {
     ranges_ = split_stages(plan(), workers(), opts_.balance, name());
+    staged_ = true;
     for (int s = 0; s < workers(); ++s) {
       group().worker(s).stats.layer_begin = ranges_[s].first;
       group().worker(s).stats.layer_end = ranges_[s].second;
@@ -72,9 +73,10 @@ class Staged final : public GroupStrategy {
       float* x = w.x.data() + at * in;
       if (s > 0) c.recv(s, x, n * in, s - 1);
       const float* y = m.forward(x, n, k);
-      if (s == last)
+      if (s == last) {
+        auto loss_span = w.tracer.compute(Phase::Loss, k, [] { return std::string("mse loss"); });
         w.be().mse_loss_grad(n * out, y, w.t.data() + at * out, grad_scale(), w.dy.data() + at * out, w.loss.data() + k);
-      else
+      } else
         c.send(s, y, n * out, s + 1);
     }
     for (int k = micro - 1; k >= 0; --k) {  // drain: backwards, gradients sent back
