@@ -153,7 +153,7 @@ void Tracer::nvtx_pop() {
 }
 
 std::string chrome_trace(const std::vector<std::vector<Span>>& workers, const std::vector<std::string>& process_names,
-                         const std::string& title) {
+                         const std::map<std::string, std::string>& meta) {
   using nlohmann::json;
   json events = json::array();
   for (std::size_t w = 0; w < workers.size(); ++w) {
@@ -177,7 +177,7 @@ std::string chrome_trace(const std::vector<std::vector<Span>>& workers, const st
                         {"args", args}});
     }
   }
-  return json({{"traceEvents", events}, {"displayTimeUnit", "ms"}, {"otherData", {{"title", title}}}}).dump(1) + "\n";
+  return json({{"traceEvents", events}, {"displayTimeUnit", "ms"}, {"otherData", meta}}).dump(1) + "\n";
 }
 
 }  // namespace pb

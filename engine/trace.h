@@ -7,6 +7,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -53,6 +54,11 @@ class Tracer {
   void begin_step(Backend& be, clock::time_point origin);
   // After the backend's synchronize: resolves every event into spans. Inactive afterwards.
   void end_step();
+  // No spans and zero totals: a step that recorded nothing.
+  void clear() {
+    spans_.clear();
+    totals_.fill(0.0);
+  }
 
   // RAII: a compute-queue span from construction to destruction.
   class Scope {
@@ -144,7 +150,8 @@ class Tracer {
 // A Chrome trace-event file (Perfetto, chrome://tracing) of one step: per worker a process
 // (pid = worker, named by `process_names`), per lane a thread (tid 0 compute, 1 comm); each span
 // a complete event ("ph": "X") with ts and dur in microseconds from the step's start.
+// `meta` goes to the file's "otherData" (what the trace is of).
 std::string chrome_trace(const std::vector<std::vector<Span>>& workers, const std::vector<std::string>& process_names,
-                         const std::string& title);
+                         const std::map<std::string, std::string>& meta);
 
 }  // namespace pb

@@ -119,16 +119,31 @@ void Group::require_all_workers(int used) const {
                                  "rank needs a chunk (use a larger batch)", strategy_, used, size()));
 }
 
+// PARBENCH_SPANS=0 records no spans (the breakdown is then empty: all idle or remainder), for
+// A/B runs that measure what recording them costs.
+static bool spans_on() {
+  static const bool on = [] {
+    const char* e = std::getenv("PARBENCH_SPANS");
+    return !(e && std::string(e) == "0");
+  }();
+  return on;
+}
+
 void Group::run_step(int count, const std::function<void(Worker&)>& fn) {
   using clock = std::chrono::steady_clock;
   Communicator& comm = connect(count);
+  const bool spans = spans_on();
   const auto origin = clock::now();
   std::vector<clock::time_point> ends(workers_.size(), origin);
   run_local(count, [&](Worker& w) {
     comm.reset_stats(w.rank);
-    comm.set_tracer(w.rank, &w.tracer);
-    w.tracer.set_detail(detail_);
-    w.tracer.begin_step(*w.backend, origin);
+    if (spans || detail_) {
+      comm.set_tracer(w.rank, &w.tracer);
+      w.tracer.set_detail(detail_);
+      w.tracer.begin_step(*w.backend, origin);
+    } else {
+      w.tracer.clear();
+    }
     fn(w);
     w.backend->synchronize();  // the worker's time includes its queued device work
     ends[w.rank] = clock::now();

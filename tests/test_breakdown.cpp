@@ -217,7 +217,7 @@ TEST(Breakdown, ChromeTraceValidates) {
   std::vector<std::vector<Span>> spans;
   std::vector<std::string> names;
   for (const WorkerStats& w : st.workers) spans.push_back(w.spans), names.push_back(w.device);
-  const auto trace = nlohmann::json::parse(chrome_trace(spans, names, "test"));
+  const auto trace = nlohmann::json::parse(chrome_trace(spans, names, {{"title", "test"}}));
   ASSERT_TRUE(trace.contains("traceEvents"));
   std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> lanes;
   int layers_seen = 0, metadata = 0;

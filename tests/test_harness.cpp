@@ -78,8 +78,9 @@ TEST_F(Harness, RunReportCompare) {
       EXPECT_EQ(b["name"], "linear/regular/devices:1/batch:1/iterations:20/process_time/manual_time");
       EXPECT_EQ(b["iterations"], 20);
       EXPECT_EQ(b["time_unit"], "ms");
-      for (const char* c : {"samples_per_s", "flop_per_s", "peak_bytes_max", "peak_bytes_dev0", "comm_bytes_per_iter",
-                            "comm_s_per_iter", "bubble_fraction", "workers_used", "oversubscribed", "global_batch"})
+      for (const char* c : {"samples_per_s", "flop_per_s", "peak_bytes_max", "peak_bytes_dev0", "bytes_sent_per_iter",
+                            "transfer_s_max", "bubble_fraction", "workers_used", "oversubscribed", "global_batch",
+                            "compute_share", "transfer_share", "idle_share", "other_share", "exposed_comm_s"})
         EXPECT_TRUE(b.contains(c)) << c;
       EXPECT_EQ(b["workers_used"], 1);
       EXPECT_NEAR(b["samples_per_s"].get<double>(), 1 / (b["real_time"].get<double>() * 1e-3), 1e-6 * b["samples_per_s"].get<double>());
