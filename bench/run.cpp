@@ -194,7 +194,8 @@ int cmd_run(const std::vector<std::string>& args) {
   Flags f("parbench run",
           "Benchmarks every strategy x device count on one workload with Google Benchmark, prints the\n"
           "comparison table and writes a run folder: results.json (Google Benchmark JSON, rewritten after\n"
-          "every benchmark), report.md, report.csv, report.json and throughput.png.\n"
+          "every benchmark), report.md, report.csv, report.json and throughput.png (with --trace also\n"
+          "trace-<benchmark>.json, one step as Chrome trace events, and timeline.png).\n"
           "Google Benchmark's own flags pass through: --benchmark_repetitions=N, --benchmark_filter=REGEX,\n"
           "--benchmark_out=FILE, --benchmark_format=..., --benchmark_list_tests, ...\n"
           "Exit status: 0 when at least one configuration was measured, 1 when every one failed.",

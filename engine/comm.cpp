@@ -23,6 +23,15 @@ const char* coll_kind_name(CollKind k) {
   return "?";
 }
 
+namespace {
+// A payload for span names: "640 B", "64 KiB", "3.2 MiB".
+std::string size_str(double bytes) {
+  if (bytes < 1024) return fmt::format("{:.0f} B", bytes);
+  if (bytes < 1024 * 1024) return fmt::format("{:.3g} KiB", bytes / 1024);
+  return fmt::format("{:.3g} MiB", bytes / (1024 * 1024));
+}
+}  // namespace
+
 double bus_factor(CollKind k, int n) {
   switch (k) {
     case CollKind::AllReduce: return 2.0 * (n - 1) / n;
@@ -63,7 +72,7 @@ const CommStats& Communicator::stats(int rank) {
         s.kinds[static_cast<int>(c.kind)].seconds += ranks_[rank]->elapsed_s(*events[i].first, *events[i].second);
         if (tr)
           tr->device_span(Phase::Transfer, Lane::Comm,
-                          tr->named() ? fmt::format("{} {:.3g} KiB{}", coll_kind_name(c.kind), c.bytes / 1024.0,
+                          tr->named() ? fmt::format("{} {}{}", coll_kind_name(c.kind), size_str(static_cast<double>(c.bytes)),
                                                     c.peer >= 0 ? fmt::format(" peer {}", c.peer) : "")
                                       : std::string(),
                           *events[i].first, *events[i].second);
@@ -126,9 +135,10 @@ void Communicator::timed(int rank, std::size_t bytes, F&& f, CollKind kind, int 
   if (!events) {
     const bool named = tr->named();
     const std::string what =
-        named ? fmt::format("{} {:.3g} KiB{}", coll_kind_name(kind), (n > 0 ? n : 0) * sizeof(float) / 1024.0,
-                            peer >= 0 ? fmt::format(" peer {}", peer) : "")
-              : std::string();
+        !named ? std::string()
+        : kind == CollKind::AllReduce && n <= 0 ? std::string("all_reduce completion")
+        : fmt::format("{} {}{}", coll_kind_name(kind), size_str(static_cast<double>(n > 0 ? n : 0) * sizeof(float)),
+                            peer >= 0 ? fmt::format(" peer {}", peer) : "");
     const std::string idle = named ? (peer >= 0 ? fmt::format("wait for peer {}", peer) : std::string("wait for peers")) : std::string();
     if (ranks_[rank]->device().kind != DeviceKind::Cpu && t1 > t0)  // a CPU backend never queues
       tr->host_span(Phase::Idle, Lane::Comm, named ? "wait for own device" : "", t0, t1);
@@ -156,7 +166,8 @@ void Communicator::all_reduce_start(int rank, float* buf, int64_t n) {
   }, CollKind::AllReduce, -1, n);
 }
 
-void Communicator::wait(int rank) { timed(rank, 0, [&] { do_wait(rank); }); }
+// Started all-reduces complete here (MPI): the call's transfer time is theirs.
+void Communicator::wait(int rank) { timed(rank, 0, [&] { do_wait(rank); }, CollKind::AllReduce); }
 
 void Communicator::broadcast(int rank, float* buf, int64_t n, int root) {
   PB_CHECK(n >= 0 && 0 <= root && root < size(), "broadcast of {} values from root {} of {}", n, root, size());
