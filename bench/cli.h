@@ -79,5 +79,8 @@ int cmd_compare(const std::vector<std::string>& args);
 // not an error, when it cannot (matplotlib missing). Returns whether the PNG was written; a PNG
 // made but not writable to `png` (a full disk) throws pb::Error.
 bool render_chart(const std::string& report_json, const std::string& png);
+// Runs scripts/timeline.py ($PARBENCH_TIMELINE_SCRIPT) on a run folder's trace-*.json files: a
+// Gantt chart of one step per worker, per strategy at its largest device count. Like render_chart.
+bool render_timeline(const std::string& run_dir, const std::string& png);
 
 }  // namespace pb

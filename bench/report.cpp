@@ -19,37 +19,36 @@ namespace pb {
 
 namespace {
 
-// scripts/chart.py: $PARBENCH_CHART_SCRIPT, the first scripts/ folder at or above the executable
-// (a build folder inside the source tree, or a bundle), or the source tree the program was
-// built from (a build folder elsewhere on the build machine).
-std::string chart_script() {
+// scripts/<name>: $<env>, the first scripts/ folder at or above the executable (a build folder
+// inside the source tree, or a bundle), or the source tree the program was built from (a build
+// folder elsewhere on the build machine).
+std::string find_script(const std::string& name, const char* env_var) {
   namespace fs = std::filesystem;
-  if (const char* env = std::getenv("PARBENCH_CHART_SCRIPT")) return env;
+  if (const char* env = std::getenv(env_var)) return env;
   std::error_code ec;
   fs::path dir = fs::read_symlink("/proc/self/exe", ec).parent_path();
   for (; !ec && !dir.empty(); dir = dir.parent_path()) {
-    if (fs::exists(dir / "scripts" / "chart.py")) return (dir / "scripts" / "chart.py").string();
+    if (fs::exists(dir / "scripts" / name)) return (dir / "scripts" / name).string();
     if (dir == dir.root_path()) break;
   }
 #ifdef PARBENCH_SOURCE_DIR
-  if (fs::exists(PARBENCH_SOURCE_DIR "/scripts/chart.py")) return PARBENCH_SOURCE_DIR "/scripts/chart.py";
+  if (fs::exists(std::string(PARBENCH_SOURCE_DIR "/scripts/") + name)) return PARBENCH_SOURCE_DIR "/scripts/" + name;
 #endif
-  if (fs::exists("scripts/chart.py")) return "scripts/chart.py";
+  if (fs::exists("scripts/" + name)) return "scripts/" + name;
   return "";
 }
 
-}  // namespace
-
-bool render_chart(const std::string& report_json, const std::string& png) {
-  const std::string script = chart_script();
+// Runs `python script input png`; the PNG is written only when the script succeeded.
+bool render_png(const std::string& name, const char* env_var, const std::string& input, const std::string& png) {
+  const std::string script = find_script(name, env_var);
   if (script.empty()) {
-    fmt::print(stderr, "parbench: warning: chart not written: scripts/chart.py not found (set PARBENCH_CHART_SCRIPT)\n");
+    fmt::print(stderr, "parbench: warning: {} not written: scripts/{} not found (set {})\n", png, name, env_var);
     return false;
   }
   // Debian's python has matplotlib; the first python3 on PATH may not.
   const char* env_python = std::getenv("PARBENCH_PYTHON");
   const std::string python = env_python ? env_python : "/usr/bin/python3";
-  // chart.py writes a temporary file; the PNG then goes through write_file_atomic, which writes
+  // The script writes a temporary file; the PNG then goes through write_file_atomic, which writes
   // through a device or FIFO and reports a failed write (a full disk, /dev/full) as an error.
   const std::string tmp_png =
       (std::filesystem::temp_directory_path() / fmt::format("parbench-chart-{}.png", ::getpid())).string();
@@ -57,7 +56,7 @@ bool render_chart(const std::string& report_json, const std::string& png) {
     const std::string& path;
     ~Remove() { std::remove(path.c_str()); }
   } remove_tmp{tmp_png};
-  std::vector<std::string> args = {python, script, report_json, tmp_png};
+  std::vector<std::string> args = {python, script, input, tmp_png};
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -65,7 +64,7 @@ bool render_chart(const std::string& report_json, const std::string& png) {
   std::fflush(stderr);
   pid_t pid = 0;
   if (const int e = posix_spawn(&pid, python.c_str(), nullptr, nullptr, argv.data(), environ); e != 0) {
-    fmt::print(stderr, "parbench: warning: chart not written: cannot run {}: {}\n", python, std::strerror(e));
+    fmt::print(stderr, "parbench: warning: {} not written: cannot run {}: {}\n", png, python, std::strerror(e));
     return false;
   }
   int status = 0;
@@ -75,17 +74,28 @@ bool render_chart(const std::string& report_json, const std::string& png) {
     write_file_atomic(png, read_file(tmp_png));
     return true;
   }
-  // chart.py prints its own reason (matplotlib missing: exit 3).
-  fmt::print(stderr, "parbench: warning: chart not written ({} {} exited with status {})\n", python, script,
+  // The script prints its own reason (matplotlib missing: exit 3).
+  fmt::print(stderr, "parbench: warning: {} not written ({} {} exited with status {})\n", png, python, script,
              WIFEXITED(status) ? WEXITSTATUS(status) : -1);
   return false;
+}
+
+}  // namespace
+
+bool render_chart(const std::string& report_json, const std::string& png) {
+  return render_png("chart.py", "PARBENCH_CHART_SCRIPT", report_json, png);
+}
+
+bool render_timeline(const std::string& run_dir, const std::string& png) {
+  return render_png("timeline.py", "PARBENCH_TIMELINE_SCRIPT", run_dir, png);
 }
 
 int cmd_report(const std::vector<std::string>& args) {
   Flags f("parbench report",
           "Reads Google Benchmark JSON files of parbench runs and prints, per workload, a table with rows\n"
           "strategy x devices: median ms/iteration, CV, samples/s, GFLOP/s, speedup over regular on one\n"
-          "device, scaling efficiency, peak memory per device, communication share, bubble; the best\n"
+          "device, scaling efficiency, peak memory per device, compute / transfer / idle shares, exposed\n"
+          "communication, bubble (measured and formula), bus bandwidth; the best\n"
           "strategy per device count marked. Columns and formulas: docs/reports.md.\n"
           "usage: parbench report FILE.json [FILE.json ...] [flags]",
           {

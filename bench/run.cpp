@@ -85,6 +85,8 @@ std::vector<Flag> run_flags() {
   flags.push_back({"iterations", "N", "timed steps per configuration and repetition; 0: Google Benchmark decides", "10"});
   flags.push_back({"seed", "S", "seed for parameters and data", "0"});
   flags.push_back({"out", "DIR", "run folder (default: runs/<UTC timestamp>-<workload>)", ""});
+  flags.push_back({"trace", "", "per configuration, one more untimed step with per-layer spans, written as a Chrome "
+                                "trace (trace-<benchmark>.json, for Perfetto), and timeline.png", ""});
   return flags;
 }
 
@@ -193,7 +195,8 @@ int cmd_run(const std::vector<std::string>& args) {
   Flags f("parbench run",
           "Benchmarks every strategy x device count on one workload with Google Benchmark, prints the\n"
           "comparison table and writes a run folder: results.json (Google Benchmark JSON, rewritten after\n"
-          "every benchmark), report.md, report.csv, report.json and throughput.png.\n"
+          "every benchmark), report.md, report.csv, report.json and throughput.png (with --trace also\n"
+          "trace-<benchmark>.json, one step as Chrome trace events, and timeline.png).\n"
           "Google Benchmark's own flags pass through: --benchmark_repetitions=N, --benchmark_filter=REGEX,\n"
           "--benchmark_out=FILE, --benchmark_format=..., --benchmark_list_tests, ...\n"
           "Exit status: 0 when at least one configuration was measured, 1 when every one failed.",
@@ -227,6 +230,7 @@ int cmd_run(const std::vector<std::string>& args) {
   const std::string json_path = dir + "/results.json";
 
   add_run_context(plan, f, sw);
+  if (f.on("trace") && !list_only) sw.trace_dir = dir;
   for (const Config& c : plan.configs) {
     auto* b = benchmark::RegisterBenchmark(c.name.c_str(), [&sw, &c](benchmark::State& st) { run_config(st, sw, c); });
     // cpu_time: every thread of the process (the workers), not only the main thread.
@@ -259,9 +263,14 @@ int cmd_run(const std::vector<std::string>& args) {
   write_file_atomic(dir + "/report.csv", reports::report_csv(rep));
   write_file_atomic(dir + "/report.json", reports::report_json(rep));
   const bool chart = render_chart(dir + "/report.json", dir + "/throughput.png");
+  const bool timeline = !sw.trace_dir.empty() && !sw.traced.empty() && render_timeline(dir, dir + "/timeline.png");
+  if (!sw.trace_dir.empty() && !sw.traced.empty() && !timeline)
+    fmt::print(stderr, "parbench run: make timeline.png later with: /usr/bin/python3 scripts/timeline.py {} {}/timeline.png "
+               "(needs matplotlib: apt-get install python3-matplotlib)\n", dir, dir);
   fmt::print("parbench run: {} configuration(s), {} failed; wrote {}/: results.json (Google Benchmark JSON), "
-             "report.md, report.csv, report.json{}\n",
-             ran, reporter.failed(), dir, chart ? ", throughput.png" : "");
+             "report.md, report.csv, report.json{}{}{}\n",
+             ran, reporter.failed(), dir, chart ? ", throughput.png" : "",
+             sw.traced.empty() ? "" : fmt::format(", {} trace-*.json", sw.traced.size()), timeline ? ", timeline.png" : "");
   if (reporter.failed() >= static_cast<int>(ran)) {
     fmt::print(stderr, "parbench run: every configuration failed\n");
     return 1;

@@ -3,6 +3,7 @@
 #include "bench/sweep.h"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 
@@ -12,6 +13,8 @@
 #include "engine/fsutil.h"
 #include "engine/memory_estimate.h"
 #include "engine/process.h"
+#include "engine/trace.h"
+#include "strategies/breakdown.h"
 #include "reports/gbjson.h"
 #include "reports/schema.h"
 #include "reports/stats.h"
@@ -19,6 +22,50 @@
 namespace pb {
 
 namespace {
+
+// The stages' layer ranges and ddp's buckets of the configuration (schema layout).
+std::string layout_json(const StepStats& st) {
+  nlohmann::json j = nlohmann::json::object();
+  if (st.staged) {
+    j["stages"] = nlohmann::json::array();
+    for (const WorkerStats& w : st.workers) j["stages"].push_back({w.layer_begin, w.layer_end});
+  }
+  if (!st.buckets.empty()) {
+    j["buckets"] = nlohmann::json::array();
+    for (const BucketLayout& b : st.buckets)
+      j["buckets"].push_back({{"layers", {b.first_layer, b.last_layer}}, {"floats", {b.begin, b.end}}});
+  }
+  return j.dump();
+}
+
+// One more step, untimed, with per-layer named spans, written as a Chrome trace-event file.
+void write_trace(Sweep& sw, const Config& c, Strategy& s) {
+  s.set_trace_detail(true);
+  try {
+    s.step();
+  } catch (...) {
+    s.set_trace_detail(false);
+    throw;
+  }
+  s.set_trace_detail(false);
+  sw.traced.insert(c.name);
+  if (process().rank != 0) return;  // each process knows only its own workers' spans
+  const StepStats st = s.stats();
+  std::vector<std::vector<Span>> spans;
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < st.workers.size(); ++i) {
+    spans.push_back(st.workers[i].spans);
+    std::string name = fmt::format("worker {} ({})", i, st.workers[i].device);
+    if (st.staged) name += fmt::format(" layers {}-{}", st.workers[i].layer_begin, st.workers[i].layer_end - 1);
+    names.push_back(name);
+  }
+  const std::map<std::string, std::string> meta = {
+      {"benchmark", c.name},        {"strategy", c.strategy},
+      {"devices", std::to_string(c.devices)}, {"global_batch", std::to_string(c.global_batch)},
+      {"micro_batches", std::to_string(st.micro_batches)}, {"bubble_fraction", fmt::format("{}", st.bubble_fraction)},
+      {"step_ms", fmt::format("{}", st.step_s * 1e3)}, {"communicator", st.communicator}};
+  write_file_atomic(sw.trace_dir + "/" + trace_file_name(c.name), chrome_trace(spans, names, meta));
+}
 
 Strategy& prepare(Sweep& sw, const Config& c) {
   if (sw.active && sw.active_name == c.name) return *sw.active;
@@ -38,12 +85,19 @@ Strategy& prepare(Sweep& sw, const Config& c) {
       sw.net.target == Target::Input ? x : synthetic_values(c.global_batch * numel_of(sw.plan.output), sw.seed + 2);
   s->load_batch(x, t, c.global_batch);
   for (int64_t i = 0; i < sw.warmup; ++i) s->step();  // untimed: algorithm search, allocator warm-up
+  if (!sw.trace_dir.empty() && !sw.traced.count(c.name)) write_trace(sw, c, *s);  // untimed too
   sw.active = std::move(s);
   sw.active_name = c.name;
   return *sw.active;
 }
 
 }  // namespace
+
+std::string trace_file_name(const std::string& bench) {
+  std::string out = "trace-";
+  for (char ch : bench) out += (std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '.') ? ch : '_';
+  return out + ".json";
+}
 
 void run_config(benchmark::State& state, Sweep& sw, const Config& c) {
   // A configuration that failed (out of memory, an invalid split, a communicator error) is
@@ -71,7 +125,11 @@ void run_config(benchmark::State& state, Sweep& sw, const Config& c) {
     return;
   }
   std::vector<double> times;
-  double comm_s = 0, comm_bytes = 0;
+  // Sums over the iterations of each step's breakdown (strategies/breakdown.h).
+  double bytes_sent = 0, transfer_max = 0, exposed = 0, bubble = 0;
+  double shares[4] = {0, 0, 0, 0};  // compute, transfer, idle, other
+  double kind_bytes[kCollKinds] = {}, kind_s[kCollKinds] = {}, kind_bus[kCollKinds] = {};
+  bool staged = false;
   StepStats last;
   for (auto _ : state) {
     try {
@@ -83,12 +141,17 @@ void run_config(benchmark::State& state, Sweep& sw, const Config& c) {
       // Below is outside the measured time (UseManualTime counts only dt).
       times.push_back(dt);
       last = s->stats();
-      double worst_comm = 0;
-      for (const WorkerStats& w : last.workers) {
-        worst_comm = std::max(worst_comm, w.comm_s);  // the critical path's communication
-        comm_bytes += static_cast<double>(w.comm_bytes);
-      }
-      comm_s += worst_comm;
+      const StepBreakdown b = breakdown(last);
+      bytes_sent += b.bytes_sent;
+      transfer_max += b.transfer_s_max;
+      exposed += b.exposed_comm_s;
+      shares[0] += b.compute_share, shares[1] += b.transfer_share, shares[2] += b.idle_share, shares[3] += b.other_share;
+      if (b.measured_bubble) bubble += *b.measured_bubble, staged = true;
+      for (int k = 0; k < kCollKinds; ++k)
+        if (b.kinds[k]) {
+          kind_bytes[k] += b.kinds[k]->bytes, kind_s[k] += b.kinds[k]->seconds;
+          kind_bus[k] = b.kinds[k]->busbw / b.kinds[k]->algbw;  // the factor: the same every step
+        }
     } catch (const std::exception& e) {
       fail(e);
       break;
@@ -108,14 +171,28 @@ void run_config(benchmark::State& state, Sweep& sw, const Config& c) {
   state.counters[k::devices.name] = c.devices;
   state.counters[k::peak_bytes_max.name] = peak_max;
   state.counters[k::peak_bytes_dev0.name] = peak0;
-  state.counters[k::comm_bytes_per_iter.name] = comm_bytes / iters;
-  state.counters[k::comm_s_per_iter.name] = comm_s / iters;
+  state.counters[k::bytes_sent_per_iter.name] = bytes_sent / iters;
+  state.counters[k::transfer_s_max.name] = transfer_max / iters;
+  state.counters[k::compute_share.name] = shares[0] / iters;
+  state.counters[k::transfer_share.name] = shares[1] / iters;
+  state.counters[k::idle_share.name] = shares[2] / iters;
+  state.counters[k::other_share.name] = shares[3] / iters;
+  state.counters[k::exposed_comm_s.name] = exposed / iters;
+  if (staged) state.counters[k::measured_bubble.name] = bubble / iters;
+  for (int kind = 0; kind < kCollKinds; ++kind) {
+    if (kind_s[kind] <= 0) continue;
+    const std::string name = coll_kind_name(static_cast<CollKind>(kind));
+    const double algbw = kind_bytes[kind] / kind_s[kind];  // over the iterations: sum of bytes / sum of times
+    if (reports::schema::is_counter("algbw_" + name)) state.counters["algbw_" + name] = algbw;
+    if (reports::schema::is_counter("busbw_" + name)) state.counters["busbw_" + name] = algbw * kind_bus[kind];
+  }
   state.counters[k::bubble_fraction.name] = last.bubble_fraction;
   state.counters[k::micro_batches.name] = last.micro_batches;
   state.counters[k::workers_used.name] = last.workers_used;
   state.counters[k::oversubscribed.name] = last.oversubscribed ? 1 : 0;
   state.counters[k::iter_cv.name] = reports::coefficient_of_variation(times);
   state.SetLabel("communicator " + last.communicator);
+  sw.layouts[c.name] = layout_json(last);
 }
 
 RecordingReporter::RecordingReporter(benchmark::BenchmarkReporter* display, std::string path, const Sweep& sweep)
@@ -163,7 +240,10 @@ void RecordingReporter::save(bool finalized) {
   std::string text = finalized ? buffer_.str() : buffer_.str() + "\n  ]\n}\n";
   const std::size_t close = text.rfind('}');
   PB_CHECK(close != std::string::npos, "the Google Benchmark JSON for {} has no closing brace", path_);
-  text.insert(close, fmt::format(",\n  \"{}\": {}\n", reports::schema::iteration_times.name, nlohmann::json(times_).dump()));
+  nlohmann::json layouts = nlohmann::json::object();
+  for (const auto& [name, j] : sweep_.layouts) layouts[name] = nlohmann::json::parse(j);
+  text.insert(close, fmt::format(",\n  \"{}\": {},\n  \"{}\": {}\n", reports::schema::iteration_times.name,
+                                 nlohmann::json(times_).dump(), reports::schema::layout.name, layouts.dump()));
   PB_CHECK(nlohmann::json::accept(reports::nan_to_null(text)), "the Google Benchmark JSON for {} does not parse", path_);
   write_file_atomic(path_, text);
 }

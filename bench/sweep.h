@@ -40,6 +40,12 @@ struct Sweep {
   std::map<std::string, std::string> failed;  // configuration -> error: later calls skip at once
   // Per configuration, the iteration times of every call GB made of it, in order.
   std::map<std::string, std::vector<std::vector<double>>> calls;
+  // Per configuration: its stages' layer ranges and ddp's buckets (schema layout), as JSON.
+  std::map<std::string, std::string> layouts;
+  // --trace: the folder one traced step per configuration is written to (empty: none), and the
+  // configurations traced so far.
+  std::string trace_dir;
+  std::set<std::string> traced;
   void release() {
     active.reset();
     active_name.clear();
@@ -47,6 +53,8 @@ struct Sweep {
 };
 
 void run_config(benchmark::State& state, Sweep& sw, const Config& c);
+// The --trace file of a benchmark in the run folder: trace-<name, / and : as _>.json.
+std::string trace_file_name(const std::string& bench);
 
 // Tees GB's runs to the display reporter (console, or --benchmark_format) and to a JSON
 // reporter over a buffer; after every report the buffer, closed, replaces the JSON file

@@ -10,8 +10,45 @@
 
 namespace pb {
 
+const char* coll_kind_name(CollKind k) {
+  switch (k) {
+    case CollKind::AllReduce: return "all_reduce";
+    case CollKind::Broadcast: return "broadcast";
+    case CollKind::Reduce: return "reduce";
+    case CollKind::SendRecv: return "send_recv";
+    case CollKind::AllGather: return "all_gather";
+    case CollKind::ReduceScatter: return "reduce_scatter";
+    case CollKind::Other: return "other";
+  }
+  return "?";
+}
+
+namespace {
+// A payload for span names: "640 B", "64 KiB", "3.2 MiB".
+std::string size_str(double bytes) {
+  if (bytes < 1024) return fmt::format("{:.0f} B", bytes);
+  if (bytes < 1024 * 1024) return fmt::format("{:.3g} KiB", bytes / 1024);
+  return fmt::format("{:.3g} MiB", bytes / (1024 * 1024));
+}
+}  // namespace
+
+double bus_factor(CollKind k, int n) {
+  switch (k) {
+    case CollKind::AllReduce: return 2.0 * (n - 1) / n;
+    case CollKind::AllGather:
+    case CollKind::ReduceScatter: return static_cast<double>(n - 1) / n;
+    default: return 1.0;
+  }
+}
+
 Communicator::Communicator(std::vector<Backend*> ranks)
-    : ranks_(std::move(ranks)), stats_(ranks_.size()), pending_wait_(ranks_.size()), settled_(ranks_.size()) {
+    : ranks_(std::move(ranks)),
+      stats_(ranks_.size()),
+      pending_wait_(ranks_.size()),
+      settled_(ranks_.size()),
+      tracers_(ranks_.size(), nullptr),
+      waits_(ranks_.size()),
+      calls_(ranks_.size()) {
   PB_CHECK(!ranks_.empty(), "a communicator needs at least one rank");
   bool any = false;
   for (Backend* b : ranks_) any = any || b != nullptr;
@@ -27,6 +64,20 @@ const CommStats& Communicator::stats(int rank) {
   CommStats& s = stats_.at(rank);
   if (!settled_[rank]) {
     s.seconds += device_transfer_s(rank);
+    const auto events = device_transfer_events(rank);
+    Tracer* tr = tracers_[rank];
+    if (!events.empty() && events.size() == calls_[rank].size()) {
+      for (std::size_t i = 0; i < events.size(); ++i) {
+        const Call& c = calls_[rank][i];
+        s.kinds[static_cast<int>(c.kind)].seconds += ranks_[rank]->elapsed_s(*events[i].first, *events[i].second);
+        if (tr)
+          tr->device_span(Phase::Transfer, Lane::Comm,
+                          tr->named() ? fmt::format("{} {}{}", coll_kind_name(c.kind), size_str(static_cast<double>(c.bytes)),
+                                                    c.peer >= 0 ? fmt::format(" peer {}", c.peer) : "")
+                                      : std::string(),
+                          *events[i].first, *events[i].second);
+      }
+    }
     settled_[rank] = 1;
   }
   return s;
@@ -35,30 +86,72 @@ const CommStats& Communicator::stats(int rank) {
 void Communicator::reset_stats(int rank) {
   stats_.at(rank) = CommStats{};
   settled_[rank] = 0;
+  calls_[rank].clear();
   reset_device_timers(rank);
+}
+
+void Communicator::waited(int rank, std::chrono::steady_clock::time_point from, std::chrono::steady_clock::time_point to) {
+  pending_wait_[rank] += std::chrono::duration<double>(to - from).count();
+  waits_[rank].emplace_back(from, to);
 }
 
 // The host time of a call is split into wait (for the rank's queued device work, for peers) and
 // transfer; an event-ordered implementation spends only the time to enqueue on the host, and
-// its transfers are timed on the device instead.
+// its transfers are timed on the device instead. With a tracer, a host-side call cuts the open
+// compute span (the worker's thread is busy here) and leaves its idle and transfer spans where
+// they happened.
 template <class F>
-void Communicator::timed(int rank, std::size_t bytes, F&& f) {
+void Communicator::timed(int rank, std::size_t bytes, F&& f, CollKind kind, int peer, int64_t n) {
   PB_CHECK(0 <= rank && rank < size(), "rank {} of {}", rank, size());
   PB_CHECK(is_local(rank), "rank {} of {} belongs to another process", rank, size());
   using clock = std::chrono::steady_clock;
   CommStats& s = stats_[rank];
+  Tracer* tr = tracers_[rank];
   const bool events = orders_with_events();
+  const bool moves = n > 0 && size() > 1;
+  if (tr && !events) tr->suspend();
   const auto t0 = clock::now();
   if (!events) ranks_[rank]->synchronize();  // buffers that queued device work may still produce
   const auto t1 = clock::now();
   pending_wait_[rank] = 0;
+  waits_[rank].clear();
+  if (tr) tr->nvtx_push(coll_kind_name(kind));
   f();
-  const double call = std::chrono::duration<double>(clock::now() - t1).count();
+  if (tr) tr->nvtx_pop();
+  const auto t2 = clock::now();
+  const double call = std::chrono::duration<double>(t2 - t1).count();
   const double wait = std::chrono::duration<double>(t1 - t0).count() + pending_wait_[rank];
+  const double transfer = events ? 0.0 : std::max(0.0, call - pending_wait_[rank]);
   s.wait_s += wait;
-  if (!events) s.seconds += std::max(0.0, call - pending_wait_[rank]);
+  s.seconds += transfer;
   s.bytes += size() > 1 ? bytes : 0;  // one rank moves nothing
   ++s.calls;
+  CollStats& k = s.kinds[static_cast<int>(kind)];
+  k.bytes += size() > 1 ? bytes : 0;
+  k.seconds += transfer;
+  k.calls += moves ? 1 : 0;
+  if (events && moves) calls_[rank].push_back({kind, bytes, peer});
+  if (!tr) return;
+  if (!events) {
+    const bool named = tr->named();
+    const std::string what =
+        !named ? std::string()
+        : kind == CollKind::AllReduce && n <= 0 ? std::string("all_reduce completion")
+        : fmt::format("{} {}{}", coll_kind_name(kind), size_str(static_cast<double>(n > 0 ? n : 0) * sizeof(float)),
+                            peer >= 0 ? fmt::format(" peer {}", peer) : "");
+    const std::string idle = named ? (peer >= 0 ? fmt::format("wait for peer {}", peer) : std::string("wait for peers")) : std::string();
+    if (ranks_[rank]->device().kind != DeviceKind::Cpu && t1 > t0)  // a CPU backend never queues
+      tr->host_span(Phase::Idle, Lane::Comm, named ? "wait for own device" : "", t0, t1);
+    // The call's time between its waits is transfer.
+    auto at = t1;
+    for (const auto& [from, to] : waits_[rank]) {
+      if (from > at) tr->host_span(Phase::Transfer, Lane::Comm, what, at, from);
+      tr->host_span(Phase::Idle, Lane::Comm, idle, from, to);
+      at = std::max(at, to);
+    }
+    if (t2 > at) tr->host_span(Phase::Transfer, Lane::Comm, what, at, t2);
+    tr->resume();
+  }
 }
 
 void Communicator::all_reduce(int rank, float* buf, int64_t n) {
@@ -70,23 +163,24 @@ void Communicator::all_reduce_start(int rank, float* buf, int64_t n) {
   PB_CHECK(n >= 0, "all_reduce of {} values", n);
   timed(rank, n * sizeof(float), [&] {
     if (n > 0) do_all_reduce(rank, buf, n);
-  });
+  }, CollKind::AllReduce, -1, n);
 }
 
-void Communicator::wait(int rank) { timed(rank, 0, [&] { do_wait(rank); }); }
+// Started all-reduces complete here (MPI): the call's transfer time is theirs.
+void Communicator::wait(int rank) { timed(rank, 0, [&] { do_wait(rank); }, CollKind::AllReduce); }
 
 void Communicator::broadcast(int rank, float* buf, int64_t n, int root) {
   PB_CHECK(n >= 0 && 0 <= root && root < size(), "broadcast of {} values from root {} of {}", n, root, size());
   timed(rank, n * sizeof(float), [&] {
     if (n > 0) do_broadcast(rank, buf, n, root);
-  });
+  }, CollKind::Broadcast, -1, n);
 }
 
 void Communicator::reduce(int rank, float* buf, int64_t n, int root) {
   PB_CHECK(n >= 0 && 0 <= root && root < size(), "reduce of {} values to root {} of {}", n, root, size());
   timed(rank, n * sizeof(float), [&] {
     if (n > 0) do_reduce(rank, buf, n, root);
-  });
+  }, CollKind::Reduce, -1, n);
 }
 
 void Communicator::send(int rank, const float* buf, int64_t n, int peer) {
@@ -94,7 +188,7 @@ void Communicator::send(int rank, const float* buf, int64_t n, int peer) {
            rank, peer, size());
   timed(rank, n * sizeof(float), [&] {
     if (n > 0) do_send(rank, buf, n, peer);
-  });
+  }, CollKind::SendRecv, peer, n);
 }
 
 void Communicator::recv(int rank, float* buf, int64_t n, int peer) {
@@ -102,14 +196,14 @@ void Communicator::recv(int rank, float* buf, int64_t n, int peer) {
            rank, peer, size());
   timed(rank, 0, [&] {
     if (n > 0) do_recv(rank, buf, n, peer);
-  });
+  }, CollKind::SendRecv, peer, n);
 }
 
 int64_t Communicator::send_start(int rank, const float* buf, int64_t n, int peer) {
   PB_CHECK(n >= 0 && 0 <= peer && peer < size() && peer != rank, "send of {} values from rank {} to {} of {}", n,
            rank, peer, size());
   int64_t id = -1;
-  timed(rank, n * sizeof(float), [&] { id = do_send_start(rank, buf, n, peer); });
+  timed(rank, n * sizeof(float), [&] { id = do_send_start(rank, buf, n, peer); }, CollKind::SendRecv, peer, n);
   return id;
 }
 
@@ -117,11 +211,13 @@ int64_t Communicator::recv_start(int rank, float* buf, int64_t n, int peer) {
   PB_CHECK(n >= 0 && 0 <= peer && peer < size() && peer != rank, "recv of {} values at rank {} from {} of {}", n,
            rank, peer, size());
   int64_t id = -1;
-  timed(rank, 0, [&] { id = do_recv_start(rank, buf, n, peer); });
+  timed(rank, 0, [&] { id = do_recv_start(rank, buf, n, peer); }, CollKind::SendRecv, peer, n);
   return id;
 }
 
-void Communicator::wait_transfer(int rank, int64_t id) { timed(rank, 0, [&] { do_wait_transfer(rank, id); }); }
+void Communicator::wait_transfer(int rank, int64_t id) {
+  timed(rank, 0, [&] { do_wait_transfer(rank, id); }, CollKind::SendRecv);
+}
 
 namespace {
 

@@ -2,6 +2,7 @@
 // from its own thread with buffers on its own device; each call records its bytes and time.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -9,8 +10,25 @@
 #include <vector>
 
 #include "engine/backend.h"
+#include "engine/trace.h"
 
 namespace pb {
+
+// The kinds of collective, for per-kind bytes and times (algorithm and bus bandwidth).
+enum class CollKind : uint8_t { AllReduce, Broadcast, Reduce, SendRecv, AllGather, ReduceScatter, Other };
+inline constexpr int kCollKinds = 7;
+const char* coll_kind_name(CollKind k);
+// nccl-tests' bus bandwidth factor for n ranks: all-reduce 2(n-1)/n; all-gather and
+// reduce-scatter (n-1)/n; broadcast, reduce, send/recv 1.
+double bus_factor(CollKind k, int n);
+
+// One kind's share of CommStats: the payload (the nccl-tests "size" of each call, summed) and
+// the transfer seconds of those calls.
+struct CollStats {
+  std::size_t bytes = 0;
+  double seconds = 0;
+  int64_t calls = 0;
+};
 
 // Per rank, since the last reset. bytes: the payload of each collective this rank took part in
 // (all-reduce, reduce, broadcast: the buffer size; send: the message; recv: 0, the sender counts
@@ -23,6 +41,9 @@ struct CommStats {
   double wait_s = 0;
   std::size_t bytes = 0;
   int64_t calls = 0;
+  // Per CollKind: send counts the message at the sender (bytes) and its transfer time where it
+  // happens (recv, on a host-side communicator), both under SendRecv.
+  CollStats kinds[kCollKinds];
 };
 
 class Communicator {
@@ -68,6 +89,9 @@ class Communicator {
   // Complete once the rank's backend has finished its queued work (after synchronize()).
   const CommStats& stats(int rank);
   void reset_stats(int rank);
+  // Where the rank's calls record their transfer and idle spans (null: nowhere); set by the
+  // thread that drives the rank.
+  void set_tracer(int rank, Tracer* t) { tracers_.at(rank) = t; }
 
  protected:
   virtual void do_all_reduce(int rank, float* buf, int64_t n) = 0;  // may return before done
@@ -87,19 +111,34 @@ class Communicator {
   virtual bool orders_with_events() const { return false; }
   // Seconds of the current call that the rank spent waiting for a peer, not moving data.
   void waited(int rank, double seconds) { pending_wait_[rank] += seconds; }
+  // The same, with when: the span shows in the rank's trace where it happened.
+  void waited(int rank, std::chrono::steady_clock::time_point from, std::chrono::steady_clock::time_point to);
   // For event-ordered implementations: the transfers' device time, folded into stats(rank) once
   // the rank's device work is complete.
   virtual double device_transfer_s(int) { return 0; }
   virtual void reset_device_timers(int) {}
+  // For event-ordered implementations: the (start, end) events of each transfer since the reset,
+  // in call order, complete once the rank's device work is; they become the rank's transfer
+  // spans and per-kind times. Empty: only the total of device_transfer_s is known.
+  virtual std::vector<std::pair<Event*, Event*>> device_transfer_events(int) { return {}; }
 
  private:
+  // A call's bookkeeping: bytes and time, split into idle and transfer, per kind, into the tracer.
   template <class F>
-  void timed(int rank, std::size_t bytes, F&& f);
+  void timed(int rank, std::size_t bytes, F&& f, CollKind kind = CollKind::Other, int peer = -1, int64_t n = 0);
+  struct Call {  // a call that moved data, for event-ordered per-kind times
+    CollKind kind;
+    std::size_t bytes;
+    int peer;
+  };
   std::vector<Backend*> ranks_;
   // Entry r of each is touched only by rank r's thread.
   std::vector<CommStats> stats_;
   std::vector<double> pending_wait_;
   std::vector<char> settled_;
+  std::vector<Tracer*> tracers_;
+  std::vector<std::vector<std::pair<std::chrono::steady_clock::time_point, std::chrono::steady_clock::time_point>>> waits_;
+  std::vector<std::vector<Call>> calls_;
 };
 
 enum class CommKind { Auto, InProcess, Nccl };

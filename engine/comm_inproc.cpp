@@ -154,7 +154,7 @@ class InProcComm final : public Communicator {
     if (done()) return;
     const auto t0 = std::chrono::steady_clock::now();
     cv_.wait(lock, done);
-    waited(rank, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    waited(rank, t0, std::chrono::steady_clock::now());
   }
 
   // Barrier among all ranks. The mutex also orders memory: whatever a rank wrote before meet()

@@ -6,6 +6,16 @@
 namespace pb {
 
 namespace {
+// A span for the whole call (phase level), or for one layer when the tracer keeps detail.
+Tracer::Scope call_span(Tracer* t, Phase p, int micro) {
+  if (!t || t->detail()) return {};
+  return t->compute(p, micro, [&] { return std::string(phase_name(p)); });
+}
+Tracer::Scope layer_span(Tracer* t, Phase p, int micro, const LayerPlan& l) {
+  if (!t || !t->detail()) return {};
+  return t->compute(p, micro, [&] { return fmt::format("L{} {}", l.index, layer_type_name(l.spec.type)); });
+}
+
 ConvGeom geom(const LayerPlan& l, int64_t batch) {
   ConvGeom g;
   g.n = batch;
@@ -54,6 +64,7 @@ const float* Sequential::forward(const float* x, int64_t batch, int slot_id) {
     slot.batch = batch;
   }
   slot.input = x;
+  Tracer::Scope span = call_span(tracer_, Phase::Forward, slot_id);
   Backend& be = *backend_;
   const int64_t base = plan_.layers[begin_].param_offset;
   const float* cur = x;
@@ -67,6 +78,7 @@ const float* Sequential::forward(const float* x, int64_t batch, int slot_id) {
     if (!alias && !slot.storage[j].defined()) slot.storage[j] = Tensor::empty({out_n}, be.device());
     float* y = alias ? const_cast<float*>(cur) : slot.storage[j].data();
     const float* w = params_.data() + (l.param_offset - base);
+    Tracer::Scope layer = layer_span(tracer_, Phase::Forward, slot_id, l);
     switch (l.spec.type) {
       case LayerType::Conv2d: be.conv2d_forward(geom(l, batch), cur, w, w + l.weight_numel, y); break;
       case LayerType::Linear:
@@ -100,6 +112,7 @@ void Sequential::backward(const float* dy, float* dx, bool accumulate, int slot_
   PB_CHECK(it != slots_.end() && it->second.input != nullptr, "backward before forward in slot {}", slot_id);
   Slot& slot = it->second;
   const int64_t batch = slot.batch;
+  Tracer::Scope span = call_span(tracer_, Phase::Backward, slot_id);
   Backend& be = *backend_;
   const int64_t base = plan_.layers[begin_].param_offset;
   int64_t max_act = 0;
@@ -115,6 +128,7 @@ void Sequential::backward(const float* dy, float* dx, bool accumulate, int slot_
     if (need_dx) gin = i == begin_ ? dx : (gout == bufs[0] ? bufs[1] : bufs[0]);
     float* w = params_.data() + (l.param_offset - base);
     float* gw = grads_.data() + (l.param_offset - base);
+    Tracer::Scope layer = layer_span(tracer_, Phase::Backward, slot_id, l);
     switch (l.spec.type) {
       case LayerType::Conv2d: {
         const ConvGeom g = geom(l, batch);
@@ -153,6 +167,7 @@ void Adam::step(Tensor& params, const Tensor& grads) {
   PB_CHECK(params.numel() == m_.numel() && grads.numel() == m_.numel(), "Adam over {} values, got {} and {}",
            m_.numel(), params.numel(), grads.numel());
   ++t_;
+  Tracer::Scope span = tracer_ ? tracer_->compute(Phase::Optimizer, -1, [] { return std::string("adam"); }) : Tracer::Scope{};
   if (m_.numel() > 0) backend_->adam_step(m_.numel(), params.data(), grads.data(), m_.data(), v_.data(), p_, t_);
 }
 

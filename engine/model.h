@@ -10,6 +10,7 @@
 #include "engine/backend.h"
 #include "engine/net.h"
 #include "engine/tensor.h"
+#include "engine/trace.h"
 
 namespace pb {
 
@@ -43,6 +44,8 @@ class Sequential {
                 const std::function<void(int layer)>& grads_ready = {});
   // The flat grads() range [begin, end) of layer i (global index; empty for ReLU/Flatten).
   std::pair<int64_t, int64_t> layer_grad_range(int i) const;
+  // Where forward and backward record their spans (one per call, or per layer with detail).
+  void set_tracer(Tracer* t) { tracer_ = t; }
 
  private:
   struct Slot {
@@ -59,6 +62,7 @@ class Sequential {
   Tensor params_, grads_;
   std::map<int, Slot> slots_;
   Tensor gbuf_[2];
+  Tracer* tracer_ = nullptr;
 };
 
 // torch.optim.Adam over one flat buffer.
@@ -69,12 +73,14 @@ class Adam {
   int64_t steps() const { return t_; }
   // Takes over another optimizer's moments and step count (any device): a replica rejoining.
   void copy_state_from(const Adam& other);
+  void set_tracer(Tracer* t) { tracer_ = t; }
 
  private:
   Backend* backend_;
   AdamParams p_;
   Tensor m_, v_;
   int64_t t_ = 0;
+  Tracer* tracer_ = nullptr;
 };
 
 }  // namespace pb

@@ -3,6 +3,8 @@
 // the same keys (a test checks it).
 #pragma once
 
+#include <string>
+
 namespace pb::reports::schema {
 
 // Whether two runs must agree on a context key to be compared (or tabulated together).
@@ -27,8 +29,26 @@ inline constexpr Key global_batch{"global_batch", "samples", "samples per iterat
 inline constexpr Key devices{"devices", "count", "N, the devices (workers) of the configuration"};
 inline constexpr Key peak_bytes_max{"peak_bytes_max", "bytes", "peak allocated bytes since setup, the largest over the workers"};
 inline constexpr Key peak_bytes_dev0{"peak_bytes_dev0", "bytes", "peak allocated bytes since setup on worker 0"};
-inline constexpr Key comm_bytes_per_iter{"comm_bytes_per_iter", "bytes", "bytes sent per iteration, summed over the workers"};
-inline constexpr Key comm_s_per_iter{"comm_s_per_iter", "s", "communication seconds per iteration, the largest over the workers: the transfers alone (in-process: the copies, not the wait for peers; NCCL: the collectives' span on the GPU stream; MPI: the whole calls, waiting included)"};
+inline constexpr Key bytes_sent_per_iter{"bytes_sent_per_iter", "bytes", "per iteration, summed over the workers: each worker's collective payloads (the nccl-tests size) and sent messages"};
+inline constexpr Key transfer_s_max{"transfer_s_max", "s", "per iteration, the largest transfer time of a worker: the transfers alone (in-process: the copies, not the wait for peers; NCCL: the collectives' span on the GPU stream; MPI: the whole calls, waiting included)"};
+inline constexpr Key compute_share{"compute_share", "fraction", "forward + backward + loss + optimizer time summed over the workers / (N x step time), mean over iterations"};
+inline constexpr Key transfer_share{"transfer_share", "fraction", "transfer time summed over the workers / (N x step time), mean over iterations"};
+inline constexpr Key idle_share{"idle_share", "fraction", "idle time (waiting for peers, its own device, or the step's slowest worker) summed over the workers / (N x step time), mean over iterations"};
+inline constexpr Key other_share{"other_share", "fraction", "the remainder no span covers, summed over the workers / (N x step time), mean over iterations"};
+inline constexpr Key exposed_comm_s{"exposed_comm_s", "s", "per iteration, the transfer time of the critical worker (the one idle least) not overlapped by its own compute spans"};
+inline constexpr Key measured_bubble{"measured_bubble", "fraction", "mp/pipeline: idle time of the stage workers / (P x step time), mean over iterations"};
+inline constexpr Key algbw_all_reduce{"algbw_all_reduce", "bytes/s", "all-reduce payload bytes / transfer time of the slowest rank, over the iterations"};
+inline constexpr Key busbw_all_reduce{"busbw_all_reduce", "bytes/s", "algbw_all_reduce x 2(N-1)/N"};
+inline constexpr Key algbw_broadcast{"algbw_broadcast", "bytes/s", "broadcast payload bytes / transfer time of the slowest rank, over the iterations"};
+inline constexpr Key busbw_broadcast{"busbw_broadcast", "bytes/s", "algbw_broadcast x 1"};
+inline constexpr Key algbw_reduce{"algbw_reduce", "bytes/s", "reduce payload bytes / transfer time of the slowest rank, over the iterations"};
+inline constexpr Key busbw_reduce{"busbw_reduce", "bytes/s", "algbw_reduce x 1"};
+inline constexpr Key algbw_send_recv{"algbw_send_recv", "bytes/s", "bytes of every message / the sum of their transfer times, over the iterations"};
+inline constexpr Key busbw_send_recv{"busbw_send_recv", "bytes/s", "algbw_send_recv x 1"};
+inline constexpr Key algbw_all_gather{"algbw_all_gather", "bytes/s", "all-gather output bytes / transfer time of the slowest rank, over the iterations"};
+inline constexpr Key busbw_all_gather{"busbw_all_gather", "bytes/s", "algbw_all_gather x (N-1)/N"};
+inline constexpr Key algbw_reduce_scatter{"algbw_reduce_scatter", "bytes/s", "reduce-scatter input bytes / transfer time of the slowest rank, over the iterations"};
+inline constexpr Key busbw_reduce_scatter{"busbw_reduce_scatter", "bytes/s", "algbw_reduce_scatter x (N-1)/N"};
 inline constexpr Key bubble_fraction{"bubble_fraction", "fraction", "(P-1)/(M+P-1) as the strategy reports it (pipeline; mp is M = 1)"};
 inline constexpr Key micro_batches{"micro_batches", "count", "micro-batches the last step ran"};
 inline constexpr Key workers_used{"workers_used", "count", "workers that got work (torch.chunk may give fewer chunks than devices)"};
@@ -38,9 +58,20 @@ inline constexpr Key iter_cv{"iter_cv", "fraction", "CV of the iteration times w
 
 inline constexpr Key kCounters[] = {
     counter::samples_per_s,  counter::flop_per_s,      counter::global_batch,        counter::devices,
-    counter::peak_bytes_max, counter::peak_bytes_dev0, counter::comm_bytes_per_iter, counter::comm_s_per_iter,
+    counter::peak_bytes_max, counter::peak_bytes_dev0, counter::bytes_sent_per_iter, counter::transfer_s_max,
     counter::bubble_fraction, counter::micro_batches,  counter::workers_used,        counter::oversubscribed,
-    counter::iter_cv};
+    counter::iter_cv,
+    counter::compute_share, counter::transfer_share, counter::idle_share, counter::other_share,
+    counter::exposed_comm_s, counter::measured_bubble,
+    counter::algbw_all_reduce, counter::busbw_all_reduce, counter::algbw_broadcast, counter::busbw_broadcast,
+    counter::algbw_reduce, counter::busbw_reduce, counter::algbw_send_recv, counter::busbw_send_recv,
+    counter::algbw_all_gather, counter::busbw_all_gather, counter::algbw_reduce_scatter, counter::busbw_reduce_scatter};
+
+inline bool is_counter(const std::string& name) {
+  for (const Key& k : kCounters)
+    if (name == k.name) return true;
+  return false;
+}
 
 // ---- context: one per run, text ----------------------------------------------------------
 namespace context {
@@ -106,5 +137,8 @@ inline constexpr Key kContext[] = {
 // ---- the record's own top-level field ------------------------------------------------------
 // {"<benchmark>": [[seconds of each iteration of repetition 0], [... repetition 1], ...]}
 inline constexpr Key iteration_times{"iteration_times_s", "s", "every timed iteration's time, per benchmark and repetition"};
+// {"<benchmark>": {"stages": [[begin, end), ...] (mp/pipeline), "buckets": [{"layers": [first, last],
+// "floats": [begin, end)}, ...] (ddp, in all-reduce order)}}
+inline constexpr Key layout{"layout", "-", "per benchmark: the stages' layer ranges (mp, pipeline) and ddp's gradient buckets"};
 
 }  // namespace pb::reports::schema

@@ -219,9 +219,20 @@ Report build_report(const std::vector<RunFile>& files) {
           r.flop_per_s = *fl;
         if (auto p = b.counter_max(schema::counter::peak_bytes_max.name)) r.peak_mib_max = *p / kMiB;
         if (auto p = b.counter_max(schema::counter::peak_bytes_dev0.name)) r.peak_mib_dev0 = *p / kMiB;
-        if (auto c = b.counter_median(schema::counter::comm_s_per_iter.name)) r.comm_share = *c / *med;
-        if (auto c = b.counter_median(schema::counter::comm_bytes_per_iter.name)) r.comm_mib_per_iteration = *c / kMiB;
-        if (auto bub = b.counter_median(schema::counter::bubble_fraction.name); bub && (*bub > 0 || b.counter_median(schema::counter::micro_batches.name).value_or(0) > 1))
+        namespace k = schema::counter;
+        r.compute_share = b.counter_median(k::compute_share.name);
+        r.transfer_share = b.counter_median(k::transfer_share.name);
+        r.idle_share = b.counter_median(k::idle_share.name);
+        r.other_share = b.counter_median(k::other_share.name);
+        if (auto c = b.counter_median(k::exposed_comm_s.name)) r.exposed_comm_share = *c / *med;
+        if (auto c = b.counter_median(k::bytes_sent_per_iter.name)) r.comm_mib_per_iteration = *c / kMiB;
+        r.measured_bubble = b.counter_median(k::measured_bubble.name);
+        for (const schema::Key& key : schema::kCounters) {
+          const std::string name = key.name;
+          if (name.rfind("algbw_", 0) == 0 || name.rfind("busbw_", 0) == 0)
+            if (auto v = b.counter_median(name)) (name[0] == 'a' ? r.algbw : r.busbw)[name.substr(6)] = *v;
+        }
+        if (auto bub = b.counter_median(k::bubble_fraction.name); bub && (*bub > 0 || b.counter_median(k::micro_batches.name).value_or(0) > 1))
           r.bubble = *bub;
         if (auto w = b.counter_median(schema::counter::workers_used.name)) r.workers_used = *w;
         if (auto o = b.counter_max(schema::counter::oversubscribed.name)) r.oversubscribed = *o;

@@ -49,9 +49,14 @@ struct Row {
   std::string efficiency_base;     // name of the 1-device row efficiency is relative to
   bool efficiency_from_regular = false;  // no 1-device row of its own: relative to regular's
   std::optional<double> peak_mib_max, peak_mib_dev0;
-  std::optional<double> comm_share;          // comm time / iteration time
-  std::optional<double> comm_mib_per_iteration;
-  std::optional<double> bubble;              // pipeline bubble fraction
+  // Shares of the device time (N x step time): compute, transfer, idle and the remainder.
+  std::optional<double> compute_share, transfer_share, idle_share, other_share;
+  std::optional<double> exposed_comm_share;  // exposed_comm_s / iteration time
+  std::optional<double> comm_mib_per_iteration;  // bytes_sent_per_iter, in MiB
+  std::optional<double> bubble;              // pipeline bubble fraction, the formula
+  std::optional<double> measured_bubble;     // idle share of the stage workers
+  // Per collective kind that ran ("all_reduce", "send_recv", ...): bytes/s.
+  std::map<std::string, double> algbw, busbw;
   std::optional<double> workers_used, oversubscribed;
   bool best = false;
 };

@@ -41,6 +41,14 @@ std::string csv_num(const std::optional<double>& v) { return v ? fmt::format("{:
 
 nlohmann::json json_num(const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); }
 
+// The collective kinds with bandwidth counters (schema algbw_* / busbw_*), in column order.
+constexpr const char* kKinds[] = {"all_reduce", "broadcast", "reduce", "send_recv", "all_gather", "reduce_scatter"};
+
+std::optional<double> find(const std::map<std::string, double>& m, const std::string& k) {
+  auto it = m.find(k);
+  return it == m.end() ? std::nullopt : std::optional<double>(it->second);
+}
+
 }  // namespace
 
 std::string md_escape(const std::string& s) {
@@ -58,12 +66,13 @@ std::string report_markdown(const Report& rep) {
   for (const Group& g : rep.groups) {
     out += fmt::format("## {}\n\n", g.title());
     out += "| strategy | devices | ms/iteration (median) | CV | samples/s | GFLOP/s | speedup vs regular x1 "
-           "| scaling efficiency | peak MiB/device | comm share | bubble | best |\n";
-    out += "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|:-:|\n";
+           "| scaling efficiency | peak MiB/device | compute | transfer | idle | exposed comm "
+           "| bubble measured (formula) | busbw GB/s | best |\n";
+    out += "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|:--|:-:|\n";
     bool within = false, other_base = false;
     for (const Row& r : g.rows) {
       if (r.error || !r.median_ms) {
-        out += fmt::format("| {} | {} | error: {} | | | | | | | | | |\n", r.strategy, r.devices,
+        out += fmt::format("| {} | {} | error: {} | | | | | | | | | | | | | |\n", r.strategy, r.devices,
                            md_escape(r.error_message.empty() ? "no measurement" : r.error_message));
         continue;
       }
@@ -77,10 +86,16 @@ std::string report_markdown(const Report& rep) {
         eff += " +";
         other_base = true;
       }
-      out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", r.strategy, r.devices,
-                         num(*r.median_ms), cv, opt(r.samples_per_s),
+      std::string bubble = "-";
+      if (r.measured_bubble || r.bubble)
+        bubble = r.measured_bubble ? pct(r.measured_bubble) + (r.bubble ? " (" + pct(r.bubble) + ")" : "") : "- (" + pct(r.bubble) + ")";
+      std::string bus;
+      for (const auto& [kind, v] : r.busbw) bus += fmt::format("{}{} {}", bus.empty() ? "" : ", ", kind, num(v / 1e9));
+      out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", r.strategy,
+                         r.devices, num(*r.median_ms), cv, opt(r.samples_per_s),
                          r.flop_per_s ? num(*r.flop_per_s / 1e9) : "-", opt(r.speedup, "x"), eff, opt(r.peak_mib_max),
-                         pct(r.comm_share), pct(r.bubble), r.best ? "**best**" : "");
+                         pct(r.compute_share), pct(r.transfer_share), pct(r.idle_share), pct(r.exposed_comm_share), bubble,
+                         bus.empty() ? "-" : bus, r.best ? "**best**" : "");
     }
     out += "\n";
     out += g.scaling == "weak" ? "Scaling efficiency (weak) = thr(N) / (N x thr(1))"
@@ -100,18 +115,25 @@ std::string report_csv(const Report& rep) {
   std::string out =
       "workload,scaling,batch,precision,device_kind,strategy,devices,repetitions,median_ms,cv,cv_over,"
       "samples_per_iteration,samples_per_s,flop_per_s,speedup,efficiency,efficiency_base,peak_mib_max,peak_mib_dev0,"
-      "comm_share,comm_mib_per_iteration,bubble_fraction,workers_used,oversubscribed,best,error\n";
+      "compute_share,transfer_share,idle_share,other_share,exposed_comm_share,comm_mib_per_iteration,bubble_fraction,"
+      "measured_bubble,workers_used,oversubscribed,best,error";
+  for (const char* k : kKinds) out += fmt::format(",algbw_{},busbw_{}", k, k);
+  out += "\n";
   for (const Group& g : rep.groups)
     for (const Row& r : g.rows) {
       const std::string cv_over = r.cv ? (r.cv_within_run ? "iterations" : "repetitions") : "";
-      out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
-                         csv_field(g.workload), g.scaling, g.batch, csv_field(g.precision), csv_field(g.device_kind),
-                         csv_field(r.strategy), r.devices, r.repetitions, csv_num(r.median_ms), csv_num(r.cv), cv_over,
-                         csv_num(r.samples_per_iteration), csv_num(r.samples_per_s), csv_num(r.flop_per_s),
-                         csv_num(r.speedup), csv_num(r.efficiency), csv_field(r.efficiency_base),
-                         csv_num(r.peak_mib_max), csv_num(r.peak_mib_dev0), csv_num(r.comm_share),
-                         csv_num(r.comm_mib_per_iteration), csv_num(r.bubble), csv_num(r.workers_used),
-                         csv_num(r.oversubscribed), r.best ? 1 : 0, csv_field(r.error ? r.error_message : ""));
+      out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},", csv_field(g.workload), g.scaling,
+                         g.batch, csv_field(g.precision), csv_field(g.device_kind), csv_field(r.strategy), r.devices,
+                         r.repetitions, csv_num(r.median_ms), csv_num(r.cv), cv_over, csv_num(r.samples_per_iteration),
+                         csv_num(r.samples_per_s), csv_num(r.flop_per_s), csv_num(r.speedup), csv_num(r.efficiency),
+                         csv_field(r.efficiency_base), csv_num(r.peak_mib_max), csv_num(r.peak_mib_dev0));
+      out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{}", csv_num(r.compute_share), csv_num(r.transfer_share),
+                         csv_num(r.idle_share), csv_num(r.other_share), csv_num(r.exposed_comm_share),
+                         csv_num(r.comm_mib_per_iteration), csv_num(r.bubble), csv_num(r.measured_bubble),
+                         csv_num(r.workers_used), csv_num(r.oversubscribed), r.best ? 1 : 0,
+                         csv_field(r.error ? r.error_message : ""));
+      for (const char* k : kKinds) out += fmt::format(",{},{}", csv_num(find(r.algbw, k)), csv_num(find(r.busbw, k)));
+      out += "\n";
     }
   return out;
 }
@@ -153,9 +175,16 @@ std::string report_json(const Report& rep) {
       jr["efficiency_base"] = r.efficiency_base;
       jr["peak_mib_max"] = json_num(r.peak_mib_max);
       jr["peak_mib_dev0"] = json_num(r.peak_mib_dev0);
-      jr["comm_share"] = json_num(r.comm_share);
+      jr["compute_share"] = json_num(r.compute_share);
+      jr["transfer_share"] = json_num(r.transfer_share);
+      jr["idle_share"] = json_num(r.idle_share);
+      jr["other_share"] = json_num(r.other_share);
+      jr["exposed_comm_share"] = json_num(r.exposed_comm_share);
       jr["comm_mib_per_iteration"] = json_num(r.comm_mib_per_iteration);
       jr["bubble_fraction"] = json_num(r.bubble);
+      jr["measured_bubble"] = json_num(r.measured_bubble);
+      jr["algbw"] = r.algbw;
+      jr["busbw"] = r.busbw;
       jr["workers_used"] = json_num(r.workers_used);
       jr["oversubscribed"] = json_num(r.oversubscribed);
       jr["best"] = r.best;

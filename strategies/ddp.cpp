@@ -53,6 +53,11 @@ class DistributedDataParallel final : public GroupStrategy {
     if (buckets_.empty()) {  // every replica has the same layout
       buckets_ = make_buckets(*group().first_local().model, opts_.bucket_bytes);
       for (std::size_t b = 0; b < buckets_.size(); ++b) closes_[buckets_[b].last_layer] = static_cast<int>(b);
+      bucket_layout_.clear();
+      for (std::size_t b = 0; b < buckets_.size(); ++b) {  // a bucket holds layers up to the next one's first
+        const int top = b == 0 ? static_cast<int>(plan().layers.size()) - 1 : buckets_[b - 1].last_layer - 1;
+        bucket_layout_.push_back({buckets_[b].last_layer, top, buckets_[b].begin, buckets_[b].end});
+      }
     }
     chunks_ = split_batch(batch, workers(), name());
     offsets_ = chunk_offsets(chunks_);
@@ -89,7 +94,10 @@ class DistributedDataParallel final : public GroupStrategy {
     Sequential& m = *w.model;
     Communicator& c = g.comm();
     const float* y = m.forward(w.x.data(), n);
-    w.be().mse_loss_grad(n * out, y, w.t.data(), grad_scale(), w.dy.data(), w.loss.data());
+    {
+      auto loss_span = w.tracer.compute(Phase::Loss, 0, [] { return std::string("mse loss"); });
+      w.be().mse_loss_grad(n * out, y, w.t.data(), grad_scale(), w.dy.data(), w.loss.data());
+    }
     float* grads = m.grads().data();
     m.backward(w.dy.data(), nullptr, false, 0, [&](int layer) {
       if (closes_[layer] < 0) return;

@@ -60,7 +60,10 @@ class DataParallel final : public GroupStrategy {
     if (i == 0) {
       copy_bytes(w.device, w.y.data(), w.device, y, static_cast<std::size_t>(n * out) * sizeof(float));
       for (int j = 1; j < used; ++j) c.recv(0, w.y.data() + offsets_[j] * out, chunks_[j] * out, j);
-      w.be().mse_loss_grad(batch() * out, w.y.data(), w.t.data(), grad_scale(), w.dy.data(), w.loss.data());
+      {
+        auto loss_span = w.tracer.compute(Phase::Loss, 0, [] { return std::string("mse loss"); });
+        w.be().mse_loss_grad(batch() * out, w.y.data(), w.t.data(), grad_scale(), w.dy.data(), w.loss.data());
+      }
       for (int j = 1; j < used; ++j) c.send(0, w.dy.data() + offsets_[j] * out, chunks_[j] * out, j);
     } else {
       c.send(i, y, n * out, 0);

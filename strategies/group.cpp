@@ -2,6 +2,7 @@
 // collectives (engine/process.h) every strategy shares.
 #include "strategies/group.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 
@@ -118,26 +119,82 @@ void Group::require_all_workers(int used) const {
                                  "rank needs a chunk (use a larger batch)", strategy_, used, size()));
 }
 
+// PARBENCH_SPANS=0 records no spans (the breakdown is then empty: all idle or remainder), for
+// A/B runs that measure what recording them costs.
+static bool spans_on() {
+  static const bool on = [] {
+    const char* e = std::getenv("PARBENCH_SPANS");
+    return !(e && std::string(e) == "0");
+  }();
+  return on;
+}
+
 void Group::run_step(int count, const std::function<void(Worker&)>& fn) {
+  using clock = std::chrono::steady_clock;
   Communicator& comm = connect(count);
-  for (int i = count; i < size(); ++i) {
-    WorkerStats& s = workers_[i]->stats;
-    s.samples = 0, s.compute_s = s.comm_s = s.wait_s = 0, s.comm_bytes = 0;
-  }
+  const bool spans = spans_on();
+  const auto origin = clock::now();
+  std::vector<clock::time_point> ends(workers_.size(), origin);
   run_local(count, [&](Worker& w) {
     comm.reset_stats(w.rank);
-    const auto t0 = std::chrono::steady_clock::now();
+    if (spans || detail_) {
+      comm.set_tracer(w.rank, &w.tracer);
+      w.tracer.set_detail(detail_);
+      w.tracer.begin_step(*w.backend, origin);
+    } else {
+      w.tracer.clear();
+    }
     fn(w);
     w.backend->synchronize();  // the worker's time includes its queued device work
-    const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ends[w.rank] = clock::now();
     WorkerStats& s = w.stats;  // only this worker's entry: no race
     const CommStats& c = comm.stats(w.rank);  // complete now: the device work is done
-    s.comm_s = c.seconds;
+    w.tracer.end_step();
+    comm.set_tracer(w.rank, nullptr);
+    s.comm_s = s.transfer_s = c.seconds;
     s.wait_s = c.wait_s;
     s.comm_bytes = c.bytes;
-    s.compute_s = std::max(0.0, total - s.comm_s - s.wait_s);
+    for (int k = 0; k < kCollKinds; ++k) s.kinds[k] = c.kinds[k];
   }, [&] { comm.abort(); });
   used_ = count;
+  clock::time_point end = origin;
+  for (int i : local_)
+    if (i < count) end = std::max(end, ends[i]);
+  step_s_ = std::chrono::duration<double>(end - origin).count();
+  // A worker is idle from the step's start until its thread takes the step up, and from its own
+  // end until the slowest worker's; workers without a part are idle throughout.
+  for (int i = 0; i < size(); ++i) {
+    Worker& w = *workers_[i];
+    WorkerStats& s = w.stats;
+    s.step_s = step_s_;
+    if (i >= count) {
+      s.samples = 0, s.comm_bytes = 0;
+      s.forward_s = s.backward_s = s.optimizer_s = s.loss_s = s.compute_s = 0;
+      s.comm_s = s.transfer_s = s.wait_s = s.exposed_transfer_s = s.other_s = 0;
+      for (CollStats& k : s.kinds) k = CollStats{};
+      s.idle_s = step_s_;
+      s.spans.clear();
+      if (step_s_ > 0) s.spans.push_back({Phase::Idle, Lane::Compute, -1, "no part in this step", 0.0, step_s_});
+      continue;
+    }
+    if (!is_local(i)) continue;
+    Tracer& t = w.tracer;
+    if (t.started_s() > 0) t.add({Phase::Idle, Lane::Compute, -1, t.named() ? "wait for step start" : "", 0.0, t.started_s()});
+    const double own_end = std::chrono::duration<double>(ends[i] - origin).count();
+    if (step_s_ > own_end)
+      t.add({Phase::Idle, Lane::Compute, -1, t.named() ? "wait for step end" : "", own_end, step_s_});
+    s.forward_s = t.total(Phase::Forward);
+    s.backward_s = t.total(Phase::Backward);
+    s.optimizer_s = t.total(Phase::Optimizer);
+    s.loss_s = t.total(Phase::Loss);
+    s.compute_s = s.forward_s + s.backward_s + s.optimizer_s + s.loss_s;
+    s.idle_s = t.total(Phase::Idle);
+    // Event-ordered communicators time transfers on the device (comm_s); host-side ones as spans.
+    s.transfer_s = std::max(s.comm_s, t.total(Phase::Transfer));
+    s.exposed_transfer_s = t.exposed_transfer_s();
+    s.other_s = step_s_ - s.compute_s - s.transfer_s - s.idle_s;
+    s.spans = t.spans();
+  }
 }
 
 double Group::sum(int count, const std::function<double(Worker&)>& value) {
@@ -166,26 +223,49 @@ StepStats Group::stats() const {
   StepStats s;
   s.workers_used = used_;
   s.oversubscribed = oversubscribed_;
+  s.step_s = step_s_;
   if (comm_) s.communicator = comm_->name();
   for (const auto& w : workers_) s.workers.push_back(w->stats);
   for (int i : local_) s.workers[i].peak_bytes = allocator_for(workers_[i]->device).peak_bytes();
   if (!multi_process()) return s;
   // Each process knows its own worker's numbers: gather them as a sum over zeros elsewhere.
-  constexpr int kFields = 6;
-  std::vector<double> v(s.workers.size() * kFields, 0.0);
+  auto fields = [](WorkerStats& w) {
+    std::vector<double*> f = {&w.compute_s, &w.comm_s, &w.wait_s, &w.forward_s, &w.backward_s, &w.optimizer_s,
+                              &w.loss_s, &w.transfer_s, &w.idle_s, &w.other_s, &w.exposed_transfer_s, &w.step_s};
+    for (CollStats& k : w.kinds) f.push_back(&k.seconds);
+    return f;
+  };
+  auto counts = [](WorkerStats& w) {
+    std::vector<double> c = {static_cast<double>(w.samples), static_cast<double>(w.comm_bytes),
+                             static_cast<double>(w.peak_bytes)};
+    for (const CollStats& k : w.kinds) c.push_back(static_cast<double>(k.bytes)), c.push_back(static_cast<double>(k.calls));
+    return c;
+  };
+  WorkerStats probe;
+  const std::size_t nf = fields(probe).size(), nc = counts(probe).size(), per = nf + nc;
+  std::vector<double> v(s.workers.size() * per, 0.0);
   for (int i : local_) {
-    const WorkerStats& w = s.workers[i];
-    double* f = &v[static_cast<std::size_t>(i) * kFields];
-    f[0] = static_cast<double>(w.samples), f[1] = w.compute_s, f[2] = w.comm_s;
-    f[3] = static_cast<double>(w.comm_bytes), f[4] = static_cast<double>(w.peak_bytes), f[5] = w.wait_s;
+    WorkerStats& w = s.workers[i];
+    double* f = &v[static_cast<std::size_t>(i) * per];
+    const auto fp = fields(w);
+    for (std::size_t k = 0; k < nf; ++k) f[k] = *fp[k];
+    const auto c = counts(w);
+    for (std::size_t k = 0; k < nc; ++k) f[nf + k] = c[k];
   }
   world_sum(v.data(), static_cast<int64_t>(v.size()));
   for (std::size_t i = 0; i < s.workers.size(); ++i) {
     WorkerStats& w = s.workers[i];
-    const double* f = &v[i * kFields];
-    w.samples = static_cast<int64_t>(f[0]), w.compute_s = f[1], w.comm_s = f[2];
-    w.comm_bytes = static_cast<std::size_t>(f[3]), w.peak_bytes = static_cast<std::size_t>(f[4]), w.wait_s = f[5];
+    const double* f = &v[i * per];
+    const auto fp = fields(w);
+    for (std::size_t k = 0; k < nf; ++k) *fp[k] = f[k];
+    const double* c = f + nf;
+    w.samples = static_cast<int64_t>(c[0]), w.comm_bytes = static_cast<std::size_t>(c[1]);
+    w.peak_bytes = static_cast<std::size_t>(c[2]);
+    for (int k = 0; k < kCollKinds; ++k)
+      w.kinds[k].bytes = static_cast<std::size_t>(c[3 + 2 * k]), w.kinds[k].calls = static_cast<int64_t>(c[4 + 2 * k]);
   }
+  s.step_s = 0;
+  for (const WorkerStats& w : s.workers) s.step_s = std::max(s.step_s, w.step_s);
   return s;
 }
 

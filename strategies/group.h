@@ -31,6 +31,7 @@ struct Worker {
   // loss sum(s).
   Tensor x, t, y, dy, dx, loss;
   WorkerStats stats;
+  Tracer tracer;  // the spans of its current step
   Backend& be() { return *backend; }
 };
 
@@ -66,7 +67,11 @@ class Group {
   // One step's work on the local workers of [0, count) (the communicator's ranks): records each
   // worker's time (its device work included), communication share and bytes; workers >= count
   // sit idle. A failing worker aborts the communicator so the others do not hang.
+  // Per worker: the step's breakdown from its tracer (forward, backward, loss, optimizer,
+  // transfer, idle -- before its part began and after it ended too -- and the remainder).
   void run_step(int count, const std::function<void(Worker&)>& fn);
+  // Per-layer, named spans in the steps from now on.
+  void set_trace_detail(bool on) { detail_ = on; }
   // UsageError unless all workers take part when they live in separate processes (a
   // communicator over a subset of the job's processes is not supported).
   void require_all_workers(int used) const;
@@ -89,6 +94,8 @@ class Group {
   std::string strategy_;
   bool oversubscribed_ = false;
   int used_ = 0;
+  double step_s_ = 0;
+  bool detail_ = false;
   std::vector<std::unique_ptr<Worker>> workers_;  // every rank's, local or not
   std::vector<int> local_;                        // local ranks, ascending
   std::vector<char> local_mask_;
@@ -109,6 +116,7 @@ class GroupStrategy : public Strategy {
   double loss() final;
   std::vector<float> params() final;
   StepStats stats() const final;
+  void set_trace_detail(bool on) final { group_.set_trace_detail(on); }
 
  protected:
   // replicas: every worker holds the whole net (worker 0 the trained values) rather than a stage.
@@ -136,6 +144,8 @@ class GroupStrategy : public Strategy {
   const StrategyOptions opts_;
   int micro_batches_ = 1;      // reported in stats (pipeline)
   double bubble_fraction_ = 0;  // reported in stats (mp, pipeline)
+  bool staged_ = false;         // reported in stats (mp, pipeline)
+  std::vector<BucketLayout> bucket_layout_;  // reported in stats (ddp)
 
  private:
   std::string name_;

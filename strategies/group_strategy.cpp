@@ -16,6 +16,8 @@ void GroupStrategy::setup(const NetPlan& plan, const std::vector<float>& params,
     w.adam.reset();
     w.x = w.t = w.y = w.dy = w.dx = w.loss = Tensor();
     setup_worker(w, params, adam);
+    if (w.model) w.model->set_tracer(&w.tracer);
+    if (w.adam) w.adam->set_tracer(&w.tracer);
   });
   ready_ = true;
 }
@@ -57,6 +59,8 @@ StepStats GroupStrategy::stats() const {
   StepStats s = group_.stats();
   s.micro_batches = micro_batches_;
   s.bubble_fraction = bubble_fraction_;
+  s.staged = staged_;
+  s.buckets = bucket_layout_;
   return s;
 }
 

@@ -31,6 +31,7 @@ class Staged final : public GroupStrategy {
  protected:
   void plan_workers() override {
     ranges_ = split_stages(plan(), workers(), opts_.balance, name());
+    staged_ = true;
     for (int s = 0; s < workers(); ++s) {
       group().worker(s).stats.layer_begin = ranges_[s].first;
       group().worker(s).stats.layer_end = ranges_[s].second;
@@ -169,6 +170,7 @@ class Staged final : public GroupStrategy {
       r.scratch = k;
     }
     if (r.last) {
+      auto loss_span = w.tracer.compute(Phase::Loss, k, [] { return std::string("mse loss"); });
       const float* y = r.out[k];
       w.be().mse_loss_grad(n * out, y, w.t.data() + offsets_[k] * out, grad_scale(), w.dy.data(), w.loss.data() + k);
     }

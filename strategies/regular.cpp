@@ -33,7 +33,10 @@ class Regular final : public GroupStrategy {
   void step(Worker& w, Group&) override {
     Sequential& m = *w.model;
     const float* y = m.forward(w.x.data(), batch());
-    w.be().mse_loss_grad(m.out_numel(batch()), y, w.t.data(), grad_scale(), w.dy.data(), w.loss.data());
+    {
+      auto loss_span = w.tracer.compute(Phase::Loss, 0, [] { return std::string("mse loss"); });
+      w.be().mse_loss_grad(m.out_numel(batch()), y, w.t.data(), grad_scale(), w.dy.data(), w.loss.data());
+    }
     m.backward(w.dy.data(), nullptr, false);
     w.adam->step(m.params(), m.grads());
     w.stats.samples = batch();

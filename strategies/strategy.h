@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "engine/backend.h"
+#include "engine/comm.h"
+#include "engine/trace.h"
 #include "engine/net.h"
 
 namespace pb {
@@ -31,24 +33,45 @@ struct StrategyOptions {
   BackendOptions backend;
 };
 
+// One worker's last step, on its device's clock. forward + backward + loss + optimizer +
+// transfer + idle + other_s = step_s, the group's step; other_s is what no span covers (host
+// work between the calls; negative where spans on two queues overlap, on GPUs).
 struct WorkerStats {
   std::string device;
   int64_t samples = 0;        // chunk size this worker got (dp/ddp), or the batch (mp stages)
-  double compute_s = 0;       // last step: its time less comm_s and wait_s
-  double comm_s = 0;          // last step: transfers alone (CommStats::seconds)
-  double wait_s = 0;          // last step: idle in the communicator, waiting for peers or its device
+  double step_s = 0;          // the group's step: from its start until the last worker is done
+  double forward_s = 0, backward_s = 0, optimizer_s = 0, loss_s = 0;  // compute phases
+  double compute_s = 0;       // forward + backward + optimizer + loss
+  double comm_s = 0;          // transfers alone (CommStats::seconds)
+  double transfer_s = 0;      // = comm_s
+  double wait_s = 0;          // idle inside the communicator: waiting for peers or its own device
+  double idle_s = 0;          // wait_s, plus before the worker's part began and after it ended
+  double other_s = 0;         // step_s less every part above (the remainder, not hidden)
+  double exposed_transfer_s = 0;  // transfer not overlapped by this worker's compute
   std::size_t comm_bytes = 0; // last step, sent by this worker
+  CollStats kinds[kCollKinds];  // per collective kind: payload bytes, transfer seconds, calls
   std::size_t peak_bytes = 0; // device peak since setup
   int layer_begin = 0, layer_end = 0;  // mp/pipeline: the stage's layers [begin, end)
+  std::vector<Span> spans;    // the last step's spans (this process's workers only)
+};
+
+// A ddp gradient bucket: layers [first_layer, last_layer] (global indices), floats [begin, end)
+// of the flat gradient buffer.
+struct BucketLayout {
+  int first_layer = 0, last_layer = 0;
+  int64_t begin = 0, end = 0;
 };
 
 struct StepStats {
   std::vector<WorkerStats> workers;
   int workers_used = 0;
+  double step_s = 0;           // the last step, from the group's start to the last worker done
   double bubble_fraction = 0;  // pipeline (and mp, M = 1): (P-1)/(M+P-1)
   bool oversubscribed = false;
   int micro_batches = 1;       // pipeline: micro-batches the last step ran (torch.chunk may give fewer)
   std::string communicator = "none";  // "none" (one worker), "inproc" or "nccl"
+  bool staged = false;         // mp/pipeline: workers hold stages (layer_begin/end)
+  std::vector<BucketLayout> buckets;  // ddp, in all-reduce order
 };
 
 // In a multi-process (MPI) job every process holds one worker and calls every method in the same
@@ -68,6 +91,8 @@ class Strategy {
   // The whole net's parameters, gathered to the host.
   virtual std::vector<float> params() = 0;
   virtual StepStats stats() const = 0;
+  // Per-layer, named spans from the next step on (a traced step); off: one span per call.
+  virtual void set_trace_detail(bool on) = 0;
 };
 
 using StrategyFactory = std::function<std::unique_ptr<Strategy>(const StrategyOptions&)>;

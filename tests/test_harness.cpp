@@ -10,10 +10,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "tests/cli_fixture.h"
@@ -78,8 +80,9 @@ TEST_F(Harness, RunReportCompare) {
       EXPECT_EQ(b["name"], "linear/regular/devices:1/batch:1/iterations:20/process_time/manual_time");
       EXPECT_EQ(b["iterations"], 20);
       EXPECT_EQ(b["time_unit"], "ms");
-      for (const char* c : {"samples_per_s", "flop_per_s", "peak_bytes_max", "peak_bytes_dev0", "comm_bytes_per_iter",
-                            "comm_s_per_iter", "bubble_fraction", "workers_used", "oversubscribed", "global_batch"})
+      for (const char* c : {"samples_per_s", "flop_per_s", "peak_bytes_max", "peak_bytes_dev0", "bytes_sent_per_iter",
+                            "transfer_s_max", "bubble_fraction", "workers_used", "oversubscribed", "global_batch",
+                            "compute_share", "transfer_share", "idle_share", "other_share", "exposed_comm_s"})
         EXPECT_TRUE(b.contains(c)) << c;
       EXPECT_EQ(b["workers_used"], 1);
       EXPECT_NEAR(b["samples_per_s"].get<double>(), 1 / (b["real_time"].get<double>() * 1e-3), 1e-6 * b["samples_per_s"].get<double>());
@@ -130,6 +133,41 @@ TEST_F(Harness, RunReportCompare) {
   EXPECT_THAT(r.out, HasSubstr("and 1 more run(s)"));
 }
 
+// --trace: a Chrome trace per configuration (every complete event with name, ph, ts, dur, pid,
+// tid; one process per worker), the stages and buckets in the record, and timeline.png.
+TEST_F(Harness, RunTraceWritesChromeTracesLayoutAndTimeline) {
+  const std::string run = path("trace");
+  Result r = parbench("run --workload great_net --image 8 --width 0.1875 --strategies ddp,pipeline --devices 2 "
+                      "--batch 2 --micro-batches 2 --iterations 2 --warmup 1 --threads 1 --device-kind cpu --trace --out " + run);
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  for (const char* strategy : {"ddp", "pipeline"}) {
+    SCOPED_TRACE(strategy);
+    const std::string file = fmt::format("{}/trace-great_net_image_8_width_0.1875_{}_devices_2_batch_2.json", run, strategy);
+    ASSERT_TRUE(fs::exists(file)) << r.err;
+    const json t = load(file);
+    EXPECT_EQ(t["otherData"]["strategy"], strategy);
+    std::set<int> pids;
+    int complete = 0;
+    for (const json& e : t["traceEvents"]) {
+      for (const char* key : {"name", "ph", "pid", "tid"}) ASSERT_TRUE(e.contains(key)) << e.dump();
+      if (e["ph"] != "X") continue;
+      ++complete;
+      ASSERT_TRUE(e.contains("ts") && e.contains("dur")) << e.dump();
+      pids.insert(e["pid"].get<int>());
+    }
+    EXPECT_GT(complete, 20);
+    EXPECT_EQ(pids, (std::set<int>{0, 1}));
+  }
+  const json gb = load(run + "/results.json");
+  const json& layout = gb["layout"];
+  EXPECT_EQ(layout["great_net/image:8/width:0.1875/pipeline/devices:2/batch:2"]["stages"].size(), 2u);
+  EXPECT_GE(layout["great_net/image:8/width:0.1875/ddp/devices:2/batch:2"]["buckets"].size(), 1u);
+  if (have_matplotlib()) {
+    EXPECT_GT(fs::file_size(run + "/timeline.png"), 1000u);
+    EXPECT_THAT(r.out, HasSubstr("timeline.png"));
+  }
+}
+
 TEST_F(Harness, DifferentIterationsMatchAndAggregatesOnlyKeepsEverything) {
   const std::string common = "run --workload linear --strategies ddp --devices 1 --warmup 1 --device-kind cpu ";
   Result r = parbench(common + "--iterations 4 --out " + path("a") + " --benchmark_repetitions=3 "
@@ -141,8 +179,22 @@ TEST_F(Harness, DifferentIterationsMatchAndAggregatesOnlyKeepsEverything) {
   r = parbench("report " + path("a/results.json") + " --format csv");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("linear,weak,1,fp32,cpu,ddp,1,3,"));
-  const std::string row = r.out.substr(r.out.find("linear,weak"));
-  EXPECT_THAT(row, Not(HasSubstr(",,,,")));  // samples/s, peak, comm columns filled
+  // samples/s, peak and the breakdown's columns filled (bandwidths stay empty: ddp on one device
+  // runs no collective).
+  auto cells = [](const std::string& line) {
+    std::vector<std::string> out;
+    std::stringstream ss(line.substr(0, line.find('\n')));
+    std::string cell;
+    while (std::getline(ss, cell, ',')) out.push_back(cell);
+    return out;
+  };
+  const auto header = cells(r.out), row = cells(r.out.substr(r.out.find("linear,weak")));
+  for (const char* col : {"samples_per_s", "peak_mib_max", "compute_share", "transfer_share", "idle_share",
+                          "comm_mib_per_iteration"}) {
+    const auto at = std::find(header.begin(), header.end(), col) - header.begin();
+    ASSERT_LT(static_cast<std::size_t>(at), row.size()) << col;
+    EXPECT_FALSE(row[at].empty()) << col;
+  }
   r = parbench(common + "--iterations 6 --out " + path("b") + " --benchmark_repetitions=3");
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   r = parbench("compare " + path("a/results.json") + " " + path("b/results.json"));

@@ -148,7 +148,7 @@ TEST(Report, WeakScalingSpeedupEfficiencyBestAndErrors) {
   const RunFile f = GbJson()
                         .add("great_net/regular/devices:1/batch:1", {10, 11, 9}, {{"global_batch", 1}, {"peak_bytes_max", 2 * MiB}})
                         .add("great_net/ddp/devices:1/batch:1", {12}, {{"global_batch", 1}, {"iter_cv", 0.03}})
-                        .add("great_net/ddp/devices:2/batch:1", {15}, {{"global_batch", 2}, {"comm_s_per_iter", 0.003}})
+                        .add("great_net/ddp/devices:2/batch:1", {15}, {{"global_batch", 2}, {"exposed_comm_s", 0.003}, {"transfer_share", 0.25}, {"busbw_all_reduce", 2e9}})
                         .add("great_net/ddp/devices:4/batch:1", {25}, {{"global_batch", 4}})
                         .add("great_net/pipeline/devices:2/batch:1", {20}, {{"global_batch", 2}, {"bubble_fraction", 0.2}})
                         .error("great_net/mp/devices:2/batch:1", "model has 1 layer, cannot split into 2 stages")
@@ -185,7 +185,9 @@ TEST(Report, WeakScalingSpeedupEfficiencyBestAndErrors) {
   EXPECT_NEAR(*d2.speedup, (2 / 0.015) / 100, 1e-12);
   EXPECT_NEAR(*d2.efficiency, (2 / 0.015) / (2 * (1 / 0.012)), 1e-12);  // thr(2) / (2 thr_ddp(1)) = 0.8
   EXPECT_NEAR(*d2.efficiency, 0.8, 1e-12);
-  EXPECT_NEAR(*d2.comm_share, 0.2, 1e-12);
+  EXPECT_NEAR(*d2.exposed_comm_share, 0.2, 1e-12);  // exposed_comm_s / median time
+  EXPECT_NEAR(*d2.transfer_share, 0.25, 1e-12);
+  EXPECT_NEAR(d2.busbw.at("all_reduce"), 2e9, 1e-3);
   EXPECT_TRUE(d2.best);
 
   const Row& d4 = row(g, "ddp", 4);
@@ -368,13 +370,13 @@ TEST(Report, MedianFromIterationsWithOneRepetitionAndWithAggregatesOnly) {
                                        {"run_name", "linear/ddp/devices:2/batch:1/iterations:2/manual_time"},
                                        {"run_type", "aggregate"}, {"aggregate_name", a}, {"aggregate_unit", "time"},
                                        {"repetitions", 3}, {"iterations", 3}, {"real_time", 12.0}, {"cpu_time", 12.0},
-                                       {"time_unit", "ms"}, {"global_batch", 2}, {"comm_s_per_iter", 0.006}});
+                                       {"time_unit", "ms"}, {"global_batch", 2}, {"exposed_comm_s", 0.006}});
   const RunFile f = agg.file();
   const Report rep_agg = build_report({f});
   const Row& d = rep_agg.groups.at(0).rows.at(0);
   EXPECT_EQ(d.repetitions, 3);
   EXPECT_NEAR(*d.median_ms, 12.5, 1e-9);  // of the six iterations
-  EXPECT_NEAR(*d.comm_share, 0.006 / 0.0125, 1e-9);  // counters from the median aggregate
+  EXPECT_NEAR(*d.exposed_comm_share, 0.006 / 0.0125, 1e-9);  // counters from the median aggregate
   EXPECT_NEAR(*d.cv, coefficient_of_variation({0.011, 0.012, 0.021}), 1e-12);  // over the repetitions' means
   const Comparison c = compare_runs(f, f, {}, false);
   EXPECT_EQ(c.entries.at(0).n_baseline, 3);

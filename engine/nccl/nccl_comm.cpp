@@ -147,6 +147,12 @@ class NcclComm final : public Communicator {
     return s;
   }
   void reset_device_timers(int rank) override { lanes_[rank].timed = 0; }
+  std::vector<std::pair<Event*, Event*>> device_transfer_events(int rank) override {
+    std::vector<std::pair<Event*, Event*>> out;
+    Lane& l = lanes_[rank];
+    for (int k = 0; k < l.timed; ++k) out.emplace_back(l.timers[k].first.get(), l.timers[k].second.get());
+    return out;
+  }
 
  private:
   struct Direction {

@@ -1,0 +1,252 @@
+// Where a step's time goes: per worker, forward + backward + loss + optimizer + transfer + idle
+// add up to the step for every strategy on CPU; a starved mp stage shows as idle, not as
+// communication; a balanced pipeline's measured bubble tracks (P-1)/(M+P-1); the in-process
+// all-reduce's bus bandwidth is its bytes over its time, times 2(N-1)/N; the Chrome trace of a
+// step validates.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <map>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "engine/comm.h"
+#include "engine/trace.h"
+#include "strategies/breakdown.h"
+#include "strategies/group.h"
+#include "strategies/pool.h"
+#include "workloads/workload.h"
+
+namespace pb {
+namespace {
+
+StrategyOptions options(int devices) {
+  StrategyOptions o;
+  o.devices = devices;
+  o.backend.threads = 1;  // the test machine's cores are shared by all workers
+  return o;
+}
+
+struct Ready {
+  NetPlan plan;
+  std::unique_ptr<Strategy> s;
+};
+
+Ready ready(const std::string& strategy, const StrategyOptions& o, const NetSpec& net, int64_t batch, int warmup = 1) {
+  Ready r;
+  r.plan = plan_net(net);
+  const std::vector<float> x = synthetic_values(batch * numel_of(r.plan.input), 1);
+  const std::vector<float> t = net.target == Target::Input ? x : synthetic_values(batch * numel_of(r.plan.output), 2);
+  r.s = make_strategy(strategy, o);
+  r.s->setup(r.plan, init_params(r.plan, 0), net.adam);
+  r.s->load_batch(x, t, batch);
+  for (int k = 0; k < warmup; ++k) r.s->step();
+  return r;
+}
+
+double parts(const WorkerStats& w) {
+  return w.forward_s + w.backward_s + w.loss_s + w.optimizer_s + w.transfer_s + w.idle_s;
+}
+
+double process_cpu_s() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+TEST(Breakdown, PartsAddUpToTheStepForEveryStrategy) {
+  const NetSpec net = great_net(16, 0.25);
+  for (const std::string strategy : {"regular", "dp", "ddp", "mp", "pipeline"}) {
+    for (int n = 1; n <= (strategy == "regular" ? 1 : 4); ++n) {
+      SCOPED_TRACE(fmt::format("{} x{}", strategy, n));
+      Ready r = ready(strategy, options(n), net, 4 * n);
+      std::vector<double> worst;  // per step: the largest remainder share of a worker
+      for (int k = 0; k < 3; ++k) {
+        const auto t0 = std::chrono::steady_clock::now();
+        r.s->step();
+        const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const StepStats st = r.s->stats();
+        ASSERT_GT(st.step_s, 0.0);
+        EXPECT_LE(st.step_s, wall);  // the group's step lies inside step()
+        double w_worst = 0;
+        for (const WorkerStats& w : st.workers) {
+          EXPECT_EQ(w.step_s, st.step_s);
+          for (double p : {w.forward_s, w.backward_s, w.loss_s, w.optimizer_s, w.transfer_s, w.idle_s}) EXPECT_GE(p, 0.0);
+          EXPECT_NEAR(w.other_s, st.step_s - parts(w), 1e-12);  // the remainder is reported as it is
+          w_worst = std::max(w_worst, std::abs(w.other_s) / st.step_s);
+          if (w.samples > 0) {
+            EXPECT_GT(w.forward_s, 0.0);
+            EXPECT_GT(w.backward_s, 0.0);
+          }
+        }
+        EXPECT_GT(st.workers[0].optimizer_s, 0.0);  // every strategy steps on worker 0
+        worst.push_back(w_worst);
+      }
+      EXPECT_LT(median(worst), 0.05) << "share of the step no span covers, worst worker";
+    }
+  }
+}
+
+// mp with a first stage of one conv: it forwards its layer, then waits for the gradient while
+// the other stage does all the rest. Its idle shows as idle, and its transfers are small.
+TEST(Breakdown, StarvedStageIsIdleNotCommunicating) {
+  const NetSpec net = great_net(32, 0.5);
+  StrategyOptions o = options(2);
+  o.balance = {1, static_cast<int>(net.layers.size()) - 1};
+  Ready r = ready("mp", o, net, 4);
+  std::vector<double> idle, transfer, wait_share;
+  for (int k = 0; k < 3; ++k) {
+    r.s->step();
+    const StepStats st = r.s->stats();
+    const WorkerStats& starved = st.workers[0];
+    idle.push_back(starved.idle_s / st.step_s);
+    transfer.push_back(starved.transfer_s / st.step_s);
+  }
+  EXPECT_GT(median(idle), 0.8);
+  EXPECT_LT(median(transfer), 0.05);
+  const StepStats st = r.s->stats();
+  EXPECT_TRUE(st.staged);
+  ASSERT_TRUE(breakdown(st).measured_bubble.has_value());
+}
+
+// Eight equal Linear(512) + ReLU pairs in two stages of equal work, four micro-batches: the
+// stages' idle share is the fill-drain bubble, (P-1)/(M+P-1) = 1/5.
+TEST(Breakdown, BalancedPipelineBubbleTracksTheFormula) {
+  NetSpec net;
+  net.name = "equal_linear";
+  net.input = {512};
+  for (int i = 0; i < 8; ++i) {
+    LayerSpec l;
+    l.type = LayerType::Linear;
+    l.out_features = 512;
+    net.layers.push_back(l);
+    LayerSpec relu;
+    relu.type = LayerType::ReLU;
+    net.layers.push_back(relu);
+  }
+  StrategyOptions o = options(2);
+  o.micro_batches = 4;
+  o.balance = {8, 8};
+  Ready r = ready("pipeline", o, net, 128);
+  // The formula assumes the stages compute at the same time. On a machine whose other load takes
+  // the cores away the threads wait for a CPU inside their spans, and the bubble grows with it:
+  // steps where the process got less CPU time than its workers were busy do not count.
+  std::vector<double> bubble;
+  int tried = 0;
+  for (; tried < 12 && bubble.size() < 5; ++tried) {
+    const double cpu0 = process_cpu_s();
+    r.s->step();
+    const double cpu = process_cpu_s() - cpu0;
+    const StepStats st = r.s->stats();
+    double busy = 0;
+    for (const WorkerStats& w : st.workers) busy += w.compute_s + w.transfer_s;
+    if (cpu >= 0.9 * busy) bubble.push_back(*breakdown(st).measured_bubble);
+  }
+  if (bubble.size() < 3)
+    GTEST_SKIP() << "the machine is too loaded for two stages to run at once (" << bubble.size() << " of " << tried
+                 << " steps had their busy time on a CPU)";
+  const double formula = r.s->stats().bubble_fraction;
+  EXPECT_DOUBLE_EQ(formula, 0.2);
+  EXPECT_NEAR(median(bubble), formula, 0.05) << "measured bubble, median of " << bubble.size() << " steps";
+}
+
+// N in-process ranks all-reduce 1 MiB three times: the bytes are the nccl-tests size (the buffer,
+// per call), the time the slowest rank's transfers, busbw = algbw x 2(N-1)/N.
+TEST(Breakdown, InProcessAllReduceBusBandwidth) {
+  const int64_t n = 1 << 18;
+  for (int N = 2; N <= 4; ++N) {
+    SCOPED_TRACE(fmt::format("{} ranks", N));
+    std::vector<std::unique_ptr<Backend>> bs;
+    std::vector<Backend*> ranks;
+    for (int r = 0; r < N; ++r) bs.push_back(make_backend(cpu(r))), ranks.push_back(bs.back().get());
+    auto comm = make_communicator(ranks, CommKind::InProcess);
+    std::vector<std::vector<float>> bufs(N, std::vector<float>(n, 1.0f));
+    WorkerPool pool(N);
+    const auto t0 = std::chrono::steady_clock::now();
+    pool.run(N, [&](int r) {
+      comm->reset_stats(r);
+      for (int k = 0; k < 3; ++k) comm->all_reduce(r, bufs[r].data(), n);
+    }, [&] { comm->abort(); });
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_EQ(bufs[N - 1][n - 1], std::pow(static_cast<float>(N), 3.0f));
+    StepStats st;
+    st.workers_used = N;
+    st.step_s = wall;
+    double slowest = 0;
+    for (int r = 0; r < N; ++r) {
+      WorkerStats w;
+      const CommStats& c = comm->stats(r);
+      for (int k = 0; k < kCollKinds; ++k) w.kinds[k] = c.kinds[k];
+      const CollStats& ar = c.kinds[static_cast<int>(CollKind::AllReduce)];
+      EXPECT_EQ(ar.bytes, 3u * n * sizeof(float));
+      EXPECT_EQ(ar.calls, 3);
+      EXPECT_GT(ar.seconds, 0.0);
+      EXPECT_LE(ar.seconds, c.seconds + 1e-12);  // the all-reduces are all of its transfers
+      slowest = std::max(slowest, ar.seconds);
+      st.workers.push_back(w);
+    }
+    EXPECT_LT(slowest, wall);
+    const auto kb = breakdown(st).kinds[static_cast<int>(CollKind::AllReduce)];
+    ASSERT_TRUE(kb.has_value());
+    const double bytes = 3.0 * n * sizeof(float);
+    EXPECT_DOUBLE_EQ(kb->bytes, bytes);
+    EXPECT_DOUBLE_EQ(kb->seconds, slowest);
+    EXPECT_NEAR(kb->algbw, bytes / slowest, 1e-9 * kb->algbw);
+    EXPECT_NEAR(kb->busbw, bytes / slowest * 2.0 * (N - 1) / N, 1e-9 * kb->busbw);
+  }
+}
+
+// One traced pipeline step as Chrome trace events: every complete event has name, ph, ts, dur,
+// pid and tid; on one worker's lane they never overlap; the layers show by name.
+TEST(Breakdown, ChromeTraceValidates) {
+  const NetSpec net = great_net(16, 0.25);
+  StrategyOptions o = options(2);
+  o.micro_batches = 2;
+  Ready r = ready("pipeline", o, net, 4);
+  r.s->set_trace_detail(true);
+  r.s->step();
+  const StepStats st = r.s->stats();
+  std::vector<std::vector<Span>> spans;
+  std::vector<std::string> names;
+  for (const WorkerStats& w : st.workers) spans.push_back(w.spans), names.push_back(w.device);
+  const auto trace = nlohmann::json::parse(chrome_trace(spans, names, {{"title", "test"}}));
+  ASSERT_TRUE(trace.contains("traceEvents"));
+  std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> lanes;
+  int layers_seen = 0, metadata = 0;
+  for (const auto& e : trace["traceEvents"]) {
+    for (const char* key : {"name", "ph", "pid", "tid"}) ASSERT_TRUE(e.contains(key)) << e.dump();
+    if (e["ph"] == "M") {
+      ++metadata;
+      continue;
+    }
+    ASSERT_EQ(e["ph"], "X");
+    ASSERT_TRUE(e.contains("ts") && e.contains("dur")) << e.dump();
+    ASSERT_GE(e["dur"].get<double>(), 0.0);
+    lanes[{e["pid"].get<int>(), e["tid"].get<int>()}].emplace_back(e["ts"].get<double>(), e["dur"].get<double>());
+    if (e["name"].get<std::string>().rfind("L0 conv2d", 0) == 0) ++layers_seen;
+  }
+  EXPECT_EQ(metadata, 2 * 4);  // per worker: process name, sort index, two thread names
+  EXPECT_EQ(layers_seen, 4);   // layer 0 on stage 0: forward and backward of 2 micro-batches
+  EXPECT_EQ(lanes.size(), 4u);  // 2 workers x (compute, comm)
+  for (auto& [lane, ev] : lanes) {
+    std::sort(ev.begin(), ev.end());
+    for (std::size_t i = 1; i < ev.size(); ++i)
+      EXPECT_LE(ev[i - 1].first + ev[i - 1].second, ev[i].first + 1e-3)
+          << "worker " << lane.first << " lane " << lane.second << " overlaps at " << ev[i].first << " us";
+  }
+  // Detail is per layer: the layers' forward spans of stage 0 cover its layer range per micro-batch.
+  int forward0 = 0;
+  for (const Span& s : st.workers[0].spans) forward0 += s.phase == Phase::Forward;
+  EXPECT_EQ(forward0, 2 * (st.workers[0].layer_end - st.workers[0].layer_begin));
+}
+
+}  // namespace
+}  // namespace pb
