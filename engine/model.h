@@ -13,6 +13,18 @@
 
 namespace pb {
 
+// The passes of one layer that a profiler times apart.
+enum class LayerPass { Forward, BackwardData, BackwardWeights };
+
+// Called around every backend call a Sequential makes for a layer (global index): a profiler
+// records device events there. ReLU's backward is its BackwardData; Flatten makes no call.
+class LayerObserver {
+ public:
+  virtual ~LayerObserver() = default;
+  virtual void before(int layer, LayerPass pass) = 0;
+  virtual void after(int layer, LayerPass pass) = 0;
+};
+
 class Sequential {
  public:
   Sequential(const NetPlan& plan, int begin, int end, Backend& backend);
@@ -43,6 +55,8 @@ class Sequential {
                 const std::function<void(int layer)>& grads_ready = {});
   // The flat grads() range [begin, end) of layer i (global index; empty for ReLU/Flatten).
   std::pair<int64_t, int64_t> layer_grad_range(int i) const;
+  // Every later forward/backward calls it around each layer's backend calls; null: none.
+  void set_observer(LayerObserver* o) { observer_ = o; }
 
  private:
   struct Slot {
@@ -59,6 +73,7 @@ class Sequential {
   Tensor params_, grads_;
   std::map<int, Slot> slots_;
   Tensor gbuf_[2];
+  LayerObserver* observer_ = nullptr;
 };
 
 // torch.optim.Adam over one flat buffer.
