@@ -98,7 +98,7 @@ WorkloadOptions preset_workload_options(const Flags& f, DeviceKind kind) {
 
 RunPlan plan_run(const Flags& f, Sweep& sw) {
   RunPlan p;
-  // Presets: the seed's comparison on GPUs; a scaled great_net that finishes in minutes on CPU.
+  // Presets: the seed's net and sizes on GPUs; a scaled great_net that finishes in minutes on CPU.
   p.kind = device_kind(f.str("device-kind"));
   const bool gpu = p.kind == DeviceKind::Cuda;
   p.wo = preset_workload_options(f, p.kind);

@@ -20,7 +20,7 @@ class Staged final : public GroupStrategy {
 
  protected:
   void plan_workers() override {
-    ranges_ = split_stages(plan(), workers(), opts_.balance, name());
+    ranges_ = stage_ranges(plan(), workers(), opts_, micro_, group().first_local().device, name());
     for (int s = 0; s < workers(); ++s) {
       group().worker(s).stats.layer_begin = ranges_[s].first;
       group().worker(s).stats.layer_end = ranges_[s].second;
