@@ -29,9 +29,17 @@ void raise_to(std::atomic<std::size_t>& peak, std::size_t now) noexcept {
 }  // namespace
 
 void Allocator::add(MemoryPool pool, std::size_t bytes) noexcept {
-  raise_to(peak_, current_.fetch_add(bytes) + bytes);
   auto& c = pool_current_[index(pool)];
   raise_to(pool_peak_[index(pool)], c.fetch_add(bytes) + bytes);
+  const std::size_t now = current_.fetch_add(bytes) + bytes;
+  if (now > peak_.load()) {
+    raise_to(peak_, now);
+    // The composition of the new peak (exact when one thread allocates on this device at a time,
+    // as a worker does; the parts then add up to the peak).
+    const std::size_t other = pool_current_[1 - index(pool)].load();
+    at_peak_[1 - index(pool)].store(other);
+    at_peak_[index(pool)].store(now - other);
+  }
 }
 
 void Allocator::sub(MemoryPool pool, std::size_t bytes) noexcept {
@@ -59,6 +67,7 @@ void Allocator::note(MemoryPool pool, std::ptrdiff_t delta) noexcept {
 void Allocator::reset_peak() {
   peak_.store(current_.load());
   for (int i = 0; i < 2; ++i) pool_peak_[i].store(pool_current_[i].load());
+  for (int i = 0; i < 2; ++i) at_peak_[i].store(pool_current_[i].load());
 }
 
 void WorkspaceCount::set(std::size_t bytes) noexcept {

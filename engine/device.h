@@ -42,7 +42,12 @@ class Allocator {
   std::size_t peak_bytes() const { return peak_.load(); }
   std::size_t current_bytes(MemoryPool pool) const { return pool_current_[index(pool)].load(); }
   std::size_t peak_bytes(MemoryPool pool) const { return pool_peak_[index(pool)].load(); }
+  // A pool's bytes at the moment of the peak in all: the parts of peak_bytes(), which add up to it.
+  std::size_t at_peak_bytes(MemoryPool pool) const { return at_peak_[index(pool)].load(); }
   void reset_peak();
+  // Bytes in use on the whole device as its driver reports them (CUDA: total - free from
+  // cudaMemGetInfo, every process and context included); 0 where there is no such figure (CPU).
+  virtual std::size_t device_used_bytes() const { return 0; }
 
  protected:
   virtual void* raw_allocate(std::size_t bytes) = 0;
@@ -56,6 +61,7 @@ class Allocator {
   std::atomic<std::size_t> peak_{0};
   std::atomic<std::size_t> pool_current_[2] = {0, 0};
   std::atomic<std::size_t> pool_peak_[2] = {0, 0};
+  std::atomic<std::size_t> at_peak_[2] = {0, 0};
 };
 
 // Counts a scratch buffer that a library or kernel allocates itself as workspace of a device:

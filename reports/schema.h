@@ -25,8 +25,8 @@ inline constexpr Key samples_per_s{"samples_per_s", "samples/s", "global batch x
 inline constexpr Key flop_per_s{"flop_per_s", "FLOP/s", "3 x forward FLOPs per sample x global batch x iterations / measured time"};
 inline constexpr Key global_batch{"global_batch", "samples", "samples per iteration"};
 inline constexpr Key devices{"devices", "count", "N, the devices (workers) of the configuration"};
-inline constexpr Key peak_bytes_max{"peak_bytes_max", "bytes", "peak allocated bytes since setup, the largest over the workers"};
-inline constexpr Key peak_bytes_dev0{"peak_bytes_dev0", "bytes", "peak allocated bytes since setup on worker 0"};
+inline constexpr Key peak_bytes_max{"peak_bytes_max", "bytes", "peak allocated bytes (engine tensors and library workspace) since setup, the largest over the workers"};
+inline constexpr Key peak_bytes_dev0{"peak_bytes_dev0", "bytes", "peak allocated bytes (engine tensors and library workspace) since setup on worker 0"};
 inline constexpr Key comm_bytes_per_iter{"comm_bytes_per_iter", "bytes", "bytes sent per iteration, summed over the workers"};
 inline constexpr Key comm_s_per_iter{"comm_s_per_iter", "s", "communication seconds per iteration, the largest over the workers: the transfers alone (in-process: the copies, not the wait for peers; NCCL: the collectives' span on the GPU stream; MPI: the whole calls, waiting included)"};
 inline constexpr Key bubble_fraction{"bubble_fraction", "fraction", "(P-1)/(M+P-1) as the strategy reports it (pipeline; mp is M = 1)"};
@@ -34,13 +34,18 @@ inline constexpr Key micro_batches{"micro_batches", "count", "micro-batches the 
 inline constexpr Key workers_used{"workers_used", "count", "workers that got work (torch.chunk may give fewer chunks than devices)"};
 inline constexpr Key oversubscribed{"oversubscribed", "0/1", "1 when workers share GPUs (--oversubscribe)"};
 inline constexpr Key iter_cv{"iter_cv", "fraction", "CV of the iteration times within this repetition"};
+inline constexpr Key device_peak_bytes{"device_peak_bytes", "bytes", "tensor_bytes + workspace_bytes + runtime_bytes: what the configuration needs of a device (CUDA: the GPU with the largest sum; CPU: the host, shared by the workers)"};
+inline constexpr Key tensor_bytes{"tensor_bytes", "bytes", "the engine's tensors (parameters, gradients, Adam moments, activations, buffers) at the allocator's peak since setup (CUDA: that GPU's; CPU: summed over the workers)"};
+inline constexpr Key workspace_bytes{"workspace_bytes", "bytes", "library workspace at the allocator's peak since setup: oneDNN scratch and reorder buffers, im2col, Winograd transforms, cuDNN workspace (CUDA: that GPU's; CPU: summed over the workers)"};
+inline constexpr Key runtime_bytes{"runtime_bytes", "bytes", "after the timed steps, CUDA: bytes in use on that GPU (cudaMemGetInfo) less the allocator's -- CUDA context, cuDNN/cuBLAS handles, NCCL buffers, and other processes on the GPU; CPU: the process's resident memory (VmRSS) less the CPU allocators' bytes -- program, libraries, oneDNN's primitive cache, host copies of the data"};
 }  // namespace counter
 
 inline constexpr Key kCounters[] = {
     counter::samples_per_s,  counter::flop_per_s,      counter::global_batch,        counter::devices,
     counter::peak_bytes_max, counter::peak_bytes_dev0, counter::comm_bytes_per_iter, counter::comm_s_per_iter,
     counter::bubble_fraction, counter::micro_batches,  counter::workers_used,        counter::oversubscribed,
-    counter::iter_cv};
+    counter::iter_cv,
+    counter::device_peak_bytes, counter::tensor_bytes, counter::workspace_bytes, counter::runtime_bytes};
 
 // ---- context: one per run, text ----------------------------------------------------------
 namespace context {

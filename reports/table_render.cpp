@@ -53,6 +53,15 @@ std::string md_escape(const std::string& s) {
   return out;
 }
 
+// The device peak with its parts (tensors + workspace + runtime), or the allocators' peak alone
+// for runs made before the parts were recorded.
+std::string peak_cell(const Row& r) {
+  if (!r.device_peak_mib) return opt(r.peak_mib_max);
+  if (!r.tensor_mib || !r.workspace_mib || !r.runtime_mib) return num(*r.device_peak_mib);
+  return fmt::format("{} ({} + {} + {})", num(*r.device_peak_mib), num(*r.tensor_mib), num(*r.workspace_mib),
+                     num(*r.runtime_mib));
+}
+
 std::string report_markdown(const Report& rep) {
   std::string out;
   for (const Group& g : rep.groups) {
@@ -79,7 +88,7 @@ std::string report_markdown(const Report& rep) {
       }
       out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", r.strategy, r.devices,
                          num(*r.median_ms), cv, opt(r.samples_per_s),
-                         r.flop_per_s ? num(*r.flop_per_s / 1e9) : "-", opt(r.speedup, "x"), eff, opt(r.peak_mib_max),
+                         r.flop_per_s ? num(*r.flop_per_s / 1e9) : "-", opt(r.speedup, "x"), eff, peak_cell(r),
                          pct(r.comm_share), pct(r.bubble), r.best ? "**best**" : "");
     }
     out += "\n";
@@ -100,18 +109,21 @@ std::string report_csv(const Report& rep) {
   std::string out =
       "workload,scaling,batch,precision,device_kind,strategy,devices,repetitions,median_ms,cv,cv_over,"
       "samples_per_iteration,samples_per_s,flop_per_s,speedup,efficiency,efficiency_base,peak_mib_max,peak_mib_dev0,"
-      "comm_share,comm_mib_per_iteration,bubble_fraction,workers_used,oversubscribed,best,error\n";
+      "comm_share,comm_mib_per_iteration,bubble_fraction,workers_used,oversubscribed,best,error,"
+      "device_peak_mib,tensor_mib,workspace_mib,runtime_mib\n";
   for (const Group& g : rep.groups)
     for (const Row& r : g.rows) {
       const std::string cv_over = r.cv ? (r.cv_within_run ? "iterations" : "repetitions") : "";
-      out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+      out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
                          csv_field(g.workload), g.scaling, g.batch, csv_field(g.precision), csv_field(g.device_kind),
                          csv_field(r.strategy), r.devices, r.repetitions, csv_num(r.median_ms), csv_num(r.cv), cv_over,
                          csv_num(r.samples_per_iteration), csv_num(r.samples_per_s), csv_num(r.flop_per_s),
                          csv_num(r.speedup), csv_num(r.efficiency), csv_field(r.efficiency_base),
                          csv_num(r.peak_mib_max), csv_num(r.peak_mib_dev0), csv_num(r.comm_share),
                          csv_num(r.comm_mib_per_iteration), csv_num(r.bubble), csv_num(r.workers_used),
-                         csv_num(r.oversubscribed), r.best ? 1 : 0, csv_field(r.error ? r.error_message : ""));
+                         csv_num(r.oversubscribed), r.best ? 1 : 0, csv_field(r.error ? r.error_message : ""),
+                         csv_num(r.device_peak_mib), csv_num(r.tensor_mib), csv_num(r.workspace_mib),
+                         csv_num(r.runtime_mib));
     }
   return out;
 }
@@ -153,6 +165,10 @@ std::string report_json(const Report& rep) {
       jr["efficiency_base"] = r.efficiency_base;
       jr["peak_mib_max"] = json_num(r.peak_mib_max);
       jr["peak_mib_dev0"] = json_num(r.peak_mib_dev0);
+      jr["device_peak_mib"] = json_num(r.device_peak_mib);
+      jr["tensor_mib"] = json_num(r.tensor_mib);
+      jr["workspace_mib"] = json_num(r.workspace_mib);
+      jr["runtime_mib"] = json_num(r.runtime_mib);
       jr["comm_share"] = json_num(r.comm_share);
       jr["comm_mib_per_iteration"] = json_num(r.comm_mib_per_iteration);
       jr["bubble_fraction"] = json_num(r.bubble);
