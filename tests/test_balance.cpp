@@ -23,7 +23,9 @@ void expect_valid_split(const NetPlan& plan, const Ranges& r, int stages) {
   EXPECT_EQ(r.back().second, static_cast<int>(plan.layers.size()));
   for (int s = 0; s < stages; ++s) {
     EXPECT_LT(r[s].first, r[s].second) << "stage " << s;
-    if (s > 0) EXPECT_EQ(r[s].first, r[s - 1].second);
+    if (s > 0) {
+      EXPECT_EQ(r[s].first, r[s - 1].second);
+    }
     EXPECT_GT(plan.layers[r[s].first].forward_flops, 0) << "stage " << s << " starts with a ReLU";
   }
 }
@@ -43,12 +45,16 @@ TEST(Balance, ByWeightsMinimisesTheLargestStage) {
     const Ranges two = split_stages_by(plan, 2, w, "mp");
     expect_valid_split(plan, two, 2);
     const double mine = std::max(sum(0, two[0].second), sum(two[0].second, 28));
-    for (int cut = 2; cut < 28; cut += 2) EXPECT_LE(mine, std::max(sum(0, cut), sum(cut, 28)) + 1e-12) << cut;
+    for (int cut = 2; cut < 28; cut += 2) {
+      EXPECT_LE(mine, std::max(sum(0, cut), sum(cut, 28)) + 1e-12) << cut;
+    }
     const Ranges three = split_stages_by(plan, 3, w, "pipeline");
     expect_valid_split(plan, three, 3);
     const double mine3 = std::max({sum(0, three[0].second), sum(three[1].first, three[1].second), sum(three[2].first, 28)});
     for (int a = 2; a < 28; a += 2)
-      for (int b = a + 2; b < 28; b += 2) EXPECT_LE(mine3, std::max({sum(0, a), sum(a, b), sum(b, 28)}) + 1e-12);
+      for (int b = a + 2; b < 28; b += 2) {
+        EXPECT_LE(mine3, std::max({sum(0, a), sum(a, b), sum(b, 28)}) + 1e-12);
+      }
   }
   // Weights, not FLOPs, decide: all the time in the last conv puts it alone in the last stage.
   std::vector<double> w(28, 1e-3);

@@ -97,7 +97,9 @@ TEST_F(MemoryCli, RunReportsTheDevicePeakAndItsParts) {
     EXPECT_GT(runtime, 0);
     EXPECT_NEAR(total, tensors + workspace + runtime, 1.0);
     // The allocators' peak is tensors + workspace: on one worker exactly peak_bytes_max.
-    if (b.counters.at(k::devices.name) == 1) EXPECT_NEAR(b.counters.at(k::peak_bytes_max.name), tensors + workspace, 1.0);
+    if (b.counters.at(k::devices.name) == 1) {
+      EXPECT_NEAR(b.counters.at(k::peak_bytes_max.name), tensors + workspace, 1.0);
+    }
     ++checked;
   }
   EXPECT_EQ(checked, 3);  // regular x1, mp x1, mp x2

@@ -43,7 +43,9 @@ TEST(LayerObserver, SeesEveryCallOfEveryLayerInOrder) {
   s.set_observer(&r);
   s.forward(xt.data(), 2);
   ASSERT_EQ(r.calls.size(), 28u);
-  for (int i = 0; i < 28; ++i) EXPECT_EQ(r.calls[i], std::make_pair(i, LayerPass::Forward));
+  for (int i = 0; i < 28; ++i) {
+    EXPECT_EQ(r.calls[i], std::make_pair(i, LayerPass::Forward));
+  }
   r.calls.clear();
   s.backward(dy.data(), nullptr, false);
   // Last layer first; a conv's weights before its data gradient; none for the first layer's input.
@@ -62,7 +64,7 @@ TEST(LayerObserver, SeesEveryCallOfEveryLayerInOrder) {
 TEST(Profile, LayerTimesAddUpToTheWholePasses) {
   const NetPlan plan = plan_net(great_net(32, 0.25));
   CpuBackend be(cpu(), {});
-  const NetProfile p = profile_net(plan, be, {2, 1, 5, 0});
+  NetProfile p = profile_net(plan, be, {2, 1, 5, 0});
   ASSERT_EQ(p.layers.size(), plan.layers.size());
   EXPECT_EQ(p.batch, 2);
   double fwd = 0, bwd = 0;
@@ -70,21 +72,36 @@ TEST(Profile, LayerTimesAddUpToTheWholePasses) {
     const LayerTimes& t = p.layers[i];
     SCOPED_TRACE(fmt::format("layer {}", i));
     EXPECT_GT(t.forward_s, 0);
-    if (plan.layers[i].spec.type == LayerType::Conv2d) EXPECT_GT(t.backward_weights_s, 0);
-    else EXPECT_EQ(t.backward_weights_s, 0) << "no parameters";
-    if (i == 0) EXPECT_EQ(t.backward_data_s, 0) << "the input needs no gradient";
-    else EXPECT_GT(t.backward_data_s, 0);
+    if (plan.layers[i].spec.type == LayerType::Conv2d) {
+      EXPECT_GT(t.backward_weights_s, 0);
+    } else {
+      EXPECT_EQ(t.backward_weights_s, 0) << "no parameters";
+    }
+    if (i == 0) {
+      EXPECT_EQ(t.backward_data_s, 0) << "the input needs no gradient";
+    } else {
+      EXPECT_GT(t.backward_data_s, 0);
+    }
     fwd += t.forward_s;
     bwd += t.backward_data_s + t.backward_weights_s;
   }
   EXPECT_GT(p.loss_s, 0);
   EXPECT_GT(p.optimizer_s, 0);
-  // Separate repetitions on a shared machine: a generous bound, enough to catch a pass timed twice
-  // or not at all. The layers cannot take much longer than the pass that contains them.
-  EXPECT_GT(fwd, 0.5 * p.forward_s) << "forward: layers " << fwd << " s, whole " << p.forward_s << " s";
-  EXPECT_LT(fwd, 1.5 * p.forward_s) << "forward: layers " << fwd << " s, whole " << p.forward_s << " s";
-  EXPECT_GT(bwd, 0.5 * p.backward_s) << "backward: layers " << bwd << " s, whole " << p.backward_s << " s";
-  EXPECT_LT(bwd, 1.5 * p.backward_s) << "backward: layers " << bwd << " s, whole " << p.backward_s << " s";
+  // Separate repetitions: a generous bound, enough to catch a pass timed twice or not at all. On
+  // a machine shared with other work one profile can still land outside it, so a few are allowed.
+  std::string seen;
+  bool within = false;
+  for (int attempt = 0; attempt < 4 && !within; ++attempt) {
+    if (attempt > 0) {
+      p = profile_net(plan, be, {2, 1, 5, 0});
+      fwd = bwd = 0;
+      for (const LayerTimes& t : p.layers) fwd += t.forward_s, bwd += t.backward_data_s + t.backward_weights_s;
+    }
+    const double rf = fwd / p.forward_s, rb = bwd / p.backward_s;
+    seen += fmt::format(" forward {:.2f}, backward {:.2f};", rf, rb);
+    within = rf > 0.6 && rf < 1.5 && rb > 0.6 && rb < 1.5;
+  }
+  EXPECT_TRUE(within) << "sum of layers / whole pass:" << seen;
 }
 
 TEST(Profile, ConvLayersNeedLibraryWorkspace) {
@@ -97,8 +114,11 @@ TEST(Profile, ConvLayersNeedLibraryWorkspace) {
     const std::vector<std::size_t> ws = layer_workspace_bytes(plan, 2, [&] { return std::make_unique<CpuBackend>(cpu(), o); });
     ASSERT_EQ(ws.size(), plan.layers.size());
     for (std::size_t i = 0; i < ws.size(); ++i)
-      if (plan.layers[i].spec.type == LayerType::Conv2d) EXPECT_GT(ws[i], 0u) << "layer " << i;
-      else EXPECT_EQ(ws[i], 0u) << "layer " << i;
+      if (plan.layers[i].spec.type == LayerType::Conv2d) {
+        EXPECT_GT(ws[i], 0u) << "layer " << i;
+      } else {
+        EXPECT_EQ(ws[i], 0u) << "layer " << i;
+      }
     EXPECT_EQ(allocator_for(cpu()).current_bytes(MemoryPool::Workspace), before) << "the backends' scratch is gone";
   }
 }
@@ -137,14 +157,24 @@ TEST_F(ProfileCli, WritesEveryFieldOfProfileJson) {
     EXPECT_EQ(l.at("activation_bytes_per_sample"), 4 * numel_of(p.out));
     for (const char* k : {"forward_s", "backward_data_s", "backward_weights_s"}) {
       ASSERT_EQ(l.at(k).size(), 2u) << k;
-      for (double v : l.at(k)) EXPECT_GE(v, 0) << k;
+      for (double v : l.at(k)) {
+        EXPECT_GE(v, 0) << k;
+      }
     }
     EXPECT_GT(l.at("forward_s")[1].get<double>(), 0);
-    if (i == 0) EXPECT_EQ(l.at("backward_data_s"), nlohmann::json({0.0, 0.0}));
-    if (p.spec.type != LayerType::Conv2d) EXPECT_EQ(l.at("backward_weights_s"), nlohmann::json({0.0, 0.0}));
-    if (p.spec.type == LayerType::Conv2d) EXPECT_GT(l.at("workspace_bytes").get<double>(), 0);
+    if (i == 0) {
+      EXPECT_EQ(l.at("backward_data_s"), nlohmann::json({0.0, 0.0}));
+    }
+    if (p.spec.type != LayerType::Conv2d) {
+      EXPECT_EQ(l.at("backward_weights_s"), nlohmann::json({0.0, 0.0}));
+    }
+    if (p.spec.type == LayerType::Conv2d) {
+      EXPECT_GT(l.at("workspace_bytes").get<double>(), 0);
+    }
   }
-  for (const char* k : {"loss_s", "forward_total_s", "backward_total_s"}) EXPECT_EQ(j.at(k).size(), 2u) << k;
+  for (const char* k : {"loss_s", "forward_total_s", "backward_total_s"}) {
+    EXPECT_EQ(j.at(k).size(), 2u) << k;
+  }
   EXPECT_GT(j.at("optimizer_s_per_param").get<double>(), 0);
 }
 
