@@ -86,7 +86,7 @@ inline constexpr Key iterations{"iterations", "steps", "timed steps per repetiti
 inline constexpr Key threads_per_worker{"threads_per_worker", "count", "CPU threads per worker, or auto", M::Always};
 inline constexpr Key micro_batches{"micro_batches", "count", "pipeline micro-batches: the --micro-batches value or min(4, global batch)", M::Always};
 inline constexpr Key bucket_mb{"bucket_mb", "MiB", "ddp gradient bucket size", M::Always};
-inline constexpr Key balance{"balance", "layers", "mp/pipeline layers per stage (only when given)", M::Always};
+inline constexpr Key balance{"balance", "layers", "mp/pipeline --balance: layers per stage, time or seed (only when given)", M::Always};
 inline constexpr Key oversubscribe{"oversubscribe", "-", "true when workers may share GPUs", M::Always};
 inline constexpr Key seed{"seed", "-", "seed for parameters and data"};
 inline constexpr Key world_size{"world_size", "count", "processes (MPI ranks); 1 without MPI", M::Always};
