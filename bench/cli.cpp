@@ -137,7 +137,7 @@ std::vector<Flag> training_flags() {
       {"oversubscribe", "", "allow more workers than GPUs (they then share GPUs)", ""},
       {"micro-batches", "M", "pipeline: micro-batches per step (default: min(4, global batch))", ""},
       {"bucket-mb", "MB", "ddp: gradient bucket size in MiB", "25"},
-      {"balance", "L1,L2,..", "mp/pipeline: layers per stage (default: balanced by FLOPs)", ""},
+      {"balance", "L1,L2,..|time|seed", "mp/pipeline: layers per stage; time: balanced by per-layer time measured on the device; seed: the seed's 2-stage split of great_net after its 512-channel layer (default: balanced by FLOPs)", ""},
       {"schedule", "S", "pipeline: gpipe or 1f1b (selects the pipeline variant: pipeline, pipeline-1f1b)", ""},
       {"recompute", "", "pipeline: keep only stage inputs, recompute activations in backward (pipeline-recompute, ...)", ""},
       {"precision", "P", "fp32 or tf32 (fp32 never uses TF32)", "fp32"},
@@ -200,8 +200,24 @@ StrategyOptions strategy_options(const Flags& f, int devices, int64_t global_bat
   const double mb = f.number("bucket-mb");
   if (!(mb > 0)) throw UsageError(fmt::format("--bucket-mb must be positive, got {}", mb));
   o.bucket_bytes = static_cast<std::size_t>(mb * (1 << 20));
-  if (f.has("balance"))
-    for (int64_t v : f.int_list("balance")) o.balance.push_back(static_cast<int>(v));
+  o.profile_batch = global_batch;
+  if (f.has("balance")) {
+    const std::string b = f.str("balance");
+    if (b == "time") {
+      o.balance_by = StrategyOptions::BalanceBy::Time;
+    } else if (b == "seed") {
+      if (f.str("workload") != "great_net")
+        throw UsageError(fmt::format("--balance seed is the seed's split of great_net (after its 512-channel layer); "
+                                     "workload '{}' has none: use --balance time, a list of layers per stage, or the "
+                                     "default (FLOPs)", f.str("workload")));
+      o.balance_by = StrategyOptions::BalanceBy::Seed;
+      o.seed_first_stage = kGreatNetSeedFirstStage;
+    } else {
+      if (b.empty() || b.find_first_not_of("0123456789,-") != std::string::npos)
+        throw UsageError(fmt::format("--balance expects layers per stage (e.g. 14,14), time or seed, got '{}'", b));
+      for (int64_t v : f.int_list("balance")) o.balance.push_back(static_cast<int>(v));
+    }
+  }
   if (f.has("schedule")) o.schedule = pipeline_schedule(f.str("schedule"));
   o.recompute = f.on("recompute");
   o.backend.precision = parse_precision(f.str("precision"));

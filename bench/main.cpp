@@ -25,6 +25,7 @@ const char* kUsage =
     "  train     train a workload and print each iteration's time and loss\n"
     "  replay    K training steps from .npy parameters and data; writes losses and parameters\n"
     "  devices   list the CPU and GPUs this build can use\n"
+    "  profile   per-layer forward / backward-data / backward-weights time and bytes on one device\n"
     "\n"
     "Run 'parbench <command> --help' for a command's flags.\n";
 
@@ -60,6 +61,7 @@ int dispatch(const std::string& cmd, const std::vector<std::string>& args) {
   if (cmd == "train") return pb::cmd_train(args);
   if (cmd == "replay") return pb::cmd_replay(args);
   if (cmd == "devices") return pb::cmd_devices(args);
+  if (cmd == "profile") return pb::cmd_profile(args);
   fmt::print(stderr, "parbench: unknown command '{}'\n\n{}", cmd, kUsage);
   return 2;
 }

@@ -90,13 +90,20 @@ std::vector<Flag> run_flags() {
   return flags;
 }
 
+WorkloadOptions preset_workload_options(const Flags& f, DeviceKind kind) {
+  const bool gpu = kind == DeviceKind::Cuda;
+  WorkloadOptions wo;
+  wo.image = f.has("image") ? f.integer("image") : (gpu ? 512 : 96);
+  wo.width = f.has("width") ? f.number("width") : (gpu ? 1.0 : 0.5);
+  return wo;
+}
+
 RunPlan plan_run(const Flags& f, Sweep& sw) {
   RunPlan p;
-  // Presets: the seed's comparison on GPUs; a scaled great_net that finishes in minutes on CPU.
+  // Presets: the seed's net and sizes on GPUs; a scaled great_net that finishes in minutes on CPU.
   p.kind = device_kind(f.str("device-kind"));
   const bool gpu = p.kind == DeviceKind::Cuda;
-  p.wo.image = f.has("image") ? f.integer("image") : (gpu ? 512 : 96);
-  p.wo.width = f.has("width") ? f.number("width") : (gpu ? 1.0 : 0.5);
+  p.wo = preset_workload_options(f, p.kind);
   p.workload = f.str("workload");
   sw.net = resolve_workload(p.workload, p.wo);
   sw.plan = plan_net(sw.net);

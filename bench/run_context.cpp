@@ -37,7 +37,11 @@ std::string env_or_unset(const char* name) {
   return v && *v ? v : "unset";
 }
 
-void add_system_context(DeviceKind kind) {
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> system_context(DeviceKind kind) {
+  std::vector<std::pair<std::string, std::string>> out;
+  auto put = [&](const reports::schema::Key& k, const std::string& value) { out.emplace_back(k.name, value); };
   const SystemInfo info = system_info();
   put(ctx::device_kind, kind == DeviceKind::Cuda ? "cuda" : "cpu");
   put(ctx::cpu_model, cpu_model());
@@ -53,7 +57,7 @@ void add_system_context(DeviceKind kind) {
   // The backends read these at setup; they change which kernels run.
   put(ctx::conv_search, env_or_unset(ctx::conv_search.name));
   put(ctx::cpu_winograd, env_or_unset(ctx::cpu_winograd.name));
-  if (!info.cuda_built) return;
+  if (!info.cuda_built) return out;
   std::vector<std::string> names;
   for (const GpuInfo& g : info.gpus)
     names.push_back(fmt::format("{} (cc {}.{}, {:.0f} GiB)", g.name, g.cc_major, g.cc_minor, g.total_bytes / double(1u << 30)));
@@ -66,8 +70,13 @@ void add_system_context(DeviceKind kind) {
   put(ctx::cuda_runtime, mm(info.cuda_runtime_version));
   put(ctx::cudnn, mmp(info.cudnn_version));
   put(ctx::nccl, info.nccl_built ? mmp(info.nccl_version) : "not built");
+  return out;
 }
 
+namespace {
+void add_system_context(DeviceKind kind) {
+  for (const auto& [k, v] : system_context(kind)) benchmark::AddCustomContext(k, v);
+}
 }  // namespace
 
 void add_run_context(const RunPlan& p, const Flags& f, const Sweep& sw) {

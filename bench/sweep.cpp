@@ -191,6 +191,19 @@ void run_config(benchmark::State& state, Sweep& sw, const Config& c) {
   state.counters[k::workers_used.name] = last.workers_used;
   state.counters[k::oversubscribed.name] = last.oversubscribed ? 1 : 0;
   state.counters[k::iter_cv.name] = reports::coefficient_of_variation(times);
+  {
+    // Memory by part; tensors + workspace are the allocators' peak, runtime what else the device holds.
+    const int visible = c.options.kind == DeviceKind::Cuda ? cuda_device_count() : c.devices;
+    std::vector<Device> devs;
+    for (int i = 0; i < std::min(c.devices, visible); ++i) devs.push_back(Device{c.options.kind, i});
+    MemoryUse mem = measure_memory(devs);
+    if (multi_process())  // every rank reports; the largest of each part over the ranks
+      mem = {world_max(mem.tensors), world_max(mem.workspace), world_max(mem.runtime)};
+    state.counters[k::device_peak_bytes.name] = mem.total();
+    state.counters[k::tensor_bytes.name] = mem.tensors;
+    state.counters[k::workspace_bytes.name] = mem.workspace;
+    state.counters[k::runtime_bytes.name] = mem.runtime;
+  }
   state.SetLabel("communicator " + last.communicator);
   sw.layouts[c.name] = layout_json(last);
 }

@@ -147,11 +147,11 @@ void cpu_gemm_nn(int64_t m, int64_t n, int64_t k, const float* a, const float* b
 }
 
 CpuBackend::CpuBackend(Device d, const BackendOptions& opts)
-    : device_(d), threads_(opts.threads > 0 ? opts.threads : default_threads()), scratch_(3) {
+    : device_(d), threads_(opts.threads > 0 ? opts.threads : default_threads()), scratch_(3), scratch_count_(d) {
 #ifdef PARBENCH_HAVE_DNNL
   if (!opts.cpu_reference_conv) {
-    dnnl_ = std::make_unique<DnnlConv>(threads_, use_winograd(opts));
-    if (use_winograd(opts)) winograd_ = std::make_unique<Winograd2x3>(threads_);
+    dnnl_ = std::make_unique<DnnlConv>(threads_, use_winograd(opts), DnnlConv::kWinogradScratchCap, d);
+    if (use_winograd(opts)) winograd_ = std::make_unique<Winograd2x3>(threads_, Winograd2x3::kChunkBytes, d);
   }
 #endif
 }
@@ -203,7 +203,12 @@ std::string CpuBackend::name() const {
 
 float* CpuBackend::scratch(std::size_t slot, std::size_t floats) {
   auto& s = scratch_[slot];
-  if (s.size() < floats) s.resize(floats);
+  if (s.size() < floats) {
+    s.resize(floats);
+    std::size_t held = 0;
+    for (const auto& v : scratch_) held += v.capacity() * sizeof(float);
+    scratch_count_.set(held);
+  }
   return s.data();
 }
 

@@ -57,6 +57,7 @@ class CpuBackend final : public Backend {
   Device device_;
   int threads_;
   std::vector<std::vector<float>> scratch_;
+  WorkspaceCount scratch_count_;  // scratch_ as this device's workspace
   std::unique_ptr<DnnlConv> dnnl_;
   std::unique_ptr<Winograd2x3> winograd_;
 };

@@ -20,19 +20,60 @@ std::string Device::str() const {
   return fmt::format("{}:{}", kind == DeviceKind::Cpu ? "cpu" : "cuda", index);
 }
 
-void* Allocator::allocate(std::size_t bytes) {
-  void* p = raw_allocate(bytes);
-  std::size_t now = current_.fetch_add(bytes) + bytes;
-  std::size_t peak = peak_.load();
-  while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
+namespace {
+void raise_to(std::atomic<std::size_t>& peak, std::size_t now) noexcept {
+  std::size_t p = peak.load();
+  while (now > p && !peak.compare_exchange_weak(p, now)) {
   }
+}
+}  // namespace
+
+void Allocator::add(MemoryPool pool, std::size_t bytes) noexcept {
+  auto& c = pool_current_[index(pool)];
+  raise_to(pool_peak_[index(pool)], c.fetch_add(bytes) + bytes);
+  const std::size_t now = current_.fetch_add(bytes) + bytes;
+  if (now > peak_.load()) {
+    raise_to(peak_, now);
+    // The composition of the new peak (exact when one thread allocates on this device at a time,
+    // as a worker does; the parts then add up to the peak).
+    const std::size_t other = pool_current_[1 - index(pool)].load();
+    at_peak_[1 - index(pool)].store(other);
+    at_peak_[index(pool)].store(now - other);
+  }
+}
+
+void Allocator::sub(MemoryPool pool, std::size_t bytes) noexcept {
+  current_.fetch_sub(bytes);
+  pool_current_[index(pool)].fetch_sub(bytes);
+}
+
+void* Allocator::allocate(std::size_t bytes, MemoryPool pool) {
+  void* p = raw_allocate(bytes);
+  add(pool, bytes);
   return p;
 }
 
-void Allocator::release(void* p, std::size_t bytes) noexcept {
+void Allocator::release(void* p, std::size_t bytes, MemoryPool pool) noexcept {
   if (!p) return;
   raw_release(p);
-  current_.fetch_sub(bytes);
+  sub(pool, bytes);
+}
+
+void Allocator::note(MemoryPool pool, std::ptrdiff_t delta) noexcept {
+  if (delta > 0) add(pool, static_cast<std::size_t>(delta));
+  if (delta < 0) sub(pool, static_cast<std::size_t>(-delta));
+}
+
+void Allocator::reset_peak() {
+  peak_.store(current_.load());
+  for (int i = 0; i < 2; ++i) pool_peak_[i].store(pool_current_[i].load());
+  for (int i = 0; i < 2; ++i) at_peak_[i].store(pool_current_[i].load());
+}
+
+void WorkspaceCount::set(std::size_t bytes) noexcept {
+  if (bytes == held_) return;
+  allocator_for(dev_).note(MemoryPool::Workspace, static_cast<std::ptrdiff_t>(bytes) - static_cast<std::ptrdiff_t>(held_));
+  held_ = bytes;
 }
 
 namespace {

@@ -23,24 +23,61 @@ struct Device {
 inline Device cpu(int index = 0) { return {DeviceKind::Cpu, index}; }
 inline Device cuda(int index = 0) { return {DeviceKind::Cuda, index}; }
 
-// Raw allocation on one device with current/peak byte counts. Peak is what reports show as
-// "peak memory per device"; an allocation that does not fit throws OutOfMemory.
+// What a device's bytes hold: the engine's own tensors, or scratch the libraries and kernels
+// keep between calls (oneDNN scratchpads and reorder buffers, im2col, Winograd transforms, cuDNN
+// workspace).
+enum class MemoryPool { Tensors, Workspace };
+
+// Raw allocation on one device with current/peak byte counts, in all and per pool. The peak in
+// all is the allocator's part of "peak memory per device"; an allocation that does not fit throws
+// OutOfMemory. Scratch a library holds in its own allocations is counted with note().
 class Allocator {
  public:
   virtual ~Allocator() = default;
-  void* allocate(std::size_t bytes);
-  void release(void* p, std::size_t bytes) noexcept;
+  void* allocate(std::size_t bytes, MemoryPool pool = MemoryPool::Tensors);
+  void release(void* p, std::size_t bytes, MemoryPool pool = MemoryPool::Tensors) noexcept;
+  // Bytes held on this device outside allocate(): +n when a scratch grows by n, -n when it goes.
+  void note(MemoryPool pool, std::ptrdiff_t delta) noexcept;
   std::size_t current_bytes() const { return current_.load(); }
   std::size_t peak_bytes() const { return peak_.load(); }
-  void reset_peak() { peak_.store(current_.load()); }
+  std::size_t current_bytes(MemoryPool pool) const { return pool_current_[index(pool)].load(); }
+  std::size_t peak_bytes(MemoryPool pool) const { return pool_peak_[index(pool)].load(); }
+  // A pool's bytes at the moment of the peak in all: the parts of peak_bytes(), which add up to it.
+  std::size_t at_peak_bytes(MemoryPool pool) const { return at_peak_[index(pool)].load(); }
+  void reset_peak();
+  // Bytes in use on the whole device as its driver reports them (CUDA: total - free from
+  // cudaMemGetInfo, every process and context included); 0 where there is no such figure (CPU).
+  virtual std::size_t device_used_bytes() const { return 0; }
 
  protected:
   virtual void* raw_allocate(std::size_t bytes) = 0;
   virtual void raw_release(void* p) noexcept = 0;
 
  private:
+  static int index(MemoryPool p) { return p == MemoryPool::Tensors ? 0 : 1; }
+  void add(MemoryPool pool, std::size_t bytes) noexcept;
+  void sub(MemoryPool pool, std::size_t bytes) noexcept;
   std::atomic<std::size_t> current_{0};
   std::atomic<std::size_t> peak_{0};
+  std::atomic<std::size_t> pool_current_[2] = {0, 0};
+  std::atomic<std::size_t> pool_peak_[2] = {0, 0};
+  std::atomic<std::size_t> at_peak_[2] = {0, 0};
+};
+
+// Counts a scratch buffer that a library or kernel allocates itself as workspace of a device:
+// set(bytes) after it grows or shrinks; the destructor takes it off.
+class WorkspaceCount {
+ public:
+  explicit WorkspaceCount(Device d) : dev_(d) {}
+  ~WorkspaceCount() { set(0); }
+  WorkspaceCount(const WorkspaceCount&) = delete;
+  WorkspaceCount& operator=(const WorkspaceCount&) = delete;
+  void set(std::size_t bytes) noexcept;
+  std::size_t bytes() const { return held_; }
+
+ private:
+  Device dev_;
+  std::size_t held_ = 0;
 };
 
 // One allocator per device, created on first use, alive for the process.

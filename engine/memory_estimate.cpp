@@ -41,6 +41,44 @@ MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch) {
   return m;
 }
 
+std::size_t resident_bytes() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmRSS:", 0) == 0) {
+      std::istringstream ls(line.substr(6));
+      unsigned long long kb = 0;
+      if (ls >> kb) return static_cast<std::size_t>(kb) * 1024;
+    }
+  return 0;
+}
+
+MemoryUse measure_memory(const std::vector<Device>& devices) {
+  MemoryUse best;
+  if (devices.empty()) return best;
+  if (devices.front().kind == DeviceKind::Cpu) {
+    double held = 0;
+    for (const Device& d : devices) {
+      const Allocator& a = allocator_for(d);
+      best.tensors += static_cast<double>(a.at_peak_bytes(MemoryPool::Tensors));
+      best.workspace += static_cast<double>(a.at_peak_bytes(MemoryPool::Workspace));
+      held += static_cast<double>(a.current_bytes());
+    }
+    best.runtime = std::max(0.0, static_cast<double>(resident_bytes()) - held);
+    return best;
+  }
+  for (const Device& d : devices) {
+    const Allocator& a = allocator_for(d);
+    if (a.peak_bytes() == 0) continue;  // a GPU this process does not use: no context to make there
+    MemoryUse m;
+    m.tensors = static_cast<double>(a.at_peak_bytes(MemoryPool::Tensors));
+    m.workspace = static_cast<double>(a.at_peak_bytes(MemoryPool::Workspace));
+    m.runtime = std::max(0.0, static_cast<double>(a.device_used_bytes()) - static_cast<double>(a.current_bytes()));
+    if (m.total() > best.total()) best = m;
+  }
+  return best;
+}
+
 std::size_t available_ram_bytes() {
   std::ifstream in("/proc/meminfo");
   std::string key;

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "engine/device.h"
 #include "engine/net.h"
@@ -21,6 +22,24 @@ struct MemoryEstimate {
 };
 
 MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch);
+
+// What a configuration holds, measured after its steps: the engine's tensors and the libraries'
+// workspace at the allocator's peak (together that peak), and the runtime beside them. CUDA, per
+// GPU: runtime = bytes in use on the GPU (cudaMemGetInfo) less the allocator's -- the CUDA
+// context, cuDNN/cuBLAS handles, NCCL buffers, and any other process on that GPU; the figures
+// are the GPU's with the largest total. CPU: the workers share the host's memory, so tensors and
+// workspace are summed over the workers, and runtime = the process's resident memory (VmRSS)
+// less the CPU allocators' bytes -- the program and its libraries, oneDNN's primitive cache,
+// host-side copies of the data, thread stacks. Either way total() is the device peak.
+struct MemoryUse {
+  double tensors = 0, workspace = 0, runtime = 0;  // bytes
+  double total() const { return tensors + workspace + runtime; }
+};
+// `devices`: the configuration's devices in this process (all of one kind).
+MemoryUse measure_memory(const std::vector<Device>& devices);
+
+// The process's resident memory (VmRSS in /proc/self/status); 0 when unknown.
+std::size_t resident_bytes();
 
 // RAM the kernel says a new allocation can get (MemAvailable in /proc/meminfo); 0 when unknown.
 std::size_t available_ram_bytes();

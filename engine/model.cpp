@@ -16,6 +16,14 @@ Tracer::Scope layer_span(Tracer* t, Phase p, int micro, const LayerPlan& l) {
   return t->compute(p, micro, [&] { return fmt::format("L{} {}", l.index, layer_type_name(l.spec.type)); });
 }
 
+// Runs one backend call of a layer, with the observer (when any) around it.
+template <class Call>
+void observed(LayerObserver* o, int layer, LayerPass pass, Call&& call) {
+  if (o) o->before(layer, pass);
+  call();
+  if (o) o->after(layer, pass);
+}
+
 ConvGeom geom(const LayerPlan& l, int64_t batch) {
   ConvGeom g;
   g.n = batch;
@@ -79,12 +87,15 @@ const float* Sequential::forward(const float* x, int64_t batch, int slot_id) {
     float* y = alias ? const_cast<float*>(cur) : slot.storage[j].data();
     const float* w = params_.data() + (l.param_offset - base);
     Tracer::Scope layer = layer_span(tracer_, Phase::Forward, slot_id, l);
+    const LayerPass fwd = LayerPass::Forward;
     switch (l.spec.type) {
-      case LayerType::Conv2d: be.conv2d_forward(geom(l, batch), cur, w, w + l.weight_numel, y); break;
-      case LayerType::Linear:
-        be.linear_forward(batch, l.in[0], l.out[0], cur, w, w + l.weight_numel, y);
+      case LayerType::Conv2d:
+        observed(observer_, i, fwd, [&] { be.conv2d_forward(geom(l, batch), cur, w, w + l.weight_numel, y); });
         break;
-      case LayerType::ReLU: be.relu_forward(out_n, cur, y); break;
+      case LayerType::Linear:
+        observed(observer_, i, fwd, [&] { be.linear_forward(batch, l.in[0], l.out[0], cur, w, w + l.weight_numel, y); });
+        break;
+      case LayerType::ReLU: observed(observer_, i, fwd, [&] { be.relu_forward(out_n, cur, y); }); break;
       case LayerType::Flatten: break;
     }
     slot.out[j] = y;
@@ -132,21 +143,28 @@ void Sequential::backward(const float* dy, float* dx, bool accumulate, int slot_
     switch (l.spec.type) {
       case LayerType::Conv2d: {
         const ConvGeom g = geom(l, batch);
-        be.conv2d_backward_weights(g, xin, gout, gw, gw + l.weight_numel, accumulate);
+        observed(observer_, i, LayerPass::BackwardWeights,
+                 [&] { be.conv2d_backward_weights(g, xin, gout, gw, gw + l.weight_numel, accumulate); });
         // Weight gradients first and announced before dx: a bucket's all-reduce can then run
         // alongside the rest of backward.
         if (grads_ready) grads_ready(i);
-        if (need_dx) be.conv2d_backward_data(g, gout, w, gin);
+        if (need_dx) observed(observer_, i, LayerPass::BackwardData, [&] { be.conv2d_backward_data(g, gout, w, gin); });
         break;
       }
       case LayerType::Linear:
-        be.linear_backward_weights(batch, l.in[0], l.out[0], xin, gout, gw, gw + l.weight_numel, accumulate);
+        observed(observer_, i, LayerPass::BackwardWeights, [&] {
+          be.linear_backward_weights(batch, l.in[0], l.out[0], xin, gout, gw, gw + l.weight_numel, accumulate);
+        });
         if (grads_ready) grads_ready(i);
-        if (need_dx) be.linear_backward_data(batch, l.in[0], l.out[0], gout, w, gin);
+        if (need_dx)
+          observed(observer_, i, LayerPass::BackwardData,
+                   [&] { be.linear_backward_data(batch, l.in[0], l.out[0], gout, w, gin); });
         break;
       case LayerType::ReLU:
         if (grads_ready) grads_ready(i);
-        if (need_dx) be.relu_backward(batch * numel_of(l.out), slot.out[j], gout, gin);
+        if (need_dx)
+          observed(observer_, i, LayerPass::BackwardData,
+                   [&] { be.relu_backward(batch * numel_of(l.out), slot.out[j], gout, gin); });
         break;
       case LayerType::Flatten:
         if (grads_ready) grads_ready(i);

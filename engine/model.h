@@ -14,6 +14,18 @@
 
 namespace pb {
 
+// The passes of one layer that a profiler times apart.
+enum class LayerPass { Forward, BackwardData, BackwardWeights };
+
+// Called around every backend call a Sequential makes for a layer (global index): a profiler
+// records device events there. ReLU's backward is its BackwardData; Flatten makes no call.
+class LayerObserver {
+ public:
+  virtual ~LayerObserver() = default;
+  virtual void before(int layer, LayerPass pass) = 0;
+  virtual void after(int layer, LayerPass pass) = 0;
+};
+
 class Sequential {
  public:
   Sequential(const NetPlan& plan, int begin, int end, Backend& backend);
@@ -46,6 +58,8 @@ class Sequential {
   std::pair<int64_t, int64_t> layer_grad_range(int i) const;
   // Where forward and backward record their spans (one per call, or per layer with detail).
   void set_tracer(Tracer* t) { tracer_ = t; }
+  // Every later forward/backward calls it around each layer's backend calls; null: none.
+  void set_observer(LayerObserver* o) { observer_ = o; }
 
  private:
   struct Slot {
@@ -63,6 +77,7 @@ class Sequential {
   std::map<int, Slot> slots_;
   Tensor gbuf_[2];
   Tracer* tracer_ = nullptr;
+  LayerObserver* observer_ = nullptr;
 };
 
 // torch.optim.Adam over one flat buffer.

@@ -20,10 +20,10 @@ std::string shape_str(const Shape& s) {
   return out + ")";
 }
 
-Buffer::Buffer(Device dev, std::size_t bytes)
-    : dev_(dev), bytes_(bytes), ptr_(allocator_for(dev).allocate(bytes)) {}
+Buffer::Buffer(Device dev, std::size_t bytes, MemoryPool pool)
+    : dev_(dev), bytes_(bytes), pool_(pool), ptr_(allocator_for(dev).allocate(bytes, pool)) {}
 
-Buffer::~Buffer() { allocator_for(dev_).release(ptr_, bytes_); }
+Buffer::~Buffer() { allocator_for(dev_).release(ptr_, bytes_, pool_); }
 
 Tensor Tensor::empty(const Shape& shape, Device dev) {
   Tensor t;

@@ -18,7 +18,7 @@ std::string shape_str(const Shape& s);
 
 class Buffer {
  public:
-  Buffer(Device dev, std::size_t bytes);
+  Buffer(Device dev, std::size_t bytes, MemoryPool pool = MemoryPool::Tensors);
   ~Buffer();
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
@@ -29,6 +29,7 @@ class Buffer {
  private:
   Device dev_;
   std::size_t bytes_;
+  MemoryPool pool_;
   void* ptr_;
 };
 

@@ -27,8 +27,8 @@ inline constexpr Key samples_per_s{"samples_per_s", "samples/s", "global batch x
 inline constexpr Key flop_per_s{"flop_per_s", "FLOP/s", "3 x forward FLOPs per sample x global batch x iterations / measured time"};
 inline constexpr Key global_batch{"global_batch", "samples", "samples per iteration"};
 inline constexpr Key devices{"devices", "count", "N, the devices (workers) of the configuration"};
-inline constexpr Key peak_bytes_max{"peak_bytes_max", "bytes", "peak allocated bytes since setup, the largest over the workers"};
-inline constexpr Key peak_bytes_dev0{"peak_bytes_dev0", "bytes", "peak allocated bytes since setup on worker 0"};
+inline constexpr Key peak_bytes_max{"peak_bytes_max", "bytes", "peak allocated bytes (engine tensors and library workspace) since setup, the largest over the workers"};
+inline constexpr Key peak_bytes_dev0{"peak_bytes_dev0", "bytes", "peak allocated bytes (engine tensors and library workspace) since setup on worker 0"};
 inline constexpr Key bytes_sent_per_iter{"bytes_sent_per_iter", "bytes", "per iteration, summed over the workers: each worker's collective payloads (the nccl-tests size) and sent messages"};
 inline constexpr Key transfer_s_max{"transfer_s_max", "s", "per iteration, the largest transfer time of a worker: the transfers alone (in-process: the copies, not the wait for peers; NCCL: the collectives' span on the GPU stream; MPI: the whole calls, waiting included)"};
 inline constexpr Key compute_share{"compute_share", "fraction", "forward + backward + loss + optimizer time summed over the workers / (N x step time), mean over iterations"};
@@ -54,6 +54,10 @@ inline constexpr Key micro_batches{"micro_batches", "count", "micro-batches the 
 inline constexpr Key workers_used{"workers_used", "count", "workers that got work (torch.chunk may give fewer chunks than devices)"};
 inline constexpr Key oversubscribed{"oversubscribed", "0/1", "1 when workers share GPUs (--oversubscribe)"};
 inline constexpr Key iter_cv{"iter_cv", "fraction", "CV of the iteration times within this repetition"};
+inline constexpr Key device_peak_bytes{"device_peak_bytes", "bytes", "tensor_bytes + workspace_bytes + runtime_bytes: what the configuration needs of a device (CUDA: the GPU with the largest sum; CPU: the host, shared by the workers)"};
+inline constexpr Key tensor_bytes{"tensor_bytes", "bytes", "the engine's tensors (parameters, gradients, Adam moments, activations, buffers) at the allocator's peak since setup (CUDA: that GPU's; CPU: summed over the workers)"};
+inline constexpr Key workspace_bytes{"workspace_bytes", "bytes", "library workspace at the allocator's peak since setup: oneDNN scratch and reorder buffers, im2col, Winograd transforms, cuDNN workspace (CUDA: that GPU's; CPU: summed over the workers)"};
+inline constexpr Key runtime_bytes{"runtime_bytes", "bytes", "after the timed steps, CUDA: bytes in use on that GPU (cudaMemGetInfo) less the allocator's -- CUDA context, cuDNN/cuBLAS handles, NCCL buffers, and other processes on the GPU; CPU: the process's resident memory (VmRSS) less the CPU allocators' bytes -- program, libraries, oneDNN's primitive cache, host copies of the data"};
 }  // namespace counter
 
 inline constexpr Key kCounters[] = {
@@ -65,7 +69,8 @@ inline constexpr Key kCounters[] = {
     counter::exposed_comm_s, counter::measured_bubble,
     counter::algbw_all_reduce, counter::busbw_all_reduce, counter::algbw_broadcast, counter::busbw_broadcast,
     counter::algbw_reduce, counter::busbw_reduce, counter::algbw_send_recv, counter::busbw_send_recv,
-    counter::algbw_all_gather, counter::busbw_all_gather, counter::algbw_reduce_scatter, counter::busbw_reduce_scatter};
+    counter::algbw_all_gather, counter::busbw_all_gather, counter::algbw_reduce_scatter, counter::busbw_reduce_scatter,
+    counter::device_peak_bytes, counter::tensor_bytes, counter::workspace_bytes, counter::runtime_bytes};
 
 inline bool is_counter(const std::string& name) {
   for (const Key& k : kCounters)
@@ -112,7 +117,7 @@ inline constexpr Key iterations{"iterations", "steps", "timed steps per repetiti
 inline constexpr Key threads_per_worker{"threads_per_worker", "count", "CPU threads per worker, or auto", M::Always};
 inline constexpr Key micro_batches{"micro_batches", "count", "pipeline micro-batches: the --micro-batches value or min(4, global batch)", M::Always};
 inline constexpr Key bucket_mb{"bucket_mb", "MiB", "ddp gradient bucket size", M::Always};
-inline constexpr Key balance{"balance", "layers", "mp/pipeline layers per stage (only when given)", M::Always};
+inline constexpr Key balance{"balance", "layers", "mp/pipeline --balance: layers per stage, time or seed (only when given)", M::Always};
 inline constexpr Key oversubscribe{"oversubscribe", "-", "true when workers may share GPUs", M::Always};
 inline constexpr Key seed{"seed", "-", "seed for parameters and data"};
 inline constexpr Key world_size{"world_size", "count", "processes (MPI ranks); 1 without MPI", M::Always};

@@ -219,6 +219,20 @@ Report build_report(const std::vector<RunFile>& files) {
           r.flop_per_s = *fl;
         if (auto p = b.counter_max(schema::counter::peak_bytes_max.name)) r.peak_mib_max = *p / kMiB;
         if (auto p = b.counter_max(schema::counter::peak_bytes_dev0.name)) r.peak_mib_dev0 = *p / kMiB;
+        if (auto it = b.counters.find(schema::counter::device_peak_bytes.name); it != b.counters.end() && !it->second.empty()) {
+          // The parts from the repetition with the largest total, so that they add up to it.
+          const std::vector<double>& total = it->second;
+          const std::size_t at = static_cast<std::size_t>(std::max_element(total.begin(), total.end()) - total.begin());
+          r.device_peak_mib = total[at] / kMiB;
+          auto part = [&](const schema::Key& k) -> std::optional<double> {
+            auto p = b.counters.find(k.name);
+            if (p == b.counters.end() || p->second.size() != total.size()) return std::nullopt;
+            return p->second[at] / kMiB;
+          };
+          r.tensor_mib = part(schema::counter::tensor_bytes);
+          r.workspace_mib = part(schema::counter::workspace_bytes);
+          r.runtime_mib = part(schema::counter::runtime_bytes);
+        }
         namespace k = schema::counter;
         r.compute_share = b.counter_median(k::compute_share.name);
         r.transfer_share = b.counter_median(k::transfer_share.name);

@@ -49,6 +49,9 @@ struct Row {
   std::string efficiency_base;     // name of the 1-device row efficiency is relative to
   bool efficiency_from_regular = false;  // no 1-device row of its own: relative to regular's
   std::optional<double> peak_mib_max, peak_mib_dev0;
+  // The device peak and its parts (counters device_peak_bytes, tensor_bytes, workspace_bytes,
+  // runtime_bytes), in MiB; absent in runs made before they were recorded.
+  std::optional<double> device_peak_mib, tensor_mib, workspace_mib, runtime_mib;
   // Shares of the device time (N x step time): compute, transfer, idle and the remainder.
   std::optional<double> compute_share, transfer_share, idle_share, other_share;
   std::optional<double> exposed_comm_share;  // exposed_comm_s / iteration time

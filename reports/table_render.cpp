@@ -61,6 +61,15 @@ std::string md_escape(const std::string& s) {
   return out;
 }
 
+// The device peak with its parts (tensors + workspace + runtime), or the allocators' peak alone
+// for runs made before the parts were recorded.
+std::string peak_cell(const Row& r) {
+  if (!r.device_peak_mib) return opt(r.peak_mib_max);
+  if (!r.tensor_mib || !r.workspace_mib || !r.runtime_mib) return num(*r.device_peak_mib);
+  return fmt::format("{} ({} + {} + {})", num(*r.device_peak_mib), num(*r.tensor_mib), num(*r.workspace_mib),
+                     num(*r.runtime_mib));
+}
+
 std::string report_markdown(const Report& rep) {
   std::string out;
   for (const Group& g : rep.groups) {
@@ -93,7 +102,7 @@ std::string report_markdown(const Report& rep) {
       for (const auto& [kind, v] : r.busbw) bus += fmt::format("{}{} {}", bus.empty() ? "" : ", ", kind, num(v / 1e9));
       out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", r.strategy,
                          r.devices, num(*r.median_ms), cv, opt(r.samples_per_s),
-                         r.flop_per_s ? num(*r.flop_per_s / 1e9) : "-", opt(r.speedup, "x"), eff, opt(r.peak_mib_max),
+                         r.flop_per_s ? num(*r.flop_per_s / 1e9) : "-", opt(r.speedup, "x"), eff, peak_cell(r),
                          pct(r.compute_share), pct(r.transfer_share), pct(r.idle_share), pct(r.exposed_comm_share), bubble,
                          bus.empty() ? "-" : bus, r.best ? "**best**" : "");
     }
@@ -116,7 +125,7 @@ std::string report_csv(const Report& rep) {
       "workload,scaling,batch,precision,device_kind,strategy,devices,repetitions,median_ms,cv,cv_over,"
       "samples_per_iteration,samples_per_s,flop_per_s,speedup,efficiency,efficiency_base,peak_mib_max,peak_mib_dev0,"
       "compute_share,transfer_share,idle_share,other_share,exposed_comm_share,comm_mib_per_iteration,bubble_fraction,"
-      "measured_bubble,workers_used,oversubscribed,best,error";
+      "measured_bubble,workers_used,oversubscribed,best,error,device_peak_mib,tensor_mib,workspace_mib,runtime_mib";
   for (const char* k : kKinds) out += fmt::format(",algbw_{},busbw_{}", k, k);
   out += "\n";
   for (const Group& g : rep.groups)
@@ -132,6 +141,8 @@ std::string report_csv(const Report& rep) {
                          csv_num(r.comm_mib_per_iteration), csv_num(r.bubble), csv_num(r.measured_bubble),
                          csv_num(r.workers_used), csv_num(r.oversubscribed), r.best ? 1 : 0,
                          csv_field(r.error ? r.error_message : ""));
+      out += fmt::format(",{},{},{},{}", csv_num(r.device_peak_mib), csv_num(r.tensor_mib), csv_num(r.workspace_mib),
+                         csv_num(r.runtime_mib));
       for (const char* k : kKinds) out += fmt::format(",{},{}", csv_num(find(r.algbw, k)), csv_num(find(r.busbw, k)));
       out += "\n";
     }
@@ -180,6 +191,10 @@ std::string report_json(const Report& rep) {
       jr["idle_share"] = json_num(r.idle_share);
       jr["other_share"] = json_num(r.other_share);
       jr["exposed_comm_share"] = json_num(r.exposed_comm_share);
+      jr["device_peak_mib"] = json_num(r.device_peak_mib);
+      jr["tensor_mib"] = json_num(r.tensor_mib);
+      jr["workspace_mib"] = json_num(r.workspace_mib);
+      jr["runtime_mib"] = json_num(r.runtime_mib);
       jr["comm_mib_per_iteration"] = json_num(r.comm_mib_per_iteration);
       jr["bubble_fraction"] = json_num(r.bubble);
       jr["measured_bubble"] = json_num(r.measured_bubble);

@@ -30,7 +30,7 @@ class Staged final : public GroupStrategy {
 
  protected:
   void plan_workers() override {
-    ranges_ = split_stages(plan(), workers(), opts_.balance, name());
+    ranges_ = stage_ranges(plan(), workers(), opts_, micro_, group().first_local().device, name());
     staged_ = true;
     for (int s = 0; s < workers(); ++s) {
       group().worker(s).stats.layer_begin = ranges_[s].first;

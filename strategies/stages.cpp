@@ -6,6 +6,8 @@
 #include <fmt/ranges.h>
 
 #include "engine/check.h"
+#include "engine/layer_profile.h"
+#include "engine/process.h"
 
 namespace pb {
 
@@ -31,6 +33,19 @@ std::vector<std::pair<int, int>> split_stages(const NetPlan& plan, int stages, c
                                    fmt::join(balance, ","), at, layers));
     return out;
   }
+  std::vector<double> flops;
+  for (const LayerPlan& l : plan.layers) flops.push_back(l.forward_flops);
+  return split_stages_by(plan, stages, flops, strategy);
+}
+
+std::vector<std::pair<int, int>> split_stages_by(const NetPlan& plan, int stages, const std::vector<double>& weights,
+                                                 const std::string& strategy) {
+  const int layers = static_cast<int>(plan.layers.size());
+  PB_CHECK(static_cast<int>(weights.size()) == layers, "{} stage weights for {} layers", weights.size(), layers);
+  if (stages > layers)
+    throw UsageError(fmt::format("{}: {} stages (one per device) but the net has only {} layer(s); every stage needs one",
+                                 strategy, stages, layers));
+  std::vector<std::pair<int, int>> out;
   // Stages start only before a layer with FLOPs, so a ReLU stays with its producer -- unless
   // that leaves too few places to cut.
   std::vector<int> pos = {0};
@@ -42,8 +57,8 @@ std::vector<std::pair<int, int>> split_stages(const NetPlan& plan, int stages, c
   }
   pos.push_back(layers);
   std::vector<double> prefix(layers + 1, 0.0);
-  for (int i = 0; i < layers; ++i) prefix[i + 1] = prefix[i] + plan.layers[i].forward_flops;
-  // Linear partition: best[p][j] = smallest possible largest-stage FLOPs for layers [0, pos[j])
+  for (int i = 0; i < layers; ++i) prefix[i + 1] = prefix[i] + weights[i];
+  // Linear partition: best[p][j] = smallest possible largest-stage weight for layers [0, pos[j])
   // in p stages; from[p][j] = where its last stage starts.
   const int K = static_cast<int>(pos.size());
   const double inf = std::numeric_limits<double>::infinity();
@@ -59,6 +74,34 @@ std::vector<std::pair<int, int>> split_stages(const NetPlan& plan, int stages, c
   out.resize(stages);
   for (int p = stages, j = K - 1; p >= 1; j = from[p][j], --p) out[p - 1] = {pos[from[p][j]], pos[j]};
   return out;
+}
+
+std::vector<std::pair<int, int>> stage_ranges(const NetPlan& plan, int stages, const StrategyOptions& o,
+                                              int micro_batches, Device device, const std::string& strategy) {
+  using By = StrategyOptions::BalanceBy;
+  if (!o.balance.empty() || o.balance_by == By::Flops) return split_stages(plan, stages, o.balance, strategy);
+  const int layers = static_cast<int>(plan.layers.size());
+  if (o.balance_by == By::Seed) {
+    if (o.seed_first_stage <= 0 || o.seed_first_stage >= layers)
+      throw UsageError(fmt::format("{}: --balance seed is the seed's split of great_net (after its 512-channel layer); "
+                                   "this workload has none: use --balance time, a list of layers per stage, or the "
+                                   "default (FLOPs)", strategy));
+    if (stages != 2)
+      throw UsageError(fmt::format("{}: --balance seed is the seed's 2-stage split (layers [0, {}) up to the 512-channel "
+                                   "layer and its ReLU, then [{}, {})); this configuration has {} stage(s) (devices)",
+                                   strategy, o.seed_first_stage, o.seed_first_stage, layers, stages));
+    return split_stages(plan, 2, {o.seed_first_stage, layers - o.seed_first_stage}, strategy);
+  }
+  // By time, as torchgpipe's balance_by_time: each layer's forward + backward on the device a
+  // stage runs on, at the size of batch a stage sees (one micro-batch).
+  const int64_t micro = std::max<int64_t>(1, (o.profile_batch + micro_batches - 1) / std::max(1, micro_batches));
+  std::vector<double> seconds;
+  {
+    std::unique_ptr<Backend> be = make_backend(device, o.backend);
+    const NetProfile p = profile_net(plan, *be, {micro, 1, 3, 0});
+    for (const LayerTimes& t : p.layers) seconds.push_back(world_max(t.total_s()));
+  }
+  return split_stages_by(plan, stages, seconds, strategy);
 }
 
 }  // namespace pb

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/net.h"
+#include "strategies/strategy.h"
 
 namespace pb {
 
@@ -14,5 +15,16 @@ namespace pb {
 // producer. UsageError when a stage would get no layer or the balance does not fit the net.
 std::vector<std::pair<int, int>> split_stages(const NetPlan& plan, int stages, const std::vector<int>& balance,
                                               const std::string& strategy);
+
+// As above with per-layer `weights` (seconds, say) in place of forward FLOPs; a stage still
+// starts only before a layer with FLOPs where it can.
+std::vector<std::pair<int, int>> split_stages_by(const NetPlan& plan, int stages, const std::vector<double>& weights,
+                                                 const std::string& strategy);
+
+// The split the options ask for: the balance list, else by FLOPs, by time (the net profiled on
+// `device` at the micro-batch size, untimed; in a multi-process job every layer's time is the
+// largest over the ranks, so all split alike -- collective), or the seed's 2-stage split.
+std::vector<std::pair<int, int>> stage_ranges(const NetPlan& plan, int stages, const StrategyOptions& o,
+                                              int micro_batches, Device device, const std::string& strategy);
 
 }  // namespace pb

@@ -27,7 +27,12 @@ struct StrategyOptions {
   bool oversubscribe = false;        // allow more workers than GPUs (they share GPUs)
   int micro_batches = 4;             // pipeline
   std::size_t bucket_bytes = 25u << 20;  // ddp gradient buckets
-  std::vector<int> balance;          // mp/pipeline: layers per stage; empty = balance by FLOPs
+  std::vector<int> balance;          // mp/pipeline: layers per stage; empty = balance_by decides
+  // mp/pipeline without a balance list: stages balanced by forward FLOPs, by per-layer forward +
+  // backward time measured on the first worker's device (untimed, at setup), or the seed's split.
+  enum class BalanceBy { Flops, Time, Seed } balance_by = BalanceBy::Flops;
+  int seed_first_stage = 0;    // BalanceBy::Seed: layers of the seed's first stage; 0: the workload has none
+  int64_t profile_batch = 1;   // BalanceBy::Time: the global batch (profiled per micro-batch)
   Schedule schedule = Schedule::GPipe;  // pipeline
   bool recompute = false;            // pipeline: keep only stage inputs, recompute in backward
   BackendOptions backend;

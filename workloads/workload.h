@@ -18,6 +18,9 @@ struct WorkloadOptions {
 // GreatNetwork: 14 conv3x3 pad 1 layers, channels 3-16-32-...-1024-...-16-3, ReLU after each,
 // MSE against the input image, Adam lr 1e-4. Hidden channels scale by `width` (at least 1).
 NetSpec great_net(int64_t image, double width);
+// The seed's model-parallel split of GreatNetwork: its network1 holds the first 6 conv + ReLU
+// pairs (3->16 ... 256->512, up to the 512-channel layer), network2 the other 8.
+constexpr int kGreatNetSeedFirstStage = 12;
 // The tutorial's model: Linear(5, 2), a random target.
 NetSpec linear_net();
 // A net from JSON text; `source` names the file in errors.

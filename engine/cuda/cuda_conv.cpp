@@ -212,7 +212,7 @@ void* CudnnConv::workspace(std::size_t bytes) {
   if (bytes == 0) return nullptr;
   if (!workspace_ || workspace_->bytes() < bytes) {
     if (workspace_) outgrown_.push_back(std::move(workspace_));
-    workspace_ = std::make_unique<Buffer>(dev_, bytes);
+    workspace_ = std::make_unique<Buffer>(dev_, bytes, MemoryPool::Workspace);
   }
   return workspace_->data();
 }

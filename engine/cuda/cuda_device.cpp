@@ -19,6 +19,12 @@ std::string cuda_name(int device) { return Device{DeviceKind::Cuda, device}.str(
 class CudaAllocator final : public Allocator {
  public:
   explicit CudaAllocator(int device) : device_(device) {}
+  std::size_t device_used_bytes() const override {
+    cu::use_device(device_);
+    std::size_t free_bytes = 0, total = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+    return total - free_bytes;
+  }
 
  protected:
   void* raw_allocate(std::size_t bytes) override {

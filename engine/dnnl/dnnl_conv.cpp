@@ -27,8 +27,8 @@ struct DnnlConv::Impl : dnnl_plan::Plans {
   using Plans::Plans;
 };
 
-DnnlConv::DnnlConv(int threads, bool winograd, std::size_t winograd_scratch_cap)
-    : impl_(std::make_unique<Impl>(threads, winograd, winograd_scratch_cap)) {}
+DnnlConv::DnnlConv(int threads, bool winograd, std::size_t winograd_scratch_cap, Device device)
+    : impl_(std::make_unique<Impl>(threads, winograd, winograd_scratch_cap, device)) {}
 DnnlConv::~DnnlConv() = default;
 bool DnnlConv::winograd() const { return impl_->winograd; }
 

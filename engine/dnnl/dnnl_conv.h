@@ -19,8 +19,8 @@ class DnnlConv {
 
   // threads: the OpenMP team oneDNN uses for this instance's calls. winograd: allow Winograd
   // F(4x4, 3x3) for the 3x3 stride-1 layers where it pays (see dnnl_conv.cpp), its scratch per
-  // call capped at winograd_scratch_cap bytes.
-  DnnlConv(int threads, bool winograd, std::size_t winograd_scratch_cap = kWinogradScratchCap);
+  // call capped at winograd_scratch_cap bytes. Its buffers count as `device`'s workspace.
+  DnnlConv(int threads, bool winograd, std::size_t winograd_scratch_cap = kWinogradScratchCap, Device device = cpu());
   ~DnnlConv();
   bool winograd() const;
   // How this instance runs the three passes of a shape: oneDNN implementation, channel slices and

@@ -25,18 +25,21 @@ using Dt = memory::data_type;
 inline constexpr int64_t kWinogradMinChannels = 32;
 
 // A growable 64-byte-aligned buffer: sized on first use of the largest shape, reused after, so a
-// training step allocates nothing.
+// training step allocates nothing. Counted as its device's workspace.
 class Scratch {
  public:
+  explicit Scratch(Device d) : count_(d) {}
   void* get(std::size_t bytes) {
     if (bytes > bytes_) {
       const std::size_t rounded = (bytes + 63) / 64 * 64;
       ptr_.reset();  // free the old buffer first: peak memory is what we are careful about
       bytes_ = 0;
+      count_.set(0);
       void* p = std::aligned_alloc(64, rounded);
       if (!p) throw Error(fmt::format("oneDNN scratch: cannot allocate {} bytes", rounded));
       ptr_.reset(p);
       bytes_ = rounded;
+      count_.set(bytes_);
     }
     return ptr_.get();
   }
@@ -47,6 +50,7 @@ class Scratch {
   };
   std::unique_ptr<void, Free> ptr_;
   std::size_t bytes_ = 0;
+  WorkspaceCount count_;
 };
 
 using Key = std::array<int64_t, 12>;
@@ -118,7 +122,9 @@ struct Plans {
   // Shared by all shapes: calls on one instance never overlap.
   Scratch src_buf, dst_buf, wei_buf, bias_buf, pad_buf;
 
-  Plans(int t, bool wino, std::size_t cap) : threads(t), winograd(wino), winograd_scratch_cap(cap) {}
+  Plans(int t, bool wino, std::size_t cap, Device d)
+      : threads(t), winograd(wino), winograd_scratch_cap(cap), src_buf(d), dst_buf(d), wei_buf(d), bias_buf(d),
+        pad_buf(d) {}
 
   dnnl::primitive_attr attr() const {
     dnnl::primitive_attr a;

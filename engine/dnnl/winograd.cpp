@@ -78,8 +78,10 @@ struct Winograd2x3::Impl {
   dnnl::stream strm{eng};
   std::map<std::array<int64_t, 5>, dnnl::matmul> matmuls;
   std::vector<float> u, v, m, strips;
+  WorkspaceCount count;  // u, v, m and strips as the device's workspace
 
-  Impl(int t, std::size_t chunk) : threads(t), chunk_bytes(static_cast<int64_t>(chunk)) {}
+  Impl(int t, std::size_t chunk, Device d) : threads(t), chunk_bytes(static_cast<int64_t>(chunk)), count(d) {}
+  void counted() { count.set((u.capacity() + v.capacity() + m.capacity() + strips.capacity()) * sizeof(float)); }
 
   // 16 products [rows x inner] x [inner x cols]; the right factor stored transposed (as
   // [16][cols][inner]) when transposed_b, the result added to dst when sum.
@@ -111,6 +113,7 @@ struct Winograd2x3::Impl {
     v.resize(static_cast<std::size_t>(16 * cin * R * TW));
     m.resize(static_cast<std::size_t>(16 * kout * R * TW));
     strips.resize(static_cast<std::size_t>(strip * threads));  // (2R + 2)(2TW + 2) > 4TW for the output
+    counted();
     for (int64_t img = 0; img < n; ++img)
       for (int64_t th0 = 0; th0 < TH; th0 += R) {
         const int64_t rows = std::min(R, TH - th0), nt = rows * TW;
@@ -141,6 +144,7 @@ struct Winograd2x3::Impl {
     v.resize(static_cast<std::size_t>(16 * cin * R * TW));
     m.resize(static_cast<std::size_t>(16 * kout * R * TW));
     strips.resize(static_cast<std::size_t>(strip * threads));
+    counted();
     bool first = true;
     for (int64_t img = 0; img < n; ++img)
       for (int64_t th0 = 0; th0 < TH; th0 += R) {
@@ -282,8 +286,8 @@ struct Winograd2x3::Impl {
   }
 };
 
-Winograd2x3::Winograd2x3(int threads, std::size_t chunk_bytes)
-    : impl_(std::make_unique<Impl>(std::max(1, threads), chunk_bytes)) {}
+Winograd2x3::Winograd2x3(int threads, std::size_t chunk_bytes, Device device)
+    : impl_(std::make_unique<Impl>(std::max(1, threads), chunk_bytes, device)) {}
 Winograd2x3::~Winograd2x3() = default;
 
 bool Winograd2x3::applies(const ConvGeom& g) {

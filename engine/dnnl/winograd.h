@@ -17,7 +17,8 @@ class Winograd2x3 {
   // each) stay within chunk_bytes, so the matmuls stay in cache-sized pieces and memory small.
   static constexpr std::size_t kChunkBytes = std::size_t(16) << 20;
 
-  explicit Winograd2x3(int threads, std::size_t chunk_bytes = kChunkBytes);
+  // Its transform buffers count as `device`'s workspace.
+  explicit Winograd2x3(int threads, std::size_t chunk_bytes = kChunkBytes, Device device = cpu());
   ~Winograd2x3();
   // 3x3 kernel, stride 1, padding 0-2 both ways (backward data runs as a forward with padding
   // 2 - pad).

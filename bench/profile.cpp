@@ -1,0 +1,199 @@
+// parbench profile: per-layer forward, backward-data and backward-weights times and bytes of a
+// workload's net on one device, at one or more batch sizes; a table and profile.json (the input
+// of projections).
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "bench/cli.h"
+#include "bench/run.h"
+#include "engine/check.h"
+#include "engine/fsutil.h"
+#include "engine/layer_profile.h"
+#include "engine/memory_estimate.h"
+#include "reports/schema.h"
+
+namespace pb {
+
+namespace {
+
+namespace ctx = reports::schema::context;
+using ojson = nlohmann::ordered_json;
+
+std::string utc_now() {
+  const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::vector<Flag> profile_flags() {
+  std::vector<Flag> flags;
+  for (const Flag& fl : run_flags())
+    if (fl.name == "workload" || fl.name == "image" || fl.name == "width" || fl.name == "device-kind" ||
+        fl.name == "precision" || fl.name == "seed")
+      flags.push_back(fl);
+  flags.push_back({"device", "INDEX", "which device: the GPU's index on CUDA (CPU: the one CPU)", "0"});
+  flags.push_back({"threads", "N", "CPU threads (0: all cores)", "0"});
+  flags.push_back({"batches", "LIST", "batch sizes to profile, e.g. 1,2,4", "1"});
+  flags.push_back({"warmup", "N", "untimed training steps per batch size first", "2"});
+  flags.push_back({"repetitions", "N", "timed repetitions per batch size; the table and JSON show their medians", "5"});
+  flags.push_back({"out", "FILE", "where to write the profile JSON", "profile.json"});
+  return flags;
+}
+
+}  // namespace
+
+int cmd_profile(const std::vector<std::string>& args) {
+  Flags f("parbench profile",
+          "Times every layer of a workload's net on one device -- forward, backward-data and backward-weights\n"
+          "apart, each the median of --repetitions on the device's own clock -- with its activation, parameter\n"
+          "and library-workspace bytes, at each of --batches. Prints a table per batch size and writes\n"
+          "profile.json (format: docs/reports.md). --image and --width default as in `run`.",
+          profile_flags());
+  if (!f.parse(args)) return 0;
+  if (!f.positional().empty()) throw UsageError(fmt::format("unexpected argument '{}'", f.positional()[0]));
+  const DeviceKind kind = device_kind(f.str("device-kind"));
+  std::vector<int64_t> batches = f.int_list("batches");
+  if (batches.empty()) throw UsageError("--batches expects at least one batch size, e.g. 1,2,4");
+  for (int64_t b : batches)
+    if (b < 1) throw UsageError(fmt::format("--batches {}: every batch size must be at least 1, got {}", f.str("batches"), b));
+  std::sort(batches.begin(), batches.end());
+  batches.erase(std::unique(batches.begin(), batches.end()), batches.end());
+  const int64_t warmup = f.integer("warmup"), reps = f.integer("repetitions"), threads = f.integer("threads");
+  const int64_t index = f.integer("device");
+  if (warmup < 0) throw UsageError(fmt::format("--warmup must be >= 0, got {}", warmup));
+  if (reps < 1) throw UsageError(fmt::format("--repetitions must be at least 1, got {}", reps));
+  if (threads < 0) throw UsageError(fmt::format("--threads must be >= 0, got {}", threads));
+  const int devices_there = kind == DeviceKind::Cuda ? cuda_device_count() : 1;
+  if (index < 0 || index >= devices_there)
+    throw UsageError(fmt::format("--device {}: expected 0{}", index,
+                                 devices_there > 1 ? fmt::format(" to {} ({} GPUs)", devices_there - 1, devices_there) : " (one device)"));
+  const std::string out_path = f.str("out");
+  if (out_path.empty() || std::filesystem::is_directory(out_path))
+    throw UsageError(fmt::format("--out expects a file to write, got '{}'", out_path));
+
+  const WorkloadOptions wo = preset_workload_options(f, kind);
+  const NetSpec net = resolve_workload(f.str("workload"), wo);
+  const NetPlan plan = plan_net(net);
+  check_memory_fits(plan, batches.back(), kind, 1, 0, workload_sizing(f, net));
+  BackendOptions bo;
+  bo.threads = static_cast<int>(threads);
+  bo.precision = parse_precision(f.str("precision"));
+  const Device dev{kind, static_cast<int>(index)};
+  const uint64_t seed = static_cast<uint64_t>(f.integer("seed"));
+  auto make = [&] { return make_backend(dev, bo); };
+  std::unique_ptr<Backend> be = make();
+
+  const int L = static_cast<int>(plan.layers.size());
+  std::vector<NetProfile> profiles;
+  std::vector<std::vector<std::size_t>> workspace;  // per batch, per layer
+  for (int64_t b : batches) {
+    fmt::print(stderr, "parbench profile: batch {}: {} warm-up step(s), {} repetition(s) on {}\n", b, warmup, reps, dev.str());
+    profiles.push_back(profile_net(plan, *be, {b, static_cast<int>(warmup), static_cast<int>(reps), seed}));
+    workspace.push_back(layer_workspace_bytes(plan, b, make));
+  }
+
+  constexpr double kMiB = 1024.0 * 1024.0;
+  for (std::size_t k = 0; k < batches.size(); ++k) {
+    const NetProfile& p = profiles[k];
+    fmt::print("\n{} on {} ({}), batch {}: median of {} repetitions, ms\n", net.name, dev.str(), be->name(), p.batch, reps);
+    fmt::print("{:>5}  {:<7}  {:<18}  {:>10}  {:>12}  {:>9}  {:>9}  {:>9}  {:>9}  {:>10}\n", "layer", "type", "output",
+               "params", "MFLOP/sample", "forward", "bwd-data", "bwd-wts", "act MiB", "wksp MiB");
+    LayerTimes sum;
+    for (int i = 0; i < L; ++i) {
+      const LayerPlan& l = plan.layers[i];
+      const LayerTimes& t = p.layers[i];
+      sum.forward_s += t.forward_s, sum.backward_data_s += t.backward_data_s, sum.backward_weights_s += t.backward_weights_s;
+      fmt::print("{:>5}  {:<7}  {:<18}  {:>10}  {:>12.4g}  {:>9.3f}  {:>9.3f}  {:>9.3f}  {:>9.3f}  {:>10.3f}\n", i,
+                 layer_type_name(l.spec.type), shape_str(l.out), l.weight_numel + l.bias_numel, l.forward_flops / 1e6,
+                 t.forward_s * 1e3, t.backward_data_s * 1e3, t.backward_weights_s * 1e3,
+                 4.0 * p.batch * numel_of(l.out) / kMiB, workspace[k][i] / kMiB);
+    }
+    fmt::print("{:>5}  {:<7}  {:<18}  {:>10}  {:>12.4g}  {:>9.3f}  {:>9.3f}  {:>9.3f}\n", "sum", "", "", plan.param_count,
+               plan.forward_flops / 1e6, sum.forward_s * 1e3, sum.backward_data_s * 1e3, sum.backward_weights_s * 1e3);
+    fmt::print("whole passes: forward {:.3f} ms (layers sum to {:.0f}% of it), backward {:.3f} ms (layers: {:.0f}%), "
+               "loss {:.3f} ms, Adam {:.3f} ms; parameters {:.3f} MiB\n",
+               p.forward_s * 1e3, 100 * sum.forward_s / p.forward_s, p.backward_s * 1e3,
+               100 * (sum.backward_data_s + sum.backward_weights_s) / p.backward_s, p.loss_s * 1e3, p.optimizer_s * 1e3,
+               4.0 * plan.param_count / kMiB);
+  }
+
+  ojson j;
+  j["parbench_profile"] = 1;
+  ojson c;
+  for (const auto& [k, v] : system_context(kind)) c[k] = v;
+  c["device"] = dev.str();
+  c["backend"] = be->name();
+  c[ctx::parbench_version.name] = PARBENCH_VERSION;
+  c[ctx::parbench_commit.name] = PARBENCH_GIT_COMMIT;
+  c["date"] = utc_now();
+  c["timing"] = "median of the repetitions on the device's own clock (CPU: steady clock around synchronous calls; "
+                "CUDA: events on the compute stream)";
+  c[ctx::precision.name] = f.str("precision");
+  c[ctx::threads_per_worker.name] = threads == 0 ? "auto" : std::to_string(threads);
+  c[ctx::workload.name] = net.name;
+  c[ctx::workload_source.name] = f.str("workload");
+  if (net.name == "great_net") c[ctx::workload_params.name] = fmt::format("image {}, width {:g}", wo.image, wo.width);
+  c[ctx::input_shape.name] = shape_str(plan.input);
+  c[ctx::param_count.name] = std::to_string(plan.param_count);
+  c[ctx::forward_flops_per_sample.name] = fmt::format("{:.17g}", plan.forward_flops);
+  c[ctx::warmup.name] = std::to_string(warmup);
+  c["repetitions"] = std::to_string(reps);
+  c[ctx::seed.name] = std::to_string(seed);
+  j["context"] = c;
+  j["batches"] = batches;
+  ojson layers = ojson::array();
+  for (int i = 0; i < L; ++i) {
+    const LayerPlan& l = plan.layers[i];
+    ojson e;
+    e["index"] = i;
+    e["type"] = layer_type_name(l.spec.type);
+    e["in"] = l.in;
+    e["out"] = l.out;
+    e["params"] = l.weight_numel + l.bias_numel;
+    e["forward_flops"] = l.forward_flops;
+    std::vector<double> fw, bd, bw;
+    std::vector<std::size_t> ws;
+    for (std::size_t k = 0; k < batches.size(); ++k) {
+      fw.push_back(profiles[k].layers[i].forward_s);
+      bd.push_back(profiles[k].layers[i].backward_data_s);
+      bw.push_back(profiles[k].layers[i].backward_weights_s);
+      ws.push_back(workspace[k][i]);
+    }
+    e["forward_s"] = fw;
+    e["backward_data_s"] = bd;
+    e["backward_weights_s"] = bw;
+    e["activation_bytes_per_sample"] = 4 * numel_of(l.out);
+    e["workspace_bytes"] = *std::max_element(ws.begin(), ws.end());
+    e["workspace_bytes_per_batch"] = ws;
+    layers.push_back(e);
+  }
+  j["layers"] = layers;
+  std::vector<double> loss, fwd, bwd;
+  std::vector<double> opts;  // Adam's time does not depend on the batch: the median over all
+  for (const NetProfile& p : profiles) {
+    loss.push_back(p.loss_s);
+    fwd.push_back(p.forward_s);
+    bwd.push_back(p.backward_s);
+    opts.push_back(p.optimizer_s);
+  }
+  std::sort(opts.begin(), opts.end());
+  const double opt = opts.size() % 2 ? opts[opts.size() / 2] : (opts[opts.size() / 2 - 1] + opts[opts.size() / 2]) / 2;
+  j["loss_s"] = loss;
+  j["optimizer_s_per_param"] = plan.param_count > 0 ? opt / static_cast<double>(plan.param_count) : 0.0;
+  j["forward_total_s"] = fwd;
+  j["backward_total_s"] = bwd;
+  make_dirs(std::filesystem::path(out_path).parent_path().string());
+  write_file_atomic(out_path, j.dump(2) + "\n");
+  fmt::print("\nwrote {}\n", out_path);
+  return 0;
+}
+
+}  // namespace pb

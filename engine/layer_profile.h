@@ -1,0 +1,48 @@
+// Per-layer times of a net's training passes on one backend -- forward, backward-data and
+// backward-weights apart -- on the device's own clock (backend events: CUDA events on a GPU,
+// the steady clock around synchronous calls on CPU), and the library workspace each layer needs.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "engine/backend.h"
+#include "engine/net.h"
+
+namespace pb {
+
+struct LayerTimes {
+  double forward_s = 0, backward_data_s = 0, backward_weights_s = 0;
+  double total_s() const { return forward_s + backward_data_s + backward_weights_s; }
+};
+
+// Medians over the repetitions. The whole passes are timed in separate repetitions without the
+// per-layer events, so their sums can be checked against them.
+struct NetProfile {
+  int64_t batch = 0;
+  std::vector<LayerTimes> layers;  // one per layer of the plan
+  double forward_s = 0;            // one whole forward
+  double backward_s = 0;           // one whole backward (the first layer's input gradient not computed)
+  double loss_s = 0;               // MSE loss and its gradient
+  double optimizer_s = 0;          // one Adam step over every parameter
+};
+
+struct ProfileOptions {
+  int64_t batch = 1;
+  int warmup = 2;       // untimed training steps first (algorithm search, scratch growth)
+  int repetitions = 5;  // timed: per-layer and whole-pass ones each
+  uint64_t seed = 0;    // parameters and data
+};
+
+NetProfile profile_net(const NetPlan& plan, Backend& be, const ProfileOptions& o);
+
+// The library workspace (MemoryPool::Workspace) each layer's forward, backward-data and
+// backward-weights calls need at `batch`: every layer runs once on a fresh backend from `make`,
+// and the growth of its device's workspace count is that layer's figure.
+std::vector<std::size_t> layer_workspace_bytes(const NetPlan& plan, int64_t batch,
+                                               const std::function<std::unique_ptr<Backend>()>& make);
+
+}  // namespace pb

@@ -1,0 +1,203 @@
+// parbench profile: the per-layer observer hook, the profiler's structure and consistency with a
+// whole forward/backward on CPU, per-layer workspace, profile.json's fields, and bad flags.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "engine/cpu_backend.h"
+#include "engine/layer_profile.h"
+#include "engine/model.h"
+#include "tests/cli_fixture.h"
+#include "workloads/workload.h"
+
+namespace pb {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct Recorder final : LayerObserver {
+  std::vector<std::pair<int, LayerPass>> calls;
+  int open = -1;
+  void before(int layer, LayerPass pass) override {
+    EXPECT_EQ(open, -1) << "calls nest";
+    open = layer;
+    calls.emplace_back(layer, pass);
+  }
+  void after(int layer, LayerPass) override {
+    EXPECT_EQ(open, layer);
+    open = -1;
+  }
+};
+
+TEST(LayerObserver, SeesEveryCallOfEveryLayerInOrder) {
+  const NetPlan plan = plan_net(great_net(8, 0.125));  // 28 layers
+  CpuBackend be(cpu(), {});
+  Sequential s(plan, 0, 28, be);
+  s.load_params(init_params(plan, 1));
+  const std::vector<float> x = synthetic_values(2 * numel_of(plan.input), 2);
+  Tensor xt = Tensor::from_host({2 * numel_of(plan.input)}, x, cpu());
+  Tensor dy = Tensor::from_host({2 * numel_of(plan.output)}, synthetic_values(2 * numel_of(plan.output), 3), cpu());
+  Recorder r;
+  s.set_observer(&r);
+  s.forward(xt.data(), 2);
+  ASSERT_EQ(r.calls.size(), 28u);
+  for (int i = 0; i < 28; ++i) {
+    EXPECT_EQ(r.calls[i], std::make_pair(i, LayerPass::Forward));
+  }
+  r.calls.clear();
+  s.backward(dy.data(), nullptr, false);
+  // Last layer first; a conv's weights before its data gradient; none for the first layer's input.
+  std::vector<std::pair<int, LayerPass>> want;
+  for (int i = 27; i >= 0; --i) {
+    if (plan.layers[i].spec.type == LayerType::Conv2d) want.emplace_back(i, LayerPass::BackwardWeights);
+    if (i > 0) want.emplace_back(i, LayerPass::BackwardData);
+  }
+  EXPECT_EQ(r.calls, want);
+  s.set_observer(nullptr);
+  r.calls.clear();
+  s.forward(xt.data(), 2);
+  EXPECT_TRUE(r.calls.empty()) << "detached";
+}
+
+TEST(Profile, LayerTimesAddUpToTheWholePasses) {
+  const NetPlan plan = plan_net(great_net(32, 0.25));
+  CpuBackend be(cpu(), {});
+  NetProfile p = profile_net(plan, be, {2, 1, 5, 0});
+  ASSERT_EQ(p.layers.size(), plan.layers.size());
+  EXPECT_EQ(p.batch, 2);
+  double fwd = 0, bwd = 0;
+  for (std::size_t i = 0; i < plan.layers.size(); ++i) {
+    const LayerTimes& t = p.layers[i];
+    SCOPED_TRACE(fmt::format("layer {}", i));
+    EXPECT_GT(t.forward_s, 0);
+    if (plan.layers[i].spec.type == LayerType::Conv2d) {
+      EXPECT_GT(t.backward_weights_s, 0);
+    } else {
+      EXPECT_EQ(t.backward_weights_s, 0) << "no parameters";
+    }
+    if (i == 0) {
+      EXPECT_EQ(t.backward_data_s, 0) << "the input needs no gradient";
+    } else {
+      EXPECT_GT(t.backward_data_s, 0);
+    }
+    fwd += t.forward_s;
+    bwd += t.backward_data_s + t.backward_weights_s;
+  }
+  EXPECT_GT(p.loss_s, 0);
+  EXPECT_GT(p.optimizer_s, 0);
+  // Separate repetitions: a generous bound, enough to catch a pass timed twice or not at all. On
+  // a machine shared with other work one profile can still land outside it, so a few are allowed.
+  std::string seen;
+  bool within = false;
+  for (int attempt = 0; attempt < 4 && !within; ++attempt) {
+    if (attempt > 0) {
+      p = profile_net(plan, be, {2, 1, 5, 0});
+      fwd = bwd = 0;
+      for (const LayerTimes& t : p.layers) fwd += t.forward_s, bwd += t.backward_data_s + t.backward_weights_s;
+    }
+    const double rf = fwd / p.forward_s, rb = bwd / p.backward_s;
+    seen += fmt::format(" forward {:.2f}, backward {:.2f};", rf, rb);
+    within = rf > 0.6 && rf < 1.5 && rb > 0.6 && rb < 1.5;
+  }
+  EXPECT_TRUE(within) << "sum of layers / whole pass:" << seen;
+}
+
+TEST(Profile, ConvLayersNeedLibraryWorkspace) {
+  const NetPlan plan = plan_net(great_net(16, 0.25));
+  for (bool reference : {false, true}) {
+    SCOPED_TRACE(reference ? "im2col" : "default conv");
+    BackendOptions o;
+    o.cpu_reference_conv = reference;
+    const std::size_t before = allocator_for(cpu()).current_bytes(MemoryPool::Workspace);
+    const std::vector<std::size_t> ws = layer_workspace_bytes(plan, 2, [&] { return std::make_unique<CpuBackend>(cpu(), o); });
+    ASSERT_EQ(ws.size(), plan.layers.size());
+    for (std::size_t i = 0; i < ws.size(); ++i)
+      if (plan.layers[i].spec.type == LayerType::Conv2d) {
+        EXPECT_GT(ws[i], 0u) << "layer " << i;
+      } else {
+        EXPECT_EQ(ws[i], 0u) << "layer " << i;
+      }
+    EXPECT_EQ(allocator_for(cpu()).current_bytes(MemoryPool::Workspace), before) << "the backends' scratch is gone";
+  }
+}
+
+class ProfileCli : public test::CliTest {
+ protected:
+  ProfileCli() : CliTest("parbench_profile_") {}
+};
+
+TEST_F(ProfileCli, WritesEveryFieldOfProfileJson) {
+  const test::Result r = parbench("profile --device-kind cpu --image 16 --width 0.125 --batches 4,1 --warmup 1 "
+                                  "--repetitions 2 --threads 1 --out " + path("p/profile.json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("bwd-data"));
+  const nlohmann::json j = nlohmann::json::parse(test::slurp(path("p/profile.json")));
+  EXPECT_EQ(j.at("parbench_profile"), 1);
+  EXPECT_EQ(j.at("batches"), nlohmann::json({1, 4})) << "ascending";
+  const nlohmann::json& c = j.at("context");
+  for (const char* k : {"workload", "workload_params", "device", "device_kind", "cpu_model", "cpu_threads",
+                        "threads_per_worker", "date", "parbench_version", "precision", "param_count"})
+    EXPECT_TRUE(c.contains(k)) << k;
+  EXPECT_EQ(c.at("workload"), "great_net");
+  const NetPlan plan = plan_net(great_net(16, 0.125));
+  const nlohmann::json& layers = j.at("layers");
+  ASSERT_EQ(layers.size(), plan.layers.size());
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    const nlohmann::json& l = layers[i];
+    const LayerPlan& p = plan.layers[i];
+    SCOPED_TRACE(l.dump());
+    EXPECT_EQ(l.at("index"), i);
+    EXPECT_EQ(l.at("type"), layer_type_name(p.spec.type));
+    EXPECT_EQ(l.at("in").get<Shape>(), p.in);
+    EXPECT_EQ(l.at("out").get<Shape>(), p.out);
+    EXPECT_EQ(l.at("params"), p.weight_numel + p.bias_numel);
+    EXPECT_DOUBLE_EQ(l.at("forward_flops").get<double>(), p.forward_flops);
+    EXPECT_EQ(l.at("activation_bytes_per_sample"), 4 * numel_of(p.out));
+    for (const char* k : {"forward_s", "backward_data_s", "backward_weights_s"}) {
+      ASSERT_EQ(l.at(k).size(), 2u) << k;
+      for (double v : l.at(k)) {
+        EXPECT_GE(v, 0) << k;
+      }
+    }
+    EXPECT_GT(l.at("forward_s")[1].get<double>(), 0);
+    if (i == 0) {
+      EXPECT_EQ(l.at("backward_data_s"), nlohmann::json({0.0, 0.0}));
+    }
+    if (p.spec.type != LayerType::Conv2d) {
+      EXPECT_EQ(l.at("backward_weights_s"), nlohmann::json({0.0, 0.0}));
+    }
+    if (p.spec.type == LayerType::Conv2d) {
+      EXPECT_GT(l.at("workspace_bytes").get<double>(), 0);
+    }
+  }
+  for (const char* k : {"loss_s", "forward_total_s", "backward_total_s"}) {
+    EXPECT_EQ(j.at(k).size(), 2u) << k;
+  }
+  EXPECT_GT(j.at("optimizer_s_per_param").get<double>(), 0);
+}
+
+TEST_F(ProfileCli, BadFlagsNameThemselvesAndWriteNothing) {
+  const std::string common = "profile --device-kind cpu --image 8 --width 0.125 --repetitions 1 --out " + path("x.json");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {" --batches 0", "--batches 0: every batch size must be at least 1"},
+      {" --batches 1,x", "--batches expects a comma-separated list of integers"},
+      {" --repetitions 0", "--repetitions must be at least 1"},
+      {" --warmup -1", "--warmup must be >= 0"},
+      {" --device 3", "--device 3: expected 0"},
+      {" --balance 1,2", "unknown flag --balance"},
+  };
+  for (const auto& [extra, message] : cases) {
+    const test::Result r = parbench(common + extra);
+    EXPECT_EQ(r.code, 2) << extra << ": " << r.err;
+    EXPECT_THAT(r.err, HasSubstr(message)) << extra;
+    EXPECT_FALSE(std::filesystem::exists(path("x.json"))) << extra;
+  }
+  const test::Result r = parbench("profile --device-kind cpu --image 8 --width 0.125 --out " + dir_.string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--out expects a file"));
+}
+
+}  // namespace
+}  // namespace pb
