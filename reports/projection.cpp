@@ -660,7 +660,8 @@ NetPlan flops_plan(const Profile& p) {
 
 }  // namespace
 
-Prediction predict(const Profile& p, const Machine& m, const Config& c, const Options& o) {
+namespace {
+Prediction predict_impl(const Profile& p, const Machine& m, const Config& c, const Options& o) {
   Prediction r;
   r.config = c;
   const int N = c.devices, L = static_cast<int>(p.layers.size());
@@ -875,6 +876,19 @@ Prediction predict(const Profile& p, const Machine& m, const Config& c, const Op
   r.comm_bytes = bl.comm_bytes;
   r.samples_per_s = static_cast<double>(B) / r.step_s;
   return r;
+}
+}  // namespace
+
+Prediction predict(const Profile& p, const Machine& m, const Config& c, const Options& o) {
+  try {
+    return predict_impl(p, m, c, o);
+  } catch (const UsageError& e) {  // a collective the machine has no cost for, a split that does not fit
+    Prediction r;
+    r.config = c;
+    r.feasible = false;
+    r.reason = e.what();
+    return r;
+  }
 }
 
 }  // namespace pb::projection
