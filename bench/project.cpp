@@ -400,6 +400,7 @@ int cmd_project(const std::vector<std::string>& args) {
               {"profile", "FILE[,FILE]", "profile.json file(s); several: one per CPU thread count", ""},
               {"machine", "FILE", "machine description (machines/*.json)", ""},
               {"from-machine", "FILE", "the machine the profile was measured on: compute times scale by its peak FLOP/s over --machine's", ""},
+              {"scale-image", "FROM:TO", "project the net at TO-pixel images from a profile at FROM (times x (TO/FROM)^2; conv nets)", ""},
               {"devices", "LIST", "device counts (default: 1,2,4,8,64,1024 up to the machine's devices)", ""},
               {"batch", "B", "batch per device (weak scaling) or global batch (strong scaling)", "1"},
               {"scaling", "MODE", "weak, strong or both", "both"},
@@ -423,6 +424,16 @@ int cmd_project(const std::vector<std::string>& args) {
   if (f.integer("profile-reps") < 1) throw UsageError("--profile-reps must be at least 1");
   if (f.has("validate")) return validate(f, m, profiles);
   if (profiles.empty()) throw UsageError("--profile FILE is required (a profile.json; see parbench project --help)");
+  std::string image_note;
+  if (f.has("scale-image")) {
+    long from = 0, to = 0;
+    char tail = 0;
+    if (std::sscanf(f.str("scale-image").c_str(), "%ld:%ld%c", &from, &to, &tail) != 2 || from < 1 || to < 1)
+      throw UsageError(fmt::format("--scale-image expects FROM:TO, two image sizes in pixels, got '{}'", f.str("scale-image")));
+    for (pj::Profile& p : profiles) p = pj::scale_image(p, from, to);
+    image_note = fmt::format(" Layer times scaled from {0}x{0} to {1}x{1} images (x{2:g}, proportional to pixels).", from, to,
+                             static_cast<double>(to) * to / (static_cast<double>(from) * from));
+  }
 
   pj::Options o;
   o.threads_per_worker = static_cast<int>(f.integer("threads"));
@@ -499,7 +510,7 @@ int cmd_project(const std::vector<std::string>& args) {
   }
   std::string md = fmt::format("# Projected, not measured: {} on {}\n\nProfile {} ({}); machine {}{}. {}\n\n", p0.context.value("workload", std::string("profile")),
                                m.name, p0.source, p0.device_kind.empty() ? "device not recorded" : p0.device_kind, m.source,
-                               m.description.empty() ? "" : " (" + m.description + ")", scale_note);
+                               m.description.empty() ? "" : " (" + m.description + ")", scale_note + image_note);
   std::string tables = reports::report_markdown(full);
   md += tables;
   for (const Projected& pr : all) md += parts_markdown(pr, m);

@@ -232,6 +232,30 @@ json profile_json(const Profile& p) {
   return doc;
 }
 
+Profile scale_image(const Profile& p, int64_t from, int64_t to) {
+  if (from < 1 || to < 1) throw UsageError(fmt::format("image sizes must be at least 1, got {} and {}", from, to));
+  const double area = static_cast<double>(to) * to / (static_cast<double>(from) * from);
+  Profile q = p;
+  auto shape = [&](std::vector<int64_t>& s, const LayerProfile& l) {
+    if (s.size() != 3) throw UsageError(fmt::format("{}: layer {} ({}) has no image shape to scale", p.source, l.index, l.type));
+    s[1] = s[1] * to / from, s[2] = s[2] * to / from;
+  };
+  for (LayerProfile& l : q.layers) {
+    if (l.type == "linear" || l.type == "flatten")
+      throw UsageError(fmt::format("{}: layer {} ({}): a net with {} layers cannot be scaled to another image size", p.source,
+                                   l.index, l.type, l.type));
+    shape(l.in, l), shape(l.out, l);
+    l.forward_flops *= area;
+    l.activation_bytes_per_sample *= area;
+    l.workspace_bytes *= area;
+    for (auto* v : {&l.forward_s, &l.backward_data_s, &l.backward_weights_s})
+      for (double& t : *v) t *= area;
+  }
+  for (double& t : q.loss_s) t *= area;
+  q.context["scaled_image"] = fmt::format("{} -> {} pixels: times, FLOPs and activations x{:g}", from, to, area);
+  return q;
+}
+
 // ---- machine -----------------------------------------------------------------------------------
 
 const char* coll_name(Coll c) {

@@ -54,6 +54,11 @@ struct Profile {
 Profile parse_profile(const std::string& text, const std::string& source);
 Profile load_profile(const std::string& path);
 nlohmann::json profile_json(const Profile& p);
+// The profile of the same convolutional net at images `to` pixels wide instead of `from`: times,
+// FLOPs and activation bytes of every layer scale with the pixel count (to/from)^2, parameters and
+// the optimizer do not -- an assumption, exact for FLOPs, close for large convolutions. UsageError
+// for a net with linear or flatten layers, whose width the image changes.
+Profile scale_image(const Profile& p, int64_t from, int64_t to);
 
 // ---- machines/*.json ---------------------------------------------------------------------------
 enum class Coll { AllReduce, Broadcast, Reduce, AllGather, ReduceScatter, SendRecv };

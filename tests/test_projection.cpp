@@ -62,6 +62,18 @@ TEST(Projection, ProfileInterpolatesAndExtrapolatesLinearly) {
   EXPECT_DOUBLE_EQ(p.forward(0, 0), 0);
 }
 
+TEST(Projection, ScaleImageScalesPixelsNotParameters) {
+  const pj::Profile p = uniform(), q = pj::scale_image(p, 8, 16);
+  EXPECT_EQ(q.layers[0].in, (std::vector<int64_t>{4, 16, 16}));
+  EXPECT_EQ(q.param_count(), p.param_count());
+  EXPECT_NEAR(q.forward(0, 2), 4 * p.forward(0, 2), 1e-15);
+  EXPECT_NEAR(q.forward_flops(), 4 * p.forward_flops(), 1e-3);
+  EXPECT_NEAR(q.input_bytes_per_sample(), 4 * p.input_bytes_per_sample(), 1e-9);
+  json j = fixture_json("uniform.json");
+  j["layers"][3]["type"] = "flatten";
+  expect_usage_error([&] { pj::scale_image(pj::parse_profile(j.dump(), "f.json"), 8, 16); }, {"f.json", "layer 3 (flatten)"});
+}
+
 TEST(Projection, ProfileErrorsNameFileAndField) {
   json j = fixture_json("uniform.json");
   j["layers"][1]["forward_s"] = {0.001, 0.002};
