@@ -94,6 +94,7 @@ std::vector<pj::Config> configs_at(int n, int64_t global, const std::vector<std:
         if (s == "pipeline" && d > 1) break;
         for (int64_t m : micro)
           for (const std::string& sch : schedules) {
+            if (m > global / d) continue;  // more micro-batches than a replica has samples
             pj::Config c = base(s);
             c.dp = d;
             c.micro_batches = static_cast<int>(m);
@@ -125,7 +126,7 @@ reports::Group as_report_group(const Projected& pr, const pj::Profile& p, const 
   g.scaling = pr.scaling;
   g.batch = pr.batch;
   g.device_kind = "projected on " + m.name;
-  g.distinction = family ? "fastest variant per strategy" : "";
+  g.distinction = family ? "fastest variant" : "";
   std::map<std::string, double> one;  // label -> samples/s at one device
   double regular1 = 0, regular_t1 = 0;
   for (const pj::Prediction& r : pr.rows)
@@ -325,6 +326,8 @@ int validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profile> prof
       v.push_back(x.global);
     }
     for (auto& [t, v] : need) {
+      std::sort(v.begin(), v.end());
+      v.erase(std::unique(v.begin(), v.end()), v.end());
       fmt::print(stderr, "parbench project: timing {}'s layers with {} thread(s) at batch {}\n", net.name, t, fmt::join(v, ","));
       profiles.push_back(engine_profile(plan, net.name, v, t, static_cast<int>(f.integer("profile-reps"))));
       profiles.back().context["workload_params"] = params;
@@ -401,6 +404,7 @@ int cmd_project(const std::vector<std::string>& args) {
               {"machine", "FILE", "machine description (machines/*.json)", ""},
               {"from-machine", "FILE", "the machine the profile was measured on: compute times scale by its peak FLOP/s over --machine's", ""},
               {"scale-image", "FROM:TO", "project the net at TO-pixel images from a profile at FROM (times x (TO/FROM)^2; conv nets)", ""},
+              {"from-profile-peak", "FRACTION", "scale compute times so that the profile's fastest layer runs at FRACTION of --machine's peak (a profile from another device)", ""},
               {"devices", "LIST", "device counts (default: 1,2,4,8,64,1024 up to the machine's devices)", ""},
               {"batch", "B", "batch per device (weak scaling) or global batch (strong scaling)", "1"},
               {"scaling", "MODE", "weak, strong or both", "both"},
@@ -444,6 +448,16 @@ int cmd_project(const std::vector<std::string>& args) {
     o.compute_scale = from.peak_flops / m.peak_flops;
     scale_note = fmt::format("Compute times scaled from {} ({:.3g} TFLOP/s) to {} ({:.3g} TFLOP/s): x{:.3g}.", from.name,
                              from.peak_flops / 1e12, m.name, m.peak_flops / 1e12, o.compute_scale);
+  } else if (f.has("from-profile-peak")) {
+    const double frac = f.number("from-profile-peak");
+    if (!(frac > 0 && frac <= 1)) throw UsageError(fmt::format("--from-profile-peak expects a fraction in (0, 1], got {}", frac));
+    const double best = profiles.front().best_forward_flops_per_s();
+    if (!(best > 0)) throw UsageError(fmt::format("--from-profile-peak: {} has no layer with FLOPs and time", profiles.front().source));
+    o.compute_scale = best / (frac * m.peak_flops);
+    scale_note = fmt::format("Compute times scaled so that the profile's fastest layer ({:.3g} GFLOP/s forward on {}) runs at {:g}% of "
+                             "{}'s peak ({:.3g} TFLOP/s); every other layer keeps its speed relative to it: x{:.3g}.",
+                             best / 1e9, profiles.front().device_kind.empty() ? "its device" : profiles.front().device_kind,
+                             frac * 100, m.name, m.peak_flops / 1e12, o.compute_scale);
   } else if (!profiles.front().device_kind.empty() && profiles.front().device_kind != m.kind) {
     fmt::print(stderr, "parbench project: warning: the profile was measured on {} and the machine is {}; pass "
                "--from-machine to scale compute times\n", profiles.front().device_kind, m.kind);

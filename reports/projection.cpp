@@ -151,6 +151,13 @@ double Profile::forward(int l, double b) const { return interpolate(batches, lay
 double Profile::backward_data(int l, double b) const { return interpolate(batches, layers.at(l).backward_data_s, b); }
 double Profile::backward_weights(int l, double b) const { return interpolate(batches, layers.at(l).backward_weights_s, b); }
 double Profile::loss(double b) const { return interpolate(batches, loss_s, b); }
+double Profile::best_forward_flops_per_s() const {
+  double best = 0;
+  for (const LayerProfile& l : layers)
+    for (std::size_t i = 0; i < batches.size(); ++i)
+      if (l.forward_flops > 0 && l.forward_s[i] > 0) best = std::max(best, l.forward_flops * batches[i] / l.forward_s[i]);
+  return best;
+}
 
 Profile parse_profile(const std::string& text, const std::string& source) {
   const json doc = parse_json_input(text, source);
@@ -252,6 +259,10 @@ Profile scale_image(const Profile& p, int64_t from, int64_t to) {
       for (double& t : *v) t *= area;
   }
   for (double& t : q.loss_s) t *= area;
+  if (q.context.contains("workload_params") && q.context["workload_params"].is_string()) {
+    const std::string w = q.context["workload_params"].get<std::string>(), was = fmt::format("image {},", from);
+    if (w.rfind(was, 0) == 0) q.context["workload_params"] = fmt::format("image {},{}", to, w.substr(was.size()));
+  }
   q.context["scaled_image"] = fmt::format("{} -> {} pixels: times, FLOPs and activations x{:g}", from, to, area);
   return q;
 }

@@ -48,6 +48,8 @@ struct Profile {
   double backward_data(int layer, double b) const;
   double backward_weights(int layer, double b) const;
   double loss(double b) const;
+  // The highest forward rate of any layer at any measured batch (FLOPs / second).
+  double best_forward_flops_per_s() const;
 };
 
 // Throws pb::UsageError "SOURCE: field: what was expected".
