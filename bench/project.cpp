@@ -216,7 +216,7 @@ std::string parts_markdown(const Projected& pr, const pj::Machine& m) {
 
 std::string best_markdown(const std::vector<Projected>& all) {
   std::string out = "### Best strategy per device count (projected; only configurations that fit in memory)\n\n"
-                    "| scaling | devices | best | samples/s | step ms | next best | its samples/s |\n|---|--:|---|--:|--:|---|--:|\n";
+                    "| scaling | batch | devices | best | samples/s | step ms | next best | its samples/s |\n|---|--:|--:|---|--:|--:|---|--:|\n";
   for (const Projected& pr : all) {
     std::map<int, std::vector<const pj::Prediction*>> by;
     for (const pj::Prediction& r : pr.rows)
@@ -229,7 +229,7 @@ std::string best_markdown(const std::vector<Projected>& all) {
           second = x;
           break;
         }
-      out += fmt::format("| {} | {} | {} | {:.4g} | {:.4g} | {} | {} |\n", pr.scaling, d, v[0]->config.label(),
+      out += fmt::format("| {} | {} | {} | {} | {:.4g} | {:.4g} | {} | {} |\n", pr.scaling, pr.batch, d, v[0]->config.label(),
                          v[0]->samples_per_s, v[0]->step_s * 1e3, second ? second->config.label() : "-",
                          second ? fmt::format("{:.4g}", second->samples_per_s) : "-");
     }
@@ -406,7 +406,7 @@ int cmd_project(const std::vector<std::string>& args) {
               {"scale-image", "FROM:TO", "project the net at TO-pixel images from a profile at FROM (times x (TO/FROM)^2; conv nets)", ""},
               {"from-profile-peak", "FRACTION", "scale compute times so that the profile's fastest layer runs at FRACTION of --machine's peak (a profile from another device)", ""},
               {"devices", "LIST", "device counts (default: 1,2,4,8,64,1024 up to the machine's devices)", ""},
-              {"batch", "B", "batch per device (weak scaling) or global batch (strong scaling)", "1"},
+              {"batch", "LIST", "batch per device (weak scaling) or global batch (strong scaling); several: a table each", "1"},
               {"scaling", "MODE", "weak, strong or both", "both"},
               {"strategies", "LIST", "strategies to project, or all (regular,dp,ddp,mp,pipeline,fsdp,dp_pp)", "all"},
               {"micro-batches", "LIST", "pipeline and dp_pp micro-batch counts (those above the batch are left out)", "2,4,8,16"},
@@ -462,8 +462,8 @@ int cmd_project(const std::vector<std::string>& args) {
     fmt::print(stderr, "parbench project: warning: the profile was measured on {} and the machine is {}; pass "
                "--from-machine to scale compute times\n", profiles.front().device_kind, m.kind);
   }
-  const int64_t batch = f.integer("batch");
-  if (batch < 1) throw UsageError(fmt::format("--batch must be at least 1, got {}", batch));
+  const std::vector<int64_t> batches = int_items("batch", f.str("batch"), 1);
+  if (batches.empty()) throw UsageError("--batch needs at least one batch size");
   std::vector<int64_t> devices;
   if (f.has("devices")) {
     devices = int_items("devices", f.str("devices"), 1);
@@ -499,21 +499,23 @@ int cmd_project(const std::vector<std::string>& args) {
   if (format != "markdown" && format != "json") throw UsageError(fmt::format("--format expects markdown or json, got '{}'", format));
 
   std::vector<Projected> all;
-  for (const std::string& mode : {std::string("weak"), std::string("strong")}) {
-    if (scaling != "both" && scaling != mode) continue;
-    Projected pr;
-    pr.scaling = mode;
-    pr.batch = batch;
-    for (int64_t d : devices) {
-      const int64_t global = mode == "weak" ? batch * d : batch;
-      for (const pj::Config& c : configs_at(static_cast<int>(d), global, strategies, micro, schedules, buckets)) {
-        const int t = cpu_threads_for(m, c.devices, o.threads_per_worker);
-        pj::Options oc = o;
-        oc.threads_per_worker = t;
-        pr.rows.push_back(pj::predict(profile_for(profiles, m.shared_cores > 0 ? t : profiles.front().threads), m, c, oc));
+  for (const int64_t batch : batches) {
+    for (const std::string& mode : {std::string("weak"), std::string("strong")}) {
+      if (scaling != "both" && scaling != mode) continue;
+      Projected pr;
+      pr.scaling = mode;
+      pr.batch = batch;
+      for (int64_t d : devices) {
+        const int64_t global = mode == "weak" ? batch * d : batch;
+        for (const pj::Config& c : configs_at(static_cast<int>(d), global, strategies, micro, schedules, buckets)) {
+          const int t = cpu_threads_for(m, c.devices, o.threads_per_worker);
+          pj::Options oc = o;
+          oc.threads_per_worker = t;
+          pr.rows.push_back(pj::predict(profile_for(profiles, m.shared_cores > 0 ? t : profiles.front().threads), m, c, oc));
+        }
       }
+      all.push_back(std::move(pr));
     }
-    all.push_back(std::move(pr));
   }
   const pj::Profile& p0 = profiles.front();
   reports::Report full, chart;

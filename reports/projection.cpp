@@ -344,6 +344,7 @@ Machine parse_machine(const std::string& text, const std::string& source) {
   m.peak_flops = dev.number("peak_flops", 0, true);
   m.memory_bytes = dev.number("memory_bytes", 0, true);
   m.shared_cores = static_cast<int>(dev.has("shared_cores") ? dev.integer("shared_cores", 0) : (dev.number_or("shared_cores", 0), 0));
+  m.parallel_threads = dev.number_or("parallel_threads", 0, 0);
   dev.done();
   m.devices_per_node = static_cast<int>(top.integer("devices_per_node", 1));
   m.nodes = static_cast<int>(top.integer("nodes", 1));
@@ -370,6 +371,7 @@ json machine_json(const Machine& m) {
   if (!m.description.empty()) j["description"] = m.description;
   j["device"] = {{"kind", m.kind}, {"model", m.model}, {"peak_flops", m.peak_flops}, {"memory_bytes", m.memory_bytes}};
   if (m.shared_cores > 0) j["device"]["shared_cores"] = m.shared_cores;
+  if (m.parallel_threads > 0) j["device"]["parallel_threads"] = m.parallel_threads;
   j["devices_per_node"] = m.devices_per_node;
   j["nodes"] = m.nodes;
   j["overlap"] = m.overlap;
@@ -556,10 +558,12 @@ SimResult simulate(const std::vector<Actor>& actors, int workers, const Machine&
     std::map<int, int> busy;  // node -> busy compute actors
     for (int a = 0; a < A; ++a)
       if (st[a] == Computing && actors[a].uses_cores) ++busy[actors[a].worker / m.devices_per_node];
+    // Relative to the profile, which was timed with `threads` busy threads alone.
+    const double cores = m.parallel_threads > 0 ? m.parallel_threads : m.shared_cores;
     auto speed = [&](int a) {
       if (m.shared_cores <= 0 || !actors[a].uses_cores) return 1.0;
       const double demand = static_cast<double>(busy[actors[a].worker / m.devices_per_node]) * threads;
-      return std::min(1.0, m.shared_cores / demand);
+      return std::min(1.0, cores / demand) / std::min(1.0, cores / threads);
     };
     double next = std::numeric_limits<double>::infinity();
     for (int a = 0; a < A; ++a) {

@@ -86,6 +86,9 @@ struct Machine {
   double peak_flops = 0;       // per device: the rate compute times scale with
   double memory_bytes = 0;     // per device (CPU: all workers together)
   int shared_cores = 0;        // CPU: cores all workers of a node share (0: each device its own)
+  // CPU: how many busy threads run at full speed together, as calibrate measured it (the cores,
+  // on a machine nobody else loads; fewer while other work takes its share). 0: shared_cores.
+  double parallel_threads = 0;
   int devices_per_node = 1, nodes = 1;
   bool overlap = false;        // collectives run beside compute (their own stream / engine)
   double step_overhead_s = 0;    // per step: starting the workers and waiting for them

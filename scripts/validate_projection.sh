@@ -19,7 +19,7 @@ for cfg in "great_net 32 0.25" "great_net 48 0.25" "linear 0 0"; do
   name=$1; [ "$1" = great_net ] && name="great_net-$2-$3"
   args=(--workload "$1" --batch 2 --devices 1,2,4 --iterations 10)
   [ "$1" = great_net ] && args+=(--image "$2" --width "$3")
-  [ "$1" = linear ] && args[5]=1,2,4 && args+=(--iterations 200)
+  [ "$1" = linear ] && args+=(--iterations 200)  # the last --iterations counts
   stamp "run $name"
   "$PB" run "${args[@]}" --out "$OUT/$name" >"$OUT/$name.log" 2>&1
   stamp "validate $name"

@@ -213,6 +213,9 @@ TEST(Projection, SharedCoresSlowConcurrentWorkers) {
   const double four = pj::predict(uniform(), m, config("ddp", 4, 8), o).step_s;
   EXPECT_NEAR(two, 4 * 0.008, 1e-9);
   EXPECT_NEAR(four, 2 * (4 * 0.004), 1e-9);
+  // Where other work leaves only one thread's worth of the cores, two workers share it.
+  m.parallel_threads = 1;
+  EXPECT_NEAR(pj::predict(uniform(), m, config("ddp", 2, 8), o).step_s, 2 * two, 1e-9);
 }
 
 TEST(Projection, MemoryFitsAndRefusals) {
