@@ -284,11 +284,24 @@ int validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profile> prof
   const reports::RunFile run = reports::load_run_json(f.str("validate"));
   const std::string scaling = run.context_value(ctx::scaling.name, "weak");
   context_int(run, ctx::batch);  // a run that did not record its batch is not one we can read
+  // Context values as numbers; a malformed one is bad input naming the key.
+  auto number = [&](const reports::schema::Key& k, const std::string& fallback) {
+    const std::string v = run.context_value(k.name, fallback);
+    try {
+      std::size_t used = 0;
+      const double x = std::stod(v, &used);
+      if (used == v.size() && std::isfinite(x) && x >= 0) return x;
+    } catch (const std::exception&) {
+    }
+    throw UsageError(fmt::format("{}: context \"{}\" is \"{}\", expected a number", run.source, k.name, v));
+  };
   const std::string micro_ctx = run.context_value(ctx::micro_batches.name, "min(4, global batch)");
-  const double bucket_mb = std::stod(run.context_value(ctx::bucket_mb.name, "25"));
+  const int fixed_micro = micro_ctx.rfind("min(", 0) == 0 ? 0 : static_cast<int>(number(ctx::micro_batches, ""));
+  const double bucket_mb = number(ctx::bucket_mb, "25");
   const std::string threads_ctx = run.context_value(ctx::threads_per_worker.name, "auto");
-  const int world = static_cast<int>(std::stoll(run.context_value(ctx::world_size.name, "1")));
-  const int cores = static_cast<int>(std::stoll(run.context_value(ctx::cpu_threads.name, "0")));
+  const int fixed_threads = threads_ctx == "auto" ? 0 : static_cast<int>(number(ctx::threads_per_worker, ""));
+  const int world = static_cast<int>(number(ctx::world_size, "1"));
+  const int cores = static_cast<int>(number(ctx::cpu_threads, "0"));
   if (run.context_value(ctx::device_kind.name) != m.kind)
     throw UsageError(fmt::format("--validate {}: the run is on {} but --machine {} describes {}", run.source,
                                  run.context_value(ctx::device_kind.name), m.source, m.kind));
@@ -302,13 +315,12 @@ int validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profile> prof
     meas.push_back({b.name, n->strategy, n->devices, scaling == "weak" ? n->batch * n->devices : n->batch, *med});
   }
   if (meas.empty()) throw UsageError(fmt::format("--validate {}: no measured benchmark in the run", run.source));
-  const int fixed_threads = threads_ctx == "auto" ? 0 : std::stoi(threads_ctx);
   auto threads_of = [&](int devices) {
     if (world > 1) return std::max(1, (fixed_threads > 0 ? fixed_threads : std::max(1, cores / world)));
     return cpu_threads_for(m, devices, fixed_threads);
   };
   auto micro_of = [&](int64_t global) {
-    return micro_ctx.rfind("min(", 0) == 0 ? static_cast<int>(std::min<int64_t>(4, global)) : std::stoi(micro_ctx);
+    return fixed_micro > 0 ? fixed_micro : static_cast<int>(std::min<int64_t>(4, global));
   };
   if (profiles.empty()) {
     // Time the run's own workload here, at every thread count and batch piece it needs.
