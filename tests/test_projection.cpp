@@ -303,6 +303,13 @@ TEST_F(ProjectCli, ValidateComparesEveryMeasuredConfiguration) {
   }
   EXPECT_NEAR(v["mean_abs_error"].get<double>(), mean, 1e-12);
   EXPECT_NEAR(v["worst_abs_error"].get<double>(), worst, 1e-12);
+  // A run whose context cannot be read is bad input naming the key.
+  json run = json::parse(read_file(path("run/results.json")));
+  run["context"]["bucket_mb"] = "lots";
+  write_file_atomic(path("bad.json"), run.dump());
+  r = parbench("project --validate " + path("bad.json") + " --machine " + path("cpu.json"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("\"bucket_mb\" is \"lots\""), std::string::npos) << r.err;
 }
 
 }  // namespace
