@@ -71,7 +71,7 @@ int cpu_threads_for(const pj::Machine& m, int devices, int fixed) {
 // Every configuration `project` considers at one device count.
 std::vector<pj::Config> configs_at(int n, int64_t global, const std::vector<std::string>& strategies,
                                    const std::vector<int64_t>& micro, const std::vector<std::string>& schedules,
-                                   const std::vector<double>& buckets) {
+                                   const std::vector<double>& buckets, bool recompute) {
   std::vector<pj::Config> out;
   auto base = [&](const std::string& s) {
     pj::Config c;
@@ -100,6 +100,10 @@ std::vector<pj::Config> configs_at(int n, int64_t global, const std::vector<std:
             c.micro_batches = static_cast<int>(m);
             c.schedule = sch;
             out.push_back(c);
+            if (recompute) {
+              c.recompute = true;
+              out.push_back(c);
+            }
           }
       }
     } else {
@@ -424,6 +428,7 @@ int cmd_project(const std::vector<std::string>& args) {
               {"micro-batches", "LIST", "pipeline and dp_pp micro-batch counts (those above the batch are left out)", "2,4,8,16"},
               {"schedules", "LIST", "pipeline schedules: gpipe, 1f1b", "gpipe,1f1b"},
               {"bucket-mb", "LIST", "ddp bucket sizes in MiB", "1,25"},
+              {"recompute", "", "also the pipeline and dp_pp variants that recompute stage activations in backward", ""},
               {"threads", "N", "CPU threads per worker (0: the cores shared among the workers, as run does)", "0"},
               {"format", "FMT", "what to print: markdown or json", "markdown"},
               {"out", "PREFIX", "write PREFIX.md, PREFIX.json and PREFIX.png (chart)", ""},
@@ -519,7 +524,7 @@ int cmd_project(const std::vector<std::string>& args) {
       pr.batch = batch;
       for (int64_t d : devices) {
         const int64_t global = mode == "weak" ? batch * d : batch;
-        for (const pj::Config& c : configs_at(static_cast<int>(d), global, strategies, micro, schedules, buckets)) {
+        for (const pj::Config& c : configs_at(static_cast<int>(d), global, strategies, micro, schedules, buckets, f.on("recompute"))) {
           const int t = cpu_threads_for(m, c.devices, o.threads_per_worker);
           pj::Options oc = o;
           oc.threads_per_worker = t;

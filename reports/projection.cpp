@@ -421,7 +421,7 @@ AlphaBeta fit_alpha_beta(Coll c, const std::string& algorithm, const std::vector
 std::string Config::label() const {
   if (strategy == "pipeline" || strategy == "dp_pp") {
     std::string s = strategy == "dp_pp" ? fmt::format("dp x pp ({}x{}, ", dp, devices / std::max(1, dp)) : "pipeline (";
-    return s + fmt::format("M={}{})", micro_batches, schedule == "1f1b" ? ", 1f1b" : "");
+    return s + fmt::format("M={}{}{})", micro_batches, schedule == "1f1b" ? ", 1f1b" : "", recompute ? ", recompute" : "");
   }
   if (strategy == "ddp") return fmt::format("ddp ({:g} MiB buckets)", bucket_bytes / (1 << 20));
   return strategy;
@@ -432,6 +432,7 @@ std::vector<std::string> Config::options() const {
   if (strategy == "pipeline" || strategy == "dp_pp") {
     o.push_back(fmt::format("micro_batches:{}", micro_batches));
     if (schedule != "gpipe") o.push_back("schedule:" + schedule);
+    if (recompute) o.push_back("recompute:1");
     if (strategy == "dp_pp") o.push_back(fmt::format("dp:{}", dp));
   }
   if (strategy == "ddp") o.push_back(fmt::format("bucket_mb:{:g}", bucket_bytes / (1 << 20)));
@@ -700,9 +701,21 @@ NetPlan flops_plan(const Profile& p) {
 }  // namespace
 
 namespace {
-Prediction predict_impl(const Profile& p, const Machine& m, const Config& c, const Options& o) {
+Prediction predict_impl(const Profile& p, const Machine& m, const Config& named, const Options& o) {
   Prediction r;
-  r.config = c;
+  r.config = named;
+  Config c = named;  // the registered pipeline variants: pipeline with their schedule and recompute
+  if (c.strategy.rfind("pipeline-", 0) == 0) {
+    const std::string v = c.strategy.substr(9);
+    if (v != "1f1b" && v != "recompute" && v != "1f1b-recompute") {
+      r.feasible = false;
+      r.reason = fmt::format("no projection model for strategy {}", c.strategy);
+      return r;
+    }
+    c.strategy = "pipeline";
+    c.schedule = v.rfind("1f1b", 0) == 0 ? "1f1b" : "gpipe";
+    c.recompute = v.find("recompute") != std::string::npos;
+  }
   const int N = c.devices, L = static_cast<int>(p.layers.size());
   const int64_t B = c.global_batch;
   auto refuse = [&](std::string why) {
@@ -802,8 +815,10 @@ Prediction predict_impl(const Profile& p, const Machine& m, const Config& c, con
     }
   } else if (c.strategy == "mp" || c.strategy == "pipeline" || c.strategy == "dp_pp") {
     // strategies/pipeline.cpp: stages split by forward FLOPs, micro-batches in GPipe fill-drain
-    // (every forward, then every backward in reverse) with blocking send/recv; 1F1B
-    // (PipeDream-flush) needs non-blocking sends, modelled as eager ones. dp_pp: D replicas of
+    // (every forward, then every backward in reverse) or 1F1B (PipeDream-flush); stages send
+    // without waiting (non-blocking sends, a buffer per message) and receive blocking. With
+    // recompute a stage keeps only its inputs and runs its forward again before each backward,
+    // except for the micro-batch whose activations are still in its slot. dp_pp: D replicas of
     // the pipeline, each stage's gradients all-reduced over its replicas after the drain.
     const int D = c.strategy == "dp_pp" ? c.dp : 1;
     if (D < 1 || N % D != 0) return refuse(fmt::format("{} devices do not split into {} replicas", N, D));
@@ -814,7 +829,7 @@ Prediction predict_impl(const Profile& p, const Machine& m, const Config& c, con
     if (static_cast<int>(rep.size()) < D) return refuse(fmt::format("a batch of {} gives fewer than {} replica chunks", B, D));
     if (M < 1 || M > rep.back()) return refuse(fmt::format("{} micro-batches but a replica has {} sample(s)", M, rep.back()));
     const auto ranges = split_stages(flops_plan(p), S, {}, c.strategy);
-    const bool eager = c.schedule == "1f1b";
+    const bool eager = true;
     for (int d = 0; d < D; ++d) {
       const std::vector<int64_t> mb = chunk_sizes(rep[d], M);
       const int Mr = static_cast<int>(mb.size());
@@ -831,6 +846,8 @@ Prediction predict_impl(const Profile& p, const Machine& m, const Config& c, con
         };
         auto Bk = [&](int k) {
           if (s < S - 1) a.ops.push_back({Op::Recv, 0, dev + 1, 0, 0, eager});
+          const bool fresh = c.schedule == "1f1b" ? s == S - 1 : k == Mr - 1;
+          if (c.recompute && !fresh) a.ops.push_back({Op::Compute, bl.fwd(b, e, mb[k])});
           bl.backward(a.ops, b, e, mb[k], s > 0);
           if (s > 0) a.ops.push_back({Op::Send, bl.p2p(sin * mb[k], dev, dev - 1), dev - 1, 0, 0, eager});
         };
@@ -856,7 +873,7 @@ Prediction predict_impl(const Profile& p, const Machine& m, const Config& c, con
         // Every stage keeps its whole input batch (strategies/pipeline.cpp) and the activations
         // of the micro-batches in flight.
         mem[dev] = adam_state_bytes(sp) + sin * rep[d] + sin * mb[0] + (s == S - 1 ? 2 * sout * rep[d] : sout * mb[0]) +
-                   stage_activations(p, b, e, static_cast<double>(mb[0]) * in_flight) + workspace(p, b, e);
+                   stage_activations(p, b, e, static_cast<double>(mb[0]) * (c.recompute ? 1 : in_flight)) + workspace(p, b, e);
       }
     }
   } else if (c.strategy == "fsdp") {

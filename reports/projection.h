@@ -121,12 +121,15 @@ AlphaBeta fit_alpha_beta(Coll c, const std::string& algorithm, const std::vector
 
 // ---- configurations and predictions -------------------------------------------------------------
 struct Config {
-  std::string strategy;   // regular, dp, ddp, mp, pipeline, fsdp, dp_pp
+  // regular, dp, ddp, mp, pipeline, fsdp, dp_pp; also the registered pipeline variants
+  // pipeline-1f1b, pipeline-recompute, pipeline-1f1b-recompute (schedule and recompute from the name)
+  std::string strategy;
   int devices = 1;
   int64_t global_batch = 1;
   int micro_batches = 1;  // pipeline, dp_pp
   double bucket_bytes = 25.0 * (1 << 20);  // ddp
   std::string schedule = "gpipe";          // pipeline, dp_pp: gpipe or 1f1b
+  bool recompute = false;                  // pipeline, dp_pp: stage activations recomputed in backward
   int dp = 1;                              // dp_pp: data-parallel replicas (pipeline stages = devices / dp)
   std::string label() const;               // e.g. "pipeline (M=8, 1f1b)"
   std::vector<std::string> options() const;  // benchmark-name options: micro_batches:8, ...

@@ -175,6 +175,23 @@ TEST(Projection, OneFOneBSameTimeLessMemory) {
   EXPECT_LT(pf.peak_bytes, pg.peak_bytes);
 }
 
+TEST(Projection, RecomputeCostsForwardsAndSavesMemory) {
+  pj::Config g = config("pipeline", 4, 8);
+  g.micro_batches = 8;
+  pj::Config rc = g;
+  rc.strategy = "pipeline-recompute";  // the registered variant's name
+  const pj::Prediction pg = pj::predict(uniform(), free_links(), g), pr = pj::predict(uniform(), free_links(), rc);
+  ASSERT_TRUE(pr.feasible) << pr.reason;
+  // Each stage runs one layer's forward again for every micro-batch but the last (still in its
+  // slot): 7 x 1 ms more compute on each stage.
+  EXPECT_NEAR(pr.compute_s - pg.compute_s, 7 * 0.001, 1e-9);
+  EXPECT_LT(pr.peak_bytes, pg.peak_bytes);
+  rc.strategy = "pipeline-1f1b";
+  EXPECT_NEAR(pj::predict(uniform(), free_links(), rc).step_s, pg.step_s, 1e-9);
+  rc.strategy = "pipeline-zigzag";
+  EXPECT_FALSE(pj::predict(uniform(), free_links(), rc).feasible);
+}
+
 TEST(Projection, DdpOverlapHidesBucketsBehindBackward) {
   pj::Machine m = machine();
   pj::Config c = config("ddp", 2, 8);
