@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include "bench/cli.h"
+#include "bench/project.h"
 #include "engine/check.h"
 #include "engine/process.h"
 
@@ -26,6 +27,9 @@ const char* kUsage =
     "  replay    K training steps from .npy parameters and data; writes losses and parameters\n"
     "  devices   list the CPU and GPUs this build can use\n"
     "  profile   per-layer forward / backward-data / backward-weights time and bytes on one device\n"
+    "  project   project every strategy to other device counts and machines from a per-layer\n"
+    "            profile; --validate against a measured run\n"
+    "  calibrate time this machine's collectives and write its machine description (for project)\n"
     "\n"
     "Run 'parbench <command> --help' for a command's flags.\n";
 
@@ -62,6 +66,8 @@ int dispatch(const std::string& cmd, const std::vector<std::string>& args) {
   if (cmd == "replay") return pb::cmd_replay(args);
   if (cmd == "devices") return pb::cmd_devices(args);
   if (cmd == "profile") return pb::cmd_profile(args);
+  if (cmd == "project") return pb::cmd_project(args);
+  if (cmd == "calibrate") return pb::cmd_calibrate(args);
   fmt::print(stderr, "parbench: unknown command '{}'\n\n{}", cmd, kUsage);
   return 2;
 }

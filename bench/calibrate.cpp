@@ -1,0 +1,230 @@
+// parbench calibrate: times the collectives the strategies use (all-reduce, broadcast, reduce,
+// send/recv) between CPU workers at a few sizes -- in-process threads, or MPI ranks when started
+// by mpirun -- fits alpha-beta per collective, and writes a machine description for `project`.
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include <fmt/ranges.h>
+
+#include "bench/cli.h"
+#include "bench/project.h"
+#include "engine/check.h"
+#include "engine/comm.h"
+#include "engine/fsutil.h"
+#include "engine/memory_estimate.h"
+#include "engine/process.h"
+#include "strategies/pool.h"
+#include "workloads/workload.h"
+
+namespace pb {
+
+namespace {
+
+namespace pj = projection;
+using clk = std::chrono::steady_clock;
+
+double since(clk::time_point t0) { return std::chrono::duration<double>(clk::now() - t0).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// One collective over `ranks` workers, `n` floats: the median over reps of the slowest rank's time.
+// In a multi-process job this process is one rank and the others are the other processes.
+double time_collective(pj::Coll c, int ranks, int64_t n, int reps) {
+  const bool mpi = multi_process();
+  const int local = mpi ? 1 : ranks;
+  std::vector<std::unique_ptr<Backend>> backends(local);
+  BackendOptions bo;
+  bo.threads = 1;
+  std::vector<Backend*> ptrs(ranks, nullptr);
+  WorkerPool pool(local);
+  pool.run(local, [&](int i) { backends[i] = make_backend(cpu(mpi ? process().rank : i), bo); });
+  for (int i = 0; i < local; ++i) ptrs[mpi ? process().rank : i] = backends[i].get();
+  auto comm = make_communicator(ptrs);
+  std::vector<std::vector<float>> bufs(local, std::vector<float>(static_cast<std::size_t>(n), 1.0f));
+  std::vector<std::vector<double>> t(local, std::vector<double>(reps + 1));
+  pool.run(local, [&](int i) {
+    const int r = mpi ? process().rank : i;
+    float* b = bufs[i].data();
+    for (int k = 0; k <= reps; ++k) {  // k = 0: untimed
+      const auto t0 = clk::now();
+      switch (c) {
+        case pj::Coll::AllReduce: comm->all_reduce(r, b, n); break;
+        case pj::Coll::Broadcast: comm->broadcast(r, b, n, 0); break;
+        case pj::Coll::Reduce: comm->reduce(r, b, n, 0); break;
+        case pj::Coll::SendRecv:
+          if (r == 0) comm->send(r, b, n, 1);
+          else if (r == 1) comm->recv(r, b, n, 0);
+          break;
+        default: break;
+      }
+      t[i][k] = since(t0);
+    }
+  });
+  std::vector<double> slowest;
+  for (int k = 1; k <= reps; ++k) {
+    double s = 0;
+    for (int i = 0; i < local; ++i) s = std::max(s, t[i][k]);
+    slowest.push_back(world_max(s));
+  }
+  return median(slowest);
+}
+
+// Starting N workers for a step that does nothing: the step overhead run pays per worker count.
+double time_dispatch(int workers, int reps) {
+  WorkerPool pool(workers);
+  std::vector<double> t;
+  for (int k = 0; k <= reps; ++k) {
+    const auto t0 = clk::now();
+    pool.run(workers, [](int) {});
+    const double dt = world_max(since(t0));
+    if (k > 0) t.push_back(dt);
+  }
+  return median(t);
+}
+
+// The engine's best effective rate (counted FLOPs / time) on all cores, a wide 3x3 convolution as
+// great_net runs them: the CPU's "peak" against which `project --from-machine` scales a profile to
+// another device (Winograd kernels can make it exceed a datasheet peak).
+double conv_flops(int threads) {
+  BackendOptions bo;
+  bo.threads = threads;
+  auto be = make_backend(cpu(0), bo);
+  ConvGeom g;
+  g.n = 8, g.c = 64, g.h = 32, g.w = 32, g.k = 64, g.r = 3, g.s = 3, g.pad_h = 1, g.pad_w = 1;
+  const double flops = 2.0 * g.n * g.k * g.p() * g.q() * g.c * g.r * g.s;
+  std::vector<float> x = synthetic_values(g.n * g.c * g.h * g.w, 1), w = synthetic_values(g.k * g.c * 9, 2), b(g.k, 0.f),
+                     y(g.n * g.k * g.p() * g.q());
+  double best = 0;
+  for (int k = 0; k < 6; ++k) {
+    const auto t0 = clk::now();
+    be->conv2d_forward(g, x.data(), w.data(), b.data(), y.data());
+    be->synchronize();
+    best = std::max(best, flops / since(t0));
+  }
+  return best;
+}
+
+// How many busy workers run at full speed together here: k threads each running the same
+// one-thread convolution through the engine, their total rate against one thread's, the best over
+// k. The cores on an idle machine with a core per thread; fewer where threads share a core's
+// vector units (hyper-threads) or other work takes its share.
+double parallel_threads(int cores) {
+  ConvGeom g;
+  g.n = 1, g.c = 32, g.h = 32, g.w = 32, g.k = 32, g.r = 3, g.s = 3, g.pad_h = 1, g.pad_w = 1;
+  const std::vector<float> x = synthetic_values(g.c * g.h * g.w, 1), w = synthetic_values(g.k * g.c * 9, 2), b(g.k, 0.f);
+  auto work = [&] {
+    BackendOptions bo;
+    bo.threads = 1;
+    auto be = make_backend(cpu(0), bo);
+    std::vector<float> y(g.k * g.p() * g.q());
+    for (int i = 0; i < 60; ++i) be->conv2d_forward(g, x.data(), w.data(), b.data(), y.data());
+    be->synchronize();
+  };
+  auto rate = [&](int k) {
+    std::vector<std::thread> ts;
+    const auto t0 = clk::now();
+    for (int i = 0; i < k; ++i) ts.emplace_back(work);
+    for (auto& t : ts) t.join();
+    return k / since(t0);
+  };
+  rate(1);  // untimed: plans and caches
+  double one = 0;
+  for (int r = 0; r < 3; ++r) one = std::max(one, rate(1));
+  double best = 1;
+  for (int k = 2; k <= 2 * cores; k *= 2) {
+    double rk = 0;
+    for (int r = 0; r < 3; ++r) rk = std::max(rk, rate(k));
+    best = std::max(best, rk / one);
+  }
+  return std::min<double>(best, cores);
+}
+
+}  // namespace
+
+int cmd_calibrate(const std::vector<std::string>& args) {
+  Flags f("parbench calibrate",
+          "Times the collectives the strategies use between CPU workers (all-reduce, broadcast, reduce, send/recv)\n"
+          "at a few sizes and worker counts -- in-process threads, or MPI ranks when started by mpirun -- fits\n"
+          "alpha (per step) and bus bandwidth per collective by least squares, measures the step overhead of\n"
+          "starting the workers and the engine's best convolution rate, and writes a machine description for\n"
+          "`parbench project` (the \"this CPU\" preset).",
+          {
+              {"out", "FILE", "machine JSON to write", "machines/this_cpu.json"},
+              {"ranks", "LIST", "worker counts to time (in-process; under mpirun: the job's size)", "2,4"},
+              {"sizes", "LIST", "message sizes in KiB", "4,64,1024,8192"},
+              {"reps", "N", "timed calls per size (median)", "7"},
+              {"name", "TEXT", "the machine's name", ""},
+          });
+  if (!f.parse(args)) return 0;
+  if (!f.positional().empty()) throw UsageError(fmt::format("unexpected argument '{}'", f.positional()[0]));
+  const int reps = static_cast<int>(f.integer("reps"));
+  if (reps < 1) throw UsageError(fmt::format("--reps must be at least 1, got {}", reps));
+  std::vector<int64_t> ranks = f.int_list("ranks"), sizes = f.int_list("sizes");
+  if (multi_process()) ranks = {process().size};
+  for (int64_t r : ranks)
+    if (r < 2) throw UsageError(fmt::format("--ranks: every count must be at least 2, got {}", r));
+  for (int64_t s : sizes)
+    if (s < 1) throw UsageError(fmt::format("--sizes: every size must be at least 1 KiB, got {}", s));
+  if (sizes.size() < 2) throw UsageError("--sizes needs at least two sizes to fit latency and bandwidth");
+  const bool lead = process().rank == 0;
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+
+  pj::Machine m;
+  m.name = f.has("name") ? f.str("name") : (multi_process() ? "this CPU (MPI processes)" : "this CPU");
+  m.kind = "cpu";
+  m.model = "cpu";
+  m.description = fmt::format("calibrated by parbench calibrate: {} workers as {}", fmt::join(ranks, ", "),
+                              multi_process() ? "MPI processes" : "threads of one process");
+  m.shared_cores = cores;
+  m.devices_per_node = 1024;  // CPU workers are threads or processes: any number share the cores
+  m.nodes = 1;
+  m.overlap = false;  // the worker's own thread moves the data (in-process) or progresses it (MPI)
+  m.memory_bytes = static_cast<double>(available_ram_bytes());
+  nlohmann::json record = nlohmann::json::object();
+  const std::vector<std::pair<pj::Coll, std::string>> colls = {
+      {pj::Coll::AllReduce, "ring"}, {pj::Coll::Broadcast, "ring"}, {pj::Coll::Reduce, "ring"}, {pj::Coll::SendRecv, "direct"}};
+  for (const auto& [c, alg] : colls) {
+    std::vector<pj::Sample> samples;
+    for (int64_t r : ranks) {
+      if (c == pj::Coll::SendRecv && r != ranks.front()) continue;
+      for (int64_t kib : sizes) {
+        const int64_t n = kib * 1024 / 4;
+        const double t = time_collective(c, static_cast<int>(c == pj::Coll::SendRecv && !multi_process() ? 2 : r), n, reps);
+        samples.push_back({static_cast<int>(c == pj::Coll::SendRecv ? 2 : r), n * 4.0, t});
+        record[pj::coll_name(c)].push_back({{"ranks", samples.back().ranks}, {"bytes", samples.back().bytes}, {"seconds", t}});
+        if (lead) fmt::print(stderr, "parbench calibrate: {} x{} {} KiB: {:.3g} ms\n", pj::coll_name(c), samples.back().ranks, kib, t * 1e3);
+      }
+    }
+    m.intra_node[pj::coll_name(c)][alg] = pj::fit_alpha_beta(c, alg, samples);
+  }
+  // Step overhead: a + b (N - 1) over the dispatch of 1, 2, 4 workers (a single rank under MPI).
+  if (multi_process()) {
+    m.step_overhead_s = time_dispatch(1, 50);
+  } else {
+    const double t1 = time_dispatch(1, 50), t2 = time_dispatch(2, 50), t4 = time_dispatch(4, 50);
+    m.step_overhead_s = t1;
+    m.worker_overhead_s = std::max(0.0, ((t2 - t1) + (t4 - t1) / 3) / 2);
+    record["dispatch_s"] = {{"1", t1}, {"2", t2}, {"4", t4}};
+  }
+  m.peak_flops = conv_flops(cores);
+  m.parallel_threads = parallel_threads(cores);
+  record["parallel_threads_note"] = "one-thread convolutions that run at full speed together: k threads' total rate over one thread's, the best k";
+  record["peak_flops_note"] = "the engine's best effective rate on all cores: 3x3 conv 64->64, 32x32, batch 8; not a datasheet peak";
+  m.calibration = record;
+  if (!lead) return 0;
+  const std::string text = pj::machine_json(m).dump(2) + "\n";
+  pj::parse_machine(text, f.str("out"));  // what we write must read back
+  make_dirs(std::filesystem::path(f.str("out")).parent_path().string());
+  write_file_atomic(f.str("out"), text);
+  fmt::print("parbench calibrate: wrote {} ({}; {:.2f} of {} cores free; conv {:.3g} GFLOP/s; all_reduce alpha {:.3g} us, bus {:.3g} GB/s)\n",
+             f.str("out"), m.name, m.parallel_threads, cores, m.peak_flops / 1e9, m.intra_node["all_reduce"]["ring"].alpha_s * 1e6,
+             m.intra_node["all_reduce"]["ring"].bus_bytes_per_s / 1e9);
+  return 0;
+}
+
+}  // namespace pb

@@ -1,0 +1,576 @@
+// parbench project: every strategy projected to device counts and machines one does not have,
+// from a per-layer profile and a machine description; --validate predicts a measured run's
+// configurations and prints the errors. The model is reports/projection.*.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <thread>
+
+#include <fmt/ranges.h>
+
+#include "bench/cli.h"
+#include "bench/project.h"
+#include "engine/check.h"
+#include "engine/fsutil.h"
+#include "reports/gbjson.h"
+#include "reports/schema.h"
+#include "reports/table.h"
+#include "strategies/batch.h"
+#include "workloads/workload.h"
+
+namespace pb {
+
+namespace {
+
+namespace pj = projection;
+using nlohmann::json;
+constexpr double kMiB = 1024.0 * 1024.0;
+constexpr double kGiB = kMiB * 1024.0;
+
+const std::vector<std::string> kModelled = {"regular", "dp", "ddp", "mp", "pipeline", "fsdp", "dp_pp"};
+
+std::vector<std::string> split_list(const std::string& s) { return reports::split_commas(s); }
+
+std::vector<int64_t> int_items(const std::string& flag, const std::string& s, int64_t lo) {
+  std::vector<int64_t> out;
+  for (const std::string& item : split_list(s)) {
+    std::size_t used = 0;
+    int64_t v = 0;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != item.size() || used == 0 || v < lo)
+      throw UsageError(fmt::format("flag --{} expects a comma-separated list of integers >= {}, got '{}'", flag, lo, s));
+    out.push_back(v);
+  }
+  return out;
+}
+
+// The profile for a thread count: the one measured with it, else the only one given.
+const pj::Profile& profile_for(const std::vector<pj::Profile>& ps, int threads) {
+  for (const pj::Profile& p : ps)
+    if (p.threads == threads) return p;
+  if (ps.size() == 1) return ps.front();
+  std::vector<int> have;
+  for (const pj::Profile& p : ps) have.push_back(p.threads);
+  throw UsageError(fmt::format("--profile: no profile measured with {} thread(s) per worker (the profiles have {})",
+                               threads, fmt::join(have, ", ")));
+}
+
+int cpu_threads_for(const pj::Machine& m, int devices, int fixed) {
+  if (m.shared_cores <= 0) return 1;
+  return fixed > 0 ? fixed : std::max(1, m.shared_cores / std::max(1, std::min(devices, m.devices_per_node)));
+}
+
+// Every configuration `project` considers at one device count.
+std::vector<pj::Config> configs_at(int n, int64_t global, const std::vector<std::string>& strategies,
+                                   const std::vector<int64_t>& micro, const std::vector<std::string>& schedules,
+                                   const std::vector<double>& buckets, bool recompute) {
+  std::vector<pj::Config> out;
+  auto base = [&](const std::string& s) {
+    pj::Config c;
+    c.strategy = s;
+    c.devices = n;
+    c.global_batch = global;
+    return c;
+  };
+  for (const std::string& s : strategies) {
+    if (s == "regular" && n != 1) continue;
+    if (s == "ddp") {
+      for (double b : buckets) {
+        pj::Config c = base(s);
+        c.bucket_bytes = b;
+        out.push_back(c);
+      }
+    } else if (s == "pipeline" || s == "dp_pp") {
+      for (int d = (s == "dp_pp" ? 2 : 1); d <= n; ++d) {
+        if (n % d || (s == "dp_pp" && n / d < 2)) continue;
+        if (s == "pipeline" && d > 1) break;
+        for (int64_t m : micro)
+          for (const std::string& sch : schedules) {
+            if (m > global / d) continue;  // more micro-batches than a replica has samples
+            pj::Config c = base(s);
+            c.dp = d;
+            c.micro_batches = static_cast<int>(m);
+            c.schedule = sch;
+            out.push_back(c);
+            if (recompute) {
+              c.recompute = true;
+              out.push_back(c);
+            }
+          }
+      }
+    } else {
+      out.push_back(base(s));
+    }
+  }
+  return out;
+}
+
+struct Projected {
+  std::string scaling;
+  int64_t batch = 0;
+  std::vector<pj::Prediction> rows;
+};
+
+// The rows as `run`'s table (reports::Row), marked projected; `family` keeps one row per
+// strategy and device count (the fastest variant that fits) for the chart.
+reports::Group as_report_group(const Projected& pr, const pj::Profile& p, const pj::Machine& m, bool family) {
+  reports::Group g;
+  g.workload = p.context.value("workload", std::string("profile"));
+  g.workload_params = p.context.contains("workload_params") && p.context["workload_params"].is_string()
+                          ? p.context["workload_params"].get<std::string>()
+                          : "";
+  g.scaling = pr.scaling;
+  g.batch = pr.batch;
+  g.device_kind = "projected on " + m.name;
+  g.distinction = family ? "fastest variant" : "";
+  std::map<std::string, double> one;  // label -> samples/s at one device
+  double regular1 = 0, regular_t1 = 0;
+  for (const pj::Prediction& r : pr.rows)
+    if (r.feasible && r.config.devices == 1) {
+      one[r.config.label()] = r.samples_per_s;
+      if (r.config.strategy == "regular") regular1 = r.samples_per_s, regular_t1 = r.step_s;
+    }
+  std::map<std::pair<std::string, int>, const pj::Prediction*> keep;
+  for (const pj::Prediction& r : pr.rows) {
+    if (!family) continue;
+    if (!r.feasible || !r.fits) continue;
+    const std::string fam = r.config.strategy == "mp" ? "pipeline" : r.config.strategy;
+    auto& k = keep[{fam, r.config.devices}];
+    if (!k || r.samples_per_s > k->samples_per_s) k = &r;
+  }
+  std::vector<char> fits;  // per row of g.rows: eligible for best
+  for (const pj::Prediction& r : pr.rows) {
+    if (family && !r.feasible) continue;
+    if (family) {
+      const std::string fam = r.config.strategy == "mp" ? "pipeline" : r.config.strategy;
+      if (keep[{fam, r.config.devices}] != &r) continue;
+    }
+    reports::Row row;
+    row.strategy = family ? (r.config.strategy == "mp" ? "pipeline" : r.config.strategy) : r.config.label();
+    row.devices = r.config.devices;
+    row.name = row.strategy;
+    if (!r.feasible) {
+      row.error = true;
+      row.error_message = r.reason;
+      g.rows.push_back(row);
+      fits.push_back(0);
+      continue;
+    }
+    row.repetitions = 0;
+    row.median_ms = r.step_s * 1e3;
+    row.samples_per_iteration = static_cast<double>(r.config.global_batch);
+    row.samples_per_s = r.samples_per_s;
+    row.flop_per_s = 3 * p.forward_flops() * r.config.global_batch / r.step_s;
+    if (regular1 > 0) row.speedup = r.samples_per_s / regular1;
+    const auto it = one.find(r.config.label());
+    const double base = it != one.end() ? it->second : regular1;
+    row.efficiency_from_regular = it == one.end();
+    if (base > 0) {
+      const double t1 = r.config.global_batch / base;  // strong: the same global batch at one device
+      row.efficiency = pr.scaling == "weak" ? r.samples_per_s / (r.config.devices * base)
+                                            : (it != one.end() ? t1 : regular_t1) / (r.config.devices * r.step_s);
+    }
+    row.peak_mib_max = r.peak_bytes / kMiB;
+    row.comm_share = r.exposed_comm_s / r.step_s;
+    row.bubble = r.idle_s / r.step_s;
+    row.comm_mib_per_iteration = r.comm_bytes / kMiB;
+    g.rows.push_back(row);
+    fits.push_back(r.fits ? 1 : 0);
+  }
+  // Best per device count: the highest throughput among the rows that fit in memory.
+  std::map<int, std::size_t> best;
+  for (std::size_t i = 0; i < g.rows.size(); ++i)
+    if (fits[i] && (!best.count(g.rows[i].devices) || *g.rows[i].samples_per_s > *g.rows[best[g.rows[i].devices]].samples_per_s))
+      best[g.rows[i].devices] = i;
+  for (auto& [d, i] : best) g.rows[i].best = true;
+  if (regular1 > 0) g.ideal_base_samples_per_s = regular1;
+  g.baseline = regular1 > 0 ? "regular" : "";
+  return g;
+}
+
+std::string gib(double bytes) { return fmt::format("{:.3g}", bytes / kGiB); }
+
+std::string parts_markdown(const Projected& pr, const pj::Machine& m) {
+  std::string out = fmt::format(
+      "### Parts of the step ({} scaling, batch {} {}), projected on {}\n\n"
+      "| strategy | devices | step ms | compute ms | exposed comm ms | idle / bubble ms | peak GiB/device | fits {:.3g} GiB |\n"
+      "|---|--:|--:|--:|--:|--:|--:|:-:|\n",
+      pr.scaling, pr.batch, pr.scaling == "weak" ? "per device" : "global", m.name,
+      m.memory_bytes / kGiB / (m.shared_cores > 0 ? 1 : 1));
+  for (const pj::Prediction& r : pr.rows) {
+    if (!r.feasible) {
+      out += fmt::format("| {} | {} | not possible: {} | | | | | |\n", reports::md_escape(r.config.label()), r.config.devices,
+                         reports::md_escape(r.reason));
+      continue;
+    }
+    out += fmt::format("| {} | {} | {:.4g} | {:.4g} | {:.4g} | {:.4g} | {} | {} |\n", reports::md_escape(r.config.label()),
+                       r.config.devices, r.step_s * 1e3, r.compute_s * 1e3, r.exposed_comm_s * 1e3, r.idle_s * 1e3,
+                       gib(r.peak_bytes), r.fits ? "yes" : "**no**");
+  }
+  return out + "\n";
+}
+
+std::string best_markdown(const std::vector<Projected>& all) {
+  std::string out = "### Best strategy per device count (projected; only configurations that fit in memory)\n\n"
+                    "| scaling | batch | devices | best | samples/s | step ms | next best | its samples/s |\n|---|--:|--:|---|--:|--:|---|--:|\n";
+  for (const Projected& pr : all) {
+    std::map<int, std::vector<const pj::Prediction*>> by;
+    for (const pj::Prediction& r : pr.rows)
+      if (r.feasible && r.fits) by[r.config.devices].push_back(&r);
+    for (auto& [d, v] : by) {
+      std::sort(v.begin(), v.end(), [](auto* a, auto* b) { return a->samples_per_s > b->samples_per_s; });
+      const pj::Prediction* second = nullptr;
+      for (auto* x : v)
+        if (x->config.strategy != v[0]->config.strategy) {
+          second = x;
+          break;
+        }
+      out += fmt::format("| {} | {} | {} | {} | {:.4g} | {:.4g} | {} | {} |\n", pr.scaling, pr.batch, d, v[0]->config.label(),
+                         v[0]->samples_per_s, v[0]->step_s * 1e3, second ? second->config.label() : "-",
+                         second ? fmt::format("{:.4g}", second->samples_per_s) : "-");
+    }
+  }
+  return out + "\n";
+}
+
+json prediction_json(const pj::Prediction& r) {
+  json j = {{"strategy", r.config.strategy},
+            {"label", r.config.label()},
+            {"options", r.config.options()},
+            {"devices", r.config.devices},
+            {"global_batch", r.config.global_batch},
+            {"feasible", r.feasible}};
+  if (!r.feasible) {
+    j["reason"] = r.reason;
+    return j;
+  }
+  j.update({{"step_s", r.step_s},
+            {"compute_s", r.compute_s},
+            {"exposed_comm_s", r.exposed_comm_s},
+            {"idle_s", r.idle_s},
+            {"peak_bytes_per_device", r.peak_bytes},
+            {"fits", r.fits},
+            {"comm_bytes_per_step", r.comm_bytes},
+            {"samples_per_s", r.samples_per_s}});
+  return j;
+}
+
+// --- --validate ------------------------------------------------------------------------------
+
+struct Measured {
+  std::string name, strategy;
+  int devices = 0;
+  int64_t global = 0;
+  double seconds = 0;
+};
+
+int64_t context_int(const reports::RunFile& f, const reports::schema::Key& k) {
+  const std::string v = f.context_value(k.name);
+  try {
+    std::size_t used = 0;
+    const int64_t x = std::stoll(v, &used);
+    if (used == v.size()) return x;
+  } catch (const std::exception&) {
+  }
+  throw UsageError(fmt::format("{}: context \"{}\" is \"{}\", expected an integer", f.source, k.name, v));
+}
+
+int validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profile> profiles) {
+  namespace ctx = reports::schema::context;
+  const reports::RunFile run = reports::load_run_json(f.str("validate"));
+  const std::string scaling = run.context_value(ctx::scaling.name, "weak");
+  context_int(run, ctx::batch);  // a run that did not record its batch is not one we can read
+  // Context values as numbers; a malformed one is bad input naming the key.
+  auto number = [&](const reports::schema::Key& k, const std::string& fallback) {
+    const std::string v = run.context_value(k.name, fallback);
+    try {
+      std::size_t used = 0;
+      const double x = std::stod(v, &used);
+      if (used == v.size() && std::isfinite(x) && x >= 0) return x;
+    } catch (const std::exception&) {
+    }
+    throw UsageError(fmt::format("{}: context \"{}\" is \"{}\", expected a number", run.source, k.name, v));
+  };
+  const std::string micro_ctx = run.context_value(ctx::micro_batches.name, "min(4, global batch)");
+  const int fixed_micro = micro_ctx.rfind("min(", 0) == 0 ? 0 : static_cast<int>(number(ctx::micro_batches, ""));
+  const double bucket_mb = number(ctx::bucket_mb, "25");
+  const std::string threads_ctx = run.context_value(ctx::threads_per_worker.name, "auto");
+  const int fixed_threads = threads_ctx == "auto" ? 0 : static_cast<int>(number(ctx::threads_per_worker, ""));
+  const int world = static_cast<int>(number(ctx::world_size, "1"));
+  const int cores = static_cast<int>(number(ctx::cpu_threads, "0"));
+  if (run.context_value(ctx::device_kind.name) != m.kind)
+    throw UsageError(fmt::format("--validate {}: the run is on {} but --machine {} describes {}", run.source,
+                                 run.context_value(ctx::device_kind.name), m.source, m.kind));
+  if (m.shared_cores > 0 && cores > 0 && cores != m.shared_cores)
+    fmt::print(stderr, "parbench project: warning: the run's machine has {} cores, {} says {}\n", cores, m.source, m.shared_cores);
+  std::vector<Measured> meas;
+  for (const reports::Benchmark& b : reports::collect_benchmarks(run)) {
+    const auto n = reports::parse_bench_name(b.name);
+    const auto med = b.median_s();
+    if (!n || b.error || !med) continue;
+    meas.push_back({b.name, n->strategy, n->devices, scaling == "weak" ? n->batch * n->devices : n->batch, *med});
+  }
+  if (meas.empty()) throw UsageError(fmt::format("--validate {}: no measured benchmark in the run", run.source));
+  auto threads_of = [&](int devices) {
+    if (world > 1) return std::max(1, (fixed_threads > 0 ? fixed_threads : std::max(1, cores / world)));
+    return cpu_threads_for(m, devices, fixed_threads);
+  };
+  auto micro_of = [&](int64_t global) {
+    return fixed_micro > 0 ? fixed_micro : static_cast<int>(std::min<int64_t>(4, global));
+  };
+  if (profiles.empty()) {
+    // Time the run's own workload here, at every thread count and batch piece it needs.
+    WorkloadOptions wo;
+    const std::string params = run.context_value(ctx::workload_params.name);
+    if (!params.empty() && std::sscanf(params.c_str(), "image %ld, width %lf", &wo.image, &wo.width) != 2)
+      throw UsageError(fmt::format("{}: context \"workload_params\" is \"{}\", expected \"image N, width W\"", run.source, params));
+    const NetSpec net = resolve_workload(run.context_value(ctx::workload_source.name, run.context_value(ctx::workload.name)), wo);
+    const NetPlan plan = plan_net(net);
+    std::map<int, std::vector<int64_t>> need;  // threads -> batch pieces
+    for (const Measured& x : meas) {
+      auto& v = need[threads_of(x.devices)];
+      for (int64_t c : chunk_sizes(x.global, x.devices)) v.push_back(c);
+      for (int64_t c : chunk_sizes(x.global, micro_of(x.global))) v.push_back(c);
+      v.push_back(x.global);
+    }
+    for (auto& [t, v] : need) {
+      std::sort(v.begin(), v.end());
+      v.erase(std::unique(v.begin(), v.end()), v.end());
+      fmt::print(stderr, "parbench project: timing {}'s layers with {} thread(s) at batch {}\n", net.name, t, fmt::join(v, ","));
+      profiles.push_back(engine_profile(plan, net.name, v, t, static_cast<int>(f.integer("profile-reps"))));
+      profiles.back().context["workload_params"] = params;
+    }
+    if (f.has("save-profile"))
+      for (const pj::Profile& p : profiles) {
+        const std::string path = fmt::format("{}-threads{}.json", f.str("save-profile"), p.threads);
+        write_file_atomic(path, pj::profile_json(p).dump(1) + "\n");
+        fmt::print(stderr, "parbench project: wrote {}\n", path);
+      }
+  }
+  std::string out = fmt::format(
+      "## Validation: {} against {} (projected on {})\n\n"
+      "| configuration | threads/worker | measured ms | predicted ms | error | compute ms | exposed comm ms | idle ms |\n"
+      "|---|--:|--:|--:|--:|--:|--:|--:|\n",
+      run.source, m.source, m.name);
+  std::vector<double> errs;
+  json rows = json::array();
+  for (const Measured& x : meas) {
+    pj::Config c;
+    c.strategy = x.strategy;
+    c.devices = x.devices;
+    c.global_batch = x.global;
+    c.micro_batches = micro_of(x.global);
+    c.bucket_bytes = bucket_mb * kMiB;
+    const int t = threads_of(x.devices);
+    pj::Options o;
+    o.threads_per_worker = t;
+    const pj::Prediction r = pj::predict(profile_for(profiles, t), m, c, o);
+    if (!r.feasible) {
+      out += fmt::format("| {} | {} | {:.4g} | not modelled: {} | | | | |\n", x.name, t, x.seconds * 1e3, r.reason);
+      continue;
+    }
+    const double err = (r.step_s - x.seconds) / x.seconds;
+    errs.push_back(std::abs(err));
+    out += fmt::format("| {} | {} | {:.4g} | {:.4g} | {:+.1f}% | {:.4g} | {:.4g} | {:.4g} |\n", x.name, t, x.seconds * 1e3,
+                       r.step_s * 1e3, err * 100, r.compute_s * 1e3, r.exposed_comm_s * 1e3, r.idle_s * 1e3);
+    rows.push_back({{"name", x.name}, {"measured_s", x.seconds}, {"predicted_s", r.step_s}, {"error", err}});
+  }
+  double mean = 0, worst = 0;
+  for (double e : errs) mean += e / errs.size(), worst = std::max(worst, e);
+  out += fmt::format("\nMean absolute error {:.1f}%, worst {:.1f}% over {} configuration(s). "
+                     "Error = (predicted - measured) / measured; measured = the run's median ms/iteration.\n",
+                     mean * 100, worst * 100, errs.size());
+  std::fputs(out.c_str(), stdout);
+  if (f.has("out")) {
+    const std::string prefix = f.str("out");
+    make_dirs(std::filesystem::path(prefix).parent_path().string());
+    write_file_atomic(prefix + ".md", out);
+    write_file_atomic(prefix + ".json", json({{"parbench_validation", 1}, {"run", run.source}, {"machine", m.source},
+                                              {"mean_abs_error", mean}, {"worst_abs_error", worst}, {"rows", rows}})
+                                                .dump(2) + "\n");
+    fmt::print(stderr, "parbench project: wrote {0}.md, {0}.json\n", prefix);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int cmd_project(const std::vector<std::string>& args) {
+  Flags f("parbench project",
+          "Projects every strategy to device counts and machines you do not have, from a per-layer profile\n"
+          "(profile.json) and a machine description (machines/*.json): per strategy and device count the\n"
+          "step time and its parts (compute, exposed communication, idle/bubble), peak memory per device and\n"
+          "whether it fits, throughput and scaling efficiency, weak and strong scaling, and the best strategy\n"
+          "per device count. Every figure is a projection, marked as such. Model: docs/projection.md.\n"
+          "--validate RUN/results.json predicts a measured run's configurations instead and prints predicted\n"
+          "against measured with the mean and worst absolute error (without --profile it times the run's\n"
+          "workload here, layer by layer).\n"
+          "usage: parbench project --profile P.json --machine M.json [flags]\n"
+          "       parbench project --validate RUN/results.json --machine M.json [--profile P.json]",
+          {
+              {"profile", "FILE[,FILE]", "profile.json file(s); several: one per CPU thread count", ""},
+              {"machine", "FILE", "machine description (machines/*.json)", ""},
+              {"from-machine", "FILE", "the machine the profile was measured on: compute times scale by its peak FLOP/s over --machine's", ""},
+              {"scale-image", "FROM:TO", "project the net at TO-pixel images from a profile at FROM (times x (TO/FROM)^2; conv nets)", ""},
+              {"from-profile-peak", "FRACTION", "scale compute times so that the profile's fastest layer runs at FRACTION of --machine's peak (a profile from another device)", ""},
+              {"devices", "LIST", "device counts (default: 1,2,4,8,64,1024 up to the machine's devices)", ""},
+              {"batch", "LIST", "batch per device (weak scaling) or global batch (strong scaling); several: a table each", "1"},
+              {"scaling", "MODE", "weak, strong or both", "both"},
+              {"strategies", "LIST", "strategies to project, or all (regular,dp,ddp,mp,pipeline,fsdp,dp_pp)", "all"},
+              {"micro-batches", "LIST", "pipeline and dp_pp micro-batch counts (those above the batch are left out)", "2,4,8,16"},
+              {"schedules", "LIST", "pipeline schedules: gpipe, 1f1b", "gpipe,1f1b"},
+              {"bucket-mb", "LIST", "ddp bucket sizes in MiB", "1,25"},
+              {"recompute", "", "also the pipeline and dp_pp variants that recompute stage activations in backward", ""},
+              {"threads", "N", "CPU threads per worker (0: the cores shared among the workers, as run does)", "0"},
+              {"format", "FMT", "what to print: markdown or json", "markdown"},
+              {"out", "PREFIX", "write PREFIX.md, PREFIX.json and PREFIX.png (chart)", ""},
+              {"validate", "RUN.json", "a run's results.json: predict its configurations and print the errors", ""},
+              {"save-profile", "PREFIX", "--validate without --profile: also write the timed profiles to PREFIX-threadsN.json", ""},
+              {"profile-reps", "N", "--validate without --profile: timed calls per op (median)", "3"},
+          });
+  if (!f.parse(args)) return 0;
+  if (!f.positional().empty()) throw UsageError(fmt::format("unexpected argument '{}'", f.positional()[0]));
+  if (!f.has("machine")) throw UsageError("--machine FILE is required (machines/*.json, or one written by parbench calibrate)");
+  const pj::Machine m = pj::load_machine(f.str("machine"));
+  std::vector<pj::Profile> profiles;
+  for (const std::string& path : split_list(f.str("profile"))) profiles.push_back(pj::load_profile(path));
+  if (f.integer("profile-reps") < 1) throw UsageError("--profile-reps must be at least 1");
+  if (f.has("validate")) return validate(f, m, profiles);
+  if (profiles.empty()) throw UsageError("--profile FILE is required (a profile.json; see parbench project --help)");
+  std::string image_note;
+  if (f.has("scale-image")) {
+    long from = 0, to = 0;
+    char tail = 0;
+    if (std::sscanf(f.str("scale-image").c_str(), "%ld:%ld%c", &from, &to, &tail) != 2 || from < 1 || to < 1)
+      throw UsageError(fmt::format("--scale-image expects FROM:TO, two image sizes in pixels, got '{}'", f.str("scale-image")));
+    for (pj::Profile& p : profiles) p = pj::scale_image(p, from, to);
+    image_note = fmt::format(" Layer times scaled from {0}x{0} to {1}x{1} images (x{2:g}, proportional to pixels).", from, to,
+                             static_cast<double>(to) * to / (static_cast<double>(from) * from));
+  }
+
+  pj::Options o;
+  o.threads_per_worker = static_cast<int>(f.integer("threads"));
+  if (o.threads_per_worker < 0) throw UsageError("--threads must be >= 0");
+  std::string scale_note;
+  if (f.has("from-machine")) {
+    const pj::Machine from = pj::load_machine(f.str("from-machine"));
+    o.compute_scale = from.peak_flops / m.peak_flops;
+    scale_note = fmt::format("Compute times scaled from {} ({:.3g} TFLOP/s) to {} ({:.3g} TFLOP/s): x{:.3g}.", from.name,
+                             from.peak_flops / 1e12, m.name, m.peak_flops / 1e12, o.compute_scale);
+  } else if (f.has("from-profile-peak")) {
+    const double frac = f.number("from-profile-peak");
+    if (!(frac > 0 && frac <= 1)) throw UsageError(fmt::format("--from-profile-peak expects a fraction in (0, 1], got {}", frac));
+    const double best = profiles.front().best_forward_flops_per_s();
+    if (!(best > 0)) throw UsageError(fmt::format("--from-profile-peak: {} has no layer with FLOPs and time", profiles.front().source));
+    o.compute_scale = best / (frac * m.peak_flops);
+    scale_note = fmt::format("Compute times scaled so that the profile's fastest layer ({:.3g} GFLOP/s forward on {}) runs at {:g}% of "
+                             "{}'s peak ({:.3g} TFLOP/s); every other layer keeps its speed relative to it: x{:.3g}.",
+                             best / 1e9, profiles.front().device_kind.empty() ? "its device" : profiles.front().device_kind,
+                             frac * 100, m.name, m.peak_flops / 1e12, o.compute_scale);
+  } else if (!profiles.front().device_kind.empty() && profiles.front().device_kind != m.kind) {
+    fmt::print(stderr, "parbench project: warning: the profile was measured on {} and the machine is {}; pass "
+               "--from-machine to scale compute times\n", profiles.front().device_kind, m.kind);
+  }
+  const std::vector<int64_t> batches = int_items("batch", f.str("batch"), 1);
+  if (batches.empty()) throw UsageError("--batch needs at least one batch size");
+  std::vector<int64_t> devices;
+  if (f.has("devices")) {
+    devices = int_items("devices", f.str("devices"), 1);
+  } else {
+    for (int64_t d : {1, 2, 4, 8, 64, 1024})
+      if (d <= m.total_devices()) devices.push_back(d);
+    if (devices.back() != m.total_devices()) devices.push_back(m.total_devices());
+  }
+  std::vector<std::string> strategies = f.str("strategies") == "all" ? kModelled : split_list(f.str("strategies"));
+  for (const std::string& s : strategies)
+    if (std::find(kModelled.begin(), kModelled.end(), s) == kModelled.end())
+      throw UsageError(fmt::format("--strategies: no projection model for '{}': expected all or some of {}", s,
+                                   fmt::join(kModelled, ", ")));
+  const std::vector<int64_t> micro = int_items("micro-batches", f.str("micro-batches"), 1);
+  std::vector<std::string> schedules = split_list(f.str("schedules"));
+  for (const std::string& s : schedules)
+    if (s != "gpipe" && s != "1f1b") throw UsageError(fmt::format("--schedules: expected gpipe and/or 1f1b, got '{}'", s));
+  std::vector<double> buckets;
+  for (const std::string& s : split_list(f.str("bucket-mb"))) {
+    double v = 0;
+    try {
+      v = std::stod(s);
+    } catch (const std::exception&) {
+      v = -1;
+    }
+    if (!(v > 0) || !std::isfinite(v)) throw UsageError(fmt::format("--bucket-mb expects sizes in MiB > 0, got '{}'", s));
+    buckets.push_back(v * kMiB);
+  }
+  const std::string scaling = f.str("scaling");
+  if (scaling != "weak" && scaling != "strong" && scaling != "both")
+    throw UsageError(fmt::format("--scaling expects weak, strong or both, got '{}'", scaling));
+  const std::string format = f.str("format");
+  if (format != "markdown" && format != "json") throw UsageError(fmt::format("--format expects markdown or json, got '{}'", format));
+
+  std::vector<Projected> all;
+  for (const int64_t batch : batches) {
+    for (const std::string& mode : {std::string("weak"), std::string("strong")}) {
+      if (scaling != "both" && scaling != mode) continue;
+      Projected pr;
+      pr.scaling = mode;
+      pr.batch = batch;
+      for (int64_t d : devices) {
+        const int64_t global = mode == "weak" ? batch * d : batch;
+        for (const pj::Config& c : configs_at(static_cast<int>(d), global, strategies, micro, schedules, buckets, f.on("recompute"))) {
+          const int t = cpu_threads_for(m, c.devices, o.threads_per_worker);
+          pj::Options oc = o;
+          oc.threads_per_worker = t;
+          pr.rows.push_back(pj::predict(profile_for(profiles, m.shared_cores > 0 ? t : profiles.front().threads), m, c, oc));
+        }
+      }
+      all.push_back(std::move(pr));
+    }
+  }
+  const pj::Profile& p0 = profiles.front();
+  reports::Report full, chart;
+  full.sources = chart.sources = {p0.source, m.source};
+  for (const Projected& pr : all) {
+    full.groups.push_back(as_report_group(pr, p0, m, false));
+    chart.groups.push_back(as_report_group(pr, p0, m, true));
+  }
+  std::string md = fmt::format("# Projected, not measured: {} on {}\n\nProfile {} ({}); machine {}{}. {}\n\n", p0.context.value("workload", std::string("profile")),
+                               m.name, p0.source, p0.device_kind.empty() ? "device not recorded" : p0.device_kind, m.source,
+                               m.description.empty() ? "" : " (" + m.description + ")", scale_note + image_note);
+  std::string tables = reports::report_markdown(full);
+  md += tables;
+  for (const Projected& pr : all) md += parts_markdown(pr, m);
+  md += best_markdown(all);
+  json doc = {{"parbench_projection", 1}, {"projected", true}, {"profile", p0.source}, {"machine", pj::machine_json(m)},
+              {"compute_scale", o.compute_scale}, {"groups", json::array()}};
+  for (const Projected& pr : all) {
+    json g = {{"scaling", pr.scaling}, {"batch", pr.batch}, {"rows", json::array()}};
+    for (const pj::Prediction& r : pr.rows) g["rows"].push_back(prediction_json(r));
+    doc["groups"].push_back(g);
+  }
+  doc["report"] = json::parse(reports::report_json(full));
+  std::fputs((format == "json" ? doc.dump(2) + "\n" : md).c_str(), stdout);
+  std::fflush(stdout);
+  if (f.has("out")) {
+    const std::string prefix = f.str("out");
+    make_dirs(std::filesystem::path(prefix).parent_path().string());
+    write_file_atomic(prefix + ".md", md);
+    write_file_atomic(prefix + ".json", doc.dump(2) + "\n");
+    const std::string chart_json =
+        (std::filesystem::temp_directory_path() / fmt::format("parbench-project-{}.json", ::getpid())).string();
+    write_file_atomic(chart_json, reports::report_json(chart));
+    const bool png = render_chart(chart_json, prefix + ".png");
+    std::remove(chart_json.c_str());
+    fmt::print(stderr, "parbench project: wrote {0}.md, {0}.json{1}\n", prefix, png ? fmt::format(", {}.png", prefix) : "");
+  }
+  return 0;
+}
+
+}  // namespace pb

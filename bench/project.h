@@ -1,0 +1,22 @@
+// `parbench project` and `parbench calibrate`: shared declarations.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/net.h"
+#include "reports/projection.h"
+
+namespace pb {
+
+// A per-layer profile of `plan` timed through the CPU backend with `threads` threads at each
+// batch size (the profile.json format). `project --validate` uses it when no --profile is given;
+// `parbench profile`'s measurement can take its place.
+projection::Profile engine_profile(const NetPlan& plan, const std::string& workload, std::vector<int64_t> batches,
+                                   int threads, int reps = 3);
+
+int cmd_project(const std::vector<std::string>& args);
+int cmd_calibrate(const std::vector<std::string>& args);
+
+}  // namespace pb

@@ -1,0 +1,950 @@
+// Projection: profile and machine files, the alpha-beta link model, the event simulator and one
+// program per strategy (each mirrors the order of operations in strategies/<name>.cpp).
+#include "reports/projection.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <set>
+
+#include <fmt/ranges.h>
+
+#include "engine/check.h"
+#include "engine/fsutil.h"
+#include "engine/json_input.h"
+#include "engine/net.h"
+#include "strategies/batch.h"
+#include "strategies/stages.h"
+
+namespace pb::projection {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr double kFloat = sizeof(float);
+
+// A JSON object read strictly: every field typed and checked, unknown fields refused; errors
+// name the file and the field's path.
+class Obj {
+ public:
+  Obj(const json& j, std::string source, std::string path) : j_(j), source_(std::move(source)), path_(std::move(path)) {
+    if (!j_.is_object()) fail(path_.empty() ? "the top level" : path_, "an object");
+  }
+  [[noreturn]] void fail(const std::string& field, const std::string& expected) const {
+    throw UsageError(fmt::format("{}: {}: expected {}", source_, field, expected));
+  }
+  std::string at_path(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+  bool has(const std::string& key) const { return j_.contains(key); }
+  const json& raw(const std::string& key) {
+    seen_.insert(key);
+    if (!j_.contains(key)) fail(at_path(key), "a value (the field is missing)");
+    return j_.at(key);
+  }
+  double number(const std::string& key, double lo = -std::numeric_limits<double>::infinity(), bool positive = false) {
+    const json& v = raw(key);
+    if (!v.is_number() || !std::isfinite(v.get<double>())) fail(at_path(key), "a finite number");
+    const double x = v.get<double>();
+    if (positive && !(x > 0)) fail(at_path(key), fmt::format("a number > 0, got {}", x));
+    if (x < lo) fail(at_path(key), fmt::format("a number >= {}, got {}", lo, x));
+    return x;
+  }
+  double number_or(const std::string& key, double fallback, double lo = 0) {
+    return has(key) ? number(key, lo) : (seen_.insert(key), fallback);
+  }
+  int64_t integer(const std::string& key, int64_t lo) {
+    const json& v = raw(key);
+    if (!v.is_number_integer() || v.get<int64_t>() < lo) fail(at_path(key), fmt::format("an integer >= {}", lo));
+    return v.get<int64_t>();
+  }
+  std::string str(const std::string& key) {
+    const json& v = raw(key);
+    if (!v.is_string()) fail(at_path(key), "a string");
+    return v.get<std::string>();
+  }
+  std::string str_or(const std::string& key, const std::string& fallback) { return has(key) ? str(key) : (seen_.insert(key), fallback); }
+  bool boolean(const std::string& key) {
+    const json& v = raw(key);
+    if (!v.is_boolean()) fail(at_path(key), "true or false");
+    return v.get<bool>();
+  }
+  std::vector<double> numbers(const std::string& key, std::size_t size, double lo) {
+    const json& v = raw(key);
+    if (!v.is_array() || v.size() != size)
+      fail(at_path(key), fmt::format("an array of {} number(s), one per entry of \"batches\"", size));
+    std::vector<double> out;
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      if (!v[i].is_number() || !std::isfinite(v[i].get<double>()) || v[i].get<double>() < lo)
+        fail(fmt::format("{}[{}]", at_path(key), i), fmt::format("a finite number >= {}", lo));
+      out.push_back(v[i].get<double>());
+    }
+    return out;
+  }
+  std::vector<int64_t> ints(const std::string& key, int64_t lo) {
+    const json& v = raw(key);
+    if (!v.is_array()) fail(at_path(key), "an array of integers");
+    std::vector<int64_t> out;
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      if (!v[i].is_number_integer() || v[i].get<int64_t>() < lo)
+        fail(fmt::format("{}[{}]", at_path(key), i), fmt::format("an integer >= {}", lo));
+      out.push_back(v[i].get<int64_t>());
+    }
+    return out;
+  }
+  // Unknown fields are mistakes (a misspelt key would silently keep its default).
+  void done() const {
+    for (auto it = j_.begin(); it != j_.end(); ++it)
+      if (!seen_.count(it.key())) fail(at_path(it.key()), "no such field (unknown)");
+  }
+  const json& json_value() const { return j_; }
+  const std::string& source() const { return source_; }
+
+ private:
+  const json& j_;
+  std::string source_, path_;
+  std::set<std::string> seen_;
+};
+
+// Linear in b between measured batches, extrapolated along the last (or first) two.
+double interpolate(const std::vector<int64_t>& xs, const std::vector<double>& ys, double b) {
+  if (b <= 0 || ys.empty()) return 0;
+  if (xs.size() == 1) return ys[0] * b / static_cast<double>(xs[0]);
+  std::size_t i = 1;
+  while (i + 1 < xs.size() && b > static_cast<double>(xs[i])) ++i;
+  const double x0 = static_cast<double>(xs[i - 1]), x1 = static_cast<double>(xs[i]);
+  const double y = ys[i - 1] + (ys[i] - ys[i - 1]) * (b - x0) / (x1 - x0);
+  return std::max(0.0, y);
+}
+
+double numel(const std::vector<int64_t>& s) {
+  double n = 1;
+  for (int64_t d : s) n *= static_cast<double>(d);
+  return n;
+}
+
+const std::vector<std::pair<Coll, std::string>>& coll_names() {
+  static const std::vector<std::pair<Coll, std::string>> v = {
+      {Coll::AllReduce, "all_reduce"}, {Coll::Broadcast, "broadcast"},           {Coll::Reduce, "reduce"},
+      {Coll::AllGather, "all_gather"}, {Coll::ReduceScatter, "reduce_scatter"}, {Coll::SendRecv, "send_recv"}};
+  return v;
+}
+
+const std::set<std::string> kAlgorithms = {"ring", "tree", "direct"};
+
+}  // namespace
+
+// ---- profile -----------------------------------------------------------------------------------
+
+int64_t Profile::param_count() const {
+  int64_t n = 0;
+  for (const LayerProfile& l : layers) n += l.params;
+  return n;
+}
+double Profile::forward_flops() const {
+  double f = 0;
+  for (const LayerProfile& l : layers) f += l.forward_flops;
+  return f;
+}
+double Profile::input_bytes_per_sample() const { return layers.empty() ? 0 : numel(layers.front().in) * kFloat; }
+double Profile::output_bytes_per_sample() const { return layers.empty() ? 0 : numel(layers.back().out) * kFloat; }
+double Profile::forward(int l, double b) const { return interpolate(batches, layers.at(l).forward_s, b); }
+double Profile::backward_data(int l, double b) const { return interpolate(batches, layers.at(l).backward_data_s, b); }
+double Profile::backward_weights(int l, double b) const { return interpolate(batches, layers.at(l).backward_weights_s, b); }
+double Profile::loss(double b) const { return interpolate(batches, loss_s, b); }
+double Profile::best_forward_flops_per_s() const {
+  double best = 0;
+  for (const LayerProfile& l : layers)
+    for (std::size_t i = 0; i < batches.size(); ++i)
+      if (l.forward_flops > 0 && l.forward_s[i] > 0) best = std::max(best, l.forward_flops * batches[i] / l.forward_s[i]);
+  return best;
+}
+
+Profile parse_profile(const std::string& text, const std::string& source) {
+  const json doc = parse_json_input(text, source);
+  Obj top(doc, source, "");
+  Profile p;
+  p.source = source;
+  if (top.integer("parbench_profile", 1) != 1) top.fail("parbench_profile", "1 (the format version this program reads)");
+  const json& ctx = top.raw("context");
+  if (!ctx.is_object()) top.fail("context", "an object");
+  p.context = ctx;
+  if (ctx.contains("threads") && ctx["threads"].is_number_integer()) p.threads = ctx["threads"].get<int>();
+  if (ctx.contains("threads") && ctx["threads"].is_string()) {
+    try {
+      p.threads = std::stoi(ctx["threads"].get<std::string>());
+    } catch (const std::exception&) {
+      p.threads = 0;
+    }
+  }
+  for (const char* k : {"device_kind", "device"})
+    if (p.device_kind.empty() && ctx.contains(k) && ctx[k].is_string()) p.device_kind = ctx[k].get<std::string>();
+  p.batches = top.ints("batches", 1);
+  if (p.batches.empty()) top.fail("batches", "at least one batch size");
+  for (std::size_t i = 1; i < p.batches.size(); ++i)
+    if (p.batches[i] <= p.batches[i - 1]) top.fail(fmt::format("batches[{}]", i), "batch sizes in ascending order");
+  const std::size_t nb = p.batches.size();
+  const json& layers = top.raw("layers");
+  if (!layers.is_array() || layers.empty()) top.fail("layers", "a non-empty array, one entry per layer");
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    Obj l(layers[i], source, fmt::format("layers[{}]", i));
+    LayerProfile lp;
+    lp.index = static_cast<int>(l.integer("index", 0));
+    if (lp.index != static_cast<int>(i)) l.fail(l.at_path("index"), fmt::format("{} (layers in order)", i));
+    lp.type = l.str("type");
+    if (lp.type != "conv2d" && lp.type != "relu" && lp.type != "linear" && lp.type != "flatten")
+      l.fail(l.at_path("type"), "conv2d, relu, linear or flatten");
+    lp.in = l.ints("in", 1);
+    lp.out = l.ints("out", 1);
+    if (lp.in.empty() || lp.out.empty()) l.fail(l.at_path(lp.in.empty() ? "in" : "out"), "a per-sample shape");
+    lp.params = l.integer("params", 0);
+    lp.forward_flops = l.number("forward_flops", 0);
+    lp.forward_s = l.numbers("forward_s", nb, 0);
+    lp.backward_data_s = l.numbers("backward_data_s", nb, 0);
+    lp.backward_weights_s = l.numbers("backward_weights_s", nb, 0);
+    lp.activation_bytes_per_sample = l.number("activation_bytes_per_sample", 0);
+    lp.workspace_bytes = l.number_or("workspace_bytes", 0, 0);
+    l.done();
+    if (i > 0 && numel(lp.in) != numel(p.layers.back().out))
+      l.fail(l.at_path("in"), fmt::format("the previous layer's output ({} values per sample)", numel(p.layers.back().out)));
+    p.layers.push_back(std::move(lp));
+  }
+  p.loss_s = top.numbers("loss_s", nb, 0);
+  p.optimizer_s_per_param = top.number("optimizer_s_per_param", 0);
+  top.done();
+  return p;
+}
+
+Profile load_profile(const std::string& path) { return parse_profile(read_file(path), path); }
+
+json profile_json(const Profile& p) {
+  json doc;
+  doc["parbench_profile"] = 1;
+  doc["context"] = p.context;
+  doc["batches"] = p.batches;
+  doc["layers"] = json::array();
+  for (const LayerProfile& l : p.layers)
+    doc["layers"].push_back({{"index", l.index},
+                             {"type", l.type},
+                             {"in", l.in},
+                             {"out", l.out},
+                             {"params", l.params},
+                             {"forward_flops", l.forward_flops},
+                             {"forward_s", l.forward_s},
+                             {"backward_data_s", l.backward_data_s},
+                             {"backward_weights_s", l.backward_weights_s},
+                             {"activation_bytes_per_sample", l.activation_bytes_per_sample},
+                             {"workspace_bytes", l.workspace_bytes}});
+  doc["loss_s"] = p.loss_s;
+  doc["optimizer_s_per_param"] = p.optimizer_s_per_param;
+  return doc;
+}
+
+Profile scale_image(const Profile& p, int64_t from, int64_t to) {
+  if (from < 1 || to < 1) throw UsageError(fmt::format("image sizes must be at least 1, got {} and {}", from, to));
+  const double area = static_cast<double>(to) * to / (static_cast<double>(from) * from);
+  Profile q = p;
+  auto shape = [&](std::vector<int64_t>& s, const LayerProfile& l) {
+    if (s.size() != 3) throw UsageError(fmt::format("{}: layer {} ({}) has no image shape to scale", p.source, l.index, l.type));
+    s[1] = s[1] * to / from, s[2] = s[2] * to / from;
+  };
+  for (LayerProfile& l : q.layers) {
+    if (l.type == "linear" || l.type == "flatten")
+      throw UsageError(fmt::format("{}: layer {} ({}): a net with {} layers cannot be scaled to another image size", p.source,
+                                   l.index, l.type, l.type));
+    shape(l.in, l), shape(l.out, l);
+    l.forward_flops *= area;
+    l.activation_bytes_per_sample *= area;
+    l.workspace_bytes *= area;
+    for (auto* v : {&l.forward_s, &l.backward_data_s, &l.backward_weights_s})
+      for (double& t : *v) t *= area;
+  }
+  for (double& t : q.loss_s) t *= area;
+  if (q.context.contains("workload_params") && q.context["workload_params"].is_string()) {
+    const std::string w = q.context["workload_params"].get<std::string>(), was = fmt::format("image {},", from);
+    if (w.rfind(was, 0) == 0) q.context["workload_params"] = fmt::format("image {},{}", to, w.substr(was.size()));
+  }
+  q.context["scaled_image"] = fmt::format("{} -> {} pixels: times, FLOPs and activations x{:g}", from, to, area);
+  return q;
+}
+
+// ---- machine -----------------------------------------------------------------------------------
+
+const char* coll_name(Coll c) {
+  for (const auto& [k, n] : coll_names())
+    if (k == c) return n.c_str();
+  return "?";
+}
+
+double bus_factor(Coll c, int n) {
+  if (n <= 1) return 0;
+  switch (c) {
+    case Coll::AllReduce: return 2.0 * (n - 1) / n;
+    case Coll::AllGather:
+    case Coll::ReduceScatter: return static_cast<double>(n - 1) / n;
+    default: return 1;
+  }
+}
+
+double latency_steps(Coll c, const std::string& algorithm, int n) {
+  if (n <= 1) return 0;
+  if (c == Coll::SendRecv) return 1;
+  const double log_n = std::ceil(std::log2(static_cast<double>(n)));
+  const bool tree = algorithm == "tree";
+  switch (c) {
+    case Coll::AllReduce: return tree ? 2 * log_n : 2.0 * (n - 1);  // reduce-scatter + all-gather, or up and down a tree
+    case Coll::AllGather:
+    case Coll::ReduceScatter: return tree ? log_n : n - 1.0;
+    default: return tree ? log_n : n - 1.0;  // broadcast, reduce: a pipelined chain or a tree
+  }
+}
+
+namespace {
+LinkCosts parse_links(const json& j, const std::string& source, const std::string& path) {
+  Obj o(j, source, path);
+  LinkCosts out;
+  for (const auto& [c, name] : coll_names()) {
+    if (!o.has(name)) continue;
+    Obj algs(o.raw(name), source, o.at_path(name));
+    for (auto it = algs.json_value().begin(); it != algs.json_value().end(); ++it) {
+      if (!kAlgorithms.count(it.key())) algs.fail(algs.at_path(it.key()), "an algorithm: ring, tree or direct");
+      Obj ab(algs.raw(it.key()), source, algs.at_path(it.key()));
+      AlphaBeta v;
+      v.alpha_s = ab.number("alpha_s", 0);
+      v.bus_bytes_per_s = ab.number("bus_bytes_per_s", 0, /*positive=*/true);
+      ab.done();
+      out[name][it.key()] = v;
+    }
+    algs.done();
+    if (out[name].empty()) o.fail(o.at_path(name), "at least one algorithm (ring, tree, direct)");
+  }
+  o.done();
+  return out;
+}
+
+json links_json(const LinkCosts& l) {
+  json j = json::object();
+  for (const auto& [c, algs] : l)
+    for (const auto& [a, v] : algs) j[c][a] = {{"alpha_s", v.alpha_s}, {"bus_bytes_per_s", v.bus_bytes_per_s}};
+  return j;
+}
+}  // namespace
+
+Machine parse_machine(const std::string& text, const std::string& source) {
+  const json doc = parse_json_input(text, source);
+  Obj top(doc, source, "");
+  Machine m;
+  m.source = source;
+  if (top.integer("parbench_machine", 1) != 1) top.fail("parbench_machine", "1 (the format version this program reads)");
+  m.name = top.str("name");
+  m.description = top.str_or("description", "");
+  Obj dev(top.raw("device"), source, "device");
+  m.kind = dev.str("kind");
+  if (m.kind != "cpu" && m.kind != "cuda") dev.fail("device.kind", "cpu or cuda");
+  m.model = dev.str("model");
+  m.peak_flops = dev.number("peak_flops", 0, true);
+  m.memory_bytes = dev.number("memory_bytes", 0, true);
+  m.shared_cores = static_cast<int>(dev.has("shared_cores") ? dev.integer("shared_cores", 0) : (dev.number_or("shared_cores", 0), 0));
+  m.parallel_threads = dev.number_or("parallel_threads", 0, 0);
+  dev.done();
+  m.devices_per_node = static_cast<int>(top.integer("devices_per_node", 1));
+  m.nodes = static_cast<int>(top.integer("nodes", 1));
+  m.overlap = top.boolean("overlap");
+  m.step_overhead_s = top.number_or("step_overhead_s", 0, 0);
+  m.worker_overhead_s = top.number_or("worker_overhead_s", 0, 0);
+  Obj links(top.raw("links"), source, "links");
+  m.intra_node = parse_links(links.raw("intra_node"), source, "links.intra_node");
+  if (links.has("inter_node")) m.inter_node = parse_links(links.raw("inter_node"), source, "links.inter_node");
+  links.done();
+  if (m.nodes > 1 && m.inter_node.empty()) top.fail("links.inter_node", "link costs between nodes (nodes > 1)");
+  if (!m.intra_node.count("send_recv")) top.fail("links.intra_node.send_recv", "the point-to-point cost (direct)");
+  if (top.has("calibration")) m.calibration = top.raw("calibration");
+  top.done();
+  return m;
+}
+
+Machine load_machine(const std::string& path) { return parse_machine(read_file(path), path); }
+
+json machine_json(const Machine& m) {
+  json j;
+  j["parbench_machine"] = 1;
+  j["name"] = m.name;
+  if (!m.description.empty()) j["description"] = m.description;
+  j["device"] = {{"kind", m.kind}, {"model", m.model}, {"peak_flops", m.peak_flops}, {"memory_bytes", m.memory_bytes}};
+  if (m.shared_cores > 0) j["device"]["shared_cores"] = m.shared_cores;
+  if (m.parallel_threads > 0) j["device"]["parallel_threads"] = m.parallel_threads;
+  j["devices_per_node"] = m.devices_per_node;
+  j["nodes"] = m.nodes;
+  j["overlap"] = m.overlap;
+  j["step_overhead_s"] = m.step_overhead_s;
+  j["worker_overhead_s"] = m.worker_overhead_s;
+  j["links"]["intra_node"] = links_json(m.intra_node);
+  if (!m.inter_node.empty()) j["links"]["inter_node"] = links_json(m.inter_node);
+  if (!m.calibration.is_null()) j["calibration"] = m.calibration;
+  return j;
+}
+
+CollCost collective_cost(const Machine& m, Coll c, double bytes, int ranks, bool spans_nodes) {
+  CollCost best;
+  if (ranks <= 1) return best;
+  const LinkCosts& level = spans_nodes ? m.inter_node : m.intra_node;
+  const auto it = level.find(coll_name(c));
+  if (it == level.end())
+    throw UsageError(fmt::format("{}: links.{}.{}: needed by this configuration, but the machine lists no cost for it",
+                                 m.source, spans_nodes ? "inter_node" : "intra_node", coll_name(c)));
+  best.seconds = std::numeric_limits<double>::infinity();
+  for (const auto& [alg, ab] : it->second) {
+    const double t = ab.alpha_s * latency_steps(c, alg, ranks) + bytes * bus_factor(c, ranks) / ab.bus_bytes_per_s;
+    if (t < best.seconds) best = {t, alg};
+  }
+  return best;
+}
+
+AlphaBeta fit_alpha_beta(Coll c, const std::string& algorithm, const std::vector<Sample>& samples) {
+  // t = a * x1 + g * x2 with x1 = latency steps, x2 = bytes * factor; g = 1 / bandwidth. Least
+  // squares weighted by 1/t, so small and large messages count alike (relative error).
+  double s11 = 0, s12 = 0, s22 = 0, s1t = 0, s2t = 0;
+  for (const Sample& s : samples) {
+    const double w = 1.0 / (s.seconds * s.seconds);
+    const double x1 = latency_steps(c, algorithm, s.ranks), x2 = s.bytes * bus_factor(c, s.ranks);
+    s11 += w * x1 * x1, s12 += w * x1 * x2, s22 += w * x2 * x2, s1t += w * x1 * s.seconds, s2t += w * x2 * s.seconds;
+  }
+  const double det = s11 * s22 - s12 * s12;
+  PB_CHECK(det > 0, "calibration of {}: the samples do not determine alpha and bandwidth", coll_name(c));
+  double a = (s1t * s22 - s2t * s12) / det, g = (s11 * s2t - s12 * s1t) / det;
+  if (a < 0) a = 0, g = s2t / s22;  // a negative latency is noise: refit the slope alone
+  if (g <= 0) g = 1e-15, a = s1t / s11;
+  return {a, 1.0 / g};
+}
+
+// ---- configurations ------------------------------------------------------------------------------
+
+std::string Config::label() const {
+  if (strategy == "pipeline" || strategy == "dp_pp") {
+    std::string s = strategy == "dp_pp" ? fmt::format("dp x pp ({}x{}, ", dp, devices / std::max(1, dp)) : "pipeline (";
+    return s + fmt::format("M={}{}{})", micro_batches, schedule == "1f1b" ? ", 1f1b" : "", recompute ? ", recompute" : "");
+  }
+  if (strategy == "ddp") return fmt::format("ddp ({:g} MiB buckets)", bucket_bytes / (1 << 20));
+  return strategy;
+}
+
+std::vector<std::string> Config::options() const {
+  std::vector<std::string> o;
+  if (strategy == "pipeline" || strategy == "dp_pp") {
+    o.push_back(fmt::format("micro_batches:{}", micro_batches));
+    if (schedule != "gpipe") o.push_back("schedule:" + schedule);
+    if (recompute) o.push_back("recompute:1");
+    if (strategy == "dp_pp") o.push_back(fmt::format("dp:{}", dp));
+  }
+  if (strategy == "ddp") o.push_back(fmt::format("bucket_mb:{:g}", bucket_bytes / (1 << 20)));
+  return o;
+}
+
+// ---- the simulator --------------------------------------------------------------------------------
+
+namespace {
+
+struct Op {
+  enum Kind { Compute, Send, Recv, Coll, Signal, Wait } kind = Compute;
+  double s = 0;       // seconds: compute at full speed, or the transfer (Send, Coll)
+  int peer = -1;      // Send/Recv: the other actor
+  int tag = 0;        // Coll: the collective instance; Signal/Wait: the event
+  int count = 0;      // Coll: participants
+  bool eager = false; // Send/Recv: the sender goes on once its data is out (a buffer per message)
+};
+
+struct Actor {
+  int worker = 0;
+  bool uses_cores = true;  // false: a communication stream
+  std::vector<Op> ops;
+};
+
+struct SimResult {
+  double end = 0;
+  std::vector<double> compute, exposed;  // per worker
+};
+
+// Plays the actors' programs. Send/Recv pairs meet (rendezvous) unless eager; a Coll starts when
+// all its participants arrived; compute progresses at full speed unless the node's CPU cores are
+// shared by more busy threads than there are cores (then each at cores / busy threads).
+SimResult simulate(const std::vector<Actor>& actors, int workers, const Machine& m, int threads) {
+  enum St { Ready, Computing, Moving, Blocked, Done };
+  const int A = static_cast<int>(actors.size());
+  std::vector<std::size_t> pc(A, 0);
+  std::vector<St> st(A, Ready);
+  std::vector<double> remaining(A, 0), end(A, 0);
+  std::set<int> signaled;
+  std::map<int, std::vector<int>> arrived;
+  std::vector<char> in_coll(A, 0);
+  std::map<std::pair<int, int>, std::vector<double>> mail;  // eager messages: (from, to) -> ready times
+  SimResult r;
+  r.compute.assign(workers, 0);
+  r.exposed.assign(workers, 0);
+  double now = 0;
+  const double eps = 1e-15;
+  for (;;) {
+    bool progress = true;
+    while (progress) {
+      progress = false;
+      for (int a = 0; a < A; ++a) {
+        if (st[a] != Ready && st[a] != Blocked) continue;
+        if (pc[a] == actors[a].ops.size()) {
+          st[a] = Done;
+          continue;
+        }
+        const Op& op = actors[a].ops[pc[a]];
+        switch (op.kind) {
+          case Op::Compute:
+            if (op.s <= 0) ++pc[a], st[a] = Ready;
+            else st[a] = Computing, remaining[a] = op.s;
+            progress = true;
+            break;
+          case Op::Signal:
+            signaled.insert(op.tag), ++pc[a], st[a] = Ready, progress = true;
+            break;
+          case Op::Wait:
+            if (signaled.count(op.tag)) ++pc[a], st[a] = Ready, progress = true;
+            else st[a] = Blocked;
+            break;
+          case Op::Send:
+          case Op::Recv: {
+            if (op.eager) {
+              if (op.kind == Op::Send) {  // busy while its data goes out, then free
+                mail[{a, op.peer}].push_back(now + op.s);
+                st[a] = Moving, end[a] = now + op.s, progress = true;
+              } else {
+                auto& box = mail[{op.peer, a}];
+                if (box.empty()) {
+                  st[a] = Blocked;
+                } else {
+                  st[a] = Moving, end[a] = std::max(now, box.front()), progress = true;
+                  box.erase(box.begin());
+                }
+              }
+              break;
+            }
+            const int b = op.peer;
+            const bool b_waiting = (st[b] == Blocked || st[b] == Ready) && pc[b] < actors[b].ops.size();
+            const Op* bo = b_waiting ? &actors[b].ops[pc[b]] : nullptr;
+            const Op::Kind want = op.kind == Op::Send ? Op::Recv : Op::Send;
+            if (bo && bo->kind == want && bo->peer == a && !bo->eager) {
+              const double d = op.kind == Op::Send ? op.s : bo->s;
+              st[a] = st[b] = Moving;
+              end[a] = end[b] = now + d;
+              progress = true;
+            } else {
+              st[a] = Blocked;
+            }
+            break;
+          }
+          case Op::Coll: {
+            if (!in_coll[a]) in_coll[a] = 1, arrived[op.tag].push_back(a);
+            st[a] = Blocked;
+            auto& who = arrived[op.tag];
+            if (static_cast<int>(who.size()) == op.count) {
+              double d = 0;
+              for (int x : who) d = std::max(d, actors[x].ops[pc[x]].s);
+              for (int x : who) st[x] = Moving, end[x] = now + d;
+              arrived.erase(op.tag);
+              progress = true;
+            }
+            break;
+          }
+        }
+      }
+    }
+    bool all_done = true;
+    for (int a = 0; a < A; ++a) all_done = all_done && st[a] == Done;
+    if (all_done) break;
+    // Compute speed: busy threads against the node's cores.
+    std::map<int, int> busy;  // node -> busy compute actors
+    for (int a = 0; a < A; ++a)
+      if (st[a] == Computing && actors[a].uses_cores) ++busy[actors[a].worker / m.devices_per_node];
+    // Relative to the profile, which was timed with `threads` busy threads alone.
+    const double cores = m.parallel_threads > 0 ? m.parallel_threads : m.shared_cores;
+    auto speed = [&](int a) {
+      if (m.shared_cores <= 0 || !actors[a].uses_cores) return 1.0;
+      const double demand = static_cast<double>(busy[actors[a].worker / m.devices_per_node]) * threads;
+      return std::min(1.0, cores / demand) / std::min(1.0, cores / threads);
+    };
+    double next = std::numeric_limits<double>::infinity();
+    for (int a = 0; a < A; ++a) {
+      if (st[a] == Computing) next = std::min(next, now + remaining[a] / speed(a));
+      if (st[a] == Moving) next = std::min(next, end[a]);
+    }
+    PB_CHECK(std::isfinite(next), "projection: the simulated schedule deadlocks at t = {} s", now);
+    const double dt = next - now;
+    std::vector<char> computing(workers, 0), moving(workers, 0);
+    for (int a = 0; a < A; ++a) {
+      if (st[a] == Computing) computing[actors[a].worker] = 1, remaining[a] -= dt * speed(a);
+      if (st[a] == Moving) moving[actors[a].worker] = 1;
+    }
+    for (int w = 0; w < workers; ++w) {
+      if (computing[w]) r.compute[w] += dt;
+      else if (moving[w]) r.exposed[w] += dt;
+    }
+    now = next;
+    for (int a = 0; a < A; ++a) {
+      if (st[a] == Computing && remaining[a] <= eps * std::max(1.0, now)) ++pc[a], st[a] = Ready;
+      if (st[a] == Moving && end[a] <= now + eps) ++pc[a], st[a] = Ready, in_coll[a] = 0;
+    }
+  }
+  r.end = now;
+  return r;
+}
+
+// What every strategy program needs: the profile's times at a batch, scaled, and link costs.
+class Builder {
+ public:
+  Builder(const Profile& p, const Machine& m, const Config& c, const Options& o) : p_(p), m_(m), c_(c), o_(o) {}
+
+  double fwd(int b, int e, double n) const {
+    double t = 0;
+    for (int i = b; i < e; ++i) t += p_.forward(i, n);
+    return t * o_.compute_scale;
+  }
+  double bw(int i, double n) const { return p_.backward_weights(i, n) * o_.compute_scale; }
+  double bd(int i, double n) const { return p_.backward_data(i, n) * o_.compute_scale; }
+  double loss(double n) const { return p_.loss(n) * o_.compute_scale; }
+  double opt(double params) const { return p_.optimizer_s_per_param * params * o_.compute_scale; }
+  int64_t params(int b, int e) const {
+    int64_t n = 0;
+    for (int i = b; i < e; ++i) n += p_.layers[i].params;
+    return n;
+  }
+  // Backward of layers [b, e) in the order Sequential::backward runs them; the first layer's
+  // input gradient only when the stage has a predecessor.
+  void backward(std::vector<Op>& ops, int b, int e, double n, bool need_dx) const {
+    for (int i = e - 1; i >= b; --i) {
+      ops.push_back({Op::Compute, bw(i, n)});
+      if (i > b || need_dx) ops.push_back({Op::Compute, bd(i, n)});
+    }
+  }
+  int node(int device) const { return device / m_.devices_per_node; }
+  bool spans(const std::vector<int>& devices) const {
+    for (int d : devices)
+      if (node(d) != node(devices.front())) return true;
+    return false;
+  }
+  double coll(Coll c, double bytes, const std::vector<int>& devices) {
+    comm_bytes += bytes * static_cast<double>(devices.size() > 1 ? devices.size() : 0);
+    return collective_cost(m_, c, bytes, static_cast<int>(devices.size()), spans(devices)).seconds;
+  }
+  double p2p(double bytes, int from, int to) {
+    comm_bytes += bytes;
+    return collective_cost(m_, Coll::SendRecv, bytes, 2, node(from) != node(to)).seconds;
+  }
+  static std::vector<int> range(int n, int first = 0, int stride = 1) {
+    std::vector<int> v;
+    for (int i = 0; i < n; ++i) v.push_back(first + i * stride);
+    return v;
+  }
+
+  const Profile& p_;
+  const Machine& m_;
+  const Config& c_;
+  const Options& o_;
+  double comm_bytes = 0;
+};
+
+double adam_state_bytes(double params) { return 4 * params * kFloat; }  // parameters, gradients, two moments
+
+// Activation bytes a Sequential over [b, e) keeps for one batch of n: every layer's output except
+// in-place ReLUs and flatten views, plus backward's two gradient scratch buffers.
+double stage_activations(const Profile& p, int b, int e, double n) {
+  double keep = 0, largest_in = 0;
+  bool owned = false;
+  for (int i = b; i < e; ++i) {
+    const LayerProfile& l = p.layers[i];
+    const bool alias = l.type == "flatten" || (l.type == "relu" && owned);
+    if (!alias) keep += l.activation_bytes_per_sample;
+    owned = owned || !alias;
+    largest_in = std::max(largest_in, numel(l.in) * kFloat);
+  }
+  return (keep + 2 * largest_in) * n;
+}
+
+double workspace(const Profile& p, int b, int e) {
+  double w = 0;
+  for (int i = b; i < e; ++i) w = std::max(w, p.layers[i].workspace_bytes);
+  return w;
+}
+
+// ddp's buckets as make_buckets in strategies/ddp.cpp: from the last layer back, a bucket closes
+// once it holds at least `bytes`; returns per layer the bucket closing after its weight gradient
+// (or -1) and each bucket's size in bytes.
+std::pair<std::vector<int>, std::vector<double>> buckets(const Profile& p, double bytes) {
+  std::vector<int> closes(p.layers.size(), -1);
+  std::vector<double> sizes;
+  double cur = 0;
+  int last = -1;
+  for (int i = static_cast<int>(p.layers.size()) - 1; i >= 0; --i) {
+    if (p.layers[i].params == 0) continue;
+    cur += static_cast<double>(p.layers[i].params) * kFloat;
+    last = i;
+    if (cur >= bytes) closes[i] = static_cast<int>(sizes.size()), sizes.push_back(cur), cur = 0, last = -1;
+  }
+  if (last >= 0) closes[last] = static_cast<int>(sizes.size()), sizes.push_back(cur);
+  return {closes, sizes};
+}
+
+NetPlan flops_plan(const Profile& p) {
+  NetPlan plan;
+  for (const LayerProfile& l : p.layers) {
+    LayerPlan lp;
+    lp.index = l.index;
+    lp.forward_flops = l.forward_flops;
+    plan.layers.push_back(lp);
+  }
+  return plan;
+}
+
+}  // namespace
+
+namespace {
+Prediction predict_impl(const Profile& p, const Machine& m, const Config& named, const Options& o) {
+  Prediction r;
+  r.config = named;
+  Config c = named;  // the registered pipeline variants: pipeline with their schedule and recompute
+  if (c.strategy.rfind("pipeline-", 0) == 0) {
+    const std::string v = c.strategy.substr(9);
+    if (v != "1f1b" && v != "recompute" && v != "1f1b-recompute") {
+      r.feasible = false;
+      r.reason = fmt::format("no projection model for strategy {}", c.strategy);
+      return r;
+    }
+    c.strategy = "pipeline";
+    c.schedule = v.rfind("1f1b", 0) == 0 ? "1f1b" : "gpipe";
+    c.recompute = v.find("recompute") != std::string::npos;
+  }
+  const int N = c.devices, L = static_cast<int>(p.layers.size());
+  const int64_t B = c.global_batch;
+  auto refuse = [&](std::string why) {
+    r.feasible = false;
+    r.reason = std::move(why);
+    return r;
+  };
+  if (N < 1 || B < 1) return refuse("needs at least one device and one sample");
+  if (N > m.total_devices())
+    return refuse(fmt::format("{} has {} device(s)", m.name, m.total_devices()));
+  if (c.strategy == "regular" && N != 1) return refuse("runs on one device");
+  if (c.strategy == "dp" && N > m.devices_per_node) return refuse("dp runs in one process: one node's devices at most");
+  const int threads = m.shared_cores > 0
+                          ? (o.threads_per_worker > 0 ? o.threads_per_worker
+                                                      : std::max(1, m.shared_cores / std::max(1, std::min(N, m.devices_per_node))))
+                          : 1;
+  const double in_b = p.input_bytes_per_sample(), out_b = p.output_bytes_per_sample();
+  const double P = static_cast<double>(p.param_count());
+  Builder bl(p, m, c, o);
+  std::vector<Actor> actors;
+  std::vector<double> mem(N, 0);
+  int sim_workers = N;
+
+  if (c.strategy == "regular") {
+    Actor a;
+    a.ops.push_back({Op::Compute, bl.fwd(0, L, B) + bl.loss(B)});
+    bl.backward(a.ops, 0, L, B, false);
+    a.ops.push_back({Op::Compute, bl.opt(P)});
+    actors.push_back(a);
+    mem[0] = adam_state_bytes(P) + (in_b + 2 * out_b) * B + stage_activations(p, 0, L, B) + workspace(p, 0, L);
+  } else if (c.strategy == "dp") {
+    // strategies/dp.cpp: broadcast, scatter (root sends in turn), forward, gather, loss on the
+    // root, the output gradients sent back, backward, reduce to the root, Adam on the root.
+    const std::vector<int64_t> ch = chunk_sizes(B, N);
+    const int used = static_cast<int>(ch.size());
+    const std::vector<int> group = Builder::range(used);
+    const double bcast = bl.coll(Coll::Broadcast, P * kFloat, group), reduce = bl.coll(Coll::Reduce, P * kFloat, group);
+    for (int i = 0; i < used; ++i) {
+      Actor a;
+      a.worker = i;
+      a.ops.push_back({Op::Coll, bcast, -1, 1, used});
+      if (i == 0) {
+        for (int j = 1; j < used; ++j) a.ops.push_back({Op::Send, bl.p2p(in_b * ch[j], 0, j), j});
+        a.ops.push_back({Op::Compute, bl.fwd(0, L, ch[0])});
+        for (int j = 1; j < used; ++j) a.ops.push_back({Op::Recv, 0, j});
+        a.ops.push_back({Op::Compute, bl.loss(B)});
+        for (int j = 1; j < used; ++j) a.ops.push_back({Op::Send, bl.p2p(out_b * ch[j], 0, j), j});
+      } else {
+        a.ops.push_back({Op::Recv, 0, 0});
+        a.ops.push_back({Op::Compute, bl.fwd(0, L, ch[i])});
+        a.ops.push_back({Op::Send, bl.p2p(out_b * ch[i], i, 0), 0});
+        a.ops.push_back({Op::Recv, 0, 0});
+      }
+      bl.backward(a.ops, 0, L, ch[i], false);
+      a.ops.push_back({Op::Coll, reduce, -1, 2, used});
+      if (i == 0) a.ops.push_back({Op::Compute, bl.opt(P)});
+      actors.push_back(a);
+      mem[i] = (i == 0 ? adam_state_bytes(P) + (in_b + 3 * out_b) * B : 2 * P * kFloat + (in_b + out_b) * ch[i]) +
+               stage_activations(p, 0, L, ch[i]) + workspace(p, 0, L);
+    }
+  } else if (c.strategy == "ddp") {
+    // strategies/ddp.cpp: buckets all-reduced as backward finishes them; overlapped on a machine
+    // whose collectives run beside compute, else each one on the critical path.
+    const std::vector<int64_t> ch = chunk_sizes(B, N);
+    const int used = static_cast<int>(ch.size());
+    const std::vector<int> group = Builder::range(used);
+    const auto [closes, sizes] = buckets(p, c.bucket_bytes);
+    std::vector<double> cost;
+    for (double s : sizes) cost.push_back(bl.coll(Coll::AllReduce, s, group));
+    for (int i = 0; i < used; ++i) {
+      Actor a, comm;
+      a.worker = comm.worker = i;
+      comm.uses_cores = false;
+      a.ops.push_back({Op::Compute, bl.fwd(0, L, ch[i]) + bl.loss(ch[i])});
+      for (int l = L - 1; l >= 0; --l) {
+        a.ops.push_back({Op::Compute, bl.bw(l, ch[i])});
+        if (closes[l] >= 0 && used > 1) {
+          const int b = closes[l];
+          if (m.overlap) {
+            a.ops.push_back({Op::Signal, 0, -1, 1000000 + i * 1000 + b});
+            comm.ops.push_back({Op::Wait, 0, -1, 1000000 + i * 1000 + b});
+            comm.ops.push_back({Op::Coll, cost[b], -1, 100 + b, used});
+          } else {
+            a.ops.push_back({Op::Coll, cost[b], -1, 100 + b, used});
+          }
+        }
+        if (l > 0) a.ops.push_back({Op::Compute, bl.bd(l, ch[i])});
+      }
+      if (m.overlap && used > 1) {
+        comm.ops.push_back({Op::Signal, 0, -1, 2000000 + i});
+        a.ops.push_back({Op::Wait, 0, -1, 2000000 + i});
+      }
+      a.ops.push_back({Op::Compute, bl.opt(P)});
+      actors.push_back(a);
+      if (!comm.ops.empty()) actors.push_back(comm);
+      mem[i] = adam_state_bytes(P) + (in_b + 2 * out_b) * ch[i] + stage_activations(p, 0, L, ch[i]) + workspace(p, 0, L);
+    }
+  } else if (c.strategy == "mp" || c.strategy == "pipeline" || c.strategy == "dp_pp") {
+    // strategies/pipeline.cpp: stages split by forward FLOPs, micro-batches in GPipe fill-drain
+    // (every forward, then every backward in reverse) or 1F1B (PipeDream-flush); stages send
+    // without waiting (non-blocking sends, a buffer per message) and receive blocking. With
+    // recompute a stage keeps only its inputs and runs its forward again before each backward,
+    // except for the micro-batch whose activations are still in its slot. dp_pp: D replicas of
+    // the pipeline, each stage's gradients all-reduced over its replicas after the drain.
+    const int D = c.strategy == "dp_pp" ? c.dp : 1;
+    if (D < 1 || N % D != 0) return refuse(fmt::format("{} devices do not split into {} replicas", N, D));
+    const int S = N / D;
+    const int M = c.strategy == "mp" ? 1 : c.micro_batches;
+    if (S > L) return refuse(fmt::format("{} stages but the net has {} layers", S, L));
+    const std::vector<int64_t> rep = chunk_sizes(B, D);
+    if (static_cast<int>(rep.size()) < D) return refuse(fmt::format("a batch of {} gives fewer than {} replica chunks", B, D));
+    if (M < 1 || M > rep.back()) return refuse(fmt::format("{} micro-batches but a replica has {} sample(s)", M, rep.back()));
+    const auto ranges = split_stages(flops_plan(p), S, {}, c.strategy);
+    const bool eager = true;
+    for (int d = 0; d < D; ++d) {
+      const std::vector<int64_t> mb = chunk_sizes(rep[d], M);
+      const int Mr = static_cast<int>(mb.size());
+      for (int s = 0; s < S; ++s) {
+        const int dev = d * S + s;
+        const auto [b, e] = ranges[s];
+        const double sin = numel(p.layers[b].in) * kFloat, sout = numel(p.layers[e - 1].out) * kFloat;
+        Actor a;
+        a.worker = dev;
+        auto F = [&](int k) {
+          if (s > 0) a.ops.push_back({Op::Recv, 0, dev - 1, 0, 0, eager});
+          a.ops.push_back({Op::Compute, bl.fwd(b, e, mb[k]) + (s == S - 1 ? bl.loss(mb[k]) : 0)});
+          if (s < S - 1) a.ops.push_back({Op::Send, bl.p2p(sout * mb[k], dev, dev + 1), dev + 1, 0, 0, eager});
+        };
+        auto Bk = [&](int k) {
+          if (s < S - 1) a.ops.push_back({Op::Recv, 0, dev + 1, 0, 0, eager});
+          const bool fresh = c.schedule == "1f1b" ? s == S - 1 : k == Mr - 1;
+          if (c.recompute && !fresh) a.ops.push_back({Op::Compute, bl.fwd(b, e, mb[k])});
+          bl.backward(a.ops, b, e, mb[k], s > 0);
+          if (s > 0) a.ops.push_back({Op::Send, bl.p2p(sin * mb[k], dev, dev - 1), dev - 1, 0, 0, eager});
+        };
+        int in_flight = Mr;
+        if (c.schedule == "1f1b") {
+          const int warm = std::min(S - s - 1, Mr);
+          int nf = 0, nb = 0;
+          for (; nf < warm; ++nf) F(nf);
+          while (nf < Mr) F(nf++), Bk(nb++);
+          while (nb < Mr) Bk(nb++);
+          in_flight = std::min(Mr, S - s);
+        } else {
+          for (int k = 0; k < Mr; ++k) F(k);
+          for (int k = Mr - 1; k >= 0; --k) Bk(k);
+        }
+        const double sp = static_cast<double>(bl.params(b, e));
+        if (D > 1) {
+          const std::vector<int> group = Builder::range(D, s, S);
+          a.ops.push_back({Op::Coll, bl.coll(Coll::AllReduce, sp * kFloat, group), -1, 500 + s, D});
+        }
+        a.ops.push_back({Op::Compute, bl.opt(sp)});
+        actors.push_back(a);
+        // Every stage keeps its whole input batch (strategies/pipeline.cpp) and the activations
+        // of the micro-batches in flight.
+        mem[dev] = adam_state_bytes(sp) + sin * rep[d] + sin * mb[0] + (s == S - 1 ? 2 * sout * rep[d] : sout * mb[0]) +
+                   stage_activations(p, b, e, static_cast<double>(mb[0]) * (c.recompute ? 1 : in_flight)) + workspace(p, b, e);
+      }
+    }
+  } else if (c.strategy == "fsdp") {
+    // ZeRO-3: each layer's parameters all-gathered before its forward and again before its
+    // backward, its gradients reduce-scattered after; each worker steps its 1/N shard.
+    const std::vector<int64_t> ch = chunk_sizes(B, N);
+    const int used = static_cast<int>(ch.size());
+    if (used < N) return refuse(fmt::format("a batch of {} gives only {} chunk(s) for {} shards", B, used, N));
+    const std::vector<int> group = Builder::range(N);
+    int tag = 3000;
+    std::vector<double> ag(L), rs(L);
+    double largest = 0;
+    for (int l = 0; l < L; ++l) {
+      const double bytes = static_cast<double>(p.layers[l].params) * kFloat;
+      largest = std::max(largest, bytes);
+      ag[l] = p.layers[l].params ? bl.coll(Coll::AllGather, bytes, group) : 0;
+      rs[l] = p.layers[l].params ? bl.coll(Coll::ReduceScatter, bytes, group) : 0;
+    }
+    bl.comm_bytes += 0;
+    for (int i = 0; i < N; ++i) {
+      Actor a;
+      a.worker = i;
+      int t = tag;
+      for (int l = 0; l < L; ++l) {
+        if (ag[l] > 0) a.ops.push_back({Op::Coll, ag[l], -1, t++, N});
+        a.ops.push_back({Op::Compute, bl.fwd(l, l + 1, ch[i])});
+      }
+      a.ops.push_back({Op::Compute, bl.loss(ch[i])});
+      for (int l = L - 1; l >= 0; --l) {
+        if (ag[l] > 0) a.ops.push_back({Op::Coll, ag[l], -1, t++, N});
+        a.ops.push_back({Op::Compute, bl.bw(l, ch[i])});
+        if (l > 0) a.ops.push_back({Op::Compute, bl.bd(l, ch[i])});
+        if (rs[l] > 0) a.ops.push_back({Op::Coll, rs[l], -1, t++, N});
+      }
+      a.ops.push_back({Op::Compute, bl.opt(P / N)});
+      actors.push_back(a);
+      mem[i] = adam_state_bytes(P / N) + 2 * largest + (in_b + 2 * out_b) * ch[i] + stage_activations(p, 0, L, ch[i]) +
+               workspace(p, 0, L);
+    }
+  } else {
+    return refuse(fmt::format("no projection model for strategy {}", c.strategy));
+  }
+
+  const SimResult sim = simulate(actors, sim_workers, m, threads);
+  int busiest = 0;
+  for (int w = 0; w < sim_workers; ++w)
+    if (sim.compute[w] > sim.compute[busiest]) busiest = w;
+  const int local = m.shared_cores > 0 || m.kind == "cpu" ? std::min(N, m.devices_per_node) : 1;
+  const double overhead = m.step_overhead_s + m.worker_overhead_s * (local - 1);
+  r.step_s = sim.end + overhead;
+  r.compute_s = sim.compute[busiest];
+  r.exposed_comm_s = sim.exposed[busiest];
+  r.idle_s = std::max(0.0, r.step_s - r.compute_s - r.exposed_comm_s);
+  r.peak_bytes = *std::max_element(mem.begin(), mem.end());
+  r.fits = r.peak_bytes <= m.memory_bytes / (m.shared_cores > 0 ? std::min(N, m.devices_per_node) : 1);
+  r.comm_bytes = bl.comm_bytes;
+  r.samples_per_s = static_cast<double>(B) / r.step_s;
+  return r;
+}
+}  // namespace
+
+Prediction predict(const Profile& p, const Machine& m, const Config& c, const Options& o) {
+  try {
+    return predict_impl(p, m, c, o);
+  } catch (const UsageError& e) {  // a collective the machine has no cost for, a split that does not fit
+    Prediction r;
+    r.config = c;
+    r.feasible = false;
+    r.reason = e.what();
+    return r;
+  }
+}
+
+}  // namespace pb::projection

@@ -1,0 +1,159 @@
+// Projection: every strategy's step time, its parts and its memory on machines and device counts
+// one does not have, from a measured per-layer profile (profile.json) and a machine description
+// (machines/*.json: peak FLOP/s, memory, alpha-beta link costs per collective and algorithm).
+// Each strategy's step is written as one program of compute and communication operations per
+// worker, as strategies/*.cpp run it, and played by one event simulator (blocking rendezvous for
+// send/recv and collectives, CPU cores shared between worker threads, collectives beside compute
+// only where the machine overlaps them). Formulas and assumptions: docs/projection.md.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace pb::projection {
+
+// ---- profile.json ----------------------------------------------------------------------------
+struct LayerProfile {
+  int index = 0;
+  std::string type;  // conv2d, relu, linear, flatten
+  std::vector<int64_t> in, out;
+  int64_t params = 0;
+  double forward_flops = 0;  // per sample
+  std::vector<double> forward_s, backward_data_s, backward_weights_s;  // per entry of Profile::batches
+  double activation_bytes_per_sample = 0;
+  double workspace_bytes = 0;
+};
+
+struct Profile {
+  std::string source;
+  nlohmann::json context;
+  std::vector<int64_t> batches;
+  std::vector<LayerProfile> layers;
+  std::vector<double> loss_s;
+  double optimizer_s_per_param = 0;
+  int threads = 0;          // context.threads; 0 when not recorded
+  std::string device_kind;  // context.device_kind or context.device ("cpu", "cuda", ...)
+
+  int64_t param_count() const;
+  double forward_flops() const;  // per sample
+  double input_bytes_per_sample() const;
+  double output_bytes_per_sample() const;
+  // Seconds at batch b: linear between the measured batches, extrapolated along the last two.
+  double forward(int layer, double b) const;
+  double backward_data(int layer, double b) const;
+  double backward_weights(int layer, double b) const;
+  double loss(double b) const;
+  // The highest forward rate of any layer at any measured batch (FLOPs / second).
+  double best_forward_flops_per_s() const;
+};
+
+// Throws pb::UsageError "SOURCE: field: what was expected".
+Profile parse_profile(const std::string& text, const std::string& source);
+Profile load_profile(const std::string& path);
+nlohmann::json profile_json(const Profile& p);
+// The profile of the same convolutional net at images `to` pixels wide instead of `from`: times,
+// FLOPs and activation bytes of every layer scale with the pixel count (to/from)^2, parameters and
+// the optimizer do not -- an assumption, exact for FLOPs, close for large convolutions. UsageError
+// for a net with linear or flatten layers, whose width the image changes.
+Profile scale_image(const Profile& p, int64_t from, int64_t to);
+
+// ---- machines/*.json ---------------------------------------------------------------------------
+enum class Coll { AllReduce, Broadcast, Reduce, AllGather, ReduceScatter, SendRecv };
+const char* coll_name(Coll c);
+// nccl-tests' bus-bandwidth factor: all-reduce 2(N-1)/N, all-gather and reduce-scatter (N-1)/N,
+// broadcast / reduce / send-recv 1.
+double bus_factor(Coll c, int ranks);
+// Latency terms of one collective on `ranks` under an algorithm (ring, tree, direct).
+double latency_steps(Coll c, const std::string& algorithm, int ranks);
+
+struct AlphaBeta {
+  double alpha_s = 0;    // per step
+  double bus_bytes_per_s = 0;
+};
+
+// Per collective (all_reduce, ...), per algorithm (ring, tree, direct): its alpha-beta.
+using LinkCosts = std::map<std::string, std::map<std::string, AlphaBeta>>;
+
+struct Machine {
+  std::string source, name, description;
+  std::string kind;            // cpu or cuda: the device the costs describe
+  std::string model;
+  double peak_flops = 0;       // per device: the rate compute times scale with
+  double memory_bytes = 0;     // per device (CPU: all workers together)
+  int shared_cores = 0;        // CPU: cores all workers of a node share (0: each device its own)
+  // CPU: how many busy threads run at full speed together, as calibrate measured it (the cores,
+  // on a machine nobody else loads; fewer while other work takes its share). 0: shared_cores.
+  double parallel_threads = 0;
+  int devices_per_node = 1, nodes = 1;
+  bool overlap = false;        // collectives run beside compute (their own stream / engine)
+  double step_overhead_s = 0;    // per step: starting the workers and waiting for them
+  double worker_overhead_s = 0;  // per step and additional worker
+  LinkCosts intra_node, inter_node;
+  nlohmann::json calibration;  // what calibrate measured, kept for the record
+  int total_devices() const { return devices_per_node * nodes; }
+};
+
+Machine parse_machine(const std::string& text, const std::string& source);
+Machine load_machine(const std::string& path);
+nlohmann::json machine_json(const Machine& m);
+
+struct CollCost {
+  double seconds = 0;
+  std::string algorithm;
+};
+// The cheapest listed algorithm for `bytes` over `ranks` devices; a group that spans nodes pays
+// the inter-node costs (the slowest link of a ring or tree sets its pace). UsageError naming the
+// machine file when it lists no cost for the collective.
+CollCost collective_cost(const Machine& m, Coll c, double bytes, int ranks, bool spans_nodes);
+
+// Fits alpha and bus bandwidth to measured times by least squares on
+// t = alpha * latency_steps + bytes * bus_factor / bandwidth.
+struct Sample {
+  int ranks = 0;
+  double bytes = 0, seconds = 0;
+};
+AlphaBeta fit_alpha_beta(Coll c, const std::string& algorithm, const std::vector<Sample>& samples);
+
+// ---- configurations and predictions -------------------------------------------------------------
+struct Config {
+  // regular, dp, ddp, mp, pipeline, fsdp, dp_pp; also the registered pipeline variants
+  // pipeline-1f1b, pipeline-recompute, pipeline-1f1b-recompute (schedule and recompute from the name)
+  std::string strategy;
+  int devices = 1;
+  int64_t global_batch = 1;
+  int micro_batches = 1;  // pipeline, dp_pp
+  double bucket_bytes = 25.0 * (1 << 20);  // ddp
+  std::string schedule = "gpipe";          // pipeline, dp_pp: gpipe or 1f1b
+  bool recompute = false;                  // pipeline, dp_pp: stage activations recomputed in backward
+  int dp = 1;                              // dp_pp: data-parallel replicas (pipeline stages = devices / dp)
+  std::string label() const;               // e.g. "pipeline (M=8, 1f1b)"
+  std::vector<std::string> options() const;  // benchmark-name options: micro_batches:8, ...
+};
+
+struct Options {
+  double compute_scale = 1;  // profile seconds x this (a profile from another device)
+  int threads_per_worker = 0;  // CPU: 0 = cores shared as run shares them: max(1, cores / N)
+};
+
+struct Prediction {
+  Config config;
+  bool feasible = true;
+  std::string reason;      // why not, when infeasible
+  double step_s = 0;
+  double compute_s = 0;        // the busiest worker's compute
+  double exposed_comm_s = 0;   // its transfers while it is not computing
+  double idle_s = 0;           // the rest: waiting for peers (pipeline bubble), starting the step
+  double peak_bytes = 0;       // per device, the largest
+  bool fits = true;
+  double comm_bytes = 0;       // per step, sent by all workers together
+  double samples_per_s = 0;
+};
+
+Prediction predict(const Profile& p, const Machine& m, const Config& c, const Options& o = {});
+
+}  // namespace pb::projection

@@ -1,0 +1,333 @@
+// The projection model (reports/projection.*): file formats and their errors, the alpha-beta
+// link model and its fit, and each strategy's simulated step against closed forms; then the
+// project and calibrate commands end to end.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/check.h"
+#include "engine/fsutil.h"
+#include "reports/projection.h"
+#include "tests/cli_fixture.h"
+
+namespace pb {
+namespace {
+
+namespace pj = projection;
+using nlohmann::json;
+
+std::string fixture(const std::string& name) { return (test::source_dir() / "tests/fixtures/projection" / name).string(); }
+
+json fixture_json(const std::string& name) { return json::parse(read_file(fixture(name))); }
+
+pj::Profile uniform() { return pj::load_profile(fixture("uniform.json")); }
+pj::Machine machine() { return pj::load_machine(fixture("machine.json")); }
+
+// A machine whose links cost nothing: only compute and schedule remain.
+pj::Machine free_links() {
+  pj::Machine m = machine();
+  for (auto* level : {&m.intra_node, &m.inter_node})
+    for (auto& [c, algs] : *level)
+      for (auto& [a, ab] : algs) ab = {0, 1e30};
+  return m;
+}
+
+pj::Config config(const std::string& s, int n, int64_t batch) {
+  pj::Config c;
+  c.strategy = s;
+  c.devices = n;
+  c.global_batch = batch;
+  return c;
+}
+
+// Throws UsageError whose message contains every needle.
+template <class F>
+void expect_usage_error(F&& f, std::initializer_list<std::string> needles) {
+  try {
+    f();
+    ADD_FAILURE() << "no error";
+  } catch (const UsageError& e) {
+    for (const std::string& n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
+  }
+}
+
+TEST(Projection, ProfileInterpolatesAndExtrapolatesLinearly) {
+  const pj::Profile p = uniform();
+  EXPECT_EQ(p.param_count(), 4 * 148);
+  EXPECT_NEAR(p.forward(0, 3), 0.003, 1e-12);  // between 2 and 4
+  EXPECT_NEAR(p.forward(0, 8), 0.008, 1e-12);  // beyond 4, along the last two
+  EXPECT_DOUBLE_EQ(p.forward(0, 0), 0);
+}
+
+TEST(Projection, ScaleImageScalesPixelsNotParameters) {
+  const pj::Profile p = uniform(), q = pj::scale_image(p, 8, 16);
+  EXPECT_EQ(q.layers[0].in, (std::vector<int64_t>{4, 16, 16}));
+  EXPECT_EQ(q.param_count(), p.param_count());
+  EXPECT_NEAR(q.forward(0, 2), 4 * p.forward(0, 2), 1e-15);
+  EXPECT_NEAR(q.forward_flops(), 4 * p.forward_flops(), 1e-3);
+  EXPECT_NEAR(q.input_bytes_per_sample(), 4 * p.input_bytes_per_sample(), 1e-9);
+  json j = fixture_json("uniform.json");
+  j["layers"][3]["type"] = "flatten";
+  expect_usage_error([&] { pj::scale_image(pj::parse_profile(j.dump(), "f.json"), 8, 16); }, {"f.json", "layer 3 (flatten)"});
+}
+
+TEST(Projection, ProfileErrorsNameFileAndField) {
+  json j = fixture_json("uniform.json");
+  j["layers"][1]["forward_s"] = {0.001, 0.002};
+  expect_usage_error([&] { pj::parse_profile(j.dump(), "p.json"); }, {"p.json", "layers[1].forward_s", "3 number(s)"});
+  j = fixture_json("uniform.json");
+  j["layers"][2]["speed"] = 1;
+  expect_usage_error([&] { pj::parse_profile(j.dump(), "p.json"); }, {"p.json", "layers[2].speed", "unknown"});
+  j = fixture_json("uniform.json");
+  j["batches"] = {2, 1, 4};
+  expect_usage_error([&] { pj::parse_profile(j.dump(), "p.json"); }, {"batches[1]", "ascending"});
+  j = fixture_json("uniform.json");
+  j["layers"][0]["backward_weights_s"][0] = -1;
+  expect_usage_error([&] { pj::parse_profile(j.dump(), "p.json"); }, {"layers[0].backward_weights_s[0]", ">= 0"});
+  expect_usage_error([&] { pj::parse_profile("{\"parbench_profile\": 1,", "p.json"); }, {"p.json", "malformed JSON"});
+}
+
+TEST(Projection, MachineErrorsNameFileAndField) {
+  json j = fixture_json("machine.json");
+  j["device"].erase("peak_flops");
+  expect_usage_error([&] { pj::parse_machine(j.dump(), "m.json"); }, {"m.json", "device.peak_flops", "missing"});
+  j = fixture_json("machine.json");
+  j["links"]["intra_node"]["all_reduce"]["butterfly"] = {{"alpha_s", 0}, {"bus_bytes_per_s", 1}};
+  expect_usage_error([&] { pj::parse_machine(j.dump(), "m.json"); }, {"links.intra_node.all_reduce.butterfly", "ring, tree or direct"});
+  j = fixture_json("machine.json");
+  j["links"]["intra_node"]["send_recv"]["direct"]["bus_bytes_per_s"] = 0;
+  expect_usage_error([&] { pj::parse_machine(j.dump(), "m.json"); }, {"links.intra_node.send_recv.direct.bus_bytes_per_s", "> 0"});
+  j = fixture_json("machine.json");
+  j["links"].erase("inter_node");
+  expect_usage_error([&] { pj::parse_machine(j.dump(), "m.json"); }, {"links.inter_node", "nodes > 1"});
+}
+
+TEST(Projection, PresetsParseAndRoundTrip) {
+  for (const auto& e : std::filesystem::directory_iterator(test::source_dir() / "machines")) {
+    const pj::Machine m = pj::load_machine(e.path().string());
+    const pj::Machine again = pj::parse_machine(pj::machine_json(m).dump(), "again");
+    EXPECT_EQ(again.name, m.name);
+    EXPECT_EQ(again.total_devices(), m.total_devices());
+    EXPECT_EQ(pj::machine_json(again), pj::machine_json(m)) << e.path();
+  }
+}
+
+TEST(Projection, AlphaBetaPerCollectiveAndAlgorithm) {
+  const pj::Machine m = machine();
+  // all-reduce ring over 4: 2(N-1) alpha + bytes * 2(N-1)/N / bandwidth.
+  const pj::CollCost c = pj::collective_cost(m, pj::Coll::AllReduce, 1e6, 4, false);
+  EXPECT_EQ(c.algorithm, "ring");
+  EXPECT_NEAR(c.seconds, 6 * 1e-5 + 1e6 * 1.5 / 1e8, 1e-12);
+  EXPECT_NEAR(pj::collective_cost(m, pj::Coll::AllReduce, 1e6, 16, true).seconds, 30 * 1e-4 + 1e6 * 2 * 15 / 16 / 1e7, 1e-12);
+  EXPECT_EQ(pj::collective_cost(m, pj::Coll::AllReduce, 1e6, 1, false).seconds, 0);
+  // With a tree listed, small messages over many ranks take it (log N latency terms).
+  pj::Machine t = m;
+  t.intra_node["all_reduce"]["tree"] = {1e-5, 5e7};
+  EXPECT_EQ(pj::collective_cost(t, pj::Coll::AllReduce, 1e3, 8, false).algorithm, "tree");
+  EXPECT_EQ(pj::collective_cost(t, pj::Coll::AllReduce, 1e8, 8, false).algorithm, "ring");
+  pj::Machine no_gather = m;
+  no_gather.intra_node.erase("all_gather");
+  expect_usage_error([&] { pj::collective_cost(no_gather, pj::Coll::AllGather, 1e3, 4, false); }, {"links.intra_node.all_gather"});
+  // A strategy that needs it is refused for that configuration, with the reason.
+  const pj::Prediction f = pj::predict(uniform(), no_gather, config("fsdp", 2, 2));
+  EXPECT_FALSE(f.feasible);
+  EXPECT_NE(f.reason.find("all_gather"), std::string::npos) << f.reason;
+}
+
+TEST(Projection, FitRecoversAlphaAndBandwidth) {
+  std::vector<pj::Sample> s;
+  for (int r : {2, 4})
+    for (double b : {4e3, 6.4e4, 1e6, 8e6})
+      s.push_back({r, b, 7e-6 * pj::latency_steps(pj::Coll::AllReduce, "ring", r) + b * pj::bus_factor(pj::Coll::AllReduce, r) / 3e9});
+  const pj::AlphaBeta ab = pj::fit_alpha_beta(pj::Coll::AllReduce, "ring", s);
+  EXPECT_NEAR(ab.alpha_s, 7e-6, 1e-10);
+  EXPECT_NEAR(ab.bus_bytes_per_s, 3e9, 3e9 * 1e-6);
+}
+
+TEST(Projection, RegularIsTheProfileSum) {
+  const pj::Prediction r = pj::predict(uniform(), free_links(), config("regular", 1, 2));
+  EXPECT_NEAR(r.step_s, 4 * (0.002 + 0.002), 1e-12);
+  EXPECT_NEAR(r.compute_s, r.step_s, 1e-12);
+  EXPECT_FALSE(pj::predict(uniform(), free_links(), config("regular", 2, 2)).feasible);
+}
+
+TEST(Projection, GpipeBubbleIsTheFormula) {
+  // Four equal stages, free links: step = (M + P - 1) (f + b), idle share (P - 1) / (M + P - 1).
+  for (int M : {1, 2, 4, 8}) {
+    pj::Config c = config("pipeline", 4, 8);
+    c.micro_batches = M;
+    const pj::Prediction r = pj::predict(uniform(), free_links(), c);
+    const double per = 2 * 0.001 * (8.0 / M);  // forward + backward of one layer, one micro-batch
+    EXPECT_NEAR(r.step_s, (M + 3) * per, 1e-9) << M;
+    EXPECT_NEAR(r.idle_s / r.step_s, 3.0 / (M + 3), 1e-9) << M;
+  }
+}
+
+TEST(Projection, OneFOneBSameTimeLessMemory) {
+  pj::Config g = config("pipeline", 4, 8), f = g;
+  g.micro_batches = f.micro_batches = 8;
+  f.schedule = "1f1b";
+  const pj::Prediction pg = pj::predict(uniform(), free_links(), g), pf = pj::predict(uniform(), free_links(), f);
+  EXPECT_NEAR(pf.step_s, pg.step_s, 1e-9);
+  EXPECT_LT(pf.peak_bytes, pg.peak_bytes);
+}
+
+TEST(Projection, RecomputeCostsForwardsAndSavesMemory) {
+  pj::Config g = config("pipeline", 4, 8);
+  g.micro_batches = 8;
+  pj::Config rc = g;
+  rc.strategy = "pipeline-recompute";  // the registered variant's name
+  const pj::Prediction pg = pj::predict(uniform(), free_links(), g), pr = pj::predict(uniform(), free_links(), rc);
+  ASSERT_TRUE(pr.feasible) << pr.reason;
+  // Each stage runs one layer's forward again for every micro-batch but the last (still in its
+  // slot): 7 x 1 ms more compute on each stage.
+  EXPECT_NEAR(pr.compute_s - pg.compute_s, 7 * 0.001, 1e-9);
+  EXPECT_LT(pr.peak_bytes, pg.peak_bytes);
+  rc.strategy = "pipeline-1f1b";
+  EXPECT_NEAR(pj::predict(uniform(), free_links(), rc).step_s, pg.step_s, 1e-9);
+  rc.strategy = "pipeline-zigzag";
+  EXPECT_FALSE(pj::predict(uniform(), free_links(), rc).feasible);
+}
+
+TEST(Projection, DdpOverlapHidesBucketsBehindBackward) {
+  pj::Machine m = machine();
+  pj::Config c = config("ddp", 2, 8);
+  c.bucket_bytes = 148 * 4;  // one bucket per layer
+  const double ar = pj::collective_cost(m, pj::Coll::AllReduce, 148 * 4, 2, false).seconds;
+  const double compute = 4 * (0.004 + 0.004);  // chunk 4 per worker
+  m.overlap = false;  // every bucket on the critical path
+  const pj::Prediction serial = pj::predict(uniform(), m, c);
+  EXPECT_NEAR(serial.step_s, compute + 4 * ar, 1e-9);
+  EXPECT_NEAR(serial.exposed_comm_s, 4 * ar, 1e-9);
+  m.overlap = true;  // only the last bucket (layer 0, after all backward) is exposed
+  const pj::Prediction over = pj::predict(uniform(), m, c);
+  EXPECT_NEAR(over.step_s, compute + ar, 1e-9);
+  EXPECT_NEAR(over.exposed_comm_s, ar, 1e-9);
+}
+
+TEST(Projection, DpSerialisesOnDeviceZero) {
+  const pj::Machine m = machine();
+  const pj::Prediction r = pj::predict(uniform(), m, config("dp", 2, 4));
+  auto cost = [&](pj::Coll c, double bytes, int n) { return pj::collective_cost(m, c, bytes, n, false).seconds; };
+  const double P = 4 * 148 * 4.0, sample = 4 * 8 * 8 * 4.0;
+  // broadcast, scatter, forward, gather, send back output gradients, backward, reduce.
+  const double want = cost(pj::Coll::Broadcast, P, 2) + cost(pj::Coll::SendRecv, 2 * sample, 2) + 4 * 0.002 +
+                      cost(pj::Coll::SendRecv, 2 * sample, 2) + cost(pj::Coll::SendRecv, 2 * sample, 2) + 4 * 0.002 +
+                      cost(pj::Coll::Reduce, P, 2);
+  EXPECT_NEAR(r.step_s, want, 1e-9);
+}
+
+TEST(Projection, SharedCoresSlowConcurrentWorkers) {
+  pj::Machine m = free_links();
+  m.shared_cores = 2;
+  pj::Options o;
+  o.threads_per_worker = 1;
+  // Four one-thread workers on two cores run at half speed; two run at full speed.
+  const double two = pj::predict(uniform(), m, config("ddp", 2, 8), o).step_s;
+  const double four = pj::predict(uniform(), m, config("ddp", 4, 8), o).step_s;
+  EXPECT_NEAR(two, 4 * 0.008, 1e-9);
+  EXPECT_NEAR(four, 2 * (4 * 0.004), 1e-9);
+  // Where other work leaves only one thread's worth of the cores, two workers share it.
+  m.parallel_threads = 1;
+  EXPECT_NEAR(pj::predict(uniform(), m, config("ddp", 2, 8), o).step_s, 2 * two, 1e-9);
+}
+
+TEST(Projection, MemoryFitsAndRefusals) {
+  pj::Machine m = machine();
+  m.memory_bytes = 1000;  // less than the parameters and Adam state
+  EXPECT_FALSE(pj::predict(uniform(), m, config("ddp", 2, 2)).fits);
+  // fsdp holds a 1/N shard of the Adam state: less memory per device than ddp.
+  const pj::Machine big = machine();
+  EXPECT_LT(pj::predict(uniform(), big, config("fsdp", 4, 4)).peak_bytes, pj::predict(uniform(), big, config("ddp", 4, 4)).peak_bytes);
+  pj::Config c = config("pipeline", 8, 8);
+  const pj::Prediction r = pj::predict(uniform(), big, c);
+  EXPECT_FALSE(r.feasible);
+  EXPECT_NE(r.reason.find("4 layers"), std::string::npos) << r.reason;
+  EXPECT_FALSE(pj::predict(uniform(), big, config("ddp", 32, 32)).feasible);  // 16 devices in the machine
+}
+
+TEST(Projection, CrossNodePipelinePaysTheSlowerLink) {
+  pj::Machine m = machine();
+  m.devices_per_node = 2;  // stages 0-1 on node 0, 2-3 on node 1
+  pj::Config c = config("pipeline", 4, 4);
+  c.micro_batches = 1;
+  const double across = pj::predict(uniform(), m, c).step_s;
+  m.devices_per_node = 8;
+  EXPECT_GT(across, pj::predict(uniform(), m, c).step_s);
+}
+
+class ProjectCli : public test::CliTest {
+ protected:
+  ProjectCli() : CliTest("parbench_project_") {}
+};
+
+TEST_F(ProjectCli, ProjectsEveryStrategyAndMarksItProjected) {
+  const test::Result r = parbench("project --profile " + fixture("uniform.json") + " --machine " + fixture("machine.json") +
+                                  " --devices 1,2,4 --batch 4 --out " + path("p"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("Projected, not measured"), std::string::npos);
+  EXPECT_NE(r.out.find("projected on test machine"), std::string::npos);
+  EXPECT_NE(r.out.find("Best strategy per device count"), std::string::npos);
+  const json doc = json::parse(read_file(path("p.json")));
+  EXPECT_TRUE(doc["projected"].get<bool>());
+  std::set<std::string> seen;
+  for (const json& g : doc["groups"])
+    for (const json& row : g["rows"])
+      if (row["feasible"].get<bool>()) {
+        seen.insert(row["strategy"].get<std::string>());
+        const double parts = row["compute_s"].get<double>() + row["exposed_comm_s"].get<double>() + row["idle_s"].get<double>();
+        EXPECT_NEAR(parts, row["step_s"].get<double>(), 1e-9 * row["step_s"].get<double>()) << row.dump();
+      }
+  for (const char* s : {"regular", "dp", "ddp", "mp", "pipeline", "fsdp", "dp_pp"}) EXPECT_TRUE(seen.count(s)) << s;
+}
+
+TEST_F(ProjectCli, BadInputExitsTwoNamingIt) {
+  json m = fixture_json("machine.json");
+  m["overlap"] = "yes";
+  write_file_atomic(path("m.json"), m.dump());
+  test::Result r = parbench("project --profile " + fixture("uniform.json") + " --machine " + path("m.json"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("m.json: overlap: expected true or false"), std::string::npos) << r.err;
+  r = parbench("project --profile " + fixture("uniform.json") + " --machine " + fixture("machine.json") + " --strategies tp");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--strategies"), std::string::npos) << r.err;
+  r = parbench("project --profile " + path("missing.json") + " --machine " + fixture("machine.json"));
+  EXPECT_EQ(r.code, 2) << r.err;
+}
+
+TEST_F(ProjectCli, ValidateComparesEveryMeasuredConfiguration) {
+  test::Result r = parbench("run --workload linear --devices 1,2 --batch 2 --iterations 3 --warmup 1 --out " + path("run"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = parbench("calibrate --ranks 2 --sizes 4,64 --reps 2 --out " + path("cpu.json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const pj::Machine cpu = pj::load_machine(path("cpu.json"));
+  for (const char* c : {"all_reduce", "broadcast", "reduce", "send_recv"}) EXPECT_TRUE(cpu.intra_node.count(c)) << c;
+  r = parbench("project --validate " + path("run/results.json") + " --machine " + path("cpu.json") + " --profile-reps 1 --out " + path("v"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const json v = json::parse(read_file(path("v.json")));
+  // Every strategy at 1, dp and ddp at 2: mp and pipeline cannot split the one-layer net over 2 workers (the run
+  // reports those as errors, and validate leaves them out).
+  ASSERT_EQ(v["rows"].size(), 7u);
+  double mean = 0, worst = 0;
+  for (const json& row : v["rows"]) {
+    const double e = (row["predicted_s"].get<double>() - row["measured_s"].get<double>()) / row["measured_s"].get<double>();
+    EXPECT_NEAR(row["error"].get<double>(), e, 1e-12);
+    mean += std::abs(e) / v["rows"].size();
+    worst = std::max(worst, std::abs(e));
+  }
+  EXPECT_NEAR(v["mean_abs_error"].get<double>(), mean, 1e-12);
+  EXPECT_NEAR(v["worst_abs_error"].get<double>(), worst, 1e-12);
+  // A run whose context cannot be read is bad input naming the key.
+  json run = json::parse(read_file(path("run/results.json")));
+  run["context"]["bucket_mb"] = "lots";
+  write_file_atomic(path("bad.json"), run.dump());
+  r = parbench("project --validate " + path("bad.json") + " --machine " + path("cpu.json"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("\"bucket_mb\" is \"lots\""), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace pb
