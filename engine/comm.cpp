@@ -105,6 +105,20 @@ void Communicator::recv(int rank, float* buf, int64_t n, int peer) {
   });
 }
 
+void Communicator::all_gather(int rank, const float* send, float* recv, int64_t n) {
+  PB_CHECK(n >= 0, "all_gather of {} values per rank", n);
+  timed(rank, static_cast<std::size_t>(n) * size() * sizeof(float), [&] {
+    if (n > 0) do_all_gather(rank, send, recv, n);
+  });
+}
+
+void Communicator::reduce_scatter(int rank, const float* send, float* recv, int64_t n) {
+  PB_CHECK(n >= 0, "reduce_scatter of {} values per rank", n);
+  timed(rank, static_cast<std::size_t>(n) * size() * sizeof(float), [&] {
+    if (n > 0) do_reduce_scatter(rank, send, recv, n);
+  });
+}
+
 namespace {
 
 // One rank: every collective is the identity, so strategies need no `if (n > 1)`.
@@ -121,6 +135,12 @@ class SoloComm final : public Communicator {
   void do_reduce(int, float*, int64_t, int) override {}
   void do_send(int, const float*, int64_t, int) override {}  // unreachable: peer != rank is checked
   void do_recv(int, float*, int64_t, int) override {}
+  // The one piece is the whole buffer: a copy on the rank's device (queued after its work).
+  void do_all_gather(int rank, const float* send, float* recv, int64_t n) override { copy(rank, send, recv, n); }
+  void do_reduce_scatter(int rank, const float* send, float* recv, int64_t n) override { copy(rank, send, recv, n); }
+  void copy(int rank, const float* src, float* dst, int64_t n) {
+    if (src != dst) copy_bytes(device(rank), dst, device(rank), src, static_cast<std::size_t>(n) * sizeof(float));
+  }
   bool orders_with_events() const override { return true; }  // nothing to order
 };
 

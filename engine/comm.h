@@ -50,6 +50,12 @@ class Communicator {
   void reduce(int rank, float* buf, int64_t n, int root);  // sum into root's buf; others keep theirs
   void send(int rank, const float* buf, int64_t n, int peer);
   void recv(int rank, float* buf, int64_t n, int peer);
+  // Equal pieces of n values per rank, as NCCL takes them (callers pad uneven shards); bytes
+  // booked: the whole gathered buffer, size() * n values (the nccl-tests size of both).
+  // all_gather: recv[r*n, (r+1)*n) = rank r's send (n values); recv holds size() * n.
+  void all_gather(int rank, const float* send, float* recv, int64_t n);
+  // reduce_scatter: recv (n values) = the sum over ranks of their send[rank*n, (rank+1)*n).
+  void reduce_scatter(int rank, const float* send, float* recv, int64_t n);
 
   // Called when a worker failed: every rank blocked in (or later entering) a collective throws
   // Error instead of waiting forever for it. The communicator is unusable afterwards.
@@ -66,6 +72,8 @@ class Communicator {
   virtual void do_reduce(int rank, float* buf, int64_t n, int root) = 0;
   virtual void do_send(int rank, const float* buf, int64_t n, int peer) = 0;
   virtual void do_recv(int rank, float* buf, int64_t n, int peer) = 0;
+  virtual void do_all_gather(int rank, const float* send, float* recv, int64_t n) = 0;
+  virtual void do_reduce_scatter(int rank, const float* send, float* recv, int64_t n) = 0;
 
   Backend& backend(int rank) const { return *ranks_.at(rank); }  // a local rank's
   // Implementations that order themselves after the rank's queued compute with events return

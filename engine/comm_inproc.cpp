@@ -15,7 +15,7 @@ namespace {
 class InProcComm final : public Communicator {
  public:
   explicit InProcComm(std::vector<Backend*> ranks)
-      : Communicator(std::move(ranks)), src_(size()), host_(size()), mail_(size() * size()) {}
+      : Communicator(std::move(ranks)), src_(size()), host_(size()), mail_(size() * size()), piece_(size()) {}
   std::string name() const override { return "inproc"; }
 
   void abort() noexcept override {
@@ -67,7 +67,39 @@ class InProcComm final : public Communicator {
     cv_.notify_all();
   }
 
+  // Each rank copies every piece from its publisher (a host copy when on a GPU).
+  void do_all_gather(int rank, const float* send, float* recv, int64_t n) override {
+    src_[rank] = publish(rank, send, n);
+    meet(rank);  // every piece is published
+    for (int k = 0; k < size(); ++k)
+      if (src_[k] != recv + k * n) copy_bytes(device(rank), recv + k * n, cpu(), src_[k], bytes(n));  // in place
+    meet(rank);  // the pieces stay untouched until every rank has its copies
+  }
+
+  // Each rank sums its own piece over ranks in rank order, as sum() does: the values equal an
+  // all-reduce's bit for bit.
+  void do_reduce_scatter(int rank, const float* send, float* recv, int64_t n) override {
+    src_[rank] = publish(rank, send, size() * n);
+    meet(rank);  // every input is published
+    std::vector<float>& out = piece_[rank];
+    out.assign(src_[0] + rank * n, src_[0] + (rank + 1) * n);
+    for (int k = 1; k < size(); ++k) {
+      const float* in = src_[k] + rank * n;
+      for (int64_t i = 0; i < n; ++i) out[i] += in[i];
+    }
+    meet(rank);  // nobody reads the inputs any more
+    copy_bytes(device(rank), recv, cpu(), out.data(), bytes(n));
+  }
+
  private:
+  // The host address of a rank's n input values: the buffer itself on the CPU, else a copy.
+  const float* publish(int rank, const float* buf, int64_t n) {
+    if (device(rank).kind == DeviceKind::Cpu) return buf;
+    host_[rank].resize(static_cast<std::size_t>(n));
+    copy_bytes(cpu(), host_[rank].data(), device(rank), buf, bytes(n));
+    return host_[rank].data();
+  }
+
   struct Mail {
     const float* ptr = nullptr;
     int64_t n = 0;
@@ -140,6 +172,7 @@ class InProcComm final : public Communicator {
   std::vector<std::vector<float>> host_;   // per rank: host copy of a device buffer
   std::vector<float> sum_;
   std::vector<Mail> mail_;                 // [sender * size + receiver]
+  std::vector<std::vector<float>> piece_;  // per rank: its reduce-scatter piece
 };
 
 }  // namespace
