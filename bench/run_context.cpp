@@ -108,6 +108,8 @@ void add_run_context(const RunPlan& p, const Flags& f, const Sweep& sw) {
   put(ctx::seed, std::to_string(sw.seed));
   put(ctx::world_size, std::to_string(process().size));  // processes (MPI ranks); 1 without MPI
   put(ctx::hosts, fmt::format("{}", fmt::join(process().hosts, ",")));  // per rank
+  put(ctx::first_bucket_mb, f.str("first-bucket-mb"));
+  if (f.str("grad-average") != "global") put(ctx::grad_average, f.str("grad-average"));  // the default is unnamed
 }
 
 }  // namespace pb

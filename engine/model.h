@@ -43,6 +43,9 @@ class Sequential {
                 const std::function<void(int layer)>& grads_ready = {});
   // The flat grads() range [begin, end) of layer i (global index; empty for ReLU/Flatten).
   std::pair<int64_t, int64_t> layer_grad_range(int i) const;
+  // Frees backward's scratch for gradients between layers (made again when needed): a stage
+  // that is one of many on a device (fsdp's units) holds it only while its backward runs.
+  void release_scratch() { gbuf_[0] = gbuf_[1] = Tensor(); }
 
  private:
   struct Slot {

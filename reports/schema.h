@@ -86,6 +86,8 @@ inline constexpr Key oversubscribe{"oversubscribe", "-", "true when workers may 
 inline constexpr Key seed{"seed", "-", "seed for parameters and data"};
 inline constexpr Key world_size{"world_size", "count", "processes (MPI ranks); 1 without MPI", M::Always};
 inline constexpr Key hosts{"hosts", "-", "host of each rank, comma-separated"};
+inline constexpr Key first_bucket_mb{"first_bucket_mb", "MiB", "ddp first gradient bucket size (the last layers')", M::Always};
+inline constexpr Key grad_average{"grad_average", "-", "ddp gradient averaging: local (torch DDP's mean of local means; only when given, absent = global)", M::Always};
 }  // namespace context
 
 inline constexpr Key kContext[] = {
@@ -98,7 +100,8 @@ inline constexpr Key kContext[] = {
     context::strategies,       context::strategy_order,  context::single_device_strategies,
     context::device_counts,    context::warmup,          context::iterations,    context::threads_per_worker,
     context::micro_batches,    context::bucket_mb,       context::balance,       context::oversubscribe,
-    context::seed,             context::world_size,      context::hosts};
+    context::seed,             context::world_size,      context::hosts,
+    context::first_bucket_mb,  context::grad_average};
 
 // ---- the record's own top-level field ------------------------------------------------------
 // {"<benchmark>": [[seconds of each iteration of repetition 0], [... repetition 1], ...]}

@@ -24,6 +24,8 @@ const std::vector<Entry>& registry() {
       {{"ddp", "a replica per worker, bucketed gradient all-reduce overlapped with backward", false, true}, make_ddp},
       {{"mp", "layers split into contiguous stages, one per worker", false, true}, make_mp},
       {{"pipeline", "mp with micro-batches in a GPipe fill-drain schedule", false, true}, make_pipeline},
+      {{"fsdp", "ddp with parameters, gradients and Adam state sharded (ZeRO-3): all-gather per layer, reduce-scatter", false, true},
+       make_fsdp},
   };
   return r;
 }

@@ -22,6 +22,10 @@ struct StrategyOptions {
   std::size_t bucket_bytes = 25u << 20;  // ddp gradient buckets
   std::vector<int> balance;          // mp/pipeline: layers per stage; empty = balance by FLOPs
   BackendOptions backend;
+  std::size_t first_bucket_bytes = 1u << 20;  // ddp: the first bucket (last layers), so its all-reduce starts early
+  // ddp: Global weights each rank by its samples (the global mean, as every strategy); Local is
+  // torch DDP's mean over ranks of each rank's local mean (differs on uneven chunks).
+  enum class GradAverage { Global, Local } grad_average = GradAverage::Global;
 };
 
 struct WorkerStats {
