@@ -26,6 +26,8 @@ const std::vector<Entry>& registry() {
       {{"pipeline", "mp with micro-batches in a GPipe fill-drain schedule", false, true}, make_pipeline},
       {{"fsdp", "ddp with parameters, gradients and Adam state sharded (ZeRO-3): all-gather per layer, reduce-scatter", false, true},
        make_fsdp},
+      {{"tp", "tensor parallel: each worker computes a slice of every layer's output channels, activations all-gathered", false, true},
+       make_tp},
   };
   return r;
 }

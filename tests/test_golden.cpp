@@ -1,5 +1,6 @@
 // The engine against PyTorch: golden trajectories made by scripts/make_fixtures.py (initial
 // parameters, input, per-step losses, final parameters after 5 Adam steps).
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -11,6 +12,7 @@
 
 #include "tests/gpu_skip.h"
 #include "tests/paths.h"
+#include "engine/check.h"
 #include "engine/fsutil.h"
 #include "engine/npy.h"
 #include "engine/state_dict.h"
@@ -81,6 +83,26 @@ TEST_P(Golden, EngineReproducesPyTorchTrajectory) { expect_pytorch_trajectory(di
 // Sharded parameters, gradients and Adam state: the same trajectory on every split of the batch.
 TEST_P(Golden, FsdpReproducesPyTorchTrajectory) {
   for (int n = 2; n <= 4; ++n) expect_pytorch_trajectory(dir(), "fsdp", n);
+}
+
+// Channel slices of every layer, the whole batch on each worker; nets whose layers all have
+// fewer outputs than workers are refused (nothing to split).
+TEST_P(Golden, TpReproducesPyTorchTrajectory) {
+  int64_t widest = 0;
+  for (const LayerPlan& l : plan_net(load_net_json((dir() / "net.json").string())).layers)
+    if (l.weight_numel > 0) widest = std::max(widest, l.out[0]);
+  for (int n = 2; n <= 4; ++n) {
+    if (widest >= n) {
+      expect_pytorch_trajectory(dir(), "tp", n);
+      continue;
+    }
+    try {
+      expect_pytorch_trajectory(dir(), "tp", n);
+      ADD_FAILURE() << "tp over " << n << " workers ran with at most " << widest << " channels per layer";
+    } catch (const UsageError& e) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("no layer of the net has"));
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Golden, ::testing::ValuesIn(fixture_names()),

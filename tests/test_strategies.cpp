@@ -143,7 +143,7 @@ TEST(Strategies, WorkloadsActuallyTrain) {
 }
 
 TEST(Strategies, RegisteredByName) {
-  EXPECT_EQ(strategy_names(), (std::vector<std::string>{"regular", "dp", "ddp", "mp", "pipeline", "fsdp"}));
+  EXPECT_EQ(strategy_names(), (std::vector<std::string>{"regular", "dp", "ddp", "mp", "pipeline", "fsdp", "tp"}));
 }
 
 TEST(Strategies, DpMatchesRegular) {
@@ -280,6 +280,37 @@ TEST(Strategies, FsdpWorkersHoldAShardOfTheState) {
       // ddp holds 4 copies (parameters, gradients, 2 moments); fsdp 4 shards plus one layer in full.
       EXPECT_GE(d.stats.workers[r].peak_bytes, 4 * replica);
       EXPECT_LT(f.stats.workers[r].peak_bytes, 4 * replica / n + 2 * replica * 3 / 5) << "worker " << r;
+    }
+  }
+}
+
+TEST(Strategies, TpMatchesRegular) {
+  // great_net's last conv has 3 output channels: at N = 4 it stays whole on every worker.
+  for (const NetSpec& net : workloads()) {
+    for (int n = 1; n <= 4; ++n) {
+      SCOPED_TRACE(fmt::format("tp on {} workers, {}", n, net.name));
+      if (net.layers.size() == 1 && n > 2) continue;  // Linear(5, 2): refused, below
+      const Trained r = train("tp", options(n), net, {7});
+      expect_matches(r, reference(net, {7}));
+      for (int w = 0; w < n; ++w) {
+        EXPECT_EQ(r.stats.workers[w].samples, 7) << "the whole batch on worker " << w;
+        if (n > 1) {
+          EXPECT_GT(r.stats.workers[w].comm_bytes, 0u) << "worker " << w << " gathered nothing: no layer split";
+        }
+      }
+    }
+  }
+}
+
+TEST(Strategies, TpRefusesANetWithNothingToSplit) {
+  // Linear(5, 2) over 3 or 4 workers: no layer has an output channel for every worker.
+  for (int n : {3, 4}) {
+    try {
+      train("tp", options(n), linear_net(), {7}, 1);
+      ADD_FAILURE() << "tp of Linear(5, 2) over " << n << " workers ran";
+    } catch (const UsageError& e) {
+      EXPECT_THAT(e.what(), HasSubstr(fmt::format("no layer of the net has {} or more output channels", n)));
+      EXPECT_THAT(e.what(), HasSubstr("the largest has 2"));
     }
   }
 }

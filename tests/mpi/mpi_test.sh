@@ -1,6 +1,6 @@
 #!/bin/bash
 # ctest driver for the multi-process (MPI) tests: runs parbench under `mpiexec -n 2` on CPU ranks.
-# usage: mpi_test.sh MPIEXEC PARBENCH CASE   (CASE: replay-ddp|replay-mp|replay-pipeline|replay-fsdp|run|fail-rank|stopped-rank|mismatch)
+# usage: mpi_test.sh MPIEXEC PARBENCH CASE   (CASE: replay-ddp|replay-mp|replay-pipeline|replay-fsdp|replay-tp|run|fail-rank|stopped-rank|mismatch)
 # Open MPI as root in a container needs --allow-run-as-root; --oversubscribe lets 2 ranks share
 # fewer cores; btl self,vader keeps it to shared memory (no network interfaces probed).
 set -u
@@ -17,7 +17,7 @@ trap 'rm -rf "$DIR"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 
 case $CASE in
-replay-ddp | replay-mp | replay-pipeline | replay-fsdp)
+replay-ddp | replay-mp | replay-pipeline | replay-fsdp | replay-tp)
   S=${CASE#replay-}
   # A 4-conv net (the conv_odd fixture): well conditioned, so Adam does not amplify rounding noise.
   # fsdp also on 3 samples (chunks 2,1) and the linear net (12 parameters: shards of 6).
@@ -25,7 +25,7 @@ replay-ddp | replay-mp | replay-pipeline | replay-fsdp)
   [[ $S == fsdp ]] && BATCHES="4 3"
   for B in $BATCHES; do
   for W in "--workload $HERE/../fixtures/conv_odd/net.json" "--workload linear"; do
-    [[ $S != ddp && $S != fsdp && $W == *linear* ]] && continue  # one layer: no two stages
+    [[ ($S == mp || $S == pipeline) && $W == *linear* ]] && continue  # one layer: no two stages
     A="$W --steps 5 --batch $B --micro-batches 2 --device-kind cpu"
     "$PARBENCH" replay --strategy regular $A --out "$DIR/regular" >/dev/null 2>&1 || fail "regular replay"
     "${MPI[@]}" -n 2 "$PARBENCH" replay --strategy "$S" --devices 2 $A --out "$DIR/$S" || fail "mpiexec -n 2 replay $S"
