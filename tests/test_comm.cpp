@@ -310,6 +310,52 @@ TEST(Comm, NcclAllReduceBroadcastSendRecvOnGpus) {
 #endif
 }
 
+// all_gather (also in place) and reduce_scatter on GPU buffers: NCCL on distinct GPUs, and the
+// in-process communicator's host staging for ranks sharing one.
+TEST(Comm, AllGatherAndReduceScatterOnGpus) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  std::vector<std::pair<std::vector<Device>, CommKind>> groups = {{{cuda(0), cuda(0), cuda(0)}, CommKind::InProcess}};
+#ifdef PARBENCH_HAVE_NCCL
+  if (cuda_device_count() >= 2) {
+    std::vector<Device> devs;
+    for (int i = 0; i < std::min(4, cuda_device_count()); ++i) devs.push_back(cuda(i));
+    groups.push_back({devs, CommKind::Nccl});
+  }
+#endif
+  for (const auto& [devs, kind] : groups) {
+    Group g(devs, kind);
+    SCOPED_TRACE(g.comm->name());
+    const int n = g.comm->size();
+    const int64_t len = 1025;
+    std::vector<std::vector<float>> gathered(n), in_place(n), piece(n);
+    g.run([&](int r) {
+      Tensor mine = Tensor::from_host({len}, rank_values(r, len), g.comm->device(r));
+      Tensor all = Tensor::zeros({n * len}, g.comm->device(r));
+      g.comm->all_gather(r, mine.data(), all.data(), len);
+      gathered[r] = all.to_host();
+      Tensor again = Tensor::zeros({n * len}, g.comm->device(r));
+      again.copy_from_host(rank_values(r, len).data(), len, r * len);
+      g.comm->all_gather(r, again.data() + r * len, again.data(), len);
+      in_place[r] = again.to_host();
+      Tensor src = Tensor::from_host({n * len}, rank_values(r, n * len), g.comm->device(r));
+      Tensor out = Tensor::zeros({len}, g.comm->device(r));
+      g.comm->reduce_scatter(r, src.data(), out.data(), len);
+      piece[r] = out.to_host();
+      Tensor z = Tensor::zeros({1}, g.comm->device(r));  // every rank done before any frees its buffers
+      g.comm->all_reduce(r, z.data(), 1);
+      (void)z.to_host();
+    });
+    std::vector<float> want;
+    for (int k = 0; k < n; ++k)
+      for (float v : rank_values(k, len)) want.push_back(v);
+    for (int r = 0; r < n; ++r) {
+      EXPECT_EQ(gathered[r], want) << "rank " << r;
+      EXPECT_EQ(in_place[r], want) << "in place, rank " << r;
+      for (int64_t i = 0; i < len; ++i) ASSERT_EQ(piece[r][i], sum_over_ranks(n, r * len + i)) << "rank " << r << " [" << i << "]";
+    }
+  }
+}
+
 TEST(Comm, InProcessRanksSharingOneGpu) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   Group g({cuda(0), cuda(0), cuda(0)});

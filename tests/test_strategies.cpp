@@ -510,7 +510,7 @@ TEST(Strategies, OnGpusMatchRegularOnAGpu) {
   StrategyOptions g = options(1);
   g.kind = DeviceKind::Cuda;
   const Trained ref = train("regular", g, net, {7});
-  for (const char* s : {"dp", "ddp", "mp", "pipeline"}) {
+  for (const char* s : {"dp", "ddp", "mp", "pipeline", "fsdp", "tp"}) {
     StrategyOptions o = g;
     o.devices = std::min(4, std::max(2, cuda_device_count()));
     o.oversubscribe = true;
