@@ -38,7 +38,7 @@ replay-ddp | replay-mp | replay-pipeline | replay-fsdp | replay-tp)
 run)
   # Relative --out: each rank would write into its own working directory; only rank 0 may.
   mkdir -p "$DIR/rank_dirs"
-  "${MPI[@]}" -n 2 "$PARBENCH" run --workload linear --strategies ddp,mp,pipeline --devices 2 --iterations 3 \
+  "${MPI[@]}" -n 2 "$PARBENCH" run --workload linear --strategies ddp,mp,pipeline,fsdp,tp --devices 2 --iterations 3 \
     --warmup 1 --device-kind cpu --out "$DIR/run" >"$DIR/out.txt" 2>&1 || { cat "$DIR/out.txt"; fail "mpiexec run"; }
   cat "$DIR/out.txt"
   /usr/bin/python3 - "$DIR/run/results.json" <<'PY' || fail "results.json"
@@ -51,6 +51,9 @@ b = {x["name"]: x for x in j["benchmarks"]}
 ddp = [x for n, x in b.items() if "/ddp/devices:2/" in n]
 assert ddp and "error_occurred" not in ddp[0] and ddp[0]["iterations"] == 3, ddp
 assert ddp[0]["label"] == "communicator mpi", ddp[0]["label"]
+for s in ("fsdp", "tp"):
+    run = [x for n, x in b.items() if "/%s/devices:2/" % s in n]
+    assert run and "error_occurred" not in run[0] and run[0]["label"] == "communicator mpi", (s, run)
 print("results.json: world_size 2, hosts", ctx["hosts"], ",", len(b), "benchmark(s)")
 PY
   [ "$(grep -c '^| ddp | 2 |' "$DIR/out.txt")" = 1 ] || fail "the table must be printed once (rank 0 only)"
