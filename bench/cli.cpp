@@ -130,7 +130,7 @@ std::vector<Flag> training_flags() {
       {"workload", "NAME|FILE", "great_net, linear, or a .json net description", "great_net"},
       {"image", "PIXELS", "great_net: image height and width", "64"},
       {"width", "SCALE", "great_net: channel width scale (1 = the seed's channels)", "0.25"},
-      {"strategy", "NAME", "regular, dp, ddp, mp, pipeline, fsdp or tp", "regular"},
+      {"strategy", "NAME", "regular, dp, ddp, mp, pipeline, fsdp, zero2 or tp", "regular"},
       {"devices", "N", "workers (GPUs, or CPU worker threads)", "1"},
       {"device-kind", "KIND", "auto, cpu or cuda (auto: cuda when a GPU is present)", "auto"},
       {"oversubscribe", "", "allow more workers than GPUs (they then share GPUs)", ""},

@@ -2,7 +2,9 @@
 // torch.chunk piece but holds only a 1/N shard of every unit's parameters, gradients and Adam
 // state; a unit (a layer with parameters and the parameterless layers after it) all-gathers its
 // parameters before its forward and again before its backward, dropping them after each; its
-// gradients are reduce-scattered, and each worker steps its own shard.
+// gradients are reduce-scattered, and each worker steps its own shard. zero2 (ZeRO-2, FSDP
+// SHARD_GRAD_OP) keeps the gathered parameters from forward to backward instead: one all-gather
+// per unit and step, for the memory of the whole parameters during the step.
 #include "engine/check.h"
 #include "engine/process.h"
 #include "strategies/batch.h"
@@ -48,7 +50,8 @@ std::vector<Unit> make_units(const NetPlan& plan, int workers) {
 
 class FullyShardedDataParallel final : public GroupStrategy {
  public:
-  explicit FullyShardedDataParallel(const StrategyOptions& o) : GroupStrategy(o, "fsdp", true, /*replicas=*/false) {}
+  FullyShardedDataParallel(const StrategyOptions& o, std::string name, bool reshard_after_forward)
+      : GroupStrategy(o, std::move(name), true, /*replicas=*/false), reshard_(reshard_after_forward) {}
 
   // Each worker's shards, placed into the whole vector (zeros elsewhere) and summed over the job.
   std::vector<float> params() override {
@@ -133,14 +136,14 @@ class FullyShardedDataParallel final : public GroupStrategy {
       Sequential& m = *models[u];
       gather(c, w, m, units_[u]);
       if (n > 0) cur = m.forward(cur, n);
-      release(m);
+      if (reshard_) release(m);
     }
     if (n > 0) w.be().mse_loss_grad(n * out, cur, w.t.data(), grad_scale(), w.dy.data(), w.loss.data());
     const float* dy = w.dy.data();
     for (int u = units - 1; u >= 0; --u) {
       Sequential& m = *models[u];
       const Unit& unit = units_[u];
-      gather(c, w, m, unit);
+      if (reshard_) gather(c, w, m, unit);
       m.grads() = Tensor::zeros({c.size() * unit.shard}, w.device);  // a worker without a chunk adds zeros
       float* dx = u > 0 ? s.dx[u % 2].data() : nullptr;
       if (n > 0) m.backward(dy, dx, false);
@@ -169,6 +172,7 @@ class FullyShardedDataParallel final : public GroupStrategy {
     m.release_scratch();
   }
 
+  bool reshard_;  // free a unit's parameters after its forward (ZeRO-3), gather them again for backward
   std::vector<Unit> units_;
   std::vector<Shard> shards_;  // per worker
   std::vector<std::vector<std::unique_ptr<Sequential>>> models_;  // per worker, per unit
@@ -177,6 +181,11 @@ class FullyShardedDataParallel final : public GroupStrategy {
 
 }  // namespace
 
-std::unique_ptr<Strategy> make_fsdp(const StrategyOptions& o) { return std::make_unique<FullyShardedDataParallel>(o); }
+std::unique_ptr<Strategy> make_fsdp(const StrategyOptions& o) {
+  return std::make_unique<FullyShardedDataParallel>(o, "fsdp", true);
+}
+std::unique_ptr<Strategy> make_zero2(const StrategyOptions& o) {
+  return std::make_unique<FullyShardedDataParallel>(o, "zero2", false);
+}
 
 }  // namespace pb

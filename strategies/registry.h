@@ -13,6 +13,7 @@ std::unique_ptr<Strategy> make_mp(const StrategyOptions& o);
 std::unique_ptr<Strategy> make_pipeline(const StrategyOptions& o);
 std::unique_ptr<Strategy> make_fsdp(const StrategyOptions& o);
 std::unique_ptr<Strategy> make_tp(const StrategyOptions& o);
+std::unique_ptr<Strategy> make_zero2(const StrategyOptions& o);
 // Stages over the workers with `micro_batches` micro-batches (pipeline.cpp); mp is one micro-batch.
 std::unique_ptr<Strategy> make_staged(const StrategyOptions& o, const std::string& name, int micro_batches);
 // ddp's gradient buckets over a replica's flat gradients, [begin, end) each, in the order

@@ -82,7 +82,10 @@ TEST_P(Golden, EngineReproducesPyTorchTrajectory) { expect_pytorch_trajectory(di
 
 // Sharded parameters, gradients and Adam state: the same trajectory on every split of the batch.
 TEST_P(Golden, FsdpReproducesPyTorchTrajectory) {
-  for (int n = 2; n <= 4; ++n) expect_pytorch_trajectory(dir(), "fsdp", n);
+  for (int n = 2; n <= 4; ++n) {
+    expect_pytorch_trajectory(dir(), "fsdp", n);
+    expect_pytorch_trajectory(dir(), "zero2", n);
+  }
 }
 
 // Channel slices of every layer, the whole batch on each worker; nets whose layers all have

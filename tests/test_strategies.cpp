@@ -143,7 +143,7 @@ TEST(Strategies, WorkloadsActuallyTrain) {
 }
 
 TEST(Strategies, RegisteredByName) {
-  EXPECT_EQ(strategy_names(), (std::vector<std::string>{"regular", "dp", "ddp", "mp", "pipeline", "fsdp", "tp"}));
+  EXPECT_EQ(strategy_names(), (std::vector<std::string>{"regular", "dp", "ddp", "mp", "pipeline", "fsdp", "zero2", "tp"}));
 }
 
 TEST(Strategies, DpMatchesRegular) {
@@ -261,8 +261,25 @@ TEST(Strategies, FsdpMatchesRegular) {
   int uneven = 0;
   for (const LayerPlan& l : plan.layers) uneven += (l.weight_numel + l.bias_numel) % 4 != 0;
   EXPECT_GT(uneven, 0);
-  check_equivalence("fsdp", options(1), {7});
-  check_equivalence("fsdp", options(1), {2}, false);  // fewer chunks than workers: the others still hold shards
+  for (const char* s : {"fsdp", "zero2"}) {
+    check_equivalence(s, options(1), {7});
+    check_equivalence(s, options(1), {2}, false);  // fewer chunks than workers: the others still hold shards
+  }
+}
+
+TEST(Strategies, FsdpCollectivesMoveTheShardsOfEveryUnit) {
+  // Linear(5, 2): 12 parameters, one unit; over 4 workers shards of 3 (over 5: 3, padded to 15).
+  // Per step and worker, nccl-tests sizes: fsdp gathers twice and reduce-scatters once (3 x the
+  // padded unit), zero2 gathers once.
+  for (int n : {4, 5}) {
+    const std::size_t padded = static_cast<std::size_t>(n * ((12 + n - 1) / n)) * sizeof(float);
+    for (const auto& [s, calls] : {std::pair<const char*, int>{"fsdp", 3}, {"zero2", 2}}) {
+      SCOPED_TRACE(fmt::format("{} over {} workers", s, n));
+      const Trained r = train(s, options(n), linear_net(), {7}, 1);
+      for (int w = 0; w < n; ++w) EXPECT_EQ(r.stats.workers[w].comm_bytes, calls * padded) << "worker " << w;
+      EXPECT_EQ(r.stats.workers_used, n) << "every worker holds a shard, with or without a chunk";
+    }
+  }
 }
 
 TEST(Strategies, FsdpWorkersHoldAShardOfTheState) {
@@ -277,12 +294,16 @@ TEST(Strategies, FsdpWorkersHoldAShardOfTheState) {
   for (int n : {2, 4}) {
     SCOPED_TRACE(fmt::format("{} workers", n));
     const Trained f = train("fsdp", options(n), net, {8}, 1), d = train("ddp", options(n), net, {8}, 1);
+    const Trained z = train("zero2", options(n), net, {8}, 1);
     const std::size_t replica = static_cast<std::size_t>(plan_net(net).param_count) * sizeof(float);
     for (int r = 0; r < n; ++r) {
       EXPECT_LT(f.stats.workers[r].peak_bytes, d.stats.workers[r].peak_bytes) << "worker " << r;
       // ddp holds 4 copies (parameters, gradients, 2 moments); fsdp 4 shards plus one layer in full.
       EXPECT_GE(d.stats.workers[r].peak_bytes, 4 * replica);
       EXPECT_LT(f.stats.workers[r].peak_bytes, 4 * replica / n + 2 * replica * 3 / 5) << "worker " << r;
+      // zero2 holds the whole parameters from forward to backward, and one unit's gradients.
+      EXPECT_GE(z.stats.workers[r].peak_bytes, 4 * replica / n + replica) << "worker " << r;
+      EXPECT_LT(z.stats.workers[r].peak_bytes, d.stats.workers[r].peak_bytes) << "worker " << r;
     }
   }
 }

@@ -1,6 +1,6 @@
 #!/bin/bash
 # ctest driver for the multi-process (MPI) tests: runs parbench under `mpiexec -n 2` on CPU ranks.
-# usage: mpi_test.sh MPIEXEC PARBENCH CASE   (CASE: replay-ddp|replay-mp|replay-pipeline|replay-fsdp|replay-tp|run|fail-rank|stopped-rank|mismatch)
+# usage: mpi_test.sh MPIEXEC PARBENCH CASE   (CASE: replay-ddp|replay-mp|replay-pipeline|replay-fsdp|replay-zero2|replay-tp|run|fail-rank|stopped-rank|mismatch)
 # Open MPI as root in a container needs --allow-run-as-root; --oversubscribe lets 2 ranks share
 # fewer cores; btl self,vader keeps it to shared memory (no network interfaces probed).
 set -u
@@ -17,12 +17,12 @@ trap 'rm -rf "$DIR"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 
 case $CASE in
-replay-ddp | replay-mp | replay-pipeline | replay-fsdp | replay-tp)
+replay-ddp | replay-mp | replay-pipeline | replay-fsdp | replay-zero2 | replay-tp)
   S=${CASE#replay-}
   # A 4-conv net (the conv_odd fixture): well conditioned, so Adam does not amplify rounding noise.
   # fsdp also on 3 samples (chunks 2,1) and the linear net (12 parameters: shards of 6).
   BATCHES=4
-  [[ $S == fsdp ]] && BATCHES="4 3"
+  [[ $S == fsdp || $S == zero2 ]] && BATCHES="4 3"
   for B in $BATCHES; do
   for W in "--workload $HERE/../fixtures/conv_odd/net.json" "--workload linear"; do
     [[ ($S == mp || $S == pipeline) && $W == *linear* ]] && continue  # one layer: no two stages
