@@ -131,7 +131,7 @@ std::vector<Flag> training_flags() {
       {"workload", "NAME|FILE", "great_net, linear, or a .json net description", "great_net"},
       {"image", "PIXELS", "great_net: image height and width", "64"},
       {"width", "SCALE", "great_net: channel width scale (1 = the seed's channels)", "0.25"},
-      {"strategy", "NAME", "regular, dp, ddp, mp, pipeline, pipeline-1f1b, pipeline-recompute or pipeline-1f1b-recompute", "regular"},
+      {"strategy", "NAME", "regular, dp, ddp, mp, pipeline, pipeline-1f1b, pipeline-recompute, pipeline-1f1b-recompute, fsdp, zero2 or tp", "regular"},
       {"devices", "N", "workers (GPUs, or CPU worker threads)", "1"},
       {"device-kind", "KIND", "auto, cpu or cuda (auto: cuda when a GPU is present)", "auto"},
       {"oversubscribe", "", "allow more workers than GPUs (they then share GPUs)", ""},
@@ -144,6 +144,8 @@ std::vector<Flag> training_flags() {
       {"threads", "N", "CPU threads per worker (0: share all cores among the workers)", "0"},
       {"comm-timeout", "SECONDS", "MPI: end the job when a rank waits longer than this in one communication call (0: never)", "300"},
       {"memory-limit", "GIB", "memory a configuration may use: in all on CPU, per GPU on CUDA (default: available RAM / GPU memory)", ""},
+      {"first-bucket-mb", "MB", "ddp: size of the first gradient bucket (the last layers') in MiB", "1"},
+      {"grad-average", "MODE", "ddp: global (the global batch mean, as every strategy) or local (torch DDP: mean of the ranks' local means)", "global"},
   };
 }
 
@@ -200,6 +202,13 @@ StrategyOptions strategy_options(const Flags& f, int devices, int64_t global_bat
   const double mb = f.number("bucket-mb");
   if (!(mb > 0)) throw UsageError(fmt::format("--bucket-mb must be positive, got {}", mb));
   o.bucket_bytes = static_cast<std::size_t>(mb * (1 << 20));
+  const double first_mb = f.number("first-bucket-mb");
+  if (!(first_mb > 0)) throw UsageError(fmt::format("--first-bucket-mb must be positive, got {}", first_mb));
+  o.first_bucket_bytes = static_cast<std::size_t>(first_mb * (1 << 20));
+  const std::string avg = f.str("grad-average");
+  if (avg != "global" && avg != "local")
+    throw UsageError(fmt::format("--grad-average expects global or local, got '{}'", avg));
+  o.grad_average = avg == "local" ? StrategyOptions::GradAverage::Local : StrategyOptions::GradAverage::Global;
   o.profile_batch = global_batch;
   if (f.has("balance")) {
     const std::string b = f.str("balance");

@@ -119,6 +119,8 @@ void add_run_context(const RunPlan& p, const Flags& f, const Sweep& sw) {
   put(ctx::hosts, fmt::format("{}", fmt::join(process().hosts, ",")));  // per rank
   put(ctx::schedule, f.has("schedule") ? f.str("schedule") : "per strategy");
   put(ctx::recompute, f.on("recompute") ? "true" : "per strategy");
+  put(ctx::first_bucket_mb, f.str("first-bucket-mb"));
+  if (f.str("grad-average") != "global") put(ctx::grad_average, f.str("grad-average"));  // the default is unnamed
 }
 
 }  // namespace pb

@@ -219,6 +219,20 @@ void Communicator::wait_transfer(int rank, int64_t id) {
   timed(rank, 0, [&] { do_wait_transfer(rank, id); }, CollKind::SendRecv);
 }
 
+void Communicator::all_gather(int rank, const float* send, float* recv, int64_t n) {
+  PB_CHECK(n >= 0, "all_gather of {} values per rank", n);
+  timed(rank, static_cast<std::size_t>(n) * size() * sizeof(float), [&] {
+    if (n > 0) do_all_gather(rank, send, recv, n);
+  }, CollKind::AllGather, -1, n * size());
+}
+
+void Communicator::reduce_scatter(int rank, const float* send, float* recv, int64_t n) {
+  PB_CHECK(n >= 0, "reduce_scatter of {} values per rank", n);
+  timed(rank, static_cast<std::size_t>(n) * size() * sizeof(float), [&] {
+    if (n > 0) do_reduce_scatter(rank, send, recv, n);
+  }, CollKind::ReduceScatter, -1, n * size());
+}
+
 namespace {
 
 // One rank: every collective is the identity, so strategies need no `if (n > 1)`.
@@ -238,6 +252,12 @@ class SoloComm final : public Communicator {
   int64_t do_send_start(int, const float*, int64_t, int) override { return 0; }  // unreachable, as do_send
   int64_t do_recv_start(int, float*, int64_t, int) override { return 0; }
   void do_wait_transfer(int, int64_t) override {}
+  // The one piece is the whole buffer: a copy on the rank's device (queued after its work).
+  void do_all_gather(int rank, const float* send, float* recv, int64_t n) override { copy(rank, send, recv, n); }
+  void do_reduce_scatter(int rank, const float* send, float* recv, int64_t n) override { copy(rank, send, recv, n); }
+  void copy(int rank, const float* src, float* dst, int64_t n) {
+    if (src != dst) copy_bytes(device(rank), dst, device(rank), src, static_cast<std::size_t>(n) * sizeof(float));
+  }
   bool orders_with_events() const override { return true; }  // nothing to order
 };
 

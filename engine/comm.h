@@ -31,8 +31,8 @@ struct CollStats {
 };
 
 // Per rank, since the last reset. bytes: the payload of each collective this rank took part in
-// (all-reduce, reduce, broadcast: the buffer size; send: the message; recv: 0, the sender counts
-// it; all 0 with a single rank) -- the nccl-tests "size", from which reports derive bus
+// (all-reduce, reduce, broadcast: the buffer size; all-gather, reduce-scatter: the whole gathered
+// buffer, N pieces; send: the message; recv: 0, the sender counts it; all 0 with a single rank) -- the nccl-tests "size", from which reports derive bus
 // bandwidth. seconds: the transfers alone -- host copies on CPU, the collectives' own span on
 // the device when the communicator orders itself with events (NCCL). wait_s: time this rank sat
 // idle in the calls instead: waiting for a peer to arrive, or for its own queued device work.
@@ -71,6 +71,12 @@ class Communicator {
   void reduce(int rank, float* buf, int64_t n, int root);  // sum into root's buf; others keep theirs
   void send(int rank, const float* buf, int64_t n, int peer);
   void recv(int rank, float* buf, int64_t n, int peer);
+  // Equal pieces of n values per rank, as NCCL takes them (callers pad uneven shards); bytes
+  // booked: the whole gathered buffer, size() * n values (the nccl-tests size of both).
+  // all_gather: recv[r*n, (r+1)*n) = rank r's send (n values); recv holds size() * n.
+  void all_gather(int rank, const float* send, float* recv, int64_t n);
+  // reduce_scatter: recv (n values) = the sum over ranks of their send[rank*n, (rank+1)*n).
+  void reduce_scatter(int rank, const float* send, float* recv, int64_t n);
 
   // Point-to-point transfers that return at once, so a pipeline stage can start its next
   // micro-batch while its output travels. The send's buffer must stay unchanged, and the recv's
@@ -104,6 +110,8 @@ class Communicator {
   virtual int64_t do_send_start(int rank, const float* buf, int64_t n, int peer) = 0;
   virtual int64_t do_recv_start(int rank, float* buf, int64_t n, int peer) = 0;
   virtual void do_wait_transfer(int rank, int64_t id) = 0;
+  virtual void do_all_gather(int rank, const float* send, float* recv, int64_t n) = 0;
+  virtual void do_reduce_scatter(int rank, const float* send, float* recv, int64_t n) = 0;
 
   Backend& backend(int rank) const { return *ranks_.at(rank); }  // a local rank's
   // Implementations that order themselves after the rank's queued compute with events return

@@ -19,7 +19,7 @@ class InProcComm final : public Communicator {
  public:
   explicit InProcComm(std::vector<Backend*> ranks)
       : Communicator(std::move(ranks)), src_(size()), host_(size()), mail_(size() * size()),
-        channels_(size() * size()), started_(size()), next_id_(size()) {}
+        channels_(size() * size()), started_(size()), next_id_(size()), piece_(size()) {}
   std::string name() const override { return "inproc"; }
 
   void abort() noexcept override {
@@ -69,6 +69,30 @@ class InProcComm final : public Communicator {
     std::lock_guard<std::mutex> lock(mu_);
     m.taken = true;
     cv_.notify_all();
+  }
+
+  // Each rank copies every piece from its publisher (a host copy when on a GPU).
+  void do_all_gather(int rank, const float* send, float* recv, int64_t n) override {
+    src_[rank] = publish(rank, send, n);
+    meet(rank);  // every piece is published
+    for (int k = 0; k < size(); ++k)
+      if (src_[k] != recv + k * n) copy_bytes(device(rank), recv + k * n, cpu(), src_[k], bytes(n));  // in place
+    meet(rank);  // the pieces stay untouched until every rank has its copies
+  }
+
+  // Each rank sums its own piece over ranks in rank order, as sum() does: the values equal an
+  // all-reduce's bit for bit.
+  void do_reduce_scatter(int rank, const float* send, float* recv, int64_t n) override {
+    src_[rank] = publish(rank, send, size() * n);
+    meet(rank);  // every input is published
+    std::vector<float>& out = piece_[rank];
+    out.assign(src_[0] + rank * n, src_[0] + (rank + 1) * n);
+    for (int k = 1; k < size(); ++k) {
+      const float* in = src_[k] + rank * n;
+      for (int64_t i = 0; i < n; ++i) out[i] += in[i];
+    }
+    meet(rank);  // nobody reads the inputs any more
+    copy_bytes(device(rank), recv, cpu(), out.data(), bytes(n));
   }
 
   // Non-blocking transfers: a channel per (sender, receiver) pair queues the sends and recvs not
@@ -134,6 +158,14 @@ class InProcComm final : public Communicator {
     op->done = match->done = true;
     cv_.notify_all();
     return id;
+  }
+
+  // The host address of a rank's n input values: the buffer itself on the CPU, else a copy.
+  const float* publish(int rank, const float* buf, int64_t n) {
+    if (device(rank).kind == DeviceKind::Cpu) return buf;
+    host_[rank].resize(static_cast<std::size_t>(n));
+    copy_bytes(cpu(), host_[rank].data(), device(rank), buf, bytes(n));
+    return host_[rank].data();
   }
 
   struct Mail {
@@ -211,6 +243,7 @@ class InProcComm final : public Communicator {
   std::vector<Channel> channels_;          // [sender * size + receiver], under mu_
   std::vector<std::map<int64_t, std::shared_ptr<Transfer>>> started_;  // per rank, its own thread's
   std::vector<int64_t> next_id_;           // per rank, its own thread's
+  std::vector<std::vector<float>> piece_;  // per rank: its reduce-scatter piece
 };
 
 }  // namespace

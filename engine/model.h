@@ -60,6 +60,9 @@ class Sequential {
   void set_tracer(Tracer* t) { tracer_ = t; }
   // Every later forward/backward calls it around each layer's backend calls; null: none.
   void set_observer(LayerObserver* o) { observer_ = o; }
+  // Frees backward's scratch for gradients between layers (made again when needed): a stage
+  // that is one of many on a device (fsdp's units) holds it only while its backward runs.
+  void release_scratch() { gbuf_[0] = gbuf_[1] = Tensor(); }
 
  private:
   struct Slot {

@@ -124,6 +124,8 @@ inline constexpr Key world_size{"world_size", "count", "processes (MPI ranks); 1
 inline constexpr Key hosts{"hosts", "-", "host of each rank, comma-separated"};
 inline constexpr Key schedule{"schedule", "-", "pipeline schedule: the --schedule value (gpipe or 1f1b), or per strategy (pipeline: gpipe, pipeline-1f1b: 1f1b)"};
 inline constexpr Key recompute{"recompute", "-", "true with --recompute, else per strategy (the -recompute pipelines recompute)"};
+inline constexpr Key first_bucket_mb{"first_bucket_mb", "MiB", "ddp first gradient bucket size (the last layers')", M::Always};
+inline constexpr Key grad_average{"grad_average", "-", "ddp gradient averaging: local (torch DDP's mean of local means; only when given, absent = global)", M::Always};
 }  // namespace context
 
 inline constexpr Key kContext[] = {
@@ -137,7 +139,8 @@ inline constexpr Key kContext[] = {
     context::device_counts,    context::warmup,          context::iterations,    context::threads_per_worker,
     context::micro_batches,    context::bucket_mb,       context::balance,       context::oversubscribe,
     context::seed,             context::world_size,      context::hosts,
-    context::schedule,         context::recompute};
+    context::schedule,         context::recompute,
+    context::first_bucket_mb,  context::grad_average};
 
 // ---- the record's own top-level field ------------------------------------------------------
 // {"<benchmark>": [[seconds of each iteration of repetition 0], [... repetition 1], ...]}

@@ -1,5 +1,7 @@
 // ddp: DistributedDataParallel. A replica per worker trains on its torch.chunk piece; gradient
 // buckets are all-reduced (sum) as soon as backward has finished them, and every replica steps.
+// Gradients are those of the global mean by default, or torch DDP's mean of the ranks' local
+// means (--grad-average local).
 #include "engine/check.h"
 #include "strategies/batch.h"
 #include "strategies/group.h"
@@ -14,21 +16,44 @@ struct Bucket {
   int64_t begin = 0, end = 0;  // range of the flat gradient buffer
 };
 
-// Buckets of about `bytes` from the last layer backwards (the order backward finishes them);
-// a layer is never split, as in torch DDP.
-std::vector<Bucket> make_buckets(const Sequential& m, std::size_t bytes) {
-  std::vector<Bucket> out;
-  Bucket cur;
-  bool open = false;
+}  // namespace
+
+// Buckets from the last layer backwards (the order backward finishes them): the first closes
+// once it holds `first_bytes`, the others `bytes`; a layer is never split. As torch DDP
+// (first bucket 1 MiB, then bucket_cap_mb), so the first all-reduce starts early in backward.
+std::vector<std::pair<int64_t, int64_t>> ddp_buckets(const Sequential& m, std::size_t first_bytes, std::size_t bytes) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  int64_t lo_all = -1, hi_all = -1;
   for (int i = m.end() - 1; i >= m.begin(); --i) {
     const auto [lo, hi] = m.layer_grad_range(i);
     if (hi == lo) continue;
-    if (!open) cur = {i, lo, hi}, open = true;
-    cur.last_layer = i;
-    cur.begin = lo;
-    if (static_cast<std::size_t>(cur.end - cur.begin) * sizeof(float) >= bytes) out.push_back(cur), open = false;
+    if (hi_all < 0) hi_all = hi;
+    lo_all = lo;
+    const std::size_t cap = out.empty() ? first_bytes : bytes;
+    if (static_cast<std::size_t>(hi_all - lo_all) * sizeof(float) >= cap) {
+      out.emplace_back(lo_all, hi_all);
+      hi_all = -1;
+    }
   }
-  if (open) out.push_back(cur);
+  if (hi_all >= 0) out.emplace_back(lo_all, hi_all);
+  return out;
+}
+
+namespace {
+
+std::vector<Bucket> make_buckets(const Sequential& m, std::size_t first_bytes, std::size_t bytes) {
+  std::vector<Bucket> out;
+  for (const auto& [lo, hi] : ddp_buckets(m, first_bytes, bytes)) {
+    int last = m.end() - 1;  // the lowest layer whose gradients lie in [lo, hi)
+    for (int i = m.begin(); i < m.end(); ++i) {
+      const auto [a, b] = m.layer_grad_range(i);
+      if (b > a && a >= lo && b <= hi) {
+        last = i;
+        break;
+      }
+    }
+    out.push_back({last, lo, hi});
+  }
   return out;
 }
 
@@ -51,7 +76,7 @@ class DistributedDataParallel final : public GroupStrategy {
 
   int plan_batch(int64_t batch) override {
     if (buckets_.empty()) {  // every replica has the same layout
-      buckets_ = make_buckets(*group().first_local().model, opts_.bucket_bytes);
+      buckets_ = make_buckets(*group().first_local().model, opts_.first_bucket_bytes, opts_.bucket_bytes);
       for (std::size_t b = 0; b < buckets_.size(); ++b) closes_[buckets_[b].last_layer] = static_cast<int>(b);
       bucket_layout_.clear();
       for (std::size_t b = 0; b < buckets_.size(); ++b) {  // a bucket holds layers up to the next one's first
@@ -93,10 +118,15 @@ class DistributedDataParallel final : public GroupStrategy {
     const int64_t n = chunks_[i], out = numel_of(plan().output);
     Sequential& m = *w.model;
     Communicator& c = g.comm();
+    // Local: d(local mean)/dy divided by the ranks that trained, folded into one scale.
+    const int used = static_cast<int>(chunks_.size());
+    const float scale = opts_.grad_average == StrategyOptions::GradAverage::Local
+                            ? static_cast<float>(2.0 / (static_cast<double>(n) * out * used))
+                            : grad_scale();
     const float* y = m.forward(w.x.data(), n);
     {
       auto loss_span = w.tracer.compute(Phase::Loss, 0, [] { return std::string("mse loss"); });
-      w.be().mse_loss_grad(n * out, y, w.t.data(), grad_scale(), w.dy.data(), w.loss.data());
+      w.be().mse_loss_grad(n * out, y, w.t.data(), scale, w.dy.data(), w.loss.data());
     }
     float* grads = m.grads().data();
     m.backward(w.dy.data(), nullptr, false, 0, [&](int layer) {

@@ -114,7 +114,7 @@ class GroupStrategy : public Strategy {
   void load_batch(const std::vector<float>& x, const std::vector<float>& target, int64_t batch) final;
   void step() final;
   double loss() final;
-  std::vector<float> params() final;
+  std::vector<float> params() override;  // fsdp gathers its shards instead
   StepStats stats() const final;
   void set_trace_detail(bool on) final { group_.set_trace_detail(on); }
 

@@ -39,6 +39,12 @@ const std::vector<Entry>& registry() {
        pipeline_variant(Schedule::GPipe, true)},
       {{"pipeline-1f1b-recompute", "1F1B pipeline with recomputed activations", false, true},
        pipeline_variant(Schedule::OneFOneB, true)},
+      {{"fsdp", "ddp with parameters, gradients and Adam state sharded (ZeRO-3): all-gather per layer, reduce-scatter", false, true},
+       make_fsdp},
+      {{"zero2", "fsdp keeping the gathered parameters from forward to backward (ZeRO-2): one all-gather per layer", false, true},
+       make_zero2},
+      {{"tp", "tensor parallel: each worker computes a slice of every layer's output channels, activations all-gathered", false, true},
+       make_tp},
   };
   return r;
 }

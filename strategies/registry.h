@@ -1,6 +1,8 @@
 // Strategy factories; each strategy file defines one, and registry.cpp lists them by name.
 #pragma once
 
+#include <utility>
+
 #include "strategies/strategy.h"
 
 namespace pb {
@@ -17,4 +19,11 @@ std::unique_ptr<Strategy> make_staged(const StrategyOptions& o, const std::strin
 std::string pipeline_name(Schedule schedule, bool recompute);
 // Whether `name` is one of them; if so, its schedule and recompute.
 bool parse_pipeline_name(const std::string& name, Schedule* schedule, bool* recompute);
+std::unique_ptr<Strategy> make_fsdp(const StrategyOptions& o);
+std::unique_ptr<Strategy> make_tp(const StrategyOptions& o);
+std::unique_ptr<Strategy> make_zero2(const StrategyOptions& o);
+// ddp's gradient buckets over a replica's flat gradients, [begin, end) each, in the order
+// backward completes them (ddp.cpp).
+class Sequential;
+std::vector<std::pair<int64_t, int64_t>> ddp_buckets(const Sequential& m, std::size_t first_bytes, std::size_t bytes);
 }  // namespace pb

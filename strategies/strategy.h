@@ -36,6 +36,10 @@ struct StrategyOptions {
   Schedule schedule = Schedule::GPipe;  // pipeline
   bool recompute = false;            // pipeline: keep only stage inputs, recompute in backward
   BackendOptions backend;
+  std::size_t first_bucket_bytes = 1u << 20;  // ddp: the first bucket (last layers), so its all-reduce starts early
+  // ddp: Global weights each rank by its samples (the global mean, as every strategy); Local is
+  // torch DDP's mean over ranks of each rank's local mean (differs on uneven chunks).
+  enum class GradAverage { Global, Local } grad_average = GradAverage::Global;
 };
 
 // One worker's last step, on its device's clock. forward + backward + loss + optimizer +

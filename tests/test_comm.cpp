@@ -310,6 +310,63 @@ TEST(Comm, NonBlockingTransfersRejectMisuse) {
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("rank 1 receives 3 values but rank 0 sends 4"));
   }
+  }
+}
+
+TEST(Comm, AllGatherPlacesEachRanksPieceInRankOrder) {
+  for_each_group([](Group& g) {
+    const int n = g.comm->size();
+    for (int64_t len : {int64_t{1}, int64_t{13}}) {
+      std::vector<std::vector<float>> out(n), in_place(n);
+      g.run([&](int r) {
+        Tensor mine = Tensor::from_host({len}, rank_values(r, len), g.comm->device(r));
+        Tensor all = Tensor::zeros({n * len}, g.comm->device(r));
+        g.comm->all_gather(r, mine.data(), all.data(), len);
+        out[r] = all.to_host();
+        // The piece already in its slot of the gathered buffer (how fsdp gathers a shard).
+        Tensor again = Tensor::zeros({n * len}, g.comm->device(r));
+        again.copy_from_host(rank_values(r, len).data(), len, r * len);
+        g.comm->all_gather(r, again.data() + r * len, again.data(), len);
+        in_place[r] = again.to_host();
+      });
+      std::vector<float> want;
+      for (int k = 0; k < n; ++k)
+        for (float v : rank_values(k, len)) want.push_back(v);
+      for (int r = 0; r < n; ++r) {
+        EXPECT_EQ(out[r], want) << "rank " << r << ", " << len << " per rank";
+        EXPECT_EQ(in_place[r], want) << "in place, rank " << r << ", " << len << " per rank";
+        // nccl-tests' size: the gathered buffer, per call.
+        EXPECT_EQ(g.comm->stats(r).bytes, n > 1 ? 2 * static_cast<std::size_t>(n * len) * sizeof(float) : 0);
+      }
+      for (int r = 0; r < n; ++r) g.comm->reset_stats(r);
+    }
+  });
+}
+
+TEST(Comm, ReduceScatterGivesEachRankTheSumOfItsPiece) {
+  for_each_group([](Group& g) {
+    const int n = g.comm->size();
+    const int64_t len = 11;  // per rank; uneven shards are padded to equal pieces by the caller
+    std::vector<std::vector<float>> out(n);
+    std::vector<std::vector<float>> reduced(n);
+    std::vector<std::size_t> booked(n);
+    g.run([&](int r) {
+      Tensor all = Tensor::from_host({n * len}, rank_values(r, n * len), g.comm->device(r));
+      Tensor piece = Tensor::zeros({len}, g.comm->device(r));
+      g.comm->reduce_scatter(r, all.data(), piece.data(), len);
+      out[r] = piece.to_host();
+      booked[r] = g.comm->stats(r).bytes;
+      g.comm->all_reduce(r, all.data(), n * len);  // the same sums, bit for bit
+      reduced[r] = all.to_host();
+    });
+    for (int r = 0; r < n; ++r) {
+      for (int64_t i = 0; i < len; ++i) {
+        ASSERT_EQ(out[r][i], sum_over_ranks(n, r * len + i)) << "rank " << r << " [" << i << "]";
+        ASSERT_EQ(out[r][i], reduced[r][r * len + i]) << "rank " << r << " [" << i << "]";
+      }
+      EXPECT_EQ(booked[r], n > 1 ? static_cast<std::size_t>(n * len) * sizeof(float) : 0);  // the whole input
+    }
+  });
 }
 
 TEST(Comm, RejectsBadArguments) {
@@ -317,6 +374,8 @@ TEST(Comm, RejectsBadArguments) {
   EXPECT_THROW(g.comm->broadcast(0, nullptr, 4, 2), Error);  // no root 2
   EXPECT_THROW(g.comm->send(0, nullptr, 4, 0), Error);       // to itself
   EXPECT_THROW(g.comm->all_reduce(3, nullptr, 4), Error);    // no rank 3
+  EXPECT_THROW(g.comm->all_gather(0, nullptr, nullptr, -1), Error);
+  EXPECT_THROW(g.comm->reduce_scatter(2, nullptr, nullptr, 4), Error);
 }
 
 TEST(Comm, FailingRankAbortsTheOthers) {
@@ -388,6 +447,52 @@ TEST(Comm, NcclAllReduceBroadcastSendRecvOnGpus) {
     }
   }
 #endif
+}
+
+// all_gather (also in place) and reduce_scatter on GPU buffers: NCCL on distinct GPUs, and the
+// in-process communicator's host staging for ranks sharing one.
+TEST(Comm, AllGatherAndReduceScatterOnGpus) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  std::vector<std::pair<std::vector<Device>, CommKind>> groups = {{{cuda(0), cuda(0), cuda(0)}, CommKind::InProcess}};
+#ifdef PARBENCH_HAVE_NCCL
+  if (cuda_device_count() >= 2) {
+    std::vector<Device> devs;
+    for (int i = 0; i < std::min(4, cuda_device_count()); ++i) devs.push_back(cuda(i));
+    groups.push_back({devs, CommKind::Nccl});
+  }
+#endif
+  for (const auto& [devs, kind] : groups) {
+    Group g(devs, kind);
+    SCOPED_TRACE(g.comm->name());
+    const int n = g.comm->size();
+    const int64_t len = 1025;
+    std::vector<std::vector<float>> gathered(n), in_place(n), piece(n);
+    g.run([&](int r) {
+      Tensor mine = Tensor::from_host({len}, rank_values(r, len), g.comm->device(r));
+      Tensor all = Tensor::zeros({n * len}, g.comm->device(r));
+      g.comm->all_gather(r, mine.data(), all.data(), len);
+      gathered[r] = all.to_host();
+      Tensor again = Tensor::zeros({n * len}, g.comm->device(r));
+      again.copy_from_host(rank_values(r, len).data(), len, r * len);
+      g.comm->all_gather(r, again.data() + r * len, again.data(), len);
+      in_place[r] = again.to_host();
+      Tensor src = Tensor::from_host({n * len}, rank_values(r, n * len), g.comm->device(r));
+      Tensor out = Tensor::zeros({len}, g.comm->device(r));
+      g.comm->reduce_scatter(r, src.data(), out.data(), len);
+      piece[r] = out.to_host();
+      Tensor z = Tensor::zeros({1}, g.comm->device(r));  // every rank done before any frees its buffers
+      g.comm->all_reduce(r, z.data(), 1);
+      (void)z.to_host();
+    });
+    std::vector<float> want;
+    for (int k = 0; k < n; ++k)
+      for (float v : rank_values(k, len)) want.push_back(v);
+    for (int r = 0; r < n; ++r) {
+      EXPECT_EQ(gathered[r], want) << "rank " << r;
+      EXPECT_EQ(in_place[r], want) << "in place, rank " << r;
+      for (int64_t i = 0; i < len; ++i) ASSERT_EQ(piece[r][i], sum_over_ranks(n, r * len + i)) << "rank " << r << " [" << i << "]";
+    }
+  }
 }
 
 TEST(Comm, InProcessRanksSharingOneGpu) {

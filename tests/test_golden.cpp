@@ -1,5 +1,6 @@
 // The engine against PyTorch: golden trajectories made by scripts/make_fixtures.py (initial
 // parameters, input, per-step losses, final parameters after 5 Adam steps).
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -11,6 +12,7 @@
 
 #include "tests/gpu_skip.h"
 #include "tests/paths.h"
+#include "engine/check.h"
 #include "engine/fsutil.h"
 #include "engine/npy.h"
 #include "engine/state_dict.h"
@@ -37,20 +39,24 @@ class Golden : public ::testing::TestWithParam<std::string> {
 
 // Tolerances: the 1e-5 (relative on losses, absolute on parameters). Measured here:
 // about 2e-7 and 5e-8, the size of fp32 rounding differences in summation order.
-TEST_P(Golden, EngineReproducesPyTorchTrajectory) {
-  const NetSpec net = load_net_json((dir() / "net.json").string());
+void expect_pytorch_trajectory(const fs::path& dir, const std::string& strategy, int devices) {
+  SCOPED_TRACE(fmt::format("{} on {} device(s)", strategy, devices));
+  const NetSpec net = load_net_json((dir / "net.json").string());
   const NetPlan plan = plan_net(net);
-  const auto expected = nlohmann::json::parse(read_file((dir() / "expected.json").string()));
-  const NpyArray x = read_npy((dir() / "input.npy").string());
+  const auto expected = nlohmann::json::parse(read_file((dir / "expected.json").string()));
+  const NpyArray x = read_npy((dir / "input.npy").string());
   const int64_t batch = x.shape[0];
   std::vector<float> t = x.data;
   if (net.target == Target::Random) {
     Shape ts = plan.output;
     ts.insert(ts.begin(), batch);
-    t = read_npy((dir() / "target.npy").string(), ts).data;
+    t = read_npy((dir / "target.npy").string(), ts).data;
   }
-  auto s = make_strategy("regular", StrategyOptions{});
-  s->setup(plan, read_state_dict(plan, (dir() / "params").string()), net.adam);
+  StrategyOptions o;
+  o.devices = devices;
+  o.backend.threads = devices > 1 ? 1 : 0;
+  auto s = make_strategy(strategy, o);
+  s->setup(plan, read_state_dict(plan, (dir / "params").string()), net.adam);
   s->load_batch(x.data, t, batch);
   const auto want = expected["losses"].get<std::vector<double>>();
   ASSERT_EQ(expected["steps"].get<int>(), static_cast<int>(want.size()));
@@ -59,14 +65,14 @@ TEST_P(Golden, EngineReproducesPyTorchTrajectory) {
     EXPECT_NEAR(s->loss(), want[k], 1e-5 * std::abs(want[k])) << "step " << k + 1;
   }
   const std::vector<float> got = s->params();
-  const std::vector<float> final = read_state_dict(plan, (dir() / "final").string());
+  const std::vector<float> final = read_state_dict(plan, (dir / "final").string());
   double worst = 0;
   std::size_t at = 0;
   for (std::size_t i = 0; i < got.size(); ++i)
     if (std::abs(got[i] - final[i]) > worst) worst = std::abs(got[i] - final[i]), at = i;
   EXPECT_LE(worst, 1e-5) << "worst parameter " << at << ": got " << got[at] << ", PyTorch " << final[at];
   // The parameters did move: the comparison is not of untouched initial values.
-  const std::vector<float> init = read_state_dict(plan, (dir() / "params").string());
+  const std::vector<float> init = read_state_dict(plan, (dir / "params").string());
   double moved = 0;
   for (std::size_t i = 0; i < got.size(); ++i) moved = std::max(moved, double(std::abs(final[i] - init[i])));
   EXPECT_GT(moved, 1e-4);
@@ -108,6 +114,36 @@ TEST_P(Golden, PipelineSchedulesReproducePyTorchTrajectory) {
       double worst = 0;
       for (std::size_t i = 0; i < got.size(); ++i) worst = std::max(worst, double(std::abs(got[i] - final[i])));
       EXPECT_LE(worst, 1e-5);
+    }
+  }
+}
+
+TEST_P(Golden, EngineReproducesPyTorchTrajectory) { expect_pytorch_trajectory(dir(), "regular", 1); }
+
+// Sharded parameters, gradients and Adam state: the same trajectory on every split of the batch.
+TEST_P(Golden, FsdpReproducesPyTorchTrajectory) {
+  for (int n = 2; n <= 4; ++n) {
+    expect_pytorch_trajectory(dir(), "fsdp", n);
+    expect_pytorch_trajectory(dir(), "zero2", n);
+  }
+}
+
+// Channel slices of every layer, the whole batch on each worker; nets whose layers all have
+// fewer outputs than workers are refused (nothing to split).
+TEST_P(Golden, TpReproducesPyTorchTrajectory) {
+  int64_t widest = 0;
+  for (const LayerPlan& l : plan_net(load_net_json((dir() / "net.json").string())).layers)
+    if (l.weight_numel > 0) widest = std::max(widest, l.out[0]);
+  for (int n = 2; n <= 4; ++n) {
+    if (widest >= n) {
+      expect_pytorch_trajectory(dir(), "tp", n);
+      continue;
+    }
+    try {
+      expect_pytorch_trajectory(dir(), "tp", n);
+      ADD_FAILURE() << "tp over " << n << " workers ran with at most " << widest << " channels per layer";
+    } catch (const UsageError& e) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("no layer of the net has"));
     }
   }
 }

@@ -233,6 +233,31 @@ TEST_F(Harness, OneMicroBatchRuleForEveryCommand) {
   EXPECT_THAT(r.err, HasSubstr("--micro-batches must be at least 1"));
 }
 
+TEST_F(Harness, DdpGradAverageIsRecordedWhenNotTheDefault) {
+  Result r = parbench("run --workload linear --strategies ddp --devices 2 --batch 3 --iterations 2 --warmup 0 "
+                      "--grad-average local --first-bucket-mb 0.5 --device-kind cpu --out " + path("local"));
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  json ctx = load(path("local") + "/results.json")["context"];
+  EXPECT_EQ(ctx["grad_average"], "local");
+  EXPECT_EQ(ctx["first_bucket_mb"], "0.5");
+  r = parbench("run --workload linear --strategies ddp --devices 2 --batch 3 --iterations 2 --warmup 0 "
+               "--device-kind cpu --out " + path("global"));
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  ctx = load(path("global") + "/results.json")["context"];
+  EXPECT_FALSE(ctx.contains("grad_average")) << "the default (global) leaves older runs comparable";
+  EXPECT_EQ(ctx["first_bucket_mb"], "1");
+  // Different functions: compare refuses to pit them against each other.
+  r = parbench("compare " + path("global") + "/results.json " + path("local") + "/results.json");
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr("grad_average"));
+  r = parbench("train --workload linear --strategy ddp --devices 2 --grad-average mean --device-kind cpu");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--grad-average expects global or local, got 'mean'"));
+  r = parbench("train --workload linear --strategy ddp --devices 2 --first-bucket-mb 0 --device-kind cpu");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--first-bucket-mb must be positive"));
+}
+
 TEST_F(Harness, CompareRefusesBadInput) {
   write_file_atomic(path("not.json"), "hello");
   write_file_atomic(path("foreign.json"), R"({"results": []})");

@@ -15,8 +15,11 @@
 #include "tests/paths.h"
 #include "engine/check.h"
 #include "engine/fsutil.h"
+#include "strategies/batch.h"
 #include "strategies/group.h"
+#include "strategies/registry.h"
 #include "strategies/stages.h"
+#include "tests/reference.h"
 #include "workloads/workload.h"
 
 namespace pb {
@@ -141,7 +144,8 @@ TEST(Strategies, WorkloadsActuallyTrain) {
 
 TEST(Strategies, RegisteredByName) {
   EXPECT_EQ(strategy_names(), (std::vector<std::string>{"regular", "dp", "ddp", "mp", "pipeline", "pipeline-1f1b",
-                                                       "pipeline-recompute", "pipeline-1f1b-recompute"}));
+                                                       "pipeline-recompute", "pipeline-1f1b-recompute", "fsdp",
+                                                       "zero2", "tp"}));
 }
 
 TEST(Strategies, DpMatchesRegular) {
@@ -152,8 +156,93 @@ TEST(Strategies, DpMatchesRegular) {
 TEST(Strategies, DdpMatchesRegular) {
   check_equivalence("ddp", options(1), {7});
   StrategyOptions tiny = options(1);
-  tiny.bucket_bytes = 1024;  // many buckets, started layer by layer during backward
+  tiny.bucket_bytes = tiny.first_bucket_bytes = 1024;  // many buckets, started layer by layer during backward
   check_equivalence("ddp", tiny, {7}, false);
+}
+
+// torch DDP's weighting in double: each rank's gradient of its local mean, averaged over the
+// ranks that got a chunk, then Adam; `steps` steps on one batch.
+std::vector<double> local_average_reference(const NetSpec& net, int64_t batch, int workers, int steps) {
+  const NetPlan plan = plan_net(net);
+  const int64_t in = numel_of(plan.input), out = numel_of(plan.output);
+  const std::vector<float> x = synthetic_values(batch * in, 1);
+  const std::vector<float> t = net.target == Target::Input ? x : synthetic_values(batch * out, 2);
+  const std::vector<int64_t> chunks = split_batch(batch, workers, "ddp");
+  const std::vector<int64_t> at = chunk_offsets(chunks);
+  std::vector<double> p = ref::to_double(init_params(plan, 0)), m(p.size(), 0.0), v(p.size(), 0.0);
+  for (int k = 1; k <= steps; ++k) {
+    std::vector<double> g(p.size(), 0.0), gi;
+    for (std::size_t c = 0; c < chunks.size(); ++c) {
+      const auto xs = ref::to_double(std::vector<float>(x.begin() + at[c] * in, x.begin() + (at[c] + chunks[c]) * in));
+      const auto ts = ref::to_double(std::vector<float>(t.begin() + at[c] * out, t.begin() + (at[c] + chunks[c]) * out));
+      ref::net_loss(plan, p, xs, ts, chunks[c], &gi);
+      for (std::size_t i = 0; i < g.size(); ++i) g[i] += gi[i] / static_cast<double>(chunks.size());
+    }
+    ref::adam(p, g, m, v, net.adam, k);
+  }
+  return p;
+}
+
+double worst_excess(const std::vector<float>& got, const std::vector<double>& want) {
+  return ref::worst(got, want, 1e-5, 1e-4).excess;
+}
+
+TEST(Strategies, DdpLocalAverageIsTorchDdpsWeighting) {
+  StrategyOptions local = options(1);
+  local.grad_average = StrategyOptions::GradAverage::Local;
+  // A 4-conv net (small enough for the double reference) and Linear(5, 2), both SGD-like so
+  // that the weighting shows in the parameters.
+  const NetSpec conv = load_net_json((test::source_dir() / "tests/fixtures/conv_odd/net.json").string());
+  for (const NetSpec& net : {scale_sensitive(conv, 1.0, 1.0), scale_sensitive(linear_net(), 1.0, 10.0)}) {
+    for (int n = 2; n <= 4; ++n) {
+      SCOPED_TRACE(fmt::format("{} on {} workers", net.name, n));
+      local.devices = n;
+      // 7 samples: 4,3 / 3,3,1 / 2,2,2,1 -- uneven chunks, where the two weightings differ.
+      const std::vector<double> want = local_average_reference(net, 7, n, 5);
+      const Trained got = train("ddp", local, net, {7});
+      const ref::Mismatch mm = ref::worst(got.params, want, 1e-5, 1e-4);
+      EXPECT_LE(mm.excess, 0.0) << ref::describe(mm);
+      // The default (global mean) is a different function there: the test could tell them apart.
+      StrategyOptions global = local;
+      global.grad_average = StrategyOptions::GradAverage::Global;
+      EXPECT_GT(worst_excess(train("ddp", global, net, {7}).params, want), 0.0) << "global equals local on uneven chunks";
+      // Even chunks (8 over 2 or 4): the same function as global and regular.
+      if (n != 3) expect_matches(train("ddp", local, net, {8}), reference(net, {8}));
+    }
+  }
+}
+
+TEST(Strategies, DdpBucketsFirstSmallThenFull) {
+  const NetPlan plan = plan_net(small_great_net());
+  auto be = make_backend(cpu(0));
+  Sequential m(plan, 0, static_cast<int>(plan.layers.size()), *be);
+  std::vector<std::pair<int64_t, int64_t>> layers;  // parameter ranges, last layer first
+  for (int i = m.end() - 1; i >= m.begin(); --i)
+    if (const auto r = m.layer_grad_range(i); r.second > r.first) layers.push_back(r);
+  ASSERT_GE(layers.size(), 4u);
+  const auto bytes = [](std::pair<int64_t, int64_t> r) { return static_cast<std::size_t>(r.second - r.first) * 4; };
+  // A 1-byte first bucket holds the last layer alone; one huge bucket takes the rest.
+  auto b = ddp_buckets(m, 1, std::size_t(1) << 40);
+  ASSERT_EQ(b.size(), 2u);
+  EXPECT_EQ(b[0], layers[0]);
+  EXPECT_EQ(b[1], std::make_pair(int64_t{0}, layers[1].second));
+  // Caps between layer sizes: every bucket but the last closes at the first layer that fills
+  // it, whole layers only, contiguous and covering every parameter once.
+  const std::size_t first = bytes(layers[0]) + bytes(layers[1]) / 2, rest = bytes(layers[2]) + 1;
+  b = ddp_buckets(m, first, rest);
+  EXPECT_EQ(b[0], std::make_pair(layers[1].first, layers[0].second)) << "first bucket: the last two layers";
+  std::size_t li = 0;
+  for (std::size_t k = 0; k < b.size(); ++k) {
+    SCOPED_TRACE(fmt::format("bucket {}", k));
+    EXPECT_EQ(b[k].second, layers[li].second) << "starts at a layer boundary";
+    std::pair<int64_t, int64_t> acc{layers[li].first, layers[li].second};
+    while (bytes(acc) < (k == 0 ? first : rest) && li + 1 < layers.size() && layers[li + 1].second == acc.first)
+      acc.first = layers[++li].first;
+    EXPECT_EQ(b[k], acc);
+    ++li;
+  }
+  EXPECT_EQ(li, layers.size());
+  EXPECT_EQ(b.back().first, 0);
 }
 
 TEST(Strategies, DdpReplicasRejoinAfterSittingOut) {
@@ -165,6 +254,90 @@ TEST(Strategies, DdpReplicasRejoinAfterSittingOut) {
     expect_matches(r, reference(net, {7, 2, 7}, 2));
     EXPECT_EQ(r.per_batch[1].workers_used, 2);
     EXPECT_EQ(r.per_batch[2].workers_used, 4);
+  }
+}
+
+TEST(Strategies, FsdpMatchesRegular) {
+  // Shards of ceil(numel / N), padded: the nets' layers are not all divisible by 3 or 4.
+  const NetPlan plan = plan_net(small_great_net());
+  int uneven = 0;
+  for (const LayerPlan& l : plan.layers) uneven += (l.weight_numel + l.bias_numel) % 4 != 0;
+  EXPECT_GT(uneven, 0);
+  for (const char* s : {"fsdp", "zero2"}) {
+    check_equivalence(s, options(1), {7});
+    check_equivalence(s, options(1), {2}, false);  // fewer chunks than workers: the others still hold shards
+  }
+}
+
+TEST(Strategies, FsdpCollectivesMoveTheShardsOfEveryUnit) {
+  // Linear(5, 2): 12 parameters, one unit; over 4 workers shards of 3 (over 5: 3, padded to 15).
+  // Per step and worker, nccl-tests sizes: fsdp gathers twice and reduce-scatters once (3 x the
+  // padded unit), zero2 gathers once.
+  for (int n : {4, 5}) {
+    const std::size_t padded = static_cast<std::size_t>(n * ((12 + n - 1) / n)) * sizeof(float);
+    for (const auto& [s, calls] : {std::pair<const char*, int>{"fsdp", 3}, {"zero2", 2}}) {
+      SCOPED_TRACE(fmt::format("{} over {} workers", s, n));
+      const Trained r = train(s, options(n), linear_net(), {7}, 1);
+      for (int w = 0; w < n; ++w) EXPECT_EQ(r.stats.workers[w].comm_bytes, calls * padded) << "worker " << w;
+      EXPECT_EQ(r.stats.workers_used, n) << "every worker holds a shard, with or without a chunk";
+    }
+  }
+}
+
+TEST(Strategies, FsdpWorkersHoldAShardOfTheState) {
+  // The per-worker peak falls with N (parameters, gradients and Adam moments are split), below
+  // ddp's replica at the same N; on a net whose parameters outweigh its activations.
+  NetSpec net = linear_net();
+  net.input = {512};
+  net.layers = {LayerSpec{LayerType::Linear}, LayerSpec{LayerType::ReLU}, LayerSpec{LayerType::Linear}};
+  net.layers[0].out_features = 256;
+  net.layers[2].out_features = 512;
+  net.target = Target::Input;
+  for (int n : {2, 4}) {
+    SCOPED_TRACE(fmt::format("{} workers", n));
+    const Trained f = train("fsdp", options(n), net, {8}, 1), d = train("ddp", options(n), net, {8}, 1);
+    const Trained z = train("zero2", options(n), net, {8}, 1);
+    const std::size_t replica = static_cast<std::size_t>(plan_net(net).param_count) * sizeof(float);
+    for (int r = 0; r < n; ++r) {
+      EXPECT_LT(f.stats.workers[r].peak_bytes, d.stats.workers[r].peak_bytes) << "worker " << r;
+      // ddp holds 4 copies (parameters, gradients, 2 moments); fsdp 4 shards plus one layer in full.
+      EXPECT_GE(d.stats.workers[r].peak_bytes, 4 * replica);
+      EXPECT_LT(f.stats.workers[r].peak_bytes, 4 * replica / n + 2 * replica * 3 / 5) << "worker " << r;
+      // zero2 holds the whole parameters from forward to backward, and one unit's gradients.
+      EXPECT_GE(z.stats.workers[r].peak_bytes, 4 * replica / n + replica) << "worker " << r;
+      EXPECT_LT(z.stats.workers[r].peak_bytes, d.stats.workers[r].peak_bytes) << "worker " << r;
+    }
+  }
+}
+
+TEST(Strategies, TpMatchesRegular) {
+  // great_net's last conv has 3 output channels: at N = 4 it stays whole on every worker.
+  for (const NetSpec& net : workloads()) {
+    for (int n = 1; n <= 4; ++n) {
+      SCOPED_TRACE(fmt::format("tp on {} workers, {}", n, net.name));
+      if (net.layers.size() == 1 && n > 2) continue;  // Linear(5, 2): refused, below
+      const Trained r = train("tp", options(n), net, {7});
+      expect_matches(r, reference(net, {7}));
+      for (int w = 0; w < n; ++w) {
+        EXPECT_EQ(r.stats.workers[w].samples, 7) << "the whole batch on worker " << w;
+        if (n > 1) {
+          EXPECT_GT(r.stats.workers[w].comm_bytes, 0u) << "worker " << w << " gathered nothing: no layer split";
+        }
+      }
+    }
+  }
+}
+
+TEST(Strategies, TpRefusesANetWithNothingToSplit) {
+  // Linear(5, 2) over 3 or 4 workers: no layer has an output channel for every worker.
+  for (int n : {3, 4}) {
+    try {
+      train("tp", options(n), linear_net(), {7}, 1);
+      ADD_FAILURE() << "tp of Linear(5, 2) over " << n << " workers ran";
+    } catch (const UsageError& e) {
+      EXPECT_THAT(e.what(), HasSubstr(fmt::format("no layer of the net has {} or more output channels", n)));
+      EXPECT_THAT(e.what(), HasSubstr("the largest has 2"));
+    }
   }
 }
 
@@ -424,7 +597,7 @@ TEST(Strategies, OnGpusMatchRegularOnAGpu) {
   StrategyOptions g = options(1);
   g.kind = DeviceKind::Cuda;
   const Trained ref = train("regular", g, net, {7});
-  for (const char* s : {"dp", "ddp", "mp", "pipeline"}) {
+  for (const char* s : {"dp", "ddp", "mp", "pipeline", "fsdp", "tp"}) {
     StrategyOptions o = g;
     o.devices = std::min(4, std::max(2, cuda_device_count()));
     o.oversubscribe = true;

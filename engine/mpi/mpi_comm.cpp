@@ -149,6 +149,35 @@ class MpiComm final : public Communicator {
     if (t.device_dst)
       copy_bytes(device(me_), t.device_dst, cpu(), t.host.data(), t.host.size() * sizeof(float));
   }
+  // Host buffers directly (MPI_IN_PLACE when the piece already sits in its slot); a GPU's
+  // through host copies.
+  void do_all_gather(int rank, const float* send, float* recv, int64_t n) override {
+    check(rank);
+    if (on_host()) {
+      CommWatch watch("MPI_Allgather");
+      const void* in = send == recv + rank * n ? MPI_IN_PLACE : send;
+      MPI_CHECK(MPI_Allgather(in, count(n), MPI_FLOAT, recv, count(n), MPI_FLOAT, comm_));
+      return;
+    }
+    std::vector<float> mine(static_cast<std::size_t>(n));
+    copy_bytes(cpu(), mine.data(), device(me_), send, static_cast<std::size_t>(n) * sizeof(float));
+    float* all = host(recv, n * size());
+    {
+      CommWatch watch("MPI_Allgather");
+      MPI_CHECK(MPI_Allgather(mine.data(), count(n), MPI_FLOAT, all, count(n), MPI_FLOAT, comm_));
+    }
+    stage_out(recv, n * size());
+  }
+  void do_reduce_scatter(int rank, const float* send, float* recv, int64_t n) override {
+    check(rank);
+    const float* h = stage_in(const_cast<float*>(send), n * size());
+    std::vector<float> piece(on_host() ? 0 : static_cast<std::size_t>(n));
+    {
+      CommWatch watch("MPI_Reduce_scatter_block");
+      MPI_CHECK(MPI_Reduce_scatter_block(h, on_host() ? recv : piece.data(), count(n), MPI_FLOAT, MPI_SUM, comm_));
+    }
+    if (!on_host()) copy_bytes(device(me_), recv, cpu(), piece.data(), static_cast<std::size_t>(n) * sizeof(float));
+  }
 
  private:
   static constexpr int kTransferTag = 1;

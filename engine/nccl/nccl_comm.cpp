@@ -135,6 +135,16 @@ class NcclComm final : public Communicator {
     l.free_events.push_back(it->second);
     l.pending.erase(it);
   }
+  void do_all_gather(int rank, const float* send, float* recv, int64_t n) override {
+    collective(rank, true, [&](ncclComm_t c, cudaStream_t s) {
+      NCCL_CHECK(ncclAllGather(send, recv, count(n), ncclFloat, c, s));
+    });
+  }
+  void do_reduce_scatter(int rank, const float* send, float* recv, int64_t n) override {
+    collective(rank, true, [&](ncclComm_t c, cudaStream_t s) {
+      NCCL_CHECK(ncclReduceScatter(send, recv, count(n), ncclFloat, ncclSum, c, s));
+    });
+  }
 
   double device_transfer_s(int rank) override {
     Lane& l = lanes_[rank];

@@ -1,7 +1,7 @@
 #!/bin/bash
 # ctest driver for the multi-process (MPI) tests: runs parbench under `mpiexec -n 2` on CPU ranks.
 # usage: mpi_test.sh MPIEXEC PARBENCH CASE   (CASE: replay-ddp|replay-mp|replay-pipeline|replay-pipeline-1f1b|
-#   replay-pipeline-recompute|replay-pipeline-1f1b-recompute|run|fail-rank|stopped-rank|mismatch)
+#   replay-pipeline-recompute|replay-pipeline-1f1b-recompute|replay-fsdp|replay-zero2|replay-tp|run|fail-rank|stopped-rank|mismatch)
 # Open MPI as root in a container needs --allow-run-as-root; --oversubscribe lets 2 ranks share
 # fewer cores; btl self,vader keeps it to shared memory (no network interfaces probed).
 set -u
@@ -18,12 +18,17 @@ trap 'rm -rf "$DIR"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 
 case $CASE in
-replay-ddp | replay-mp | replay-pipeline | replay-pipeline-1f1b | replay-pipeline-recompute | replay-pipeline-1f1b-recompute)
+replay-ddp | replay-mp | replay-pipeline | replay-pipeline-1f1b | replay-pipeline-recompute | replay-pipeline-1f1b-recompute | \
+  replay-fsdp | replay-zero2 | replay-tp)
   S=${CASE#replay-}
   # A 4-conv net (the conv_odd fixture): well conditioned, so Adam does not amplify rounding noise.
+  # fsdp also on 3 samples (chunks 2,1) and the linear net (12 parameters: shards of 6).
+  BATCHES=4
+  [[ $S == fsdp || $S == zero2 ]] && BATCHES="4 3"
+  for B in $BATCHES; do
   for W in "--workload $HERE/../fixtures/conv_odd/net.json" "--workload linear"; do
-    [[ $S != ddp && $W == *linear* ]] && continue  # one layer: no two stages
-    A="$W --steps 5 --batch 4 --micro-batches 2 --device-kind cpu"
+    [[ ($S == mp || $S == pipeline*) && $W == *linear* ]] && continue  # one layer: no two stages
+    A="$W --steps 5 --batch $B --micro-batches 2 --device-kind cpu"
     [[ $S == pipeline-* ]] && A="$W --steps 5 --batch 7 --micro-batches 4 --device-kind cpu"  # 2,2,2,1: more than P in flight
     "$PARBENCH" replay --strategy regular $A --out "$DIR/regular" >/dev/null 2>&1 || fail "regular replay"
     "${MPI[@]}" -n 2 "$PARBENCH" replay --strategy "$S" --devices 2 $A --out "$DIR/$S" || fail "mpiexec -n 2 replay $S"
@@ -31,11 +36,12 @@ replay-ddp | replay-mp | replay-pipeline | replay-pipeline-1f1b | replay-pipelin
     grep -q '"world_size": 2' "$DIR/$S/losses.json" || fail "losses.json lacks world_size 2"
     rm -rf "$DIR/regular" "$DIR/$S"
   done
+  done
   ;;
 run)
   # Relative --out: each rank would write into its own working directory; only rank 0 may.
   mkdir -p "$DIR/rank_dirs"
-  "${MPI[@]}" -n 2 "$PARBENCH" run --workload linear --strategies ddp,mp,pipeline,pipeline-1f1b --devices 2 --iterations 3 \
+  "${MPI[@]}" -n 2 "$PARBENCH" run --workload linear --strategies ddp,mp,pipeline,pipeline-1f1b,fsdp,tp --devices 2 --iterations 3 \
     --warmup 1 --device-kind cpu --out "$DIR/run" >"$DIR/out.txt" 2>&1 || { cat "$DIR/out.txt"; fail "mpiexec run"; }
   cat "$DIR/out.txt"
   /usr/bin/python3 - "$DIR/run/results.json" <<'PY' || fail "results.json"
@@ -48,6 +54,9 @@ b = {x["name"]: x for x in j["benchmarks"]}
 ddp = [x for n, x in b.items() if "/ddp/devices:2/" in n]
 assert ddp and "error_occurred" not in ddp[0] and ddp[0]["iterations"] == 3, ddp
 assert ddp[0]["label"] == "communicator mpi", ddp[0]["label"]
+for s in ("fsdp", "tp"):
+    run = [x for n, x in b.items() if "/%s/devices:2/" % s in n]
+    assert run and "error_occurred" not in run[0] and run[0]["label"] == "communicator mpi", (s, run)
 print("results.json: world_size 2, hosts", ctx["hosts"], ",", len(b), "benchmark(s)")
 PY
   [ "$(grep -c '^| ddp | 2 |' "$DIR/out.txt")" = 1 ] || fail "the table must be printed once (rank 0 only)"

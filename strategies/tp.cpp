@@ -1,0 +1,252 @@
+// tp: tensor parallelism over output channels (Megatron's column split, for convolutions and
+// linear layers). Every worker has the whole batch and holds a slice of each layer's output
+// channels (weight rows and bias); it computes its channels, and the full activation is
+// all-gathered before the next layer. In backward each worker computes its slice's weight
+// gradients and a partial input gradient, which is all-reduced. Layers with fewer outputs than
+// workers stay whole on every worker (replicated, computed redundantly).
+#include <algorithm>
+#include <optional>
+
+#include "engine/check.h"
+#include "engine/process.h"
+#include "strategies/group.h"
+#include "strategies/registry.h"
+
+namespace pb {
+
+namespace {
+
+struct Slice {
+  bool split = false;           // false: the layer is whole on every worker
+  int64_t channels = 0;         // K: output channels (features)
+  int64_t per_sample = 1;       // P*Q per output channel (1 for linear)
+  int64_t fan = 0;              // weight values per output channel
+  int64_t piece = 0;            // all-gather piece channels: ceil(K / N)
+  std::vector<int64_t> lo, k;   // per worker: first channel and channel count
+  std::vector<int64_t> at;      // per worker: offset of its weight slice in its parameter buffer
+};
+
+ConvGeom geom(const LayerPlan& l, int64_t batch, int64_t k) {
+  ConvGeom g;
+  g.n = batch;
+  g.c = l.in[0], g.h = l.in[1], g.w = l.in[2];
+  g.k = k, g.r = l.spec.kernel_h, g.s = l.spec.kernel_w;
+  g.stride_h = l.spec.stride_h, g.stride_w = l.spec.stride_w;
+  g.pad_h = l.spec.pad_h, g.pad_w = l.spec.pad_w;
+  return g;
+}
+
+class TensorParallel final : public GroupStrategy {
+ public:
+  explicit TensorParallel(const StrategyOptions& o) : GroupStrategy(o, "tp", true, /*replicas=*/false) {}
+
+  // Each worker's slices placed into the whole vector, whole layers from worker 0 only; the sum
+  // over the job is then exact.
+  std::vector<float> params() override {
+    std::vector<float> full(static_cast<std::size_t>(plan().param_count), 0.0f);
+    for (int r = 0; r < workers(); ++r) {
+      if (!group().is_local(r)) continue;
+      const std::vector<float> mine = state_.at(r).params.to_host();
+      for (std::size_t i = 0; i < slices_.size(); ++i) {
+        const Slice& s = slices_[i];
+        const LayerPlan& l = plan().layers[i];
+        if (s.channels == 0 || (!s.split && r != 0)) continue;
+        const int64_t lo = s.split ? s.lo[r] : 0, k = s.split ? s.k[r] : s.channels;
+        const float* w = mine.data() + s.at[r];
+        std::copy(w, w + k * s.fan, full.begin() + l.param_offset + lo * s.fan);
+        std::copy(w + k * s.fan, w + k * s.fan + k, full.begin() + l.param_offset + l.weight_numel + lo);
+      }
+    }
+    world_sum(full.data(), static_cast<int64_t>(full.size()));
+    return full;
+  }
+
+ protected:
+  void plan_workers() override {
+    const int n = workers();
+    slices_.assign(plan().layers.size(), Slice{});
+    std::vector<int64_t> at(n, 0);
+    bool any = n == 1;
+    for (std::size_t i = 0; i < plan().layers.size(); ++i) {
+      const LayerPlan& l = plan().layers[i];
+      Slice& s = slices_[i];
+      s.at = at;
+      if (l.spec.type != LayerType::Conv2d && l.spec.type != LayerType::Linear) continue;
+      s.channels = l.out[0];
+      s.per_sample = numel_of(l.out) / s.channels;
+      s.fan = l.weight_numel / s.channels;
+      s.split = s.channels >= n;
+      any = any || s.split;
+      s.piece = s.split ? (s.channels + n - 1) / n : s.channels;
+      for (int r = 0; r < n; ++r) {
+        // Balanced: the first K % N workers one channel more; every worker at least one.
+        const int64_t k = s.split ? s.channels / n + (r < s.channels % n) : s.channels;
+        s.lo.push_back(s.split ? (r == 0 ? 0 : s.lo[r - 1] + s.k[r - 1]) : 0);
+        s.k.push_back(k);
+        at[r] += k * (s.fan + 1);
+      }
+    }
+    if (!any)
+      throw UsageError(fmt::format("tp: no layer of the net has {} or more output channels to split over {} workers "
+                                   "(the largest has {}); every worker would compute the whole net -- use fewer "
+                                   "devices", n, n, max_channels()));
+    state_.clear();
+    state_.resize(n);
+  }
+
+  void setup_worker(Worker& w, const std::vector<float>& params, const AdamParams& adam) override {
+    const int r = w.rank;
+    int64_t total = 0;
+    std::vector<float> mine;
+    for (std::size_t i = 0; i < slices_.size(); ++i) {
+      const Slice& s = slices_[i];
+      if (s.channels == 0) continue;
+      const LayerPlan& l = plan().layers[i];
+      const auto w0 = params.begin() + l.param_offset, b0 = w0 + l.weight_numel;
+      mine.insert(mine.end(), w0 + s.lo[r] * s.fan, w0 + (s.lo[r] + s.k[r]) * s.fan);
+      mine.insert(mine.end(), b0 + s.lo[r], b0 + s.lo[r] + s.k[r]);
+      total += s.k[r] * (s.fan + 1);
+    }
+    PB_CHECK(static_cast<int64_t>(mine.size()) == total, "tp: worker {} holds {} of {} values", r, mine.size(), total);
+    State& st = state_[r];
+    st.params = Tensor::from_host({total}, mine, w.device);
+    st.grads = Tensor::zeros({total}, w.device);
+    w.adam = std::make_unique<Adam>(w.be(), total, adam);
+  }
+
+  int plan_batch(int64_t) override { return workers(); }  // the whole batch on every worker
+
+  void load_worker(Worker& w, const std::vector<float>& x, const std::vector<float>& t) override {
+    const int64_t b = batch();
+    w.x = Tensor::from_host({static_cast<int64_t>(x.size())}, x, w.device);
+    w.t = Tensor::from_host({static_cast<int64_t>(t.size())}, t, w.device);
+    w.dy = Tensor::empty({b * numel_of(plan().output)}, w.device);
+    w.loss = Tensor::zeros({1}, w.device);
+    State& st = state_[w.rank];
+    st.acts.clear();
+    int64_t gathered = 1, local = 1, act = 1;
+    for (std::size_t i = 0; i < slices_.size(); ++i) {
+      const LayerPlan& l = plan().layers[i];
+      const Slice& s = slices_[i];
+      // Flatten is a view of its input; every other layer has its own output.
+      st.acts.push_back(l.spec.type == LayerType::Flatten ? Tensor() : Tensor::empty({b * numel_of(l.out)}, w.device));
+      act = std::max(act, b * numel_of(l.in));
+      if (s.split) {
+        gathered = std::max(gathered, workers() * b * s.piece * s.per_sample);
+        local = std::max(local, b * s.piece * s.per_sample);
+      }
+    }
+    st.gathered = Tensor::empty({gathered}, w.device);
+    st.dy_local = Tensor::empty({local}, w.device);
+    for (Tensor& g : st.dx) g = Tensor::empty({act}, w.device);
+  }
+
+  void step(Worker& w, Group& g) override {
+    const int r = w.rank, n = workers();
+    const int64_t b = batch();
+    Communicator& c = g.comm();
+    Backend& be = w.be();
+    State& st = state_[r];
+    const Device dev = w.device;
+    const int layers = static_cast<int>(slices_.size());
+    auto out_of = [&](int i) -> float* {  // a layer's whole output (Flatten: its input's)
+      while (i >= 0 && !st.acts[i].defined()) --i;
+      return i < 0 ? w.x.data() : st.acts[i].data();
+    };
+    std::optional<Tracer::Scope> fwd_span(w.tracer.compute(Phase::Forward, 0, [] { return std::string("forward"); }));
+    for (int i = 0; i < layers; ++i) {
+      const LayerPlan& l = plan().layers[i];
+      const Slice& s = slices_[i];
+      const float* x = out_of(i - 1);
+      float* y = st.acts[i].defined() ? st.acts[i].data() : nullptr;
+      if (l.spec.type == LayerType::ReLU) be.relu_forward(b * numel_of(l.out), x, y);
+      if (s.channels == 0) continue;
+      const float* wt = st.params.data() + s.at[r];
+      const float* bias = wt + s.k[r] * s.fan;
+      // A split layer computes its channels into its piece of the gathered buffer, in place.
+      const int64_t piece = b * s.piece * s.per_sample;
+      float* mine = s.split ? st.gathered.data() + r * piece : y;
+      if (l.spec.type == LayerType::Conv2d) be.conv2d_forward(geom(l, b, s.k[r]), x, wt, bias, mine);
+      else be.linear_forward(b, l.in[0], s.k[r], x, wt, bias, mine);
+      if (!s.split) continue;
+      c.all_gather(r, mine, st.gathered.data(), piece);
+      // Pieces are [worker][sample][its channels]; the activation is [sample][channel].
+      for (int q = 0; q < n; ++q)
+        for (int64_t j = 0; j < b; ++j)
+          copy_bytes(dev, y + (j * s.channels + s.lo[q]) * s.per_sample, dev,
+                     st.gathered.data() + q * piece + j * s.k[q] * s.per_sample, bytes(s.k[q] * s.per_sample));
+    }
+    const int64_t out = numel_of(plan().output);
+    fwd_span.reset();
+    {
+      auto loss_span = w.tracer.compute(Phase::Loss, 0, [] { return std::string("mse loss"); });
+      be.mse_loss_grad(b * out, out_of(layers - 1), w.t.data(), grad_scale(), w.dy.data(), w.loss.data());
+    }
+    std::optional<Tracer::Scope> bwd_span(w.tracer.compute(Phase::Backward, 0, [] { return std::string("backward"); }));
+    float* gout = w.dy.data();
+    int next = 0;  // which dx buffer the next input gradient goes to
+    for (int i = layers - 1; i >= 0; --i) {
+      const LayerPlan& l = plan().layers[i];
+      const Slice& s = slices_[i];
+      const float* x = out_of(i - 1);
+      if (l.spec.type == LayerType::Flatten) continue;  // same layout: the gradient passes through
+      if (l.spec.type == LayerType::ReLU) {
+        if (i > 0) be.relu_backward(b * numel_of(l.out), st.acts[i].data(), gout, gout);  // in place
+        continue;
+      }
+      float* wt = st.params.data() + s.at[r];
+      float* gw = st.grads.data() + s.at[r];
+      const int64_t k = s.k[r];
+      // This worker's channels of the output gradient, [sample][its channels].
+      const float* dy = gout;
+      if (s.split) {
+        for (int64_t j = 0; j < b; ++j)
+          copy_bytes(dev, st.dy_local.data() + j * k * s.per_sample, dev, gout + (j * s.channels + s.lo[r]) * s.per_sample,
+                     bytes(k * s.per_sample));
+        dy = st.dy_local.data();
+      }
+      float* dx = i > 0 ? st.dx[next].data() : nullptr;
+      if (l.spec.type == LayerType::Conv2d) {
+        const ConvGeom gm = geom(l, b, k);
+        be.conv2d_backward_weights(gm, x, dy, gw, gw + k * s.fan, false);
+        if (dx) be.conv2d_backward_data(gm, dy, wt, dx);
+      } else {
+        be.linear_backward_weights(b, l.in[0], k, x, dy, gw, gw + k * s.fan, false);
+        if (dx) be.linear_backward_data(b, l.in[0], k, dy, wt, dx);
+      }
+      if (!dx) continue;
+      if (s.split) c.all_reduce(r, dx, b * numel_of(l.in));  // the partial sums over the channel slices
+      gout = dx;
+      next = 1 - next;
+    }
+    bwd_span.reset();
+    w.adam->step(st.params, st.grads);
+    w.stats.samples = b;
+  }
+
+  // Every worker computes the whole loss; it is counted once.
+  double loss_sum(Worker& w) override { return w.rank == 0 ? GroupStrategy::loss_sum(w) : 0.0; }
+
+ private:
+  struct State {
+    Tensor params, grads;  // this worker's slices of every layer: weight rows then bias, layer by layer
+    std::vector<Tensor> acts;  // per layer: its whole output (undefined for Flatten)
+    Tensor gathered, dy_local, dx[2];
+  };
+
+  static std::size_t bytes(int64_t n) { return static_cast<std::size_t>(n) * sizeof(float); }
+  int64_t max_channels() const {
+    int64_t m = 0;
+    for (const Slice& s : slices_) m = std::max(m, s.channels);
+    return m;
+  }
+
+  std::vector<Slice> slices_;  // per layer
+  std::vector<State> state_;   // per worker
+};
+
+}  // namespace
+
+std::unique_ptr<Strategy> make_tp(const StrategyOptions& o) { return std::make_unique<TensorParallel>(o); }
+
+}  // namespace pb
