@@ -179,8 +179,10 @@ reports::Group as_report_group(const Projected& pr, const pj::Profile& p, const 
                                             : (it != one.end() ? t1 : regular_t1) / (r.config.devices * r.step_s);
     }
     row.peak_mib_max = r.peak_bytes / kMiB;
-    row.comm_share = r.exposed_comm_s / r.step_s;
-    row.bubble = r.idle_s / r.step_s;
+    // The critical worker's parts: compute, exposed transfer, idle (the bubble among them).
+    row.compute_share = r.compute_s / r.step_s;
+    row.exposed_comm_share = r.exposed_comm_s / r.step_s;
+    row.idle_share = r.idle_s / r.step_s;
     row.comm_mib_per_iteration = r.comm_bytes / kMiB;
     g.rows.push_back(row);
     fits.push_back(r.fits ? 1 : 0);

@@ -310,7 +310,6 @@ TEST(Comm, NonBlockingTransfersRejectMisuse) {
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("rank 1 receives 3 values but rank 0 sends 4"));
   }
-  }
 }
 
 TEST(Comm, AllGatherPlacesEachRanksPieceInRankOrder) {
