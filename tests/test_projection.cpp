@@ -299,7 +299,8 @@ TEST_F(ProjectCli, BadInputExitsTwoNamingIt) {
 }
 
 TEST_F(ProjectCli, ValidateComparesEveryMeasuredConfiguration) {
-  test::Result r = parbench("run --workload linear --devices 1,2 --batch 2 --iterations 3 --warmup 1 --out " + path("run"));
+  test::Result r = parbench("run --workload linear --strategies regular,dp,ddp,mp,pipeline --devices 1,2 --batch 2 --iterations 3 --warmup 1 --out " +
+                                path("run"));
   ASSERT_EQ(r.code, 0) << r.err;
   r = parbench("calibrate --ranks 2 --sizes 4,64 --reps 2 --out " + path("cpu.json"));
   ASSERT_EQ(r.code, 0) << r.err;

@@ -300,9 +300,11 @@ TEST(Strategies, FsdpWorkersHoldAShardOfTheState) {
     const std::size_t replica = static_cast<std::size_t>(plan_net(net).param_count) * sizeof(float);
     for (int r = 0; r < n; ++r) {
       EXPECT_LT(f.stats.workers[r].peak_bytes, d.stats.workers[r].peak_bytes) << "worker " << r;
-      // ddp holds 4 copies (parameters, gradients, 2 moments); fsdp 4 shards plus one layer in full.
+      // ddp holds 4 copies (parameters, gradients, 2 moments); fsdp 4 shards plus one layer in full,
+      // and the library workspace of one layer (the CPU linear's transposed weights).
       EXPECT_GE(d.stats.workers[r].peak_bytes, 4 * replica);
-      EXPECT_LT(f.stats.workers[r].peak_bytes, 4 * replica / n + 2 * replica * 3 / 5) << "worker " << r;
+      const std::size_t workspace = 512 * 256 * sizeof(float);
+      EXPECT_LT(f.stats.workers[r].peak_bytes, 4 * replica / n + 2 * replica * 3 / 5 + workspace) << "worker " << r;
       // zero2 holds the whole parameters from forward to backward, and one unit's gradients.
       EXPECT_GE(z.stats.workers[r].peak_bytes, 4 * replica / n + replica) << "worker " << r;
       EXPECT_LT(z.stats.workers[r].peak_bytes, d.stats.workers[r].peak_bytes) << "worker " << r;
