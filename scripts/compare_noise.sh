@@ -5,9 +5,16 @@
 # is a miss). Also with the history as baseline (rerun i against the baseline and reruns < i,
 # from i = 3), and with --time cpu. Last, each rerun against itself doctored 5% slower: the
 # statistic's power when there is no run-to-run drift at all.
-# usage: scripts/compare_noise.sh PARBENCH [OUT_DIR] [RERUNS] [-- extra parbench run flags]
+#
+# With --ab first: the A/B mode instead. RERUNS jobs of `parbench ab PARBENCH PARBENCH --pairs
+# PAIRS` (the same build on both sides: a FAIL is a false alarm), each job's contender runs then
+# doctored 5% slower (every time x1.05) and compared pair by pair again (`compare --paired`: a
+# PASS is a miss); wall time and --time cpu, suite verdict and --gate each.
+# usage: scripts/compare_noise.sh [--ab] PARBENCH [OUT_DIR] [RERUNS] [-- extra parbench run flags]
 set -euo pipefail
-PB=${1:?usage: compare_noise.sh PARBENCH [OUT_DIR] [RERUNS]}
+AB=0
+[[ ${1:-} == --ab ]] && { AB=1; shift; }
+PB=${1:?usage: compare_noise.sh [--ab] PARBENCH [OUT_DIR] [RERUNS]}
 OUT=${2:-runs/compare-noise}
 N=${3:-10}
 shift $(( $# < 3 ? $# : 3 ))
@@ -35,6 +42,48 @@ doc["iteration_times_s"] = {n: [[t * k for t in rep] for rep in reps] for n, rep
 open(dst, "w").write(json.dumps(doc, indent=1))
 PY
 }
+
+if (( AB )); then
+  PAIRS=${PAIRS:-5}
+  # The pairs are the repetitions: each run of a side is one repetition of every benchmark.
+  AB_RUN=()
+  for a in "${RUN[@]:1}"; do [[ $a == --benchmark_repetitions=* ]] || AB_RUN+=("$a"); done
+  verdict() { grep -o 'geometric mean time ratio [0-9.]* ([0-9]*% CI [0-9.]* to [0-9.]*)' "$1" | sed 's/geometric mean time ratio //'; }
+  echo "start: $(uptime)"
+  echo "cpu: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cpus; $PAIRS pairs a job"
+  fa=0 fa_each=0 fa_cpu=0 fa_cpu_each=0 miss=0 miss_each=0 miss_cpu=0 miss_cpu_each=0
+  printf '%-4s %-34s %-34s %-34s %-34s %s\n' job "unchanged: ratio (CI) rc,each" "x1.05: ratio (CI) rc,each" \
+    "cpu, unchanged" "cpu, x1.05" "load (1, 5, 15 min)"
+  for i in $(seq 1 "$N"); do
+    d="$OUT/ab$i"
+    set +e
+    "$PB" ab "$PB" "$PB" --pairs "$PAIRS" --out "$d" -- "${AB_RUN[@]}" >"$d.md" 2>"$d.log"; s=$?
+    set -e
+    if (( s == 2 )); then cat "$d.log" >&2; exit 2; fi
+    for f in "$d"/contender/*/results.json; do
+      k=$(basename "$(dirname "$f")"); mkdir -p "$d/doctored/$k"; doctor "$f" "$d/doctored/$k/results.json" 1.05
+    done
+    set +e
+    "$PB" compare --paired "$d/baseline" "$d/contender" --gate each >/dev/null; se=$?
+    "$PB" compare --paired "$d/baseline" "$d/doctored" >"$d/slower.md"; w=$?
+    "$PB" compare --paired "$d/baseline" "$d/doctored" --gate each >/dev/null; we=$?
+    "$PB" compare --paired "$d/baseline" "$d/contender" --time cpu >"$d/same-cpu.md"; sc=$?
+    "$PB" compare --paired "$d/baseline" "$d/contender" --time cpu --gate each >/dev/null; sce=$?
+    "$PB" compare --paired "$d/baseline" "$d/doctored" --time cpu >"$d/slower-cpu.md"; wc=$?
+    "$PB" compare --paired "$d/baseline" "$d/doctored" --time cpu --gate each >/dev/null; wce=$?
+    set -e
+    (( s == 1 )) && fa=$((fa + 1)); (( se == 1 )) && fa_each=$((fa_each + 1))
+    (( sc == 1 )) && fa_cpu=$((fa_cpu + 1)); (( sce == 1 )) && fa_cpu_each=$((fa_cpu_each + 1))
+    (( w == 0 )) && miss=$((miss + 1)); (( we == 0 )) && miss_each=$((miss_each + 1))
+    (( wc == 0 )) && miss_cpu=$((miss_cpu + 1)); (( wce == 0 )) && miss_cpu_each=$((miss_cpu_each + 1))
+    printf '%-4s %-34s %-34s %-34s %-34s %s\n' "$i" "$(verdict "$d.md") $s,$se" "$(verdict "$d/slower.md") $w,$we" \
+      "$(verdict "$d/same-cpu.md") $sc,$sce" "$(verdict "$d/slower-cpu.md") $wc,$wce" "$(cut -d' ' -f1-3 /proc/loadavg)"
+  done
+  echo "end: $(uptime)"
+  echo "A/B, unchanged flagged (false alarms): wall suite $fa/$N, --gate each $fa_each/$N; --time cpu suite $fa_cpu/$N, --gate each $fa_cpu_each/$N"
+  echo "A/B, x1.05 not caught (misses): wall suite $miss/$N, --gate each $miss_each/$N; --time cpu suite $miss_cpu/$N, --gate each $miss_cpu_each/$N"
+  exit 0
+fi
 
 echo "start: $(uptime)"
 "$PB" "${RUN[@]}" --out "$OUT/baseline" >"$OUT/baseline.log" 2>&1
