@@ -7,7 +7,7 @@
 # statistic's power when there is no run-to-run drift at all.
 #
 # With --ab first: the A/B mode instead. RERUNS jobs of `parbench ab PARBENCH PARBENCH --pairs
-# PAIRS` (the same build on both sides: a FAIL is a false alarm), each job's contender runs then
+# PAIRS --interleave INTERLEAVE` (environment variables, default 5 and benchmark; the same build on both sides: a FAIL is a false alarm), each job's contender runs then
 # doctored 5% slower (every time x1.05) and compared pair by pair again (`compare --paired`: a
 # PASS is a miss); wall time and --time cpu, suite verdict and --gate each.
 # usage: scripts/compare_noise.sh [--ab] PARBENCH [OUT_DIR] [RERUNS] [-- extra parbench run flags]
@@ -44,25 +44,25 @@ PY
 }
 
 if (( AB )); then
-  PAIRS=${PAIRS:-5}
+  PAIRS=${PAIRS:-5} INTERLEAVE=${INTERLEAVE:-benchmark}
   # The pairs are the repetitions: each run of a side is one repetition of every benchmark.
   AB_RUN=()
   for a in "${RUN[@]:1}"; do [[ $a == --benchmark_repetitions=* ]] || AB_RUN+=("$a"); done
   verdict() { grep -o 'geometric mean time ratio [0-9.]* ([0-9]*% CI [0-9.]* to [0-9.]*)' "$1" | sed 's/geometric mean time ratio //'; }
   echo "start: $(uptime)"
-  echo "cpu: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cpus; $PAIRS pairs a job"
+  echo "cpu: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cpus; $PAIRS pairs a job, --interleave $INTERLEAVE"
   fa=0 fa_each=0 fa_cpu=0 fa_cpu_each=0 miss=0 miss_each=0 miss_cpu=0 miss_cpu_each=0
   printf '%-4s %-34s %-34s %-34s %-34s %s\n' job "unchanged: ratio (CI) rc,each" "x1.05: ratio (CI) rc,each" \
     "cpu, unchanged" "cpu, x1.05" "load (1, 5, 15 min)"
   for i in $(seq 1 "$N"); do
     d="$OUT/ab$i"
     set +e
-    "$PB" ab "$PB" "$PB" --pairs "$PAIRS" --out "$d" -- "${AB_RUN[@]}" >"$d.md" 2>"$d.log"; s=$?
+    "$PB" ab "$PB" "$PB" --pairs "$PAIRS" --interleave "$INTERLEAVE" --out "$d" -- "${AB_RUN[@]}" >"$d.md" 2>"$d.log"; s=$?
     set -e
     if (( s == 2 )); then cat "$d.log" >&2; exit 2; fi
-    for f in "$d"/contender/*/results.json; do
-      k=$(basename "$(dirname "$f")"); mkdir -p "$d/doctored/$k"; doctor "$f" "$d/doctored/$k/results.json" 1.05
-    done
+    while IFS= read -r f; do
+      mkdir -p "$d/doctored/$(dirname "$f")"; doctor "$d/contender/$f" "$d/doctored/$f" 1.05
+    done < <(cd "$d/contender" && find . -name results.json)
     set +e
     "$PB" compare --paired "$d/baseline" "$d/contender" --gate each >/dev/null; se=$?
     "$PB" compare --paired "$d/baseline" "$d/doctored" >"$d/slower.md"; w=$?
