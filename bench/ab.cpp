@@ -157,10 +157,8 @@ int cmd_ab(const std::vector<std::string>& args) {
   const std::string time = f.str("time");
   if (time != "real" && time != "cpu") throw UsageError(fmt::format("--time expects real or cpu, got '{}'", time));
   for (const std::string& a : run_args)
-    for (const char* own_flag : {"--out", "--benchmark_out"})
-      if (a == own_flag || a.rfind(std::string(own_flag) + "=", 0) == 0 ||
-          (std::string(own_flag) == "--benchmark_out" && a.rfind("--benchmark_out_format", 0) == 0))
-        throw UsageError(fmt::format("run flag '{}': parbench ab chooses where each run writes (use --out DIR before --)", a));
+    if (a == "--out" || a.rfind("--out=", 0) == 0 || a.rfind("--benchmark_out", 0) == 0)
+      throw UsageError(fmt::format("run flag '{}': parbench ab chooses where each run writes (use --out DIR before --)", a));
   const std::string binaries[2] = {f.positional()[0], f.positional()[1]};
   const char* roles[2] = {"baseline", "contender"};
   for (int s = 0; s < 2; ++s) check_binary(roles[s], binaries[s]);

@@ -306,7 +306,10 @@ Comparison compare_paired(const std::vector<RunFile>& baselines, const std::vect
   for (std::size_t k = 0; k < baselines.size(); ++k) {
     out.baseline_sources.push_back(baselines[k].source);
     checks.push_back({&baselines[k], &contenders[k]});
-    if (k > 0) checks.push_back({&baselines[0], &baselines[k]}), checks.push_back({&contenders[0], &contenders[k]});
+    if (k > 0) {
+      checks.push_back({&baselines[0], &baselines[k]});
+      checks.push_back({&contenders[0], &contenders[k]});
+    }
   }
   std::string msg;
   for (const auto& [a, b] : checks)
