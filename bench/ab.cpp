@@ -115,11 +115,13 @@ int cmd_ab(const std::vector<std::string>& args) {
   own.assign(args.begin(), dash);
   if (dash != args.end()) run_args.assign(dash + 1, args.end());
   Flags f("parbench ab",
-          "The A/B regression gate: runs two parbench builds alternately in one job, pair k running the\n"
-          "baseline then the contender for even k and the other way round for odd k, each as\n"
-          "`BINARY run RUN_FLAGS --out OUT/<side>/<k>`, so drift between runs (load, clocks) hits both\n"
-          "sides alike. Then compares the pairs: per benchmark and pair the ratio of median iteration\n"
-          "times; the suite's geometric mean ratio per pair; Student's t interval over the pairs. Exit\n"
+          "The A/B regression gate: runs two parbench builds alternately in one job, so drift between\n"
+          "runs (load, clocks) hits both sides alike: for each of --pairs pairs and each benchmark (or\n"
+          "whole run, --interleave run), baseline then contender or the other way round, alternating,\n"
+          "each as `BINARY run RUN_FLAGS [--benchmark_filter=^NAME] --out OUT/<side>/<pair>[/<benchmark>]`.\n"
+          "Then compares the pairs: per benchmark and pair the ratio of median iteration times; the\n"
+          "suite's geometric mean ratio per pair; Student's t interval over the pairs. On a CPU machine\n"
+          "shared with other jobs, use --time cpu (wall time there swings by far more than 5%). Exit\n"
           "status: 0 no regression; 1 the suite is slower by the threshold (the interval lies above 1 and\n"
           "reaches beyond 1 + threshold), a benchmark disappeared or failed (with --gate each: or any\n"
           "benchmark is slower), or a run crashed; 2 bad input: a binary that cannot run or is not\n"
