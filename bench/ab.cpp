@@ -244,12 +244,15 @@ int cmd_ab(const std::vector<std::string>& args) {
   }
   // Read back exactly as `parbench compare --paired OUT/baseline OUT/contender` would.
   std::vector<reports::RunFile> runs[2];
+  bool per_benchmark = true;
   for (int s = 0; s < 2; ++s) {
-    runs[s] = reports::load_paired_runs((fs::path(out) / roles[s]).string());
+    reports::PairedSide side = reports::load_paired_runs((fs::path(out) / roles[s]).string());
+    per_benchmark = per_benchmark && side.per_benchmark_processes;
+    runs[s] = std::move(side.runs);
     if (time == "cpu")
       for (reports::RunFile& r : runs[s]) r = reports::with_process_cpu_time(std::move(r));
   }
-  const reports::Comparison c = reports::compare_paired(runs[0], runs[1], o, f.on("force"));
+  const reports::Comparison c = reports::compare_paired(runs[0], runs[1], o, f.on("force"), per_benchmark);
   const std::string md = reports::comparison_markdown(c, runs[0].front().source, runs[1].front().source);
   std::fputs(md.c_str(), stdout);
   write_file_atomic((fs::path(out) / "compare.md").string(), md);

@@ -74,13 +74,15 @@ int cmd_compare(const std::vector<std::string>& args) {
   const std::string time = f.str("time");
   if (time != "real" && time != "cpu") throw UsageError(fmt::format("--time expects real or cpu, got '{}'", time));
   if (f.on("paired")) {
-    std::vector<reports::RunFile> sides[2] = {reports::load_paired_runs(f.positional()[0]),
-                                              reports::load_paired_runs(f.positional()[1])};
+    reports::PairedSide sides[2] = {reports::load_paired_runs(f.positional()[0]),
+                                    reports::load_paired_runs(f.positional()[1])};
     if (time == "cpu")
       for (auto& side : sides)
-        for (reports::RunFile& r : side) r = reports::with_process_cpu_time(std::move(r));
-    const reports::Comparison c = reports::compare_paired(sides[0], sides[1], o, f.on("force"));
-    const std::string md = reports::comparison_markdown(c, sides[0].front().source, sides[1].front().source);
+        for (reports::RunFile& r : side.runs) r = reports::with_process_cpu_time(std::move(r));
+    const reports::Comparison c =
+        reports::compare_paired(sides[0].runs, sides[1].runs, o, f.on("force"),
+                                sides[0].per_benchmark_processes && sides[1].per_benchmark_processes);
+    const std::string md = reports::comparison_markdown(c, sides[0].runs.front().source, sides[1].runs.front().source);
     std::fputs(md.c_str(), stdout);
     if (f.has("out")) {
       make_dirs(std::filesystem::path(f.str("out")).parent_path().string());

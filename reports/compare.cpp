@@ -258,7 +258,8 @@ Comparison compare_runs(const RunFile& baseline, const RunFile& contender, const
   return compare_runs(std::vector<RunFile>{baseline}, contender, opts, force);
 }
 
-SuiteVerdict paired_suite_verdict(const std::vector<std::vector<double>>& log_ratios, const CompareOptions& o) {
+SuiteVerdict paired_suite_verdict(const std::vector<std::vector<double>>& log_ratios, const CompareOptions& o,
+                                  bool per_benchmark_processes) {
   SuiteVerdict s;
   s.benchmarks = static_cast<int>(log_ratios.size());
   if (log_ratios.empty()) {
@@ -276,7 +277,7 @@ SuiteVerdict paired_suite_verdict(const std::vector<std::vector<double>>& log_ra
     for (const auto& l : log_ratios) per_pair[k] += l[k];
     per_pair[k] /= static_cast<double>(log_ratios.size());
   }
-  const PairedT t = paired_t(per_pair, o.alpha);
+  const PairedT t = per_benchmark_processes ? mean_of_means_t(log_ratios, o.alpha) : paired_t(per_pair, o.alpha);
   s.ratio = std::exp(t.mean);
   s.lo = std::exp(t.lo);
   s.hi = std::exp(t.hi);
@@ -287,7 +288,7 @@ SuiteVerdict paired_suite_verdict(const std::vector<std::vector<double>>& log_ra
 }
 
 Comparison compare_paired(const std::vector<RunFile>& baselines, const std::vector<RunFile>& contenders,
-                          const CompareOptions& opts, bool force) {
+                          const CompareOptions& opts, bool force, bool per_benchmark_processes) {
   if (!(opts.threshold >= 0)) throw UsageError(fmt::format("--threshold must be >= 0, got {}", opts.threshold));
   if (!(opts.alpha > 0 && opts.alpha < 1)) throw UsageError(fmt::format("--alpha must be in (0, 1), got {}", opts.alpha));
   if (baselines.size() != contenders.size())
@@ -301,6 +302,7 @@ Comparison compare_paired(const std::vector<RunFile>& baselines, const std::vect
   Comparison out;
   out.options = opts;
   out.pairs = static_cast<int>(baselines.size());
+  out.per_benchmark_processes = per_benchmark_processes;
   // Every run must measure the same thing: each pair, and every run against the first of its side.
   std::vector<std::pair<const RunFile*, const RunFile*>> checks;
   for (std::size_t k = 0; k < baselines.size(); ++k) {
@@ -389,7 +391,7 @@ Comparison compare_paired(const std::vector<RunFile>& baselines, const std::vect
     }
     out.entries.push_back(std::move(e));
   }
-  out.suite = paired_suite_verdict(suite_logs, opts);
+  out.suite = paired_suite_verdict(suite_logs, opts, per_benchmark_processes);
   return out;
 }
 
@@ -414,7 +416,7 @@ RunFile merge_run_pieces(const std::vector<RunFile>& pieces) {
   return out;
 }
 
-std::vector<RunFile> load_paired_runs(const std::string& dir) {
+PairedSide load_paired_runs(const std::string& dir) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
@@ -430,10 +432,13 @@ std::vector<RunFile> load_paired_runs(const std::string& dir) {
     return std::make_tuple(numeric ? 0 : 1, numeric ? n.size() : 0, n);
   };
   std::sort(entries.begin(), entries.end(), [&](const fs::path& a, const fs::path& b) { return key(a) < key(b); });
-  std::vector<RunFile> runs;
+  PairedSide side;
+  std::vector<RunFile>& runs = side.runs;
+  side.per_benchmark_processes = true;
   for (const fs::path& e : entries) {
     if (!fs::is_directory(e)) {
       runs.push_back(load_run_json(e.string()));
+      side.per_benchmark_processes = false;
       continue;
     }
     std::vector<std::string> files;
@@ -443,11 +448,14 @@ std::vector<RunFile> load_paired_runs(const std::string& dir) {
     if (files.empty()) continue;  // a run that left nothing: the comparison then lacks a pair
     std::sort(files.begin(), files.end());
     std::vector<RunFile> pieces;
-    for (const std::string& f : files) pieces.push_back(load_run_json(f));
+    for (const std::string& f : files) {
+      pieces.push_back(load_run_json(f));
+      if (collect_benchmarks(pieces.back()).size() != 1) side.per_benchmark_processes = false;
+    }
     runs.push_back(merge_run_pieces(pieces));
   }
   if (runs.empty()) throw UsageError(fmt::format("{}: holds no run (no .json file)", dir));
-  return runs;
+  return side;
 }
 
 std::string comparison_markdown(const Comparison& c, const std::string& baseline_source,
@@ -465,8 +473,12 @@ std::string comparison_markdown(const Comparison& c, const std::string& baseline
   const std::size_t more = c.baseline_sources.size() > 1 ? c.baseline_sources.size() - 1 : 0;
   if (c.pairs > 0)
     out += fmt::format("Paired: {} baseline runs (`{}`, ...) and {} contender runs (`{}`, ...) made side by side, run k "
-                       "of each side a pair; the interval is Student's t over the pairs. Threshold {:g}%, alpha {:g}.\n\n",
-                       c.pairs, baseline_source, c.pairs, contender_source, c.options.threshold * 100, c.options.alpha);
+                       "of each side a pair; the suite's interval is {}. Threshold {:g}%, alpha {:g}.\n\n",
+                       c.pairs, baseline_source, c.pairs, contender_source,
+                       c.per_benchmark_processes
+                           ? "Welch's t over the benchmarks (each benchmark ran in processes of its own)"
+                           : "Student's t over the pairs (the benchmarks of a run shared its process)",
+                       c.options.threshold * 100, c.options.alpha);
   else
     out += fmt::format("Baseline `{}`{}, contender `{}`. Threshold {:g}%, alpha {:g}.\n\n", baseline_source,
                        more ? fmt::format(" and {} more run(s)", more) : "", contender_source, c.options.threshold * 100,

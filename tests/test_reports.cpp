@@ -771,6 +771,22 @@ TEST(PairedT, MatchesScipy) {
   EXPECT_THROW(paired_t({0.1}, 0.05), Error);
 }
 
+TEST(MeanOfMeansT, WelchSatterthwaiteByHand) {
+  // Expected values from the formulas with numpy and scipy.stats.t (scipy 1.10).
+  const PairedT r = mean_of_means_t({{0.1, 0.2, 0.3}, {0.0, 0.05, -0.05, 0.1}}, 0.05);
+  EXPECT_EQ(r.n, 7);
+  EXPECT_NEAR(r.mean, 0.1125, 1e-12);
+  EXPECT_NEAR(r.df, 3.234718826405868, 1e-9);
+  EXPECT_NEAR(r.lo, 0.011441801126918713, 1e-9);
+  EXPECT_NEAR(r.hi, 0.2135581988730813, 1e-9);
+  EXPECT_NEAR(r.p, 0.03781508223836954, 1e-9);
+  // One group: the one-sample t interval.
+  const PairedT one = mean_of_means_t({{0.1, 0.2, 0.3}}, 0.05);
+  EXPECT_NEAR(one.lo, paired_t({0.1, 0.2, 0.3}, 0.05).lo, 1e-12);
+  EXPECT_NEAR(one.df, 2, 1e-12);
+  EXPECT_THROW(mean_of_means_t({{0.1, 0.2}, {0.3}}, 0.05), Error);
+}
+
 // log_ratios[b][k] for B benchmarks and the given per-pair suite values plus a per-benchmark wobble
 // that averages out over the benchmarks.
 std::vector<std::vector<double>> logs_with(const std::vector<double>& per_pair, int benchmarks = 4) {
@@ -811,6 +827,31 @@ TEST(PairedSuite, VerdictFromTheIntervalOverPairs) {
   for (double x : slow) fast.push_back(-2 * x);
   EXPECT_EQ(paired_suite_verdict(logs_with(fast), o).verdict, Verdict::Faster);
   EXPECT_EQ(paired_suite_verdict({}, o).verdict, Verdict::Skipped);
+}
+
+TEST(PairedSuite, IndependentBenchmarksPoolTheirSpread) {
+  const CompareOptions o;
+  // Nine benchmarks, each in processes of its own: independent errors of 4% around +5%, that
+  // happen to leave two of the five pairs' means low. Over the pairs (4 degrees of freedom) the
+  // interval reaches below 1; over the benchmarks' own spreads (about 36) it does not.
+  const double e[9][5] = {{0.04, -0.03, 0.01, -0.05, 0.03}, {-0.02, 0.05, -0.04, 0.00, 0.01},
+                          {0.03, -0.06, 0.02, -0.01, 0.02}, {0.01, 0.02, -0.05, -0.03, 0.05},
+                          {-0.04, 0.03, 0.00, -0.04, 0.05}, {0.05, -0.02, -0.03, -0.02, 0.02},
+                          {0.02, -0.04, 0.04, -0.05, 0.03}, {-0.03, 0.01, 0.02, -0.04, 0.04},
+                          {0.00, -0.05, 0.03, -0.03, 0.05}};
+  std::vector<std::vector<double>> logs(9);
+  for (int b = 0; b < 9; ++b)
+    for (int k = 0; k < 5; ++k) logs[b].push_back(std::log(1.05) + e[b][k]);
+  const SuiteVerdict pairs = paired_suite_verdict(logs, o, false);
+  const SuiteVerdict benchmarks = paired_suite_verdict(logs, o, true);
+  EXPECT_DOUBLE_EQ(*pairs.ratio, *benchmarks.ratio);
+  EXPECT_LT(*benchmarks.hi - *benchmarks.lo, *pairs.hi - *pairs.lo);
+  EXPECT_EQ(benchmarks.verdict, Verdict::Slower);
+  std::vector<double> per_pair(5, 0.0);
+  for (int k = 0; k < 5; ++k)
+    for (int b = 0; b < 9; ++b) per_pair[k] += logs[b][k] / 9;
+  EXPECT_NEAR(*pairs.lo, std::exp(paired_t(per_pair, o.alpha).lo), 1e-12);
+  EXPECT_NEAR(*benchmarks.lo, std::exp(mean_of_means_t(logs, o.alpha).lo), 1e-12);
 }
 
 // Pair k's runs: every benchmark at level[k] (the machine's drift), the contender x factor.
@@ -952,12 +993,17 @@ TEST(ComparePaired, FolderOfRunsInNumericOrder) {
   put(dir / "2" / "02" / "results.json", doc("w/s1/devices:1/batch:1", 2));
   put(dir / "2" / "01" / "report.json", "{\"not\": \"a run\"}");
   put(dir / "10" / "results.json", doc("w/s0/devices:1/batch:1", 10));
-  const std::vector<RunFile> runs = load_paired_runs(dir.string());
+  const PairedSide side = load_paired_runs(dir.string());
+  const std::vector<RunFile>& runs = side.runs;
+  EXPECT_FALSE(side.per_benchmark_processes);  // run 1 is one file
   ASSERT_EQ(runs.size(), 3u);
   EXPECT_THAT(runs[0].source, HasSubstr("1.json"));
   EXPECT_EQ(collect_benchmarks(runs[1]).size(), 2u);
   EXPECT_THAT(runs[2].source, HasSubstr("10"));
   EXPECT_THAT(usage_error([&] { load_paired_runs((dir / "1.json").string()); }), HasSubstr("expected a folder of runs"));
+  // Every run a folder of one-benchmark files: each benchmark ran in processes of its own.
+  fs::remove(dir / "1.json");
+  EXPECT_TRUE(load_paired_runs(dir.string()).per_benchmark_processes);
   fs::create_directories(dir / "empty");
   EXPECT_THAT(usage_error([&] { load_paired_runs((dir / "empty").string()); }), HasSubstr("holds no run"));
   fs::remove_all(dir);
