@@ -12,6 +12,7 @@
 # x1.05) and compared pair by pair again (`compare --paired`: a PASS is a miss); wall time and
 # --time cpu, suite verdict and --gate each. DOCTOR=wrapper: misses only, on runs of their own:
 # the contender is a wrapper script that makes a real run and then multiplies its times by 1.05.
+# JUDGE=1: run nothing; judge the jobs already in OUT_DIR again with this PARBENCH.
 # usage: scripts/compare_noise.sh [--ab] PARBENCH [OUT_DIR] [RERUNS] [-- extra parbench run flags]
 set -euo pipefail
 PY=${PARBENCH_PYTHON:-/usr/bin/python3}
@@ -43,8 +44,11 @@ shift $(( $# < 3 ? $# : 3 ))
 # worker make single steps swing by 10x, which no gate can see through.
 RUN=(run --workload great_net --image 8 --width 0.1875 --devices 1,2 --iterations 10 --warmup 2 --threads 1
      --device-kind cpu --benchmark_repetitions=5 "$@")
-rm -rf "$OUT"
-mkdir -p "$OUT/history"
+JUDGE=${JUDGE:-0}
+if (( ! JUDGE )); then
+  rm -rf "$OUT"
+  mkdir -p "$OUT/history"
+fi
 
 if (( AB )); then
   PAIRS=${PAIRS:-5} INTERLEAVE=${INTERLEAVE:-benchmark}
@@ -91,14 +95,21 @@ SH
     "cpu, unchanged" "cpu, x1.05" "load (1, 5, 15 min)"
   for i in $(seq 1 "$N"); do
     d="$OUT/ab$i"
+    load=$(cut -d' ' -f1-3 /proc/loadavg)
+    if (( JUDGE )); then
+      load="(judged again)"
+    else
+      set +e
+      "$PB" ab "$PB" "$PB" --pairs "$PAIRS" --interleave "$INTERLEAVE" --out "$d" -- "${AB_RUN[@]}" >"$d.md" 2>"$d.log"; s=$?
+      set -e
+      if (( s == 2 )); then cat "$d.log" >&2; exit 2; fi
+      load=$(cut -d' ' -f1-3 /proc/loadavg)
+      while IFS= read -r f; do
+        mkdir -p "$d/doctored/$(dirname "$f")"; doctor "$d/contender/$f" "$d/doctored/$f" 1.05
+      done < <(cd "$d/contender" && find . -name results.json)
+    fi
     set +e
-    "$PB" ab "$PB" "$PB" --pairs "$PAIRS" --interleave "$INTERLEAVE" --out "$d" -- "${AB_RUN[@]}" >"$d.md" 2>"$d.log"; s=$?
-    set -e
-    if (( s == 2 )); then cat "$d.log" >&2; exit 2; fi
-    while IFS= read -r f; do
-      mkdir -p "$d/doctored/$(dirname "$f")"; doctor "$d/contender/$f" "$d/doctored/$f" 1.05
-    done < <(cd "$d/contender" && find . -name results.json)
-    set +e
+    "$PB" compare --paired "$d/baseline" "$d/contender" >"$d/same.md"; s=$?
     "$PB" compare --paired "$d/baseline" "$d/contender" --gate each >/dev/null; se=$?
     "$PB" compare --paired "$d/baseline" "$d/doctored" >"$d/slower.md"; w=$?
     "$PB" compare --paired "$d/baseline" "$d/doctored" --gate each >/dev/null; we=$?
@@ -111,8 +122,8 @@ SH
     (( sc == 1 )) && fa_cpu=$((fa_cpu + 1)); (( sce == 1 )) && fa_cpu_each=$((fa_cpu_each + 1))
     (( w == 0 )) && miss=$((miss + 1)); (( we == 0 )) && miss_each=$((miss_each + 1))
     (( wc == 0 )) && miss_cpu=$((miss_cpu + 1)); (( wce == 0 )) && miss_cpu_each=$((miss_cpu_each + 1))
-    printf '%-4s %-34s %-34s %-34s %-34s %s\n' "$i" "$(verdict "$d.md") $s,$se" "$(verdict "$d/slower.md") $w,$we" \
-      "$(verdict "$d/same-cpu.md") $sc,$sce" "$(verdict "$d/slower-cpu.md") $wc,$wce" "$(cut -d' ' -f1-3 /proc/loadavg)"
+    printf '%-4s %-34s %-34s %-34s %-34s %s\n' "$i" "$(verdict "$d/same.md") $s,$se" "$(verdict "$d/slower.md") $w,$we" \
+      "$(verdict "$d/same-cpu.md") $sc,$sce" "$(verdict "$d/slower-cpu.md") $wc,$wce" "$load"
   done
   echo "end: $(uptime)"
   echo "A/B, unchanged flagged (false alarms): wall suite $fa/$N, --gate each $fa_each/$N; --time cpu suite $fa_cpu/$N, --gate each $fa_cpu_each/$N"
