@@ -75,6 +75,7 @@ int cmd_run(const std::vector<std::string>& args);
 int cmd_report(const std::vector<std::string>& args);
 int cmd_compare(const std::vector<std::string>& args);
 int cmd_profile(const std::vector<std::string>& args);
+int cmd_ab(const std::vector<std::string>& args);
 
 // Runs scripts/chart.py (with /usr/bin/python3, or $PARBENCH_PYTHON) on a report JSON; a warning,
 // not an error, when it cannot (matplotlib missing). Returns whether the PNG was written; a PNG

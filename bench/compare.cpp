@@ -47,7 +47,9 @@ int cmd_compare(const std::vector<std::string>& args) {
           "slower); 2 bad input, or runs that differ in the environment or in what they measure (GPU, CPU,\n"
           "library versions, workload and its parameters, precision, scaling, micro-batches, bucket size,\n"
           "balance, threads, ...) without --force. Rules: docs/reports.md.\n"
-          "usage: parbench compare BASELINE.json|BASELINE_DIR CONTENDER.json [flags]",
+          "With --paired, both are folders of runs made side by side, compared pair by pair (see parbench ab).\n"
+          "usage: parbench compare BASELINE.json|BASELINE_DIR CONTENDER.json [flags]\n"
+          "       parbench compare --paired BASELINE_DIR CONTENDER_DIR [flags]",
           {
               {"threshold", "FRACTION", "smallest time change that counts (0.05 = 5%)", "0.05"},
               {"alpha", "P", "significance level of the tests (the suite's interval is 1 - alpha)", "0.05"},
@@ -55,6 +57,9 @@ int cmd_compare(const std::vector<std::string>& args) {
               {"time", "WHICH", "real: wall time per iteration; cpu: the process's CPU time per iteration", "real"},
               {"force", "", "compare even when the runs are not comparable (the summary lists the differences)", ""},
               {"out", "FILE.md", "also write the markdown summary to this file", ""},
+              {"paired", "", "BASELINE and CONTENDER are folders of runs made side by side (parbench ab's OUT/baseline\n"
+                             "and OUT/contender): each .json file or subfolder in one is a run, and the k-th runs of\n"
+                             "the two, in name order, form a pair", ""},
           });
   if (!f.parse(args)) return 0;
   if (f.positional().size() != 2)
@@ -68,6 +73,23 @@ int cmd_compare(const std::vector<std::string>& args) {
   o.gate_each = gate == "each";
   const std::string time = f.str("time");
   if (time != "real" && time != "cpu") throw UsageError(fmt::format("--time expects real or cpu, got '{}'", time));
+  if (f.on("paired")) {
+    reports::PairedSide sides[2] = {reports::load_paired_runs(f.positional()[0]),
+                                    reports::load_paired_runs(f.positional()[1])};
+    if (time == "cpu")
+      for (auto& side : sides)
+        for (reports::RunFile& r : side.runs) r = reports::with_process_cpu_time(std::move(r));
+    const reports::Comparison c =
+        reports::compare_paired(sides[0].runs, sides[1].runs, o, f.on("force"),
+                                sides[0].per_benchmark_processes && sides[1].per_benchmark_processes);
+    const std::string md = reports::comparison_markdown(c, sides[0].runs.front().source, sides[1].runs.front().source);
+    std::fputs(md.c_str(), stdout);
+    if (f.has("out")) {
+      make_dirs(std::filesystem::path(f.str("out")).parent_path().string());
+      write_file_atomic(f.str("out"), md);
+    }
+    return c.exit_code();
+  }
   std::vector<reports::RunFile> base = load_baselines(f.positional()[0]);
   reports::RunFile cont = reports::load_run_json(f.positional()[1]);
   if (time == "cpu") {

@@ -23,6 +23,7 @@ const char* kUsage =
     "            write a run folder (JSON, markdown, CSV, chart)\n"
     "  report    tables and a chart from the JSON of one or more runs\n"
     "  compare   baseline vs contender JSON: verdict per benchmark, exit 1 on a regression (CI)\n"
+    "  ab        run two builds alternately and compare the pairs: the CI gate for noisy machines\n"
     "  train     train a workload and print each iteration's time and loss\n"
     "  replay    K training steps from .npy parameters and data; writes losses and parameters\n"
     "  devices   list the CPU and GPUs this build can use\n"
@@ -62,6 +63,7 @@ int dispatch(const std::string& cmd, const std::vector<std::string>& args) {
   if (cmd == "run") return pb::cmd_run(args);
   if (cmd == "report") return pb::cmd_report(args);
   if (cmd == "compare") return pb::cmd_compare(args);
+  if (cmd == "ab") return pb::cmd_ab(args);
   if (cmd == "train") return pb::cmd_train(args);
   if (cmd == "replay") return pb::cmd_replay(args);
   if (cmd == "devices") return pb::cmd_devices(args);

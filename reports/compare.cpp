@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <random>
+#include <tuple>
 
 #include "engine/check.h"
 #include "reports/schema.h"
@@ -23,6 +25,15 @@ std::string fmt_time(std::optional<double> s) {
   return fmt::format("{:.4g}", ms);
 }
 
+
+// Slower: the interval [lo, hi] of a time ratio lies above 1 (a slowdown is certain) and
+// reaches 1 + threshold (one of the threshold's size is not ruled out). A certain but provably
+// small change passes.
+Verdict interval_verdict(double lo, double hi, double threshold) {
+  if (lo > 1 && hi > 1 + threshold) return Verdict::Slower;
+  if (hi < 1 && lo < 1 - threshold) return Verdict::Faster;
+  return Verdict::Same;
+}
 
 }  // namespace
 
@@ -134,11 +145,7 @@ SuiteVerdict suite_verdict(const std::vector<std::vector<std::vector<double>>>& 
   };
   s.lo = quantile(o.alpha / 2);
   s.hi = quantile(1 - o.alpha / 2);
-  // Slower: the interval lies above 1 (a slowdown is certain) and reaches 1 + threshold (one of
-  // the threshold's size is not ruled out). A certain but provably small change passes.
-  if (*s.lo > 1 && *s.hi > 1 + o.threshold) s.verdict = Verdict::Slower;
-  else if (*s.hi < 1 && *s.lo < 1 - o.threshold) s.verdict = Verdict::Faster;
-  else s.verdict = Verdict::Same;
+  s.verdict = interval_verdict(*s.lo, *s.hi, o.threshold);
   if (s.verdict == Verdict::Same && (*s.lo > 1 || *s.hi < 1))
     s.note = fmt::format("a change, but smaller than the threshold of {:g}%", o.threshold * 100);
   return s;
@@ -251,6 +258,206 @@ Comparison compare_runs(const RunFile& baseline, const RunFile& contender, const
   return compare_runs(std::vector<RunFile>{baseline}, contender, opts, force);
 }
 
+SuiteVerdict paired_suite_verdict(const std::vector<std::vector<double>>& log_ratios, const CompareOptions& o,
+                                  bool per_benchmark_processes) {
+  SuiteVerdict s;
+  s.benchmarks = static_cast<int>(log_ratios.size());
+  if (log_ratios.empty()) {
+    s.verdict = Verdict::Skipped;
+    s.note = "no benchmark measured in every run on both sides";
+    return s;
+  }
+  const std::size_t pairs = log_ratios.front().size();
+  for (const auto& l : log_ratios)
+    PB_CHECK(l.size() == pairs, "paired_suite_verdict: {} vs {} pairs", l.size(), pairs);
+  // One value per pair: the whole suite's log ratio in that pair. Benchmarks of one pair share
+  // its drift, so the pairs, not the benchmarks, are the independent samples.
+  std::vector<double> per_pair(pairs, 0.0);
+  for (std::size_t k = 0; k < pairs; ++k) {
+    for (const auto& l : log_ratios) per_pair[k] += l[k];
+    per_pair[k] /= static_cast<double>(log_ratios.size());
+  }
+  const PairedT t = per_benchmark_processes ? mean_of_means_t(log_ratios, o.alpha) : paired_t(per_pair, o.alpha);
+  s.ratio = std::exp(t.mean);
+  s.lo = std::exp(t.lo);
+  s.hi = std::exp(t.hi);
+  s.verdict = interval_verdict(*s.lo, *s.hi, o.threshold);
+  if (s.verdict == Verdict::Same && (*s.lo > 1 || *s.hi < 1))
+    s.note = fmt::format("a change, but smaller than the threshold of {:g}%", o.threshold * 100);
+  return s;
+}
+
+Comparison compare_paired(const std::vector<RunFile>& baselines, const std::vector<RunFile>& contenders,
+                          const CompareOptions& opts, bool force, bool per_benchmark_processes) {
+  if (!(opts.threshold >= 0)) throw UsageError(fmt::format("--threshold must be >= 0, got {}", opts.threshold));
+  if (!(opts.alpha > 0 && opts.alpha < 1)) throw UsageError(fmt::format("--alpha must be in (0, 1), got {}", opts.alpha));
+  if (baselines.size() != contenders.size())
+    throw UsageError(fmt::format("paired comparison: {} baseline run(s) but {} contender run(s); run k of one side pairs "
+                                 "with run k of the other",
+                                 baselines.size(), contenders.size()));
+  if (baselines.size() < 2)
+    throw UsageError(fmt::format("paired comparison: {} pair(s) of runs; the interval needs at least 2 (5 is a good CI "
+                                 "setting)",
+                                 baselines.size()));
+  Comparison out;
+  out.options = opts;
+  out.pairs = static_cast<int>(baselines.size());
+  out.per_benchmark_processes = per_benchmark_processes;
+  // Every run must measure the same thing: each pair, and every run against the first of its side.
+  std::vector<std::pair<const RunFile*, const RunFile*>> checks;
+  for (std::size_t k = 0; k < baselines.size(); ++k) {
+    out.baseline_sources.push_back(baselines[k].source);
+    checks.push_back({&baselines[k], &contenders[k]});
+    if (k > 0) {
+      checks.push_back({&baselines[0], &baselines[k]});
+      checks.push_back({&contenders[0], &contenders[k]});
+    }
+  }
+  std::string msg;
+  for (const auto& [a, b] : checks)
+    for (EnvDiff& d : environment_diffs(*a, *b)) {
+      msg += fmt::format("\n  {}: '{}' ({}), '{}' ({})", d.key, d.baseline, a->source, d.contender, b->source);
+      const bool seen = std::any_of(out.env_diffs.begin(), out.env_diffs.end(), [&](const EnvDiff& e) {
+        return e.key == d.key && e.baseline == d.baseline && e.contender == d.contender;
+      });
+      if (!seen) out.env_diffs.push_back(std::move(d));
+    }
+  if (!out.env_diffs.empty() && !force)
+    throw UsageError("the runs are not comparable: they differ in the environment or in what they measure (use --force "
+                     "to compare anyway):" + msg);
+
+  const std::size_t pairs = baselines.size();
+  std::vector<std::vector<Benchmark>> base(pairs), cont(pairs);
+  std::vector<std::string> names;  // in order of first appearance, baseline runs first
+  for (std::size_t k = 0; k < pairs; ++k) {
+    base[k] = collect_benchmarks(baselines[k]);
+    cont[k] = collect_benchmarks(contenders[k]);
+  }
+  for (const auto* side : {&base, &cont})
+    for (const auto& run : *side)
+      for (const Benchmark& b : run)
+        if (std::find(names.begin(), names.end(), b.name) == names.end()) names.push_back(b.name);
+  auto find = [](const std::vector<Benchmark>& v, const std::string& name) -> const Benchmark* {
+    for (const Benchmark& b : v)
+      if (b.name == name) return &b;
+    return nullptr;
+  };
+  std::vector<std::vector<double>> suite_logs;
+  for (const std::string& name : names) {
+    CompareEntry e;
+    e.name = name;
+    std::vector<double> logs, base_s, cont_s;
+    bool base_any = false, cont_any = false;
+    std::string lost, failed, base_error, cont_error;
+    for (std::size_t k = 0; k < pairs; ++k) {
+      const Benchmark *b = find(base[k], name), *c = find(cont[k], name);
+      const std::optional<double> tb = b ? b->median_s() : std::nullopt, tc = c ? c->median_s() : std::nullopt;
+      if (b && !tb && base_error.empty()) base_error = b->error_message;
+      if (c && !tc && cont_error.empty()) cont_error = c->error_message;
+      base_any |= tb.has_value();
+      cont_any |= tc.has_value();
+      if (tb && !c && lost.empty()) lost = contenders[k].source;
+      if (tb && c && !tc && failed.empty()) failed = contenders[k].source;
+      if (tb && tc) {
+        logs.push_back(std::log(*tc / *tb));
+        base_s.push_back(*tb);
+        cont_s.push_back(*tc);
+      }
+    }
+    if (!base_s.empty()) e.baseline_s = median(base_s), e.contender_s = median(cont_s);
+    e.n_baseline = e.n_contender = static_cast<int>(logs.size());
+    if (!failed.empty()) {
+      e.verdict = Verdict::Failed;
+      e.note = fmt::format("failed in the contender ({}): {}", failed, cont_error.empty() ? "no measurement" : cont_error);
+    } else if (!lost.empty()) {
+      e.verdict = Verdict::Missing;
+      e.note = fmt::format("in the baseline, not in the contender ({})", lost);
+    } else if (!base_any) {
+      e.verdict = cont_any ? Verdict::New : Verdict::Skipped;
+      e.note = !cont_any ? "failed in both: " + cont_error
+               : base_error.empty() ? std::string("not in the baseline") : "failed in the baseline: " + base_error;
+    } else if (logs.size() < 2) {
+      e.ratio = std::exp(logs.empty() ? 0.0 : logs.front());
+      e.verdict = Verdict::Same;
+      e.note = fmt::format("measured on both sides in {} pair(s): no verdict", logs.size());
+    } else {
+      e.paired = paired_t(logs, opts.alpha);
+      e.ratio = std::exp(e.paired->mean);
+      e.lo = std::exp(e.paired->lo);
+      e.hi = std::exp(e.paired->hi);
+      e.verdict = interval_verdict(*e.lo, *e.hi, opts.threshold);
+      if (logs.size() < pairs) e.note = fmt::format("{} of {} pairs (the baseline failed in the others)", logs.size(), pairs);
+      if (logs.size() == pairs) suite_logs.push_back(logs);
+    }
+    out.entries.push_back(std::move(e));
+  }
+  out.suite = paired_suite_verdict(suite_logs, opts, per_benchmark_processes);
+  return out;
+}
+
+RunFile merge_run_pieces(const std::vector<RunFile>& pieces) {
+  PB_CHECK(!pieces.empty(), "merge_run_pieces: no piece");
+  RunFile out = pieces.front();
+  for (std::size_t i = 1; i < pieces.size(); ++i) {
+    const RunFile& p = pieces[i];
+    const std::vector<EnvDiff> diffs = environment_diffs(pieces.front(), p);
+    if (!diffs.empty())
+      throw UsageError(fmt::format("{} and {}: parts of one run, but they differ in {} ('{}' vs '{}')", pieces.front().source,
+                                   p.source, diffs.front().key, diffs.front().baseline, diffs.front().contender));
+    std::vector<std::string> seen;
+    for (const BenchRun& r : out.runs) seen.push_back(benchmark_identity(r.run_name));
+    for (const BenchRun& r : p.runs)
+      if (std::find(seen.begin(), seen.end(), benchmark_identity(r.run_name)) != seen.end())
+        throw UsageError(fmt::format("{}: benchmark {} is also in {}, another part of the same run", p.source,
+                                     benchmark_identity(r.run_name), out.source));
+    out.runs.insert(out.runs.end(), p.runs.begin(), p.runs.end());
+    for (const auto& [name, reps] : p.iteration_times) out.iteration_times[name] = reps;
+  }
+  return out;
+}
+
+PairedSide load_paired_runs(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    throw UsageError(fmt::format("{}: expected a folder of runs (one .json file or subfolder per run)", dir));
+  std::vector<fs::path> entries;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.is_directory() || (e.is_regular_file() && e.path().extension() == ".json" && e.path().filename() != "report.json"))
+      entries.push_back(e.path());
+  // Numeric names by value (2 before 10), then the rest by name.
+  auto key = [](const fs::path& p) {
+    const std::string n = p.stem().string();
+    const bool numeric = !n.empty() && std::all_of(n.begin(), n.end(), [](char c) { return c >= '0' && c <= '9'; });
+    return std::make_tuple(numeric ? 0 : 1, numeric ? n.size() : 0, n);
+  };
+  std::sort(entries.begin(), entries.end(), [&](const fs::path& a, const fs::path& b) { return key(a) < key(b); });
+  PairedSide side;
+  std::vector<RunFile>& runs = side.runs;
+  side.per_benchmark_processes = true;
+  for (const fs::path& e : entries) {
+    if (!fs::is_directory(e)) {
+      runs.push_back(load_run_json(e.string()));
+      side.per_benchmark_processes = false;
+      continue;
+    }
+    std::vector<std::string> files;
+    for (const auto& f : fs::recursive_directory_iterator(e))
+      if (f.is_regular_file() && f.path().extension() == ".json" && f.path().filename() != "report.json")
+        files.push_back(f.path().string());
+    if (files.empty()) continue;  // a run that left nothing: the comparison then lacks a pair
+    std::sort(files.begin(), files.end());
+    std::vector<RunFile> pieces;
+    for (const std::string& f : files) {
+      pieces.push_back(load_run_json(f));
+      if (collect_benchmarks(pieces.back()).size() != 1) side.per_benchmark_processes = false;
+    }
+    runs.push_back(merge_run_pieces(pieces));
+  }
+  if (runs.empty()) throw UsageError(fmt::format("{}: holds no run (no .json file)", dir));
+  return side;
+}
+
 std::string comparison_markdown(const Comparison& c, const std::string& baseline_source,
                                 const std::string& contender_source) {
   std::string out = "# parbench compare\n\n";
@@ -264,9 +471,18 @@ std::string comparison_markdown(const Comparison& c, const std::string& baseline
   else
     out += fmt::format("**{}** suite: {}\n\n", c.exit_code() ? "FAIL" : "PASS", s.note);
   const std::size_t more = c.baseline_sources.size() > 1 ? c.baseline_sources.size() - 1 : 0;
-  out += fmt::format("Baseline `{}`{}, contender `{}`. Threshold {:g}%, alpha {:g}.\n\n", baseline_source,
-                     more ? fmt::format(" and {} more run(s)", more) : "", contender_source, c.options.threshold * 100,
-                     c.options.alpha);
+  if (c.pairs > 0)
+    out += fmt::format("Paired: {} baseline runs (`{}`, ...) and {} contender runs (`{}`, ...) made side by side, run k "
+                       "of each side a pair; the suite's interval is {}. Threshold {:g}%, alpha {:g}.\n\n",
+                       c.pairs, baseline_source, c.pairs, contender_source,
+                       c.per_benchmark_processes
+                           ? "Welch's t over the benchmarks (each benchmark ran in processes of its own)"
+                           : "Student's t over the pairs (the benchmarks of a run shared its process)",
+                       c.options.threshold * 100, c.options.alpha);
+  else
+    out += fmt::format("Baseline `{}`{}, contender `{}`. Threshold {:g}%, alpha {:g}.\n\n", baseline_source,
+                       more ? fmt::format(" and {} more run(s)", more) : "", contender_source, c.options.threshold * 100,
+                       c.options.alpha);
   if (!c.env_diffs.empty()) {
     out += "**Warning: the environments differ (compared with --force):**\n\n";
     for (const EnvDiff& d : c.env_diffs) out += fmt::format("- {}: baseline `{}`, contender `{}`\n", d.key, d.baseline, d.contender);
@@ -281,17 +497,27 @@ std::string comparison_markdown(const Comparison& c, const std::string& baseline
   for (const CompareEntry& e : c.entries) {
     std::string p = "-";
     if (e.test) p = fmt::format("{:.3g}{}", e.test->p, e.test->exact ? "" : " (normal)");
+    if (e.paired) p = fmt::format("{:.3g} (paired t)", e.paired->p);
+    std::string ratio = e.ratio ? fmt::format("{:.3f}", *e.ratio) : "-";
+    if (e.lo && e.hi) ratio += fmt::format(" ({:.3f} to {:.3f})", *e.lo, *e.hi);
     std::string v = verdict_name(e.verdict);
     if ((c.options.gate_each && e.verdict == Verdict::Slower) || e.verdict == Verdict::Missing || e.verdict == Verdict::Failed)
       v = "**" + v + "**";
     out += fmt::format("| {} | {} | {} | {} | {} | {}/{} | {} | {} |\n", md_escape(e.name), fmt_time(e.baseline_s),
-                       fmt_time(e.contender_s), e.ratio ? fmt::format("{:.3f}", *e.ratio) : "-", p, e.n_baseline,
+                       fmt_time(e.contender_s), ratio, p, e.n_baseline,
                        e.n_contender, v, md_escape(e.note));
   }
-  out += fmt::format("\nsuite slower: its interval lies above 1 and reaches beyond 1 + threshold. A benchmark is slower "
-                     "when its ratio > 1 + threshold and p < alpha (or the ratio alone when the test is not possible). "
-                     "Exit code 1 when the suite is slower or a benchmark is missing or failed{}. Rules: docs/reports.md.\n",
-                     c.options.gate_each ? ", or any benchmark is slower (--gate each)" : "");
+  if (c.pairs > 0)
+    out += fmt::format("\nPaired: per benchmark, medians and reps over the pairs, ratio = geometric mean of the pairs' "
+                       "ratios (interval at 1 - alpha). Slower (suite and benchmark): the interval lies above 1 and "
+                       "reaches beyond 1 + threshold. Exit code 1 when the suite is slower or a benchmark is missing or "
+                       "failed{}. Rules: docs/reports.md.\n",
+                       c.options.gate_each ? ", or any benchmark is slower (--gate each)" : "");
+  else
+    out += fmt::format("\nsuite slower: its interval lies above 1 and reaches beyond 1 + threshold. A benchmark is slower "
+                       "when its ratio > 1 + threshold and p < alpha (or the ratio alone when the test is not possible). "
+                       "Exit code 1 when the suite is slower or a benchmark is missing or failed{}. Rules: docs/reports.md.\n",
+                       c.options.gate_each ? ", or any benchmark is slower (--gate each)" : "");
   return out;
 }
 

@@ -29,6 +29,8 @@ struct CompareEntry {
   std::optional<double> ratio;                    // contender / baseline
   int n_baseline = 0, n_contender = 0;            // repetitions
   std::optional<MannWhitney> test;                // when used for the verdict
+  std::optional<PairedT> paired;                  // paired mode: t on the log ratios of the pairs
+  std::optional<double> lo, hi;                   // paired mode: the ratio's interval at 1 - alpha
   std::string note;                               // why the verdict (test skipped, error text)
 };
 
@@ -61,6 +63,8 @@ struct Comparison {
   std::vector<EnvDiff> env_diffs;  // non-empty only when forced
   CompareOptions options;
   std::vector<std::string> baseline_sources;
+  int pairs = 0;  // > 0: a paired comparison (compare_paired) of this many runs a side
+  bool per_benchmark_processes = false;  // paired: each benchmark ran in processes of its own
   // 1 when the suite is slower, a benchmark disappeared or failed where the baseline ran, or
   // (gate_each) a benchmark is slower; else 0.
   int exit_code() const;
@@ -71,6 +75,40 @@ struct Comparison {
 Comparison compare_runs(const std::vector<RunFile>& baselines, const RunFile& contender, const CompareOptions& opts,
                         bool force);
 Comparison compare_runs(const RunFile& baseline, const RunFile& contender, const CompareOptions& opts, bool force);
+
+// Paired (A/B) mode: baselines[k] and contenders[k] were run side by side (parbench ab
+// alternates the two builds), so whatever drifts between runs (load, clocks, placement) hits
+// both members of a pair alike and cancels in their ratio. Per benchmark and pair, the log of
+// contender median / baseline median; ratio = exp(mean over the pairs and the benchmarks every
+// run measured). Its interval at 1 - alpha: when the benchmarks of a pair shared a process (whole
+// runs alternated), they share its drift, so the pairs are the independent samples: the
+// one-sample t interval over the pairs' means. When each benchmark ran in processes of its own
+// (per_benchmark_processes), the benchmarks' errors are independent: mean_of_means_t over them.
+// Verdicts follow the suite rule (slower: interval above 1 and reaching beyond 1 + threshold),
+// per benchmark too (its one-sample t over the pairs). Throws UsageError when the counts differ,
+// there are fewer than 2 pairs, or (unless force) any two runs are not comparable.
+Comparison compare_paired(const std::vector<RunFile>& baselines, const std::vector<RunFile>& contenders,
+                          const CompareOptions& opts, bool force, bool per_benchmark_processes = false);
+// One run made of pieces (parbench ab --interleave benchmark runs each benchmark in its own
+// process): their benchmarks and iteration times together, the first piece's context and
+// source. Throws UsageError naming the files when two pieces differ in a must-match context
+// key or measure the same benchmark.
+RunFile merge_run_pieces(const std::vector<RunFile>& pieces);
+// One side of a paired comparison: the runs in a folder, in name order (numeric names by
+// value): each *.json file directly in it is a run, and each subfolder is one run made of every
+// *.json below it (merge_run_pieces) but parbench's report.json. per_benchmark_processes: every
+// run is a subfolder whose every file holds one benchmark (parbench ab --interleave benchmark).
+// UsageError naming the folder when it is not one or holds no run.
+struct PairedSide {
+  std::vector<RunFile> runs;
+  bool per_benchmark_processes = false;
+};
+PairedSide load_paired_runs(const std::string& dir);
+
+// The paired suite statistic alone (for tests): log_ratios[b][k] = log(contender / baseline) of
+// benchmark b in pair k (every benchmark measured in every pair).
+SuiteVerdict paired_suite_verdict(const std::vector<std::vector<double>>& log_ratios, const CompareOptions& o,
+                                  bool per_benchmark_processes = false);
 
 std::string comparison_markdown(const Comparison& c, const std::string& baseline_source,
                                 const std::string& contender_source);

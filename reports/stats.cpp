@@ -6,6 +6,8 @@
 #include <cmath>
 #include <numeric>
 
+#include <boost/math/distributions/students_t.hpp>
+
 #include "engine/check.h"
 
 namespace pb::reports {
@@ -114,6 +116,55 @@ double mann_whitney_min_p(int n1, int n2) {
   std::iota(x.begin(), x.end(), 0.0);
   std::iota(y.begin(), y.end(), static_cast<double>(n1));
   return mann_whitney_u(x, y).p;
+}
+
+PairedT paired_t(const std::vector<double>& d, double alpha) {
+  PB_CHECK(d.size() >= 2, "paired t: {} value(s), need at least 2", d.size());
+  PB_CHECK(alpha > 0 && alpha < 1, "paired t: alpha {} outside (0, 1)", alpha);
+  PairedT r;
+  r.n = static_cast<int>(d.size());
+  r.mean = mean(d);
+  r.df = r.n - 1;
+  const double se = stddev(d) / std::sqrt(static_cast<double>(r.n));
+  if (!(se > 0)) {
+    r.lo = r.hi = r.mean;
+    r.p = r.mean == 0 ? 1 : 0;
+    return r;
+  }
+  const boost::math::students_t dist(r.n - 1);
+  const double t_crit = boost::math::quantile(dist, 1 - alpha / 2);
+  r.lo = r.mean - t_crit * se;
+  r.hi = r.mean + t_crit * se;
+  r.p = 2 * boost::math::cdf(boost::math::complement(dist, std::abs(r.mean / se)));
+  return r;
+}
+
+PairedT mean_of_means_t(const std::vector<std::vector<double>>& groups, double alpha) {
+  PB_CHECK(!groups.empty(), "mean_of_means_t: no group");
+  PB_CHECK(alpha > 0 && alpha < 1, "mean_of_means_t: alpha {} outside (0, 1)", alpha);
+  PairedT r;
+  double var_sum = 0, df_den = 0;  // sum of s_b^2 / n_b, and of its terms squared over n_b - 1
+  for (const std::vector<double>& g : groups) {
+    PB_CHECK(g.size() >= 2, "mean_of_means_t: a group of {} value(s), need at least 2", g.size());
+    r.n += static_cast<int>(g.size());
+    r.mean += mean(g) / static_cast<double>(groups.size());
+    const double v = stddev(g) * stddev(g) / static_cast<double>(g.size());
+    var_sum += v;
+    df_den += v * v / static_cast<double>(g.size() - 1);
+  }
+  const double se = std::sqrt(var_sum) / static_cast<double>(groups.size());
+  if (!(se > 0)) {
+    r.lo = r.hi = r.mean;
+    r.p = r.mean == 0 ? 1 : 0;
+    return r;
+  }
+  r.df = var_sum * var_sum / df_den;
+  const boost::math::students_t dist(r.df);
+  const double t_crit = boost::math::quantile(dist, 1 - alpha / 2);
+  r.lo = r.mean - t_crit * se;
+  r.hi = r.mean + t_crit * se;
+  r.p = 2 * boost::math::cdf(boost::math::complement(dist, std::abs(r.mean / se)));
+  return r;
 }
 
 }  // namespace pb::reports

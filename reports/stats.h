@@ -27,4 +27,23 @@ MannWhitney mann_whitney_u(const std::vector<double>& x, const std::vector<doubl
 // sample below all of the other, no ties): when it exceeds alpha the test can never reject.
 double mann_whitney_min_p(int n1, int n2);
 
+// The one-sample t interval and test on paired differences d (here: log time ratios of runs
+// made side by side), as scipy.stats.ttest_1samp(d, 0) with its confidence_interval.
+struct PairedT {
+  int n = 0;
+  double mean = 0;     // of d
+  double lo = 0, hi = 0;  // mean -+ t(1 - alpha/2, n-1) * sd / sqrt(n)
+  double p = 1;        // two-sided, H0: mean 0
+  double df = 0;       // degrees of freedom of the t distribution used
+};
+// Requires at least two values; alpha in (0, 1). Identical values give a zero-width interval
+// (p 1 when they are all 0, else 0).
+PairedT paired_t(const std::vector<double>& d, double alpha);
+// The t interval for the mean of several groups' means, each group with its own variance
+// (Welch-Satterthwaite degrees of freedom): groups[b] are benchmark b's log ratios over the
+// pairs, independent between benchmarks. mean = mean of the group means; se^2 = sum(s_b^2 / n_b)
+// / B^2; df = (sum s_b^2/n_b)^2 / sum((s_b^2/n_b)^2 / (n_b - 1)). Every group needs at least two
+// values. No spread at all gives a zero-width interval.
+PairedT mean_of_means_t(const std::vector<std::vector<double>>& groups, double alpha);
+
 }  // namespace pb::reports
