@@ -58,6 +58,7 @@ const float* Sequential::forward(const float* x, int64_t batch, int slot_id) {
   const int64_t base = plan_.layers[begin_].param_offset;
   const float* cur = x;
   bool cur_owned = false;  // cur is this stage's own buffer, not the caller's input
+  bool relu_done = false;  // the previous layer, a conv, already applied this layer's ReLU
   for (int i = begin_; i < end_; ++i) {
     const LayerPlan& l = plan_.layers[i];
     const int j = i - begin_;
@@ -67,12 +68,24 @@ const float* Sequential::forward(const float* x, int64_t batch, int slot_id) {
     if (!alias && !slot.storage[j].defined()) slot.storage[j] = Tensor::empty({out_n}, be.device());
     float* y = alias ? const_cast<float*>(cur) : slot.storage[j].data();
     const float* w = params_.data() + (l.param_offset - base);
+    relu_done = relu_done && l.spec.type == LayerType::ReLU;
     switch (l.spec.type) {
-      case LayerType::Conv2d: be.conv2d_forward(geom(l, batch), cur, w, w + l.weight_numel, y); break;
+      case LayerType::Conv2d:
+        // A ReLU right after a conv runs in place on the conv's output anyway: fused, it is done
+        // here (its backward reads the same y), and its own step below is skipped.
+        if (i + 1 < end_ && plan_.layers[i + 1].spec.type == LayerType::ReLU &&
+            be.conv2d_relu_forward(geom(l, batch), cur, w, w + l.weight_numel, y)) {
+          relu_done = true;
+          break;
+        }
+        be.conv2d_forward(geom(l, batch), cur, w, w + l.weight_numel, y);
+        break;
       case LayerType::Linear:
         be.linear_forward(batch, l.in[0], l.out[0], cur, w, w + l.weight_numel, y);
         break;
-      case LayerType::ReLU: be.relu_forward(out_n, cur, y); break;
+      case LayerType::ReLU:
+        if (!relu_done) be.relu_forward(out_n, cur, y);
+        break;
       case LayerType::Flatten: break;
     }
     slot.out[j] = y;

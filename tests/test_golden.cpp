@@ -7,6 +7,8 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
+#include <string>
 #include <nlohmann/json.hpp>
 
 #include "tests/gpu_skip.h"
@@ -30,6 +32,22 @@ std::vector<std::string> fixture_names() {
   return names;
 }
 
+// Sets an environment variable for a scope, restoring what it was.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    ::setenv(name, value, 1);
+  }
+  ~ScopedEnv() { old_ ? (void)::setenv(name_, old_->c_str(), 1) : (void)::unsetenv(name_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
 class Golden : public ::testing::TestWithParam<std::string> {
  protected:
   fs::path dir() const { return pb::test::source_dir() / "tests/fixtures" / GetParam(); }
@@ -49,26 +67,31 @@ TEST_P(Golden, EngineReproducesPyTorchTrajectory) {
     ts.insert(ts.begin(), batch);
     t = read_npy((dir() / "target.npy").string(), ts).data;
   }
-  auto s = make_strategy("regular", StrategyOptions{});
-  s->setup(plan, read_state_dict(plan, (dir() / "params").string()), net.adam);
-  s->load_batch(x.data, t, batch);
-  const auto want = expected["losses"].get<std::vector<double>>();
-  ASSERT_EQ(expected["steps"].get<int>(), static_cast<int>(want.size()));
-  for (std::size_t k = 0; k < want.size(); ++k) {
-    s->step();
-    EXPECT_NEAR(s->loss(), want[k], 1e-5 * std::abs(want[k])) << "step " << k + 1;
-  }
-  const std::vector<float> got = s->params();
   const std::vector<float> final = read_state_dict(plan, (dir() / "final").string());
-  double worst = 0;
-  std::size_t at = 0;
-  for (std::size_t i = 0; i < got.size(); ++i)
-    if (std::abs(got[i] - final[i]) > worst) worst = std::abs(got[i] - final[i]), at = i;
-  EXPECT_LE(worst, 1e-5) << "worst parameter " << at << ": got " << got[at] << ", PyTorch " << final[at];
+  // With each conv's ReLU fused into it (the default) and without.
+  for (const char* fuse : {"1", "0"}) {
+    SCOPED_TRACE(fmt::format("PARBENCH_CPU_FUSE_RELU={}", fuse));
+    ScopedEnv env("PARBENCH_CPU_FUSE_RELU", fuse);
+    auto s = make_strategy("regular", StrategyOptions{});
+    s->setup(plan, read_state_dict(plan, (dir() / "params").string()), net.adam);
+    s->load_batch(x.data, t, batch);
+    const auto want = expected["losses"].get<std::vector<double>>();
+    ASSERT_EQ(expected["steps"].get<int>(), static_cast<int>(want.size()));
+    for (std::size_t k = 0; k < want.size(); ++k) {
+      s->step();
+      EXPECT_NEAR(s->loss(), want[k], 1e-5 * std::abs(want[k])) << "step " << k + 1;
+    }
+    const std::vector<float> got = s->params();
+    double worst = 0;
+    std::size_t at = 0;
+    for (std::size_t i = 0; i < got.size(); ++i)
+      if (std::abs(got[i] - final[i]) > worst) worst = std::abs(got[i] - final[i]), at = i;
+    EXPECT_LE(worst, 1e-5) << "worst parameter " << at << ": got " << got[at] << ", PyTorch " << final[at];
+  }
   // The parameters did move: the comparison is not of untouched initial values.
   const std::vector<float> init = read_state_dict(plan, (dir() / "params").string());
   double moved = 0;
-  for (std::size_t i = 0; i < got.size(); ++i) moved = std::max(moved, double(std::abs(final[i] - init[i])));
+  for (std::size_t i = 0; i < final.size(); ++i) moved = std::max(moved, double(std::abs(final[i] - init[i])));
   EXPECT_GT(moved, 1e-4);
 }
 
