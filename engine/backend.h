@@ -46,6 +46,10 @@ struct BackendOptions {
   // (fp32, ~10x direct's rounding error, about half its time). The environment variable
   // PARBENCH_CPU_WINOGRAD=0 or =1 overrides this, for A/B runs against direct-only kernels.
   bool cpu_winograd = true;
+  // CPU with oneDNN: a convolution followed by a ReLU writes max(y, 0) in its own pass (a oneDNN
+  // eltwise post-op, or the engine's Winograd output transform) instead of a second pass over y.
+  // Same values either way; PARBENCH_CPU_FUSE_RELU=0 or =1 overrides this, for A/B runs.
+  bool cpu_fuse_relu = true;
   Precision precision = Precision::Fp32;
   bool exhaustive_conv_search = false;  // CUDA: timed algorithm search, cached per shape
   std::size_t workspace_cap_bytes = std::size_t(1) << 30;  // CUDA: conv workspace cap
@@ -79,6 +83,12 @@ class Backend {
   // y[n,k,p,q] = sum w[k,c,r,s] * x[n,c,p*sh+r-ph,q*sw+s-pw] + b[k]
   virtual void conv2d_forward(const ConvGeom& g, const float* x, const float* w, const float* b,
                               float* y) = 0;
+  // y = max(conv2d_forward's y, 0) in one pass where the backend fuses the ReLU into the
+  // convolution for this shape; returns false, having done nothing, where it does not.
+  virtual bool conv2d_relu_forward(const ConvGeom&, const float* /*x*/, const float* /*w*/, const float* /*b*/,
+                                   float* /*y*/) {
+    return false;
+  }
   // dx = conv_transpose(dy, w); dx is overwritten.
   virtual void conv2d_backward_data(const ConvGeom& g, const float* dy, const float* w,
                                     float* dx) = 0;

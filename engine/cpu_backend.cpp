@@ -25,6 +25,12 @@ namespace {
   return env && *env ? std::string(env) != "0" : opts.cpu_winograd;
 }
 
+// BackendOptions::cpu_fuse_relu, unless PARBENCH_CPU_FUSE_RELU says otherwise.
+bool use_fused_relu(const BackendOptions& opts) {
+  const char* env = std::getenv("PARBENCH_CPU_FUSE_RELU");
+  return env && *env ? std::string(env) != "0" : opts.cpu_fuse_relu;
+}
+
 int default_threads() {
 #ifdef _OPENMP
   return omp_get_num_procs();
@@ -147,7 +153,11 @@ void cpu_gemm_nn(int64_t m, int64_t n, int64_t k, const float* a, const float* b
 }
 
 CpuBackend::CpuBackend(Device d, const BackendOptions& opts)
-    : device_(d), threads_(opts.threads > 0 ? opts.threads : default_threads()), scratch_(3), scratch_count_(d) {
+    : device_(d),
+      threads_(opts.threads > 0 ? opts.threads : default_threads()),
+      fuse_relu_(use_fused_relu(opts)),
+      scratch_(3),
+      scratch_count_(d) {
 #ifdef PARBENCH_HAVE_DNNL
   if (!opts.cpu_reference_conv) {
     dnnl_ = std::make_unique<DnnlConv>(threads_, use_winograd(opts), DnnlConv::kWinogradScratchCap, d);
@@ -226,6 +236,21 @@ void CpuBackend::conv2d_forward(const ConvGeom& g, const float* x, const float* 
     for (int64_t k = 0; k < g.k; ++k) std::fill(yn + k * PQ, yn + (k + 1) * PQ, b ? b[k] : 0.0f);
     cpu_gemm_nn(g.k, PQ, CRS, w, col, yn, true, threads_);
   }
+}
+
+bool CpuBackend::conv2d_relu_forward([[maybe_unused]] const ConvGeom& g, [[maybe_unused]] const float* x,
+                                     [[maybe_unused]] const float* w, [[maybe_unused]] const float* b,
+                                     [[maybe_unused]] float* y) {
+#ifdef PARBENCH_HAVE_DNNL
+  if (!fuse_relu_ || !dnnl_) return false;
+  if (own_winograd_forward(g, b != nullptr)) {
+    winograd_->forward(g, x, w, b, y, /*relu=*/true);
+    return true;
+  }
+  return dnnl_->forward_relu(g, x, w, b, y);
+#else
+  return false;
+#endif
 }
 
 void CpuBackend::conv2d_backward_data(const ConvGeom& g, const float* dy, const float* w,

@@ -22,6 +22,8 @@ class CpuBackend final : public Backend {
 
   void conv2d_forward(const ConvGeom& g, const float* x, const float* w, const float* b,
                       float* y) override;
+  bool conv2d_relu_forward(const ConvGeom& g, const float* x, const float* w, const float* b,
+                           float* y) override;
   void conv2d_backward_data(const ConvGeom& g, const float* dy, const float* w, float* dx) override;
   void conv2d_backward_weights(const ConvGeom& g, const float* x, const float* dy, float* dw,
                                float* db, bool accumulate) override;
@@ -56,6 +58,7 @@ class CpuBackend final : public Backend {
 
   Device device_;
   int threads_;
+  bool fuse_relu_;
   std::vector<std::vector<float>> scratch_;
   WorkspaceCount scratch_count_;  // scratch_ as this device's workspace
   std::unique_ptr<DnnlConv> dnnl_;

@@ -77,6 +77,7 @@ const float* Sequential::forward(const float* x, int64_t batch, int slot_id) {
   const int64_t base = plan_.layers[begin_].param_offset;
   const float* cur = x;
   bool cur_owned = false;  // cur is this stage's own buffer, not the caller's input
+  bool relu_done = false;  // the previous layer, a conv, already applied this layer's ReLU
   for (int i = begin_; i < end_; ++i) {
     const LayerPlan& l = plan_.layers[i];
     const int j = i - begin_;
@@ -88,14 +89,24 @@ const float* Sequential::forward(const float* x, int64_t batch, int slot_id) {
     const float* w = params_.data() + (l.param_offset - base);
     Tracer::Scope layer = layer_span(tracer_, Phase::Forward, slot_id, l);
     const LayerPass fwd = LayerPass::Forward;
+    relu_done = relu_done && l.spec.type == LayerType::ReLU;
     switch (l.spec.type) {
-      case LayerType::Conv2d:
-        observed(observer_, i, fwd, [&] { be.conv2d_forward(geom(l, batch), cur, w, w + l.weight_numel, y); });
+      case LayerType::Conv2d: {
+        // A ReLU right after a conv runs in place on the conv's output anyway: fused, it is done
+        // here (its backward reads the same y), and its own step below is skipped.
+        const bool fuse = i + 1 < end_ && plan_.layers[i + 1].spec.type == LayerType::ReLU;
+        observed(observer_, i, fwd, [&] {
+          relu_done = fuse && be.conv2d_relu_forward(geom(l, batch), cur, w, w + l.weight_numel, y);
+          if (!relu_done) be.conv2d_forward(geom(l, batch), cur, w, w + l.weight_numel, y);
+        });
         break;
+      }
       case LayerType::Linear:
         observed(observer_, i, fwd, [&] { be.linear_forward(batch, l.in[0], l.out[0], cur, w, w + l.weight_numel, y); });
         break;
-      case LayerType::ReLU: observed(observer_, i, fwd, [&] { be.relu_forward(out_n, cur, y); }); break;
+      case LayerType::ReLU:
+        if (!relu_done) observed(observer_, i, fwd, [&] { be.relu_forward(out_n, cur, y); });
+        break;
       case LayerType::Flatten: break;
     }
     slot.out[j] = y;

@@ -157,11 +157,13 @@ class Dnnl : public ::testing::Test {
     return v;
   }
   ConvGeom random_geom() { return test::random_geom(rng_, {3, 40, 23}); }
-  static std::unique_ptr<CpuBackend> backend(bool reference, int threads, bool winograd = true) {
+  static std::unique_ptr<CpuBackend> backend(bool reference, int threads, bool winograd = true,
+                                             bool fuse_relu = true) {
     BackendOptions o;
     o.threads = threads;
     o.cpu_reference_conv = reference;
     o.cpu_winograd = winograd;
+    o.cpu_fuse_relu = fuse_relu;
     return std::make_unique<CpuBackend>(cpu(), o);
   }
 
@@ -304,6 +306,45 @@ TEST_F(Dnnl, WinogradChannelSlicesUnderScratchCap) {
     check(g, c, *ref);
   }
   EXPECT_TRUE(sliced) << "no cap made Winograd run in slices";
+}
+
+// A conv with its ReLU fused (oneDNN's post-op, or the engine's Winograd output transform) gives
+// the forward-then-ReLU values exactly, and the double loop's within tolerance; with fusion off,
+// or on the im2col path, the backend declines and leaves y alone.
+TEST_F(Dnnl, FusedReluForwardEqualsForwardThenRelu) {
+  auto be = backend(false, 2), off = backend(false, 2, true, false), ref = backend(true, 2);
+  std::vector<ConvGeom> shapes;
+  for (int i = 0; i < 8; ++i) shapes.push_back(random_geom());
+  // great_net's family, past the Winograd threshold too (oneDNN's on AVX-512, the engine's own elsewhere).
+  for (const int64_t ck : {16, 48, 64}) {
+    ConvGeom g;
+    g.n = 2, g.c = ck, g.k = ck == 48 ? 40 : ck, g.h = 15, g.w = 17, g.r = g.s = 3, g.pad_h = g.pad_w = 1;
+    shapes.push_back(g);
+  }
+  const auto untouched = [](const std::vector<float>& v) {
+    return std::all_of(v.begin(), v.end(), [](float f) { return std::isnan(f); });
+  };
+  for (const ConvGeom& g : shapes)
+    for (const bool bias : {true, false}) {
+      SCOPED_TRACE(fmt::format("seed {}: {}, bias {}, plan {}", seed_, str(g), bias,
+                               DnnlConv(2, true).plan(g, bias)));
+      const int64_t yn = g.n * g.k * g.p() * g.q();
+      const std::vector<float> x = random(g.n * g.c * g.h * g.w), w = random(g.k * g.c * g.r * g.s),
+                               b = random(g.k);
+      const float* bp = bias ? b.data() : nullptr;
+      std::vector<float> y(yn, NAN), plain(yn, NAN);
+      ASSERT_TRUE(be->conv2d_relu_forward(g, x.data(), w.data(), bp, y.data()));
+      be->conv2d_forward(g, x.data(), w.data(), bp, plain.data());
+      be->relu_forward(yn, plain.data(), plain.data());
+      EXPECT_EQ(y, plain);
+      std::vector<double> want = Reference{g}.forward(x, w, bp);
+      for (double& v : want) v = std::max(v, 0.0);
+      EXPECT_TRUE(near(y, want, "fused ReLU forward vs double, " + str(g)));
+      std::vector<float> declined(yn, NAN);
+      EXPECT_FALSE(off->conv2d_relu_forward(g, x.data(), w.data(), bp, declined.data()));
+      EXPECT_FALSE(ref->conv2d_relu_forward(g, x.data(), w.data(), bp, declined.data()));
+      EXPECT_TRUE(untouched(declined));
+    }
 }
 
 // CPU workers each own a backend with their own thread count and call it concurrently.

@@ -8,6 +8,8 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
+#include <string>
 #include <nlohmann/json.hpp>
 
 #include "tests/gpu_skip.h"
@@ -31,6 +33,22 @@ std::vector<std::string> fixture_names() {
   std::sort(names.begin(), names.end());
   return names;
 }
+
+// Sets an environment variable for a scope, restoring what it was.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    ::setenv(name, value, 1);
+  }
+  ~ScopedEnv() { old_ ? (void)::setenv(name_, old_->c_str(), 1) : (void)::unsetenv(name_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
 
 class Golden : public ::testing::TestWithParam<std::string> {
  protected:
@@ -74,7 +92,7 @@ void expect_pytorch_trajectory(const fs::path& dir, const std::string& strategy,
   // The parameters did move: the comparison is not of untouched initial values.
   const std::vector<float> init = read_state_dict(plan, (dir / "params").string());
   double moved = 0;
-  for (std::size_t i = 0; i < got.size(); ++i) moved = std::max(moved, double(std::abs(final[i] - init[i])));
+  for (std::size_t i = 0; i < final.size(); ++i) moved = std::max(moved, double(std::abs(final[i] - init[i])));
   EXPECT_GT(moved, 1e-4);
 }
 
@@ -118,7 +136,14 @@ TEST_P(Golden, PipelineSchedulesReproducePyTorchTrajectory) {
   }
 }
 
-TEST_P(Golden, EngineReproducesPyTorchTrajectory) { expect_pytorch_trajectory(dir(), "regular", 1); }
+// With each conv's ReLU fused into it (the default) and without.
+TEST_P(Golden, EngineReproducesPyTorchTrajectory) {
+  for (const char* fuse : {"1", "0"}) {
+    SCOPED_TRACE(fmt::format("PARBENCH_CPU_FUSE_RELU={}", fuse));
+    ScopedEnv env("PARBENCH_CPU_FUSE_RELU", fuse);
+    expect_pytorch_trajectory(dir(), "regular", 1);
+  }
+}
 
 // Sharded parameters, gradients and Adam state: the same trajectory on every split of the batch.
 TEST_P(Golden, FsdpReproducesPyTorchTrajectory) {

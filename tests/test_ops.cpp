@@ -188,19 +188,30 @@ TEST(Ops, EngineGradientMatchesReference) {
     SCOPED_TRACE(fmt::format("seed {} trial {}", r.seed, trial));
     const std::vector<float> p = init_params(plan, r.seed + trial);
     const auto x = r.vec(batch * numel_of(plan.input)), t = r.vec(batch * numel_of(plan.output));
-    auto be = make_backend(cpu());
-    Sequential model(plan, 0, static_cast<int>(plan.layers.size()), *be);
-    model.load_params(p);
-    const int64_t n = model.out_numel(batch);
-    const float* y = model.forward(x.data(), batch);
-    std::vector<float> dy(n), dx(x.size(), NAN);
-    float loss_sum = 0;
-    be->mse_loss_grad(n, y, t.data(), 2.0f / static_cast<float>(n), dy.data(), &loss_sum);
-    model.backward(dy.data(), dx.data(), false);
     ref::Vec grad;
     const double rloss = ref::net_loss(plan, ref::to_double(p), ref::to_double(x), ref::to_double(t), batch, &grad);
-    EXPECT_NEAR(loss_sum / n, rloss, 1e-5 * rloss);
-    EXPECT_CLOSE(model.grads().to_host(), grad, 1e-5, 1e-4);
+    // With each conv's ReLU fused into it and without: both match the reference, and each other exactly.
+    std::vector<float> grads[2], dxs[2];
+    for (const bool fuse : {true, false}) {
+      SCOPED_TRACE(fuse ? "ReLU fused" : "ReLU unfused");
+      BackendOptions o;
+      o.cpu_fuse_relu = fuse;
+      auto be = make_backend(cpu(), o);
+      Sequential model(plan, 0, static_cast<int>(plan.layers.size()), *be);
+      model.load_params(p);
+      const int64_t n = model.out_numel(batch);
+      const float* y = model.forward(x.data(), batch);
+      std::vector<float> dy(n), dx(x.size(), NAN);
+      float loss_sum = 0;
+      be->mse_loss_grad(n, y, t.data(), 2.0f / static_cast<float>(n), dy.data(), &loss_sum);
+      model.backward(dy.data(), dx.data(), false);
+      EXPECT_NEAR(loss_sum / n, rloss, 1e-5 * rloss);
+      EXPECT_CLOSE(model.grads().to_host(), grad, 1e-5, 1e-4);
+      grads[fuse] = model.grads().to_host();
+      dxs[fuse] = dx;
+    }
+    EXPECT_EQ(grads[true], grads[false]);
+    EXPECT_EQ(dxs[true], dxs[false]);
   }
 }
 

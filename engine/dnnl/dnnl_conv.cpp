@@ -88,27 +88,44 @@ bool DnnlConv::backward_weights_is_winograd(const ConvGeom& g, bool bias) {
   return wino;
 }
 
+namespace {
+void run_forward(dnnl_plan::Plans& I, const Fwd& f, const ConvGeom& g, const float* x, const float* w, const float* b,
+                 float* y) {
+  const int64_t ks = g.k / f.parts;  // output channels per slice
+  memory src = I.input(f.src, x, I.src_buf);
+  for (int64_t i = 0; i < f.parts; ++i) {
+    float* yi = y + i * ks * g.p() * g.q();
+    memory wei = I.input(f.wei, w + i * ks * g.c * g.r * g.s, I.wei_buf);
+    memory dst = I.output(f.dst, yi, I.dst_buf);
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src},
+                                         {DNNL_ARG_WEIGHTS, wei},
+                                         {DNNL_ARG_DST, dst},
+                                         {DNNL_ARG_SCRATCHPAD, I.scratchpad(f.pad)}};
+    if (b) args.emplace(DNNL_ARG_BIAS, memory(f.bias, I.eng, const_cast<float*>(b + i * ks)));
+    f.prim.execute(I.strm, args);
+    I.finish(f.dst, dst, yi);
+  }
+  I.strm.wait();
+}
+}  // namespace
+
 void DnnlConv::forward(const ConvGeom& g, const float* x, const float* w, const float* b, float* y) {
   Impl& I = *impl_;
   OmpThreads omp(I.threads);
-  dnnl_call("convolution forward", g, [&] {
-    Fwd& f = I.get_fwd(g, b != nullptr);
-    const int64_t ks = g.k / f.parts;  // output channels per slice
-    memory src = I.input(f.src, x, I.src_buf);
-    for (int64_t i = 0; i < f.parts; ++i) {
-      float* yi = y + i * ks * g.p() * g.q();
-      memory wei = I.input(f.wei, w + i * ks * g.c * g.r * g.s, I.wei_buf);
-      memory dst = I.output(f.dst, yi, I.dst_buf);
-      std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src},
-                                           {DNNL_ARG_WEIGHTS, wei},
-                                           {DNNL_ARG_DST, dst},
-                                           {DNNL_ARG_SCRATCHPAD, I.scratchpad(f.pad)}};
-      if (b) args.emplace(DNNL_ARG_BIAS, memory(f.bias, I.eng, const_cast<float*>(b + i * ks)));
-      f.prim.execute(I.strm, args);
-      I.finish(f.dst, dst, yi);
+  dnnl_call("convolution forward", g, [&] { run_forward(I, I.get_fwd(g, b != nullptr), g, x, w, b, y); });
+}
+
+bool DnnlConv::forward_relu(const ConvGeom& g, const float* x, const float* w, const float* b, float* y) {
+  Impl& I = *impl_;
+  OmpThreads omp(I.threads);
+  bool fused = false;
+  dnnl_call("convolution forward with ReLU", g, [&] {
+    if (const Fwd* f = I.get_fwd_relu(g, b != nullptr)) {
+      run_forward(I, *f, g, x, w, b, y);
+      fused = true;
     }
-    I.strm.wait();
   });
+  return fused;
 }
 
 void DnnlConv::backward_data(const ConvGeom& g, const float* dy, const float* w, float* dx) {

@@ -31,6 +31,9 @@ class DnnlConv {
   bool backward_data_is_winograd(const ConvGeom& g);
   bool backward_weights_is_winograd(const ConvGeom& g, bool bias);
   void forward(const ConvGeom& g, const float* x, const float* w, const float* b, float* y);
+  // y = max(forward's y, 0) with oneDNN's ReLU post-op, where oneDNN has the plain forward's
+  // kernel with that post-op; false, having done nothing, where it has not.
+  bool forward_relu(const ConvGeom& g, const float* x, const float* w, const float* b, float* y);
   void backward_data(const ConvGeom& g, const float* dy, const float* w, float* dx);
   // dw, db overwritten, or added to when accumulate.
   void backward_weights(const ConvGeom& g, const float* x, const float* dy, float* dw, float* db,

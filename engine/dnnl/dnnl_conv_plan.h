@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -74,6 +75,7 @@ struct Fwd {
   std::string impl;
   Arg src, wei, dst;
   memory::desc bias, pad;
+  dnnl::algorithm alg = dnnl::algorithm::convolution_direct;
 };
 struct BwdData {
   dnnl::convolution_backward_data prim;
@@ -117,6 +119,9 @@ struct Plans {
   dnnl::engine eng{dnnl::engine::kind::cpu, 0};
   dnnl::stream strm{eng};
   std::map<Key, Fwd> fwd;
+  // Forward with a ReLU post-op, same algorithm and slicing as fwd's plan of the shape; empty
+  // where oneDNN has no such kernel (the caller then runs the plain forward and a ReLU pass).
+  std::map<Key, std::optional<Fwd>> fwd_relu;
   std::map<Key, BwdData> bwd_data;
   std::map<Key, BwdWeights> bwd_weights;
   // Shared by all shapes: calls on one instance never overlap.
@@ -126,9 +131,14 @@ struct Plans {
       : threads(t), winograd(wino), winograd_scratch_cap(cap), src_buf(d), dst_buf(d), wei_buf(d), bias_buf(d),
         pad_buf(d) {}
 
-  dnnl::primitive_attr attr() const {
+  dnnl::primitive_attr attr(bool relu = false) const {
     dnnl::primitive_attr a;
     a.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    if (relu) {
+      dnnl::post_ops ops;
+      ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+      a.set_post_ops(ops);
+    }
     return a;
   }
 
@@ -141,7 +151,8 @@ struct Plans {
     return a;
   }
 
-  dnnl::convolution_forward::primitive_desc fwd_pd(const ConvGeom& g, bool bias, dnnl::algorithm alg) {
+  dnnl::convolution_forward::primitive_desc fwd_pd(const ConvGeom& g, bool bias, dnnl::algorithm alg,
+                                                   bool relu = false) {
     const Dims d = dims(g);
     const auto desc =
         bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, any(d.src), any(d.wei),
@@ -149,7 +160,7 @@ struct Plans {
                                                d.pad)
              : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, any(d.src), any(d.wei),
                                                any(d.dst), d.strides, d.pad, d.pad);
-    return dnnl::convolution_forward::primitive_desc(desc, attr(), eng);
+    return dnnl::convolution_forward::primitive_desc(desc, attr(relu), eng);
   }
 
   // Picks the algorithm and slicing of one op. Winograd F(4x4, 3x3) (oneDNN's jit_wino_4x3) for
@@ -178,22 +189,52 @@ struct Plans {
     return std::make_pair(make(dnnl::algorithm::convolution_direct, int64_t{1}), int64_t{1});
   }
 
+  Fwd make_fwd(const ConvGeom& g, const dnnl::convolution_forward::primitive_desc& pd, int64_t parts, bool bias,
+               dnnl::algorithm alg) {
+    const Dims d = dims(slice_k(g, parts));
+    return Fwd{dnnl::convolution_forward(pd),
+               parts,
+               pd.impl_info_str(),
+               arg(plain(d.src, g.c), pd.src_desc()),
+               arg(plain(d.wei, g.c), pd.weights_desc()),
+               arg(plain(d.dst, g.k), pd.dst_desc()),
+               bias ? pd.bias_desc() : memory::desc(),
+               pd.scratchpad_desc(),
+               alg};
+  }
+
   Fwd& get_fwd(const ConvGeom& g, bool bias) {
     const Key key = key_of(g, bias);
     auto it = fwd.find(key);
     if (it != fwd.end()) return it->second;
     const auto [pd, parts] =
         choose(g, g.k, [&](dnnl::algorithm alg, int64_t n) { return fwd_pd(slice_k(g, n), bias, alg); });
-    const Dims d = dims(slice_k(g, parts));
-    Fwd f{dnnl::convolution_forward(pd),
-          parts,
-          pd.impl_info_str(),
-          arg(plain(d.src, g.c), pd.src_desc()),
-          arg(plain(d.wei, g.c), pd.weights_desc()),
-          arg(plain(d.dst, g.k), pd.dst_desc()),
-          bias ? pd.bias_desc() : memory::desc(),
-          pd.scratchpad_desc()};
-    return fwd.emplace(key, std::move(f)).first->second;
+    const dnnl::algorithm alg = parts > 1 || std::string(pd.impl_info_str()).find("wino") != std::string::npos
+                                    ? dnnl::algorithm::convolution_winograd
+                                    : dnnl::algorithm::convolution_direct;
+    return fwd.emplace(key, make_fwd(g, pd, parts, bias, alg)).first->second;
+  }
+
+  // The fused conv + ReLU plan of a shape, or null. Only where it keeps the plain plan's
+  // algorithm and slicing (and its scratch within the cap): fusing must not trade Winograd for a
+  // slower direct kernel.
+  const Fwd* get_fwd_relu(const ConvGeom& g, bool bias) {
+    const Key key = key_of(g, bias);
+    auto it = fwd_relu.find(key);
+    if (it != fwd_relu.end()) return it->second ? &*it->second : nullptr;
+    const Fwd& plain_plan = get_fwd(g, bias);
+    std::optional<Fwd> f;
+    try {
+      const auto pd = fwd_pd(slice_k(g, plain_plan.parts), bias, plain_plan.alg, true);
+      if (plain_plan.impl == pd.impl_info_str() &&
+          (plain_plan.alg != dnnl::algorithm::convolution_winograd ||
+           pd.scratchpad_desc().get_size() <= winograd_scratch_cap))
+        f = make_fwd(g, pd, plain_plan.parts, bias, plain_plan.alg);
+    } catch (const dnnl::error& e) {
+      if (e.status != dnnl_unimplemented) throw;
+    }
+    const auto& slot = fwd_relu.emplace(key, std::move(f)).first->second;
+    return slot ? &*slot : nullptr;
   }
 
   BwdData& get_bwd_data(const ConvGeom& g) {

@@ -102,9 +102,9 @@ struct Winograd2x3::Impl {
   }
 
   // y (n x kout x P x Q) = conv3x3(x (n x cin x h x w), filters already in u as [16][kout][cin]),
-  // stride 1, padding (ph, pw), plus bias b when given.
+  // stride 1, padding (ph, pw), plus bias b when given, then max(., 0) when relu.
   void run(int64_t n, int64_t cin, int64_t h, int64_t w, int64_t kout, int64_t ph, int64_t pw, const float* x,
-           const float* b, float* y) {
+           const float* b, float* y, bool relu = false) {
     const int64_t P = h + 2 * ph - 2, Q = w + 2 * pw - 2;
     const int64_t TH = (P + 1) / 2, TW = (Q + 1) / 2;
     const int64_t per_row = 16 * std::max(cin, kout) * TW * int64_t(sizeof(float));
@@ -126,7 +126,7 @@ struct Winograd2x3::Impl {
                                                {DNNL_ARG_DST, memory(c, eng, m.data())}});
           strm.wait();
         }
-        output_chunk(img, kout, P, Q, th0, rows, TW, b, y, nt);
+        output_chunk(img, kout, P, Q, th0, rows, TW, b, y, nt, relu);
       }
   }
 
@@ -250,9 +250,9 @@ struct Winograd2x3::Impl {
     }
   }
 
-  // Y = A^T M A per tile, plus bias, into the rows of y the chunk covers (P, Q may be odd).
+  // Y = A^T M A per tile, plus bias (and ReLU), into the rows of y the chunk covers (P, Q may be odd).
   void output_chunk(int64_t img, int64_t kout, int64_t P, int64_t Q, int64_t th0, int64_t rows, int64_t TW,
-                    const float* b, float* y, int64_t nt) {
+                    const float* b, float* y, int64_t nt, bool relu) {
     const float* M = m.data();
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t k = 0; k < kout; ++k) {
@@ -278,6 +278,10 @@ struct Winograd2x3::Impl {
           s1[2 * tw] = c[1][0] + c[1][1] + c[1][2] + bias;
           s1[2 * tw + 1] = c[1][1] - c[1][2] - c[1][3] + bias;
         }
+        if (relu) {
+#pragma omp simd
+          for (int64_t i = 0; i < 4 * TW; ++i) s[i] = s[i] > 0.0f ? s[i] : 0.0f;  // s1 = s + 2 TW
+        }
         const int64_t oh = 2 * (th0 + tr);
         std::copy(s0, s0 + Q, yk + oh * Q);
         if (oh + 1 < P) std::copy(s1, s1 + Q, yk + (oh + 1) * Q);
@@ -295,7 +299,7 @@ bool Winograd2x3::applies(const ConvGeom& g) {
          g.pad_w >= 0 && g.pad_w <= 2 && g.p() >= 1 && g.q() >= 1;
 }
 
-void Winograd2x3::forward(const ConvGeom& g, const float* x, const float* w, const float* b, float* y) {
+void Winograd2x3::forward(const ConvGeom& g, const float* x, const float* w, const float* b, float* y, bool relu) {
   PB_CHECK(applies(g), "Winograd F(2x2, 3x3): needs a 3x3 kernel, stride 1, padding 0-2");
   Impl& I = *impl_;
   OmpThreads omp(I.threads);
@@ -305,7 +309,7 @@ void Winograd2x3::forward(const ConvGeom& g, const float* x, const float* w, con
 #pragma omp parallel for num_threads(I.threads) schedule(static)
   for (int64_t i = 0; i < kc; ++i) filter_tile(w + i * 9, U + i, kc);
   try {
-    I.run(g.n, g.c, g.h, g.w, g.k, g.pad_h, g.pad_w, x, b, y);
+    I.run(g.n, g.c, g.h, g.w, g.k, g.pad_h, g.pad_w, x, b, y, relu);
   } catch (const dnnl::error& e) {
     throw Error(fmt::format("oneDNN matmul of Winograd forward ({} -> {} channels): {}", g.c, g.k, e.what()));
   }
