@@ -15,7 +15,8 @@ import sys
 
 COLOURS = {"forward": "#4c72b0", "backward": "#dd8452", "loss": "#8172b3", "optimizer": "#55a868",
            "transfer": "#c44e52", "idle": "#d9d9d9"}
-ORDER = ["regular", "dp", "ddp", "mp", "pipeline"]
+ORDER = ["regular", "dp", "ddp", "mp", "pipeline", "pipeline-1f1b", "pipeline-recompute", "pipeline-1f1b-recompute",
+         "fsdp", "zero2", "tp"]  # the registry's display order
 
 
 def load(run_dir):
@@ -92,7 +93,7 @@ def main(argv):
         ax.set_xlim(0, step_ms if step_ms > 0 else None)
         ax.set_xlabel("ms since the step began", fontsize=8)
         title = f"{s} x{meta['devices']}: step {step_ms:.1f} ms, global batch {meta.get('global_batch', '?')}"
-        if s in ("mp", "pipeline") and step_ms > 0:
+        if (s == "mp" or s.startswith("pipeline")) and step_ms > 0:
             title += (f"; bubble measured {100 * idle / (len(pids) * step_ms):.0f}%, formula (P-1)/(M+P-1) = "
                       f"{100 * float(meta.get('bubble_fraction', 0)):.0f}% (M = {meta.get('micro_batches', '?')})")
         ax.set_title(title, fontsize=9)
