@@ -203,6 +203,8 @@ Profile parse_profile(const std::string& text, const std::string& source) {
     lp.backward_weights_s = l.numbers("backward_weights_s", nb, 0);
     lp.activation_bytes_per_sample = l.number("activation_bytes_per_sample", 0);
     lp.workspace_bytes = l.number_or("workspace_bytes", 0, 0);
+    if (l.has("workspace_bytes_per_batch") && l.ints("workspace_bytes_per_batch", 0).size() != nb)
+      l.fail(l.at_path("workspace_bytes_per_batch"), fmt::format("an array of {} integer(s), one per entry of \"batches\"", nb));
     l.done();
     if (i > 0 && numel(lp.in) != numel(p.layers.back().out))
       l.fail(l.at_path("in"), fmt::format("the previous layer's output ({} values per sample)", numel(p.layers.back().out)));
@@ -210,6 +212,9 @@ Profile parse_profile(const std::string& text, const std::string& source) {
   }
   p.loss_s = top.numbers("loss_s", nb, 0);
   p.optimizer_s_per_param = top.number("optimizer_s_per_param", 0);
+  // `parbench profile`'s whole-pass times: checked, not used (the layers are what the model sums).
+  for (const char* k : {"forward_total_s", "backward_total_s"})
+    if (top.has(k)) top.numbers(k, nb, 0);
   top.done();
   return p;
 }

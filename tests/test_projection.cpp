@@ -284,6 +284,28 @@ TEST_F(ProjectCli, ProjectsEveryStrategyAndMarksItProjected) {
   for (const char* s : {"regular", "dp", "ddp", "mp", "pipeline", "fsdp", "dp_pp"}) EXPECT_TRUE(seen.count(s)) << s;
 }
 
+// What `parbench profile` writes is what `project` reads: the profiler's own extra fields too.
+TEST_F(ProjectCli, ReadsTheProfilersOwnOutput) {
+  test::Result r = parbench("profile --workload great_net --image 8 --width 0.125 --batches 1,2 --repetitions 2 --warmup 1 "
+                            "--device-kind cpu --out " + path("prof.json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = parbench("project --profile " + path("prof.json") + " --machine " + fixture("machine.json") +
+               " --devices 1,2 --batch 2 --out " + path("p"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const json doc = json::parse(read_file(path("p.json")));
+  std::size_t feasible = 0;
+  for (const json& g : doc["groups"])
+    for (const json& row : g["rows"]) feasible += row["feasible"].get<bool>() && row["step_s"].get<double>() > 0;
+  EXPECT_GT(feasible, 0u);
+  // A per-batch workspace list of the wrong length is named.
+  json prof = json::parse(read_file(path("prof.json")));
+  prof["layers"][0]["workspace_bytes_per_batch"] = json::array({1});
+  write_file_atomic(path("bad_prof.json"), prof.dump());
+  r = parbench("project --profile " + path("bad_prof.json") + " --machine " + fixture("machine.json"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("layers[0].workspace_bytes_per_batch"), std::string::npos) << r.err;
+}
+
 TEST_F(ProjectCli, BadInputExitsTwoNamingIt) {
   json m = fixture_json("machine.json");
   m["overlap"] = "yes";
