@@ -16,6 +16,7 @@
 #include <filesystem>
 
 #include "bench/cli.h"
+#include "bench/run.h"
 #include "engine/check.h"
 #include "engine/fsutil.h"
 #include "reports/compare.h"
@@ -95,15 +96,6 @@ std::string regex_escape(const std::string& name) {
     out += c;
   }
   return out;
-}
-
-std::string utc_stamp() {
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y%m%dT%H%M%SZ", &tm);
-  return buf;
 }
 
 }  // namespace

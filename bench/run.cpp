@@ -25,6 +25,15 @@
 
 namespace pb {
 
+std::string utc_stamp() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y%m%dT%H%M%SZ", &tm);
+  return buf;
+}
+
 namespace {
 
 // Keeps the first of repeated list entries (a benchmark registered twice would pool).
@@ -34,15 +43,6 @@ void dedupe(std::vector<T>& v) {
   for (const T& x : v)
     if (std::find(out.begin(), out.end(), x) == out.end()) out.push_back(x);
   v = std::move(out);
-}
-
-std::string utc_stamp() {
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y%m%dT%H%M%SZ", &tm);
-  return buf;
 }
 
 // A fresh folder runs/<UTC timestamp>-<workload>[-k].

@@ -22,6 +22,8 @@ struct RunPlan {
   std::vector<Config> configs;  // in sweep order
 };
 
+// Now in UTC as 20261130T170000Z: run folder names.
+std::string utc_stamp();
 // The flags of `parbench run` (the training flags with lists for strategies and devices).
 std::vector<Flag> run_flags();
 // Presets, checks, the device-count rule, MPI filtering and the configuration list; fills the
