@@ -1,5 +1,5 @@
 // parbench calibrate: times the collectives the strategies use (all-reduce, broadcast, reduce,
-// send/recv) between CPU workers at a few sizes -- in-process threads, or MPI ranks when started
+// all-gather, reduce-scatter, send/recv) between CPU workers at a few sizes -- in-process threads, or MPI ranks when started
 // by mpirun -- fits alpha-beta per collective, and writes a machine description for `project`.
 #include <algorithm>
 #include <chrono>
@@ -46,6 +46,8 @@ double time_collective(pj::Coll c, int ranks, int64_t n, int reps) {
   for (int i = 0; i < local; ++i) ptrs[mpi ? process().rank : i] = backends[i].get();
   auto comm = make_communicator(ptrs);
   std::vector<std::vector<float>> bufs(local, std::vector<float>(static_cast<std::size_t>(n), 1.0f));
+  const int64_t piece = n / ranks;  // all-gather, reduce-scatter: n is the whole (gathered) buffer
+  std::vector<std::vector<float>> pieces(local, std::vector<float>(static_cast<std::size_t>(piece), 0.0f));
   std::vector<std::vector<double>> t(local, std::vector<double>(reps + 1));
   pool.run(local, [&](int i) {
     const int r = mpi ? process().rank : i;
@@ -56,6 +58,8 @@ double time_collective(pj::Coll c, int ranks, int64_t n, int reps) {
         case pj::Coll::AllReduce: comm->all_reduce(r, b, n); break;
         case pj::Coll::Broadcast: comm->broadcast(r, b, n, 0); break;
         case pj::Coll::Reduce: comm->reduce(r, b, n, 0); break;
+        case pj::Coll::AllGather: comm->all_gather(r, b + r * piece, b, piece); break;  // in place, as fsdp
+        case pj::Coll::ReduceScatter: comm->reduce_scatter(r, b, pieces[i].data(), piece); break;
         case pj::Coll::SendRecv:
           if (r == 0) comm->send(r, b, n, 1);
           else if (r == 1) comm->recv(r, b, n, 0);
@@ -148,11 +152,12 @@ double parallel_threads(int cores) {
 
 int cmd_calibrate(const std::vector<std::string>& args) {
   Flags f("parbench calibrate",
-          "Times the collectives the strategies use between CPU workers (all-reduce, broadcast, reduce, send/recv)\n"
-          "at a few sizes and worker counts -- in-process threads, or MPI ranks when started by mpirun -- fits\n"
-          "alpha (per step) and bus bandwidth per collective by least squares, measures the step overhead of\n"
-          "starting the workers and the engine's best convolution rate, and writes a machine description for\n"
-          "`parbench project` (the \"this CPU\" preset).",
+          "Times the collectives the strategies use between CPU workers (all-reduce, broadcast, reduce,\n"
+          "all-gather, reduce-scatter, send/recv) at a few sizes and worker counts -- in-process threads,\n"
+          "or MPI ranks when started by mpirun -- fits alpha (per step) and bus bandwidth per collective\n"
+          "by least squares, measures the step overhead of starting the workers and the engine's best\n"
+          "convolution rate, and writes a machine description for `parbench project` (the \"this CPU\"\n"
+          "preset).",
           {
               {"out", "FILE", "machine JSON to write", "machines/this_cpu.json"},
               {"ranks", "LIST", "worker counts to time (in-process; under mpirun: the job's size)", "2,4"},
@@ -187,7 +192,8 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   m.memory_bytes = static_cast<double>(available_ram_bytes());
   nlohmann::json record = nlohmann::json::object();
   const std::vector<std::pair<pj::Coll, std::string>> colls = {
-      {pj::Coll::AllReduce, "ring"}, {pj::Coll::Broadcast, "ring"}, {pj::Coll::Reduce, "ring"}, {pj::Coll::SendRecv, "direct"}};
+      {pj::Coll::AllReduce, "ring"},     {pj::Coll::Broadcast, "ring"},     {pj::Coll::Reduce, "ring"},
+      {pj::Coll::AllGather, "ring"},     {pj::Coll::ReduceScatter, "ring"}, {pj::Coll::SendRecv, "direct"}};
   for (const auto& [c, alg] : colls) {
     std::vector<pj::Sample> samples;
     for (int64_t r : ranks) {

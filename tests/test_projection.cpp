@@ -327,7 +327,8 @@ TEST_F(ProjectCli, ValidateComparesEveryMeasuredConfiguration) {
   r = parbench("calibrate --ranks 2 --sizes 4,64 --reps 2 --out " + path("cpu.json"));
   ASSERT_EQ(r.code, 0) << r.err;
   const pj::Machine cpu = pj::load_machine(path("cpu.json"));
-  for (const char* c : {"all_reduce", "broadcast", "reduce", "send_recv"}) EXPECT_TRUE(cpu.intra_node.count(c)) << c;
+  for (const char* c : {"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "send_recv"})
+    EXPECT_TRUE(cpu.intra_node.count(c)) << c;
   r = parbench("project --validate " + path("run/results.json") + " --machine " + path("cpu.json") + " --profile-reps 1 --out " + path("v"));
   ASSERT_EQ(r.code, 0) << r.err;
   const json v = json::parse(read_file(path("v.json")));
