@@ -840,7 +840,7 @@ Prediction predict_impl(const Profile& p, const Machine& m, const Config& named,
       const int Mr = static_cast<int>(mb.size());
       for (int s = 0; s < S; ++s) {
         const int dev = d * S + s;
-        const auto [b, e] = ranges[s];
+        const int b = ranges[s].first, e = ranges[s].second;  // not a structured binding: lambdas capture them
         const double sin = numel(p.layers[b].in) * kFloat, sout = numel(p.layers[e - 1].out) * kFloat;
         Actor a;
         a.worker = dev;
