@@ -436,7 +436,7 @@ int cmd_project(const std::vector<std::string>& args) {
               {"out", "PREFIX", "write PREFIX.md, PREFIX.json and PREFIX.png (chart)", ""},
               {"validate", "RUN.json", "a run's results.json: predict its configurations and print the errors", ""},
               {"save-profile", "PREFIX", "--validate without --profile: also write the timed profiles to PREFIX-threadsN.json", ""},
-              {"profile-reps", "N", "--validate without --profile: timed calls per op (median)", "3"},
+              {"profile-reps", "N", "--validate without --profile: timed repetitions per batch size (median), as parbench profile", "3"},
           });
   if (!f.parse(args)) return 0;
   if (!f.positional().empty()) throw UsageError(fmt::format("unexpected argument '{}'", f.positional()[0]));

@@ -10,9 +10,9 @@
 
 namespace pb {
 
-// A per-layer profile of `plan` timed through the CPU backend with `threads` threads at each
-// batch size (the profile.json format). `project --validate` uses it when no --profile is given;
-// `parbench profile`'s measurement can take its place.
+// A per-layer profile of `plan` on the CPU backend with `threads` threads at each batch size,
+// timed as `parbench profile` times it (profile_net), in the profile.json format: what
+// `project --validate` uses when no --profile is given.
 projection::Profile engine_profile(const NetPlan& plan, const std::string& workload, std::vector<int64_t> batches,
                                    int threads, int reps = 3);
 
