@@ -171,8 +171,15 @@ std::unique_ptr<Communicator> make_nccl_rank_communicator(const std::vector<Back
 // engine/mpi/: one local rank, the world's other ranks in other processes.
 std::unique_ptr<Communicator> make_mpi_communicator(const std::vector<Backend*>& ranks, CommKind kind);
 std::unique_ptr<Communicator> make_mpi_host_communicator(const std::vector<Backend*>& ranks);
+// A communicator over one part of the job: the processes that pass the same color (>= 0), ranked
+// by world rank. ranks: one entry per member, this process's backend at its place, null elsewhere.
+// Collective over every process of the job (each passing its own part's ranks and color): NCCL
+// when the whole job could use it, MPI otherwise.
+std::unique_ptr<Communicator> make_mpi_split_communicator(const std::vector<Backend*>& ranks, int color);
 #if defined(PARBENCH_HAVE_NCCL)
-std::unique_ptr<Communicator> make_nccl_mpi_communicator(const std::vector<Backend*>& ranks);
+// color < 0: every process of the job; else, collectively, the processes passing the same color
+// (ranks as make_mpi_split_communicator's).
+std::unique_ptr<Communicator> make_nccl_mpi_communicator(const std::vector<Backend*>& ranks, int color = -1);
 #endif
 #endif
 

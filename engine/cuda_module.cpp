@@ -109,8 +109,8 @@ std::unique_ptr<Communicator> make_nccl_communicator(const std::vector<Backend*>
   return c;
 }
 #ifdef PARBENCH_HAVE_MPI
-std::unique_ptr<Communicator> make_nccl_mpi_communicator(const std::vector<Backend*>& ranks) {
-  auto c = cuda_module().make_nccl_mpi_communicator(ranks);
+std::unique_ptr<Communicator> make_nccl_mpi_communicator(const std::vector<Backend*>& ranks, int color) {
+  auto c = cuda_module().make_nccl_mpi_communicator(ranks, color);
   PB_CHECK(c, "the CUDA module was built without NCCL over MPI");
   return c;
 }

@@ -32,12 +32,13 @@ class CudaModule {
   virtual void fill_system_info(SystemInfo& info) = 0;
   // One rank per distinct GPU in this process; null when the module was built without NCCL.
   virtual std::unique_ptr<Communicator> make_nccl_communicator(const std::vector<Backend*>& ranks) = 0;
-  // One GPU rank per MPI process; null when the module was built without NCCL or MPI.
-  virtual std::unique_ptr<Communicator> make_nccl_mpi_communicator(const std::vector<Backend*>& ranks) = 0;
+  // One GPU rank per MPI process, over the job or (color >= 0) the processes of that color; null
+  // when the module was built without NCCL or MPI.
+  virtual std::unique_ptr<Communicator> make_nccl_mpi_communicator(const std::vector<Backend*>& ranks, int color) = 0;
 };
 
 // The module's one exported symbol; the program looks it up by this name.
-#define PARBENCH_CUDA_MODULE_ENTRY "parbench_cuda_module_v1"
+#define PARBENCH_CUDA_MODULE_ENTRY "parbench_cuda_module_v2"
 using CudaModuleEntry = CudaModule* (*)();
 
 // What the driver says without loading the module (libcuda.so.1 through dlopen): the GPU count,

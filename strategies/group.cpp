@@ -71,11 +71,14 @@ Group::Group(const StrategyOptions& o, std::string strategy, bool across_process
 }
 
 Group::~Group() {
+  parts_.clear();
   comm_.reset();
   pool_.reset();  // before the workers' backends go
 }
 
 void Group::start(const std::function<void(Worker&)>& init) {
+  parts_.clear();
+  part_of_.clear(), part_rank_.clear();
   comm_.reset();
   if (!pool_) {
     try {
@@ -113,6 +116,40 @@ Communicator& Group::connect(int count) {
   return *comm_;
 }
 
+void Group::connect_parts(const std::vector<std::vector<int>>& parts) {
+  bool same = parts.size() == parts_.size();
+  for (std::size_t p = 0; same && p < parts.size(); ++p) same = parts[p] == parts_[p].workers;
+  if (same) return;
+  parts_.clear();
+  part_of_.assign(workers_.size(), -1), part_rank_.assign(workers_.size(), -1);
+  for (std::size_t p = 0; p < parts.size(); ++p)
+    for (std::size_t r = 0; r < parts[p].size(); ++r) {
+      const int i = parts[p][r];
+      PB_CHECK(i >= 0 && i < size() && part_of_[i] < 0, "{}: worker {} is in no or several parts", strategy_, i);
+      part_of_[i] = static_cast<int>(p), part_rank_[i] = static_cast<int>(r);
+    }
+  for (std::size_t p = 0; p < parts.size(); ++p) {
+    Part part{parts[p], nullptr};
+    std::vector<Backend*> ranks;
+    bool local = false;
+    for (int i : part.workers) {
+      ranks.push_back(is_local(i) ? workers_[i]->backend.get() : nullptr);
+      local = local || is_local(i);
+    }
+    if (multi_process()) {
+#ifdef PARBENCH_HAVE_MPI
+      // Collective: every process makes its own part's, in the same call.
+      if (local) part.comm = make_mpi_split_communicator(ranks, static_cast<int>(p));
+#else
+      PB_CHECK(false, "{}: a multi-process job without MPI", strategy_);
+#endif
+    } else {
+      part.comm = make_communicator(ranks);
+    }
+    parts_.push_back(std::move(part));
+  }
+}
+
 void Group::require_all_workers(int used) const {
   if (multi_process() && used < size())
     throw UsageError(fmt::format("{}: the batch gives {} chunk(s) for {} processes; in a multi-process job every "
@@ -137,8 +174,12 @@ void Group::run_step(int count, const std::function<void(Worker&)>& fn) {
   std::vector<clock::time_point> ends(workers_.size(), origin);
   run_local(count, [&](Worker& w) {
     comm.reset_stats(w.rank);
+    Communicator* part = part_of_.empty() || part_of_[w.rank] < 0 ? nullptr : parts_[part_of_[w.rank]].comm.get();
+    const int prank = part ? part_rank_[w.rank] : -1;
+    if (part) part->reset_stats(prank);
     if (spans || detail_) {
       comm.set_tracer(w.rank, &w.tracer);
+      if (part) part->set_tracer(prank, &w.tracer);
       w.tracer.set_detail(detail_);
       w.tracer.begin_step(*w.backend, origin);
     } else {
@@ -148,14 +189,25 @@ void Group::run_step(int count, const std::function<void(Worker&)>& fn) {
     w.backend->synchronize();  // the worker's time includes its queued device work
     ends[w.rank] = clock::now();
     WorkerStats& s = w.stats;  // only this worker's entry: no race
-    const CommStats& c = comm.stats(w.rank);  // complete now: the device work is done
+    CommStats c = comm.stats(w.rank);  // complete now: the device work is done
+    if (part) {
+      const CommStats& pc = part->stats(prank);
+      c.seconds += pc.seconds, c.wait_s += pc.wait_s, c.bytes += pc.bytes, c.calls += pc.calls;
+      for (int k = 0; k < kCollKinds; ++k)
+        c.kinds[k].bytes += pc.kinds[k].bytes, c.kinds[k].seconds += pc.kinds[k].seconds, c.kinds[k].calls += pc.kinds[k].calls;
+      part->set_tracer(prank, nullptr);
+    }
     w.tracer.end_step();
     comm.set_tracer(w.rank, nullptr);
     s.comm_s = s.transfer_s = c.seconds;
     s.wait_s = c.wait_s;
     s.comm_bytes = c.bytes;
     for (int k = 0; k < kCollKinds; ++k) s.kinds[k] = c.kinds[k];
-  }, [&] { comm.abort(); });
+  }, [&] {
+    comm.abort();
+    for (Part& p : parts_)
+      if (p.comm) p.comm->abort();
+  });
   used_ = count;
   clock::time_point end = origin;
   for (int i : local_)
@@ -212,9 +264,10 @@ std::vector<float> Group::params_of(int owner, int64_t count) {
   return full;
 }
 
-std::vector<float> Group::params_from_pieces(int64_t count) {
+std::vector<float> Group::params_from_pieces(int64_t count, int holders) {
   std::vector<float> full(static_cast<std::size_t>(count), 0.0f);
-  for (int i : local_) workers_[i]->model->store_params(full);
+  for (int i : local_)
+    if (holders < 0 || i < holders) workers_[i]->model->store_params(full);
   world_sum(full.data(), count);  // each value is one process's piece plus zeros: exact
   return full;
 }

@@ -64,6 +64,14 @@ class Group {
   // or of another size.
   Communicator& connect(int count);
   Communicator& comm() { return *comm_; }
+  // Communicators over the parts of a partition of workers [0, count) (each part: worker ranks,
+  // ascending), beside the one of connect(): e.g. the workers that hold the same pipeline stage.
+  // Made (collectively across processes) unless the same partition already has them; a worker's
+  // calls on its part's communicator count in its step's stats like those on comm().
+  void connect_parts(const std::vector<std::vector<int>>& parts);
+  // Worker i's part's communicator, and its rank there.
+  Communicator& part_comm(int i) { return *parts_.at(part_of_.at(i)).comm; }
+  int part_rank(int i) const { return part_rank_.at(i); }
   // One step's work on the local workers of [0, count) (the communicator's ranks): records each
   // worker's time (its device work included), communication share and bytes; workers >= count
   // sit idle. A failing worker aborts the communicator so the others do not hang.
@@ -81,8 +89,9 @@ class Group {
   double sum(int count, const std::function<double(Worker&)>& value);
   // ... the whole parameter vector held by worker `owner` ...
   std::vector<float> params_of(int owner, int64_t count);
-  // ... and the parameter vector whose disjoint pieces (stages) the workers hold.
-  std::vector<float> params_from_pieces(int64_t count);
+  // ... and the parameter vector whose disjoint pieces (stages) workers [0, holders) hold
+  // (holders < 0: all of them).
+  std::vector<float> params_from_pieces(int64_t count, int holders = -1);
   // Every worker's stats, gathered from all processes in a multi-process job.
   StepStats stats() const;
 
@@ -100,6 +109,12 @@ class Group {
   std::vector<int> local_;                        // local ranks, ascending
   std::vector<char> local_mask_;
   std::unique_ptr<Communicator> comm_;
+  struct Part {
+    std::vector<int> workers;
+    std::unique_ptr<Communicator> comm;  // null where no worker of the part is local
+  };
+  std::vector<Part> parts_;
+  std::vector<int> part_of_, part_rank_;  // per worker: its part (-1: none) and rank in it
   std::unique_ptr<WorkerPool> pool_;  // declared last, so joined before the backends go
 };
 

@@ -26,11 +26,11 @@ class CudaModuleImpl final : public CudaModule {
     return nullptr;
 #endif
   }
-  std::unique_ptr<Communicator> make_nccl_mpi_communicator(const std::vector<Backend*>& ranks) override {
+  std::unique_ptr<Communicator> make_nccl_mpi_communicator(const std::vector<Backend*>& ranks, int color) override {
 #if defined(PARBENCH_HAVE_NCCL) && defined(PARBENCH_HAVE_MPI)
-    return pb::make_nccl_mpi_communicator(ranks);
+    return pb::make_nccl_mpi_communicator(ranks, color);
 #else
-    (void)ranks;
+    (void)ranks, (void)color;
     return nullptr;
 #endif
   }
@@ -39,7 +39,7 @@ class CudaModuleImpl final : public CudaModule {
 }  // namespace
 }  // namespace pb
 
-extern "C" __attribute__((visibility("default"))) pb::CudaModule* parbench_cuda_module_v1() {
+extern "C" __attribute__((visibility("default"))) pb::CudaModule* parbench_cuda_module_v2() {
   static pb::CudaModuleImpl module;
   return &module;
 }

@@ -26,10 +26,23 @@ int local_rank_of(const std::vector<Backend*>& ranks) {
   return p.rank;
 }
 
+// This process's rank in `comm` (a part of the job), checked against the communicator's ranks.
+int member_rank_of(const std::vector<Backend*>& ranks, MPI_Comm comm) {
+  int me = 0, size = 0;
+  MPI_CHECK(MPI_Comm_rank(comm, &me));
+  MPI_CHECK(MPI_Comm_size(comm, &size));
+  PB_CHECK(static_cast<int>(ranks.size()) == size, "a communicator of {} ranks over {} processes", ranks.size(), size);
+  for (int r = 0; r < size; ++r)
+    PB_CHECK((ranks[r] != nullptr) == (r == me), "process {} must own exactly rank {} of the communicator",
+             process().rank, me);
+  return me;
+}
+
 class MpiComm final : public Communicator {
  public:
-  explicit MpiComm(const std::vector<Backend*>& ranks) : Communicator(ranks), me_(local_rank_of(ranks)) {
-    MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
+  // Over the processes of `base` (a duplicate of it is used), this process being rank `me`.
+  MpiComm(const std::vector<Backend*>& ranks, MPI_Comm base, int me) : Communicator(ranks), me_(me) {
+    MPI_CHECK(MPI_Comm_dup(base, &comm_));
     MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
   }
   ~MpiComm() override {
@@ -223,31 +236,65 @@ class MpiComm final : public Communicator {
 }  // namespace
 
 std::unique_ptr<Communicator> make_mpi_host_communicator(const std::vector<Backend*>& ranks) {
-  return std::make_unique<MpiComm>(ranks);
+  return std::make_unique<MpiComm>(ranks, MPI_COMM_WORLD, local_rank_of(ranks));
 }
 
-std::unique_ptr<Communicator> make_mpi_communicator(const std::vector<Backend*>& ranks, CommKind kind) {
-  const int me = local_rank_of(ranks);
-  const Device d = ranks[me]->device();
-  // NCCL needs a distinct GPU per rank on each host; every process must pick the same kind, so
-  // they agree on it (a collective): any CPU rank or shared GPU means MPI for all.
+namespace {
+
+// Whether every process of the job can use NCCL: one distinct GPU per rank on each host. Every
+// process must pick the same kind, so they agree on it (collective over the job): any CPU rank or
+// shared GPU means MPI for all.
+bool job_uses_nccl(const Backend& mine, CommKind kind) {
+  const ProcessInfo& p = process();
+  const Device d = mine.device();
   int gpu_ok = d.kind == DeviceKind::Cuda ? 1 : 0;
-  if (gpu_ok) {
-    // Another process on this host with the same GPU index (oversubscribed): not NCCL.
-    const ProcessInfo& p = process();
+  if (gpu_ok)  // another process on this host with the same GPU index (oversubscribed): not NCCL
     for (int r = 0; r < p.size; ++r)
-      if (r != me && p.hosts[r] == p.hosts[me] && p.local_ranks[r] % std::max(1, cuda_device_count()) == d.index)
+      if (r != p.rank && p.hosts[r] == p.hosts[p.rank] && p.local_ranks[r] % std::max(1, cuda_device_count()) == d.index)
         gpu_ok = 0;
-  }
   double all_ok = gpu_ok ? 0 : 1;  // count of processes that cannot use NCCL
   world_sum(&all_ok, 1);
   const bool nccl = all_ok == 0;
   if (kind == CommKind::Nccl && !nccl) throw Error("the NCCL communicator needs one distinct GPU per rank");
   if (kind == CommKind::InProcess) throw Error("an in-process communicator cannot span processes");
+  return nccl;
+}
+
+// Frees a split communicator when its scope ends.
+struct SplitComm {
+  MPI_Comm comm = MPI_COMM_NULL;
+  ~SplitComm() {
+    if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_mpi_communicator(const std::vector<Backend*>& ranks, CommKind kind) {
+  const int me = local_rank_of(ranks);
+  const bool nccl = job_uses_nccl(*ranks[me], kind);
 #ifdef PARBENCH_HAVE_NCCL
   if (nccl) return make_nccl_mpi_communicator(ranks);
+#else
+  (void)nccl;
 #endif
   return make_mpi_host_communicator(ranks);
+}
+
+std::unique_ptr<Communicator> make_mpi_split_communicator(const std::vector<Backend*>& ranks, int color) {
+  PB_CHECK(color >= 0, "a communicator's color must not be negative, got {}", color);
+  const Backend* mine = nullptr;
+  for (const Backend* b : ranks)
+    if (b) mine = b;
+  PB_CHECK(mine != nullptr, "process {} has no rank in the communicator of color {}", process().rank, color);
+#ifdef PARBENCH_HAVE_NCCL
+  if (job_uses_nccl(*mine, CommKind::Auto)) return make_nccl_mpi_communicator(ranks, color);
+#else
+  job_uses_nccl(*mine, CommKind::Auto);  // collective: every process takes part
+#endif
+  SplitComm part;
+  MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, color, process().rank, &part.comm));
+  return std::make_unique<MpiComm>(ranks, part.comm, member_rank_of(ranks, part.comm));
 }
 
 }  // namespace pb
