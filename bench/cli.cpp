@@ -131,11 +131,11 @@ std::vector<Flag> training_flags() {
       {"workload", "NAME|FILE", "great_net, linear, or a .json net description", "great_net"},
       {"image", "PIXELS", "great_net: image height and width", "64"},
       {"width", "SCALE", "great_net: channel width scale (1 = the seed's channels)", "0.25"},
-      {"strategy", "NAME", "regular, dp, ddp, mp, pipeline, pipeline-1f1b, pipeline-recompute, pipeline-1f1b-recompute, fsdp, zero2 or tp", "regular"},
+      {"strategy", "NAME", "regular, dp, ddp, mp, pipeline, pipeline-1f1b, pipeline-recompute, pipeline-1f1b-recompute, fsdp, zero2, tp, or a dp x pp hybrid dp<D>xpp<P> (e.g. dp2xpp2)", "regular"},
       {"devices", "N", "workers (GPUs, or CPU worker threads)", "1"},
       {"device-kind", "KIND", "auto, cpu or cuda (auto: cuda when a GPU is present)", "auto"},
       {"oversubscribe", "", "allow more workers than GPUs (they then share GPUs)", ""},
-      {"micro-batches", "M", "pipeline: micro-batches per step (default: min(4, global batch))", ""},
+      {"micro-batches", "M", "pipeline: micro-batches per step (default: min(4, global batch)); dp x pp: per replica (default: min(4, the smallest replica's piece))", ""},
       {"bucket-mb", "MB", "ddp: gradient bucket size in MiB", "25"},
       {"balance", "L1,L2,..|time|seed", "mp/pipeline: layers per stage; time: balanced by per-layer time measured on the device; seed: the seed's 2-stage split of great_net after its 512-channel layer (default: balanced by FLOPs)", ""},
       {"schedule", "S", "pipeline: gpipe or 1f1b (selects the pipeline variant: pipeline, pipeline-1f1b)", ""},
@@ -146,6 +146,8 @@ std::vector<Flag> training_flags() {
       {"memory-limit", "GIB", "memory a configuration may use: in all on CPU, per GPU on CUDA (default: available RAM / GPU memory)", ""},
       {"first-bucket-mb", "MB", "ddp: size of the first gradient bucket (the last layers') in MiB", "1"},
       {"grad-average", "MODE", "ddp: global (the global batch mean, as every strategy) or local (torch DDP: mean of the ranks' local means)", "global"},
+      {"dp", "D", "dp x pp hybrids: D data-parallel replicas of the pipeline (with --pp: the strategy dp<D>xpp<P> on D*P devices)", ""},
+      {"pp", "P", "dp x pp hybrids: P pipeline stages per replica", ""},
   };
 }
 
@@ -180,9 +182,55 @@ Schedule pipeline_schedule(const std::string& s) {
   throw UsageError(fmt::format("--schedule expects gpipe or 1f1b, got '{}'", s));
 }
 
-std::string strategy_name(const Flags& f, const std::string& name, bool strict) {
+HybridShape hybrid_shape(const Flags& f) {
+  HybridShape h;
+  for (const char* flag : {"dp", "pp"}) {
+    if (!f.has(flag)) continue;
+    const int64_t v = f.integer(flag);
+    if (v < 1 || v > 1 << 16) throw UsageError(fmt::format("--{} must be a positive number of {}, got {}", flag,
+                                                           flag == std::string("dp") ? "replicas" : "stages", v));
+    (flag == std::string("dp") ? h.dp : h.pp) = static_cast<int>(v);
+  }
+  return h;
+}
+
+int worker_count(const Flags& f) {
+  if (f.has("devices")) return static_cast<int>(f.integer("devices"));
+  if (multi_process()) return process().size;
+  const HybridShape h = hybrid_shape(f);
+  if (h.dp > 0 && h.pp > 0) return h.dp * h.pp;
+  int dp = 0, pp = 0;
   Schedule schedule = Schedule::GPipe;
   bool recompute = false;
+  if (f.has("strategy") && parse_hybrid_name(f.str("strategy"), &dp, &pp, &schedule, &recompute)) return dp * pp;
+  return static_cast<int>(f.integer("devices"));
+}
+
+std::string strategy_name(const Flags& f, const std::string& given, bool strict) {
+  Schedule schedule = Schedule::GPipe;
+  bool recompute = false;
+  std::string name = given;
+  int dp = 0, pp = 0;
+  if (strict) {
+    const HybridShape h = hybrid_shape(f);
+    const bool hybrid = name == kHybridFamily || parse_hybrid_name(name, &dp, &pp, &schedule, &recompute);
+    if (h.given()) {
+      if (!hybrid && f.has("strategy"))
+        throw UsageError(fmt::format("--dp/--pp shape a dp x pp hybrid, not {}: leave --strategy out or name {}", name,
+                                     kHybridFamily));
+      if (h.dp == 0 || h.pp == 0) throw UsageError("--dp and --pp name one hybrid together: give both");
+      if (dp > 0 && (dp != h.dp || pp != h.pp))
+        throw UsageError(fmt::format("--strategy {} disagrees with --dp {} --pp {}", name, h.dp, h.pp));
+      name = hybrid_name(h.dp, h.pp, schedule, recompute);
+    } else if (name == kHybridFamily) {
+      throw UsageError(fmt::format("--strategy {}: pick one member, dp<D>xpp<P> (e.g. dp2xpp2), or give --dp and --pp",
+                                   name));
+    }
+  }
+  if (parse_hybrid_name(name, &dp, &pp, &schedule, &recompute)) {
+    if (f.has("schedule")) schedule = pipeline_schedule(f.str("schedule"));
+    return hybrid_name(dp, pp, schedule, recompute || f.on("recompute"));
+  }
   if (!parse_pipeline_name(name, &schedule, &recompute)) {
     if (strict && (f.has("schedule") || f.on("recompute")))
       throw UsageError(fmt::format("--{} applies to the pipeline strategies only, not {}",
@@ -199,6 +247,7 @@ StrategyOptions strategy_options(const Flags& f, int devices, int64_t global_bat
   o.kind = device_kind(f.str("device-kind"));
   o.oversubscribe = f.on("oversubscribe");
   o.micro_batches = micro_batches(f, global_batch);
+  o.cap_micro_batches = !f.has("micro-batches");
   const double mb = f.number("bucket-mb");
   if (!(mb > 0)) throw UsageError(fmt::format("--bucket-mb must be positive, got {}", mb));
   o.bucket_bytes = static_cast<std::size_t>(mb * (1 << 20));

@@ -59,7 +59,18 @@ Schedule pipeline_schedule(const std::string& s);
 // The strategy a name means under --schedule / --recompute: a pipeline variant (pipeline,
 // pipeline-1f1b, ...) with the flags applied, so the name carries them; other strategies are
 // unchanged -- or, when `strict` (one --strategy), refused when either flag is given.
+// A dp x pp hybrid name (dp<D>xpp<P>) takes the flags likewise. With `strict`, --dp/--pp name the
+// hybrid to run (the default strategy, or dpxpp, becomes dp<D>xpp<P>).
 std::string strategy_name(const Flags& f, const std::string& name, bool strict);
+// --dp D / --pp P of the dp x pp hybrids: the given ones (0: not given), each at least 1.
+struct HybridShape {
+  int dp = 0, pp = 0;
+  bool given() const { return dp > 0 || pp > 0; }
+};
+HybridShape hybrid_shape(const Flags& f);
+// Workers of one --strategy run: --devices; by default the MPI job's processes, or D * P for
+// --dp D --pp P or --strategy dp<D>xpp<P>.
+int worker_count(const Flags& f);
 // Also sets the process-wide --comm-timeout.
 StrategyOptions strategy_options(const Flags& f, int devices, int64_t global_batch);
 // Google Benchmark's flags as passed through by `run`: values GB would misread (repetitions 0 or

@@ -69,8 +69,7 @@ int cmd_replay(const std::vector<std::string>& args) {
   }
   // Under MPI every rank computes (loss() and params() are collective); rank 0 alone prints and
   // writes. --devices defaults to the number of processes there.
-  const int devices = static_cast<int>(f.has("devices") || !multi_process() ? f.integer("devices") : process().size);
-  StrategyOptions so = strategy_options(f, devices, batch);
+  StrategyOptions so = strategy_options(f, worker_count(f), batch);
   check_memory_fits(plan, batch, so.kind, so.devices, so.backend.memory_limit_bytes, workload_sizing(f, net));
   std::vector<float> params = f.has("params") ? read_state_dict(plan, f.str("params")) : init_params(plan, seed);
   if (!f.has("input")) x = synthetic_values(batch * numel_of(plan.input), seed + 1);

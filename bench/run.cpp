@@ -124,6 +124,7 @@ RunPlan plan_run(const Flags& f, Sweep& sw) {
   if (p.scaling != "weak" && p.scaling != "strong")
     throw UsageError(fmt::format("--scaling expects weak or strong, got '{}'", p.scaling));
 
+  const HybridShape shape = hybrid_shape(f);
   std::vector<int64_t>& device_counts = p.device_counts;
   if (proc.size > 1) {  // one process per device: the job's size is the device count
     device_counts = f.has("devices") ? f.int_list("devices") : std::vector<int64_t>{proc.size};
@@ -134,6 +135,8 @@ RunPlan plan_run(const Flags& f, Sweep& sw) {
                                      proc.size, proc.size));
   } else if (f.has("devices")) {
     device_counts = f.int_list("devices");
+  } else if (shape.dp > 0 && shape.pp > 0) {
+    device_counts = {static_cast<int64_t>(shape.dp) * shape.pp};
   } else if (gpu) {
     const int n = cuda_device_count();
     for (int d = 1; d < n; d *= 2) device_counts.push_back(d);
@@ -150,9 +153,19 @@ RunPlan plan_run(const Flags& f, Sweep& sw) {
   const bool all = f.str("strategies") == "all";
   std::vector<std::string>& strategies = p.strategies;
   strategies = all ? known : reports::split_commas(f.str("strategies"));
+  if (shape.given() && !f.has("strategies")) strategies = {kHybridFamily};  // --dp/--pp alone: the hybrids
+  auto is_hybrid = [](const std::string& s) {
+    int dp = 0, pp = 0;
+    Schedule sc = Schedule::GPipe;
+    bool rc = false;
+    return s == kHybridFamily || parse_hybrid_name(s, &dp, &pp, &sc, &rc);
+  };
   for (const std::string& s : strategies)
-    if (std::find(known.begin(), known.end(), s) == known.end())
-      throw UsageError(fmt::format("unknown strategy '{}' in --strategies: expected all or some of {}", s, fmt::join(known, ", ")));
+    if (std::find(known.begin(), known.end(), s) == known.end() && !is_hybrid(s))
+      throw UsageError(fmt::format("unknown strategy '{}' in --strategies: expected all or some of {} (a member of {} "
+                                   "as dp<D>xpp<P>)", s, fmt::join(known, ", "), kHybridFamily));
+  if (shape.given() && std::find(strategies.begin(), strategies.end(), kHybridFamily) == strategies.end())
+    throw UsageError(fmt::format("--dp/--pp choose among the dp x pp hybrids: add {} to --strategies", kHybridFamily));
   if (proc.size > 1) {  // single-process strategies cannot span processes
     std::vector<std::string> keep, multi;
     for (const StrategyInfo& i : strategy_infos())
@@ -170,27 +183,50 @@ RunPlan plan_run(const Flags& f, Sweep& sw) {
 
   // Configurations, registered with Google Benchmark in sweep order. A single-device strategy is
   // one device by definition: at N > 1 it is skipped, whether named or part of all.
-  std::vector<std::string> skipped;
+  std::vector<std::string> skipped, unshaped;
   for (int64_t d : device_counts)
     for (const std::string& s : strategies) {
       if (strategy_info(s).single_device && d > 1) {
         skipped.push_back(fmt::format("{} x{}", s, d));
         continue;
       }
-      Config c;
-      c.strategy = s;
-      c.devices = static_cast<int>(d);
-      c.global_batch = p.scaling == "weak" ? p.batch * d : p.batch;
-      c.name = reports::bench_name(config_name(sw, p.wo, s, c.devices, p.batch));
-      c.options = strategy_options(f, c.devices, c.global_batch);
-      c.index = static_cast<int>(p.configs.size() + 1);
-      p.configs.push_back(std::move(c));
+      std::vector<std::string> members = {s};
+      int dp = 0, pp = 0;
+      Schedule sc = Schedule::GPipe;
+      bool rc = false;
+      if (s == kHybridFamily) {  // every D x P = d; both at least 2 unless --dp/--pp say otherwise
+        members.clear();
+        for (int D = 1; D <= d; ++D) {
+          const int P = static_cast<int>(d / D);
+          if (d % D == 0 && (shape.dp ? D == shape.dp : D >= 2) && (shape.pp ? P == shape.pp : P >= 2))
+            members.push_back(strategy_name(f, hybrid_name(D, P, Schedule::GPipe, false), false));
+        }
+      } else if (parse_hybrid_name(s, &dp, &pp, &sc, &rc) && dp * pp != d) {
+        members.clear();
+      }
+      if (members.empty()) unshaped.push_back(fmt::format("{} x{}", s, d));
+      for (const std::string& m : members) {
+        Config c;
+        c.strategy = m;
+        c.devices = static_cast<int>(d);
+        c.global_batch = p.scaling == "weak" ? p.batch * d : p.batch;
+        c.name = reports::bench_name(config_name(sw, p.wo, m, c.devices, p.batch));
+        c.options = strategy_options(f, c.devices, c.global_batch);
+        c.index = static_cast<int>(p.configs.size() + 1);
+        p.configs.push_back(std::move(c));
+      }
     }
   if (!skipped.empty() && !all && proc.rank == 0)
     fmt::print(stderr, "parbench run: skipped {} (single-device strategies run on one device only)\n", fmt::join(skipped, ", "));
+  if (!unshaped.empty() && proc.rank == 0 && (!all || shape.given()))
+    fmt::print(stderr, "parbench run: skipped {} (no dp x pp factorization D x P of that device count{})\n",
+               fmt::join(unshaped, ", "), shape.given() ? " with the --dp/--pp given" : " with D, P >= 2");
   if (p.configs.empty())
-    throw UsageError(fmt::format("nothing to run: {} run(s) on one device only, and --devices {} has no 1",
-                                 fmt::join(strategies, ", "), f.str("devices")));
+    throw UsageError(unshaped.empty()
+                         ? fmt::format("nothing to run: {} run(s) on one device only, and --devices {} has no 1",
+                                       fmt::join(strategies, ", "), f.str("devices"))
+                         : fmt::format("nothing to run: no configuration fits --devices {} ({} has no factorization "
+                                       "there)", fmt::join(device_counts, ","), fmt::join(unshaped, ", ")));
   sw.total = static_cast<int>(p.configs.size());
   check_memory_fits(sw.plan, 1, p.kind, static_cast<int>(*std::max_element(device_counts.begin(), device_counts.end())),
                     p.configs.front().options.backend.memory_limit_bytes, workload_sizing(f, sw.net));

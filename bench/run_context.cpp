@@ -1,5 +1,6 @@
 // The JSON context of `parbench run`: machine facts and everything that defines the work, under
 // the names of reports/schema.h.
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 
@@ -101,6 +102,12 @@ void add_run_context(const RunPlan& p, const Flags& f, const Sweep& sw) {
   // strategy is the one-device reference.
   std::vector<std::string> order, single;
   for (const StrategyInfo& i : strategy_infos()) {
+    if (i.name == kHybridFamily) {  // its members in the run, in sweep order
+      for (const Config& c : p.configs)
+        if (strategy_info(c.strategy).name == kHybridFamily && std::find(order.begin(), order.end(), c.strategy) == order.end())
+          order.push_back(c.strategy);
+      continue;
+    }
     order.push_back(i.name);
     if (i.single_device) single.push_back(i.name);
   }

@@ -30,8 +30,7 @@ int cmd_train(const std::vector<std::string>& args) {
   const uint64_t seed = static_cast<uint64_t>(f.integer("seed"));
   // Under MPI: --devices defaults to the number of processes; rank 0 prints (loss() is collective).
   const bool lead = process().rank == 0;
-  const int devices = static_cast<int>(f.has("devices") || !multi_process() ? f.integer("devices") : process().size);
-  const StrategyOptions so = strategy_options(f, devices, batch);
+  const StrategyOptions so = strategy_options(f, worker_count(f), batch);
   check_memory_fits(plan, batch, so.kind, so.devices, so.backend.memory_limit_bytes, workload_sizing(f, net));
   auto strategy = make_strategy(strategy_name(f, f.str("strategy"), true), so);
 

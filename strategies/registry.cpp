@@ -45,6 +45,10 @@ const std::vector<Entry>& registry() {
        make_zero2},
       {{"tp", "tensor parallel: each worker computes a slice of every layer's output channels, activations all-gathered", false, true},
        make_tp},
+      // A family: its members are named dp<D>xpp<P> (hybrid_name); the sweep expands it.
+      {{kHybridFamily, "dp x pp: D replicas of a P-stage pipeline, each stage's gradients all-reduced among its D "
+                       "workers (dp<D>xpp<P>; --dp D --pp P)", false, true},
+       nullptr},
   };
   return r;
 }
@@ -66,13 +70,30 @@ std::vector<std::string> strategy_names() {
 }
 
 const StrategyInfo& strategy_info(const std::string& name) {
+  int dp = 0, pp = 0;
+  Schedule schedule = Schedule::GPipe;
+  bool recompute = false;
+  const std::string& key = parse_hybrid_name(name, &dp, &pp, &schedule, &recompute) ? kHybridFamily : name;
   for (const Entry& e : registry())
-    if (e.info.name == name) return e.info;
-  throw UsageError(fmt::format("unknown strategy '{}': expected one of {}", name, fmt::join(strategy_names(), ", ")));
+    if (e.info.name == key) return e.info;
+  throw UsageError(fmt::format("unknown strategy '{}': expected one of {} (a member of {} as dp<D>xpp<P>)", name,
+                               fmt::join(strategy_names(), ", "), kHybridFamily));
 }
 
 std::unique_ptr<Strategy> make_strategy(const std::string& name, const StrategyOptions& opts) {
   if (opts.devices < 1) throw UsageError(fmt::format("--devices must be at least 1, got {}", opts.devices));
+  int dp = 0, pp = 0;
+  Schedule schedule = Schedule::GPipe;
+  bool recompute = false;
+  if (parse_hybrid_name(name, &dp, &pp, &schedule, &recompute)) {  // a suffix selects as the options do
+    StrategyOptions o = opts;
+    if (schedule != Schedule::GPipe) o.schedule = schedule;
+    o.recompute = o.recompute || recompute;
+    return make_hybrid(o, dp, pp);
+  }
+  if (name == kHybridFamily)
+    throw UsageError(fmt::format("{} names a family of strategies: pick one as dp<D>xpp<P> (e.g. dp2xpp2), or use "
+                                 "--dp D --pp P", name));
   for (const Entry& e : registry())
     if (e.info.name == name) return e.make(opts);
   strategy_info(name);  // throws, naming the known ones

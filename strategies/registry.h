@@ -19,6 +19,8 @@ std::unique_ptr<Strategy> make_staged(const StrategyOptions& o, const std::strin
 std::string pipeline_name(Schedule schedule, bool recompute);
 // Whether `name` is one of them; if so, its schedule and recompute.
 bool parse_pipeline_name(const std::string& name, Schedule* schedule, bool* recompute);
+// A dp x pp hybrid (pipeline.cpp): D replicas of a P-stage pipeline on D * P devices.
+std::unique_ptr<Strategy> make_hybrid(const StrategyOptions& o, int dp, int pp);
 std::unique_ptr<Strategy> make_fsdp(const StrategyOptions& o);
 std::unique_ptr<Strategy> make_tp(const StrategyOptions& o);
 std::unique_ptr<Strategy> make_zero2(const StrategyOptions& o);

@@ -15,7 +15,7 @@ std::vector<std::pair<int, int>> split_stages(const NetPlan& plan, int stages, c
                                               const std::string& strategy) {
   const int layers = static_cast<int>(plan.layers.size());
   if (stages > layers)
-    throw UsageError(fmt::format("{}: {} stages (one per device) but the net has only {} layer(s); every stage needs one",
+    throw UsageError(fmt::format("{}: {} stages but the net has only {} layer(s); every stage needs one",
                                  strategy, stages, layers));
   std::vector<std::pair<int, int>> out;
   if (!balance.empty()) {
@@ -43,7 +43,7 @@ std::vector<std::pair<int, int>> split_stages_by(const NetPlan& plan, int stages
   const int layers = static_cast<int>(plan.layers.size());
   PB_CHECK(static_cast<int>(weights.size()) == layers, "{} stage weights for {} layers", weights.size(), layers);
   if (stages > layers)
-    throw UsageError(fmt::format("{}: {} stages (one per device) but the net has only {} layer(s); every stage needs one",
+    throw UsageError(fmt::format("{}: {} stages but the net has only {} layer(s); every stage needs one",
                                  strategy, stages, layers));
   std::vector<std::pair<int, int>> out;
   // Stages start only before a layer with FLOPs, so a ReLU stays with its producer -- unless

@@ -26,6 +26,9 @@ struct StrategyOptions {
   DeviceKind kind = DeviceKind::Cpu;
   bool oversubscribe = false;        // allow more workers than GPUs (they share GPUs)
   int micro_batches = 4;             // pipeline
+  // dp x pp: at most the samples of a replica's piece (the default rule, min(4, batch), applied
+  // per replica), rather than refused as a --micro-batches given.
+  bool cap_micro_batches = false;
   std::size_t bucket_bytes = 25u << 20;  // ddp gradient buckets
   std::vector<int> balance;          // mp/pipeline: layers per stage; empty = balance_by decides
   // mp/pipeline without a balance list: stages balanced by forward FLOPs, by per-layer forward +
@@ -113,6 +116,14 @@ struct StrategyInfo {
   bool single_device = false;   // runs on exactly one device (regular)
   bool multi_process = false;   // can run as one process per worker under MPI
 };
+
+// The dp x pp hybrids' family name: in the strategy list, `--strategies` and the registry. Its
+// members are named dp<D>xpp<P> plus the pipeline variant's suffix (-1f1b, -recompute): D
+// replicas of a P-stage pipeline on D * P devices (strategies/pipeline.cpp).
+inline const std::string kHybridFamily = "dpxpp";
+std::string hybrid_name(int dp, int pp, Schedule schedule, bool recompute);
+// Whether `name` is a member (as hybrid_name writes it); if so, its shape, schedule and recompute.
+bool parse_hybrid_name(const std::string& name, int* dp, int* pp, Schedule* schedule, bool* recompute);
 
 // Every strategy, in display order (the seed's comparison first).
 const std::vector<StrategyInfo>& strategy_infos();

@@ -18,6 +18,7 @@
 #include "engine/fsutil.h"
 #include "engine/npy.h"
 #include "engine/state_dict.h"
+#include "strategies/batch.h"
 #include "strategies/strategy.h"
 #include "workloads/workload.h"
 
@@ -134,6 +135,51 @@ TEST_P(Golden, PipelineSchedulesReproducePyTorchTrajectory) {
       EXPECT_LE(worst, 1e-5);
     }
   }
+}
+
+// dp x pp hybrids: replicas of the pipeline on their pieces of the batch, each stage's gradients
+// all-reduced, follow PyTorch's single-device trajectory too.
+TEST_P(Golden, HybridsReproducePyTorchTrajectory) {
+  const NetSpec net = load_net_json((dir() / "net.json").string());
+  const NetPlan plan = plan_net(net);
+  const int layers = static_cast<int>(plan.layers.size());
+  const auto expected = nlohmann::json::parse(read_file((dir() / "expected.json").string()));
+  const NpyArray x = read_npy((dir() / "input.npy").string());
+  const int64_t batch = x.shape[0];
+  std::vector<float> t = x.data;
+  if (net.target == Target::Random) {
+    Shape ts = plan.output;
+    ts.insert(ts.begin(), batch);
+    t = read_npy((dir() / "target.npy").string(), ts).data;
+  }
+  const auto want = expected["losses"].get<std::vector<double>>();
+  const std::vector<float> final = read_state_dict(plan, (dir() / "final").string());
+  int ran = 0;
+  for (const auto& [dp, pp] : {std::pair{2, 1}, {1, 2}, {2, 2}}) {
+    if (pp > layers || static_cast<int>(chunk_sizes(batch, dp).size()) < dp) continue;
+    for (Schedule schedule : {Schedule::GPipe, Schedule::OneFOneB}) {
+      const std::string name = hybrid_name(dp, pp, schedule, false);
+      SCOPED_TRACE(name);
+      StrategyOptions o;
+      o.devices = dp * pp;
+      o.backend.threads = 1;
+      o.micro_batches = 2;
+      o.cap_micro_batches = true;
+      auto s = make_strategy(name, o);
+      s->setup(plan, read_state_dict(plan, (dir() / "params").string()), net.adam);
+      s->load_batch(x.data, t, batch);
+      for (std::size_t k = 0; k < want.size(); ++k) {
+        s->step();
+        EXPECT_NEAR(s->loss(), want[k], 1e-5 * std::abs(want[k])) << "step " << k + 1;
+      }
+      const std::vector<float> got = s->params();
+      double worst = 0;
+      for (std::size_t i = 0; i < got.size(); ++i) worst = std::max(worst, double(std::abs(got[i] - final[i])));
+      EXPECT_LE(worst, 1e-5);
+      ++ran;
+    }
+  }
+  EXPECT_GT(ran, 0) << "no factorization fits this fixture";
 }
 
 // With each conv's ReLU fused into it (the default) and without.

@@ -218,6 +218,51 @@ TEST_F(Harness, EveryConfigurationFailedExitsOne) {
   EXPECT_THAT(r.err, HasSubstr("nothing to run"));
 }
 
+// The dp x pp family expands to every factorization D x P of each device count (both >= 2 unless
+// --dp/--pp fix one), and --dp/--pp alone pick the hybrids and their device count.
+TEST_F(Harness, SweepEnumeratesDpxPpFactorizations) {
+  auto listed = [&](const std::string& args) {
+    const Result r = parbench("run --workload linear --device-kind cpu --benchmark_list_tests " + args);
+    EXPECT_EQ(r.code, 0) << r.err;
+    std::vector<std::string> names;
+    std::istringstream in(r.out);
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind("linear/dp", 0) == 0 && line.find("xpp") != std::string::npos)
+        names.push_back(line.substr(7, line.find("/batch:") - 7));
+    return names;
+  };
+  EXPECT_EQ(listed("--strategies dpxpp,ddp --devices 1,2,4,8,12"),
+            (std::vector<std::string>{"dp2xpp2/devices:4", "dp2xpp4/devices:8", "dp4xpp2/devices:8", "dp2xpp6/devices:12",
+                                      "dp3xpp4/devices:12", "dp4xpp3/devices:12", "dp6xpp2/devices:12"}));
+  EXPECT_EQ(listed("--pp 2 --devices 2,4,8"),
+            (std::vector<std::string>{"dp2xpp2/devices:4", "dp4xpp2/devices:8"}));
+  EXPECT_EQ(listed("--dp 2 --pp 3 --schedule 1f1b"), (std::vector<std::string>{"dp2xpp3-1f1b/devices:6"}));
+  EXPECT_EQ(listed("--strategies dp2xpp2 --devices 2,4"), (std::vector<std::string>{"dp2xpp2/devices:4"}));
+  Result r = parbench("run --workload linear --strategies ddp --dp 2 --device-kind cpu");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("add dpxpp to --strategies"));
+  r = parbench("run --workload linear --dp 0 --device-kind cpu");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--dp must be a positive number of replicas, got 0"));
+  r = parbench("run --workload linear --strategies dpxpp --devices 3 --device-kind cpu");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("nothing to run"));
+  // A measured one, through to the report; replay and train take --dp/--pp (and D * P devices).
+  r = parbench("run --workload great_net --image 8 --width 0.1875 --dp 2 --pp 2 --batch 2 --iterations 2 --warmup 1 "
+               "--device-kind cpu --threads 1 --out " + path("run"));
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_THAT(slurp(path("run/report.md")), HasSubstr("| dp2xpp2 | 4 |"));
+  EXPECT_EQ(load(path("run/results.json"))["context"]["strategy_order"], "regular,dp,ddp,mp,pipeline,pipeline-1f1b,"
+            "pipeline-recompute,pipeline-1f1b-recompute,fsdp,zero2,tp,dp2xpp2");
+  r = parbench("train --workload great_net --image 8 --width 0.1875 --dp 2 --pp 2 --batch 4 --iterations 1 --warmup 0 "
+               "--device-kind cpu --threads 1");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out + r.err, HasSubstr("dp2xpp2"));
+  r = parbench("replay --workload linear --strategy dp2xpp2 --pp 3 --device-kind cpu --out " + path("rp"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--dp and --pp name one hybrid together"));
+}
+
 TEST_F(Harness, OneMicroBatchRuleForEveryCommand) {
   // Defaults: train and replay (global batch 2) run pipeline with min(4, 2) micro-batches.
   Result r = parbench("train --workload great_net --image 8 --width 0.1875 --strategy pipeline --devices 2 --iterations 2 --warmup 0 --device-kind cpu");

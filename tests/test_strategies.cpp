@@ -145,7 +145,7 @@ TEST(Strategies, WorkloadsActuallyTrain) {
 TEST(Strategies, RegisteredByName) {
   EXPECT_EQ(strategy_names(), (std::vector<std::string>{"regular", "dp", "ddp", "mp", "pipeline", "pipeline-1f1b",
                                                        "pipeline-recompute", "pipeline-1f1b-recompute", "fsdp",
-                                                       "zero2", "tp"}));
+                                                       "zero2", "tp", "dpxpp"}));
 }
 
 TEST(Strategies, DpMatchesRegular) {
@@ -367,6 +367,61 @@ TEST(Strategies, PipelineSchedulesAndRecomputeMatchRegular) {
   }
 }
 
+// dp x pp: every factorization D x P of 1-4 workers (P up to the layers), uneven pieces (8 over 3
+// replicas: 3,3,2, cut into micro-batches 2,1 / 2,1 / 1,1) and a second batch of another size.
+TEST(Strategies, HybridsMatchRegular) {
+  for (const NetSpec& net : workloads()) {
+    const int layers = static_cast<int>(net.layers.size());
+    for (int n = 1; n <= 4; ++n)
+      for (int dp = 1; dp <= n; ++dp) {
+        const int pp = n / dp;
+        if (n % dp || pp > layers) continue;
+        const std::string name = hybrid_name(dp, pp, Schedule::GPipe, false);
+        StrategyOptions o = options(n);
+        o.micro_batches = 2;
+        SCOPED_TRACE(fmt::format("{} on {}", name, net.name));
+        expect_matches(train(name, o, net, {8, 12}), reference(net, {8, 12}));
+      }
+  }
+  for (const char* s : {"dp2xpp2-1f1b", "dp2xpp2-recompute", "dp2xpp2-1f1b-recompute", "dp2xpp2"}) {
+    StrategyOptions o = options(4);
+    o.micro_batches = 3;  // pieces 4,3 -> micro-batches 2,2 and 1,1,1
+    SCOPED_TRACE(s);
+    expect_matches(train(s, o, small_great_net(), {7}), reference(small_great_net(), {7}));
+  }
+}
+
+// Worker r is stage r % P of replica r / P: the replicas hold the same stages, each worker
+// all-reduces exactly its stage's gradients once with the other replicas' holder of that stage,
+// and its samples are its replica's piece of the batch.
+TEST(Strategies, HybridStagesAreReplicatedAndAllReduced) {
+  const NetSpec net = small_great_net();
+  const NetPlan plan = plan_net(net);
+  StrategyOptions o = options(6);
+  o.micro_batches = 2;
+  const Trained t = train("dp3xpp2", o, net, {8}, 1);  // pieces 3,3,2
+  ASSERT_EQ(t.stats.workers.size(), 6u);
+  EXPECT_TRUE(t.stats.staged);
+  EXPECT_EQ(t.stats.micro_batches, 2);
+  EXPECT_DOUBLE_EQ(t.stats.bubble_fraction, 1.0 / 3.0);
+  EXPECT_EQ(t.stats.workers[0].layer_end, t.stats.workers[1].layer_begin);
+  const std::vector<int64_t> pieces = {3, 3, 2};
+  for (int r = 0; r < 6; ++r) {
+    SCOPED_TRACE(fmt::format("worker {}", r));
+    const WorkerStats& w = t.stats.workers[r];
+    EXPECT_EQ(w.layer_begin, t.stats.workers[r % 2].layer_begin);
+    EXPECT_EQ(w.layer_end, t.stats.workers[r % 2].layer_end);
+    EXPECT_EQ(w.samples, pieces[r / 2]);
+    int64_t stage_params = 0;
+    for (int l = w.layer_begin; l < w.layer_end; ++l) stage_params += plan.layers[l].weight_numel + plan.layers[l].bias_numel;
+    const CollStats& all_reduce = w.kinds[static_cast<int>(CollKind::AllReduce)];
+    EXPECT_EQ(all_reduce.calls, 1);
+    EXPECT_EQ(all_reduce.bytes, static_cast<std::size_t>(stage_params) * sizeof(float));
+    EXPECT_GT(w.kinds[static_cast<int>(CollKind::SendRecv)].calls, 0);
+    EXPECT_EQ(w.comm_bytes, all_reduce.bytes + w.kinds[static_cast<int>(CollKind::SendRecv)].bytes);
+  }
+}
+
 // The options select the same schedules as the registered names.
 TEST(Strategies, PipelineOptionsNameTheVariant) {
   StrategyOptions o = options(2);
@@ -513,7 +568,7 @@ TEST(Strategies, BadInput) {
                         "pipeline-recompute, pipeline-1f1b-recompute"));
   EXPECT_THAT(usage_error("dp", options(0), linear_net(), 4), HasSubstr("--devices must be at least 1, got 0"));
   EXPECT_THAT(usage_error("mp", options(2), linear_net(), 4),
-              HasSubstr("mp: 2 stages (one per device) but the net has only 1 layer(s)"));
+              HasSubstr("mp: 2 stages but the net has only 1 layer(s)"));
   EXPECT_THAT(usage_error("pipeline", options(29), small_great_net(), 4), HasSubstr("only 28 layer(s)"));
   StrategyOptions o = options(2);
   o.balance = {10, 10};
@@ -535,6 +590,34 @@ TEST(Strategies, BadInput) {
     o.devices = cuda_device_count() + 1;
     EXPECT_THAT(usage_error("ddp", o, linear_net(), 4), HasSubstr("pass --oversubscribe"));
   }
+}
+
+TEST(Strategies, HybridNamesAndRefusals) {
+  int dp = 0, pp = 0;
+  Schedule sc = Schedule::GPipe;
+  bool rc = false;
+  EXPECT_EQ(hybrid_name(2, 4, Schedule::OneFOneB, true), "dp2xpp4-1f1b-recompute");
+  ASSERT_TRUE(parse_hybrid_name("dp4xpp2-1f1b", &dp, &pp, &sc, &rc));
+  EXPECT_EQ(dp, 4);
+  EXPECT_EQ(pp, 2);
+  EXPECT_EQ(sc, Schedule::OneFOneB);
+  EXPECT_FALSE(rc);
+  for (const char* bad : {"dp02xpp2", "dp2xpp", "dp2xpp2-", "dp2xpp2-gpipe", "dp0xpp2", "dp+2xpp2", "dpxpp", "xdp2xpp2"})
+    EXPECT_FALSE(parse_hybrid_name(bad, &dp, &pp, &sc, &rc)) << bad;
+  EXPECT_TRUE(strategy_info("dp2xpp2").multi_process);
+  StrategyOptions o = options(4);
+  o.schedule = Schedule::OneFOneB;
+  EXPECT_EQ(make_strategy("dp2xpp2", o)->name(), "dp2xpp2-1f1b");  // as "pipeline" takes the options
+  EXPECT_THAT(usage_error("dp2xpp2", options(3), small_great_net(), 8),
+              HasSubstr("dp2xpp2: 2 replicas of a 2-stage pipeline run on 4 devices, got --devices 3"));
+  EXPECT_THAT(usage_error("dpxpp", options(4), small_great_net(), 8), HasSubstr("pick one as dp<D>xpp<P>"));
+  EXPECT_THAT(usage_error("dp4xpp1", options(4), small_great_net(), 3),
+              HasSubstr("cuts the batch of 3 into 3 piece(s) for 4 replicas"));
+  o = options(4);
+  o.micro_batches = 3;
+  EXPECT_THAT(usage_error("dp2xpp2", o, small_great_net(), 5),
+              HasSubstr("3 micro-batches but replica 1's piece of the batch of 5 has only 2 sample(s)"));
+  EXPECT_THAT(usage_error("dp2xpp2", options(4), linear_net(), 4), HasSubstr("only 1 layer(s)"));
 }
 
 TEST(Strategies, BatchSmallerThanWorkersUsesFewerWorkers) {
