@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include "engine/check.h"
 #include "engine/process.h"
@@ -131,7 +132,7 @@ std::vector<Flag> training_flags() {
       {"workload", "NAME|FILE", "great_net, linear, or a .json net description", "great_net"},
       {"image", "PIXELS", "great_net: image height and width", "64"},
       {"width", "SCALE", "great_net: channel width scale (1 = the seed's channels)", "0.25"},
-      {"strategy", "NAME", "regular, dp, ddp, mp, pipeline, pipeline-1f1b, pipeline-recompute, pipeline-1f1b-recompute, fsdp, zero2, tp, or a dp x pp hybrid dp<D>xpp<P> (e.g. dp2xpp2)", "regular"},
+      {"strategy", "NAME", "regular, dp, ddp, mp, pipeline, pipeline-1f1b, pipeline-recompute, pipeline-1f1b-recompute, fsdp, zero2, tp, or a hybrid dp<D>xpp<P> / dp<D>xtp<T> (e.g. dp2xpp2)", "regular"},
       {"devices", "N", "workers (GPUs, or CPU worker threads)", "1"},
       {"device-kind", "KIND", "auto, cpu or cuda (auto: cuda when a GPU is present)", "auto"},
       {"oversubscribe", "", "allow more workers than GPUs (they then share GPUs)", ""},
@@ -146,8 +147,9 @@ std::vector<Flag> training_flags() {
       {"memory-limit", "GIB", "memory a configuration may use: in all on CPU, per GPU on CUDA (default: available RAM / GPU memory)", ""},
       {"first-bucket-mb", "MB", "ddp: size of the first gradient bucket (the last layers') in MiB", "1"},
       {"grad-average", "MODE", "ddp: global (the global batch mean, as every strategy) or local (torch DDP: mean of the ranks' local means)", "global"},
-      {"dp", "D", "dp x pp hybrids: D data-parallel replicas of the pipeline (with --pp: the strategy dp<D>xpp<P> on D*P devices)", ""},
+      {"dp", "D", "dp x pp / dp x tp hybrids: D data-parallel replicas (with --pp: the strategy dp<D>xpp<P> on D*P devices)", ""},
       {"pp", "P", "dp x pp hybrids: P pipeline stages per replica", ""},
+      {"tp", "T", "dp x tp hybrids: a T-way tensor-parallel group per replica (with --dp: the strategy dp<D>xtp<T> on D*T devices)", ""},
   };
 }
 
@@ -184,13 +186,13 @@ Schedule pipeline_schedule(const std::string& s) {
 
 HybridShape hybrid_shape(const Flags& f) {
   HybridShape h;
-  for (const char* flag : {"dp", "pp"}) {
+  for (const auto& [flag, what, into] : {std::tuple{"dp", "replicas", &h.dp}, {"pp", "stages", &h.pp}, {"tp", "ways", &h.tp}}) {
     if (!f.has(flag)) continue;
     const int64_t v = f.integer(flag);
-    if (v < 1 || v > 1 << 16) throw UsageError(fmt::format("--{} must be a positive number of {}, got {}", flag,
-                                                           flag == std::string("dp") ? "replicas" : "stages", v));
-    (flag == std::string("dp") ? h.dp : h.pp) = static_cast<int>(v);
+    if (v < 1 || v > 1 << 16) throw UsageError(fmt::format("--{} must be a positive number of {}, got {}", flag, what, v));
+    *into = static_cast<int>(v);
   }
+  if (h.pp > 0 && h.tp > 0) throw UsageError("--pp and --tp shape different hybrids (dp x pp, dp x tp): give one");
   return h;
 }
 
@@ -198,11 +200,13 @@ int worker_count(const Flags& f) {
   if (f.has("devices")) return static_cast<int>(f.integer("devices"));
   if (multi_process()) return process().size;
   const HybridShape h = hybrid_shape(f);
-  if (h.dp > 0 && h.pp > 0) return h.dp * h.pp;
-  int dp = 0, pp = 0;
+  if (h.dp > 0 && h.pp + h.tp > 0) return h.dp * (h.pp + h.tp);
+  int dp = 0, side = 0;
   Schedule schedule = Schedule::GPipe;
   bool recompute = false;
-  if (f.has("strategy") && parse_hybrid_name(f.str("strategy"), &dp, &pp, &schedule, &recompute)) return dp * pp;
+  if (f.has("strategy") && (parse_hybrid_name(f.str("strategy"), &dp, &side, &schedule, &recompute) ||
+                            parse_dptp_name(f.str("strategy"), &dp, &side)))
+    return dp * side;
   return static_cast<int>(f.integer("devices"));
 }
 
@@ -213,18 +217,22 @@ std::string strategy_name(const Flags& f, const std::string& given, bool strict)
   int dp = 0, pp = 0;
   if (strict) {
     const HybridShape h = hybrid_shape(f);
-    const bool hybrid = name == kHybridFamily || parse_hybrid_name(name, &dp, &pp, &schedule, &recompute);
+    const bool tp = h.tp > 0 || name == kDpTpFamily || parse_dptp_name(name, &dp, &pp);
+    const bool member = tp ? parse_dptp_name(name, &dp, &pp) : parse_hybrid_name(name, &dp, &pp, &schedule, &recompute);
+    const std::string family = tp ? kDpTpFamily : kHybridFamily;
+    const char* side = tp ? "tp" : "pp";
     if (h.given()) {
-      if (!hybrid && f.has("strategy"))
-        throw UsageError(fmt::format("--dp/--pp shape a dp x pp hybrid, not {}: leave --strategy out or name {}", name,
-                                     kHybridFamily));
-      if (h.dp == 0 || h.pp == 0) throw UsageError("--dp and --pp name one hybrid together: give both");
-      if (dp > 0 && (dp != h.dp || pp != h.pp))
-        throw UsageError(fmt::format("--strategy {} disagrees with --dp {} --pp {}", name, h.dp, h.pp));
-      name = hybrid_name(h.dp, h.pp, schedule, recompute);
-    } else if (name == kHybridFamily) {
-      throw UsageError(fmt::format("--strategy {}: pick one member, dp<D>xpp<P> (e.g. dp2xpp2), or give --dp and --pp",
-                                   name));
+      if (!member && name != family && f.has("strategy"))
+        throw UsageError(fmt::format("--dp/--{} shape a {} hybrid, not {}: leave --strategy out or name {}", side,
+                                     tp ? "dp x tp" : "dp x pp", name, family));
+      const int other = tp ? h.tp : h.pp;
+      if (h.dp == 0 || other == 0) throw UsageError(fmt::format("--dp and --{} name one hybrid together: give both", side));
+      if (member && (dp != h.dp || pp != other))
+        throw UsageError(fmt::format("--strategy {} disagrees with --dp {} --{} {}", name, h.dp, side, other));
+      name = tp ? dptp_name(h.dp, other) : hybrid_name(h.dp, other, schedule, recompute);
+    } else if (name == family) {
+      throw UsageError(fmt::format("--strategy {}: pick one member, dp<D>x{}<{}> (e.g. dp2x{}2), or give --dp and --{}",
+                                   name, side, tp ? "T" : "P", side, side));
     }
   }
   if (parse_hybrid_name(name, &dp, &pp, &schedule, &recompute)) {

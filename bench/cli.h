@@ -62,14 +62,15 @@ Schedule pipeline_schedule(const std::string& s);
 // A dp x pp hybrid name (dp<D>xpp<P>) takes the flags likewise. With `strict`, --dp/--pp name the
 // hybrid to run (the default strategy, or dpxpp, becomes dp<D>xpp<P>).
 std::string strategy_name(const Flags& f, const std::string& name, bool strict);
-// --dp D / --pp P of the dp x pp hybrids: the given ones (0: not given), each at least 1.
+// --dp D / --pp P / --tp T of the dp x pp and dp x tp hybrids: the given ones (0: not given), each
+// at least 1; --pp and --tp exclude each other.
 struct HybridShape {
-  int dp = 0, pp = 0;
-  bool given() const { return dp > 0 || pp > 0; }
+  int dp = 0, pp = 0, tp = 0;
+  bool given() const { return dp > 0 || pp > 0 || tp > 0; }
 };
 HybridShape hybrid_shape(const Flags& f);
-// Workers of one --strategy run: --devices; by default the MPI job's processes, or D * P for
-// --dp D --pp P or --strategy dp<D>xpp<P>.
+// Workers of one --strategy run: --devices; by default the MPI job's processes, or D * P (D * T)
+// for --dp D --pp P (--tp T) or --strategy dp<D>xpp<P> (dp<D>xtp<T>).
 int worker_count(const Flags& f);
 // Also sets the process-wide --comm-timeout.
 StrategyOptions strategy_options(const Flags& f, int devices, int64_t global_batch);

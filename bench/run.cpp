@@ -135,8 +135,8 @@ RunPlan plan_run(const Flags& f, Sweep& sw) {
                                      proc.size, proc.size));
   } else if (f.has("devices")) {
     device_counts = f.int_list("devices");
-  } else if (shape.dp > 0 && shape.pp > 0) {
-    device_counts = {static_cast<int64_t>(shape.dp) * shape.pp};
+  } else if (shape.dp > 0 && shape.pp + shape.tp > 0) {
+    device_counts = {static_cast<int64_t>(shape.dp) * (shape.pp + shape.tp)};
   } else if (gpu) {
     const int n = cuda_device_count();
     for (int d = 1; d < n; d *= 2) device_counts.push_back(d);
@@ -153,19 +153,32 @@ RunPlan plan_run(const Flags& f, Sweep& sw) {
   const bool all = f.str("strategies") == "all";
   std::vector<std::string>& strategies = p.strategies;
   strategies = all ? known : reports::split_commas(f.str("strategies"));
-  if (shape.given() && !f.has("strategies")) strategies = {kHybridFamily};  // --dp/--pp alone: the hybrids
+  // --dp/--pp/--tp alone: the hybrids they shape (--dp alone: both families).
+  if (shape.given() && !f.has("strategies")) {
+    strategies.clear();
+    if (!shape.tp) strategies.push_back(kHybridFamily);
+    if (!shape.pp) strategies.push_back(kDpTpFamily);
+  }
   auto is_hybrid = [](const std::string& s) {
-    int dp = 0, pp = 0;
+    int dp = 0, side = 0;
     Schedule sc = Schedule::GPipe;
     bool rc = false;
-    return s == kHybridFamily || parse_hybrid_name(s, &dp, &pp, &sc, &rc);
+    return s == kHybridFamily || s == kDpTpFamily || parse_hybrid_name(s, &dp, &side, &sc, &rc) ||
+           parse_dptp_name(s, &dp, &side);
   };
   for (const std::string& s : strategies)
     if (std::find(known.begin(), known.end(), s) == known.end() && !is_hybrid(s))
-      throw UsageError(fmt::format("unknown strategy '{}' in --strategies: expected all or some of {} (a member of {} "
-                                   "as dp<D>xpp<P>)", s, fmt::join(known, ", "), kHybridFamily));
-  if (shape.given() && std::find(strategies.begin(), strategies.end(), kHybridFamily) == strategies.end())
-    throw UsageError(fmt::format("--dp/--pp choose among the dp x pp hybrids: add {} to --strategies", kHybridFamily));
+      throw UsageError(fmt::format("unknown strategy '{}' in --strategies: expected all or some of {} (members of {} "
+                                   "as dp<D>xpp<P>, of {} as dp<D>xtp<T>)", s, fmt::join(known, ", "), kHybridFamily,
+                                   kDpTpFamily));
+  auto has = [&](const std::string& s) { return std::find(strategies.begin(), strategies.end(), s) != strategies.end(); };
+  if (shape.given() && !has(kHybridFamily) && !has(kDpTpFamily))
+    throw UsageError(fmt::format("--dp/--pp/--tp choose among the hybrids: add {} or {} to --strategies", kHybridFamily,
+                                 kDpTpFamily));
+  if (shape.pp && !has(kHybridFamily))
+    throw UsageError(fmt::format("--pp shapes the dp x pp hybrids: add {} to --strategies", kHybridFamily));
+  if (shape.tp && !has(kDpTpFamily))
+    throw UsageError(fmt::format("--tp shapes the dp x tp hybrids: add {} to --strategies", kDpTpFamily));
   if (proc.size > 1) {  // single-process strategies cannot span processes
     std::vector<std::string> keep, multi;
     for (const StrategyInfo& i : strategy_infos())
@@ -191,17 +204,19 @@ RunPlan plan_run(const Flags& f, Sweep& sw) {
         continue;
       }
       std::vector<std::string> members = {s};
-      int dp = 0, pp = 0;
+      int dp = 0, side = 0;
       Schedule sc = Schedule::GPipe;
       bool rc = false;
-      if (s == kHybridFamily) {  // every D x P = d; both at least 2 unless --dp/--pp say otherwise
+      if (s == kHybridFamily || s == kDpTpFamily) {  // every D x S = d; both at least 2 unless the flags fix one
+        const bool tp = s == kDpTpFamily;
+        const int want = tp ? shape.tp : shape.pp;
         members.clear();
         for (int D = 1; D <= d; ++D) {
-          const int P = static_cast<int>(d / D);
-          if (d % D == 0 && (shape.dp ? D == shape.dp : D >= 2) && (shape.pp ? P == shape.pp : P >= 2))
-            members.push_back(strategy_name(f, hybrid_name(D, P, Schedule::GPipe, false), false));
+          const int S = static_cast<int>(d / D);
+          if (d % D == 0 && (shape.dp ? D == shape.dp : D >= 2) && (want ? S == want : S >= 2))
+            members.push_back(tp ? dptp_name(D, S) : strategy_name(f, hybrid_name(D, S, Schedule::GPipe, false), false));
         }
-      } else if (parse_hybrid_name(s, &dp, &pp, &sc, &rc) && dp * pp != d) {
+      } else if ((parse_hybrid_name(s, &dp, &side, &sc, &rc) || parse_dptp_name(s, &dp, &side)) && dp * side != d) {
         members.clear();
       }
       if (members.empty()) unshaped.push_back(fmt::format("{} x{}", s, d));
@@ -219,8 +234,8 @@ RunPlan plan_run(const Flags& f, Sweep& sw) {
   if (!skipped.empty() && !all && proc.rank == 0)
     fmt::print(stderr, "parbench run: skipped {} (single-device strategies run on one device only)\n", fmt::join(skipped, ", "));
   if (!unshaped.empty() && proc.rank == 0 && (!all || shape.given()))
-    fmt::print(stderr, "parbench run: skipped {} (no dp x pp factorization D x P of that device count{})\n",
-               fmt::join(unshaped, ", "), shape.given() ? " with the --dp/--pp given" : " with D, P >= 2");
+    fmt::print(stderr, "parbench run: skipped {} (no hybrid factorization of that device count{})\n",
+               fmt::join(unshaped, ", "), shape.given() ? " with the --dp/--pp/--tp given" : " with both sides >= 2");
   if (p.configs.empty())
     throw UsageError(unshaped.empty()
                          ? fmt::format("nothing to run: {} run(s) on one device only, and --devices {} has no 1",

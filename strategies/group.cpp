@@ -71,14 +71,13 @@ Group::Group(const StrategyOptions& o, std::string strategy, bool across_process
 }
 
 Group::~Group() {
-  parts_.clear();
+  partitions_.clear();
   comm_.reset();
   pool_.reset();  // before the workers' backends go
 }
 
 void Group::start(const std::function<void(Worker&)>& init) {
-  parts_.clear();
-  part_of_.clear(), part_rank_.clear();
+  partitions_.clear();
   comm_.reset();
   if (!pool_) {
     try {
@@ -116,17 +115,22 @@ Communicator& Group::connect(int count) {
   return *comm_;
 }
 
-void Group::connect_parts(const std::vector<std::vector<int>>& parts) {
-  bool same = parts.size() == parts_.size();
-  for (std::size_t p = 0; same && p < parts.size(); ++p) same = parts[p] == parts_[p].workers;
-  if (same) return;
-  parts_.clear();
-  part_of_.assign(workers_.size(), -1), part_rank_.assign(workers_.size(), -1);
+void Group::connect_parts(const std::string& key, const std::vector<std::vector<int>>& parts) {
+  auto it = std::find_if(partitions_.begin(), partitions_.end(), [&](const Partition& p) { return p.key == key; });
+  if (it != partitions_.end()) {
+    bool same = parts.size() == it->parts.size();
+    for (std::size_t p = 0; same && p < parts.size(); ++p) same = parts[p] == it->parts[p].workers;
+    if (same) return;
+    partitions_.erase(it);
+  }
+  Partition made;
+  made.key = key;
+  made.part_of.assign(workers_.size(), -1), made.rank_in.assign(workers_.size(), -1);
   for (std::size_t p = 0; p < parts.size(); ++p)
     for (std::size_t r = 0; r < parts[p].size(); ++r) {
       const int i = parts[p][r];
-      PB_CHECK(i >= 0 && i < size() && part_of_[i] < 0, "{}: worker {} is in no or several parts", strategy_, i);
-      part_of_[i] = static_cast<int>(p), part_rank_[i] = static_cast<int>(r);
+      PB_CHECK(i >= 0 && i < size() && made.part_of[i] < 0, "{}: worker {} is in no or several parts of {}", strategy_, i, key);
+      made.part_of[i] = static_cast<int>(p), made.rank_in[i] = static_cast<int>(r);
     }
   for (std::size_t p = 0; p < parts.size(); ++p) {
     Part part{parts[p], nullptr};
@@ -146,9 +150,25 @@ void Group::connect_parts(const std::vector<std::vector<int>>& parts) {
     } else {
       part.comm = make_communicator(ranks);
     }
-    parts_.push_back(std::move(part));
+    made.parts.push_back(std::move(part));
   }
+  partitions_.push_back(std::move(made));
 }
+
+const Group::Partition& Group::partition(const std::string& key) const {
+  for (const Partition& p : partitions_)
+    if (p.key == key) return p;
+  PB_CHECK(false, "{}: no partition {} was connected", strategy_, key);
+  return partitions_.front();
+}
+
+Communicator& Group::part_comm(const std::string& key, int i) {
+  const Partition& p = partition(key);
+  PB_CHECK(p.part_of.at(i) >= 0 && p.parts[p.part_of[i]].comm, "{}: worker {} has no part in {} here", strategy_, i, key);
+  return *p.parts[p.part_of[i]].comm;
+}
+
+int Group::part_rank(const std::string& key, int i) const { return partition(key).rank_in.at(i); }
 
 void Group::require_all_workers(int used) const {
   if (multi_process() && used < size())
@@ -174,12 +194,13 @@ void Group::run_step(int count, const std::function<void(Worker&)>& fn) {
   std::vector<clock::time_point> ends(workers_.size(), origin);
   run_local(count, [&](Worker& w) {
     comm.reset_stats(w.rank);
-    Communicator* part = part_of_.empty() || part_of_[w.rank] < 0 ? nullptr : parts_[part_of_[w.rank]].comm.get();
-    const int prank = part ? part_rank_[w.rank] : -1;
-    if (part) part->reset_stats(prank);
+    std::vector<std::pair<Communicator*, int>> parts;  // the worker's part of each partition, and its rank
+    for (const Partition& p : partitions_)
+      if (p.part_of[w.rank] >= 0) parts.emplace_back(p.parts[p.part_of[w.rank]].comm.get(), p.rank_in[w.rank]);
+    for (auto& [c, r] : parts) c->reset_stats(r);
     if (spans || detail_) {
       comm.set_tracer(w.rank, &w.tracer);
-      if (part) part->set_tracer(prank, &w.tracer);
+      for (auto& [c, r] : parts) c->set_tracer(r, &w.tracer);
       w.tracer.set_detail(detail_);
       w.tracer.begin_step(*w.backend, origin);
     } else {
@@ -190,12 +211,13 @@ void Group::run_step(int count, const std::function<void(Worker&)>& fn) {
     ends[w.rank] = clock::now();
     WorkerStats& s = w.stats;  // only this worker's entry: no race
     CommStats c = comm.stats(w.rank);  // complete now: the device work is done
-    if (part) {
-      const CommStats& pc = part->stats(prank);
-      c.seconds += pc.seconds, c.wait_s += pc.wait_s, c.bytes += pc.bytes, c.calls += pc.calls;
+    for (auto& [pc, r] : parts) {
+      const CommStats& more = pc->stats(r);
+      c.seconds += more.seconds, c.wait_s += more.wait_s, c.bytes += more.bytes, c.calls += more.calls;
       for (int k = 0; k < kCollKinds; ++k)
-        c.kinds[k].bytes += pc.kinds[k].bytes, c.kinds[k].seconds += pc.kinds[k].seconds, c.kinds[k].calls += pc.kinds[k].calls;
-      part->set_tracer(prank, nullptr);
+        c.kinds[k].bytes += more.kinds[k].bytes, c.kinds[k].seconds += more.kinds[k].seconds,
+            c.kinds[k].calls += more.kinds[k].calls;
+      pc->set_tracer(r, nullptr);
     }
     w.tracer.end_step();
     comm.set_tracer(w.rank, nullptr);
@@ -205,8 +227,9 @@ void Group::run_step(int count, const std::function<void(Worker&)>& fn) {
     for (int k = 0; k < kCollKinds; ++k) s.kinds[k] = c.kinds[k];
   }, [&] {
     comm.abort();
-    for (Part& p : parts_)
-      if (p.comm) p.comm->abort();
+    for (Partition& p : partitions_)
+      for (Part& part : p.parts)
+        if (part.comm) part.comm->abort();
   });
   used_ = count;
   clock::time_point end = origin;

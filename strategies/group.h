@@ -64,14 +64,15 @@ class Group {
   // or of another size.
   Communicator& connect(int count);
   Communicator& comm() { return *comm_; }
-  // Communicators over the parts of a partition of workers [0, count) (each part: worker ranks,
-  // ascending), beside the one of connect(): e.g. the workers that hold the same pipeline stage.
-  // Made (collectively across processes) unless the same partition already has them; a worker's
-  // calls on its part's communicator count in its step's stats like those on comm().
-  void connect_parts(const std::vector<std::vector<int>>& parts);
-  // Worker i's part's communicator, and its rank there.
-  Communicator& part_comm(int i) { return *parts_.at(part_of_.at(i)).comm; }
-  int part_rank(int i) const { return part_rank_.at(i); }
+  // Communicators over the parts of a partition of the workers named `key` (each part: worker
+  // ranks, ascending), beside the one of connect(): e.g. the workers that hold the same pipeline
+  // stage. Made (collectively across processes, partitions in the same order everywhere) unless
+  // the partition already has these parts; a worker's calls on its parts' communicators count in
+  // its step's stats like those on comm().
+  void connect_parts(const std::string& key, const std::vector<std::vector<int>>& parts);
+  // Worker i's part of partition `key`: its communicator, and i's rank there.
+  Communicator& part_comm(const std::string& key, int i);
+  int part_rank(const std::string& key, int i) const;
   // One step's work on the local workers of [0, count) (the communicator's ranks): records each
   // worker's time (its device work included), communication share and bytes; workers >= count
   // sit idle. A failing worker aborts the communicator so the others do not hang.
@@ -113,8 +114,13 @@ class Group {
     std::vector<int> workers;
     std::unique_ptr<Communicator> comm;  // null where no worker of the part is local
   };
-  std::vector<Part> parts_;
-  std::vector<int> part_of_, part_rank_;  // per worker: its part (-1: none) and rank in it
+  struct Partition {
+    std::string key;
+    std::vector<Part> parts;
+    std::vector<int> part_of, rank_in;  // per worker: its part (-1: none) and rank in it
+  };
+  const Partition& partition(const std::string& key) const;
+  std::vector<Partition> partitions_;  // in the order made
   std::unique_ptr<WorkerPool> pool_;  // declared last, so joined before the backends go
 };
 

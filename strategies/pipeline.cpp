@@ -81,7 +81,7 @@ class Staged final : public GroupStrategy {
     if (replicas_ > 1) {  // the workers of each stage, for its gradients' all-reduce
       std::vector<std::vector<int>> parts(stages());
       for (int r = 0; r < workers(); ++r) parts[stage_of(r)].push_back(r);
-      group().connect_parts(parts);
+      group().connect_parts("stage", parts);
     }
     return workers();
   }
@@ -138,7 +138,7 @@ class Staged final : public GroupStrategy {
       if (id != kNone) r.c.wait_transfer(r.rank, id);
     if (replicas_ > 1) {
       Tensor& grads = w.model->grads();
-      g.part_comm(w.rank).all_reduce(g.part_rank(w.rank), grads.data(), grads.numel());
+      g.part_comm("stage", w.rank).all_reduce(g.part_rank("stage", w.rank), grads.data(), grads.numel());
     }
     w.adam->step(w.model->params(), w.model->grads());
     w.stats.samples = piece_[d];

@@ -49,6 +49,9 @@ const std::vector<Entry>& registry() {
       {{kHybridFamily, "dp x pp: D replicas of a P-stage pipeline, each stage's gradients all-reduced among its D "
                        "workers (dp<D>xpp<P>; --dp D --pp P)", false, true},
        nullptr},
+      {{kDpTpFamily, "dp x tp: D replicas of a T-way tp group, each tp rank's slice gradients all-reduced among its "
+                     "D workers (dp<D>xtp<T>; --dp D --tp T)", false, true},
+       nullptr},
   };
   return r;
 }
@@ -73,11 +76,13 @@ const StrategyInfo& strategy_info(const std::string& name) {
   int dp = 0, pp = 0;
   Schedule schedule = Schedule::GPipe;
   bool recompute = false;
-  const std::string& key = parse_hybrid_name(name, &dp, &pp, &schedule, &recompute) ? kHybridFamily : name;
+  const std::string& key = parse_hybrid_name(name, &dp, &pp, &schedule, &recompute) ? kHybridFamily
+                           : parse_dptp_name(name, &dp, &pp)                         ? kDpTpFamily
+                                                                                     : name;
   for (const Entry& e : registry())
     if (e.info.name == key) return e.info;
-  throw UsageError(fmt::format("unknown strategy '{}': expected one of {} (a member of {} as dp<D>xpp<P>)", name,
-                               fmt::join(strategy_names(), ", "), kHybridFamily));
+  throw UsageError(fmt::format("unknown strategy '{}': expected one of {} (members of {} as dp<D>xpp<P>, of {} as "
+                               "dp<D>xtp<T>)", name, fmt::join(strategy_names(), ", "), kHybridFamily, kDpTpFamily));
 }
 
 std::unique_ptr<Strategy> make_strategy(const std::string& name, const StrategyOptions& opts) {
@@ -91,9 +96,13 @@ std::unique_ptr<Strategy> make_strategy(const std::string& name, const StrategyO
     o.recompute = o.recompute || recompute;
     return make_hybrid(o, dp, pp);
   }
+  if (parse_dptp_name(name, &dp, &pp)) return make_dptp(opts, dp, pp);
   if (name == kHybridFamily)
     throw UsageError(fmt::format("{} names a family of strategies: pick one as dp<D>xpp<P> (e.g. dp2xpp2), or use "
                                  "--dp D --pp P", name));
+  if (name == kDpTpFamily)
+    throw UsageError(fmt::format("{} names a family of strategies: pick one as dp<D>xtp<T> (e.g. dp2xtp2), or use "
+                                 "--dp D --tp T", name));
   for (const Entry& e : registry())
     if (e.info.name == name) return e.make(opts);
   strategy_info(name);  // throws, naming the known ones

@@ -23,6 +23,8 @@ bool parse_pipeline_name(const std::string& name, Schedule* schedule, bool* reco
 std::unique_ptr<Strategy> make_hybrid(const StrategyOptions& o, int dp, int pp);
 std::unique_ptr<Strategy> make_fsdp(const StrategyOptions& o);
 std::unique_ptr<Strategy> make_tp(const StrategyOptions& o);
+// A dp x tp hybrid (tp.cpp): D replicas of a T-way tp group on D * T devices.
+std::unique_ptr<Strategy> make_dptp(const StrategyOptions& o, int dp, int tp);
 std::unique_ptr<Strategy> make_zero2(const StrategyOptions& o);
 // ddp's gradient buckets over a replica's flat gradients, [begin, end) each, in the order
 // backward completes them (ddp.cpp).

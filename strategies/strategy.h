@@ -124,6 +124,11 @@ inline const std::string kHybridFamily = "dpxpp";
 std::string hybrid_name(int dp, int pp, Schedule schedule, bool recompute);
 // Whether `name` is a member (as hybrid_name writes it); if so, its shape, schedule and recompute.
 bool parse_hybrid_name(const std::string& name, int* dp, int* pp, Schedule* schedule, bool* recompute);
+// The dp x tp hybrids' family: members dp<D>xtp<T>, D replicas of a T-way tp group on D * T
+// devices (strategies/tp.cpp).
+inline const std::string kDpTpFamily = "dpxtp";
+std::string dptp_name(int dp, int tp);
+bool parse_dptp_name(const std::string& name, int* dp, int* tp);
 
 // Every strategy, in display order (the seed's comparison first).
 const std::vector<StrategyInfo>& strategy_infos();

@@ -4,11 +4,18 @@
 // all-gathered before the next layer. In backward each worker computes its slice's weight
 // gradients and a partial input gradient, which is all-reduced. Layers with fewer outputs than
 // workers stay whole on every worker (replicated, computed redundantly).
+//
+// dp x tp hybrids (dp<D>xtp<T>): D replicas of a T-way tp group, worker r being tp rank r % T of
+// replica r / T. Each replica takes its torch.chunk piece of the batch; its collectives run on
+// the replica's communicator, and after backward each worker's slice gradients are all-reduced
+// (summed) among the D workers of its tp rank.
 #include <algorithm>
+#include <cstdio>
 #include <optional>
 
 #include "engine/check.h"
 #include "engine/process.h"
+#include "strategies/batch.h"
 #include "strategies/group.h"
 #include "strategies/registry.h"
 
@@ -38,13 +45,16 @@ ConvGeom geom(const LayerPlan& l, int64_t batch, int64_t k) {
 
 class TensorParallel final : public GroupStrategy {
  public:
-  explicit TensorParallel(const StrategyOptions& o) : GroupStrategy(o, "tp", true, /*replicas=*/false) {}
+  TensorParallel(const StrategyOptions& o, const std::string& name, int replicas)
+      : GroupStrategy(o, name, true, /*replicas=*/false), replicas_(replicas) {
+    PB_CHECK(replicas_ >= 1 && o.devices % replicas_ == 0, "{}: {} replicas over {} workers", name, replicas_, o.devices);
+  }
 
-  // Each worker's slices placed into the whole vector, whole layers from worker 0 only; the sum
+  // Replica 0's slices placed into the whole vector, whole layers from worker 0 only; the sum
   // over the job is then exact.
   std::vector<float> params() override {
     std::vector<float> full(static_cast<std::size_t>(plan().param_count), 0.0f);
-    for (int r = 0; r < workers(); ++r) {
+    for (int r = 0; r < ways(); ++r) {
       if (!group().is_local(r)) continue;
       const std::vector<float> mine = state_.at(r).params.to_host();
       for (std::size_t i = 0; i < slices_.size(); ++i) {
@@ -63,7 +73,7 @@ class TensorParallel final : public GroupStrategy {
 
  protected:
   void plan_workers() override {
-    const int n = workers();
+    const int n = ways();
     slices_.assign(plan().layers.size(), Slice{});
     std::vector<int64_t> at(n, 0);
     bool any = n == 1;
@@ -87,15 +97,15 @@ class TensorParallel final : public GroupStrategy {
       }
     }
     if (!any)
-      throw UsageError(fmt::format("tp: no layer of the net has {} or more output channels to split over {} workers "
+      throw UsageError(fmt::format("{}: no layer of the net has {} or more output channels to split over {} workers "
                                    "(the largest has {}); every worker would compute the whole net -- use fewer "
-                                   "devices", n, n, max_channels()));
+                                   "devices", name(), n, n, max_channels()));
     state_.clear();
-    state_.resize(n);
+    state_.resize(workers());
   }
 
   void setup_worker(Worker& w, const std::vector<float>& params, const AdamParams& adam) override {
-    const int r = w.rank;
+    const int r = tp_rank(w.rank);
     int64_t total = 0;
     std::vector<float> mine;
     for (std::size_t i = 0; i < slices_.size(); ++i) {
@@ -107,19 +117,40 @@ class TensorParallel final : public GroupStrategy {
       mine.insert(mine.end(), b0 + s.lo[r], b0 + s.lo[r] + s.k[r]);
       total += s.k[r] * (s.fan + 1);
     }
-    PB_CHECK(static_cast<int64_t>(mine.size()) == total, "tp: worker {} holds {} of {} values", r, mine.size(), total);
-    State& st = state_[r];
+    PB_CHECK(static_cast<int64_t>(mine.size()) == total, "{}: worker {} holds {} of {} values", name(), w.rank,
+             mine.size(), total);
+    State& st = state_[w.rank];
     st.params = Tensor::from_host({total}, mine, w.device);
     st.grads = Tensor::zeros({total}, w.device);
     w.adam = std::make_unique<Adam>(w.be(), total, adam);
   }
 
-  int plan_batch(int64_t) override { return workers(); }  // the whole batch on every worker
+  // The whole batch on every worker, or its replica's piece.
+  int plan_batch(int64_t batch) override {
+    piece_ = replicas_ == 1 ? std::vector<int64_t>{batch} : chunk_sizes(batch, replicas_);
+    if (static_cast<int>(piece_.size()) < replicas_)
+      throw UsageError(fmt::format("{}: torch.chunk cuts the batch of {} into {} piece(s) for {} replicas; every "
+                                   "replica needs one (a batch that is a multiple of {} works)", name(), batch,
+                                   piece_.size(), replicas_, replicas_));
+    piece_offset_ = chunk_offsets(piece_);
+    if (replicas_ > 1) {  // each replica's tp group, and the workers of each tp rank
+      std::vector<std::vector<int>> groups(replicas_), ranks(ways());
+      for (int r = 0; r < workers(); ++r) {
+        groups[replica_of(r)].push_back(r);
+        ranks[tp_rank(r)].push_back(r);
+      }
+      group().connect_parts("tp", groups);
+      group().connect_parts("dp", ranks);
+    }
+    return workers();
+  }
 
   void load_worker(Worker& w, const std::vector<float>& x, const std::vector<float>& t) override {
-    const int64_t b = batch();
-    w.x = Tensor::from_host({static_cast<int64_t>(x.size())}, x, w.device);
-    w.t = Tensor::from_host({static_cast<int64_t>(t.size())}, t, w.device);
+    const int d = replica_of(w.rank);
+    const int64_t b = piece_[d], at = piece_offset_[d];
+    const int64_t in = numel_of(plan().input), out_n = numel_of(plan().output);
+    w.x = Tensor::from_host({b * in}, std::vector<float>(x.begin() + at * in, x.begin() + (at + b) * in), w.device);
+    w.t = Tensor::from_host({b * out_n}, std::vector<float>(t.begin() + at * out_n, t.begin() + (at + b) * out_n), w.device);
     w.dy = Tensor::empty({b * numel_of(plan().output)}, w.device);
     w.loss = Tensor::zeros({1}, w.device);
     State& st = state_[w.rank];
@@ -132,7 +163,7 @@ class TensorParallel final : public GroupStrategy {
       st.acts.push_back(l.spec.type == LayerType::Flatten ? Tensor() : Tensor::empty({b * numel_of(l.out)}, w.device));
       act = std::max(act, b * numel_of(l.in));
       if (s.split) {
-        gathered = std::max(gathered, workers() * b * s.piece * s.per_sample);
+        gathered = std::max(gathered, ways() * b * s.piece * s.per_sample);
         local = std::max(local, b * s.piece * s.per_sample);
       }
     }
@@ -142,11 +173,11 @@ class TensorParallel final : public GroupStrategy {
   }
 
   void step(Worker& w, Group& g) override {
-    const int r = w.rank, n = workers();
-    const int64_t b = batch();
-    Communicator& c = g.comm();
+    const int r = tp_rank(w.rank), n = ways();  // r: also the worker's rank in c
+    const int64_t b = piece_[replica_of(w.rank)];
+    Communicator& c = replicas_ == 1 ? g.comm() : g.part_comm("tp", w.rank);
     Backend& be = w.be();
-    State& st = state_[r];
+    State& st = state_[w.rank];
     const Device dev = w.device;
     const int layers = static_cast<int>(slices_.size());
     auto out_of = [&](int i) -> float* {  // a layer's whole output (Flatten: its input's)
@@ -220,12 +251,13 @@ class TensorParallel final : public GroupStrategy {
       next = 1 - next;
     }
     bwd_span.reset();
+    if (replicas_ > 1) g.part_comm("dp", w.rank).all_reduce(g.part_rank("dp", w.rank), st.grads.data(), st.grads.numel());
     w.adam->step(st.params, st.grads);
     w.stats.samples = b;
   }
 
-  // Every worker computes the whole loss; it is counted once.
-  double loss_sum(Worker& w) override { return w.rank == 0 ? GroupStrategy::loss_sum(w) : 0.0; }
+  // Every worker of a replica computes its whole loss; it is counted once.
+  double loss_sum(Worker& w) override { return tp_rank(w.rank) == 0 ? GroupStrategy::loss_sum(w) : 0.0; }
 
  private:
   struct State {
@@ -241,12 +273,36 @@ class TensorParallel final : public GroupStrategy {
     return m;
   }
 
-  std::vector<Slice> slices_;  // per layer
+  int ways() const { return workers() / replicas_; }
+  int tp_rank(int rank) const { return rank % ways(); }
+  int replica_of(int rank) const { return rank / ways(); }
+
+  int replicas_;
+  std::vector<Slice> slices_;  // per layer, over the ways() workers of a replica
   std::vector<State> state_;   // per worker
+  std::vector<int64_t> piece_, piece_offset_;  // per replica: its samples, and where they start
 };
 
 }  // namespace
 
-std::unique_ptr<Strategy> make_tp(const StrategyOptions& o) { return std::make_unique<TensorParallel>(o); }
+std::unique_ptr<Strategy> make_tp(const StrategyOptions& o) { return std::make_unique<TensorParallel>(o, "tp", 1); }
+
+std::string dptp_name(int dp, int tp) { return fmt::format("dp{}xtp{}", dp, tp); }
+
+bool parse_dptp_name(const std::string& name, int* dp, int* tp) {
+  int d = 0, t = 0, used = 0;
+  if (std::sscanf(name.c_str(), "dp%dxtp%d%n", &d, &t, &used) != 2 || d < 1 || t < 1) return false;
+  if (name != dptp_name(d, t)) return false;  // "dp02xtp2", trailing text: not a name this program writes
+  *dp = d, *tp = t;
+  return true;
+}
+
+std::unique_ptr<Strategy> make_dptp(const StrategyOptions& o, int dp, int tp) {
+  const std::string name = dptp_name(dp, tp);
+  if (o.devices != dp * tp)
+    throw UsageError(fmt::format("{}: {} replicas of a {}-way tp group run on {} devices, got --devices {}", name, dp,
+                                 tp, dp * tp, o.devices));
+  return std::make_unique<TensorParallel>(o, name, dp);
+}
 
 }  // namespace pb

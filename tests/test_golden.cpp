@@ -137,8 +137,8 @@ TEST_P(Golden, PipelineSchedulesReproducePyTorchTrajectory) {
   }
 }
 
-// dp x pp hybrids: replicas of the pipeline on their pieces of the batch, each stage's gradients
-// all-reduced, follow PyTorch's single-device trajectory too.
+// dp x pp and dp x tp hybrids: replicas of the pipeline (tp group) on their pieces of the batch,
+// each stage's (slice's) gradients all-reduced, follow PyTorch's single-device trajectory too.
 TEST_P(Golden, HybridsReproducePyTorchTrajectory) {
   const NetSpec net = load_net_json((dir() / "net.json").string());
   const NetPlan plan = plan_net(net);
@@ -178,6 +178,29 @@ TEST_P(Golden, HybridsReproducePyTorchTrajectory) {
       EXPECT_LE(worst, 1e-5);
       ++ran;
     }
+  }
+  for (const auto& [dp, tp] : {std::pair{2, 1}, {1, 2}, {2, 2}}) {
+    int64_t widest = 0;
+    for (const LayerPlan& l : plan.layers)
+      if (l.weight_numel > 0) widest = std::max(widest, l.out[0]);
+    if (widest < tp || static_cast<int>(chunk_sizes(batch, dp).size()) < dp) continue;
+    const std::string name = dptp_name(dp, tp);
+    SCOPED_TRACE(name);
+    StrategyOptions o;
+    o.devices = dp * tp;
+    o.backend.threads = 1;
+    auto s = make_strategy(name, o);
+    s->setup(plan, read_state_dict(plan, (dir() / "params").string()), net.adam);
+    s->load_batch(x.data, t, batch);
+    for (std::size_t k = 0; k < want.size(); ++k) {
+      s->step();
+      EXPECT_NEAR(s->loss(), want[k], 1e-5 * std::abs(want[k])) << "step " << k + 1;
+    }
+    const std::vector<float> got = s->params();
+    double worst = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) worst = std::max(worst, double(std::abs(got[i] - final[i])));
+    EXPECT_LE(worst, 1e-5);
+    ++ran;
   }
   EXPECT_GT(ran, 0) << "no factorization fits this fixture";
 }

@@ -218,16 +218,16 @@ TEST_F(Harness, EveryConfigurationFailedExitsOne) {
   EXPECT_THAT(r.err, HasSubstr("nothing to run"));
 }
 
-// The dp x pp family expands to every factorization D x P of each device count (both >= 2 unless
-// --dp/--pp fix one), and --dp/--pp alone pick the hybrids and their device count.
-TEST_F(Harness, SweepEnumeratesDpxPpFactorizations) {
+// The dp x pp and dp x tp families expand to every factorization of each device count (both sides
+// >= 2 unless --dp/--pp/--tp fix one), and those flags alone pick the hybrids and their device count.
+TEST_F(Harness, SweepEnumeratesHybridFactorizations) {
   auto listed = [&](const std::string& args) {
     const Result r = parbench("run --workload linear --device-kind cpu --benchmark_list_tests " + args);
     EXPECT_EQ(r.code, 0) << r.err;
     std::vector<std::string> names;
     std::istringstream in(r.out);
     for (std::string line; std::getline(in, line);)
-      if (line.rfind("linear/dp", 0) == 0 && line.find("xpp") != std::string::npos)
+      if (line.rfind("linear/dp", 0) == 0 && (line.find("xpp") != std::string::npos || line.find("xtp") != std::string::npos))
         names.push_back(line.substr(7, line.find("/batch:") - 7));
     return names;
   };
@@ -238,9 +238,16 @@ TEST_F(Harness, SweepEnumeratesDpxPpFactorizations) {
             (std::vector<std::string>{"dp2xpp2/devices:4", "dp4xpp2/devices:8"}));
   EXPECT_EQ(listed("--dp 2 --pp 3 --schedule 1f1b"), (std::vector<std::string>{"dp2xpp3-1f1b/devices:6"}));
   EXPECT_EQ(listed("--strategies dp2xpp2 --devices 2,4"), (std::vector<std::string>{"dp2xpp2/devices:4"}));
+  EXPECT_EQ(listed("--strategies dpxtp --devices 4,6"),
+            (std::vector<std::string>{"dp2xtp2/devices:4", "dp2xtp3/devices:6", "dp3xtp2/devices:6"}));
+  EXPECT_EQ(listed("--dp 2 --devices 4"), (std::vector<std::string>{"dp2xpp2/devices:4", "dp2xtp2/devices:4"}));
+  EXPECT_EQ(listed("--dp 3 --tp 2"), (std::vector<std::string>{"dp3xtp2/devices:6"}));
   Result r = parbench("run --workload linear --strategies ddp --dp 2 --device-kind cpu");
   EXPECT_EQ(r.code, 2);
-  EXPECT_THAT(r.err, HasSubstr("add dpxpp to --strategies"));
+  EXPECT_THAT(r.err, HasSubstr("add dpxpp or dpxtp to --strategies"));
+  r = parbench("run --workload linear --pp 2 --tp 2 --device-kind cpu");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--pp and --tp shape different hybrids"));
   r = parbench("run --workload linear --dp 0 --device-kind cpu");
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("--dp must be a positive number of replicas, got 0"));
@@ -254,6 +261,9 @@ TEST_F(Harness, SweepEnumeratesDpxPpFactorizations) {
   EXPECT_THAT(slurp(path("run/report.md")), HasSubstr("| dp2xpp2 | 4 |"));
   EXPECT_EQ(load(path("run/results.json"))["context"]["strategy_order"], "regular,dp,ddp,mp,pipeline,pipeline-1f1b,"
             "pipeline-recompute,pipeline-1f1b-recompute,fsdp,zero2,tp,dp2xpp2");
+  r = parbench("replay --workload linear --dp 2 --tp 2 --batch 4 --steps 1 --device-kind cpu --out " + path("rt"));
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(load(path("rt/losses.json"))["strategy"], "dp2xtp2");
   r = parbench("train --workload great_net --image 8 --width 0.1875 --dp 2 --pp 2 --batch 4 --iterations 1 --warmup 0 "
                "--device-kind cpu --threads 1");
   EXPECT_EQ(r.code, 0) << r.err;

@@ -145,7 +145,7 @@ TEST(Strategies, WorkloadsActuallyTrain) {
 TEST(Strategies, RegisteredByName) {
   EXPECT_EQ(strategy_names(), (std::vector<std::string>{"regular", "dp", "ddp", "mp", "pipeline", "pipeline-1f1b",
                                                        "pipeline-recompute", "pipeline-1f1b-recompute", "fsdp",
-                                                       "zero2", "tp", "dpxpp"}));
+                                                       "zero2", "tp", "dpxpp", "dpxtp"}));
 }
 
 TEST(Strategies, DpMatchesRegular) {
@@ -391,6 +391,52 @@ TEST(Strategies, HybridsMatchRegular) {
   }
 }
 
+// dp x tp: every factorization D x T of 1-4 workers (T up to what the net can split: Linear(5, 2)
+// over 2 at most), uneven pieces and a second batch of another size.
+TEST(Strategies, DpTpHybridsMatchRegular) {
+  for (const NetSpec& net : workloads()) {
+    const bool linear = net.layers.size() == 1;
+    for (int n = 1; n <= 4; ++n)
+      for (int dp = 1; dp <= n; ++dp) {
+        const int tp = n / dp;
+        if (n % dp || (linear && tp > 2)) continue;
+        const std::string name = dptp_name(dp, tp);
+        SCOPED_TRACE(fmt::format("{} on {}", name, net.name));
+        expect_matches(train(name, options(n), net, {8, 12}), reference(net, {8, 12}));
+      }
+  }
+}
+
+// dp2xtp2 is tp within each replica (the same all-gathers as tp on 2 workers at the replica's
+// batch) plus one all-reduce of each worker's slice gradients: over the two tp ranks, the whole
+// net's parameters once.
+TEST(Strategies, DpTpAllReducesEachSliceOnceMore) {
+  const NetSpec net = small_great_net();
+  const Trained h = train("dp2xtp2", options(4), net, {8}, 1);
+  const Trained t = train("tp", options(2), net, {4}, 1);
+  const auto ar = [](const WorkerStats& w) { return w.kinds[static_cast<int>(CollKind::AllReduce)]; };
+  const auto ag = [](const WorkerStats& w) { return w.kinds[static_cast<int>(CollKind::AllGather)]; };
+  std::size_t extra = 0;
+  for (int r = 0; r < 4; ++r) {
+    SCOPED_TRACE(fmt::format("worker {}", r));
+    const WorkerStats& w = h.stats.workers[r];
+    const WorkerStats& same = t.stats.workers[r % 2];
+    EXPECT_EQ(w.samples, 4);
+    EXPECT_EQ(ag(w).bytes, ag(same).bytes);
+    EXPECT_EQ(ag(w).calls, ag(same).calls);
+    EXPECT_EQ(ar(w).calls, ar(same).calls + 1);
+    if (r < 2) extra += ar(w).bytes - ar(same).bytes;
+  }
+  int64_t whole = 0;  // every layer of this net has at least 2 outputs: all are split
+  for (const LayerPlan& l : plan_net(net).layers) {
+    if (l.weight_numel > 0) {
+      ASSERT_GE(l.out[0], 2);
+    }
+    whole += l.weight_numel + l.bias_numel;
+  }
+  EXPECT_EQ(extra, static_cast<std::size_t>(whole) * sizeof(float));
+}
+
 // Worker r is stage r % P of replica r / P: the replicas hold the same stages, each worker
 // all-reduces exactly its stage's gradients once with the other replicas' holder of that stage,
 // and its samples are its replica's piece of the batch.
@@ -605,6 +651,18 @@ TEST(Strategies, HybridNamesAndRefusals) {
   for (const char* bad : {"dp02xpp2", "dp2xpp", "dp2xpp2-", "dp2xpp2-gpipe", "dp0xpp2", "dp+2xpp2", "dpxpp", "xdp2xpp2"})
     EXPECT_FALSE(parse_hybrid_name(bad, &dp, &pp, &sc, &rc)) << bad;
   EXPECT_TRUE(strategy_info("dp2xpp2").multi_process);
+  EXPECT_EQ(dptp_name(3, 2), "dp3xtp2");
+  ASSERT_TRUE(parse_dptp_name("dp3xtp2", &dp, &pp));
+  EXPECT_EQ(dp, 3);
+  EXPECT_EQ(pp, 2);
+  for (const char* bad : {"dp3xtp2-1f1b", "dp03xtp2", "dp3xtp", "dpxtp", "dp3xpp2"})
+    EXPECT_FALSE(parse_dptp_name(bad, &dp, &pp)) << bad;
+  EXPECT_EQ(strategy_info("dp2xtp2").name, "dpxtp");
+  EXPECT_THAT(usage_error("dp2xtp2", options(2), small_great_net(), 8),
+              HasSubstr("dp2xtp2: 2 replicas of a 2-way tp group run on 4 devices, got --devices 2"));
+  EXPECT_THAT(usage_error("dpxtp", options(4), small_great_net(), 8), HasSubstr("pick one as dp<D>xtp<T>"));
+  EXPECT_THAT(usage_error("dp2xtp3", options(6), linear_net(), 8),
+              HasSubstr("dp2xtp3: no layer of the net has 3 or more output channels"));
   StrategyOptions o = options(4);
   o.schedule = Schedule::OneFOneB;
   EXPECT_EQ(make_strategy("dp2xpp2", o)->name(), "dp2xpp2-1f1b");  // as "pipeline" takes the options

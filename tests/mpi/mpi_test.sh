@@ -1,7 +1,7 @@
 #!/bin/bash
 # ctest driver for the multi-process (MPI) tests: runs parbench under `mpiexec -n 2` on CPU ranks.
 # usage: mpi_test.sh MPIEXEC PARBENCH CASE   (CASE: replay-ddp|replay-mp|replay-pipeline|replay-pipeline-1f1b|
-#   replay-pipeline-recompute|replay-pipeline-1f1b-recompute|replay-fsdp|replay-zero2|replay-tp|replay-dpxpp|run|
+#   replay-pipeline-recompute|replay-pipeline-1f1b-recompute|replay-fsdp|replay-zero2|replay-tp|replay-hybrids|run|
 #   fail-rank|stopped-rank|mismatch)
 # Open MPI as root in a container needs --allow-run-as-root; --oversubscribe lets 2 ranks share
 # fewer cores; btl self,vader keeps it to shared memory (no network interfaces probed).
@@ -39,12 +39,12 @@ replay-ddp | replay-mp | replay-pipeline | replay-pipeline-1f1b | replay-pipelin
   done
   done
   ;;
-replay-dpxpp)
-  # dp x pp hybrids across processes: each stage's gradients are all-reduced over a communicator
-  # split from the job's (one part of both ranks, or two parts of one), and 2 x 2 on 4 processes.
+replay-hybrids)
+  # dp x pp and dp x tp hybrids across processes: their groups run on communicators split from
+  # the job's (one part of both ranks, or two parts of one), and 2 x 2 on 4 processes.
   A="--workload $HERE/../fixtures/conv_odd/net.json --steps 5 --batch 8 --micro-batches 2 --device-kind cpu"
   "$PARBENCH" replay --strategy regular $A --out "$DIR/regular" >/dev/null 2>&1 || fail "regular replay"
-  for NS in "2 dp2xpp1" "2 dp1xpp2" "4 dp2xpp2" "4 dp2xpp2-1f1b"; do
+  for NS in "2 dp2xpp1" "2 dp1xpp2" "4 dp2xpp2" "4 dp2xpp2-1f1b" "2 dp2xtp1" "2 dp1xtp2" "4 dp2xtp2"; do
     set -- $NS
     "${MPI[@]}" -n "$1" "$PARBENCH" replay --strategy "$2" $A --out "$DIR/$2" || fail "mpiexec -n $1 replay $2"
     /usr/bin/python3 "$HERE/compare_replay.py" "$DIR/regular" "$DIR/$2" || fail "$2 over MPI differs from regular"
