@@ -254,7 +254,10 @@ void CpuBackend::conv2d_forward(const ConvGeom& g, const float* x, const float* 
 void CpuBackend::conv2d_forward_in(const ConvGeom& g, ConvLayouts io, const float* x, const float* w,
                                    const float* b, float* y) {
 #ifdef PARBENCH_HAVE_DNNL
-  if (own_winograd_forward(g, b != nullptr)) return check_plain(io), winograd_->forward(g, x, w, b, y);
+  if (own_winograd_forward(g, b != nullptr)) {
+    check_plain(io);
+    return winograd_->forward(g, x, w, b, y);
+  }
   if (dnnl_) return dnnl_->forward(g, x, w, b, y, io);
 #endif
   check_plain(io);
@@ -296,7 +299,10 @@ void CpuBackend::conv2d_backward_data(const ConvGeom& g, const float* dy, const 
 void CpuBackend::conv2d_backward_data_in(const ConvGeom& g, ConvLayouts io, const float* dy, const float* w,
                                          float* dx) {
 #ifdef PARBENCH_HAVE_DNNL
-  if (own_winograd_backward_data(g)) return check_plain(io), winograd_->backward_data(g, dy, w, dx);
+  if (own_winograd_backward_data(g)) {
+    check_plain(io);
+    return winograd_->backward_data(g, dy, w, dx);
+  }
   if (dnnl_) return dnnl_->backward_data(g, dy, w, dx, io);
 #endif
   check_plain(io);
@@ -319,8 +325,10 @@ void CpuBackend::conv2d_backward_weights(const ConvGeom& g, const float* x, cons
 void CpuBackend::conv2d_backward_weights_in(const ConvGeom& g, ConvLayouts io, const float* x, const float* dy,
                                             float* dw, float* db, bool accumulate) {
 #ifdef PARBENCH_HAVE_DNNL
-  if (own_winograd_backward_weights(g, db != nullptr))
-    return check_plain(io), winograd_->backward_weights(g, x, dy, dw, db, accumulate);
+  if (own_winograd_backward_weights(g, db != nullptr)) {
+    check_plain(io);
+    return winograd_->backward_weights(g, x, dy, dw, db, accumulate);
+  }
   if (dnnl_) return dnnl_->backward_weights(g, x, dy, dw, db, accumulate, io);
 #endif
   check_plain(io);
