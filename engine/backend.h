@@ -35,6 +35,18 @@ struct AdamStepScalars {
 };
 AdamStepScalars adam_step_scalars(const AdamParams& a, int64_t step);
 
+// How an activation (or its gradient) lies in memory. Plain is NCHW: what every op, strategy and
+// communicator sees. Blocked is a backend's own convolution layout (oneDNN's nChw16c or nChw8c on
+// CPU), kept between consecutive convolutions inside one Sequential stage and never seen outside
+// it; a backend uses it only for channel counts that fill whole blocks, so it takes exactly as
+// many floats as Plain.
+enum class ActLayout { Plain, Blocked };
+struct ConvLayouts {
+  ActLayout x = ActLayout::Plain;  // the input and its gradient
+  ActLayout y = ActLayout::Plain;  // the output and its gradient
+  bool plain() const { return x == ActLayout::Plain && y == ActLayout::Plain; }
+};
+
 enum class Precision { Fp32, Tf32 };
 const char* precision_name(Precision p);
 Precision parse_precision(const std::string& s);  // "fp32" | "tf32", UsageError otherwise
@@ -50,6 +62,10 @@ struct BackendOptions {
   // eltwise post-op, or the engine's Winograd output transform) instead of a second pass over y.
   // Same values either way; PARBENCH_CPU_FUSE_RELU=0 or =1 overrides this, for A/B runs.
   bool cpu_fuse_relu = true;
+  // CPU with oneDNN: the activation between two consecutive convolutions (a ReLU between them
+  // included) stays in oneDNN's blocked layout instead of going to NCHW and back, in forward and
+  // backward. Same values either way; PARBENCH_CPU_BLOCKED=0 or =1 overrides this, for A/B runs.
+  bool cpu_blocked = true;
   Precision precision = Precision::Fp32;
   bool exhaustive_conv_search = false;  // CUDA: timed algorithm search, cached per shape
   std::size_t workspace_cap_bytes = std::size_t(1) << 30;  // CUDA: conv workspace cap
@@ -89,6 +105,19 @@ class Backend {
                                    float* /*y*/) {
     return false;
   }
+  // Whether the tensor between two consecutive convolutions of a stage (a's output, b's input;
+  // a ReLU may sit between them) should stay Blocked. Both have a bias. Never, by default.
+  virtual bool conv_keeps_blocked(const ConvGeom& /*a*/, const ConvGeom& /*b*/) { return false; }
+  // The convolution calls with x/dx and y/dy in the layouts io; io all Plain is the plain calls.
+  // A backend with no Blocked layout takes Plain only.
+  virtual void conv2d_forward_in(const ConvGeom& g, ConvLayouts io, const float* x, const float* w, const float* b,
+                                 float* y);
+  virtual bool conv2d_relu_forward_in(const ConvGeom& g, ConvLayouts io, const float* x, const float* w,
+                                      const float* b, float* y);
+  virtual void conv2d_backward_data_in(const ConvGeom& g, ConvLayouts io, const float* dy, const float* w,
+                                       float* dx);
+  virtual void conv2d_backward_weights_in(const ConvGeom& g, ConvLayouts io, const float* x, const float* dy,
+                                          float* dw, float* db, bool accumulate);
   // dx = conv_transpose(dy, w); dx is overwritten.
   virtual void conv2d_backward_data(const ConvGeom& g, const float* dy, const float* w,
                                     float* dx) = 0;

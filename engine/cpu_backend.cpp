@@ -31,6 +31,17 @@ bool use_fused_relu(const BackendOptions& opts) {
   return env && *env ? std::string(env) != "0" : opts.cpu_fuse_relu;
 }
 
+// BackendOptions::cpu_blocked, unless PARBENCH_CPU_BLOCKED says otherwise.
+bool use_blocked(const BackendOptions& opts) {
+  const char* env = std::getenv("PARBENCH_CPU_BLOCKED");
+  return env && *env ? std::string(env) != "0" : opts.cpu_blocked;
+}
+
+// Blocked activations exist on the oneDNN paths only (CpuBackend::conv_keeps_blocked).
+void check_plain(ConvLayouts io) {
+  PB_CHECK(io.plain(), "a blocked activation for a convolution the engine's own Winograd or im2col runs");
+}
+
 int default_threads() {
 #ifdef _OPENMP
   return omp_get_num_procs();
@@ -156,6 +167,7 @@ CpuBackend::CpuBackend(Device d, const BackendOptions& opts)
     : device_(d),
       threads_(opts.threads > 0 ? opts.threads : default_threads()),
       fuse_relu_(use_fused_relu(opts)),
+      blocked_(use_blocked(opts)),
       scratch_(3),
       scratch_count_(d) {
 #ifdef PARBENCH_HAVE_DNNL
@@ -222,12 +234,33 @@ float* CpuBackend::scratch(std::size_t slot, std::size_t floats) {
   return s.data();
 }
 
+bool CpuBackend::conv_keeps_blocked([[maybe_unused]] const ConvGeom& a, [[maybe_unused]] const ConvGeom& b) {
+#ifdef PARBENCH_HAVE_DNNL
+  if (!blocked_ || !dnnl_) return false;
+  for (const ConvGeom* g : {&a, &b})
+    if (own_winograd_forward(*g, true) || own_winograd_backward_data(*g) || own_winograd_backward_weights(*g, true))
+      return false;
+  return dnnl_->keeps_blocked(a, b);
+#else
+  return false;
+#endif
+}
+
 void CpuBackend::conv2d_forward(const ConvGeom& g, const float* x, const float* w, const float* b,
                                 float* y) {
+  conv2d_forward_in(g, {}, x, w, b, y);
+}
+
+void CpuBackend::conv2d_forward_in(const ConvGeom& g, ConvLayouts io, const float* x, const float* w,
+                                   const float* b, float* y) {
 #ifdef PARBENCH_HAVE_DNNL
-  if (own_winograd_forward(g, b != nullptr)) return winograd_->forward(g, x, w, b, y);
-  if (dnnl_) return dnnl_->forward(g, x, w, b, y);
+  if (own_winograd_forward(g, b != nullptr)) {
+    check_plain(io);
+    return winograd_->forward(g, x, w, b, y);
+  }
+  if (dnnl_) return dnnl_->forward(g, x, w, b, y, io);
 #endif
+  check_plain(io);
   const int64_t PQ = g.p() * g.q(), CRS = g.c * g.r * g.s;
   float* col = scratch(0, static_cast<std::size_t>(CRS * PQ));
   for (int64_t n = 0; n < g.n; ++n) {
@@ -238,16 +271,21 @@ void CpuBackend::conv2d_forward(const ConvGeom& g, const float* x, const float* 
   }
 }
 
-bool CpuBackend::conv2d_relu_forward([[maybe_unused]] const ConvGeom& g, [[maybe_unused]] const float* x,
-                                     [[maybe_unused]] const float* w, [[maybe_unused]] const float* b,
-                                     [[maybe_unused]] float* y) {
+bool CpuBackend::conv2d_relu_forward(const ConvGeom& g, const float* x, const float* w, const float* b, float* y) {
+  return conv2d_relu_forward_in(g, {}, x, w, b, y);
+}
+
+bool CpuBackend::conv2d_relu_forward_in([[maybe_unused]] const ConvGeom& g, [[maybe_unused]] ConvLayouts io,
+                                        [[maybe_unused]] const float* x, [[maybe_unused]] const float* w,
+                                        [[maybe_unused]] const float* b, [[maybe_unused]] float* y) {
 #ifdef PARBENCH_HAVE_DNNL
   if (!fuse_relu_ || !dnnl_) return false;
   if (own_winograd_forward(g, b != nullptr)) {
+    check_plain(io);
     winograd_->forward(g, x, w, b, y, /*relu=*/true);
     return true;
   }
-  return dnnl_->forward_relu(g, x, w, b, y);
+  return dnnl_->forward_relu(g, x, w, b, y, io);
 #else
   return false;
 #endif
@@ -255,10 +293,19 @@ bool CpuBackend::conv2d_relu_forward([[maybe_unused]] const ConvGeom& g, [[maybe
 
 void CpuBackend::conv2d_backward_data(const ConvGeom& g, const float* dy, const float* w,
                                       float* dx) {
+  conv2d_backward_data_in(g, {}, dy, w, dx);
+}
+
+void CpuBackend::conv2d_backward_data_in(const ConvGeom& g, ConvLayouts io, const float* dy, const float* w,
+                                         float* dx) {
 #ifdef PARBENCH_HAVE_DNNL
-  if (own_winograd_backward_data(g)) return winograd_->backward_data(g, dy, w, dx);
-  if (dnnl_) return dnnl_->backward_data(g, dy, w, dx);
+  if (own_winograd_backward_data(g)) {
+    check_plain(io);
+    return winograd_->backward_data(g, dy, w, dx);
+  }
+  if (dnnl_) return dnnl_->backward_data(g, dy, w, dx, io);
 #endif
+  check_plain(io);
   const int64_t PQ = g.p() * g.q(), CRS = g.c * g.r * g.s;
   float* wt = scratch(1, static_cast<std::size_t>(CRS * g.k));
   cpu_transpose(g.k, CRS, w, wt, threads_);
@@ -272,10 +319,19 @@ void CpuBackend::conv2d_backward_data(const ConvGeom& g, const float* dy, const 
 
 void CpuBackend::conv2d_backward_weights(const ConvGeom& g, const float* x, const float* dy,
                                          float* dw, float* db, bool accumulate) {
+  conv2d_backward_weights_in(g, {}, x, dy, dw, db, accumulate);
+}
+
+void CpuBackend::conv2d_backward_weights_in(const ConvGeom& g, ConvLayouts io, const float* x, const float* dy,
+                                            float* dw, float* db, bool accumulate) {
 #ifdef PARBENCH_HAVE_DNNL
-  if (own_winograd_backward_weights(g, db != nullptr)) return winograd_->backward_weights(g, x, dy, dw, db, accumulate);
-  if (dnnl_) return dnnl_->backward_weights(g, x, dy, dw, db, accumulate);
+  if (own_winograd_backward_weights(g, db != nullptr)) {
+    check_plain(io);
+    return winograd_->backward_weights(g, x, dy, dw, db, accumulate);
+  }
+  if (dnnl_) return dnnl_->backward_weights(g, x, dy, dw, db, accumulate, io);
 #endif
+  check_plain(io);
   const int64_t PQ = g.p() * g.q(), CRS = g.c * g.r * g.s;
   float* col = scratch(0, static_cast<std::size_t>(CRS * PQ));
   float* colt = scratch(1, static_cast<std::size_t>(CRS * PQ));

@@ -27,6 +27,17 @@ class CpuBackend final : public Backend {
   void conv2d_backward_data(const ConvGeom& g, const float* dy, const float* w, float* dx) override;
   void conv2d_backward_weights(const ConvGeom& g, const float* x, const float* dy, float* dw,
                                float* db, bool accumulate) override;
+  // Blocked where oneDNN runs every pass of both convolutions and its kernels read and write that
+  // layout, unless turned off (BackendOptions::cpu_blocked, PARBENCH_CPU_BLOCKED).
+  bool conv_keeps_blocked(const ConvGeom& a, const ConvGeom& b) override;
+  void conv2d_forward_in(const ConvGeom& g, ConvLayouts io, const float* x, const float* w, const float* b,
+                         float* y) override;
+  bool conv2d_relu_forward_in(const ConvGeom& g, ConvLayouts io, const float* x, const float* w, const float* b,
+                              float* y) override;
+  void conv2d_backward_data_in(const ConvGeom& g, ConvLayouts io, const float* dy, const float* w,
+                               float* dx) override;
+  void conv2d_backward_weights_in(const ConvGeom& g, ConvLayouts io, const float* x, const float* dy, float* dw,
+                                  float* db, bool accumulate) override;
   void linear_forward(int64_t n, int64_t in, int64_t out, const float* x, const float* w,
                       const float* b, float* y) override;
   void linear_backward_data(int64_t n, int64_t in, int64_t out, const float* dy, const float* w,
@@ -59,6 +70,7 @@ class CpuBackend final : public Backend {
   Device device_;
   int threads_;
   bool fuse_relu_;
+  bool blocked_;
   std::vector<std::vector<float>> scratch_;
   WorkspaceCount scratch_count_;  // scratch_ as this device's workspace
   std::unique_ptr<DnnlConv> dnnl_;

@@ -197,6 +197,28 @@ AdamStepScalars adam_step_scalars(const AdamParams& a, int64_t step) {
           static_cast<float>(a.eps),              static_cast<float>(a.weight_decay)};
 }
 
+// A backend without a layout of its own: Plain calls only.
+void Backend::conv2d_forward_in(const ConvGeom& g, ConvLayouts io, const float* x, const float* w, const float* b,
+                                float* y) {
+  PB_CHECK(io.plain(), "{} has no blocked activation layout", name());
+  conv2d_forward(g, x, w, b, y);
+}
+bool Backend::conv2d_relu_forward_in(const ConvGeom& g, ConvLayouts io, const float* x, const float* w,
+                                     const float* b, float* y) {
+  PB_CHECK(io.plain(), "{} has no blocked activation layout", name());
+  return conv2d_relu_forward(g, x, w, b, y);
+}
+void Backend::conv2d_backward_data_in(const ConvGeom& g, ConvLayouts io, const float* dy, const float* w,
+                                      float* dx) {
+  PB_CHECK(io.plain(), "{} has no blocked activation layout", name());
+  conv2d_backward_data(g, dy, w, dx);
+}
+void Backend::conv2d_backward_weights_in(const ConvGeom& g, ConvLayouts io, const float* x, const float* dy,
+                                         float* dw, float* db, bool accumulate) {
+  PB_CHECK(io.plain(), "{} has no blocked activation layout", name());
+  conv2d_backward_weights(g, x, dy, dw, db, accumulate);
+}
+
 const char* precision_name(Precision p) { return p == Precision::Fp32 ? "fp32" : "tf32"; }
 
 Precision parse_precision(const std::string& s) {

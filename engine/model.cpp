@@ -64,11 +64,27 @@ void Sequential::store_params(std::vector<float>& full) const {
   std::copy(mine.begin(), mine.end(), full.begin() + plan_.layers[begin_].param_offset);
 }
 
+std::vector<ActLayout> Sequential::layouts(int64_t batch) const {
+  // A conv's output, through the ReLU after it (in place), into the next conv: the backend may
+  // keep it in its own layout, which nothing outside the two convs' calls reads.
+  std::vector<ActLayout> out(end_ - begin_, ActLayout::Plain);
+  for (int i = begin_; i < end_; ++i) {
+    if (plan_.layers[i].spec.type != LayerType::Conv2d) continue;
+    int next = i + 1;
+    if (next < end_ && plan_.layers[next].spec.type == LayerType::ReLU) ++next;
+    if (next >= end_ || plan_.layers[next].spec.type != LayerType::Conv2d) continue;
+    if (!backend_->conv_keeps_blocked(geom(plan_.layers[i], batch), geom(plan_.layers[next], batch))) continue;
+    for (int j = i; j < next; ++j) out[j - begin_] = ActLayout::Blocked;
+  }
+  return out;
+}
+
 const float* Sequential::forward(const float* x, int64_t batch, int slot_id) {
   Slot& slot = slots_[slot_id];
   if (slot.batch != batch) {
     slot.storage.assign(end_ - begin_, Tensor());
     slot.out.assign(end_ - begin_, nullptr);
+    slot.layout = layouts(batch);
     slot.batch = batch;
   }
   slot.input = x;
@@ -95,16 +111,17 @@ const float* Sequential::forward(const float* x, int64_t batch, int slot_id) {
         // A ReLU right after a conv runs in place on the conv's output anyway: fused, it is done
         // here (its backward reads the same y), and its own step below is skipped.
         const bool fuse = i + 1 < end_ && plan_.layers[i + 1].spec.type == LayerType::ReLU;
+        const ConvLayouts io{in_layout(slot, j), slot.layout[j]};
         observed(observer_, i, fwd, [&] {
-          relu_done = fuse && be.conv2d_relu_forward(geom(l, batch), cur, w, w + l.weight_numel, y);
-          if (!relu_done) be.conv2d_forward(geom(l, batch), cur, w, w + l.weight_numel, y);
+          relu_done = fuse && be.conv2d_relu_forward_in(geom(l, batch), io, cur, w, w + l.weight_numel, y);
+          if (!relu_done) be.conv2d_forward_in(geom(l, batch), io, cur, w, w + l.weight_numel, y);
         });
         break;
       }
       case LayerType::Linear:
         observed(observer_, i, fwd, [&] { be.linear_forward(batch, l.in[0], l.out[0], cur, w, w + l.weight_numel, y); });
         break;
-      case LayerType::ReLU:
+      case LayerType::ReLU:  // element-wise: the same in either layout
         if (!relu_done) observed(observer_, i, fwd, [&] { be.relu_forward(out_n, cur, y); });
         break;
       case LayerType::Flatten: break;
@@ -154,12 +171,14 @@ void Sequential::backward(const float* dy, float* dx, bool accumulate, int slot_
     switch (l.spec.type) {
       case LayerType::Conv2d: {
         const ConvGeom g = geom(l, batch);
+        const ConvLayouts io{in_layout(slot, j), slot.layout[j]};
         observed(observer_, i, LayerPass::BackwardWeights,
-                 [&] { be.conv2d_backward_weights(g, xin, gout, gw, gw + l.weight_numel, accumulate); });
+                 [&] { be.conv2d_backward_weights_in(g, io, xin, gout, gw, gw + l.weight_numel, accumulate); });
         // Weight gradients first and announced before dx: a bucket's all-reduce can then run
         // alongside the rest of backward.
         if (grads_ready) grads_ready(i);
-        if (need_dx) observed(observer_, i, LayerPass::BackwardData, [&] { be.conv2d_backward_data(g, gout, w, gin); });
+        if (need_dx)
+          observed(observer_, i, LayerPass::BackwardData, [&] { be.conv2d_backward_data_in(g, io, gout, w, gin); });
         break;
       }
       case LayerType::Linear:

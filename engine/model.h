@@ -69,9 +69,14 @@ class Sequential {
     const float* input = nullptr;
     int64_t batch = 0;
     std::vector<const float*> out;  // per layer of the stage
+    // Per layer of the stage, how its output (and that output's gradient) lies: Blocked only
+    // between two convolutions the backend keeps so, never for the stage's own output.
+    std::vector<ActLayout> layout;
     std::vector<Tensor> storage;
   };
   float* grad_scratch(int i, int64_t floats);
+  std::vector<ActLayout> layouts(int64_t batch) const;
+  ActLayout in_layout(const Slot& s, int j) const { return j == 0 ? ActLayout::Plain : s.layout[j - 1]; }
 
   const NetPlan& plan_;
   int begin_, end_;

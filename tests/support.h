@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -50,5 +52,21 @@ inline std::string geom_str(const ConvGeom& g) {
   return fmt::format("n{} c{} {}x{} k{} kernel {}x{} stride {}x{} pad {}x{}", g.n, g.c, g.h, g.w, g.k, g.r, g.s,
                      g.stride_h, g.stride_w, g.pad_h, g.pad_w);
 }
+
+// Sets an environment variable for a scope, restoring what it was.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    ::setenv(name, value, 1);
+  }
+  ~ScopedEnv() { old_ ? (void)::setenv(name_, old_->c_str(), 1) : (void)::unsetenv(name_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
 
 }  // namespace pb::test

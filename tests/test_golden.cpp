@@ -14,6 +14,7 @@
 
 #include "tests/gpu_skip.h"
 #include "tests/paths.h"
+#include "tests/support.h"
 #include "engine/check.h"
 #include "engine/fsutil.h"
 #include "engine/npy.h"
@@ -26,6 +27,7 @@ namespace pb {
 namespace {
 
 namespace fs = std::filesystem;
+using test::ScopedEnv;
 
 std::vector<std::string> fixture_names() {
   std::vector<std::string> names;
@@ -34,22 +36,6 @@ std::vector<std::string> fixture_names() {
   std::sort(names.begin(), names.end());
   return names;
 }
-
-// Sets an environment variable for a scope, restoring what it was.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    ::setenv(name, value, 1);
-  }
-  ~ScopedEnv() { old_ ? (void)::setenv(name_, old_->c_str(), 1) : (void)::unsetenv(name_); }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
 
 class Golden : public ::testing::TestWithParam<std::string> {
  protected:

@@ -1,6 +1,7 @@
-// oneDNN convolutions for the CPU backend. Tensors arrive as plain NCHW / OIHW pointers; each
-// call runs its shape's cached primitives (dnnl_conv_plan.h), with reorders between the user's
-// layout and the primitive's around them.
+// oneDNN convolutions for the CPU backend. Weights arrive as plain OIHW pointers, activations as
+// NCHW or, where the caller keeps them so, this CPU's blocked layout; each call runs its shape's
+// cached primitives (dnnl_conv_plan.h), with reorders between the caller's layout and the
+// primitive's around them where the two differ.
 #include "engine/dnnl/dnnl_conv.h"
 
 #include <string>
@@ -90,79 +91,97 @@ bool DnnlConv::backward_weights_is_winograd(const ConvGeom& g, bool bias) {
 
 namespace {
 void run_forward(dnnl_plan::Plans& I, const Fwd& f, const ConvGeom& g, const float* x, const float* w, const float* b,
-                 float* y) {
+                 float* y, ConvLayouts io) {
   const int64_t ks = g.k / f.parts;  // output channels per slice
-  memory src = I.input(f.src, x, I.src_buf);
+  const dnnl_plan::Arg& src_arg = f.src.in(io.x);
+  const dnnl_plan::Arg& dst_arg = f.dst.in(io.y);
+  memory src = I.input(src_arg, x, I.src_buf);
   for (int64_t i = 0; i < f.parts; ++i) {
+    // A slice of whole blocks starts at the same offset in NCHW and in nChw16c / nChw8c.
     float* yi = y + i * ks * g.p() * g.q();
     memory wei = I.input(f.wei, w + i * ks * g.c * g.r * g.s, I.wei_buf);
-    memory dst = I.output(f.dst, yi, I.dst_buf);
+    memory dst = I.output(dst_arg, yi, I.dst_buf);
     std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src},
                                          {DNNL_ARG_WEIGHTS, wei},
                                          {DNNL_ARG_DST, dst},
                                          {DNNL_ARG_SCRATCHPAD, I.scratchpad(f.pad)}};
     if (b) args.emplace(DNNL_ARG_BIAS, memory(f.bias, I.eng, const_cast<float*>(b + i * ks)));
     f.prim.execute(I.strm, args);
-    I.finish(f.dst, dst, yi);
+    I.finish(dst_arg, dst, yi);
   }
   I.strm.wait();
 }
 }  // namespace
 
-void DnnlConv::forward(const ConvGeom& g, const float* x, const float* w, const float* b, float* y) {
+bool DnnlConv::keeps_blocked(const ConvGeom& a, const ConvGeom& b) {
   Impl& I = *impl_;
-  OmpThreads omp(I.threads);
-  dnnl_call("convolution forward", g, [&] { run_forward(I, I.get_fwd(g, b != nullptr), g, x, w, b, y); });
+  PB_CHECK(a.n == b.n && a.k == b.c && a.p() == b.h && a.q() == b.w, "convolutions that do not chain");
+  bool keep = false;
+  dnnl_call("convolution plan", b, [&] {
+    keep = !I.blocked({a.n, a.k, a.p(), a.q()}, a.k).is_zero() && I.is_blocked(I.get_fwd(a, true).dst.plain.prim) &&
+           I.is_blocked(I.get_fwd(b, true).src.plain.prim);
+  });
+  return keep;
 }
 
-bool DnnlConv::forward_relu(const ConvGeom& g, const float* x, const float* w, const float* b, float* y) {
+void DnnlConv::forward(const ConvGeom& g, const float* x, const float* w, const float* b, float* y, ConvLayouts io) {
+  Impl& I = *impl_;
+  OmpThreads omp(I.threads);
+  dnnl_call("convolution forward", g, [&] { run_forward(I, I.get_fwd(g, b != nullptr), g, x, w, b, y, io); });
+}
+
+bool DnnlConv::forward_relu(const ConvGeom& g, const float* x, const float* w, const float* b, float* y,
+                            ConvLayouts io) {
   Impl& I = *impl_;
   OmpThreads omp(I.threads);
   bool fused = false;
   dnnl_call("convolution forward with ReLU", g, [&] {
     if (const Fwd* f = I.get_fwd_relu(g, b != nullptr)) {
-      run_forward(I, *f, g, x, w, b, y);
+      run_forward(I, *f, g, x, w, b, y, io);
       fused = true;
     }
   });
   return fused;
 }
 
-void DnnlConv::backward_data(const ConvGeom& g, const float* dy, const float* w, float* dx) {
+void DnnlConv::backward_data(const ConvGeom& g, const float* dy, const float* w, float* dx, ConvLayouts io) {
   Impl& I = *impl_;
   OmpThreads omp(I.threads);
   dnnl_call("convolution backward data", g, [&] {
     BwdData& bd = I.get_bwd_data(g);
     const int64_t cs = g.c / bd.parts;  // input channels per slice
-    memory diff_dst = I.input(bd.diff_dst, dy, I.dst_buf);
+    const dnnl_plan::Arg& diff_dst_arg = bd.diff_dst.in(io.y);
+    const dnnl_plan::Arg& diff_src_arg = bd.diff_src.in(io.x);
+    memory diff_dst = I.input(diff_dst_arg, dy, I.dst_buf);
     for (int64_t i = 0; i < bd.parts; ++i) {
       float* dxi = dx + i * cs * g.h * g.w;
       memory wei = I.input(bd.wei, w + i * cs * g.r * g.s, I.wei_buf);
-      memory diff_src = I.output(bd.diff_src, dxi, I.src_buf);
+      memory diff_src = I.output(diff_src_arg, dxi, I.src_buf);
       bd.prim.execute(I.strm, {{DNNL_ARG_DIFF_DST, diff_dst},
                                {DNNL_ARG_WEIGHTS, wei},
                                {DNNL_ARG_DIFF_SRC, diff_src},
                                {DNNL_ARG_SCRATCHPAD, I.scratchpad(bd.pad)}});
-      I.finish(bd.diff_src, diff_src, dxi);
+      I.finish(diff_src_arg, diff_src, dxi);
     }
     I.strm.wait();
   });
 }
 
 void DnnlConv::backward_weights(const ConvGeom& g, const float* x, const float* dy, float* dw, float* db,
-                                bool accumulate) {
+                                bool accumulate, ConvLayouts io) {
   Impl& I = *impl_;
   OmpThreads omp(I.threads);
   dnnl_call("convolution backward weights", g, [&] {
     BwdWeights& bw = I.get_bwd_weights(g, db != nullptr);
     const int64_t ks = g.k / bw.parts;  // output channels per slice
-    memory src = I.input(bw.src, x, I.src_buf);
+    const dnnl_plan::Arg& diff_dst_arg = bw.diff_dst.in(io.y);
+    memory src = I.input(bw.src.in(io.x), x, I.src_buf);
     // oneDNN has no accumulate for backward weights: with accumulate, compute into scratch and
     // add (a reorder with a sum post-op adds while converting the layout back).
     const bool wei_direct = !accumulate && !bw.diff_wei.reordered();
     for (int64_t i = 0; i < bw.parts; ++i) {
       float* dwi = dw + i * ks * g.c * g.r * g.s;
-      memory diff_dst = I.input(bw.diff_dst, dy + i * ks * g.p() * g.q(), I.dst_buf);
+      memory diff_dst = I.input(diff_dst_arg, dy + i * ks * g.p() * g.q(), I.dst_buf);
       memory diff_wei = wei_direct ? I.user_mem(bw.diff_wei, dwi)
                                    : memory(bw.diff_wei.prim, I.eng, I.wei_buf.get(bw.diff_wei.prim.get_size()));
       std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src},

@@ -30,14 +30,20 @@ class DnnlConv {
   bool forward_is_winograd(const ConvGeom& g, bool bias);
   bool backward_data_is_winograd(const ConvGeom& g);
   bool backward_weights_is_winograd(const ConvGeom& g, bool bias);
-  void forward(const ConvGeom& g, const float* x, const float* w, const float* b, float* y);
+  // Whether the tensor between convolutions a and b (both with bias) is best kept Blocked: its
+  // channels fill whole blocks, and a's forward writes it and b's forward reads it blocked.
+  bool keeps_blocked(const ConvGeom& a, const ConvGeom& b);
+  // io: the layouts of x/dx and y/dy (Blocked: this CPU's nChw16c or nChw8c; the channels must
+  // fill whole blocks).
+  void forward(const ConvGeom& g, const float* x, const float* w, const float* b, float* y, ConvLayouts io = {});
   // y = max(forward's y, 0) with oneDNN's ReLU post-op, where oneDNN has the plain forward's
   // kernel with that post-op; false, having done nothing, where it has not.
-  bool forward_relu(const ConvGeom& g, const float* x, const float* w, const float* b, float* y);
-  void backward_data(const ConvGeom& g, const float* dy, const float* w, float* dx);
+  bool forward_relu(const ConvGeom& g, const float* x, const float* w, const float* b, float* y,
+                    ConvLayouts io = {});
+  void backward_data(const ConvGeom& g, const float* dy, const float* w, float* dx, ConvLayouts io = {});
   // dw, db overwritten, or added to when accumulate.
   void backward_weights(const ConvGeom& g, const float* x, const float* dy, float* dw, float* db,
-                        bool accumulate);
+                        bool accumulate, ConvLayouts io = {});
 
  private:
   struct Impl;

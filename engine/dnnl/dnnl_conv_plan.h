@@ -67,13 +67,25 @@ struct Arg {
   bool reordered() const { return !(user == prim); }
 };
 
+// An activation argument, for each layout the caller may keep it in: Plain (NCHW), and Blocked
+// (the plans' block layout) where its channels fill whole blocks; `blocked.user` is empty where not.
+struct ActArg {
+  Arg plain, blocked;
+  const Arg& in(ActLayout l) const {
+    if (l == ActLayout::Plain) return plain;
+    PB_CHECK(!blocked.user.is_zero(), "a blocked layout for a tensor of {} channels", plain.user.dims()[1]);
+    return blocked;
+  }
+};
+
 // Each op runs its primitive `parts` times, on consecutive slices of the channels it produces
 // (forward: output channels, backward data: input channels, backward weights: output channels).
 struct Fwd {
   dnnl::convolution_forward prim;
   int64_t parts;  // 1 unless Winograd runs in channel slices
   std::string impl;
-  Arg src, wei, dst;
+  ActArg src, dst;
+  Arg wei;
   memory::desc bias, pad;
   dnnl::algorithm alg = dnnl::algorithm::convolution_direct;
 };
@@ -81,14 +93,16 @@ struct BwdData {
   dnnl::convolution_backward_data prim;
   int64_t parts;
   std::string impl;
-  Arg diff_dst, wei, diff_src;
+  ActArg diff_dst, diff_src;
+  Arg wei;
   memory::desc pad;
 };
 struct BwdWeights {
   dnnl::convolution_backward_weights prim;
   int64_t parts;
   std::string impl;
-  Arg src, diff_dst, diff_wei;
+  ActArg src, diff_dst;
+  Arg diff_wei;
   dnnl::reorder add_to_user;  // diff_wei prim -> user layout with a sum post-op: dw += computed
   memory::desc bias, pad;
 };
@@ -124,6 +138,7 @@ struct Plans {
   std::map<Key, std::optional<Fwd>> fwd_relu;
   std::map<Key, BwdData> bwd_data;
   std::map<Key, BwdWeights> bwd_weights;
+  int64_t block_ = -1;  // block(), once known
   // Shared by all shapes: calls on one instance never overlap.
   Scratch src_buf, dst_buf, wei_buf, bias_buf, pad_buf;
 
@@ -140,6 +155,38 @@ struct Plans {
       a.set_post_ops(ops);
     }
     return a;
+  }
+
+  // The blocked activation layout of this CPU's direct kernels (nChw16c with AVX-512, nChw8c with
+  // AVX2), asked of oneDNN once; 0 where they use neither.
+  int64_t block() {
+    if (block_ < 0) {
+      ConvGeom g;
+      g.n = 1, g.c = g.k = 64, g.h = g.w = 8, g.r = g.s = 3, g.pad_h = g.pad_w = 1;
+      const memory::desc dst = fwd_pd(g, true, dnnl::algorithm::convolution_direct).dst_desc();
+      block_ = dst == memory::desc(dst.dims(), Dt::f32, Tag::nChw16c) ? 16
+               : dst == memory::desc(dst.dims(), Dt::f32, Tag::nChw8c) ? 8
+                                                                        : 0;
+    }
+    return block_;
+  }
+  // The blocked layout of a 4-d channel slice `d` of a tensor whose dimension 1 has `full1`
+  // entries (a view into the whole tensor, at the slice's first channel); empty where the
+  // channels do not fill whole blocks.
+  memory::desc blocked(const memory::dims& d, int64_t full1) {
+    const int64_t b = block();
+    if (b == 0 || full1 % b != 0 || d[1] % b != 0) return {};
+    const memory::desc whole({d[0], full1, d[2], d[3]}, Dt::f32, b == 16 ? Tag::nChw16c : Tag::nChw8c);
+    return d[1] == full1 ? whole : whole.submemory_desc(d, {0, 0, 0, 0});
+  }
+  // Whether a primitive's layout of an activation is the blocked one.
+  bool is_blocked(const memory::desc& prim) {
+    const memory::desc b = blocked(prim.dims(), prim.dims()[1]);
+    return !b.is_zero() && b == prim;
+  }
+  ActArg act(const memory::dims& d, int64_t full1, const memory::desc& prim) {
+    const memory::desc b = blocked(d, full1);
+    return ActArg{arg(plain(d, full1), prim), b.is_zero() ? Arg{} : arg(b, prim)};
   }
 
   Arg arg(const memory::desc& user, const memory::desc& prim) {
@@ -195,9 +242,9 @@ struct Plans {
     return Fwd{dnnl::convolution_forward(pd),
                parts,
                pd.impl_info_str(),
-               arg(plain(d.src, g.c), pd.src_desc()),
+               act(d.src, g.c, pd.src_desc()),
+               act(d.dst, g.k, pd.dst_desc()),
                arg(plain(d.wei, g.c), pd.weights_desc()),
-               arg(plain(d.dst, g.k), pd.dst_desc()),
                bias ? pd.bias_desc() : memory::desc(),
                pd.scratchpad_desc(),
                alg};
@@ -252,9 +299,9 @@ struct Plans {
     BwdData b{dnnl::convolution_backward_data(pd),
               parts,
               pd.impl_info_str(),
-              arg(plain(d.dst, g.k), pd.diff_dst_desc()),
+              act(d.dst, g.k, pd.diff_dst_desc()),
+              act(d.src, g.c, pd.diff_src_desc()),
               arg(plain(d.wei, g.c), pd.weights_desc()),
-              arg(plain(d.src, g.c), pd.diff_src_desc()),
               pd.scratchpad_desc()};
     return bwd_data.emplace(key, std::move(b)).first->second;
   }
@@ -278,8 +325,8 @@ struct Plans {
     BwdWeights b{dnnl::convolution_backward_weights(pd),
                  parts,
                  pd.impl_info_str(),
-                 arg(plain(d.src, g.c), pd.src_desc()),
-                 arg(plain(d.dst, g.k), pd.diff_dst_desc()),
+                 act(d.src, g.c, pd.src_desc()),
+                 act(d.dst, g.k, pd.diff_dst_desc()),
                  arg(plain(d.wei, g.c), pd.diff_weights_desc()),
                  {},
                  bias ? pd.diff_bias_desc() : memory::desc(),
