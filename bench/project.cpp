@@ -53,7 +53,11 @@ std::vector<int64_t> int_items(const std::string& flag, const std::string& s, in
 }
 
 // The profile for a thread count: the one measured with it, else the only one given.
-const pj::Profile& profile_for(const std::vector<pj::Profile>& ps, int threads) {
+// The profile timed with `threads` threads per worker, by `concurrent` workers at once when there
+// is one, else by any number (the simulator scales from its own).
+const pj::Profile& profile_for(const std::vector<pj::Profile>& ps, int threads, int concurrent = 1) {
+  for (const pj::Profile& p : ps)
+    if (p.threads == threads && p.concurrent == concurrent) return p;
   for (const pj::Profile& p : ps)
     if (p.threads == threads) return p;
   if (ps.size() == 1) return ps.front();
@@ -325,6 +329,8 @@ int validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profile> prof
     if (world > 1) return std::max(1, (fixed_threads > 0 ? fixed_threads : std::max(1, cores / world)));
     return cpu_threads_for(m, devices, fixed_threads);
   };
+  // Workers computing side by side on this machine: the run's workers (in-process or MPI ranks).
+  auto concurrent_of = [&](int devices) { return world > 1 ? world : std::max(1, std::min(devices, m.devices_per_node)); };
   auto micro_of = [&](int64_t global) {
     return fixed_micro > 0 ? fixed_micro : static_cast<int>(std::min<int64_t>(4, global));
   };
@@ -336,23 +342,25 @@ int validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profile> prof
       throw UsageError(fmt::format("{}: context \"workload_params\" is \"{}\", expected \"image N, width W\"", run.source, params));
     const NetSpec net = resolve_workload(run.context_value(ctx::workload_source.name, run.context_value(ctx::workload.name)), wo);
     const NetPlan plan = plan_net(net);
-    std::map<int, std::vector<int64_t>> need;  // threads -> batch pieces
+    std::map<std::pair<int, int>, std::vector<int64_t>> need;  // (threads, concurrent workers) -> batch pieces
     for (const Measured& x : meas) {
-      auto& v = need[threads_of(x.devices)];
+      auto& v = need[{threads_of(x.devices), concurrent_of(x.devices)}];
       for (int64_t c : chunk_sizes(x.global, x.devices)) v.push_back(c);
       for (int64_t c : chunk_sizes(x.global, micro_of(x.global))) v.push_back(c);
       v.push_back(x.global);
     }
-    for (auto& [t, v] : need) {
+    for (auto& [tk, v] : need) {
       std::sort(v.begin(), v.end());
       v.erase(std::unique(v.begin(), v.end()), v.end());
-      fmt::print(stderr, "parbench project: timing {}'s layers with {} thread(s) at batch {}\n", net.name, t, fmt::join(v, ","));
-      profiles.push_back(engine_profile(plan, net.name, v, t, static_cast<int>(f.integer("profile-reps"))));
+      fmt::print(stderr, "parbench project: timing {}'s layers with {} thread(s), {} worker(s) at once, at batch {}\n", net.name,
+                 tk.first, tk.second, fmt::join(v, ","));
+      profiles.push_back(
+          engine_profile(plan, net.name, v, tk.first, static_cast<int>(f.integer("profile-reps")), tk.second));
       profiles.back().context["workload_params"] = params;
     }
     if (f.has("save-profile"))
       for (const pj::Profile& p : profiles) {
-        const std::string path = fmt::format("{}-threads{}.json", f.str("save-profile"), p.threads);
+        const std::string path = fmt::format("{}-threads{}-workers{}.json", f.str("save-profile"), p.threads, p.concurrent);
         write_file_atomic(path, pj::profile_json(p).dump(1) + "\n");
         fmt::print(stderr, "parbench project: wrote {}\n", path);
       }
@@ -374,7 +382,7 @@ int validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profile> prof
     const int t = threads_of(x.devices);
     pj::Options o;
     o.threads_per_worker = t;
-    const pj::Prediction r = pj::predict(profile_for(profiles, t), m, c, o);
+    const pj::Prediction r = pj::predict(profile_for(profiles, t, concurrent_of(x.devices)), m, c, o);
     if (!r.feasible) {
       out += fmt::format("| {} | {} | {:.4g} | not modelled: {} | | | | |\n", x.name, t, x.seconds * 1e3, r.reason);
       continue;
@@ -435,7 +443,7 @@ int cmd_project(const std::vector<std::string>& args) {
               {"format", "FMT", "what to print: markdown or json", "markdown"},
               {"out", "PREFIX", "write PREFIX.md, PREFIX.json and PREFIX.png (chart)", ""},
               {"validate", "RUN.json", "a run's results.json: predict its configurations and print the errors", ""},
-              {"save-profile", "PREFIX", "--validate without --profile: also write the timed profiles to PREFIX-threadsN.json", ""},
+              {"save-profile", "PREFIX", "--validate without --profile: also write the timed profiles to PREFIX-threadsT-workersK.json", ""},
               {"profile-reps", "N", "--validate without --profile: timed repetitions per batch size (median), as parbench profile", "3"},
           });
   if (!f.parse(args)) return 0;

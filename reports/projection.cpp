@@ -176,6 +176,11 @@ Profile parse_profile(const std::string& text, const std::string& source) {
       p.threads = 0;
     }
   }
+  if (ctx.contains("concurrent_workers")) {
+    if (!ctx["concurrent_workers"].is_number_integer() || ctx["concurrent_workers"].get<int>() < 1)
+      top.fail("context.concurrent_workers", "an integer >= 1");
+    p.concurrent = ctx["concurrent_workers"].get<int>();
+  }
   for (const char* k : {"device_kind", "device"})
     if (p.device_kind.empty() && ctx.contains(k) && ctx[k].is_string()) p.device_kind = ctx[k].get<std::string>();
   p.batches = top.ints("batches", 1);
@@ -469,9 +474,10 @@ struct SimResult {
 };
 
 // Plays the actors' programs. Send/Recv pairs meet (rendezvous) unless eager; a Coll starts when
-// all its participants arrived; compute progresses at full speed unless the node's CPU cores are
-// shared by more busy threads than there are cores (then each at cores / busy threads).
-SimResult simulate(const std::vector<Actor>& actors, int workers, const Machine& m, int threads) {
+// all its participants arrived; compute on a node whose CPU cores are shared runs at each busy
+// thread's share of the cores, min(1, C / busy threads), relative to the share it had while the
+// profile was timed (`timed_busy` workers of `threads` threads each).
+SimResult simulate(const std::vector<Actor>& actors, int workers, const Machine& m, int threads, int timed_busy) {
   enum St { Ready, Computing, Moving, Blocked, Done };
   const int A = static_cast<int>(actors.size());
   std::vector<std::size_t> pc(A, 0);
@@ -564,12 +570,11 @@ SimResult simulate(const std::vector<Actor>& actors, int workers, const Machine&
     std::map<int, int> busy;  // node -> busy compute actors
     for (int a = 0; a < A; ++a)
       if (st[a] == Computing && actors[a].uses_cores) ++busy[actors[a].worker / m.devices_per_node];
-    // Relative to the profile, which was timed with `threads` busy threads alone.
     const double cores = m.parallel_threads > 0 ? m.parallel_threads : m.shared_cores;
     auto speed = [&](int a) {
       if (m.shared_cores <= 0 || !actors[a].uses_cores) return 1.0;
       const double demand = static_cast<double>(busy[actors[a].worker / m.devices_per_node]) * threads;
-      return std::min(1.0, cores / demand) / std::min(1.0, cores / threads);
+      return std::min(1.0, cores / demand) / std::min(1.0, cores / (static_cast<double>(timed_busy) * threads));
     };
     double next = std::numeric_limits<double>::infinity();
     for (int a = 0; a < A; ++a) {
@@ -922,7 +927,7 @@ Prediction predict_impl(const Profile& p, const Machine& m, const Config& named,
     return refuse(fmt::format("no projection model for strategy {}", c.strategy));
   }
 
-  const SimResult sim = simulate(actors, sim_workers, m, threads);
+  const SimResult sim = simulate(actors, sim_workers, m, threads, std::max(1, p.concurrent));
   int busiest = 0;
   for (int w = 0; w < sim_workers; ++w)
     if (sim.compute[w] > sim.compute[busiest]) busiest = w;

@@ -37,6 +37,10 @@ struct Profile {
   std::vector<double> loss_s;
   double optimizer_s_per_param = 0;
   int threads = 0;          // context.threads; 0 when not recorded
+  // context.concurrent_workers: how many workers timed the same layers at once, each with
+  // `threads` threads (1: the profile ran alone). The simulator takes the profile's speed as the
+  // speed of that many busy workers on a node and scales from there.
+  int concurrent = 1;
   std::string device_kind;  // context.device_kind or context.device ("cpu", "cuda", ...)
 
   int64_t param_count() const;

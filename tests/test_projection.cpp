@@ -235,6 +235,23 @@ TEST(Projection, SharedCoresSlowConcurrentWorkers) {
   EXPECT_NEAR(pj::predict(uniform(), m, config("ddp", 2, 8), o).step_s, 2 * two, 1e-9);
 }
 
+TEST(Projection, ProfileTimedByConcurrentWorkersIsTheirSpeed) {
+  pj::Machine m = free_links();
+  m.shared_cores = 2;
+  pj::Options o;
+  o.threads_per_worker = 1;
+  json j = fixture_json("uniform.json");
+  j["context"]["concurrent_workers"] = 4;
+  const pj::Profile four = pj::parse_profile(j.dump(), "four.json");
+  EXPECT_EQ(four.concurrent, 4);
+  // Timed with four workers busy: four ddp workers run at the profile's speed, not half of it.
+  EXPECT_NEAR(pj::predict(four, m, config("ddp", 4, 8), o).step_s, 4 * 0.004, 1e-9);
+  // One worker busy alone (regular) runs twice as fast as the four did together.
+  EXPECT_NEAR(pj::predict(four, m, config("regular", 1, 2), o).step_s, 4 * 0.004 / 2, 1e-9);
+  j["context"]["concurrent_workers"] = 0;
+  expect_usage_error([&] { pj::parse_profile(j.dump(), "z.json"); }, {"z.json", "context.concurrent_workers"});
+}
+
 TEST(Projection, MemoryFitsAndRefusals) {
   pj::Machine m = machine();
   m.memory_bytes = 1000;  // less than the parameters and Adam state
