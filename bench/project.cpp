@@ -31,7 +31,8 @@ using nlohmann::json;
 constexpr double kMiB = 1024.0 * 1024.0;
 constexpr double kGiB = kMiB * 1024.0;
 
-const std::vector<std::string> kModelled = {"regular", "dp", "ddp", "mp", "pipeline", "fsdp", "dp_pp"};
+// dpxpp: every dp<D>xpp<P> hybrid whose D x P is the device count (D, P >= 2).
+const std::vector<std::string> kModelled = {"regular", "dp", "ddp", "mp", "pipeline", "fsdp", "zero2", "tp", "dpxpp"};
 
 std::vector<std::string> split_list(const std::string& s) { return reports::split_commas(s); }
 
@@ -92,23 +93,29 @@ std::vector<pj::Config> configs_at(int n, int64_t global, const std::vector<std:
         c.bucket_bytes = b;
         out.push_back(c);
       }
-    } else if (s == "pipeline" || s == "dp_pp") {
-      for (int d = (s == "dp_pp" ? 2 : 1); d <= n; ++d) {
-        if (n % d || (s == "dp_pp" && n / d < 2)) continue;
-        if (s == "pipeline" && d > 1) break;
-        for (int64_t m : micro)
-          for (const std::string& sch : schedules) {
-            if (m > global / d) continue;  // more micro-batches than a replica has samples
-            pj::Config c = base(s);
-            c.dp = d;
-            c.micro_batches = static_cast<int>(m);
-            c.schedule = sch;
+    } else if (s == "pipeline") {
+      for (int64_t m : micro)
+        for (const std::string& sch : schedules) {
+          if (m > global) continue;  // more micro-batches than samples
+          pj::Config c = base(s);
+          c.micro_batches = static_cast<int>(m);
+          c.schedule = sch;
+          out.push_back(c);
+          if (recompute) {
+            c.recompute = true;
             out.push_back(c);
-            if (recompute) {
-              c.recompute = true;
-              out.push_back(c);
-            }
           }
+        }
+    } else if (s == "dpxpp" || pj::hybrid_shape(s)) {
+      // GPipe only, as the hybrid strategy runs it; micro-batches per replica.
+      for (const auto& [d, pp] : pj::hybrid_factorizations(n)) {
+        if (s != "dpxpp" && s != pj::hybrid_name(d, pp)) continue;
+        for (int64_t m : micro) {
+          if (m > global / d) continue;  // more micro-batches than a replica has samples
+          pj::Config c = base(pj::hybrid_name(d, pp));
+          c.micro_batches = static_cast<int>(m);
+          out.push_back(c);
+        }
       }
     } else {
       out.push_back(base(s));
@@ -347,6 +354,9 @@ int validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profile> prof
       auto& v = need[{threads_of(x.devices), concurrent_of(x.devices)}];
       for (int64_t c : chunk_sizes(x.global, x.devices)) v.push_back(c);
       for (int64_t c : chunk_sizes(x.global, micro_of(x.global))) v.push_back(c);
+      if (const auto h = pj::hybrid_shape(x.strategy))  // each replica's chunk in micro-batches
+        for (int64_t r : chunk_sizes(x.global, h->first))
+          for (int64_t c : chunk_sizes(r, micro_of(x.global))) v.push_back(c);
       v.push_back(x.global);
     }
     for (auto& [tk, v] : need) {
@@ -434,11 +444,11 @@ int cmd_project(const std::vector<std::string>& args) {
               {"devices", "LIST", "device counts (default: 1,2,4,8,64,1024 up to the machine's devices)", ""},
               {"batch", "LIST", "batch per device (weak scaling) or global batch (strong scaling); several: a table each", "1"},
               {"scaling", "MODE", "weak, strong or both", "both"},
-              {"strategies", "LIST", "strategies to project, or all (regular,dp,ddp,mp,pipeline,fsdp,dp_pp)", "all"},
-              {"micro-batches", "LIST", "pipeline and dp_pp micro-batch counts (those above the batch are left out)", "2,4,8,16"},
+              {"strategies", "LIST", "strategies to project, or all (regular,dp,ddp,mp,pipeline,fsdp,zero2,tp,dpxpp; dpxpp: every dp<D>xpp<P> with D x P = N, D, P >= 2; or one such name)", "all"},
+              {"micro-batches", "LIST", "pipeline and dp<D>xpp<P> (per replica) micro-batch counts (those above the batch are left out)", "2,4,8,16"},
               {"schedules", "LIST", "pipeline schedules: gpipe, 1f1b", "gpipe,1f1b"},
               {"bucket-mb", "LIST", "ddp bucket sizes in MiB", "1,25"},
-              {"recompute", "", "also the pipeline and dp_pp variants that recompute stage activations in backward", ""},
+              {"recompute", "", "also the pipeline variants that recompute stage activations in backward", ""},
               {"threads", "N", "CPU threads per worker (0: the cores shared among the workers, as run does)", "0"},
               {"format", "FMT", "what to print: markdown or json", "markdown"},
               {"out", "PREFIX", "write PREFIX.md, PREFIX.json and PREFIX.png (chart)", ""},
@@ -501,7 +511,7 @@ int cmd_project(const std::vector<std::string>& args) {
   }
   std::vector<std::string> strategies = f.str("strategies") == "all" ? kModelled : split_list(f.str("strategies"));
   for (const std::string& s : strategies)
-    if (std::find(kModelled.begin(), kModelled.end(), s) == kModelled.end())
+    if (std::find(kModelled.begin(), kModelled.end(), s) == kModelled.end() && !pj::hybrid_shape(s))
       throw UsageError(fmt::format("--strategies: no projection model for '{}': expected all or some of {}", s,
                                    fmt::join(kModelled, ", ")));
   const std::vector<int64_t> micro = int_items("micro-batches", f.str("micro-batches"), 1);
