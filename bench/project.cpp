@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <thread>
 
 #include <fmt/ranges.h>
@@ -66,6 +67,50 @@ const pj::Profile& profile_for(const std::vector<pj::Profile>& ps, int threads, 
   for (const pj::Profile& p : ps) have.push_back(p.threads);
   throw UsageError(fmt::format("--profile: no profile measured with {} thread(s) per worker (the profiles have {})",
                                threads, fmt::join(have, ", ")));
+}
+
+// `more`'s one batch (above `p`'s) added to p; Adam's time per parameter: their mean.
+void append_batch(pj::Profile& p, const pj::Profile& more) {
+  const double n = static_cast<double>(p.batches.size());
+  p.batches.push_back(more.batches.front());
+  for (std::size_t l = 0; l < p.layers.size(); ++l) {
+    p.layers[l].forward_s.push_back(more.layers[l].forward_s.front());
+    p.layers[l].backward_data_s.push_back(more.layers[l].backward_data_s.front());
+    p.layers[l].backward_weights_s.push_back(more.layers[l].backward_weights_s.front());
+  }
+  p.loss_s.push_back(more.loss_s.front());
+  p.optimizer_s_per_param = (p.optimizer_s_per_param * n + more.optimizer_s_per_param) / (n + 1);
+}
+
+// How the same work's time grows with the workers computing at once, from the profiles with
+// `threads` threads timed by 1, 2, ... concurrent workers at the same batches: [b - 1] = their
+// total seconds with b at once, linear between the counts timed. Empty without a profile of one
+// worker alone and one of more (the simulator then uses the machine's parallel_threads).
+std::vector<double> busy_curve(const std::vector<pj::Profile>& ps, int threads) {
+  std::map<int, double> at;  // concurrent workers -> seconds of every layer at every batch
+  const pj::Profile* first = nullptr;
+  for (const pj::Profile& p : ps) {
+    if (p.threads != threads) continue;
+    if (first && p.batches != first->batches) return {};
+    first = first ? first : &p;
+    double sum = 0;
+    for (std::size_t l = 0; l < p.layers.size(); ++l)
+      for (std::size_t b = 0; b < p.batches.size(); ++b)
+        sum += p.layers[l].forward_s[b] + p.layers[l].backward_data_s[b] + p.layers[l].backward_weights_s[b];
+    at[p.concurrent] = sum;
+  }
+  if (at.size() < 2 || !at.count(1)) return {};
+  std::vector<double> out;
+  for (int b = 1; b <= at.rbegin()->first; ++b) {
+    const auto hi = at.lower_bound(b);
+    if (hi->first == b) {
+      out.push_back(hi->second);
+    } else {
+      const auto lo = std::prev(hi);
+      out.push_back(lo->second + (hi->second - lo->second) * (b - lo->first) / (hi->first - lo->first));
+    }
+  }
+  return out;
 }
 
 int cpu_threads_for(const pj::Machine& m, int devices, int fixed) {
@@ -349,9 +394,14 @@ int validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profile> prof
       throw UsageError(fmt::format("{}: context \"workload_params\" is \"{}\", expected \"image N, width W\"", run.source, params));
     const NetSpec net = resolve_workload(run.context_value(ctx::workload_source.name, run.context_value(ctx::workload.name)), wo);
     const NetPlan plan = plan_net(net);
-    std::map<std::pair<int, int>, std::vector<int64_t>> need;  // (threads, concurrent workers) -> batch pieces
+    // Per thread count: the batch pieces its configurations need, and the numbers of workers that
+    // compute at once -- each timed, and one worker alone, for the slowdown curve (busy_seconds).
+    std::map<int, std::vector<int64_t>> need;
+    std::map<int, std::set<int>> together;
     for (const Measured& x : meas) {
-      auto& v = need[{threads_of(x.devices), concurrent_of(x.devices)}];
+      const int t = threads_of(x.devices);
+      auto& v = need[t];
+      together[t].insert({1, concurrent_of(x.devices)});
       for (int64_t c : chunk_sizes(x.global, x.devices)) v.push_back(c);
       for (int64_t c : chunk_sizes(x.global, micro_of(x.global))) v.push_back(c);
       if (const auto h = pj::hybrid_shape(x.strategy))  // each replica's chunk in micro-batches
@@ -359,14 +409,23 @@ int validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profile> prof
           for (int64_t c : chunk_sizes(r, micro_of(x.global))) v.push_back(c);
       v.push_back(x.global);
     }
-    for (auto& [tk, v] : need) {
+    for (auto& [t, v] : need) {
       std::sort(v.begin(), v.end());
       v.erase(std::unique(v.begin(), v.end()), v.end());
       fmt::print(stderr, "parbench project: timing {}'s layers with {} thread(s), {} worker(s) at once, at batch {}\n", net.name,
-                 tk.first, tk.second, fmt::join(v, ","));
-      profiles.push_back(
-          engine_profile(plan, net.name, v, tk.first, static_cast<int>(f.integer("profile-reps")), tk.second));
-      profiles.back().context["workload_params"] = params;
+                 t, fmt::join(together[t], " / "), fmt::join(v, ","));
+      // Batch by batch, the worker counts in turn: a load that drifts meanwhile touches each alike.
+      std::map<int, pj::Profile> by_k;
+      for (int64_t b : v)
+        for (int k : together[t]) {
+          const pj::Profile one = engine_profile(plan, net.name, {b}, t, static_cast<int>(f.integer("profile-reps")), k);
+          auto [it, fresh] = by_k.emplace(k, one);
+          if (!fresh) append_batch(it->second, one);
+        }
+      for (auto& [k, p] : by_k) {
+        p.context["workload_params"] = params;
+        profiles.push_back(std::move(p));
+      }
     }
     if (f.has("save-profile"))
       for (const pj::Profile& p : profiles) {
@@ -392,6 +451,7 @@ int validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profile> prof
     const int t = threads_of(x.devices);
     pj::Options o;
     o.threads_per_worker = t;
+    o.busy_seconds = busy_curve(profiles, t);
     const pj::Prediction r = pj::predict(profile_for(profiles, t, concurrent_of(x.devices)), m, c, o);
     if (!r.feasible) {
       out += fmt::format("| {} | {} | {:.4g} | not modelled: {} | | | | |\n", x.name, t, x.seconds * 1e3, r.reason);

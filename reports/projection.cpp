@@ -493,7 +493,8 @@ struct SimResult {
 // all its participants arrived; compute on a node whose CPU cores are shared runs at each busy
 // thread's share of the cores, min(1, C / busy threads), relative to the share it had while the
 // profile was timed (`timed_busy` workers of `threads` threads each).
-SimResult simulate(const std::vector<Actor>& actors, int workers, const Machine& m, int threads, int timed_busy) {
+SimResult simulate(const std::vector<Actor>& actors, int workers, const Machine& m, int threads, int timed_busy,
+                   const std::vector<double>& busy_seconds) {
   enum St { Ready, Computing, Moving, Blocked, Done };
   const int A = static_cast<int>(actors.size());
   std::vector<std::size_t> pc(A, 0);
@@ -587,8 +588,13 @@ SimResult simulate(const std::vector<Actor>& actors, int workers, const Machine&
     for (int a = 0; a < A; ++a)
       if (st[a] == Computing && actors[a].uses_cores) ++busy[actors[a].worker / m.devices_per_node];
     const double cores = m.parallel_threads > 0 ? m.parallel_threads : m.shared_cores;
+    auto seconds_at = [&](int b) {  // measured; in proportion to b beyond the last
+      const int K = static_cast<int>(busy_seconds.size());
+      return b <= K ? busy_seconds[b - 1] : busy_seconds[K - 1] * b / K;
+    };
     auto speed = [&](int a) {
       if (m.shared_cores <= 0 || !actors[a].uses_cores) return 1.0;
+      if (!busy_seconds.empty()) return seconds_at(timed_busy) / seconds_at(std::max(1, busy[actors[a].worker / m.devices_per_node]));
       const double demand = static_cast<double>(busy[actors[a].worker / m.devices_per_node]) * threads;
       return std::min(1.0, cores / demand) / std::min(1.0, cores / (static_cast<double>(timed_busy) * threads));
     };
@@ -1033,7 +1039,7 @@ Prediction predict_impl(const Profile& p, const Machine& m, const Config& named,
     return refuse(fmt::format("no projection model for strategy {}", c.strategy));
   }
 
-  const SimResult sim = simulate(actors, sim_workers, m, threads, std::max(1, p.concurrent));
+  const SimResult sim = simulate(actors, sim_workers, m, threads, std::max(1, p.concurrent), o.busy_seconds);
   int busiest = 0;
   for (int w = 0; w < sim_workers; ++w)
     if (sim.compute[w] > sim.compute[busiest]) busiest = w;
