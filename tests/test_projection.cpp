@@ -248,6 +248,22 @@ TEST(Projection, ProfileTimedByConcurrentWorkersIsTheirSpeed) {
   EXPECT_NEAR(pj::predict(four, m, config("ddp", 4, 8), o).step_s, 4 * 0.004, 1e-9);
   // One worker busy alone (regular) runs twice as fast as the four did together.
   EXPECT_NEAR(pj::predict(four, m, config("regular", 1, 2), o).step_s, 4 * 0.004 / 2, 1e-9);
+  // A measured slowdown curve replaces the core-count formula: two busy take 1.5x one's time,
+  // four 3x. One busy worker then runs 3x the four-worker profile's speed; four, at its speed.
+  o.busy_seconds = {1.0, 1.5, 2.25, 3.0};
+  EXPECT_NEAR(pj::predict(four, m, config("regular", 1, 2), o).step_s, 4 * 0.004 / 3, 1e-9);
+  EXPECT_NEAR(pj::predict(four, m, config("ddp", 4, 8), o).step_s, 4 * 0.004, 1e-9);
+  // A pipeline's fill and drain have 1-3 stages busy. The curve of two cores fully shared is
+  // the formula's; a flatter one (cores that barely help: a lone stage only 1.25x as fast)
+  // makes the pipeline slower.
+  pj::Config pipe = config("pipeline", 4, 8);
+  pipe.micro_batches = 8;
+  o.busy_seconds.clear();
+  const double formula = pj::predict(four, m, pipe, o).step_s;
+  o.busy_seconds = {1.0, 1.0, 1.5, 2.0};
+  EXPECT_NEAR(pj::predict(four, m, pipe, o).step_s, formula, 1e-9);
+  o.busy_seconds = {1.6, 1.7, 1.85, 2.0};
+  EXPECT_GT(pj::predict(four, m, pipe, o).step_s, formula * 1.05);
   j["context"]["concurrent_workers"] = 0;
   expect_usage_error([&] { pj::parse_profile(j.dump(), "z.json"); }, {"z.json", "context.concurrent_workers"});
 }
