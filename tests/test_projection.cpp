@@ -437,6 +437,25 @@ TEST_F(ProjectCli, ValidateComparesEveryMeasuredConfiguration) {
   }
   EXPECT_NEAR(v["mean_abs_error"].get<double>(), mean, 1e-12);
   EXPECT_NEAR(v["worst_abs_error"].get<double>(), worst, 1e-12);
+  // Rows of the dp x pp hybrid are matched by their run names (dp<D>xpp<P>): ddp's rows renamed
+  // to dp2xpp2 on 4 devices, predicted from a 4-layer profile.
+  {
+    std::string text = read_file(path("run/results.json"));
+    for (std::size_t at; (at = text.find("linear/ddp/devices:2/")) != std::string::npos;)
+      text.replace(at, 21, "linear/dp2xpp2/devices:4/");
+    write_file_atomic(path("hybrid.json"), text);
+    r = parbench("project --validate " + path("hybrid.json") + " --machine " + path("cpu.json") + " --profile " +
+                 fixture("uniform.json") + " --out " + path("h"));
+    ASSERT_EQ(r.code, 0) << r.err;
+    const json h = json::parse(read_file(path("h.json")));
+    int hybrid_rows = 0;
+    for (const json& row : h["rows"])
+      if (row["name"].get<std::string>().find("/dp2xpp2/devices:4/") != std::string::npos) {
+        ++hybrid_rows;
+        EXPECT_GT(row["predicted_s"].get<double>(), 0);
+      }
+    EXPECT_EQ(hybrid_rows, 1) << h.dump();
+  }
   // A run whose context cannot be read is bad input naming the key.
   json run = json::parse(read_file(path("run/results.json")));
   run["context"]["bucket_mb"] = "lots";
