@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -80,6 +81,42 @@ void append_batch(pj::Profile& p, const pj::Profile& more) {
   }
   p.loss_s.push_back(more.loss_s.front());
   p.optimizer_s_per_param = (p.optimizer_s_per_param * n + more.optimizer_s_per_param) / (n + 1);
+}
+
+// The profile a tp configuration of `n` workers is predicted from: every conv / linear layer that
+// tp splits (n or more output channels) timed as worker 0's slice runs it -- the layer with
+// ceil(K / n) output channels on the whole input, after a ReLU so that its input gradient is
+// computed too -- and entered as that time x K / k, since the model charges a worker k / K of the
+// layer's time. Timed as `p` was: `p.threads` threads, `p.concurrent` workers at once.
+pj::Profile tp_slice_profile(const pj::Profile& p, const NetPlan& plan, int n, int reps) {
+  pj::Profile q = p;
+  for (std::size_t i = 0; i < plan.layers.size(); ++i) {
+    const LayerPlan& l = plan.layers[i];
+    const bool conv = l.spec.type == LayerType::Conv2d, lin = l.spec.type == LayerType::Linear;
+    if (!conv && !lin) continue;
+    const int64_t K = l.out[0];
+    if (K < n || n < 2) continue;
+    const int64_t k = (K + n - 1) / n;
+    NetSpec one;
+    one.name = fmt::format("tp slice of layer {}", i);
+    one.input = l.in;
+    one.target = Target::Random;
+    one.layers.push_back(LayerSpec{});  // ReLU
+    LayerSpec s = l.spec;
+    if (conv) s.out_channels = k;
+    else s.out_features = k;
+    s.in_channels = -1, s.in_features = -1;
+    one.layers.push_back(s);
+    const pj::Profile t = engine_profile(plan_net(one), one.name, p.batches, p.threads, reps, p.concurrent);
+    const double up = static_cast<double>(K) / static_cast<double>(k);
+    for (std::size_t b = 0; b < p.batches.size(); ++b) {
+      q.layers[i].forward_s[b] = t.layers[1].forward_s[b] * up;
+      q.layers[i].backward_data_s[b] = i == 0 ? 0 : t.layers[1].backward_data_s[b] * up;
+      q.layers[i].backward_weights_s[b] = t.layers[1].backward_weights_s[b] * up;
+    }
+  }
+  q.context["tp_slices"] = n;
+  return q;
 }
 
 // How the same work's time grows with the workers computing at once, from the profiles with
@@ -386,6 +423,10 @@ int validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profile> prof
   auto micro_of = [&](int64_t global) {
     return fixed_micro > 0 ? fixed_micro : static_cast<int>(std::min<int64_t>(4, global));
   };
+  // tp's channel slices are timed only when this command times the workload itself.
+  std::optional<NetPlan> tp_plan;
+  std::map<std::pair<int, int>, pj::Profile> tp_profiles;  // (workers, threads) -> slices' profile
+  const int reps = static_cast<int>(f.integer("profile-reps"));
   if (profiles.empty()) {
     // Time the run's own workload here, at every thread count and batch piece it needs.
     WorkloadOptions wo;
@@ -394,6 +435,7 @@ int validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profile> prof
       throw UsageError(fmt::format("{}: context \"workload_params\" is \"{}\", expected \"image N, width W\"", run.source, params));
     const NetSpec net = resolve_workload(run.context_value(ctx::workload_source.name, run.context_value(ctx::workload.name)), wo);
     const NetPlan plan = plan_net(net);
+    tp_plan = plan;
     // Per thread count: the batch pieces its configurations need, and the numbers of workers that
     // compute at once -- each timed, and one worker alone, for the slowdown curve (busy_seconds).
     std::map<int, std::vector<int64_t>> need;
@@ -452,7 +494,13 @@ int validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profile> prof
     pj::Options o;
     o.threads_per_worker = t;
     o.busy_seconds = busy_curve(profiles, t);
-    const pj::Prediction r = pj::predict(profile_for(profiles, t, concurrent_of(x.devices)), m, c, o);
+    const pj::Profile& base = profile_for(profiles, t, concurrent_of(x.devices));
+    if (x.strategy == "tp" && tp_plan && x.devices > 1 && !tp_profiles.count({x.devices, t})) {
+      fmt::print(stderr, "parbench project: timing tp's channel slices for {} workers\n", x.devices);
+      tp_profiles.emplace(std::make_pair(x.devices, t), tp_slice_profile(base, *tp_plan, x.devices, reps));
+    }
+    const auto tp_it = tp_profiles.find({x.devices, t});
+    const pj::Prediction r = pj::predict(x.strategy == "tp" && tp_it != tp_profiles.end() ? tp_it->second : base, m, c, o);
     if (!r.feasible) {
       out += fmt::format("| {} | {} | {:.4g} | not modelled: {} | | | | |\n", x.name, t, x.seconds * 1e3, r.reason);
       continue;

@@ -414,7 +414,7 @@ TEST_F(ProjectCli, BadInputExitsTwoNamingIt) {
 }
 
 TEST_F(ProjectCli, ValidateComparesEveryMeasuredConfiguration) {
-  test::Result r = parbench("run --workload linear --strategies regular,dp,ddp,mp,pipeline --devices 1,2 --batch 2 --iterations 3 --warmup 1 --out " +
+  test::Result r = parbench("run --workload linear --strategies regular,dp,ddp,mp,pipeline,tp --devices 1,2 --batch 2 --iterations 3 --warmup 1 --out " +
                                 path("run"));
   ASSERT_EQ(r.code, 0) << r.err;
   r = parbench("calibrate --ranks 2 --sizes 4,64 --reps 2 --out " + path("cpu.json"));
@@ -425,9 +425,10 @@ TEST_F(ProjectCli, ValidateComparesEveryMeasuredConfiguration) {
   r = parbench("project --validate " + path("run/results.json") + " --machine " + path("cpu.json") + " --profile-reps 1 --out " + path("v"));
   ASSERT_EQ(r.code, 0) << r.err;
   const json v = json::parse(read_file(path("v.json")));
-  // Every strategy at 1, dp and ddp at 2: mp and pipeline cannot split the one-layer net over 2 workers (the run
-  // reports those as errors, and validate leaves them out).
-  ASSERT_EQ(v["rows"].size(), 7u);
+  // Every strategy at 1, dp, ddp and tp at 2: mp and pipeline cannot split the one-layer net over 2 workers (the
+  // run reports those as errors, and validate leaves them out). tp at 2 is predicted from its timed channel slices.
+  ASSERT_EQ(v["rows"].size(), 9u);
+  EXPECT_NE(r.err.find("timing tp's channel slices for 2 workers"), std::string::npos) << r.err;
   double mean = 0, worst = 0;
   for (const json& row : v["rows"]) {
     const double e = (row["predicted_s"].get<double>() - row["measured_s"].get<double>()) / row["measured_s"].get<double>();
