@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <optional>
+#include <set>
 #include <thread>
 
 #include <fmt/ranges.h>
@@ -31,7 +33,8 @@ using nlohmann::json;
 constexpr double kMiB = 1024.0 * 1024.0;
 constexpr double kGiB = kMiB * 1024.0;
 
-const std::vector<std::string> kModelled = {"regular", "dp", "ddp", "mp", "pipeline", "fsdp", "dp_pp"};
+// dpxpp: every dp<D>xpp<P> hybrid whose D x P is the device count (D, P >= 2).
+const std::vector<std::string> kModelled = {"regular", "dp", "ddp", "mp", "pipeline", "fsdp", "zero2", "tp", "dpxpp"};
 
 std::vector<std::string> split_list(const std::string& s) { return reports::split_commas(s); }
 
@@ -53,7 +56,11 @@ std::vector<int64_t> int_items(const std::string& flag, const std::string& s, in
 }
 
 // The profile for a thread count: the one measured with it, else the only one given.
-const pj::Profile& profile_for(const std::vector<pj::Profile>& ps, int threads) {
+// The profile timed with `threads` threads per worker, by `concurrent` workers at once when there
+// is one, else by any number (the simulator scales from its own).
+const pj::Profile& profile_for(const std::vector<pj::Profile>& ps, int threads, int concurrent = 1) {
+  for (const pj::Profile& p : ps)
+    if (p.threads == threads && p.concurrent == concurrent) return p;
   for (const pj::Profile& p : ps)
     if (p.threads == threads) return p;
   if (ps.size() == 1) return ps.front();
@@ -61,6 +68,86 @@ const pj::Profile& profile_for(const std::vector<pj::Profile>& ps, int threads) 
   for (const pj::Profile& p : ps) have.push_back(p.threads);
   throw UsageError(fmt::format("--profile: no profile measured with {} thread(s) per worker (the profiles have {})",
                                threads, fmt::join(have, ", ")));
+}
+
+// `more`'s one batch (above `p`'s) added to p; Adam's time per parameter: their mean.
+void append_batch(pj::Profile& p, const pj::Profile& more) {
+  const double n = static_cast<double>(p.batches.size());
+  p.batches.push_back(more.batches.front());
+  for (std::size_t l = 0; l < p.layers.size(); ++l) {
+    p.layers[l].forward_s.push_back(more.layers[l].forward_s.front());
+    p.layers[l].backward_data_s.push_back(more.layers[l].backward_data_s.front());
+    p.layers[l].backward_weights_s.push_back(more.layers[l].backward_weights_s.front());
+  }
+  p.loss_s.push_back(more.loss_s.front());
+  p.optimizer_s_per_param = (p.optimizer_s_per_param * n + more.optimizer_s_per_param) / (n + 1);
+}
+
+// The profile a tp configuration of `n` workers is predicted from: every conv / linear layer that
+// tp splits (n or more output channels) timed as worker 0's slice runs it -- the layer with
+// ceil(K / n) output channels on the whole input, after a ReLU so that its input gradient is
+// computed too -- and entered as that time x K / k, since the model charges a worker k / K of the
+// layer's time. Timed as `p` was: `p.threads` threads, `p.concurrent` workers at once.
+pj::Profile tp_slice_profile(const pj::Profile& p, const NetPlan& plan, int n, int reps) {
+  pj::Profile q = p;
+  for (std::size_t i = 0; i < plan.layers.size(); ++i) {
+    const LayerPlan& l = plan.layers[i];
+    const bool conv = l.spec.type == LayerType::Conv2d, lin = l.spec.type == LayerType::Linear;
+    if (!conv && !lin) continue;
+    const int64_t K = l.out[0];
+    if (K < n || n < 2) continue;
+    const int64_t k = (K + n - 1) / n;
+    NetSpec one;
+    one.name = fmt::format("tp slice of layer {}", i);
+    one.input = l.in;
+    one.target = Target::Random;
+    one.layers.push_back(LayerSpec{});  // ReLU
+    LayerSpec s = l.spec;
+    if (conv) s.out_channels = k;
+    else s.out_features = k;
+    s.in_channels = -1, s.in_features = -1;
+    one.layers.push_back(s);
+    const pj::Profile t = engine_profile(plan_net(one), one.name, p.batches, p.threads, reps, p.concurrent);
+    const double up = static_cast<double>(K) / static_cast<double>(k);
+    for (std::size_t b = 0; b < p.batches.size(); ++b) {
+      q.layers[i].forward_s[b] = t.layers[1].forward_s[b] * up;
+      q.layers[i].backward_data_s[b] = i == 0 ? 0 : t.layers[1].backward_data_s[b] * up;
+      q.layers[i].backward_weights_s[b] = t.layers[1].backward_weights_s[b] * up;
+    }
+  }
+  q.context["tp_slices"] = n;
+  return q;
+}
+
+// How the same work's time grows with the workers computing at once, from the profiles with
+// `threads` threads timed by 1, 2, ... concurrent workers at the same batches: [b - 1] = their
+// total seconds with b at once, linear between the counts timed. Empty without a profile of one
+// worker alone and one of more (the simulator then uses the machine's parallel_threads).
+std::vector<double> busy_curve(const std::vector<pj::Profile>& ps, int threads) {
+  std::map<int, double> at;  // concurrent workers -> seconds of every layer at every batch
+  const pj::Profile* first = nullptr;
+  for (const pj::Profile& p : ps) {
+    if (p.threads != threads) continue;
+    if (first && p.batches != first->batches) return {};
+    first = first ? first : &p;
+    double sum = 0;
+    for (std::size_t l = 0; l < p.layers.size(); ++l)
+      for (std::size_t b = 0; b < p.batches.size(); ++b)
+        sum += p.layers[l].forward_s[b] + p.layers[l].backward_data_s[b] + p.layers[l].backward_weights_s[b];
+    at[p.concurrent] = sum;
+  }
+  if (at.size() < 2 || !at.count(1)) return {};
+  std::vector<double> out;
+  for (int b = 1; b <= at.rbegin()->first; ++b) {
+    const auto hi = at.lower_bound(b);
+    if (hi->first == b) {
+      out.push_back(hi->second);
+    } else {
+      const auto lo = std::prev(hi);
+      out.push_back(lo->second + (hi->second - lo->second) * (b - lo->first) / (hi->first - lo->first));
+    }
+  }
+  return out;
 }
 
 int cpu_threads_for(const pj::Machine& m, int devices, int fixed) {
@@ -88,23 +175,29 @@ std::vector<pj::Config> configs_at(int n, int64_t global, const std::vector<std:
         c.bucket_bytes = b;
         out.push_back(c);
       }
-    } else if (s == "pipeline" || s == "dp_pp") {
-      for (int d = (s == "dp_pp" ? 2 : 1); d <= n; ++d) {
-        if (n % d || (s == "dp_pp" && n / d < 2)) continue;
-        if (s == "pipeline" && d > 1) break;
-        for (int64_t m : micro)
-          for (const std::string& sch : schedules) {
-            if (m > global / d) continue;  // more micro-batches than a replica has samples
-            pj::Config c = base(s);
-            c.dp = d;
-            c.micro_batches = static_cast<int>(m);
-            c.schedule = sch;
+    } else if (s == "pipeline") {
+      for (int64_t m : micro)
+        for (const std::string& sch : schedules) {
+          if (m > global) continue;  // more micro-batches than samples
+          pj::Config c = base(s);
+          c.micro_batches = static_cast<int>(m);
+          c.schedule = sch;
+          out.push_back(c);
+          if (recompute) {
+            c.recompute = true;
             out.push_back(c);
-            if (recompute) {
-              c.recompute = true;
-              out.push_back(c);
-            }
           }
+        }
+    } else if (s == "dpxpp" || pj::hybrid_shape(s)) {
+      // GPipe only, as the hybrid strategy runs it; micro-batches per replica.
+      for (const auto& [d, pp] : pj::hybrid_factorizations(n)) {
+        if (s != "dpxpp" && s != pj::hybrid_name(d, pp)) continue;
+        for (int64_t m : micro) {
+          if (m > global / d) continue;  // more micro-batches than a replica has samples
+          pj::Config c = base(pj::hybrid_name(d, pp));
+          c.micro_batches = static_cast<int>(m);
+          out.push_back(c);
+        }
       }
     } else {
       out.push_back(base(s));
@@ -325,9 +418,15 @@ int validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profile> prof
     if (world > 1) return std::max(1, (fixed_threads > 0 ? fixed_threads : std::max(1, cores / world)));
     return cpu_threads_for(m, devices, fixed_threads);
   };
+  // Workers computing side by side on this machine: the run's workers (in-process or MPI ranks).
+  auto concurrent_of = [&](int devices) { return world > 1 ? world : std::max(1, std::min(devices, m.devices_per_node)); };
   auto micro_of = [&](int64_t global) {
     return fixed_micro > 0 ? fixed_micro : static_cast<int>(std::min<int64_t>(4, global));
   };
+  // tp's channel slices are timed only when this command times the workload itself.
+  std::optional<NetPlan> tp_plan;
+  std::map<std::pair<int, int>, pj::Profile> tp_profiles;  // (workers, threads) -> slices' profile
+  const int reps = static_cast<int>(f.integer("profile-reps"));
   if (profiles.empty()) {
     // Time the run's own workload here, at every thread count and batch piece it needs.
     WorkloadOptions wo;
@@ -336,23 +435,43 @@ int validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profile> prof
       throw UsageError(fmt::format("{}: context \"workload_params\" is \"{}\", expected \"image N, width W\"", run.source, params));
     const NetSpec net = resolve_workload(run.context_value(ctx::workload_source.name, run.context_value(ctx::workload.name)), wo);
     const NetPlan plan = plan_net(net);
-    std::map<int, std::vector<int64_t>> need;  // threads -> batch pieces
+    tp_plan = plan;
+    // Per thread count: the batch pieces its configurations need, and the numbers of workers that
+    // compute at once -- each timed, and one worker alone, for the slowdown curve (busy_seconds).
+    std::map<int, std::vector<int64_t>> need;
+    std::map<int, std::set<int>> together;
     for (const Measured& x : meas) {
-      auto& v = need[threads_of(x.devices)];
+      const int t = threads_of(x.devices);
+      auto& v = need[t];
+      together[t].insert({1, concurrent_of(x.devices)});
       for (int64_t c : chunk_sizes(x.global, x.devices)) v.push_back(c);
       for (int64_t c : chunk_sizes(x.global, micro_of(x.global))) v.push_back(c);
+      if (const auto h = pj::hybrid_shape(x.strategy))  // each replica's chunk in micro-batches
+        for (int64_t r : chunk_sizes(x.global, h->first))
+          for (int64_t c : chunk_sizes(r, micro_of(x.global))) v.push_back(c);
       v.push_back(x.global);
     }
     for (auto& [t, v] : need) {
       std::sort(v.begin(), v.end());
       v.erase(std::unique(v.begin(), v.end()), v.end());
-      fmt::print(stderr, "parbench project: timing {}'s layers with {} thread(s) at batch {}\n", net.name, t, fmt::join(v, ","));
-      profiles.push_back(engine_profile(plan, net.name, v, t, static_cast<int>(f.integer("profile-reps"))));
-      profiles.back().context["workload_params"] = params;
+      fmt::print(stderr, "parbench project: timing {}'s layers with {} thread(s), {} worker(s) at once, at batch {}\n", net.name,
+                 t, fmt::join(together[t], " / "), fmt::join(v, ","));
+      // Batch by batch, the worker counts in turn: a load that drifts meanwhile touches each alike.
+      std::map<int, pj::Profile> by_k;
+      for (int64_t b : v)
+        for (int k : together[t]) {
+          const pj::Profile one = engine_profile(plan, net.name, {b}, t, static_cast<int>(f.integer("profile-reps")), k);
+          auto [it, fresh] = by_k.emplace(k, one);
+          if (!fresh) append_batch(it->second, one);
+        }
+      for (auto& [k, p] : by_k) {
+        p.context["workload_params"] = params;
+        profiles.push_back(std::move(p));
+      }
     }
     if (f.has("save-profile"))
       for (const pj::Profile& p : profiles) {
-        const std::string path = fmt::format("{}-threads{}.json", f.str("save-profile"), p.threads);
+        const std::string path = fmt::format("{}-threads{}-workers{}.json", f.str("save-profile"), p.threads, p.concurrent);
         write_file_atomic(path, pj::profile_json(p).dump(1) + "\n");
         fmt::print(stderr, "parbench project: wrote {}\n", path);
       }
@@ -374,7 +493,14 @@ int validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profile> prof
     const int t = threads_of(x.devices);
     pj::Options o;
     o.threads_per_worker = t;
-    const pj::Prediction r = pj::predict(profile_for(profiles, t), m, c, o);
+    o.busy_seconds = busy_curve(profiles, t);
+    const pj::Profile& base = profile_for(profiles, t, concurrent_of(x.devices));
+    if (x.strategy == "tp" && tp_plan && x.devices > 1 && !tp_profiles.count({x.devices, t})) {
+      fmt::print(stderr, "parbench project: timing tp's channel slices for {} workers\n", x.devices);
+      tp_profiles.emplace(std::make_pair(x.devices, t), tp_slice_profile(base, *tp_plan, x.devices, reps));
+    }
+    const auto tp_it = tp_profiles.find({x.devices, t});
+    const pj::Prediction r = pj::predict(x.strategy == "tp" && tp_it != tp_profiles.end() ? tp_it->second : base, m, c, o);
     if (!r.feasible) {
       out += fmt::format("| {} | {} | {:.4g} | not modelled: {} | | | | |\n", x.name, t, x.seconds * 1e3, r.reason);
       continue;
@@ -426,16 +552,16 @@ int cmd_project(const std::vector<std::string>& args) {
               {"devices", "LIST", "device counts (default: 1,2,4,8,64,1024 up to the machine's devices)", ""},
               {"batch", "LIST", "batch per device (weak scaling) or global batch (strong scaling); several: a table each", "1"},
               {"scaling", "MODE", "weak, strong or both", "both"},
-              {"strategies", "LIST", "strategies to project, or all (regular,dp,ddp,mp,pipeline,fsdp,dp_pp)", "all"},
-              {"micro-batches", "LIST", "pipeline and dp_pp micro-batch counts (those above the batch are left out)", "2,4,8,16"},
+              {"strategies", "LIST", "strategies to project, or all (regular,dp,ddp,mp,pipeline,fsdp,zero2,tp,dpxpp; dpxpp: every dp<D>xpp<P> with D x P = N, D, P >= 2; or one such name)", "all"},
+              {"micro-batches", "LIST", "pipeline and dp<D>xpp<P> (per replica) micro-batch counts (those above the batch are left out)", "2,4,8,16"},
               {"schedules", "LIST", "pipeline schedules: gpipe, 1f1b", "gpipe,1f1b"},
               {"bucket-mb", "LIST", "ddp bucket sizes in MiB", "1,25"},
-              {"recompute", "", "also the pipeline and dp_pp variants that recompute stage activations in backward", ""},
+              {"recompute", "", "also the pipeline variants that recompute stage activations in backward", ""},
               {"threads", "N", "CPU threads per worker (0: the cores shared among the workers, as run does)", "0"},
               {"format", "FMT", "what to print: markdown or json", "markdown"},
               {"out", "PREFIX", "write PREFIX.md, PREFIX.json and PREFIX.png (chart)", ""},
               {"validate", "RUN.json", "a run's results.json: predict its configurations and print the errors", ""},
-              {"save-profile", "PREFIX", "--validate without --profile: also write the timed profiles to PREFIX-threadsN.json", ""},
+              {"save-profile", "PREFIX", "--validate without --profile: also write the timed profiles to PREFIX-threadsT-workersK.json", ""},
               {"profile-reps", "N", "--validate without --profile: timed repetitions per batch size (median), as parbench profile", "3"},
           });
   if (!f.parse(args)) return 0;
@@ -493,7 +619,7 @@ int cmd_project(const std::vector<std::string>& args) {
   }
   std::vector<std::string> strategies = f.str("strategies") == "all" ? kModelled : split_list(f.str("strategies"));
   for (const std::string& s : strategies)
-    if (std::find(kModelled.begin(), kModelled.end(), s) == kModelled.end())
+    if (std::find(kModelled.begin(), kModelled.end(), s) == kModelled.end() && !pj::hybrid_shape(s))
       throw UsageError(fmt::format("--strategies: no projection model for '{}': expected all or some of {}", s,
                                    fmt::join(kModelled, ", ")));
   const std::vector<int64_t> micro = int_items("micro-batches", f.str("micro-batches"), 1);

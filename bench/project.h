@@ -12,9 +12,10 @@ namespace pb {
 
 // A per-layer profile of `plan` on the CPU backend with `threads` threads at each batch size,
 // timed as `parbench profile` times it (profile_net), in the profile.json format: what
-// `project --validate` uses when no --profile is given.
+// `project --validate` uses when no --profile is given. `concurrent` workers time it at once
+// (context.concurrent_workers), as a step's workers share the cores.
 projection::Profile engine_profile(const NetPlan& plan, const std::string& workload, std::vector<int64_t> batches,
-                                   int threads, int reps = 3);
+                                   int threads, int reps = 3, int concurrent = 1);
 
 int cmd_project(const std::vector<std::string>& args);
 int cmd_calibrate(const std::vector<std::string>& args);

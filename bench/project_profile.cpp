@@ -3,6 +3,8 @@
 #include "bench/project.h"
 
 #include <algorithm>
+#include <exception>
+#include <thread>
 
 #include "engine/check.h"
 #include "engine/layer_profile.h"
@@ -10,19 +12,19 @@
 namespace pb {
 
 projection::Profile engine_profile(const NetPlan& plan, const std::string& workload, std::vector<int64_t> batches,
-                                   int threads, int reps) {
+                                   int threads, int reps, int concurrent) {
   std::sort(batches.begin(), batches.end());
   batches.erase(std::unique(batches.begin(), batches.end()), batches.end());
   PB_CHECK(!batches.empty() && batches.front() >= 1, "profile: no batch sizes");
-  BackendOptions bo;
-  bo.threads = threads;
-  auto be = make_backend(cpu(0), bo);
+  PB_CHECK(concurrent >= 1, "profile: concurrent workers must be >= 1");
   projection::Profile p;
   p.batches = batches;
   p.threads = threads;
   p.device_kind = "cpu";
   p.context = {{"workload", workload}, {"device_kind", "cpu"}, {"threads", threads},
+               {"concurrent_workers", concurrent},
                {"source", "per-layer timing of parbench profile, run by parbench project"}};
+  p.concurrent = concurrent;
   for (const LayerPlan& l : plan.layers) {
     projection::LayerProfile lp;
     lp.index = l.index;
@@ -35,15 +37,39 @@ projection::Profile engine_profile(const NetPlan& plan, const std::string& workl
     p.layers.push_back(std::move(lp));
   }
   std::vector<double> adam;
-  for (int64_t b : batches) {
-    const NetProfile np = profile_net(plan, *be, {b, 1, reps, 0});
-    for (std::size_t i = 0; i < p.layers.size(); ++i) {
-      p.layers[i].forward_s.push_back(np.layers[i].forward_s);
-      p.layers[i].backward_data_s.push_back(np.layers[i].backward_data_s);
-      p.layers[i].backward_weights_s.push_back(np.layers[i].backward_weights_s);
+  // `concurrent` workers, each with its own backend and `threads` threads, time the same layers
+  // at once, as that many workers of a step compute side by side; each time is their mean.
+  std::vector<std::vector<NetProfile>> got(static_cast<std::size_t>(concurrent));
+  std::vector<std::exception_ptr> err(static_cast<std::size_t>(concurrent));
+  auto work = [&](int w) {
+    try {
+      BackendOptions bo;
+      bo.threads = threads;
+      auto be = make_backend(cpu(0), bo);
+      for (int64_t b : batches) got[static_cast<std::size_t>(w)].push_back(profile_net(plan, *be, {b, 1, reps, 0}));
+    } catch (...) {
+      err[static_cast<std::size_t>(w)] = std::current_exception();
     }
-    p.loss_s.push_back(np.loss_s);
-    adam.push_back(np.optimizer_s);
+  };
+  std::vector<std::thread> ts;
+  for (int w = 1; w < concurrent; ++w) ts.emplace_back(work, w);
+  work(0);
+  for (std::thread& t : ts) t.join();
+  for (const std::exception_ptr& e : err)
+    if (e) std::rethrow_exception(e);
+  const double k = static_cast<double>(concurrent);
+  for (std::size_t j = 0; j < batches.size(); ++j) {
+    for (std::size_t i = 0; i < p.layers.size(); ++i) {
+      double f = 0, d = 0, wt = 0;
+      for (const auto& g : got) f += g[j].layers[i].forward_s / k, d += g[j].layers[i].backward_data_s / k, wt += g[j].layers[i].backward_weights_s / k;
+      p.layers[i].forward_s.push_back(f);
+      p.layers[i].backward_data_s.push_back(d);
+      p.layers[i].backward_weights_s.push_back(wt);
+    }
+    double loss = 0, opt = 0;
+    for (const auto& g : got) loss += g[j].loss_s / k, opt += g[j].optimizer_s / k;
+    p.loss_s.push_back(loss);
+    adam.push_back(opt);
   }
   std::sort(adam.begin(), adam.end());
   p.optimizer_s_per_param = adam[adam.size() / 2] / static_cast<double>(std::max<int64_t>(plan.param_count, 1));

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <set>
 
@@ -175,6 +176,11 @@ Profile parse_profile(const std::string& text, const std::string& source) {
     } catch (const std::exception&) {
       p.threads = 0;
     }
+  }
+  if (ctx.contains("concurrent_workers")) {
+    if (!ctx["concurrent_workers"].is_number_integer() || ctx["concurrent_workers"].get<int>() < 1)
+      top.fail("context.concurrent_workers", "an integer >= 1");
+    p.concurrent = ctx["concurrent_workers"].get<int>();
   }
   for (const char* k : {"device_kind", "device"})
     if (p.device_kind.empty() && ctx.contains(k) && ctx[k].is_string()) p.device_kind = ctx[k].get<std::string>();
@@ -423,22 +429,37 @@ AlphaBeta fit_alpha_beta(Coll c, const std::string& algorithm, const std::vector
 
 // ---- configurations ------------------------------------------------------------------------------
 
+std::optional<std::pair<int, int>> hybrid_shape(const std::string& s) {
+  int d = 0, pp = 0, used = 0;
+  if (std::sscanf(s.c_str(), "dp%dxpp%d%n", &d, &pp, &used) != 2 || used != static_cast<int>(s.size()) || d < 1 || pp < 1)
+    return std::nullopt;
+  if (hybrid_name(d, pp) != s) return std::nullopt;  // no signs, spaces or leading zeros
+  return std::make_pair(d, pp);
+}
+
+std::string hybrid_name(int dp, int pp) { return fmt::format("dp{}xpp{}", dp, pp); }
+
+std::vector<std::pair<int, int>> hybrid_factorizations(int devices) {
+  std::vector<std::pair<int, int>> out;
+  for (int d = 2; d <= devices / 2; ++d)
+    if (devices % d == 0 && devices / d >= 2) out.emplace_back(d, devices / d);
+  return out;
+}
+
 std::string Config::label() const {
-  if (strategy == "pipeline" || strategy == "dp_pp") {
-    std::string s = strategy == "dp_pp" ? fmt::format("dp x pp ({}x{}, ", dp, devices / std::max(1, dp)) : "pipeline (";
-    return s + fmt::format("M={}{}{})", micro_batches, schedule == "1f1b" ? ", 1f1b" : "", recompute ? ", recompute" : "");
-  }
+  if (strategy == "pipeline")
+    return fmt::format("pipeline (M={}{}{})", micro_batches, schedule == "1f1b" ? ", 1f1b" : "", recompute ? ", recompute" : "");
+  if (hybrid_shape(strategy)) return fmt::format("{} (M={})", strategy, micro_batches);
   if (strategy == "ddp") return fmt::format("ddp ({:g} MiB buckets)", bucket_bytes / (1 << 20));
   return strategy;
 }
 
 std::vector<std::string> Config::options() const {
   std::vector<std::string> o;
-  if (strategy == "pipeline" || strategy == "dp_pp") {
+  if (strategy == "pipeline" || hybrid_shape(strategy)) {
     o.push_back(fmt::format("micro_batches:{}", micro_batches));
     if (schedule != "gpipe") o.push_back("schedule:" + schedule);
     if (recompute) o.push_back("recompute:1");
-    if (strategy == "dp_pp") o.push_back(fmt::format("dp:{}", dp));
   }
   if (strategy == "ddp") o.push_back(fmt::format("bucket_mb:{:g}", bucket_bytes / (1 << 20)));
   return o;
@@ -469,9 +490,11 @@ struct SimResult {
 };
 
 // Plays the actors' programs. Send/Recv pairs meet (rendezvous) unless eager; a Coll starts when
-// all its participants arrived; compute progresses at full speed unless the node's CPU cores are
-// shared by more busy threads than there are cores (then each at cores / busy threads).
-SimResult simulate(const std::vector<Actor>& actors, int workers, const Machine& m, int threads) {
+// all its participants arrived; compute on a node whose CPU cores are shared runs at each busy
+// thread's share of the cores, min(1, C / busy threads), relative to the share it had while the
+// profile was timed (`timed_busy` workers of `threads` threads each).
+SimResult simulate(const std::vector<Actor>& actors, int workers, const Machine& m, int threads, int timed_busy,
+                   const std::vector<double>& busy_seconds) {
   enum St { Ready, Computing, Moving, Blocked, Done };
   const int A = static_cast<int>(actors.size());
   std::vector<std::size_t> pc(A, 0);
@@ -564,12 +587,16 @@ SimResult simulate(const std::vector<Actor>& actors, int workers, const Machine&
     std::map<int, int> busy;  // node -> busy compute actors
     for (int a = 0; a < A; ++a)
       if (st[a] == Computing && actors[a].uses_cores) ++busy[actors[a].worker / m.devices_per_node];
-    // Relative to the profile, which was timed with `threads` busy threads alone.
     const double cores = m.parallel_threads > 0 ? m.parallel_threads : m.shared_cores;
+    auto seconds_at = [&](int b) {  // measured; in proportion to b beyond the last
+      const int K = static_cast<int>(busy_seconds.size());
+      return b <= K ? busy_seconds[b - 1] : busy_seconds[K - 1] * b / K;
+    };
     auto speed = [&](int a) {
       if (m.shared_cores <= 0 || !actors[a].uses_cores) return 1.0;
+      if (!busy_seconds.empty()) return seconds_at(timed_busy) / seconds_at(std::max(1, busy[actors[a].worker / m.devices_per_node]));
       const double demand = static_cast<double>(busy[actors[a].worker / m.devices_per_node]) * threads;
-      return std::min(1.0, cores / demand) / std::min(1.0, cores / threads);
+      return std::min(1.0, cores / demand) / std::min(1.0, cores / (static_cast<double>(timed_busy) * threads));
     };
     double next = std::numeric_limits<double>::infinity();
     for (int a = 0; a < A; ++a) {
@@ -729,6 +756,11 @@ Prediction predict_impl(const Profile& p, const Machine& m, const Config& named,
     return r;
   };
   if (N < 1 || B < 1) return refuse("needs at least one device and one sample");
+  // dp<D>xpp<P>: the pipeline program below, D replicas of P stages (GPipe).
+  const std::optional<std::pair<int, int>> hybrid = hybrid_shape(c.strategy);
+  if (hybrid && hybrid->first * hybrid->second != N)
+    return refuse(fmt::format("{} needs {} devices", c.strategy, hybrid->first * hybrid->second));
+  if (hybrid) c.schedule = "gpipe", c.recompute = false;
   if (N > m.total_devices())
     return refuse(fmt::format("{} has {} device(s)", m.name, m.total_devices()));
   if (c.strategy == "regular" && N != 1) return refuse("runs on one device");
@@ -818,21 +850,22 @@ Prediction predict_impl(const Profile& p, const Machine& m, const Config& named,
       if (!comm.ops.empty()) actors.push_back(comm);
       mem[i] = adam_state_bytes(P) + (in_b + 2 * out_b) * ch[i] + stage_activations(p, 0, L, ch[i]) + workspace(p, 0, L);
     }
-  } else if (c.strategy == "mp" || c.strategy == "pipeline" || c.strategy == "dp_pp") {
+  } else if (c.strategy == "mp" || c.strategy == "pipeline" || hybrid) {
     // strategies/pipeline.cpp: stages split by forward FLOPs, micro-batches in GPipe fill-drain
     // (every forward, then every backward in reverse) or 1F1B (PipeDream-flush); stages send
     // without waiting (non-blocking sends, a buffer per message) and receive blocking. With
     // recompute a stage keeps only its inputs and runs its forward again before each backward,
-    // except for the micro-batch whose activations are still in its slot. dp_pp: D replicas of
-    // the pipeline, each stage's gradients all-reduced over its replicas after the drain.
-    const int D = c.strategy == "dp_pp" ? c.dp : 1;
-    if (D < 1 || N % D != 0) return refuse(fmt::format("{} devices do not split into {} replicas", N, D));
+    // except for the micro-batch whose activations are still in its slot. dp<D>xpp<P>: D
+    // replicas of the pipeline (rank r: replica r / P, stage r % P), each on its torch.chunk of
+    // the batch; after the drain each stage's gradients all-reduced over its D replicas.
+    const int D = hybrid ? hybrid->first : 1;
     const int S = N / D;
     const int M = c.strategy == "mp" ? 1 : c.micro_batches;
     if (S > L) return refuse(fmt::format("{} stages but the net has {} layers", S, L));
     const std::vector<int64_t> rep = chunk_sizes(B, D);
     if (static_cast<int>(rep.size()) < D) return refuse(fmt::format("a batch of {} gives fewer than {} replica chunks", B, D));
-    if (M < 1 || M > rep.back()) return refuse(fmt::format("{} micro-batches but a replica has {} sample(s)", M, rep.back()));
+    if (M < 1 || (!hybrid && M > rep.back()))
+      return refuse(fmt::format("{} micro-batches but a replica has {} sample(s)", M, rep.back()));
     const auto ranges = split_stages(flops_plan(p), S, {}, c.strategy);
     const bool eager = true;
     for (int d = 0; d < D; ++d) {
@@ -881,48 +914,132 @@ Prediction predict_impl(const Profile& p, const Machine& m, const Config& named,
                    stage_activations(p, b, e, static_cast<double>(mb[0]) * (c.recompute ? 1 : in_flight)) + workspace(p, b, e);
       }
     }
-  } else if (c.strategy == "fsdp") {
-    // ZeRO-3: each layer's parameters all-gathered before its forward and again before its
-    // backward, its gradients reduce-scattered after; each worker steps its 1/N shard.
-    const std::vector<int64_t> ch = chunk_sizes(B, N);
-    const int used = static_cast<int>(ch.size());
-    if (used < N) return refuse(fmt::format("a batch of {} gives only {} chunk(s) for {} shards", B, used, N));
+  } else if (c.strategy == "fsdp" || c.strategy == "zero2") {
+    // strategies/fsdp.cpp: units of a layer with parameters and the parameterless layers after it;
+    // each unit's parameters (padded to N equal shards) all-gathered before its forward, and for
+    // fsdp (ZeRO-3) again before its backward (zero2 keeps them from forward to backward); its
+    // gradients reduce-scattered after its backward; each worker steps its 1/N shard. Every
+    // worker takes part, also one without a chunk.
+    const bool reshard = c.strategy == "fsdp";
+    const std::vector<int64_t> ch = [&] {
+      std::vector<int64_t> v = chunk_sizes(B, N);
+      v.resize(N, 0);
+      return v;
+    }();
     const std::vector<int> group = Builder::range(N);
-    int tag = 3000;
-    std::vector<double> ag(L), rs(L);
-    double largest = 0;
+    std::vector<std::pair<int, int>> units;  // layers [first, second)
+    std::vector<double> unit_bytes;          // padded: N x ceil(params / N) floats
     for (int l = 0; l < L; ++l) {
-      const double bytes = static_cast<double>(p.layers[l].params) * kFloat;
-      largest = std::max(largest, bytes);
-      ag[l] = p.layers[l].params ? bl.coll(Coll::AllGather, bytes, group) : 0;
-      rs[l] = p.layers[l].params ? bl.coll(Coll::ReduceScatter, bytes, group) : 0;
+      const int64_t n = p.layers[l].params;
+      if (units.empty() || (n > 0 && unit_bytes.back() > 0)) {
+        units.push_back({l, l + 1});
+        unit_bytes.push_back(static_cast<double>((n + N - 1) / N) * N * kFloat);
+      } else {
+        units.back().second = l + 1;
+        if (n > 0) unit_bytes.back() = static_cast<double>((n + N - 1) / N) * N * kFloat;
+      }
     }
-    bl.comm_bytes += 0;
+    const int U = static_cast<int>(units.size());
+    std::vector<double> ag(U), rs(U);
+    double largest = 0, gathered = 0, shard = 0;
+    for (int u = 0; u < U; ++u) {
+      largest = std::max(largest, unit_bytes[u]);
+      gathered += unit_bytes[u];
+      shard += unit_bytes[u] / N / kFloat;
+      ag[u] = unit_bytes[u] > 0 ? bl.coll(Coll::AllGather, unit_bytes[u], group) : 0;
+      if (reshard && unit_bytes[u] > 0) bl.comm_bytes += unit_bytes[u] * N;  // gathered again in backward
+      rs[u] = unit_bytes[u] > 0 ? bl.coll(Coll::ReduceScatter, unit_bytes[u], group) : 0;
+    }
     for (int i = 0; i < N; ++i) {
       Actor a;
       a.worker = i;
-      int t = tag;
-      for (int l = 0; l < L; ++l) {
-        if (ag[l] > 0) a.ops.push_back({Op::Coll, ag[l], -1, t++, N});
-        a.ops.push_back({Op::Compute, bl.fwd(l, l + 1, ch[i])});
+      int t = 3000;
+      for (int u = 0; u < U; ++u) {
+        if (ag[u] > 0) a.ops.push_back({Op::Coll, ag[u], -1, t, N});
+        ++t;
+        a.ops.push_back({Op::Compute, bl.fwd(units[u].first, units[u].second, ch[i])});
       }
       a.ops.push_back({Op::Compute, bl.loss(ch[i])});
-      for (int l = L - 1; l >= 0; --l) {
-        if (ag[l] > 0) a.ops.push_back({Op::Coll, ag[l], -1, t++, N});
-        a.ops.push_back({Op::Compute, bl.bw(l, ch[i])});
-        if (l > 0) a.ops.push_back({Op::Compute, bl.bd(l, ch[i])});
-        if (rs[l] > 0) a.ops.push_back({Op::Coll, rs[l], -1, t++, N});
+      for (int u = U - 1; u >= 0; --u) {
+        if (reshard && ag[u] > 0) a.ops.push_back({Op::Coll, ag[u], -1, t, N});
+        ++t;
+        bl.backward(a.ops, units[u].first, units[u].second, ch[i], u > 0);
+        if (rs[u] > 0) a.ops.push_back({Op::Coll, rs[u], -1, t, N});
+        ++t;
       }
-      a.ops.push_back({Op::Compute, bl.opt(P / N)});
+      a.ops.push_back({Op::Compute, bl.opt(shard)});
       actors.push_back(a);
-      mem[i] = adam_state_bytes(P / N) + 2 * largest + (in_b + 2 * out_b) * ch[i] + stage_activations(p, 0, L, ch[i]) +
+      // The shard's Adam state; fsdp: a unit's whole parameters and gradients at a time; zero2:
+      // every unit's parameters from forward to backward, one unit's gradients.
+      mem[i] = adam_state_bytes(shard) + (reshard ? 2 * largest : gathered + largest) + (in_b + 2 * out_b) * ch[i] +
+               stage_activations(p, 0, L, ch[i]) + workspace(p, 0, L);
+    }
+  } else if (c.strategy == "tp") {
+    // strategies/tp.cpp: every worker has the whole batch and a slice of each conv / linear
+    // layer's output channels (the first K % N workers one more; layers with fewer than N
+    // channels whole on every worker). A split layer's forward computes its channels (time taken
+    // as the layer's x k / K) and all-gathers the activation (N pieces of ceil(K / N) channels);
+    // backward computes its slice's weight and input gradients and all-reduces the input
+    // gradient. ReLUs run whole on every worker; Adam steps the worker's slices.
+    std::vector<char> split(L, 0);
+    std::vector<double> gather_bytes(L, 0), reduce_bytes(L, 0);
+    bool any = N == 1;
+    for (int l = 0; l < L; ++l) {
+      const LayerProfile& lp = p.layers[l];
+      if (lp.type != "conv2d" && lp.type != "linear") continue;
+      const int64_t K = lp.out.front();
+      split[l] = K >= N;
+      any = any || split[l];
+      if (!split[l] || N == 1) continue;
+      const double per_channel = numel(lp.out) / static_cast<double>(K);
+      gather_bytes[l] = static_cast<double>((K + N - 1) / N) * N * per_channel * kFloat * B;
+      reduce_bytes[l] = numel(lp.in) * kFloat * B;
+    }
+    if (!any) return refuse(fmt::format("no layer has {} or more output channels to split", N));
+    const std::vector<int> group = Builder::range(N);
+    std::vector<double> ag(L, 0), ar(L, 0);
+    for (int l = 0; l < L; ++l) {
+      if (gather_bytes[l] > 0) ag[l] = bl.coll(Coll::AllGather, gather_bytes[l], group);
+      if (reduce_bytes[l] > 0 && l > 0) ar[l] = bl.coll(Coll::AllReduce, reduce_bytes[l], group);
+    }
+    for (int i = 0; i < N; ++i) {
+      Actor a;
+      a.worker = i;
+      std::vector<double> share(L, 1.0);  // this worker's fraction of each layer's channels
+      double params = 0;
+      for (int l = 0; l < L; ++l) {
+        const LayerProfile& lp = p.layers[l];
+        if (split[l]) {
+          const int64_t K = lp.out.front(), k = K / N + (i < K % N ? 1 : 0);
+          share[l] = static_cast<double>(k) / static_cast<double>(K);
+        }
+        params += static_cast<double>(lp.params) * share[l];
+      }
+      int t = 4000;
+      for (int l = 0; l < L; ++l) {
+        a.ops.push_back({Op::Compute, bl.fwd(l, l + 1, B) * share[l]});
+        if (ag[l] > 0) a.ops.push_back({Op::Coll, ag[l], -1, t, N});
+        ++t;
+      }
+      a.ops.push_back({Op::Compute, bl.loss(B)});
+      for (int l = L - 1; l >= 0; --l) {
+        a.ops.push_back({Op::Compute, bl.bw(l, B) * share[l]});
+        if (l > 0) a.ops.push_back({Op::Compute, bl.bd(l, B) * share[l]});
+        if (ar[l] > 0) a.ops.push_back({Op::Coll, ar[l], -1, t, N});
+        ++t;
+      }
+      a.ops.push_back({Op::Compute, bl.opt(params)});
+      actors.push_back(a);
+      double gathered = 0;
+      for (double g : gather_bytes) gathered = std::max(gathered, g);
+      mem[i] = adam_state_bytes(params) + (in_b + 2 * out_b) * B + stage_activations(p, 0, L, B) + gathered +
                workspace(p, 0, L);
     }
   } else {
     return refuse(fmt::format("no projection model for strategy {}", c.strategy));
   }
 
-  const SimResult sim = simulate(actors, sim_workers, m, threads);
+  const SimResult sim = simulate(actors, sim_workers, m, threads, std::max(1, p.concurrent), o.busy_seconds);
   int busiest = 0;
   for (int w = 0; w < sim_workers; ++w)
     if (sim.compute[w] > sim.compute[busiest]) busiest = w;

@@ -37,6 +37,10 @@ struct Profile {
   std::vector<double> loss_s;
   double optimizer_s_per_param = 0;
   int threads = 0;          // context.threads; 0 when not recorded
+  // context.concurrent_workers: how many workers timed the same layers at once, each with
+  // `threads` threads (1: the profile ran alone). The simulator takes the profile's speed as the
+  // speed of that many busy workers on a node and scales from there.
+  int concurrent = 1;
   std::string device_kind;  // context.device_kind or context.device ("cpu", "cuda", ...)
 
   int64_t param_count() const;
@@ -120,17 +124,24 @@ struct Sample {
 AlphaBeta fit_alpha_beta(Coll c, const std::string& algorithm, const std::vector<Sample>& samples);
 
 // ---- configurations and predictions -------------------------------------------------------------
+// The dp x pp hybrid's names: dp<D>xpp<P>, D replicas of a P-stage GPipe pipeline over D*P
+// devices. hybrid_shape: {D, P} of such a name (D, P >= 1), nothing for any other name.
+std::optional<std::pair<int, int>> hybrid_shape(const std::string& strategy);
+std::string hybrid_name(int dp, int pp);
+// Every factorization D x P = devices with D >= 2 and P >= 2, by D ascending.
+std::vector<std::pair<int, int>> hybrid_factorizations(int devices);
+
 struct Config {
-  // regular, dp, ddp, mp, pipeline, fsdp, dp_pp; also the registered pipeline variants
-  // pipeline-1f1b, pipeline-recompute, pipeline-1f1b-recompute (schedule and recompute from the name)
+  // regular, dp, ddp, mp, pipeline, fsdp, zero2, tp, dp<D>xpp<P> (D x P = devices); also the
+  // registered pipeline variants pipeline-1f1b, pipeline-recompute, pipeline-1f1b-recompute
+  // (schedule and recompute from the name)
   std::string strategy;
   int devices = 1;
   int64_t global_batch = 1;
-  int micro_batches = 1;  // pipeline, dp_pp
+  int micro_batches = 1;  // pipeline, dp<D>xpp<P>: per replica
   double bucket_bytes = 25.0 * (1 << 20);  // ddp
-  std::string schedule = "gpipe";          // pipeline, dp_pp: gpipe or 1f1b
-  bool recompute = false;                  // pipeline, dp_pp: stage activations recomputed in backward
-  int dp = 1;                              // dp_pp: data-parallel replicas (pipeline stages = devices / dp)
+  std::string schedule = "gpipe";          // pipeline: gpipe or 1f1b
+  bool recompute = false;                  // pipeline: stage activations recomputed in backward
   std::string label() const;               // e.g. "pipeline (M=8, 1f1b)"
   std::vector<std::string> options() const;  // benchmark-name options: micro_batches:8, ...
 };
@@ -138,6 +149,11 @@ struct Config {
 struct Options {
   double compute_scale = 1;  // profile seconds x this (a profile from another device)
   int threads_per_worker = 0;  // CPU: 0 = cores shared as run shares them: max(1, cores / N)
+  // CPU, measured: busy_seconds[b - 1] = the same work's seconds while b workers (of these
+  // threads) compute at once on the node. When given, a worker's speed with b busy is
+  // busy_seconds[k0 - 1] / busy_seconds[b - 1] (k0: the profile's concurrent workers) instead of
+  // the parallel_threads formula; beyond its end, time grows in proportion to b.
+  std::vector<double> busy_seconds;
 };
 
 struct Prediction {

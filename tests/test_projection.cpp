@@ -235,6 +235,99 @@ TEST(Projection, SharedCoresSlowConcurrentWorkers) {
   EXPECT_NEAR(pj::predict(uniform(), m, config("ddp", 2, 8), o).step_s, 2 * two, 1e-9);
 }
 
+TEST(Projection, ProfileTimedByConcurrentWorkersIsTheirSpeed) {
+  pj::Machine m = free_links();
+  m.shared_cores = 2;
+  pj::Options o;
+  o.threads_per_worker = 1;
+  json j = fixture_json("uniform.json");
+  j["context"]["concurrent_workers"] = 4;
+  const pj::Profile four = pj::parse_profile(j.dump(), "four.json");
+  EXPECT_EQ(four.concurrent, 4);
+  // Timed with four workers busy: four ddp workers run at the profile's speed, not half of it.
+  EXPECT_NEAR(pj::predict(four, m, config("ddp", 4, 8), o).step_s, 4 * 0.004, 1e-9);
+  // One worker busy alone (regular) runs twice as fast as the four did together.
+  EXPECT_NEAR(pj::predict(four, m, config("regular", 1, 2), o).step_s, 4 * 0.004 / 2, 1e-9);
+  // A measured slowdown curve replaces the core-count formula: two busy take 1.5x one's time,
+  // four 3x. One busy worker then runs 3x the four-worker profile's speed; four, at its speed.
+  o.busy_seconds = {1.0, 1.5, 2.25, 3.0};
+  EXPECT_NEAR(pj::predict(four, m, config("regular", 1, 2), o).step_s, 4 * 0.004 / 3, 1e-9);
+  EXPECT_NEAR(pj::predict(four, m, config("ddp", 4, 8), o).step_s, 4 * 0.004, 1e-9);
+  // A pipeline's fill and drain have 1-3 stages busy. The curve of two cores fully shared is
+  // the formula's; a flatter one (cores that barely help: a lone stage only 1.25x as fast)
+  // makes the pipeline slower.
+  pj::Config pipe = config("pipeline", 4, 8);
+  pipe.micro_batches = 8;
+  o.busy_seconds.clear();
+  const double formula = pj::predict(four, m, pipe, o).step_s;
+  o.busy_seconds = {1.0, 1.0, 1.5, 2.0};
+  EXPECT_NEAR(pj::predict(four, m, pipe, o).step_s, formula, 1e-9);
+  o.busy_seconds = {1.6, 1.7, 1.85, 2.0};
+  EXPECT_GT(pj::predict(four, m, pipe, o).step_s, formula * 1.05);
+  j["context"]["concurrent_workers"] = 0;
+  expect_usage_error([&] { pj::parse_profile(j.dump(), "z.json"); }, {"z.json", "context.concurrent_workers"});
+}
+
+TEST(Projection, Zero2GathersOncePerUnitFsdpTwice) {
+  const pj::Machine m = machine();
+  // Four conv units of 148 parameters: over 4 workers 37 floats a shard, no padding.
+  const double ag = pj::collective_cost(m, pj::Coll::AllGather, 148 * 4, 4, false).seconds;
+  const double rs = pj::collective_cost(m, pj::Coll::ReduceScatter, 148 * 4, 4, false).seconds;
+  const pj::Prediction f = pj::predict(uniform(), m, config("fsdp", 4, 8)), z = pj::predict(uniform(), m, config("zero2", 4, 8));
+  ASSERT_TRUE(f.feasible && z.feasible) << f.reason << z.reason;
+  const double compute = 4 * (0.002 + 0.002);  // chunk of 2 per worker
+  EXPECT_NEAR(f.step_s, compute + 8 * ag + 4 * rs, 1e-9);
+  EXPECT_NEAR(z.step_s, compute + 4 * ag + 4 * rs, 1e-9);
+  EXPECT_LT(z.exposed_comm_s, f.exposed_comm_s);
+  EXPECT_LT(z.comm_bytes, f.comm_bytes);
+  // zero2 keeps every unit's parameters from forward to backward: more memory than fsdp.
+  EXPECT_GT(z.peak_bytes, f.peak_bytes);
+}
+
+TEST(Projection, TpSplitsChannelsAndPaysItsCollectives) {
+  const pj::Machine m = machine();
+  // The uniform net: four 4-channel convs on 4x8x8. Over 4 workers each computes one channel of
+  // each layer on the whole batch (a quarter of the layer's time).
+  const double regular = pj::predict(uniform(), free_links(), config("regular", 1, 4)).step_s;
+  const pj::Prediction free = pj::predict(uniform(), free_links(), config("tp", 4, 4));
+  ASSERT_TRUE(free.feasible) << free.reason;
+  EXPECT_NEAR(free.step_s, regular / 4, 1e-9);
+  // Every layer all-gathers its output (4 samples x 4 x 8 x 8 floats); every layer but the first
+  // all-reduces its input gradient (the same size).
+  const double act = 4 * 4 * 8 * 8 * 4.0;
+  const double want = regular / 4 + 4 * pj::collective_cost(m, pj::Coll::AllGather, act, 4, false).seconds +
+                      3 * pj::collective_cost(m, pj::Coll::AllReduce, act, 4, false).seconds;
+  EXPECT_NEAR(pj::predict(uniform(), m, config("tp", 4, 4)).step_s, want, 1e-9);
+  // Eight workers: no layer has 8 channels to split.
+  EXPECT_FALSE(pj::predict(uniform(), m, config("tp", 8, 8)).feasible);
+}
+
+TEST(Projection, HybridNamesAndFactorizations) {
+  using F = std::vector<std::pair<int, int>>;
+  EXPECT_EQ(pj::hybrid_factorizations(4), (F{{2, 2}}));
+  EXPECT_EQ(pj::hybrid_factorizations(8), (F{{2, 4}, {4, 2}}));
+  EXPECT_EQ(pj::hybrid_factorizations(12), (F{{2, 6}, {3, 4}, {4, 3}, {6, 2}}));
+  for (int n : {1, 2, 3, 5, 7}) EXPECT_TRUE(pj::hybrid_factorizations(n).empty()) << n;
+  EXPECT_EQ(pj::hybrid_shape("dp2xpp4"), std::make_optional(std::make_pair(2, 4)));
+  EXPECT_EQ(pj::hybrid_name(3, 2), "dp3xpp2");
+  for (const char* bad : {"dp_pp", "dp2xpp", "dp02xpp2", "dp2xpp2x", "pipeline", "dp-1xpp2"}) EXPECT_FALSE(pj::hybrid_shape(bad)) << bad;
+}
+
+TEST(Projection, HybridIsReplicatedPipelinesAndAStageAllReduce) {
+  pj::Machine m = free_links();
+  pj::Config h = config("dp2xpp2", 4, 8), pipe = config("pipeline", 2, 4);
+  h.micro_batches = pipe.micro_batches = 2;
+  // Free links: each replica is the 2-stage pipeline on its half of the batch.
+  const pj::Prediction free = pj::predict(uniform(), m, h);
+  ASSERT_TRUE(free.feasible) << free.reason;
+  EXPECT_NEAR(free.step_s, pj::predict(uniform(), m, pipe).step_s, 1e-9);
+  // An all-reduce that costs: each stage's own parameters (2 layers x 148) over its 2 replicas.
+  m.intra_node["all_reduce"]["ring"] = {0, 1e6};
+  const double stage_bytes = 2 * 148 * 4.0;
+  EXPECT_NEAR(pj::predict(uniform(), m, h).step_s - free.step_s, 2.0 * (2 - 1) / 2 * stage_bytes / 1e6, 1e-9);
+  EXPECT_FALSE(pj::predict(uniform(), m, config("dp2xpp2", 8, 8)).feasible);  // dp2xpp2 is 4 devices
+}
+
 TEST(Projection, MemoryFitsAndRefusals) {
   pj::Machine m = machine();
   m.memory_bytes = 1000;  // less than the parameters and Adam state
@@ -281,7 +374,7 @@ TEST_F(ProjectCli, ProjectsEveryStrategyAndMarksItProjected) {
         const double parts = row["compute_s"].get<double>() + row["exposed_comm_s"].get<double>() + row["idle_s"].get<double>();
         EXPECT_NEAR(parts, row["step_s"].get<double>(), 1e-9 * row["step_s"].get<double>()) << row.dump();
       }
-  for (const char* s : {"regular", "dp", "ddp", "mp", "pipeline", "fsdp", "dp_pp"}) EXPECT_TRUE(seen.count(s)) << s;
+  for (const char* s : {"regular", "dp", "ddp", "mp", "pipeline", "fsdp", "zero2", "tp", "dp2xpp2"}) EXPECT_TRUE(seen.count(s)) << s;
 }
 
 // What `parbench profile` writes is what `project` reads: the profiler's own extra fields too.
@@ -313,7 +406,7 @@ TEST_F(ProjectCli, BadInputExitsTwoNamingIt) {
   test::Result r = parbench("project --profile " + fixture("uniform.json") + " --machine " + path("m.json"));
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("m.json: overlap: expected true or false"), std::string::npos) << r.err;
-  r = parbench("project --profile " + fixture("uniform.json") + " --machine " + fixture("machine.json") + " --strategies tp");
+  r = parbench("project --profile " + fixture("uniform.json") + " --machine " + fixture("machine.json") + " --strategies sp");
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("--strategies"), std::string::npos) << r.err;
   r = parbench("project --profile " + path("missing.json") + " --machine " + fixture("machine.json"));
@@ -321,7 +414,7 @@ TEST_F(ProjectCli, BadInputExitsTwoNamingIt) {
 }
 
 TEST_F(ProjectCli, ValidateComparesEveryMeasuredConfiguration) {
-  test::Result r = parbench("run --workload linear --strategies regular,dp,ddp,mp,pipeline --devices 1,2 --batch 2 --iterations 3 --warmup 1 --out " +
+  test::Result r = parbench("run --workload linear --strategies regular,dp,ddp,mp,pipeline,tp --devices 1,2 --batch 2 --iterations 3 --warmup 1 --out " +
                                 path("run"));
   ASSERT_EQ(r.code, 0) << r.err;
   r = parbench("calibrate --ranks 2 --sizes 4,64 --reps 2 --out " + path("cpu.json"));
@@ -332,9 +425,10 @@ TEST_F(ProjectCli, ValidateComparesEveryMeasuredConfiguration) {
   r = parbench("project --validate " + path("run/results.json") + " --machine " + path("cpu.json") + " --profile-reps 1 --out " + path("v"));
   ASSERT_EQ(r.code, 0) << r.err;
   const json v = json::parse(read_file(path("v.json")));
-  // Every strategy at 1, dp and ddp at 2: mp and pipeline cannot split the one-layer net over 2 workers (the run
-  // reports those as errors, and validate leaves them out).
-  ASSERT_EQ(v["rows"].size(), 7u);
+  // Every strategy at 1, dp, ddp and tp at 2: mp and pipeline cannot split the one-layer net over 2 workers (the
+  // run reports those as errors, and validate leaves them out). tp at 2 is predicted from its timed channel slices.
+  ASSERT_EQ(v["rows"].size(), 9u);
+  EXPECT_NE(r.err.find("timing tp's channel slices for 2 workers"), std::string::npos) << r.err;
   double mean = 0, worst = 0;
   for (const json& row : v["rows"]) {
     const double e = (row["predicted_s"].get<double>() - row["measured_s"].get<double>()) / row["measured_s"].get<double>();
@@ -344,6 +438,25 @@ TEST_F(ProjectCli, ValidateComparesEveryMeasuredConfiguration) {
   }
   EXPECT_NEAR(v["mean_abs_error"].get<double>(), mean, 1e-12);
   EXPECT_NEAR(v["worst_abs_error"].get<double>(), worst, 1e-12);
+  // Rows of the dp x pp hybrid are matched by their run names (dp<D>xpp<P>): ddp's rows renamed
+  // to dp2xpp2 on 4 devices, predicted from a 4-layer profile.
+  {
+    std::string text = read_file(path("run/results.json"));
+    for (std::size_t at; (at = text.find("linear/ddp/devices:2/")) != std::string::npos;)
+      text.replace(at, 21, "linear/dp2xpp2/devices:4/");
+    write_file_atomic(path("hybrid.json"), text);
+    r = parbench("project --validate " + path("hybrid.json") + " --machine " + path("cpu.json") + " --profile " +
+                 fixture("uniform.json") + " --out " + path("h"));
+    ASSERT_EQ(r.code, 0) << r.err;
+    const json h = json::parse(read_file(path("h.json")));
+    int hybrid_rows = 0;
+    for (const json& row : h["rows"])
+      if (row["name"].get<std::string>().find("/dp2xpp2/devices:4/") != std::string::npos) {
+        ++hybrid_rows;
+        EXPECT_GT(row["predicted_s"].get<double>(), 0);
+      }
+    EXPECT_EQ(hybrid_rows, 1) << h.dump();
+  }
   // A run whose context cannot be read is bad input naming the key.
   json run = json::parse(read_file(path("run/results.json")));
   run["context"]["bucket_mb"] = "lots";
