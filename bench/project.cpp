@@ -34,7 +34,7 @@ constexpr double kMiB = 1024.0 * 1024.0;
 constexpr double kGiB = kMiB * 1024.0;
 
 // dpxpp: every dp<D>xpp<P> hybrid whose D x P is the device count (D, P >= 2).
-const std::vector<std::string> kModelled = {"regular", "dp", "ddp", "mp", "pipeline", "fsdp", "zero2", "tp", "dpxpp"};
+const std::vector<std::string> kModelled = {"regular", "dp", "ddp", "mp", "pipeline", "fsdp", "zero2", "tp", kHybridFamily, kDpTpFamily};
 
 std::vector<std::string> split_list(const std::string& s) { return reports::split_commas(s); }
 
@@ -188,17 +188,21 @@ std::vector<pj::Config> configs_at(int n, int64_t global, const std::vector<std:
             out.push_back(c);
           }
         }
-    } else if (s == "dpxpp" || pj::hybrid_shape(s)) {
-      // GPipe only, as the hybrid strategy runs it; micro-batches per replica.
-      for (const auto& [d, pp] : pj::hybrid_factorizations(n)) {
-        if (s != "dpxpp" && s != pj::hybrid_name(d, pp)) continue;
+    } else if (s == kHybridFamily || pj::hybrid_shape(s)) {
+      // GPipe only; micro-batches per replica.
+      for (const auto& [d, pp] : hybrid_factorizations(n)) {
+        const std::string name = hybrid_name(d, pp, Schedule::GPipe, false);
+        if (s != kHybridFamily && s != name) continue;
         for (int64_t m : micro) {
           if (m > global / d) continue;  // more micro-batches than a replica has samples
-          pj::Config c = base(pj::hybrid_name(d, pp));
+          pj::Config c = base(name);
           c.micro_batches = static_cast<int>(m);
           out.push_back(c);
         }
       }
+    } else if (s == kDpTpFamily || pj::dptp_shape(s)) {
+      for (const auto& [d, t] : hybrid_factorizations(n))
+        if (s == kDpTpFamily || s == dptp_name(d, t)) out.push_back(base(dptp_name(d, t)));
     } else {
       out.push_back(base(s));
     }
@@ -449,6 +453,8 @@ int validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profile> prof
       if (const auto h = pj::hybrid_shape(x.strategy))  // each replica's chunk in micro-batches
         for (int64_t r : chunk_sizes(x.global, h->first))
           for (int64_t c : chunk_sizes(r, micro_of(x.global))) v.push_back(c);
+      if (const auto h = pj::dptp_shape(x.strategy))  // each replica's chunk, whole
+        for (int64_t r : chunk_sizes(x.global, h->first)) v.push_back(r);
       v.push_back(x.global);
     }
     for (auto& [t, v] : need) {
@@ -552,7 +558,7 @@ int cmd_project(const std::vector<std::string>& args) {
               {"devices", "LIST", "device counts (default: 1,2,4,8,64,1024 up to the machine's devices)", ""},
               {"batch", "LIST", "batch per device (weak scaling) or global batch (strong scaling); several: a table each", "1"},
               {"scaling", "MODE", "weak, strong or both", "both"},
-              {"strategies", "LIST", "strategies to project, or all (regular,dp,ddp,mp,pipeline,fsdp,zero2,tp,dpxpp; dpxpp: every dp<D>xpp<P> with D x P = N, D, P >= 2; or one such name)", "all"},
+              {"strategies", "LIST", "strategies to project, or all (regular,dp,ddp,mp,pipeline,fsdp,zero2,tp,dpxpp,dpxtp; dpxpp / dpxtp: every dp<D>xpp<P> / dp<D>xtp<T> with D x P = N, both >= 2; or one such name)", "all"},
               {"micro-batches", "LIST", "pipeline and dp<D>xpp<P> (per replica) micro-batch counts (those above the batch are left out)", "2,4,8,16"},
               {"schedules", "LIST", "pipeline schedules: gpipe, 1f1b", "gpipe,1f1b"},
               {"bucket-mb", "LIST", "ddp bucket sizes in MiB", "1,25"},
@@ -619,7 +625,7 @@ int cmd_project(const std::vector<std::string>& args) {
   }
   std::vector<std::string> strategies = f.str("strategies") == "all" ? kModelled : split_list(f.str("strategies"));
   for (const std::string& s : strategies)
-    if (std::find(kModelled.begin(), kModelled.end(), s) == kModelled.end() && !pj::hybrid_shape(s))
+    if (std::find(kModelled.begin(), kModelled.end(), s) == kModelled.end() && !pj::hybrid_shape(s) && !pj::dptp_shape(s))
       throw UsageError(fmt::format("--strategies: no projection model for '{}': expected all or some of {}", s,
                                    fmt::join(kModelled, ", ")));
   const std::vector<int64_t> micro = int_items("micro-batches", f.str("micro-batches"), 1);

@@ -211,11 +211,8 @@ RunPlan plan_run(const Flags& f, Sweep& sw) {
         const bool tp = s == kDpTpFamily;
         const int want = tp ? shape.tp : shape.pp;
         members.clear();
-        for (int D = 1; D <= d; ++D) {
-          const int S = static_cast<int>(d / D);
-          if (d % D == 0 && (shape.dp ? D == shape.dp : D >= 2) && (want ? S == want : S >= 2))
-            members.push_back(tp ? dptp_name(D, S) : strategy_name(f, hybrid_name(D, S, Schedule::GPipe, false), false));
-        }
+        for (const auto& [D, S] : hybrid_factorizations(static_cast<int>(d), shape.dp, want))
+          members.push_back(tp ? dptp_name(D, S) : strategy_name(f, hybrid_name(D, S, Schedule::GPipe, false), false));
       } else if ((parse_hybrid_name(s, &dp, &side, &sc, &rc) || parse_dptp_name(s, &dp, &side)) && dp * side != d) {
         members.clear();
       }

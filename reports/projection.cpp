@@ -16,6 +16,7 @@
 #include "engine/net.h"
 #include "strategies/batch.h"
 #include "strategies/stages.h"
+#include "strategies/strategy.h"
 
 namespace pb::projection {
 
@@ -430,20 +431,18 @@ AlphaBeta fit_alpha_beta(Coll c, const std::string& algorithm, const std::vector
 // ---- configurations ------------------------------------------------------------------------------
 
 std::optional<std::pair<int, int>> hybrid_shape(const std::string& s) {
-  int d = 0, pp = 0, used = 0;
-  if (std::sscanf(s.c_str(), "dp%dxpp%d%n", &d, &pp, &used) != 2 || used != static_cast<int>(s.size()) || d < 1 || pp < 1)
+  int d = 0, pp = 0;
+  Schedule schedule = Schedule::GPipe;
+  bool recompute = false;
+  if (!parse_hybrid_name(s, &d, &pp, &schedule, &recompute) || schedule != Schedule::GPipe || recompute)
     return std::nullopt;
-  if (hybrid_name(d, pp) != s) return std::nullopt;  // no signs, spaces or leading zeros
   return std::make_pair(d, pp);
 }
 
-std::string hybrid_name(int dp, int pp) { return fmt::format("dp{}xpp{}", dp, pp); }
-
-std::vector<std::pair<int, int>> hybrid_factorizations(int devices) {
-  std::vector<std::pair<int, int>> out;
-  for (int d = 2; d <= devices / 2; ++d)
-    if (devices % d == 0 && devices / d >= 2) out.emplace_back(d, devices / d);
-  return out;
+std::optional<std::pair<int, int>> dptp_shape(const std::string& s) {
+  int d = 0, t = 0;
+  if (!parse_dptp_name(s, &d, &t)) return std::nullopt;
+  return std::make_pair(d, t);
 }
 
 std::string Config::label() const {
@@ -761,6 +760,9 @@ Prediction predict_impl(const Profile& p, const Machine& m, const Config& named,
   if (hybrid && hybrid->first * hybrid->second != N)
     return refuse(fmt::format("{} needs {} devices", c.strategy, hybrid->first * hybrid->second));
   if (hybrid) c.schedule = "gpipe", c.recompute = false;
+  const std::optional<std::pair<int, int>> dptp = dptp_shape(c.strategy);
+  if (dptp && dptp->first * dptp->second != N)
+    return refuse(fmt::format("{} needs {} devices", c.strategy, dptp->first * dptp->second));
   if (N > m.total_devices())
     return refuse(fmt::format("{} has {} device(s)", m.name, m.total_devices()));
   if (c.strategy == "regular" && N != 1) return refuse("runs on one device");
@@ -974,66 +976,81 @@ Prediction predict_impl(const Profile& p, const Machine& m, const Config& named,
       mem[i] = adam_state_bytes(shard) + (reshard ? 2 * largest : gathered + largest) + (in_b + 2 * out_b) * ch[i] +
                stage_activations(p, 0, L, ch[i]) + workspace(p, 0, L);
     }
-  } else if (c.strategy == "tp") {
+  } else if (c.strategy == "tp" || dptp) {
     // strategies/tp.cpp: every worker has the whole batch and a slice of each conv / linear
     // layer's output channels (the first K % N workers one more; layers with fewer than N
     // channels whole on every worker). A split layer's forward computes its channels (time taken
     // as the layer's x k / K) and all-gathers the activation (N pieces of ceil(K / N) channels);
     // backward computes its slice's weight and input gradients and all-reduces the input
-    // gradient. ReLUs run whole on every worker; Adam steps the worker's slices.
+    // gradient. ReLUs run whole on every worker; Adam steps the worker's slices. dp<D>xtp<T>: D
+    // replicas of a T-way tp group (rank r: replica r / T, tp rank r % T), each on its
+    // torch.chunk of the batch, then each tp rank's slice gradients all-reduced over its D workers.
+    const int D = dptp ? dptp->first : 1, T = N / D;
+    const std::vector<int64_t> rep = chunk_sizes(B, D);
+    if (static_cast<int>(rep.size()) < D) return refuse(fmt::format("a batch of {} gives fewer than {} replica chunks", B, D));
     std::vector<char> split(L, 0);
-    std::vector<double> gather_bytes(L, 0), reduce_bytes(L, 0);
-    bool any = N == 1;
+    std::vector<double> gather_per_sample(L, 0), reduce_per_sample(L, 0);
+    bool any = T == 1;
     for (int l = 0; l < L; ++l) {
       const LayerProfile& lp = p.layers[l];
       if (lp.type != "conv2d" && lp.type != "linear") continue;
       const int64_t K = lp.out.front();
-      split[l] = K >= N;
+      split[l] = K >= T;
       any = any || split[l];
-      if (!split[l] || N == 1) continue;
+      if (!split[l] || T == 1) continue;
       const double per_channel = numel(lp.out) / static_cast<double>(K);
-      gather_bytes[l] = static_cast<double>((K + N - 1) / N) * N * per_channel * kFloat * B;
-      reduce_bytes[l] = numel(lp.in) * kFloat * B;
+      gather_per_sample[l] = static_cast<double>((K + T - 1) / T) * T * per_channel * kFloat;
+      reduce_per_sample[l] = numel(lp.in) * kFloat;
     }
-    if (!any) return refuse(fmt::format("no layer has {} or more output channels to split", N));
-    const std::vector<int> group = Builder::range(N);
-    std::vector<double> ag(L, 0), ar(L, 0);
-    for (int l = 0; l < L; ++l) {
-      if (gather_bytes[l] > 0) ag[l] = bl.coll(Coll::AllGather, gather_bytes[l], group);
-      if (reduce_bytes[l] > 0 && l > 0) ar[l] = bl.coll(Coll::AllReduce, reduce_bytes[l], group);
-    }
-    for (int i = 0; i < N; ++i) {
-      Actor a;
-      a.worker = i;
-      std::vector<double> share(L, 1.0);  // this worker's fraction of each layer's channels
-      double params = 0;
+    if (!any) return refuse(fmt::format("no layer has {} or more output channels to split", T));
+    std::vector<double> slice_params(T, 0);  // per tp rank
+    std::vector<std::vector<double>> share(T, std::vector<double>(L, 1.0));  // its fraction of each layer's channels
+    for (int i = 0; i < T; ++i)
       for (int l = 0; l < L; ++l) {
         const LayerProfile& lp = p.layers[l];
         if (split[l]) {
-          const int64_t K = lp.out.front(), k = K / N + (i < K % N ? 1 : 0);
-          share[l] = static_cast<double>(k) / static_cast<double>(K);
+          const int64_t K = lp.out.front(), k = K / T + (i < K % T ? 1 : 0);
+          share[i][l] = static_cast<double>(k) / static_cast<double>(K);
         }
-        params += static_cast<double>(lp.params) * share[l];
+        slice_params[i] += static_cast<double>(lp.params) * share[i][l];
       }
-      int t = 4000;
-      for (int l = 0; l < L; ++l) {
-        a.ops.push_back({Op::Compute, bl.fwd(l, l + 1, B) * share[l]});
-        if (ag[l] > 0) a.ops.push_back({Op::Coll, ag[l], -1, t, N});
-        ++t;
-      }
-      a.ops.push_back({Op::Compute, bl.loss(B)});
-      for (int l = L - 1; l >= 0; --l) {
-        a.ops.push_back({Op::Compute, bl.bw(l, B) * share[l]});
-        if (l > 0) a.ops.push_back({Op::Compute, bl.bd(l, B) * share[l]});
-        if (ar[l] > 0) a.ops.push_back({Op::Coll, ar[l], -1, t, N});
-        ++t;
-      }
-      a.ops.push_back({Op::Compute, bl.opt(params)});
-      actors.push_back(a);
+    for (int d = 0; d < D; ++d) {
+      const int64_t b = rep[d];
+      std::vector<int> group;  // the replica's tp group
+      for (int i = 0; i < T; ++i) group.push_back(d * T + i);
+      std::vector<double> ag(L, 0), ar(L, 0);
       double gathered = 0;
-      for (double g : gather_bytes) gathered = std::max(gathered, g);
-      mem[i] = adam_state_bytes(params) + (in_b + 2 * out_b) * B + stage_activations(p, 0, L, B) + gathered +
-               workspace(p, 0, L);
+      for (int l = 0; l < L; ++l) {
+        if (gather_per_sample[l] > 0) ag[l] = bl.coll(Coll::AllGather, gather_per_sample[l] * b, group);
+        if (reduce_per_sample[l] > 0 && l > 0) ar[l] = bl.coll(Coll::AllReduce, reduce_per_sample[l] * b, group);
+        gathered = std::max(gathered, gather_per_sample[l] * b);
+      }
+      for (int i = 0; i < T; ++i) {
+        Actor a;
+        a.worker = d * T + i;
+        int t = 4000 + d * 2 * (L + 1);  // the replica's own collective instances
+        for (int l = 0; l < L; ++l) {
+          a.ops.push_back({Op::Compute, bl.fwd(l, l + 1, b) * share[i][l]});
+          if (ag[l] > 0) a.ops.push_back({Op::Coll, ag[l], -1, t, T});
+          ++t;
+        }
+        a.ops.push_back({Op::Compute, bl.loss(b)});
+        for (int l = L - 1; l >= 0; --l) {
+          a.ops.push_back({Op::Compute, bl.bw(l, b) * share[i][l]});
+          if (l > 0) a.ops.push_back({Op::Compute, bl.bd(l, b) * share[i][l]});
+          if (ar[l] > 0) a.ops.push_back({Op::Coll, ar[l], -1, t, T});
+          ++t;
+        }
+        if (D > 1) {  // the tp rank's slices over the replicas
+          std::vector<int> ranks;
+          for (int e = 0; e < D; ++e) ranks.push_back(e * T + i);
+          a.ops.push_back({Op::Coll, bl.coll(Coll::AllReduce, slice_params[i] * kFloat, ranks), -1, 1000000 + i, D});
+        }
+        a.ops.push_back({Op::Compute, bl.opt(slice_params[i])});
+        actors.push_back(a);
+        mem[d * T + i] = adam_state_bytes(slice_params[i]) + (in_b + 2 * out_b) * b + stage_activations(p, 0, L, b) +
+                         gathered + workspace(p, 0, L);
+      }
     }
   } else {
     return refuse(fmt::format("no projection model for strategy {}", c.strategy));

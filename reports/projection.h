@@ -124,12 +124,11 @@ struct Sample {
 AlphaBeta fit_alpha_beta(Coll c, const std::string& algorithm, const std::vector<Sample>& samples);
 
 // ---- configurations and predictions -------------------------------------------------------------
-// The dp x pp hybrid's names: dp<D>xpp<P>, D replicas of a P-stage GPipe pipeline over D*P
-// devices. hybrid_shape: {D, P} of such a name (D, P >= 1), nothing for any other name.
+// The hybrids the model knows (names: strategies/strategy.h): hybrid_shape gives {D, P} of a
+// dp<D>xpp<P> in the GPipe schedule, as modelled; dptp_shape {D, T} of a dp<D>xtp<T>; nothing
+// for any other name.
 std::optional<std::pair<int, int>> hybrid_shape(const std::string& strategy);
-std::string hybrid_name(int dp, int pp);
-// Every factorization D x P = devices with D >= 2 and P >= 2, by D ascending.
-std::vector<std::pair<int, int>> hybrid_factorizations(int devices);
+std::optional<std::pair<int, int>> dptp_shape(const std::string& strategy);
 
 struct Config {
   // regular, dp, ddp, mp, pipeline, fsdp, zero2, tp, dp<D>xpp<P> (D x P = devices); also the

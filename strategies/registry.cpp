@@ -57,6 +57,15 @@ const std::vector<Entry>& registry() {
 }
 }  // namespace
 
+std::vector<std::pair<int, int>> hybrid_factorizations(int devices, int dp, int side) {
+  std::vector<std::pair<int, int>> out;
+  for (int d = 1; d <= devices; ++d) {
+    const int s = devices / d;
+    if (devices % d == 0 && (dp ? d == dp : d >= 2) && (side ? s == side : s >= 2)) out.emplace_back(d, s);
+  }
+  return out;
+}
+
 const std::vector<StrategyInfo>& strategy_infos() {
   static const std::vector<StrategyInfo> infos = [] {
     std::vector<StrategyInfo> v;

@@ -129,6 +129,9 @@ bool parse_hybrid_name(const std::string& name, int* dp, int* pp, Schedule* sche
 inline const std::string kDpTpFamily = "dpxtp";
 std::string dptp_name(int dp, int tp);
 bool parse_dptp_name(const std::string& name, int* dp, int* tp);
+// The hybrids of a family at `devices`: every D x S = devices (S: stages or tp ways), D ascending,
+// both sides at least 2 unless `dp` or `side` (> 0) fix one.
+std::vector<std::pair<int, int>> hybrid_factorizations(int devices, int dp = 0, int side = 0);
 
 // Every strategy, in display order (the seed's comparison first).
 const std::vector<StrategyInfo>& strategy_infos();

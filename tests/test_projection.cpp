@@ -11,6 +11,7 @@
 #include "engine/check.h"
 #include "engine/fsutil.h"
 #include "reports/projection.h"
+#include "strategies/strategy.h"
 #include "tests/cli_fixture.h"
 
 namespace pb {
@@ -304,13 +305,17 @@ TEST(Projection, TpSplitsChannelsAndPaysItsCollectives) {
 
 TEST(Projection, HybridNamesAndFactorizations) {
   using F = std::vector<std::pair<int, int>>;
-  EXPECT_EQ(pj::hybrid_factorizations(4), (F{{2, 2}}));
-  EXPECT_EQ(pj::hybrid_factorizations(8), (F{{2, 4}, {4, 2}}));
-  EXPECT_EQ(pj::hybrid_factorizations(12), (F{{2, 6}, {3, 4}, {4, 3}, {6, 2}}));
-  for (int n : {1, 2, 3, 5, 7}) EXPECT_TRUE(pj::hybrid_factorizations(n).empty()) << n;
+  EXPECT_EQ(hybrid_factorizations(4), (F{{2, 2}}));
+  EXPECT_EQ(hybrid_factorizations(8), (F{{2, 4}, {4, 2}}));
+  EXPECT_EQ(hybrid_factorizations(12), (F{{2, 6}, {3, 4}, {4, 3}, {6, 2}}));
+  EXPECT_EQ(hybrid_factorizations(12, 3), (F{{3, 4}}));
+  EXPECT_EQ(hybrid_factorizations(4, 1), (F{{1, 4}}));
+  EXPECT_TRUE(hybrid_factorizations(4, 0, 4).empty());  // D = 1 only when asked for
+  for (int n : {1, 2, 3, 5, 7}) EXPECT_TRUE(hybrid_factorizations(n).empty()) << n;
   EXPECT_EQ(pj::hybrid_shape("dp2xpp4"), std::make_optional(std::make_pair(2, 4)));
-  EXPECT_EQ(pj::hybrid_name(3, 2), "dp3xpp2");
-  for (const char* bad : {"dp_pp", "dp2xpp", "dp02xpp2", "dp2xpp2x", "pipeline", "dp-1xpp2"}) EXPECT_FALSE(pj::hybrid_shape(bad)) << bad;
+  EXPECT_EQ(pj::dptp_shape("dp2xtp4"), std::make_optional(std::make_pair(2, 4)));
+  for (const char* bad : {"dp_pp", "dp2xpp", "dp02xpp2", "dp2xpp2x", "pipeline", "dp-1xpp2", "dp2xpp2-1f1b", "dp2xtp2"})
+    EXPECT_FALSE(pj::hybrid_shape(bad)) << bad;
 }
 
 TEST(Projection, HybridIsReplicatedPipelinesAndAStageAllReduce) {
@@ -326,6 +331,20 @@ TEST(Projection, HybridIsReplicatedPipelinesAndAStageAllReduce) {
   const double stage_bytes = 2 * 148 * 4.0;
   EXPECT_NEAR(pj::predict(uniform(), m, h).step_s - free.step_s, 2.0 * (2 - 1) / 2 * stage_bytes / 1e6, 1e-9);
   EXPECT_FALSE(pj::predict(uniform(), m, config("dp2xpp2", 8, 8)).feasible);  // dp2xpp2 is 4 devices
+}
+
+TEST(Projection, DpTpIsReplicatedTpAndASliceAllReduce) {
+  pj::Machine m = machine();
+  // Each replica is tp over 2 workers on its half of the batch, collectives included ...
+  const pj::Prediction h = pj::predict(uniform(), m, config("dp2xtp2", 4, 8));
+  ASSERT_TRUE(h.feasible) << h.reason;
+  const double tp = pj::predict(uniform(), m, config("tp", 2, 4)).step_s;
+  // ... plus one all-reduce of the tp rank's slices (half of each layer: 4 x 74 floats) over the
+  // 2 replicas.
+  const double slices = 4 * 74 * 4.0;
+  EXPECT_NEAR(h.step_s - tp, pj::collective_cost(m, pj::Coll::AllReduce, slices, 2, false).seconds, 1e-9);
+  EXPECT_FALSE(pj::predict(uniform(), m, config("dp2xtp2", 8, 8)).feasible);  // dp2xtp2 is 4 devices
+  EXPECT_FALSE(pj::predict(uniform(), m, config("dp2xtp8", 16, 16)).feasible);  // no layer has 8 channels
 }
 
 TEST(Projection, MemoryFitsAndRefusals) {
