@@ -26,6 +26,15 @@ std::vector<int64_t> split_batch(int64_t batch, int workers, const std::string& 
   return sizes;
 }
 
+std::vector<int64_t> replica_pieces(int64_t batch, int replicas, const std::string& strategy) {
+  std::vector<int64_t> pieces = chunk_sizes(batch, replicas);
+  if (static_cast<int>(pieces.size()) < replicas)
+    throw UsageError(fmt::format("{}: torch.chunk cuts the batch of {} into {} piece(s) for {} replicas; every "
+                                 "replica needs one (a batch that is a multiple of {} works)", strategy, batch,
+                                 pieces.size(), replicas, replicas));
+  return pieces;
+}
+
 std::vector<int64_t> chunk_offsets(const std::vector<int64_t>& sizes) {
   std::vector<int64_t> out;
   int64_t at = 0;

@@ -17,4 +17,8 @@ std::vector<int64_t> split_batch(int64_t batch, int workers, const std::string& 
 
 std::vector<int64_t> chunk_offsets(const std::vector<int64_t>& sizes);  // start of each piece
 
+// The hybrids' torch.chunk pieces of a batch, one per replica; UsageError naming the strategy
+// when torch.chunk gives fewer pieces than replicas (every replica needs one).
+std::vector<int64_t> replica_pieces(int64_t batch, int replicas, const std::string& strategy);
+
 }  // namespace pb

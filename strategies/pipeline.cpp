@@ -58,11 +58,7 @@ class Staged final : public GroupStrategy {
   }
 
   int plan_batch(int64_t batch) override {
-    piece_ = replicas_ == 1 ? std::vector<int64_t>{batch} : chunk_sizes(batch, replicas_);
-    if (static_cast<int>(piece_.size()) < replicas_)
-      throw UsageError(fmt::format("{}: torch.chunk cuts the batch of {} into {} piece(s) for {} replicas; every "
-                                   "replica needs one (a batch that is a multiple of {} works)", name(), batch,
-                                   piece_.size(), replicas_, replicas_));
+    piece_ = replica_pieces(batch, replicas_, name());
     piece_offset_ = chunk_offsets(piece_);
     micro_sizes_.clear(), offsets_.clear();
     const int64_t least = *std::min_element(piece_.begin(), piece_.end());

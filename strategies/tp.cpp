@@ -127,11 +127,7 @@ class TensorParallel final : public GroupStrategy {
 
   // The whole batch on every worker, or its replica's piece.
   int plan_batch(int64_t batch) override {
-    piece_ = replicas_ == 1 ? std::vector<int64_t>{batch} : chunk_sizes(batch, replicas_);
-    if (static_cast<int>(piece_.size()) < replicas_)
-      throw UsageError(fmt::format("{}: torch.chunk cuts the batch of {} into {} piece(s) for {} replicas; every "
-                                   "replica needs one (a batch that is a multiple of {} works)", name(), batch,
-                                   piece_.size(), replicas_, replicas_));
+    piece_ = replica_pieces(batch, replicas_, name());
     piece_offset_ = chunk_offsets(piece_);
     if (replicas_ > 1) {  // each replica's tp group, and the workers of each tp rank
       std::vector<std::vector<int>> groups(replicas_), ranks(ways());
