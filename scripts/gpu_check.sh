@@ -18,8 +18,8 @@ Stages, each with its own time limit, each writing its log as soon as it ends:
   3 torch         GreatNetwork 512x512 batch 1, engine vs PyTorch, tf32 then fp32,
                   exhaustive convolution search on both sides
   4 run           parbench run on the one GPU, --oversubscribe: dp, ddp, mp and pipeline with
-                  2 workers each; then every strategy (1F1B, recompute, fsdp, zero2, tp and the
-                  dp x pp / dp x tp hybrids too) with 4 workers on a small great_net
+                  2 workers each; then every strategy (1F1B, recompute, fsdp, zero2, tp; and the
+                  dp x pp / dp x tp hybrids at 4) with 2 and 4 workers on a small great_net
   5 sanitizer     compute-sanitizer --tool memcheck over a small parbench train (if present)
 At most 8 files land in OUTDIR (default gpu-check-<UTC time> in the current directory):
 gpu_check.log (everything printed), env.txt, tests.log, torch.log, run.log, run.tar.gz,
@@ -268,7 +268,7 @@ if [ "$dry_run" = 1 ]; then
         done <<EOF
 train --workload great_net --image 512 --width 1 --batch 1 --precision tf32 --device-kind cuda --iterations $iterations --warmup $warmup
 run --device-kind cuda --oversubscribe --strategies dp,ddp,mp,pipeline --devices 2 --iterations 3 --warmup 1 --out $scratch/run
-run --device-kind cuda --oversubscribe --strategies all --devices 4 --workload great_net --image 64 --width 0.25 --batch 2 --iterations 2 --warmup 1 --out $scratch/run-all
+run --device-kind cuda --oversubscribe --strategies all --devices 2,4 --workload great_net --image 64 --width 0.25 --batch 2 --iterations 2 --warmup 1 --out $scratch/run-all
 train --workload great_net --image 64 --width 0.25 --batch 2 --device-kind cuda --iterations 2 --warmup 1
 EOF
         if "$python" -c 'import torch' 2>/dev/null; then
@@ -361,14 +361,14 @@ table=$(printf '%s\n' "GreatNetwork 512x512, width 1, batch 1, median of $iterat
     result "3 engine vs PyTorch" FAILED "see torch.log"
 
 # --- 4. every multi-worker strategy on the one GPU ------------------------------------------
-section "4 parbench run: dp, ddp, mp, pipeline with 2 workers on one GPU; every strategy with 4"
+section "4 parbench run: dp, ddp, mp, pipeline with 2 workers on one GPU; every strategy with 2 and 4"
 timeout "$(limit 120)" "$bundle/parbench" run --device-kind cuda --oversubscribe --strategies dp,ddp,mp,pipeline \
     --devices 2 --iterations 3 --warmup 1 --out "$scratch/run" >"$outdir/run.log" 2>&1
 rrc=$?
 sed -n '/^## /,$p' "$outdir/run.log" | head -n 30
-# Every strategy's GPU code path once (4 workers: dp2xpp2 and dp2xtp2 too), at a small size.
-echo "--- every strategy, 4 workers, great_net 64x64 width 0.25 ---" >>"$outdir/run.log"
-timeout "$(limit 150)" "$bundle/parbench" run --device-kind cuda --oversubscribe --strategies all --devices 4 \
+# Every strategy's GPU code path (4 workers: dp2xpp2 and dp2xtp2 too), at a small size.
+echo "--- every strategy, 2 and 4 workers, great_net 64x64 width 0.25 ---" >>"$outdir/run.log"
+timeout "$(limit 150)" "$bundle/parbench" run --device-kind cuda --oversubscribe --strategies all --devices 2,4 \
     --workload great_net --image 64 --width 0.25 --batch 2 --iterations 2 --warmup 1 --out "$scratch/run-all" \
     >>"$outdir/run.log" 2>&1
 arc=$?
@@ -377,7 +377,7 @@ runs=()
 for r in run run-all; do [ -d "$scratch/$r" ] && runs+=("$r"); done
 [ "${#runs[@]}" -gt 0 ] && tar -C "$scratch" -czf "$outdir/run.tar.gz" "${runs[@]}"
 if [ "$rrc" = 0 ] && [ "$arc" = 0 ]; then result "4 run" ok "run.log, run.tar.gz"
-else result "4 run" FAILED "exit $rrc (2 workers), $arc (every strategy, 4 workers), see run.log"; fi
+else result "4 run" FAILED "exit $rrc (2 workers), $arc (every strategy, 2 and 4 workers), see run.log"; fi
 
 # --- 5. memcheck over a small training run --------------------------------------------------
 section "5 compute-sanitizer memcheck"
