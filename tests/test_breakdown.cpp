@@ -120,6 +120,11 @@ TEST(Breakdown, StarvedStageIsIdleNotCommunicating) {
 // Eight equal Linear(512) + ReLU pairs in two stages of equal work, four micro-batches: the
 // stages' idle share is the fill-drain bubble, (P-1)/(M+P-1) = 1/5.
 TEST(Breakdown, BalancedPipelineBubbleTracksTheFormula) {
+#if defined(__SANITIZE_ADDRESS__)
+  // Its instrumentation changes what the stages' compute and hand-offs cost relative to each
+  // other; the unsanitized build checks the schedule's bubble (where two stages get a core each).
+  GTEST_SKIP() << "timing under AddressSanitizer";
+#endif
   NetSpec net;
   net.name = "equal_linear";
   net.input = {512};
