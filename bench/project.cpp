@@ -83,31 +83,61 @@ void append_batch(pj::Profile& p, const pj::Profile& more) {
   p.optimizer_s_per_param = (p.optimizer_s_per_param * n + more.optimizer_s_per_param) / (n + 1);
 }
 
-// The profile a tp configuration of `n` workers is predicted from: every conv / linear layer that
-// tp splits (n or more output channels) timed as worker 0's slice runs it -- the layer with
+// Per layer, pass and batch, the median of profiles of the same net timed in turn: a slow spell
+// of the machine (another tenant, a frequency change) that lasts seconds touches one of them.
+pj::Profile median_of(const std::vector<pj::Profile>& v) {
+  PB_CHECK(!v.empty(), "profile: nothing timed");
+  auto med = [&](auto get) {
+    std::vector<double> x;
+    for (const pj::Profile& p : v) x.push_back(get(p));
+    std::sort(x.begin(), x.end());
+    const std::size_t n = x.size();
+    return n % 2 ? x[n / 2] : (x[n / 2 - 1] + x[n / 2]) / 2;
+  };
+  pj::Profile out = v.front();
+  for (std::size_t l = 0; l < out.layers.size(); ++l)
+    for (std::size_t b = 0; b < out.batches.size(); ++b) {
+      out.layers[l].forward_s[b] = med([&](const pj::Profile& p) { return p.layers[l].forward_s[b]; });
+      out.layers[l].backward_data_s[b] = med([&](const pj::Profile& p) { return p.layers[l].backward_data_s[b]; });
+      out.layers[l].backward_weights_s[b] = med([&](const pj::Profile& p) { return p.layers[l].backward_weights_s[b]; });
+    }
+  for (std::size_t b = 0; b < out.batches.size(); ++b) out.loss_s[b] = med([&](const pj::Profile& p) { return p.loss_s[b]; });
+  out.optimizer_s_per_param = med([](const pj::Profile& p) { return p.optimizer_s_per_param; });
+  out.context["rounds"] = v.size();
+  return out;
+}
+
+// The profile a tp configuration of `n` workers is predicted from (n = 1: fsdp, zero2 and tp on one
+// device, which run layer by layer): every conv / linear layer that tp splits (n or more output
+// channels) timed as worker 0's slice runs it -- the layer with
 // ceil(K / n) output channels on the whole input, after a ReLU so that its input gradient is
 // computed too -- and entered as that time x K / k, since the model charges a worker k / K of the
 // layer's time. Timed as `p` was: `p.threads` threads, `p.concurrent` workers at once.
-pj::Profile tp_slice_profile(const pj::Profile& p, const NetPlan& plan, int n, int reps) {
+pj::Profile tp_slice_profile(const pj::Profile& p, const NetPlan& plan, int n, int reps, int rounds) {
   pj::Profile q = p;
-  for (std::size_t i = 0; i < plan.layers.size(); ++i) {
-    const LayerPlan& l = plan.layers[i];
-    const bool conv = l.spec.type == LayerType::Conv2d, lin = l.spec.type == LayerType::Linear;
-    if (!conv && !lin) continue;
-    const int64_t K = l.out[0];
-    if (K < n || n < 2) continue;
-    const int64_t k = (K + n - 1) / n;
-    NetSpec one;
-    one.name = fmt::format("tp slice of layer {}", i);
-    one.input = l.in;
-    one.target = Target::Random;
-    one.layers.push_back(LayerSpec{});  // ReLU
-    LayerSpec s = l.spec;
-    if (conv) s.out_channels = k;
-    else s.out_features = k;
-    s.in_channels = -1, s.in_features = -1;
-    one.layers.push_back(s);
-    const pj::Profile t = engine_profile(plan_net(one), one.name, p.batches, p.threads, reps, p.concurrent);
+  std::map<std::size_t, std::vector<pj::Profile>> timed;  // layer -> its slice net, once per round
+  for (int round = 0; round < rounds; ++round)
+    for (std::size_t i = 0; i < plan.layers.size(); ++i) {
+      const LayerPlan& l = plan.layers[i];
+      const bool conv = l.spec.type == LayerType::Conv2d, lin = l.spec.type == LayerType::Linear;
+      if (!conv && !lin) continue;
+      const int64_t K = l.out[0];
+      if (K < n) continue;
+      NetSpec one;
+      one.name = fmt::format("tp slice of layer {}", i);
+      one.input = l.in;
+      one.target = Target::Random;
+      one.layers.push_back(LayerSpec{});  // ReLU
+      LayerSpec s = l.spec;
+      if (conv) s.out_channels = (K + n - 1) / n;
+      else s.out_features = (K + n - 1) / n;
+      s.in_channels = -1, s.in_features = -1;
+      one.layers.push_back(s);
+      timed[i].push_back(engine_profile(plan_net(one), one.name, p.batches, p.threads, reps, p.concurrent));
+    }
+  for (const auto& [i, v] : timed) {
+    const int64_t K = plan.layers[i].out[0], k = (K + n - 1) / n;
+    const pj::Profile t = median_of(v);
     const double up = static_cast<double>(K) / static_cast<double>(k);
     for (std::size_t b = 0; b < p.batches.size(); ++b) {
       q.layers[i].forward_s[b] = t.layers[1].forward_s[b] * up;
@@ -429,8 +459,8 @@ int validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profile> prof
   };
   // tp's channel slices are timed only when this command times the workload itself.
   std::optional<NetPlan> tp_plan;
-  std::map<std::pair<int, int>, pj::Profile> tp_profiles;  // (workers, threads) -> slices' profile
-  const int reps = static_cast<int>(f.integer("profile-reps"));
+  std::map<std::tuple<int, int, int>, pj::Profile> tp_profiles;  // (slices, threads, concurrent) -> layer by layer
+  const int reps = static_cast<int>(f.integer("profile-reps")), rounds = static_cast<int>(f.integer("profile-rounds"));
   if (profiles.empty()) {
     // Time the run's own workload here, at every thread count and batch piece it needs.
     WorkloadOptions wo;
@@ -462,11 +492,16 @@ int validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profile> prof
       v.erase(std::unique(v.begin(), v.end()), v.end());
       fmt::print(stderr, "parbench project: timing {}'s layers with {} thread(s), {} worker(s) at once, at batch {}\n", net.name,
                  t, fmt::join(together[t], " / "), fmt::join(v, ","));
-      // Batch by batch, the worker counts in turn: a load that drifts meanwhile touches each alike.
+      // Batch by batch, the worker counts in turn, all of it `rounds` times: a load that drifts
+      // meanwhile touches each alike, and a slow spell only one round (the median of them).
+      std::map<std::pair<int, int64_t>, std::vector<pj::Profile>> timed;
+      for (int round = 0; round < rounds; ++round)
+        for (int64_t b : v)
+          for (int k : together[t]) timed[{k, b}].push_back(engine_profile(plan, net.name, {b}, t, reps, k));
       std::map<int, pj::Profile> by_k;
       for (int64_t b : v)
         for (int k : together[t]) {
-          const pj::Profile one = engine_profile(plan, net.name, {b}, t, static_cast<int>(f.integer("profile-reps")), k);
+          const pj::Profile one = median_of(timed[{k, b}]);
           auto [it, fresh] = by_k.emplace(k, one);
           if (!fresh) append_batch(it->second, one);
         }
@@ -487,8 +522,12 @@ int validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profile> prof
       "| configuration | threads/worker | measured ms | predicted ms | error | compute ms | exposed comm ms | idle ms |\n"
       "|---|--:|--:|--:|--:|--:|--:|--:|\n",
       run.source, m.source, m.name);
-  std::vector<double> errs;
-  json rows = json::array();
+  struct Row {
+    const Measured* x;
+    int threads;
+    pj::Prediction r;
+  };
+  std::vector<Row> got;
   for (const Measured& x : meas) {
     pj::Config c;
     c.strategy = x.strategy;
@@ -501,34 +540,68 @@ int validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profile> prof
     o.threads_per_worker = t;
     o.busy_seconds = busy_curve(profiles, t);
     const pj::Profile& base = profile_for(profiles, t, concurrent_of(x.devices));
-    if (x.strategy == "tp" && tp_plan && x.devices > 1 && !tp_profiles.count({x.devices, t})) {
-      fmt::print(stderr, "parbench project: timing tp's channel slices for {} workers\n", x.devices);
-      tp_profiles.emplace(std::make_pair(x.devices, t), tp_slice_profile(base, *tp_plan, x.devices, reps));
+    // tp (and dp x tp) runs every layer as its own slice; fsdp and zero2 every layer with its ReLU
+    // as its own Sequential: activations leave the library's blocked layout between layers, which
+    // the profile's one Sequential avoids. Those are timed layer by layer (tp: worker 0's slices).
+    const auto dptp = pj::dptp_shape(x.strategy);
+    const bool layerwise = x.strategy == "tp" || dptp || x.strategy == "fsdp" || x.strategy == "zero2";
+    const int slices = x.strategy == "tp" ? x.devices : dptp ? dptp->second : 1;
+    const std::tuple<int, int, int> key{slices, t, base.concurrent};
+    if (layerwise && tp_plan && !tp_profiles.count(key)) {
+      fmt::print(stderr, "parbench project: timing layer by layer ({} channel slice(s), {} worker(s) at once)\n", slices,
+                 base.concurrent);
+      tp_profiles.emplace(key, tp_slice_profile(base, *tp_plan, slices, reps, rounds));
     }
-    const auto tp_it = tp_profiles.find({x.devices, t});
-    const pj::Prediction r = pj::predict(x.strategy == "tp" && tp_it != tp_profiles.end() ? tp_it->second : base, m, c, o);
+    const auto tp_it = tp_profiles.find(key);
+    got.push_back({&x, t, pj::predict(layerwise && tp_it != tp_profiles.end() ? tp_it->second : base, m, c, o)});
+  }
+  // --anchor: the machine's speed while the run was measured against while the profile was timed,
+  // from the one-device regular run; every prediction is scaled by it, and that row is left out.
+  double scale = 1;
+  const Row* anchor = nullptr;
+  if (f.has("anchor")) {
+    for (const Row& g : got)
+      if (g.x->strategy == "regular" && g.x->devices == 1 && g.r.feasible) anchor = &g;
+    if (!anchor) throw UsageError(fmt::format("--anchor: {} has no regular run on one device to anchor to", run.source));
+    scale = anchor->x->seconds / anchor->r.step_s;
+  }
+  std::vector<double> errs;
+  json rows = json::array();
+  for (const Row& g : got) {
+    const Measured& x = *g.x;
+    const pj::Prediction& r = g.r;
     if (!r.feasible) {
-      out += fmt::format("| {} | {} | {:.4g} | not modelled: {} | | | | |\n", x.name, t, x.seconds * 1e3, r.reason);
+      out += fmt::format("| {} | {} | {:.4g} | not modelled: {} | | | | |\n", x.name, g.threads, x.seconds * 1e3, r.reason);
       continue;
     }
-    const double err = (r.step_s - x.seconds) / x.seconds;
+    const double step = r.step_s * scale;
+    const double err = (step - x.seconds) / x.seconds;
+    if (&g == anchor) {
+      out += fmt::format("| {} | {} | {:.4g} | {:.4g} | anchor | {:.4g} | {:.4g} | {:.4g} |\n", x.name, g.threads,
+                         x.seconds * 1e3, step * 1e3, r.compute_s * scale * 1e3, r.exposed_comm_s * scale * 1e3, r.idle_s * scale * 1e3);
+      continue;
+    }
     errs.push_back(std::abs(err));
-    out += fmt::format("| {} | {} | {:.4g} | {:.4g} | {:+.1f}% | {:.4g} | {:.4g} | {:.4g} |\n", x.name, t, x.seconds * 1e3,
-                       r.step_s * 1e3, err * 100, r.compute_s * 1e3, r.exposed_comm_s * 1e3, r.idle_s * 1e3);
-    rows.push_back({{"name", x.name}, {"measured_s", x.seconds}, {"predicted_s", r.step_s}, {"error", err}});
+    out += fmt::format("| {} | {} | {:.4g} | {:.4g} | {:+.1f}% | {:.4g} | {:.4g} | {:.4g} |\n", x.name, g.threads, x.seconds * 1e3,
+                       step * 1e3, err * 100, r.compute_s * scale * 1e3, r.exposed_comm_s * scale * 1e3, r.idle_s * scale * 1e3);
+    rows.push_back({{"name", x.name}, {"measured_s", x.seconds}, {"predicted_s", step}, {"error", err}});
   }
   double mean = 0, worst = 0;
   for (double e : errs) mean += e / errs.size(), worst = std::max(worst, e);
   out += fmt::format("\nMean absolute error {:.1f}%, worst {:.1f}% over {} configuration(s). "
                      "Error = (predicted - measured) / measured; measured = the run's median ms/iteration.\n",
                      mean * 100, worst * 100, errs.size());
+  if (anchor)
+    out += fmt::format("Anchored: every prediction x {:.3f}, the one-device regular run's measured time over its prediction "
+                       "(the machine's speed while the run was measured against while the profile was timed); that row is "
+                       "not counted.\n", scale);
   std::fputs(out.c_str(), stdout);
   if (f.has("out")) {
     const std::string prefix = f.str("out");
     make_dirs(std::filesystem::path(prefix).parent_path().string());
     write_file_atomic(prefix + ".md", out);
     write_file_atomic(prefix + ".json", json({{"parbench_validation", 1}, {"run", run.source}, {"machine", m.source},
-                                              {"mean_abs_error", mean}, {"worst_abs_error", worst}, {"rows", rows}})
+                                              {"mean_abs_error", mean}, {"worst_abs_error", worst}, {"anchor_scale", scale}, {"rows", rows}})
                                                 .dump(2) + "\n");
     fmt::print(stderr, "parbench project: wrote {0}.md, {0}.json\n", prefix);
   }
@@ -568,7 +641,9 @@ int cmd_project(const std::vector<std::string>& args) {
               {"out", "PREFIX", "write PREFIX.md, PREFIX.json and PREFIX.png (chart)", ""},
               {"validate", "RUN.json", "a run's results.json: predict its configurations and print the errors", ""},
               {"save-profile", "PREFIX", "--validate without --profile: also write the timed profiles to PREFIX-threadsT-workersK.json", ""},
-              {"profile-reps", "N", "--validate without --profile: timed repetitions per batch size (median), as parbench profile", "3"},
+              {"anchor", "", "--validate: scale every prediction by the one-device regular run's measured over predicted time (the machine's speed drifting between the run and the profile) and leave that row out of the errors", ""},
+              {"profile-reps", "N", "--validate without --profile: timed repetitions per batch size (median; the mean with workers side by side)", "3"},
+              {"profile-rounds", "N", "--validate without --profile: time everything N times in turn and take each layer's median", "3"},
           });
   if (!f.parse(args)) return 0;
   if (!f.positional().empty()) throw UsageError(fmt::format("unexpected argument '{}'", f.positional()[0]));
@@ -577,6 +652,7 @@ int cmd_project(const std::vector<std::string>& args) {
   std::vector<pj::Profile> profiles;
   for (const std::string& path : split_list(f.str("profile"))) profiles.push_back(pj::load_profile(path));
   if (f.integer("profile-reps") < 1) throw UsageError("--profile-reps must be at least 1");
+  if (f.integer("profile-rounds") < 1) throw UsageError("--profile-rounds must be at least 1");
   if (f.has("validate")) return validate(f, m, profiles);
   if (profiles.empty()) throw UsageError("--profile FILE is required (a profile.json; see parbench project --help)");
   std::string image_note;

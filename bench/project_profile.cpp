@@ -3,7 +3,11 @@
 #include "bench/project.h"
 
 #include <algorithm>
+#include <atomic>
+#include <condition_variable>
 #include <exception>
+#include <memory>
+#include <mutex>
 #include <thread>
 
 #include "engine/check.h"
@@ -38,17 +42,39 @@ projection::Profile engine_profile(const NetPlan& plan, const std::string& workl
   }
   std::vector<double> adam;
   // `concurrent` workers, each with its own backend and `threads` threads, time the same layers
-  // at once, as that many workers of a step compute side by side; each time is their mean.
+  // at once, as that many workers of a step compute side by side; each time is their mean (with
+  // more than one, of the means over the repetitions). They start together, and one that is done
+  // keeps training untimed until all are, so that no timed pass runs with fewer workers busy.
   std::vector<std::vector<NetProfile>> got(static_cast<std::size_t>(concurrent));
   std::vector<std::exception_ptr> err(static_cast<std::size_t>(concurrent));
+  std::mutex mu;
+  std::condition_variable cv;
+  int ready = 0;
+  std::atomic<int> done{0};
   auto work = [&](int w) {
+    std::unique_ptr<Backend> be;
     try {
       BackendOptions bo;
       bo.threads = threads;
-      auto be = make_backend(cpu(0), bo);
-      for (int64_t b : batches) got[static_cast<std::size_t>(w)].push_back(profile_net(plan, *be, {b, 1, reps, 0}));
+      be = make_backend(cpu(0), bo);
     } catch (...) {
       err[static_cast<std::size_t>(w)] = std::current_exception();
+    }
+    {
+      std::unique_lock<std::mutex> lk(mu);
+      if (++ready == concurrent) cv.notify_all();
+      else cv.wait(lk, [&] { return ready == concurrent; });
+    }
+    try {
+      if (be)
+        for (int64_t b : batches) got[static_cast<std::size_t>(w)].push_back(profile_net(plan, *be, {b, 1, reps, 0, concurrent > 1}));
+    } catch (...) {
+      err[static_cast<std::size_t>(w)] = std::current_exception();
+    }
+    done.fetch_add(1);
+    try {
+      while (be && !err[static_cast<std::size_t>(w)] && done.load() < concurrent) profile_net(plan, *be, {batches.front(), 0, 1, 0});
+    } catch (...) {
     }
   };
   std::vector<std::thread> ts;

@@ -106,15 +106,21 @@ NetProfile profile_net(const NetPlan& plan, Backend& be, const ProfileOptions& o
     for (int i = 0; i < L; ++i)
       for (int p = 0; p < kPasses; ++p) per[static_cast<std::size_t>(i) * kPasses + p].push_back(timer.seconds(i, static_cast<LayerPass>(p)));
   }
+  auto stat = [&](const std::vector<double>& v) {
+    if (!o.mean) return median(v);
+    double sum = 0;
+    for (double x : v) sum += x;
+    return v.empty() ? 0.0 : sum / static_cast<double>(v.size());
+  };
   NetProfile out;
   out.batch = o.batch;
-  out.forward_s = median(fwd);
-  out.loss_s = median(loss_s);
-  out.backward_s = median(bwd);
-  out.optimizer_s = median(opt);
+  out.forward_s = stat(fwd);
+  out.loss_s = stat(loss_s);
+  out.backward_s = stat(bwd);
+  out.optimizer_s = stat(opt);
   for (int i = 0; i < L; ++i) {
     const std::size_t k = static_cast<std::size_t>(i) * kPasses;
-    out.layers.push_back({median(per[k]), median(per[k + 1]), median(per[k + 2])});
+    out.layers.push_back({stat(per[k]), stat(per[k + 1]), stat(per[k + 2])});
   }
   return out;
 }

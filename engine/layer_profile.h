@@ -19,7 +19,7 @@ struct LayerTimes {
   double total_s() const { return forward_s + backward_data_s + backward_weights_s; }
 };
 
-// Medians over the repetitions. The whole passes are timed in separate repetitions without the
+// Medians (or means) over the repetitions. The whole passes are timed in separate repetitions without the
 // per-layer events, so their sums can be checked against them.
 struct NetProfile {
   int64_t batch = 0;
@@ -35,6 +35,9 @@ struct ProfileOptions {
   int warmup = 2;       // untimed training steps first (algorithm search, scratch growth)
   int repetitions = 5;  // timed: per-layer and whole-pass ones each
   uint64_t seed = 0;    // parameters and data
+  // The mean over the repetitions instead of the median: for workers timed side by side, where a
+  // layer's time depends on what the others run meanwhile and a step pays the mean.
+  bool mean = false;
 };
 
 NetProfile profile_net(const NetPlan& plan, Backend& be, const ProfileOptions& o);

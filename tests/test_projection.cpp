@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -441,13 +442,13 @@ TEST_F(ProjectCli, ValidateComparesEveryMeasuredConfiguration) {
   const pj::Machine cpu = pj::load_machine(path("cpu.json"));
   for (const char* c : {"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "send_recv"})
     EXPECT_TRUE(cpu.intra_node.count(c)) << c;
-  r = parbench("project --validate " + path("run/results.json") + " --machine " + path("cpu.json") + " --profile-reps 1 --out " + path("v"));
+  r = parbench("project --validate " + path("run/results.json") + " --machine " + path("cpu.json") + " --profile-reps 1 --profile-rounds 1 --out " + path("v"));
   ASSERT_EQ(r.code, 0) << r.err;
   const json v = json::parse(read_file(path("v.json")));
   // Every strategy at 1, dp, ddp and tp at 2: mp and pipeline cannot split the one-layer net over 2 workers (the
   // run reports those as errors, and validate leaves them out). tp at 2 is predicted from its timed channel slices.
   ASSERT_EQ(v["rows"].size(), 9u);
-  EXPECT_NE(r.err.find("timing tp's channel slices for 2 workers"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("timing layer by layer (2 channel slice(s)"), std::string::npos) << r.err;
   double mean = 0, worst = 0;
   for (const json& row : v["rows"]) {
     const double e = (row["predicted_s"].get<double>() - row["measured_s"].get<double>()) / row["measured_s"].get<double>();
@@ -475,6 +476,38 @@ TEST_F(ProjectCli, ValidateComparesEveryMeasuredConfiguration) {
         EXPECT_GT(row["predicted_s"].get<double>(), 0);
       }
     EXPECT_EQ(hybrid_rows, 1) << h.dump();
+  }
+  // --anchor: every prediction x (regular on one device: measured / predicted), that row left out.
+  {
+    const std::string common = "project --validate " + path("run/results.json") + " --machine " + path("cpu.json") +
+                               " --profile " + fixture("uniform.json");
+    ASSERT_EQ(parbench(common + " --out " + path("plain")).code, 0);
+    r = parbench(common + " --anchor --out " + path("anchored"));
+    ASSERT_EQ(r.code, 0) << r.err;
+    const json plain = json::parse(read_file(path("plain.json"))), anchored = json::parse(read_file(path("anchored.json")));
+    std::map<std::string, double> predicted;
+    double scale = 0;
+    for (const json& row : plain["rows"]) {
+      predicted[row["name"]] = row["predicted_s"];
+      if (row["name"].get<std::string>().find("linear/regular/devices:1/") == 0)
+        scale = row["measured_s"].get<double>() / row["predicted_s"].get<double>();
+    }
+    ASSERT_GT(scale, 0);
+    EXPECT_NEAR(anchored["anchor_scale"].get<double>(), scale, 1e-9 * scale);
+    ASSERT_EQ(anchored["rows"].size(), plain["rows"].size() - 1);
+    for (const json& row : anchored["rows"]) {
+      EXPECT_EQ(row["name"].get<std::string>().find("linear/regular/devices:1/"), std::string::npos);
+      EXPECT_NEAR(row["predicted_s"].get<double>(), predicted.at(row["name"]) * scale, 1e-9 * predicted.at(row["name"]));
+    }
+    EXPECT_NE(read_file(path("anchored.md")).find("| anchor |"), std::string::npos);
+    // Nothing to anchor to: bad input naming the flag.
+    std::string text = read_file(path("run/results.json"));
+    for (std::size_t at; (at = text.find("linear/regular/")) != std::string::npos;) text.replace(at, 15, "linear/fsdp/");
+    write_file_atomic(path("no_regular.json"), text);
+    r = parbench("project --validate " + path("no_regular.json") + " --machine " + path("cpu.json") + " --profile " +
+                 fixture("uniform.json") + " --anchor");
+    EXPECT_EQ(r.code, 2);
+    EXPECT_NE(r.err.find("--anchor"), std::string::npos) << r.err;
   }
   // A run whose context cannot be read is bad input naming the key.
   json run = json::parse(read_file(path("run/results.json")));
