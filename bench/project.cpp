@@ -591,6 +591,18 @@ int validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profile> prof
   out += fmt::format("\nMean absolute error {:.1f}%, worst {:.1f}% over {} configuration(s). "
                      "Error = (predicted - measured) / measured; measured = the run's median ms/iteration.\n",
                      mean * 100, worst * 100, errs.size());
+  // The run's own repeatability: on one device regular, dp, ddp and mp do the same arithmetic.
+  double lo = 0, hi = 0;
+  for (const Measured& x : meas)
+    if (x.devices == 1 && (x.strategy == "regular" || x.strategy == "dp" || x.strategy == "ddp" || x.strategy == "mp")) {
+      lo = lo > 0 ? std::min(lo, x.seconds) : x.seconds;
+      hi = std::max(hi, x.seconds);
+    }
+  const double spread = lo > 0 ? hi / lo - 1 : 0;
+  if (spread > 0)
+    out += fmt::format("Repeatability: regular, dp, ddp and mp on one device (the same arithmetic) measured {:.4g} to {:.4g} ms, "
+                       "{:.1f}% apart; errors of that size are within the measurement's own spread.\n",
+                       lo * 1e3, hi * 1e3, spread * 100);
   if (anchor)
     out += fmt::format("Anchored: every prediction x {:.3f}, the one-device regular run's measured time over its prediction "
                        "(the machine's speed while the run was measured against while the profile was timed); that row is "
@@ -601,7 +613,7 @@ int validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profile> prof
     make_dirs(std::filesystem::path(prefix).parent_path().string());
     write_file_atomic(prefix + ".md", out);
     write_file_atomic(prefix + ".json", json({{"parbench_validation", 1}, {"run", run.source}, {"machine", m.source},
-                                              {"mean_abs_error", mean}, {"worst_abs_error", worst}, {"anchor_scale", scale}, {"rows", rows}})
+                                              {"mean_abs_error", mean}, {"worst_abs_error", worst}, {"anchor_scale", scale}, {"one_device_spread", spread}, {"rows", rows}})
                                                 .dump(2) + "\n");
     fmt::print(stderr, "parbench project: wrote {0}.md, {0}.json\n", prefix);
   }

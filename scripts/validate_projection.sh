@@ -2,7 +2,7 @@
 # Measures the runs `parbench project --validate` is checked against on this machine and
 # validates each right after it is measured (the profile is timed then, under the same load):
 # great_net at two sizes and the linear workload, every strategy at 1, 2 and 4 workers (threads
-# shared as run shares them), and ddp/mp/pipeline under mpirun -np 2. Each run takes 3 repetitions
+# shared as run shares them), and ddp/mp/pipeline under mpirun -np 2. Each run takes 6 repetitions
 # in random order (drift in the machine's speed then touches every configuration alike); each is
 # validated as it is and anchored (--anchor: scaled by its one-device regular run). Writes OUT/
 # (default runs/validate-<UTC>): each run folder, validate-*.md/json, uptime.txt.
@@ -19,7 +19,7 @@ stamp calibrate
 for cfg in "great_net 32 0.25" "great_net 48 0.25" "linear 0 0"; do
   set -- $cfg
   name=$1; [ "$1" = great_net ] && name="great_net-$2-$3"
-  args=(--workload "$1" --batch 2 --devices 1,2,4 --iterations 20 --benchmark_repetitions=3
+  args=(--workload "$1" --batch 2 --devices 1,2,4 --iterations 10 --benchmark_repetitions=6
         --benchmark_enable_random_interleaving=true)
   [ "$1" = great_net ] && args+=(--image "$2" --width "$3")
   [ "$1" = linear ] && args+=(--iterations 200)  # the last --iterations counts
@@ -33,7 +33,7 @@ for cfg in "great_net 32 0.25" "great_net 48 0.25" "linear 0 0"; do
 done
 stamp "run mpi"
 "${MPIRUN[@]}" "$PB" run --workload great_net --image 32 --width 0.25 --batch 2 --devices 2 \
-  --strategies ddp,mp,pipeline --iterations 20 --benchmark_repetitions=3 --out "$OUT/great_net-32-0.25-mpi" >"$OUT/mpi.log" 2>&1
+  --strategies ddp,mp,pipeline --iterations 10 --benchmark_repetitions=6 --out "$OUT/great_net-32-0.25-mpi" >"$OUT/mpi.log" 2>&1
 stamp "validate mpi"
 "$PB" project --validate "$OUT/great_net-32-0.25-mpi/results.json" --machine "$OUT/this_cpu_mpi.json" \
   --out "$OUT/validate-mpi" 2>>"$OUT/mpi.log" | tail -n 1

@@ -442,6 +442,12 @@ TEST_F(ProjectCli, ValidateComparesEveryMeasuredConfiguration) {
   const pj::Machine cpu = pj::load_machine(path("cpu.json"));
   for (const char* c : {"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "send_recv"})
     EXPECT_TRUE(cpu.intra_node.count(c)) << c;
+  // The workers arrived 50 us apart at every timed call (the default), as recorded.
+  EXPECT_DOUBLE_EQ(cpu.calibration.at("skew_s").get<double>(), 50e-6);
+  r = parbench("calibrate --skew-us -5 --out " + path("never.json"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--skew-us"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(path("never.json")));
   r = parbench("project --validate " + path("run/results.json") + " --machine " + path("cpu.json") + " --profile-reps 1 --profile-rounds 1 --out " + path("v"));
   ASSERT_EQ(r.code, 0) << r.err;
   const json v = json::parse(read_file(path("v.json")));
@@ -458,6 +464,19 @@ TEST_F(ProjectCli, ValidateComparesEveryMeasuredConfiguration) {
   }
   EXPECT_NEAR(v["mean_abs_error"].get<double>(), mean, 1e-12);
   EXPECT_NEAR(v["worst_abs_error"].get<double>(), worst, 1e-12);
+  {
+    // The one-device regular, dp, ddp and mp rows: their measured spread, as printed.
+    double lo = 1e9, hi = 0;
+    for (const json& row : v["rows"]) {
+      const std::string n = row["name"];
+      for (const char* s : {"linear/regular/devices:1/", "linear/dp/devices:1/", "linear/ddp/devices:1/", "linear/mp/devices:1/"})
+        if (n.find(s) == 0) lo = std::min(lo, row["measured_s"].get<double>()), hi = std::max(hi, row["measured_s"].get<double>());
+    }
+    EXPECT_NEAR(v["one_device_spread"].get<double>(), hi / lo - 1, 1e-9);
+    if (hi > lo) {
+      EXPECT_NE(r.out.find("Repeatability: regular, dp, ddp and mp on one device"), std::string::npos) << r.out;
+    }
+  }
   // Rows of the dp x pp hybrid are matched by their run names (dp<D>xpp<P>): ddp's rows renamed
   // to dp2xpp2 on 4 devices, predicted from a 4-layer profile.
   {
