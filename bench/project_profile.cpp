@@ -43,13 +43,32 @@ projection::Profile engine_profile(const NetPlan& plan, const std::string& workl
   std::vector<double> adam;
   // `concurrent` workers, each with its own backend and `threads` threads, time the same layers
   // at once, as that many workers of a step compute side by side; each time is their mean (with
-  // more than one, of the means over the repetitions). They start together, and one that is done
-  // keeps training untimed until all are, so that no timed pass runs with fewer workers busy.
+  // more than one, of the means over the repetitions). While their threads fit the cores, a
+  // barrier before every timed layer call keeps them on the same layer at the same time, as a
+  // data-parallel step's workers are: two heavy convolutions on cores that share vector units
+  // slow each other more than a convolution beside a ReLU does.
   std::vector<std::vector<NetProfile>> got(static_cast<std::size_t>(concurrent));
   std::vector<std::exception_ptr> err(static_cast<std::size_t>(concurrent));
   std::mutex mu;
   std::condition_variable cv;
-  int ready = 0;
+  int waiting = 0;
+  int64_t generation = 0;
+  bool broken = false;  // a worker failed: nobody waits for it
+  auto barrier = [&] {
+    std::unique_lock<std::mutex> lk(mu);
+    if (broken) return;
+    if (++waiting == concurrent) {
+      waiting = 0, ++generation;
+      cv.notify_all();
+      return;
+    }
+    const int64_t g = generation;
+    cv.wait(lk, [&] { return generation != g || broken; });
+  };
+  // More threads than cores: the scheduler runs the aligned workers one after another within a
+  // layer, and each would time its layer at full speed; they then run unaligned instead (started
+  // together, one that is done training untimed until all are), sharing the cores as a step's do.
+  const bool aligned = concurrent > 1 && static_cast<unsigned>(concurrent * threads) <= std::thread::hardware_concurrency();
   std::atomic<int> done{0};
   auto work = [&](int w) {
     std::unique_ptr<Backend> be;
@@ -57,23 +76,23 @@ projection::Profile engine_profile(const NetPlan& plan, const std::string& workl
       BackendOptions bo;
       bo.threads = threads;
       be = make_backend(cpu(0), bo);
+      barrier();
+      ProfileOptions po{0, 1, reps, 0, concurrent > 1};
+      if (aligned) po.sync = barrier;
+      for (int64_t b : batches) {
+        po.batch = b;
+        got[static_cast<std::size_t>(w)].push_back(profile_net(plan, *be, po));
+      }
     } catch (...) {
       err[static_cast<std::size_t>(w)] = std::current_exception();
-    }
-    {
-      std::unique_lock<std::mutex> lk(mu);
-      if (++ready == concurrent) cv.notify_all();
-      else cv.wait(lk, [&] { return ready == concurrent; });
-    }
-    try {
-      if (be)
-        for (int64_t b : batches) got[static_cast<std::size_t>(w)].push_back(profile_net(plan, *be, {b, 1, reps, 0, concurrent > 1}));
-    } catch (...) {
-      err[static_cast<std::size_t>(w)] = std::current_exception();
+      std::lock_guard<std::mutex> lk(mu);
+      broken = true;
+      cv.notify_all();
     }
     done.fetch_add(1);
     try {
-      while (be && !err[static_cast<std::size_t>(w)] && done.load() < concurrent) profile_net(plan, *be, {batches.front(), 0, 1, 0});
+      while (!aligned && be && !err[static_cast<std::size_t>(w)] && done.load() < concurrent)
+        profile_net(plan, *be, {batches.front(), 0, 1, 0});
     } catch (...) {
     }
   };

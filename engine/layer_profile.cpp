@@ -29,9 +29,13 @@ std::vector<float> normal_values(int64_t n, uint64_t seed) {
 
 class EventTimer final : public LayerObserver {
  public:
-  EventTimer(Backend& be, int layers) : be_(be), events_(static_cast<std::size_t>(layers) * kPasses * 2),
-                                        hit_(static_cast<std::size_t>(layers) * kPasses, 0) {}
-  void before(int layer, LayerPass pass) override { record(slot(layer, pass) * 2); }
+  EventTimer(Backend& be, int layers, const std::function<void()>& sync)
+      : be_(be), sync_(sync), events_(static_cast<std::size_t>(layers) * kPasses * 2),
+        hit_(static_cast<std::size_t>(layers) * kPasses, 0) {}
+  void before(int layer, LayerPass pass) override {
+    if (sync_) sync_();
+    record(slot(layer, pass) * 2);
+  }
   void after(int layer, LayerPass pass) override {
     record(slot(layer, pass) * 2 + 1);
     hit_[slot(layer, pass)] = 1;
@@ -50,6 +54,7 @@ class EventTimer final : public LayerObserver {
     be_.record(*events_[e]);
   }
   Backend& be_;
+  const std::function<void()>& sync_;
   std::vector<std::unique_ptr<Event>> events_;
   std::vector<char> hit_;
 };
@@ -88,8 +93,9 @@ NetProfile profile_net(const NetPlan& plan, Backend& be, const ProfileOptions& o
 
   std::vector<double> fwd, loss_s, bwd, opt;
   std::vector<std::vector<double>> per(static_cast<std::size_t>(L) * kPasses);
-  EventTimer timer(be, L);
+  EventTimer timer(be, L, o.sync);
   for (int r = 0; r < o.repetitions; ++r) {
+    if (o.sync) o.sync();
     step(true);
     fwd.push_back(be.elapsed_s(*ev[0], *ev[1]));
     loss_s.push_back(be.elapsed_s(*ev[1], *ev[2]));

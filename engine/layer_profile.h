@@ -31,6 +31,8 @@ struct NetProfile {
 };
 
 struct ProfileOptions {
+  ProfileOptions(int64_t batch_ = 1, int warmup_ = 2, int repetitions_ = 5, uint64_t seed_ = 0, bool mean_ = false)
+      : batch(batch_), warmup(warmup_), repetitions(repetitions_), seed(seed_), mean(mean_) {}
   int64_t batch = 1;
   int warmup = 2;       // untimed training steps first (algorithm search, scratch growth)
   int repetitions = 5;  // timed: per-layer and whole-pass ones each
@@ -38,6 +40,9 @@ struct ProfileOptions {
   // The mean over the repetitions instead of the median: for workers timed side by side, where a
   // layer's time depends on what the others run meanwhile and a step pays the mean.
   bool mean = false;
+  // Workers timed side by side: called before every timed layer call and whole pass, a barrier
+  // among them, so that they run the same layer at once as a data-parallel step's workers do.
+  std::function<void()> sync;
 };
 
 NetProfile profile_net(const NetPlan& plan, Backend& be, const ProfileOptions& o);

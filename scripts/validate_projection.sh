@@ -27,14 +27,14 @@ for cfg in "great_net 32 0.25" "great_net 48 0.25" "linear 0 0"; do
   "$PB" run "${args[@]}" --out "$OUT/$name" >"$OUT/$name.log" 2>&1
   stamp "validate $name"
   "$PB" project --validate "$OUT/$name/results.json" --machine "$OUT/this_cpu.json" --out "$OUT/validate-$name" \
-    --save-profile "$OUT/profile-$name" 2>>"$OUT/$name.log" | tail -n 1
+    --save-profile "$OUT/profile-$name" 2>>"$OUT/$name.log" | grep -E "^(Mean|Repeat)"
   "$PB" project --validate "$OUT/$name/results.json" --machine "$OUT/this_cpu.json" --out "$OUT/validate-$name-anchored" \
-    --anchor 2>>"$OUT/$name.log" | tail -n 2
+    --anchor 2>>"$OUT/$name.log" | grep -E "^(Mean|Anchored)"
 done
 stamp "run mpi"
 "${MPIRUN[@]}" "$PB" run --workload great_net --image 32 --width 0.25 --batch 2 --devices 2 \
   --strategies ddp,mp,pipeline --iterations 10 --benchmark_repetitions=6 --out "$OUT/great_net-32-0.25-mpi" >"$OUT/mpi.log" 2>&1
 stamp "validate mpi"
 "$PB" project --validate "$OUT/great_net-32-0.25-mpi/results.json" --machine "$OUT/this_cpu_mpi.json" \
-  --out "$OUT/validate-mpi" 2>>"$OUT/mpi.log" | tail -n 1
+  --out "$OUT/validate-mpi" 2>>"$OUT/mpi.log" | grep -E "^(Mean|Repeat)"
 stamp done
