@@ -20,6 +20,7 @@
 #include "engine/fsutil.h"
 #include "reports/gbjson.h"
 #include "reports/schema.h"
+#include "reports/stats.h"
 #include "reports/table.h"
 #include "strategies/batch.h"
 #include "workloads/workload.h"
@@ -90,9 +91,7 @@ pj::Profile median_of(const std::vector<pj::Profile>& v) {
   auto med = [&](auto get) {
     std::vector<double> x;
     for (const pj::Profile& p : v) x.push_back(get(p));
-    std::sort(x.begin(), x.end());
-    const std::size_t n = x.size();
-    return n % 2 ? x[n / 2] : (x[n / 2 - 1] + x[n / 2]) / 2;
+    return reports::median(std::move(x));
   };
   pj::Profile out = v.front();
   for (std::size_t l = 0; l < out.layers.size(); ++l)
@@ -107,13 +106,13 @@ pj::Profile median_of(const std::vector<pj::Profile>& v) {
   return out;
 }
 
-// The profile a tp configuration of `n` workers is predicted from (n = 1: fsdp, zero2 and tp on one
-// device, which run layer by layer): every conv / linear layer that tp splits (n or more output
-// channels) timed as worker 0's slice runs it -- the layer with
-// ceil(K / n) output channels on the whole input, after a ReLU so that its input gradient is
-// computed too -- and entered as that time x K / k, since the model charges a worker k / K of the
-// layer's time. Timed as `p` was: `p.threads` threads, `p.concurrent` workers at once.
-pj::Profile tp_slice_profile(const pj::Profile& p, const NetPlan& plan, int n, int reps, int rounds) {
+// The profile of a strategy that runs the net layer by layer: every conv / linear layer with n or
+// more output channels timed alone as worker 0 of an n-way tp runs it -- ceil(K / n) output
+// channels on the whole input, after a ReLU so that its input gradient is computed too -- and
+// entered as that time x K / k, since the model charges a worker k / K of the layer's time (n = 1:
+// the whole layer alone, as fsdp, zero2 and tp on one device run it). Timed as `p` was:
+// `p.threads` threads, `p.concurrent` workers at once, `rounds` times in turn (the median).
+pj::Profile layerwise_profile(const pj::Profile& p, const NetPlan& plan, int n, int reps, int rounds) {
   pj::Profile q = p;
   std::map<std::size_t, std::vector<pj::Profile>> timed;  // layer -> its slice net, once per round
   for (int round = 0; round < rounds; ++round)
@@ -457,9 +456,9 @@ int validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profile> prof
   auto micro_of = [&](int64_t global) {
     return fixed_micro > 0 ? fixed_micro : static_cast<int>(std::min<int64_t>(4, global));
   };
-  // tp's channel slices are timed only when this command times the workload itself.
-  std::optional<NetPlan> tp_plan;
-  std::map<std::tuple<int, int, int>, pj::Profile> tp_profiles;  // (slices, threads, concurrent) -> layer by layer
+  // Layers are timed alone (or as slices) only when this command times the workload itself.
+  std::optional<NetPlan> timed_plan;
+  std::map<std::tuple<int, int, int>, pj::Profile> layerwise_profiles;  // (slices, threads, concurrent) -> layer by layer
   const int reps = static_cast<int>(f.integer("profile-reps")), rounds = static_cast<int>(f.integer("profile-rounds"));
   if (profiles.empty()) {
     // Time the run's own workload here, at every thread count and batch piece it needs.
@@ -469,7 +468,7 @@ int validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profile> prof
       throw UsageError(fmt::format("{}: context \"workload_params\" is \"{}\", expected \"image N, width W\"", run.source, params));
     const NetSpec net = resolve_workload(run.context_value(ctx::workload_source.name, run.context_value(ctx::workload.name)), wo);
     const NetPlan plan = plan_net(net);
-    tp_plan = plan;
+    timed_plan = plan;
     // Per thread count: the batch pieces its configurations need, and the numbers of workers that
     // compute at once -- each timed, and one worker alone, for the slowdown curve (busy_seconds).
     std::map<int, std::vector<int64_t>> need;
@@ -547,13 +546,13 @@ int validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profile> prof
     const bool layerwise = x.strategy == "tp" || dptp || x.strategy == "fsdp" || x.strategy == "zero2";
     const int slices = x.strategy == "tp" ? x.devices : dptp ? dptp->second : 1;
     const std::tuple<int, int, int> key{slices, t, base.concurrent};
-    if (layerwise && tp_plan && !tp_profiles.count(key)) {
+    if (layerwise && timed_plan && !layerwise_profiles.count(key)) {
       fmt::print(stderr, "parbench project: timing layer by layer ({} channel slice(s), {} worker(s) at once)\n", slices,
                  base.concurrent);
-      tp_profiles.emplace(key, tp_slice_profile(base, *tp_plan, slices, reps, rounds));
+      layerwise_profiles.emplace(key, layerwise_profile(base, *timed_plan, slices, reps, rounds));
     }
-    const auto tp_it = tp_profiles.find(key);
-    got.push_back({&x, t, pj::predict(layerwise && tp_it != tp_profiles.end() ? tp_it->second : base, m, c, o)});
+    const auto lw_it = layerwise_profiles.find(key);
+    got.push_back({&x, t, pj::predict(layerwise && lw_it != layerwise_profiles.end() ? lw_it->second : base, m, c, o)});
   }
   // --anchor: the machine's speed while the run was measured against while the profile was timed,
   // from the one-device regular run; every prediction is scaled by it, and that row is left out.
