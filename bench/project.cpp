@@ -398,7 +398,72 @@ struct Measured {
   int devices = 0;
   int64_t global = 0;
   double seconds = 0;
+  std::vector<double> times;  // every timed iteration (else every repetition), seconds
 };
+
+// One configuration predicted against measured, as printed and written.
+struct Checked {
+  std::string name;
+  int threads = 0;
+  double measured_s = 0;
+  std::vector<double> times;
+  bool feasible = true;
+  std::string reason;
+  double predicted_s = 0, compute_s = 0, exposed_comm_s = 0, idle_s = 0;
+  bool anchor = false;  // --anchor's row: shown, not counted
+};
+
+// The table, the mean and worst error, the one-device spread; --out PREFIX.md/.json. `json_extra`
+// joins the JSON's top level.
+void report_validation(const Flags& f, std::string out, const std::vector<Checked>& got, const std::string& measured_note,
+                       const std::string& tail, json json_extra) {
+  std::vector<double> errs;
+  json rows = json::array();
+  double lo = 0, hi = 0;
+  for (const Checked& g : got) {
+    // The run's own repeatability: on one device regular, dp, ddp and mp do the same arithmetic.
+    if (const auto n = reports::parse_bench_name(g.name);
+        n && n->devices == 1 && (n->strategy == "regular" || n->strategy == "dp" || n->strategy == "ddp" || n->strategy == "mp")) {
+      lo = lo > 0 ? std::min(lo, g.measured_s) : g.measured_s;
+      hi = std::max(hi, g.measured_s);
+    }
+    if (!g.feasible) {
+      out += fmt::format("| {} | {} | {:.4g} | not modelled: {} | | | | |\n", g.name, g.threads, g.measured_s * 1e3, g.reason);
+      continue;
+    }
+    const double err = (g.predicted_s - g.measured_s) / g.measured_s;
+    out += fmt::format("| {} | {} | {:.4g} | {:.4g} | {} | {:.4g} | {:.4g} | {:.4g} |\n", g.name, g.threads, g.measured_s * 1e3,
+                       g.predicted_s * 1e3, g.anchor ? std::string("anchor") : fmt::format("{:+.1f}%", err * 100),
+                       g.compute_s * 1e3, g.exposed_comm_s * 1e3, g.idle_s * 1e3);
+    if (g.anchor) continue;
+    errs.push_back(std::abs(err));
+    rows.push_back({{"name", g.name}, {"threads", g.threads}, {"measured_s", g.measured_s}, {"measured_times_s", g.times},
+                    {"predicted_s", g.predicted_s}, {"error", err}, {"compute_s", g.compute_s},
+                    {"exposed_comm_s", g.exposed_comm_s}, {"idle_s", g.idle_s}});
+  }
+  double mean = 0, worst = 0;
+  for (double e : errs) mean += e / errs.size(), worst = std::max(worst, e);
+  out += fmt::format("\nMean absolute error {:.1f}%, worst {:.1f}% over {} configuration(s). "
+                     "Error = (predicted - measured) / measured; {}.\n",
+                     mean * 100, worst * 100, errs.size(), measured_note);
+  const double spread = lo > 0 ? hi / lo - 1 : 0;
+  if (spread > 0)
+    out += fmt::format("Repeatability: regular, dp, ddp and mp on one device (the same arithmetic) measured {:.4g} to {:.4g} ms, "
+                       "{:.1f}% apart; errors of that size are within the measurement's own spread.\n",
+                       lo * 1e3, hi * 1e3, spread * 100);
+  out += tail;
+  std::fputs(out.c_str(), stdout);
+  if (f.has("out")) {
+    const std::string prefix = f.str("out");
+    make_dirs(std::filesystem::path(prefix).parent_path().string());
+    json doc = {{"parbench_validation", 1}};
+    doc.update(json_extra);
+    doc.update({{"mean_abs_error", mean}, {"worst_abs_error", worst}, {"one_device_spread", spread}, {"rows", rows}});
+    write_file_atomic(prefix + ".md", out);
+    write_file_atomic(prefix + ".json", doc.dump(2) + "\n");
+    fmt::print(stderr, "parbench project: wrote {0}.md, {0}.json\n", prefix);
+  }
+}
 
 int64_t context_int(const reports::RunFile& f, const reports::schema::Key& k) {
   const std::string v = f.context_value(k.name);
@@ -444,7 +509,11 @@ int validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profile> prof
     const auto n = reports::parse_bench_name(b.name);
     const auto med = b.median_s();
     if (!n || b.error || !med) continue;
-    meas.push_back({b.name, n->strategy, n->devices, scaling == "weak" ? n->batch * n->devices : n->batch, *med});
+    std::vector<double> times;
+    for (const std::vector<double>& rep : b.iteration_times_s) times.insert(times.end(), rep.begin(), rep.end());
+    if (times.empty()) times = b.times_s;
+    if (times.empty()) times = {*med};
+    meas.push_back({b.name, n->strategy, n->devices, scaling == "weak" ? n->batch * n->devices : n->batch, *med, std::move(times)});
   }
   if (meas.empty()) throw UsageError(fmt::format("--validate {}: no measured benchmark in the run", run.source));
   auto threads_of = [&](int devices) {
@@ -564,58 +633,85 @@ int validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profile> prof
     if (!anchor) throw UsageError(fmt::format("--anchor: {} has no regular run on one device to anchor to", run.source));
     scale = anchor->x->seconds / anchor->r.step_s;
   }
-  std::vector<double> errs;
-  json rows = json::array();
+  std::vector<Checked> checked;
   for (const Row& g : got) {
-    const Measured& x = *g.x;
-    const pj::Prediction& r = g.r;
-    if (!r.feasible) {
-      out += fmt::format("| {} | {} | {:.4g} | not modelled: {} | | | | |\n", x.name, g.threads, x.seconds * 1e3, r.reason);
-      continue;
-    }
-    const double step = r.step_s * scale;
-    const double err = (step - x.seconds) / x.seconds;
-    if (&g == anchor) {
-      out += fmt::format("| {} | {} | {:.4g} | {:.4g} | anchor | {:.4g} | {:.4g} | {:.4g} |\n", x.name, g.threads,
-                         x.seconds * 1e3, step * 1e3, r.compute_s * scale * 1e3, r.exposed_comm_s * scale * 1e3, r.idle_s * scale * 1e3);
-      continue;
-    }
-    errs.push_back(std::abs(err));
-    out += fmt::format("| {} | {} | {:.4g} | {:.4g} | {:+.1f}% | {:.4g} | {:.4g} | {:.4g} |\n", x.name, g.threads, x.seconds * 1e3,
-                       step * 1e3, err * 100, r.compute_s * scale * 1e3, r.exposed_comm_s * scale * 1e3, r.idle_s * scale * 1e3);
-    rows.push_back({{"name", x.name}, {"measured_s", x.seconds}, {"predicted_s", step}, {"error", err}});
+    Checked k;
+    k.name = g.x->name;
+    k.threads = g.threads;
+    k.measured_s = g.x->seconds;
+    k.times = g.x->times;
+    k.feasible = g.r.feasible;
+    k.reason = g.r.reason;
+    k.predicted_s = g.r.step_s * scale;
+    k.compute_s = g.r.compute_s * scale;
+    k.exposed_comm_s = g.r.exposed_comm_s * scale;
+    k.idle_s = g.r.idle_s * scale;
+    k.anchor = &g == anchor;
+    checked.push_back(std::move(k));
   }
-  double mean = 0, worst = 0;
-  for (double e : errs) mean += e / errs.size(), worst = std::max(worst, e);
-  out += fmt::format("\nMean absolute error {:.1f}%, worst {:.1f}% over {} configuration(s). "
-                     "Error = (predicted - measured) / measured; measured = the run's median ms/iteration.\n",
-                     mean * 100, worst * 100, errs.size());
-  // The run's own repeatability: on one device regular, dp, ddp and mp do the same arithmetic.
-  double lo = 0, hi = 0;
-  for (const Measured& x : meas)
-    if (x.devices == 1 && (x.strategy == "regular" || x.strategy == "dp" || x.strategy == "ddp" || x.strategy == "mp")) {
-      lo = lo > 0 ? std::min(lo, x.seconds) : x.seconds;
-      hi = std::max(hi, x.seconds);
+  const std::string tail =
+      anchor ? fmt::format("Anchored: every prediction x {:.3f}, the one-device regular run's measured time over its prediction "
+                           "(the machine's speed while the run was measured against while the profile was timed); that row is "
+                           "not counted.\n", scale)
+             : "";
+  report_validation(f, out, checked, "measured = the run's median ms/iteration", tail,
+                    {{"run", run.source}, {"machine", m.source}, {"anchor_scale", scale}});
+  return 0;
+}
+
+// --combine: several validations, each a run and the profile timed right after it, pooled. A
+// machine whose speed wanders touches each round's run and profile alike; pooling averages the
+// wandering out of both. Measured: the median of every round's timed iterations; predicted: the
+// median of the rounds' predictions.
+int combine(const Flags& f) {
+  const std::vector<std::string> paths = split_list(f.str("combine"));
+  if (paths.size() < 2) throw UsageError(fmt::format("--combine expects two or more validation JSON files (written by --validate --out), got '{}'", f.str("combine")));
+  std::vector<pj::Validation> vs;
+  for (const std::string& p : paths) vs.push_back(pj::load_validation(p));
+  std::vector<std::string> order;
+  std::map<std::string, std::vector<const pj::ValidationRow*>> by_name;
+  for (const pj::Validation& v : vs) {
+    std::set<std::string> seen;
+    for (const pj::ValidationRow& r : v.rows) {
+      if (!seen.insert(r.name).second) throw UsageError(fmt::format("{}: configuration \"{}\" appears twice", v.source, r.name));
+      if (by_name[r.name].empty()) order.push_back(r.name);
+      by_name[r.name].push_back(&r);
     }
-  const double spread = lo > 0 ? hi / lo - 1 : 0;
-  if (spread > 0)
-    out += fmt::format("Repeatability: regular, dp, ddp and mp on one device (the same arithmetic) measured {:.4g} to {:.4g} ms, "
-                       "{:.1f}% apart; errors of that size are within the measurement's own spread.\n",
-                       lo * 1e3, hi * 1e3, spread * 100);
-  if (anchor)
-    out += fmt::format("Anchored: every prediction x {:.3f}, the one-device regular run's measured time over its prediction "
-                       "(the machine's speed while the run was measured against while the profile was timed); that row is "
-                       "not counted.\n", scale);
-  std::fputs(out.c_str(), stdout);
-  if (f.has("out")) {
-    const std::string prefix = f.str("out");
-    make_dirs(std::filesystem::path(prefix).parent_path().string());
-    write_file_atomic(prefix + ".md", out);
-    write_file_atomic(prefix + ".json", json({{"parbench_validation", 1}, {"run", run.source}, {"machine", m.source},
-                                              {"mean_abs_error", mean}, {"worst_abs_error", worst}, {"anchor_scale", scale}, {"one_device_spread", spread}, {"rows", rows}})
-                                                .dump(2) + "\n");
-    fmt::print(stderr, "parbench project: wrote {0}.md, {0}.json\n", prefix);
   }
+  std::vector<Checked> checked;
+  std::vector<std::string> partial;
+  for (const std::string& name : order) {
+    const auto& rs = by_name.at(name);
+    if (rs.size() < vs.size()) partial.push_back(fmt::format("{} ({} of {})", name, rs.size(), vs.size()));
+    Checked k;
+    k.name = name;
+    k.threads = rs.front()->threads;
+    std::vector<double> pred, comp, comm, idle;
+    for (const pj::ValidationRow* r : rs) {
+      k.times.insert(k.times.end(), r->measured_times_s.begin(), r->measured_times_s.end());
+      pred.push_back(r->predicted_s);
+      comp.push_back(r->compute_s);
+      comm.push_back(r->exposed_comm_s);
+      idle.push_back(r->idle_s);
+    }
+    k.measured_s = reports::median(k.times);
+    k.predicted_s = reports::median(pred);
+    k.compute_s = reports::median(comp);
+    k.exposed_comm_s = reports::median(comm);
+    k.idle_s = reports::median(idle);
+    checked.push_back(std::move(k));
+  }
+  std::string out = fmt::format(
+      "## Validation pooled from {} rounds (each a run and the profile timed right after it)\n\n{}\n\n"
+      "| configuration | threads/worker | measured ms | predicted ms | error | compute ms | exposed comm ms | idle ms |\n"
+      "|---|--:|--:|--:|--:|--:|--:|--:|\n",
+      vs.size(), fmt::join(paths, ", "));
+  const std::string tail =
+      partial.empty() ? "" : fmt::format("Not in every round (pooled from those it is in): {}.\n", fmt::join(partial, "; "));
+  report_validation(f, out, checked,
+                    "measured = the median of every round's timed iterations, predicted = the median of the rounds' "
+                    "predictions (parts likewise)",
+                    tail, {{"combined", paths}, {"rounds", vs.size()}});
   return 0;
 }
 
@@ -630,9 +726,11 @@ int cmd_project(const std::vector<std::string>& args) {
           "per device count. Every figure is a projection, marked as such. Model: docs/projection.md.\n"
           "--validate RUN/results.json predicts a measured run's configurations instead and prints predicted\n"
           "against measured with the mean and worst absolute error (without --profile it times the run's\n"
-          "workload here, layer by layer).\n"
+          "workload here, layer by layer). --combine pools several such validations, each a run measured\n"
+          "and validated in turn, so that a machine whose speed wanders touches runs and profiles alike.\n"
           "usage: parbench project --profile P.json --machine M.json [flags]\n"
-          "       parbench project --validate RUN/results.json --machine M.json [--profile P.json]",
+          "       parbench project --validate RUN/results.json --machine M.json [--profile P.json]\n"
+          "       parbench project --combine V1.json,V2.json,...",
           {
               {"profile", "FILE[,FILE]", "profile.json file(s); several: one per CPU thread count", ""},
               {"machine", "FILE", "machine description (machines/*.json)", ""},
@@ -652,12 +750,18 @@ int cmd_project(const std::vector<std::string>& args) {
               {"out", "PREFIX", "write PREFIX.md, PREFIX.json and PREFIX.png (chart)", ""},
               {"validate", "RUN.json", "a run's results.json: predict its configurations and print the errors", ""},
               {"save-profile", "PREFIX", "--validate without --profile: also write the timed profiles to PREFIX-threadsT-workersK.json", ""},
+              {"combine", "V1.json,V2.json,..", "pool validations written by --validate --out (each a run and its profile, timed in turn): measured = the median of all their timed iterations, predicted = the median of their predictions", ""},
               {"anchor", "", "--validate: scale every prediction by the one-device regular run's measured over predicted time (the machine's speed drifting between the run and the profile) and leave that row out of the errors", ""},
               {"profile-reps", "N", "--validate without --profile: timed repetitions per batch size (median; the mean with workers side by side)", "3"},
               {"profile-rounds", "N", "--validate without --profile: time everything N times in turn and take each layer's median", "3"},
           });
   if (!f.parse(args)) return 0;
   if (!f.positional().empty()) throw UsageError(fmt::format("unexpected argument '{}'", f.positional()[0]));
+  if (f.has("combine")) {
+    for (const char* other : {"validate", "profile", "machine", "anchor"})
+      if (f.has(other)) throw UsageError(fmt::format("--combine pools validation files already written; --{} does not apply", other));
+    return combine(f);
+  }
   if (!f.has("machine")) throw UsageError("--machine FILE is required (machines/*.json, or one written by parbench calibrate)");
   const pj::Machine m = pj::load_machine(f.str("machine"));
   std::vector<pj::Profile> profiles;

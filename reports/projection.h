@@ -171,4 +171,19 @@ struct Prediction {
 
 Prediction predict(const Profile& p, const Machine& m, const Config& c, const Options& o = {});
 
+// A `project --validate --out` file's rows, read back to pool several validations (--combine).
+struct ValidationRow {
+  std::string name;
+  int threads = 0;
+  std::vector<double> measured_times_s;  // every timed iteration of the run (seconds); else measured_s alone
+  double measured_s = 0, predicted_s = 0, compute_s = 0, exposed_comm_s = 0, idle_s = 0;
+};
+struct Validation {
+  std::string source, run, machine;
+  std::vector<ValidationRow> rows;
+};
+// Throws pb::UsageError "SOURCE: field: what was expected".
+Validation parse_validation(const std::string& text, const std::string& source);
+Validation load_validation(const std::string& path);
+
 }  // namespace pb::projection

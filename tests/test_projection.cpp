@@ -12,6 +12,7 @@
 #include "engine/check.h"
 #include "engine/fsutil.h"
 #include "reports/projection.h"
+#include "reports/stats.h"
 #include "strategies/strategy.h"
 #include "tests/cli_fixture.h"
 
@@ -527,6 +528,60 @@ TEST_F(ProjectCli, ValidateComparesEveryMeasuredConfiguration) {
                  fixture("uniform.json") + " --anchor");
     EXPECT_EQ(r.code, 2);
     EXPECT_NE(r.err.find("--anchor"), std::string::npos) << r.err;
+  }
+  // Every row carries the run's timed iterations; their median is the measured time.
+  for (const json& row : v["rows"]) {
+    std::vector<double> t = row["measured_times_s"].get<std::vector<double>>();
+    ASSERT_EQ(t.size(), 3u) << row.dump();  // 3 iterations, 1 repetition
+    EXPECT_NEAR(reports::median(t), row["measured_s"].get<double>(), 1e-12);
+  }
+  // --combine pools validations: measured = the median of all their iterations, predicted = the
+  // median of their predictions; a configuration in one round only is pooled from that one.
+  {
+    json other = json::parse(read_file(path("plain.json")));
+    const std::string once = other["rows"][0]["name"];  // in one round only
+    other["rows"].erase(other["rows"].begin());
+    for (json& row : other["rows"])
+      for (json& t : row["measured_times_s"]) t = t.get<double>() * 1.5;
+    write_file_atomic(path("other.json"), other.dump());
+    r = parbench("project --combine " + path("v.json") + "," + path("other.json") + " --out " + path("pooled"));
+    ASSERT_EQ(r.code, 0) << r.err;
+    const json pooled = json::parse(read_file(path("pooled.json")));
+    EXPECT_EQ(pooled["rounds"].get<int>(), 2);
+    std::map<std::string, std::vector<const json*>> by_name;
+    for (const json* f : std::initializer_list<const json*>{&v, &other})
+      for (const json& row : (*f)["rows"]) by_name[row["name"]].push_back(&row);
+    ASSERT_EQ(pooled["rows"].size(), by_name.size());
+    double mean = 0;
+    for (const json& row : pooled["rows"]) {
+      std::vector<double> times, pred;
+      for (const json* src : by_name.at(row["name"])) {
+        for (const json& t : (*src)["measured_times_s"]) times.push_back(t);
+        pred.push_back((*src)["predicted_s"]);
+      }
+      EXPECT_NEAR(row["measured_s"].get<double>(), reports::median(times), 1e-12) << row.dump();
+      EXPECT_NEAR(row["predicted_s"].get<double>(), reports::median(pred), 1e-12) << row.dump();
+      const double e = row["predicted_s"].get<double>() / row["measured_s"].get<double>() - 1;
+      EXPECT_NEAR(row["error"].get<double>(), e, 1e-12);
+      mean += std::abs(e) / pooled["rows"].size();
+    }
+    EXPECT_NEAR(pooled["mean_abs_error"].get<double>(), mean, 1e-12);
+    EXPECT_NE(r.out.find("Not in every round"), std::string::npos) << r.out;
+    ASSERT_EQ(by_name.at(once).size(), 1u);
+    EXPECT_NE(r.out.find(once + " (1 of 2)"), std::string::npos) << r.out;
+    // Bad input: one file, a flag that does not apply, a row without its prediction.
+    r = parbench("project --combine " + path("v.json"));
+    EXPECT_EQ(r.code, 2);
+    EXPECT_NE(r.err.find("--combine"), std::string::npos) << r.err;
+    r = parbench("project --combine " + path("v.json") + "," + path("other.json") + " --machine " + path("cpu.json"));
+    EXPECT_EQ(r.code, 2);
+    EXPECT_NE(r.err.find("--machine"), std::string::npos) << r.err;
+    other["rows"][0].erase("predicted_s");
+    write_file_atomic(path("broken.json"), other.dump());
+    r = parbench("project --combine " + path("v.json") + "," + path("broken.json") + " --out " + path("never"));
+    EXPECT_EQ(r.code, 2);
+    EXPECT_NE(r.err.find("broken.json: rows[0].predicted_s"), std::string::npos) << r.err;
+    EXPECT_FALSE(std::filesystem::exists(path("never.json")));
   }
   // A run whose context cannot be read is bad input naming the key.
   json run = json::parse(read_file(path("run/results.json")));
