@@ -103,6 +103,15 @@ pj::Profile median_of(const std::vector<pj::Profile>& v) {
   for (std::size_t b = 0; b < out.batches.size(); ++b) out.loss_s[b] = med([&](const pj::Profile& p) { return p.loss_s[b]; });
   out.optimizer_s_per_param = med([](const pj::Profile& p) { return p.optimizer_s_per_param; });
   out.context["rounds"] = v.size();
+  auto factor = [](const pj::Profile& p, std::size_t b) {  // at_slowest_pace's, 1 where not recorded
+    const json f = p.context.value("slowest_worker_factor", json::array());
+    return b < f.size() && f[b].is_number() ? f[b].get<double>() : 1.0;
+  };
+  if (out.context.contains("slowest_worker_factor")) {
+    json f = json::array();
+    for (std::size_t b = 0; b < out.batches.size(); ++b) f.push_back(med([&](const pj::Profile& p) { return factor(p, b); }));
+    out.context["slowest_worker_factor"] = f;
+  }
   return out;
 }
 

@@ -43,10 +43,10 @@ projection::Profile engine_profile(const NetPlan& plan, const std::string& workl
   std::vector<double> adam;
   // `concurrent` workers, each with its own backend and `threads` threads, time the same layers
   // at once, as that many workers of a step compute side by side; each time is their mean (with
-  // more than one, of the means over the repetitions). While their threads fit the cores, a
-  // barrier before every timed layer call keeps them on the same layer at the same time, as a
-  // data-parallel step's workers are: two heavy convolutions on cores that share vector units
-  // slow each other more than a convolution beside a ReLU does.
+  // more than one, of the means over the repetitions) at the slowest one's pace (at_slowest_pace).
+  // While their threads fit the cores, a barrier before every timed layer call keeps them on the
+  // same layer at the same time, as a data-parallel step's workers are: two heavy convolutions on
+  // cores that share vector units slow each other more than a convolution beside a ReLU does.
   std::vector<std::vector<NetProfile>> got(static_cast<std::size_t>(concurrent));
   std::vector<std::exception_ptr> err(static_cast<std::size_t>(concurrent));
   std::mutex mu;
@@ -102,20 +102,22 @@ projection::Profile engine_profile(const NetPlan& plan, const std::string& workl
   for (std::thread& t : ts) t.join();
   for (const std::exception_ptr& e : err)
     if (e) std::rethrow_exception(e);
-  const double k = static_cast<double>(concurrent);
+  std::vector<double> slowest;
   for (std::size_t j = 0; j < batches.size(); ++j) {
+    std::vector<NetProfile> at_j;
+    for (const auto& g : got) at_j.push_back(g[j]);
+    double s = 1;
+    const NetProfile one = at_slowest_pace(at_j, &s);
+    slowest.push_back(s);
     for (std::size_t i = 0; i < p.layers.size(); ++i) {
-      double f = 0, d = 0, wt = 0;
-      for (const auto& g : got) f += g[j].layers[i].forward_s / k, d += g[j].layers[i].backward_data_s / k, wt += g[j].layers[i].backward_weights_s / k;
-      p.layers[i].forward_s.push_back(f);
-      p.layers[i].backward_data_s.push_back(d);
-      p.layers[i].backward_weights_s.push_back(wt);
+      p.layers[i].forward_s.push_back(one.layers[i].forward_s);
+      p.layers[i].backward_data_s.push_back(one.layers[i].backward_data_s);
+      p.layers[i].backward_weights_s.push_back(one.layers[i].backward_weights_s);
     }
-    double loss = 0, opt = 0;
-    for (const auto& g : got) loss += g[j].loss_s / k, opt += g[j].optimizer_s / k;
-    p.loss_s.push_back(loss);
-    adam.push_back(opt);
+    p.loss_s.push_back(one.loss_s);
+    adam.push_back(one.optimizer_s);
   }
+  p.context["slowest_worker_factor"] = slowest;
   std::sort(adam.begin(), adam.end());
   p.optimizer_s_per_param = adam[adam.size() / 2] / static_cast<double>(std::max<int64_t>(plan.param_count, 1));
   return p;

@@ -162,4 +162,35 @@ std::vector<std::size_t> layer_workspace_bytes(const NetPlan& plan, int64_t batc
   return out;
 }
 
+NetProfile at_slowest_pace(const std::vector<NetProfile>& workers, double* factor) {
+  PB_CHECK(!workers.empty(), "profile: no worker timed");
+  const double k = static_cast<double>(workers.size());
+  NetProfile out = workers.front();
+  double mean_total = 0, max_total = 0;
+  for (const NetProfile& w : workers) {
+    PB_CHECK(w.layers.size() == out.layers.size(), "profile: workers timed different nets");
+    double total = w.loss_s + w.optimizer_s;
+    for (const LayerTimes& l : w.layers) total += l.total_s();
+    mean_total += total / k;
+    max_total = std::max(max_total, total);
+  }
+  const double s = mean_total > 0 ? max_total / mean_total : 1;
+  auto pace = [&](auto get) {
+    double sum = 0;
+    for (const NetProfile& w : workers) sum += get(w);
+    return sum / k * s;
+  };
+  for (std::size_t i = 0; i < out.layers.size(); ++i) {
+    out.layers[i].forward_s = pace([&](const NetProfile& w) { return w.layers[i].forward_s; });
+    out.layers[i].backward_data_s = pace([&](const NetProfile& w) { return w.layers[i].backward_data_s; });
+    out.layers[i].backward_weights_s = pace([&](const NetProfile& w) { return w.layers[i].backward_weights_s; });
+  }
+  out.forward_s = pace([](const NetProfile& w) { return w.forward_s; });
+  out.backward_s = pace([](const NetProfile& w) { return w.backward_s; });
+  out.loss_s = pace([](const NetProfile& w) { return w.loss_s; });
+  out.optimizer_s = pace([](const NetProfile& w) { return w.optimizer_s; });
+  if (factor) *factor = s;
+  return out;
+}
+
 }  // namespace pb

@@ -47,6 +47,12 @@ struct ProfileOptions {
 
 NetProfile profile_net(const NetPlan& plan, Backend& be, const ProfileOptions& o);
 
+// Workers that timed the same layers side by side (each one's NetProfile at one batch) as one:
+// every time is the workers' mean x the slowest worker's total over the mean total. Workers
+// sharing cores do not run at one speed (a VM's cores may be shared with other tenants), and a
+// step's workers wait for each other, so a step goes at the pace of the slowest. `*factor`: that ratio.
+NetProfile at_slowest_pace(const std::vector<NetProfile>& workers, double* factor = nullptr);
+
 // The library workspace (MemoryPool::Workspace) each layer's forward, backward-data and
 // backward-weights calls need at `batch`: every layer runs once on a fresh backend from `make`,
 // and the growth of its device's workspace count is that layer's figure.

@@ -113,6 +113,30 @@ TEST(Profile, LayerTimesAddUpToTheWholePasses) {
   EXPECT_TRUE(within) << "sum of layers / whole pass:" << seen;
 }
 
+// Workers timed side by side: the mean of each time, at the pace of the slowest worker's total.
+TEST(Profile, SideBySideWorkersGoAtTheSlowestPace) {
+  NetProfile a, b;
+  a.layers = {{1e-3, 2e-3, 3e-3}, {4e-3, 0, 1e-3}};
+  a.loss_s = 1e-4, a.optimizer_s = 9e-4;  // total 12 ms
+  b.layers = {{2e-3, 3e-3, 4e-3}, {5e-3, 0, 1e-3}};
+  b.loss_s = 1e-4, b.optimizer_s = 2.9e-3;  // total 18 ms
+  double s = 0;
+  const NetProfile one = at_slowest_pace({a, b}, &s);
+  EXPECT_NEAR(s, 18.0 / 15.0, 1e-12);
+  EXPECT_NEAR(one.layers[0].forward_s, 1.5e-3 * s, 1e-15);
+  EXPECT_NEAR(one.layers[0].backward_data_s, 2.5e-3 * s, 1e-15);
+  EXPECT_NEAR(one.layers[1].backward_weights_s, 1e-3 * s, 1e-15);
+  EXPECT_NEAR(one.optimizer_s, 1.9e-3 * s, 1e-15);
+  // The whole the step waits for: the slowest worker's.
+  double total = one.loss_s + one.optimizer_s;
+  for (const LayerTimes& l : one.layers) total += l.total_s();
+  EXPECT_NEAR(total, 18e-3, 1e-12);
+  // One worker, or workers at one speed: their mean, unscaled.
+  EXPECT_NEAR(at_slowest_pace({a}).layers[1].forward_s, 4e-3, 1e-15);
+  EXPECT_NEAR(at_slowest_pace({a, a}, &s).layers[0].backward_weights_s, 3e-3, 1e-15);
+  EXPECT_DOUBLE_EQ(s, 1.0);
+}
+
 TEST(Profile, ConvLayersNeedLibraryWorkspace) {
   const NetPlan plan = plan_net(great_net(16, 0.25));
   for (bool reference : {false, true}) {
