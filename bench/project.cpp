@@ -82,6 +82,8 @@ void append_batch(pj::Profile& p, const pj::Profile& more) {
   }
   p.loss_s.push_back(more.loss_s.front());
   p.optimizer_s_per_param = (p.optimizer_s_per_param * n + more.optimizer_s_per_param) / (n + 1);
+  const json f = more.context.value("slowest_worker_factor", json::array());
+  if (p.context.contains("slowest_worker_factor") && !f.empty()) p.context["slowest_worker_factor"].push_back(f.front());
 }
 
 // Per layer, pass and batch, the median of profiles of the same net timed in turn: a slow spell

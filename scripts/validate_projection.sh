@@ -5,8 +5,8 @@
 # cores, shared with others) would put a run and a profile timed minutes apart in different
 # spells, so each set is measured in ROUNDS rounds: a short run (REPS repetitions, random order),
 # then validated at once (its profile timed right after it); `project --combine` pools the rounds.
-# Writes OUT/ (default runs/validate-<UTC>): each round's run folder and validation, the pooled
-# validate-*.md/json, uptime.txt.
+# Writes OUT/ (default runs/validate-<UTC>): each round's run folder, validation and profiles,
+# the pooled validate-*.md/json, uptime.txt.
 # usage: [ROUNDS=6] [REPS=2] scripts/validate_projection.sh [PARBENCH] [OUT]
 set -euo pipefail
 PB=${1:-build/parbench}
@@ -27,7 +27,7 @@ rounds() {
     stamp "run $name round $r"
     "$@" --benchmark_repetitions="$REPS" --out "$OUT/$name-r$r" >"$OUT/$name-r$r.log" 2>&1
     "$PB" project --validate "$OUT/$name-r$r/results.json" --machine "$machine" --profile-rounds 1 \
-      --out "$OUT/validate-$name-r$r" >/dev/null 2>>"$OUT/$name-r$r.log"
+      --out "$OUT/validate-$name-r$r" --save-profile "$OUT/profile-$name-r$r" >/dev/null 2>>"$OUT/$name-r$r.log"
     list+=("$OUT/validate-$name-r$r.json")
   done
   stamp "combine $name"

@@ -449,8 +449,20 @@ TEST_F(ProjectCli, ValidateComparesEveryMeasuredConfiguration) {
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("--skew-us"), std::string::npos) << r.err;
   EXPECT_FALSE(std::filesystem::exists(path("never.json")));
-  r = parbench("project --validate " + path("run/results.json") + " --machine " + path("cpu.json") + " --profile-reps 1 --profile-rounds 1 --out " + path("v"));
+  r = parbench("project --validate " + path("run/results.json") + " --machine " + path("cpu.json") +
+               " --profile-reps 1 --profile-rounds 1 --out " + path("v") + " --save-profile " + path("prof"));
   ASSERT_EQ(r.code, 0) << r.err;
+  // Workers timed side by side go at the slowest one's pace, a factor >= 1 per batch; one alone at its own.
+  for (const int k : {1, 2}) {
+    const pj::Profile p = pj::load_profile(path(fmt::format("prof-threads1-workers{}.json", k)));
+    ASSERT_EQ(p.concurrent, k);
+    const std::vector<double> f = p.context.at("slowest_worker_factor").get<std::vector<double>>();
+    ASSERT_EQ(f.size(), p.batches.size());
+    for (double x : f) {
+      if (k == 1) EXPECT_DOUBLE_EQ(x, 1.0);
+      else EXPECT_GE(x, 1.0);
+    }
+  }
   const json v = json::parse(read_file(path("v.json")));
   // Every strategy at 1, dp, ddp and tp at 2: mp and pipeline cannot split the one-layer net over 2 workers (the
   // run reports those as errors, and validate leaves them out). tp at 2 is predicted from its timed channel slices.
