@@ -761,9 +761,9 @@ int cmd_project(const std::vector<std::string>& args) {
               {"out", "PREFIX", "write PREFIX.md, PREFIX.json and PREFIX.png (chart)", ""},
               {"validate", "RUN.json", "a run's results.json: predict its configurations and print the errors", ""},
               {"save-profile", "PREFIX", "--validate without --profile: also write the timed profiles to PREFIX-threadsT-workersK.json", ""},
-              {"combine", "V1.json,V2.json,..", "pool validations written by --validate --out (each a run and its profile, timed in turn): measured = the median of all their timed iterations, predicted = the median of their predictions", ""},
+              {"combine", "V1,V2,...", "pool validations written by --validate --out (each a run and its profile, timed in turn): measured = the median of all their timed iterations, predicted = the median of their predictions", ""},
               {"anchor", "", "--validate: scale every prediction by the one-device regular run's measured over predicted time (the machine's speed drifting between the run and the profile) and leave that row out of the errors", ""},
-              {"profile-reps", "N", "--validate without --profile: timed repetitions per batch size (median; the mean with workers side by side)", "3"},
+              {"profile-reps", "N", "--validate without --profile: timed repetitions per batch size (median; with workers side by side their mean, at the slowest one's pace)", "3"},
               {"profile-rounds", "N", "--validate without --profile: time everything N times in turn and take each layer's median", "3"},
           });
   if (!f.parse(args)) return 0;
