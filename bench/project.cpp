@@ -520,9 +520,7 @@ int validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profile> prof
     const auto n = reports::parse_bench_name(b.name);
     const auto med = b.median_s();
     if (!n || b.error || !med) continue;
-    std::vector<double> times;
-    for (const std::vector<double>& rep : b.iteration_times_s) times.insert(times.end(), rep.begin(), rep.end());
-    if (times.empty()) times = b.times_s;
+    std::vector<double> times = b.samples_s();
     if (times.empty()) times = {*med};
     meas.push_back({b.name, n->strategy, n->devices, scaling == "weak" ? n->batch * n->devices : n->batch, *med, std::move(times)});
   }

@@ -222,11 +222,15 @@ RunFile with_process_cpu_time(RunFile f) {
   return f;
 }
 
-std::optional<double> Benchmark::median_s() const {
+std::vector<double> Benchmark::samples_s() const {
   std::vector<double> all;
   for (const std::vector<double>& rep : iteration_times_s) all.insert(all.end(), rep.begin(), rep.end());
+  return all.empty() ? times_s : all;
+}
+
+std::optional<double> Benchmark::median_s() const {
+  const std::vector<double> all = samples_s();
   if (!all.empty()) return median(all);
-  if (!times_s.empty()) return median(times_s);
   auto it = aggregates.find("median");
   if (it != aggregates.end()) return it->second;
   it = aggregates.find("mean");

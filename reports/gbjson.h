@@ -72,8 +72,10 @@ struct Benchmark {
   int repetitions() const {
     return times_s.empty() ? static_cast<int>(aggregate_repetitions) : static_cast<int>(times_s.size());
   }
-  // The median iteration time: over every recorded iteration when the run kept them, else over
-  // the repetitions' times, else GB's median (or mean) aggregate.
+  // Every recorded iteration's time when the run kept them, else the repetitions' times (empty
+  // when only GB's aggregates are there).
+  std::vector<double> samples_s() const;
+  // The median iteration time: the median of samples_s(), else GB's median (or mean) aggregate.
   std::optional<double> median_s() const;
   std::optional<double> counter_median(const std::string& key) const;
   std::optional<double> counter_max(const std::string& key) const;

@@ -234,8 +234,8 @@ Validation parse_validation(const std::string& text, const std::string& source) 
   if (top.integer("parbench_validation", 1) != 1) top.fail("parbench_validation", "1 (the format version this program reads)");
   Validation v;
   v.source = source;
-  v.run = top.has("run") ? top.str("run") : "";
-  v.machine = top.has("machine") ? top.str("machine") : "";
+  for (const char* k : {"run", "machine"})  // where it came from: not needed to pool it
+    if (top.has(k)) top.str(k);
   const json& rows = top.raw("rows");
   if (!rows.is_array()) top.fail("rows", "an array, one entry per configuration");
   for (std::size_t i = 0; i < rows.size(); ++i) {

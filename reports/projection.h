@@ -179,7 +179,7 @@ struct ValidationRow {
   double measured_s = 0, predicted_s = 0, compute_s = 0, exposed_comm_s = 0, idle_s = 0;
 };
 struct Validation {
-  std::string source, run, machine;
+  std::string source;
   std::vector<ValidationRow> rows;
 };
 // Throws pb::UsageError "SOURCE: field: what was expected".
