@@ -16,6 +16,7 @@
 #include "engine/memory_estimate.h"
 #include "engine/process.h"
 #include "strategies/pool.h"
+#include "strategies/strategy.h"
 #include "workloads/workload.h"
 
 namespace pb {
@@ -107,6 +108,56 @@ double time_dispatch(int workers, int reps) {
   return median(t);
 }
 
+// One worker's step overhead: what run times for regular's step beyond the net's own work -- the
+// step as sweep times it, on the built-in linear workload (microseconds of arithmetic), less what
+// project predicts for it from the same net's profile (layers, loss, Adam timed as profile times
+// them) with no overhead. In `rounds` alternations, so that a slow spell touches both alike; the
+// median of the rounds' differences, and those differences for the record.
+double time_step_overhead(int threads, int rounds, std::vector<double>* each) {
+  NetSpec net;  // not a built-in workload: the overhead is the engine's, validated on those
+  net.name = "calibrate-mlp";
+  net.input = {16};
+  for (int64_t out : {8, 4}) {
+    LayerSpec fc;
+    fc.type = LayerType::Linear;
+    fc.out_features = out;
+    net.layers.push_back(fc);
+    if (out == 8) {
+      LayerSpec relu;
+      relu.type = LayerType::ReLU;
+      net.layers.push_back(relu);
+    }
+  }
+  net.target = Target::Random;
+  const NetPlan plan = plan_net(net);
+  const int64_t batch = 2;
+  StrategyOptions so;
+  so.backend.threads = threads;
+  auto s = make_strategy("regular", so);
+  s->setup(plan, init_params(plan, 0), net.adam);
+  s->load_batch(synthetic_values(batch * numel_of(plan.input), 1), synthetic_values(batch * numel_of(plan.output), 2), batch);
+  pj::Machine bare;
+  bare.kind = "cpu";
+  bare.shared_cores = threads;
+  pj::Config c;
+  c.strategy = "regular";
+  c.global_batch = batch;
+  pj::Options o;
+  o.threads_per_worker = threads;
+  for (int k = 0; k < 50; ++k) s->step();  // untimed: allocations, primitives
+  for (int r = 0; r < rounds; ++r) {
+    std::vector<double> t;
+    for (int k = 0; k < 400; ++k) {
+      const auto t0 = clk::now();
+      s->step();
+      t.push_back(since(t0));
+    }
+    const pj::Profile p = engine_profile(plan, net.name, {batch}, threads, 400);
+    each->push_back(median(t) - pj::predict(p, bare, c, o).step_s);
+  }
+  return std::max(0.0, median(*each));
+}
+
 // The engine's best effective rate (counted FLOPs / time) on all cores, a wide 3x3 convolution as
 // great_net runs them: the CPU's "peak" against which `project --from-machine` scales a profile to
 // another device (Winograd kernels can make it exceed a datasheet peak).
@@ -177,9 +228,10 @@ int cmd_calibrate(const std::vector<std::string>& args) {
           {
               {"out", "FILE", "machine JSON to write", "machines/this_cpu.json"},
               {"ranks", "LIST", "worker counts to time (in-process; under mpirun: the job's size)", "2,4"},
-              {"sizes", "LIST", "message sizes in KiB", "4,64,1024,8192"},
-              {"reps", "N", "timed calls per size (median)", "7"},
-              {"skew-us", "US", "in-process: rank i arrives at each call US x i microseconds late, as a step's workers do; the time counts from the last arrival (0: all at once, back to back)", "50"},
+              {"sizes", "LIST", "message sizes in KiB", "1,4,64,1024,8192"},
+              {"reps", "N", "timed calls per size (median; 5 x N up to 64 KiB)", "7"},
+              {"skew-us", "US", "in-process: rank i arrives at each call US x i microseconds late, its peers asleep by then; the time counts from the last arrival (0: all at once, back to back, as a step's workers arrive after equal work)", "0"},
+              {"pools", "N", "in-process: time each size with N fresh sets of worker threads (median): where the scheduler places a set of threads lasts as long as they do and can change a small message's time several-fold", "5"},
               {"name", "TEXT", "the machine's name", ""},
           });
   if (!f.parse(args)) return 0;
@@ -188,6 +240,8 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   const double skew_s = f.number("skew-us") * 1e-6;
   if (!(skew_s >= 0)) throw UsageError(fmt::format("--skew-us must be 0 or more, got {}", f.str("skew-us")));
   if (reps < 1) throw UsageError(fmt::format("--reps must be at least 1, got {}", reps));
+  const int pools = multi_process() ? 1 : static_cast<int>(f.integer("pools"));
+  if (pools < 1) throw UsageError(fmt::format("--pools must be at least 1, got {}", f.str("pools")));
   std::vector<int64_t> ranks = f.int_list("ranks"), sizes = f.int_list("sizes");
   if (multi_process()) ranks = {process().size};
   for (int64_t r : ranks)
@@ -219,22 +273,46 @@ int cmd_calibrate(const std::vector<std::string>& args) {
       if (c == pj::Coll::SendRecv && r != ranks.front()) continue;
       for (int64_t kib : sizes) {
         const int64_t n = kib * 1024 / 4;
-        const double t = time_collective(c, static_cast<int>(c == pj::Coll::SendRecv && !multi_process() ? 2 : r), n, reps, skew_s);
+        // Small messages: latency alone, microseconds that wander with the scheduler; more calls.
+        const int calls = kib <= 64 ? 5 * reps : reps;
+        std::vector<double> each;
+        for (int k = 0; k < pools; ++k)
+          each.push_back(time_collective(c, static_cast<int>(c == pj::Coll::SendRecv && !multi_process() ? 2 : r), n, calls, skew_s));
+        const double t = median(each);
         samples.push_back({static_cast<int>(c == pj::Coll::SendRecv ? 2 : r), n * 4.0, t});
         record[pj::coll_name(c)].push_back({{"ranks", samples.back().ranks}, {"bytes", samples.back().bytes}, {"seconds", t}});
         if (lead) fmt::print(stderr, "parbench calibrate: {} x{} {} KiB: {:.3g} ms\n", pj::coll_name(c), samples.back().ranks, kib, t * 1e3);
       }
     }
-    m.intra_node[pj::coll_name(c)][alg] = pj::fit_alpha_beta(c, alg, samples);
+    pj::AlphaBeta& fit = m.intra_node[pj::coll_name(c)][alg];
+    fit = pj::fit_alpha_beta(c, alg, samples);
+    for (int64_t r : ranks) {  // and each worker count alone, where several were timed
+      std::vector<pj::Sample> at;
+      for (const pj::Sample& s : samples)
+        if (s.ranks == r) at.push_back(s);
+      if (at.size() >= 2 && at.size() < samples.size()) {
+        const pj::AlphaBeta one = pj::fit_alpha_beta(c, alg, at);
+        fit.at_ranks[static_cast<int>(r)] = {one.alpha_s, one.bus_bytes_per_s};
+      }
+    }
   }
   // Step overhead: a + b (N - 1) over the dispatch of 1, 2, 4 workers (a single rank under MPI).
   if (multi_process()) {
     m.step_overhead_s = time_dispatch(1, 50);
   } else {
-    const double t1 = time_dispatch(1, 50), t2 = time_dispatch(2, 50), t4 = time_dispatch(4, 50);
-    m.step_overhead_s = t1;
+    auto dispatch = [&](int workers) {
+      std::vector<double> each;
+      for (int k = 0; k < pools; ++k) each.push_back(time_dispatch(workers, 50));
+      return median(each);
+    };
+    const double t1 = dispatch(1), t2 = dispatch(2), t4 = dispatch(4);
+    std::vector<double> rounds;
+    m.step_overhead_s = time_step_overhead(cores, 5, &rounds);
     m.worker_overhead_s = std::max(0.0, ((t2 - t1) + (t4 - t1) / 3) / 2);
     record["dispatch_s"] = {{"1", t1}, {"2", t2}, {"4", t4}};
+    record["step_overhead_rounds_s"] = rounds;
+    record["step_overhead_note"] =
+        "regular's step of the linear workload (batch 2, all cores) as run times it, less project's prediction from its profile without overhead; the median of the rounds";
   }
   m.peak_flops = conv_flops(cores);
   m.parallel_threads = parallel_threads(cores);

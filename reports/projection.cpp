@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <set>
 
@@ -369,6 +370,22 @@ LinkCosts parse_links(const json& j, const std::string& source, const std::strin
       AlphaBeta v;
       v.alpha_s = ab.number("alpha_s", 0);
       v.bus_bytes_per_s = ab.number("bus_bytes_per_s", 0, /*positive=*/true);
+      if (ab.has("ranks")) {
+        Obj at(ab.raw("ranks"), source, ab.at_path("ranks"));
+        for (auto r = at.json_value().begin(); r != at.json_value().end(); ++r) {
+          char* end = nullptr;
+          const long n = std::strtol(r.key().c_str(), &end, 10);
+          if (r.key().empty() || *end != '\0' || n < 2 || n > (1 << 20))
+            at.fail(at.at_path(r.key()), "a worker count of 2 or more as the key");
+          Obj one(at.raw(r.key()), source, at.at_path(r.key()));
+          AlphaBeta::AtRanks f;
+          f.alpha_s = one.number("alpha_s", 0);
+          f.bus_bytes_per_s = one.number("bus_bytes_per_s", 0, /*positive=*/true);
+          one.done();
+          v.at_ranks[static_cast<int>(n)] = f;
+        }
+        at.done();
+      }
       ab.done();
       out[name][it.key()] = v;
     }
@@ -382,7 +399,11 @@ LinkCosts parse_links(const json& j, const std::string& source, const std::strin
 json links_json(const LinkCosts& l) {
   json j = json::object();
   for (const auto& [c, algs] : l)
-    for (const auto& [a, v] : algs) j[c][a] = {{"alpha_s", v.alpha_s}, {"bus_bytes_per_s", v.bus_bytes_per_s}};
+    for (const auto& [a, v] : algs) {
+      j[c][a] = {{"alpha_s", v.alpha_s}, {"bus_bytes_per_s", v.bus_bytes_per_s}};
+      for (const auto& [n, f] : v.at_ranks)
+        j[c][a]["ranks"][std::to_string(n)] = {{"alpha_s", f.alpha_s}, {"bus_bytes_per_s", f.bus_bytes_per_s}};
+    }
   return j;
 }
 }  // namespace
@@ -451,7 +472,10 @@ CollCost collective_cost(const Machine& m, Coll c, double bytes, int ranks, bool
                                  m.source, spans_nodes ? "inter_node" : "intra_node", coll_name(c)));
   best.seconds = std::numeric_limits<double>::infinity();
   for (const auto& [alg, ab] : it->second) {
-    const double t = ab.alpha_s * latency_steps(c, alg, ranks) + bytes * bus_factor(c, ranks) / ab.bus_bytes_per_s;
+    const auto at = ab.at_ranks.find(ranks);
+    const double alpha = at != ab.at_ranks.end() ? at->second.alpha_s : ab.alpha_s;
+    const double bus = at != ab.at_ranks.end() ? at->second.bus_bytes_per_s : ab.bus_bytes_per_s;
+    const double t = alpha * latency_steps(c, alg, ranks) + bytes * bus_factor(c, ranks) / bus;
     if (t < best.seconds) best = {t, alg};
   }
   return best;
@@ -471,7 +495,9 @@ AlphaBeta fit_alpha_beta(Coll c, const std::string& algorithm, const std::vector
   double a = (s1t * s22 - s2t * s12) / det, g = (s11 * s2t - s12 * s1t) / det;
   if (a < 0) a = 0, g = s2t / s22;  // a negative latency is noise: refit the slope alone
   if (g <= 0) g = 1e-15, a = s1t / s11;
-  return {a, 1.0 / g};
+  AlphaBeta out;
+  out.alpha_s = a, out.bus_bytes_per_s = 1.0 / g;
+  return out;
 }
 
 // ---- configurations ------------------------------------------------------------------------------

@@ -78,6 +78,13 @@ double latency_steps(Coll c, const std::string& algorithm, int ranks);
 struct AlphaBeta {
   double alpha_s = 0;    // per step
   double bus_bytes_per_s = 0;
+  // Optional fits at one worker count each (calibrate's, where it timed that count): used for
+  // exactly that count instead of the fit over all of them. Threads sharing two cores do not
+  // slow down with the count as a ring's latency steps do.
+  struct AtRanks {
+    double alpha_s = 0, bus_bytes_per_s = 0;
+  };
+  std::map<int, AtRanks> at_ranks;
 };
 
 // Per collective (all_reduce, ...), per algorithm (ring, tree, direct): its alpha-beta.

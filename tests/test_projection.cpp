@@ -3,6 +3,7 @@
 // project and calibrate commands end to end.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -34,7 +35,7 @@ pj::Machine free_links() {
   pj::Machine m = machine();
   for (auto* level : {&m.intra_node, &m.inter_node})
     for (auto& [c, algs] : *level)
-      for (auto& [a, ab] : algs) ab = {0, 1e30};
+      for (auto& [a, ab] : algs) ab = {0, 1e30, {}};
   return m;
 }
 
@@ -106,6 +107,15 @@ TEST(Projection, MachineErrorsNameFileAndField) {
   j = fixture_json("machine.json");
   j["links"].erase("inter_node");
   expect_usage_error([&] { pj::parse_machine(j.dump(), "m.json"); }, {"links.inter_node", "nodes > 1"});
+  for (const char* key : {"1", "two", "2x"}) {
+    j = fixture_json("machine.json");
+    j["links"]["intra_node"]["all_reduce"]["ring"]["ranks"][key] = {{"alpha_s", 1e-5}, {"bus_bytes_per_s", 1e9}};
+    expect_usage_error([&] { pj::parse_machine(j.dump(), "m.json"); },
+                       {fmt::format("links.intra_node.all_reduce.ring.ranks.{}", key), "worker count of 2 or more"});
+  }
+  j = fixture_json("machine.json");
+  j["links"]["intra_node"]["all_reduce"]["ring"]["ranks"]["4"] = {{"alpha_s", 1e-5}};
+  expect_usage_error([&] { pj::parse_machine(j.dump(), "m.json"); }, {"links.intra_node.all_reduce.ring.ranks.4.bus_bytes_per_s", "missing"});
 }
 
 TEST(Projection, PresetsParseAndRoundTrip) {
@@ -128,9 +138,19 @@ TEST(Projection, AlphaBetaPerCollectiveAndAlgorithm) {
   EXPECT_EQ(pj::collective_cost(m, pj::Coll::AllReduce, 1e6, 1, false).seconds, 0);
   // With a tree listed, small messages over many ranks take it (log N latency terms).
   pj::Machine t = m;
-  t.intra_node["all_reduce"]["tree"] = {1e-5, 5e7};
+  t.intra_node["all_reduce"]["tree"] = {1e-5, 5e7, {}};
   EXPECT_EQ(pj::collective_cost(t, pj::Coll::AllReduce, 1e3, 8, false).algorithm, "tree");
   EXPECT_EQ(pj::collective_cost(t, pj::Coll::AllReduce, 1e8, 8, false).algorithm, "ring");
+  // A fit at one worker count (calibrate's) is used for exactly that count; others keep the general fit.
+  pj::Machine at = m;
+  at.intra_node["all_reduce"]["ring"].at_ranks[2] = {3e-5, 2e8};
+  EXPECT_NEAR(pj::collective_cost(at, pj::Coll::AllReduce, 1e6, 2, false).seconds, 2 * 3e-5 + 1e6 * 1.0 / 2e8, 1e-12);
+  EXPECT_NEAR(pj::collective_cost(at, pj::Coll::AllReduce, 1e6, 4, false).seconds, c.seconds, 1e-12);
+  EXPECT_NEAR(pj::collective_cost(at, pj::Coll::AllReduce, 1e6, 2, true).seconds,
+              pj::collective_cost(m, pj::Coll::AllReduce, 1e6, 2, true).seconds, 1e-12);  // between nodes: its own level
+  const pj::Machine again = pj::parse_machine(pj::machine_json(at).dump(), "again");
+  ASSERT_EQ(again.intra_node.at("all_reduce").at("ring").at_ranks.size(), 1u);
+  EXPECT_DOUBLE_EQ(again.intra_node.at("all_reduce").at("ring").at_ranks.at(2).alpha_s, 3e-5);
   pj::Machine no_gather = m;
   no_gather.intra_node.erase("all_gather");
   expect_usage_error([&] { pj::collective_cost(no_gather, pj::Coll::AllGather, 1e3, 4, false); }, {"links.intra_node.all_gather"});
@@ -329,7 +349,7 @@ TEST(Projection, HybridIsReplicatedPipelinesAndAStageAllReduce) {
   ASSERT_TRUE(free.feasible) << free.reason;
   EXPECT_NEAR(free.step_s, pj::predict(uniform(), m, pipe).step_s, 1e-9);
   // An all-reduce that costs: each stage's own parameters (2 layers x 148) over its 2 replicas.
-  m.intra_node["all_reduce"]["ring"] = {0, 1e6};
+  m.intra_node["all_reduce"]["ring"] = {0, 1e6, {}};
   const double stage_bytes = 2 * 148 * 4.0;
   EXPECT_NEAR(pj::predict(uniform(), m, h).step_s - free.step_s, 2.0 * (2 - 1) / 2 * stage_bytes / 1e6, 1e-9);
   EXPECT_FALSE(pj::predict(uniform(), m, config("dp2xpp2", 8, 8)).feasible);  // dp2xpp2 is 4 devices
@@ -438,17 +458,31 @@ TEST_F(ProjectCli, ValidateComparesEveryMeasuredConfiguration) {
   test::Result r = parbench("run --workload linear --strategies regular,dp,ddp,mp,pipeline,tp --devices 1,2 --batch 2 --iterations 3 --warmup 1 --out " +
                                 path("run"));
   ASSERT_EQ(r.code, 0) << r.err;
-  r = parbench("calibrate --ranks 2 --sizes 4,64 --reps 2 --out " + path("cpu.json"));
+  r = parbench("calibrate --ranks 2,4 --sizes 4,64 --reps 2 --pools 2 --out " + path("cpu.json"));
   ASSERT_EQ(r.code, 0) << r.err;
   const pj::Machine cpu = pj::load_machine(path("cpu.json"));
   for (const char* c : {"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "send_recv"})
     EXPECT_TRUE(cpu.intra_node.count(c)) << c;
-  // The workers arrived 50 us apart at every timed call (the default), as recorded.
-  EXPECT_DOUBLE_EQ(cpu.calibration.at("skew_s").get<double>(), 50e-6);
-  r = parbench("calibrate --skew-us -5 --out " + path("never.json"));
-  EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.err.find("--skew-us"), std::string::npos) << r.err;
-  EXPECT_FALSE(std::filesystem::exists(path("never.json")));
+  // Each collective fitted at 2 and at 4 workers alone besides over both; send/recv is timed at 2 only.
+  for (const char* c : {"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter"}) {
+    const auto& at = cpu.intra_node.at(c).at("ring").at_ranks;
+    EXPECT_EQ(at.size(), 2u) << c;
+    EXPECT_TRUE(at.count(2) && at.count(4)) << c;
+  }
+  EXPECT_TRUE(cpu.intra_node.at("send_recv").at("direct").at_ranks.empty());
+  // The workers arrived together at every timed call (the default), as recorded.
+  EXPECT_DOUBLE_EQ(cpu.calibration.at("skew_s").get<double>(), 0.0);
+  // The step overhead: the median of the recorded rounds (each the step less its predicted work), never negative.
+  std::vector<double> rounds = cpu.calibration.at("step_overhead_rounds_s").get<std::vector<double>>();
+  ASSERT_EQ(rounds.size(), 5u);
+  std::sort(rounds.begin(), rounds.end());
+  EXPECT_DOUBLE_EQ(cpu.step_overhead_s, std::max(0.0, rounds[2]));
+  for (const std::string bad : {"--skew-us -5", "--pools 0"}) {
+    r = parbench("calibrate " + bad + " --out " + path("never.json"));
+    EXPECT_EQ(r.code, 2) << bad;
+    EXPECT_NE(r.err.find(bad.substr(0, bad.find(' '))), std::string::npos) << r.err;
+    EXPECT_FALSE(std::filesystem::exists(path("never.json")));
+  }
   r = parbench("project --validate " + path("run/results.json") + " --machine " + path("cpu.json") +
                " --profile-reps 1 --profile-rounds 1 --out " + path("v") + " --save-profile " + path("prof"));
   ASSERT_EQ(r.code, 0) << r.err;
