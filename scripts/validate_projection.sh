@@ -2,11 +2,12 @@
 # Measures the runs `parbench project --validate` is checked against on this machine: great_net at
 # two sizes and the linear workload, every strategy at 1, 2 and 4 workers (threads shared as run
 # shares them), and ddp/mp/pipeline under mpirun -np 2. A machine whose speed wanders (a VM's
-# cores, shared with others) would put a run and a profile timed minutes apart in different
-# spells, so each set is measured in ROUNDS rounds: a short run (REPS repetitions, random order),
-# then validated at once (its profile timed right after it); `project --combine` pools the rounds.
-# Writes OUT/ (default runs/validate-<UTC>): each round's run folder, validation and profiles,
-# the pooled validate-*.md/json, uptime.txt.
+# cores, shared with others) would put a run and a profile or calibration timed minutes apart in
+# different spells, so each set is measured in ROUNDS rounds: `calibrate` (in-process, or under
+# mpirun for the MPI set), a short run (REPS repetitions, random order), then validated at once
+# against that calibration (its profile timed right after it); `project --combine` pools them.
+# Writes OUT/ (default runs/validate-<UTC>): each round's machine file, run folder, validation
+# and profiles, the pooled validate-*.md/json, uptime.txt.
 # usage: [ROUNDS=6] [REPS=2] scripts/validate_projection.sh [PARBENCH] [OUT]
 set -euo pipefail
 PB=${1:-build/parbench}
@@ -16,16 +17,17 @@ REPS=${REPS:-2}
 mkdir -p "$OUT"
 stamp() { echo "$1 $(date -u +%H:%M:%S) $(uptime | sed 's/.*load/load/')" | tee -a "$OUT/uptime.txt"; }
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe --mca btl self,vader -np 2)
-stamp calibrate
-"$PB" calibrate --out "$OUT/this_cpu.json" >/dev/null
-"${MPIRUN[@]}" "$PB" calibrate --out "$OUT/this_cpu_mpi.json" >/dev/null
-# rounds NAME MACHINE RUN-COMMAND...: ROUNDS x (run, validate), then the pooled validation.
+# rounds NAME CALIBRATE-PREFIX RUN-COMMAND...: ROUNDS x (calibrate, run, validate), then the pooled
+# validation. CALIBRATE-PREFIX: "" (in-process) or "mpi" (the MPI job's ranks).
 rounds() {
-  local name=$1 machine=$2; shift 2
+  local name=$1 cal=$2; shift 2
   local list=()
   for r in $(seq 1 "$ROUNDS"); do
     stamp "run $name round $r"
-    "$@" --benchmark_repetitions="$REPS" --out "$OUT/$name-r$r" >"$OUT/$name-r$r.log" 2>&1
+    local machine="$OUT/machine-$name-r$r.json"
+    if [ "$cal" = mpi ]; then "${MPIRUN[@]}" "$PB" calibrate --out "$machine" >/dev/null 2>>"$OUT/$name-r$r.log"
+    else "$PB" calibrate --out "$machine" >/dev/null 2>>"$OUT/$name-r$r.log"; fi
+    "$@" --benchmark_repetitions="$REPS" --out "$OUT/$name-r$r" >>"$OUT/$name-r$r.log" 2>&1
     "$PB" project --validate "$OUT/$name-r$r/results.json" --machine "$machine" --profile-rounds 1 \
       --out "$OUT/validate-$name-r$r" --save-profile "$OUT/profile-$name-r$r" >/dev/null 2>>"$OUT/$name-r$r.log"
     list+=("$OUT/validate-$name-r$r.json")
@@ -39,8 +41,8 @@ for cfg in "great_net 32 0.25" "great_net 48 0.25" "linear 0 0"; do
   args=(--workload "$1" --batch 2 --devices 1,2,4 --iterations 10 --benchmark_enable_random_interleaving=true)
   [ "$1" = great_net ] && args+=(--image "$2" --width "$3")
   [ "$1" = linear ] && args+=(--iterations 200)  # the last --iterations counts
-  rounds "$name" "$OUT/this_cpu.json" "$PB" run "${args[@]}"
+  rounds "$name" "" "$PB" run "${args[@]}"
 done
-rounds great_net-32-0.25-mpi "$OUT/this_cpu_mpi.json" "${MPIRUN[@]}" "$PB" run --workload great_net --image 32 --width 0.25 \
+rounds great_net-32-0.25-mpi mpi "${MPIRUN[@]}" "$PB" run --workload great_net --image 32 --width 0.25 \
   --batch 2 --devices 2 --strategies ddp,mp,pipeline --iterations 10
 stamp done
