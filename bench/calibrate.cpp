@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <thread>
 
 #include <fmt/ranges.h>
@@ -109,12 +110,17 @@ double time_dispatch(int workers, int reps) {
 }
 
 // One worker's step overhead: what run times for regular's step beyond the net's own work -- the
-// step as sweep times it, on the built-in linear workload (microseconds of arithmetic), less what
-// project predicts for it from the same net's profile (layers, loss, Adam timed as profile times
-// them) with no overhead. In `rounds` alternations, so that a slow spell touches both alike; the
-// median of the rounds' differences, and those differences for the record.
-double time_step_overhead(int threads, int rounds, std::vector<double>* each) {
-  NetSpec net;  // not a built-in workload: the overhead is the engine's, validated on those
+// step as sweep times it, on a small MLP (microseconds of arithmetic), less what project predicts
+// for it from the same net's profile (layers, loss, Adam timed as profile times them) with no
+// overhead. And fsdp's and zero2's bookkeeping per unit: their one-device step of the same MLP
+// less regular's, over its units. In `rounds` alternations, so that a slow spell touches all
+// alike; the medians of the rounds' differences, which `record` keeps.
+struct Overheads {
+  double step_s = 0;
+  std::map<std::string, double> unit_s;
+};
+Overheads time_overheads(int threads, int rounds, nlohmann::json* record) {
+  NetSpec net;  // not a built-in workload: the overhead is the engine's, and validated on those
   net.name = "calibrate-mlp";
   net.input = {16};
   for (int64_t out : {8, 4}) {
@@ -129,13 +135,19 @@ double time_step_overhead(int threads, int rounds, std::vector<double>* each) {
     }
   }
   net.target = Target::Random;
+  const int units = 2;  // fsdp's: each linear layer with the ReLU after it
   const NetPlan plan = plan_net(net);
   const int64_t batch = 2;
   StrategyOptions so;
   so.backend.threads = threads;
-  auto s = make_strategy("regular", so);
-  s->setup(plan, init_params(plan, 0), net.adam);
-  s->load_batch(synthetic_values(batch * numel_of(plan.input), 1), synthetic_values(batch * numel_of(plan.output), 2), batch);
+  const std::vector<std::string> names = {"regular", "fsdp", "zero2"};
+  std::vector<std::unique_ptr<Strategy>> s;
+  for (const std::string& n : names) {
+    s.push_back(make_strategy(n, so));
+    s.back()->setup(plan, init_params(plan, 0), net.adam);
+    s.back()->load_batch(synthetic_values(batch * numel_of(plan.input), 1), synthetic_values(batch * numel_of(plan.output), 2), batch);
+    for (int k = 0; k < 50; ++k) s.back()->step();  // untimed: allocations, primitives
+  }
   pj::Machine bare;
   bare.kind = "cpu";
   bare.shared_cores = threads;
@@ -144,18 +156,33 @@ double time_step_overhead(int threads, int rounds, std::vector<double>* each) {
   c.global_batch = batch;
   pj::Options o;
   o.threads_per_worker = threads;
-  for (int k = 0; k < 50; ++k) s->step();  // untimed: allocations, primitives
+  std::vector<double> step, unit[2];
   for (int r = 0; r < rounds; ++r) {
-    std::vector<double> t;
-    for (int k = 0; k < 400; ++k) {
-      const auto t0 = clk::now();
-      s->step();
-      t.push_back(since(t0));
+    double med[3];
+    for (std::size_t i = 0; i < s.size(); ++i) {
+      std::vector<double> t;
+      for (int k = 0; k < 400; ++k) {
+        const auto t0 = clk::now();
+        s[i]->step();
+        t.push_back(since(t0));
+      }
+      med[i] = median(t);
     }
     const pj::Profile p = engine_profile(plan, net.name, {batch}, threads, 400);
-    each->push_back(median(t) - pj::predict(p, bare, c, o).step_s);
+    step.push_back(med[0] - pj::predict(p, bare, c, o).step_s);
+    for (int i = 0; i < 2; ++i) unit[i].push_back((med[i + 1] - med[0]) / units);
   }
-  return std::max(0.0, median(*each));
+  Overheads out;
+  out.step_s = std::max(0.0, median(step));
+  (*record)["step_overhead_rounds_s"] = step;
+  for (int i = 0; i < 2; ++i) {
+    out.unit_s[names[i + 1]] = std::max(0.0, median(unit[i]));
+    (*record)["unit_overhead_rounds_s"][names[i + 1]] = unit[i];
+  }
+  (*record)["overhead_note"] =
+      "an MLP 16-8-ReLU-4, batch 2, all cores, one device, steps timed as run times them: regular's less project's "
+      "prediction from its profile without overhead; fsdp's and zero2's less regular's, over its 2 units; medians of the rounds";
+  return out;
 }
 
 // The engine's best effective rate (counted FLOPs / time) on all cores, a wide 3x3 convolution as
@@ -222,9 +249,10 @@ int cmd_calibrate(const std::vector<std::string>& args) {
           "Times the collectives the strategies use between CPU workers (all-reduce, broadcast, reduce,\n"
           "all-gather, reduce-scatter, send/recv) at a few sizes and worker counts -- in-process threads,\n"
           "or MPI ranks when started by mpirun -- fits alpha (per step) and bus bandwidth per collective\n"
-          "by least squares, measures the step overhead of starting the workers and the engine's best\n"
-          "convolution rate, and writes a machine description for `parbench project` (the \"this CPU\"\n"
-          "preset).",
+          "by least squares (over all worker counts, and at each alone), measures the step overhead (a\n"
+          "small MLP's step as run times it, less its predicted work; fsdp's and zero2's per unit) and the\n"
+          "engine's best convolution rate, and writes a machine description for `parbench project` (the\n"
+          "\"this CPU\" preset).",
           {
               {"out", "FILE", "machine JSON to write", "machines/this_cpu.json"},
               {"ranks", "LIST", "worker counts to time (in-process; under mpirun: the job's size)", "2,4"},
@@ -296,7 +324,8 @@ int cmd_calibrate(const std::vector<std::string>& args) {
       }
     }
   }
-  // Step overhead: a + b (N - 1) over the dispatch of 1, 2, 4 workers (a single rank under MPI).
+  // Step overhead: regular's measured (a single rank's dispatch under MPI, where regular does not
+  // run); each further worker's: the dispatch of 2 and 4 workers over 1's.
   if (multi_process()) {
     m.step_overhead_s = time_dispatch(1, 50);
   } else {
@@ -306,13 +335,11 @@ int cmd_calibrate(const std::vector<std::string>& args) {
       return median(each);
     };
     const double t1 = dispatch(1), t2 = dispatch(2), t4 = dispatch(4);
-    std::vector<double> rounds;
-    m.step_overhead_s = time_step_overhead(cores, 5, &rounds);
+    const Overheads o = time_overheads(cores, 5, &record);
+    m.step_overhead_s = o.step_s;
+    m.unit_overhead_s = o.unit_s;
     m.worker_overhead_s = std::max(0.0, ((t2 - t1) + (t4 - t1) / 3) / 2);
     record["dispatch_s"] = {{"1", t1}, {"2", t2}, {"4", t4}};
-    record["step_overhead_rounds_s"] = rounds;
-    record["step_overhead_note"] =
-        "regular's step of the linear workload (batch 2, all cores) as run times it, less project's prediction from its profile without overhead; the median of the rounds";
   }
   m.peak_flops = conv_flops(cores);
   m.parallel_threads = parallel_threads(cores);

@@ -23,6 +23,7 @@
 #include "reports/stats.h"
 #include "reports/table.h"
 #include "strategies/batch.h"
+#include "strategies/stages.h"
 #include "workloads/workload.h"
 
 namespace pb {
@@ -156,6 +157,47 @@ pj::Profile layerwise_profile(const pj::Profile& p, const NetPlan& plan, int n, 
     }
   }
   q.context["tp_slices"] = n;
+  return q;
+}
+
+// The profile of a pipeline's stages (mp, pipeline, dp x pp): each stage [b, e) of `ranges` runs
+// as a Sequential of its own, so the activations leave the library's blocked layout where a stage
+// ends and the next begins (the profile's one Sequential keeps them blocked throughout). Each
+// stage timed alone -- after a ReLU when it has a predecessor, so that its first layer's input
+// gradient is computed, as the stage's is -- and its layers' times entered for those layers.
+// Timed as `p` was: `p.threads` threads, `p.concurrent` workers at once, `rounds` times (median).
+pj::Profile stagewise_profile(const pj::Profile& p, const NetPlan& plan, const std::vector<std::pair<int, int>>& ranges, int reps,
+                              int rounds) {
+  pj::Profile q = p;
+  if (ranges.size() < 2) return q;
+  std::vector<std::vector<pj::Profile>> timed(ranges.size());
+  for (int round = 0; round < rounds; ++round)
+    for (std::size_t s = 0; s < ranges.size(); ++s) {
+      NetSpec one;
+      one.name = fmt::format("stage {} (layers {}-{})", s, ranges[s].first, ranges[s].second - 1);
+      one.input = plan.layers[ranges[s].first].in;
+      one.target = Target::Random;
+      if (s > 0) one.layers.push_back(LayerSpec{});  // ReLU
+      for (int i = ranges[s].first; i < ranges[s].second; ++i) {
+        LayerSpec l = plan.layers[i].spec;
+        l.in_channels = -1, l.in_features = -1;
+        one.layers.push_back(l);
+      }
+      timed[s].push_back(engine_profile(plan_net(one), one.name, p.batches, p.threads, reps, p.concurrent));
+    }
+  for (std::size_t s = 0; s < ranges.size(); ++s) {
+    const pj::Profile t = median_of(timed[s]);
+    const int off = s > 0 ? 1 : 0;
+    for (int i = ranges[s].first; i < ranges[s].second; ++i) {
+      const pj::LayerProfile& from = t.layers[static_cast<std::size_t>(i - ranges[s].first + off)];
+      pj::LayerProfile& to = q.layers[static_cast<std::size_t>(i)];
+      to.forward_s = from.forward_s;
+      to.backward_data_s = from.backward_data_s;
+      to.backward_weights_s = from.backward_weights_s;
+      if (i == 0) std::fill(to.backward_data_s.begin(), to.backward_data_s.end(), 0.0);
+    }
+  }
+  q.context["stages"] = ranges.size();
   return q;
 }
 
@@ -537,6 +579,7 @@ int validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profile> prof
   // Layers are timed alone (or as slices) only when this command times the workload itself.
   std::optional<NetPlan> timed_plan;
   std::map<std::tuple<int, int, int>, pj::Profile> layerwise_profiles;  // (slices, threads, concurrent) -> layer by layer
+  std::map<std::tuple<int, int, int>, pj::Profile> stagewise_profiles;  // (stages, threads, concurrent) -> stage by stage
   const int reps = static_cast<int>(f.integer("profile-reps")), rounds = static_cast<int>(f.integer("profile-rounds"));
   if (profiles.empty()) {
     // Time the run's own workload here, at every thread count and batch piece it needs.
@@ -630,7 +673,32 @@ int validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profile> prof
       layerwise_profiles.emplace(key, layerwise_profile(base, *timed_plan, slices, reps, rounds));
     }
     const auto lw_it = layerwise_profiles.find(key);
-    got.push_back({&x, t, pj::predict(layerwise && lw_it != layerwise_profiles.end() ? lw_it->second : base, m, c, o)});
+    // mp, pipeline and dp x pp run each stage as its own Sequential: timed stage by stage.
+    const auto dppp = pj::hybrid_shape(x.strategy);
+    const bool staged = x.strategy == "mp" || x.strategy.rfind("pipeline", 0) == 0 || dppp;
+    const int stages = dppp ? dppp->second : x.devices;
+    const std::tuple<int, int, int> skey{stages, t, base.concurrent};
+    if (staged && stages > 1 && timed_plan && !stagewise_profiles.count(skey)) {
+      std::vector<std::pair<int, int>> ranges;
+      try {
+        ranges = split_stages(*timed_plan, stages, {}, x.strategy);
+      } catch (const UsageError&) {  // more stages than layers: the prediction says so
+      }
+      if (!ranges.empty()) {
+        fmt::print(stderr, "parbench project: timing stage by stage ({} stages, {} worker(s) at once)\n", stages, base.concurrent);
+        const pj::Profile& sp = stagewise_profiles.emplace(skey, stagewise_profile(base, *timed_plan, ranges, reps, rounds)).first->second;
+        if (f.has("save-profile")) {
+          const std::string file = fmt::format("{}-stages{}-threads{}-workers{}.json", f.str("save-profile"), stages, t, base.concurrent);
+          write_file_atomic(file, pj::profile_json(sp).dump(1) + "\n");
+          fmt::print(stderr, "parbench project: wrote {}\n", file);
+        }
+      }
+    }
+    const auto sw_it = stagewise_profiles.find(skey);
+    const pj::Profile& use = layerwise && lw_it != layerwise_profiles.end() ? lw_it->second
+                             : staged && sw_it != stagewise_profiles.end() ? sw_it->second
+                                                                           : base;
+    got.push_back({&x, t, pj::predict(use, m, c, o)});
   }
   // --anchor: the machine's speed while the run was measured against while the profile was timed,
   // from the one-device regular run; every prediction is scaled by it, and that row is left out.
@@ -758,7 +826,7 @@ int cmd_project(const std::vector<std::string>& args) {
               {"format", "FMT", "what to print: markdown or json", "markdown"},
               {"out", "PREFIX", "write PREFIX.md, PREFIX.json and PREFIX.png (chart)", ""},
               {"validate", "RUN.json", "a run's results.json: predict its configurations and print the errors", ""},
-              {"save-profile", "PREFIX", "--validate without --profile: also write the timed profiles to PREFIX-threadsT-workersK.json", ""},
+              {"save-profile", "PREFIX", "--validate without --profile: also write the timed profiles to PREFIX-threadsT-workersK.json (pipelines' stage by stage: PREFIX-stagesS-threadsT-workersK.json)", ""},
               {"combine", "V1,V2,...", "pool validations written by --validate --out (each a run and its profile, timed in turn): measured = the median of all their timed iterations, predicted = the median of their predictions", ""},
               {"anchor", "", "--validate: scale every prediction by the one-device regular run's measured over predicted time (the machine's speed drifting between the run and the profile) and leave that row out of the errors", ""},
               {"profile-reps", "N", "--validate without --profile: timed repetitions per batch size (median; with workers side by side their mean, at the slowest one's pace)", "3"},

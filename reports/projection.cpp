@@ -430,6 +430,12 @@ Machine parse_machine(const std::string& text, const std::string& source) {
   m.overlap = top.boolean("overlap");
   m.step_overhead_s = top.number_or("step_overhead_s", 0, 0);
   m.worker_overhead_s = top.number_or("worker_overhead_s", 0, 0);
+  if (top.has("unit_overhead_s")) {
+    Obj u(top.raw("unit_overhead_s"), source, "unit_overhead_s");
+    for (const char* k : {"fsdp", "zero2"})
+      if (u.has(k)) m.unit_overhead_s[k] = u.number(k, 0);
+    u.done();
+  }
   Obj links(top.raw("links"), source, "links");
   m.intra_node = parse_links(links.raw("intra_node"), source, "links.intra_node");
   if (links.has("inter_node")) m.inter_node = parse_links(links.raw("inter_node"), source, "links.inter_node");
@@ -456,6 +462,7 @@ json machine_json(const Machine& m) {
   j["overlap"] = m.overlap;
   j["step_overhead_s"] = m.step_overhead_s;
   j["worker_overhead_s"] = m.worker_overhead_s;
+  for (const auto& [k, v] : m.unit_overhead_s) j["unit_overhead_s"][k] = v;
   j["links"]["intra_node"] = links_json(m.intra_node);
   if (!m.inter_node.empty()) j["links"]["inter_node"] = links_json(m.inter_node);
   if (!m.calibration.is_null()) j["calibration"] = m.calibration;
@@ -849,6 +856,7 @@ Prediction predict_impl(const Profile& p, const Machine& m, const Config& named,
   std::vector<Actor> actors;
   std::vector<double> mem(N, 0);
   int sim_workers = N;
+  double bookkeeping = 0;  // per step, on every worker at once: fsdp / zero2's units
 
   if (c.strategy == "regular") {
     Actor a;
@@ -1014,6 +1022,7 @@ Prediction predict_impl(const Profile& p, const Machine& m, const Config& named,
       }
     }
     const int U = static_cast<int>(units.size());
+    if (const auto it = m.unit_overhead_s.find(c.strategy); it != m.unit_overhead_s.end()) bookkeeping = U * it->second;
     std::vector<double> ag(U), rs(U);
     double largest = 0, gathered = 0, shard = 0;
     for (int u = 0; u < U; ++u) {
@@ -1133,7 +1142,7 @@ Prediction predict_impl(const Profile& p, const Machine& m, const Config& named,
   for (int w = 0; w < sim_workers; ++w)
     if (sim.compute[w] > sim.compute[busiest]) busiest = w;
   const int local = m.shared_cores > 0 || m.kind == "cpu" ? std::min(N, m.devices_per_node) : 1;
-  const double overhead = m.step_overhead_s + m.worker_overhead_s * (local - 1);
+  const double overhead = m.step_overhead_s + m.worker_overhead_s * (local - 1) + bookkeeping;
   r.step_s = sim.end + overhead;
   r.compute_s = sim.compute[busiest];
   r.exposed_comm_s = sim.exposed[busiest];

@@ -104,6 +104,9 @@ struct Machine {
   bool overlap = false;        // collectives run beside compute (their own stream / engine)
   double step_overhead_s = 0;    // per step: starting the workers and waiting for them
   double worker_overhead_s = 0;  // per step and additional worker
+  // fsdp / zero2: per unit and step, what the strategy's own bookkeeping costs beyond the unit's
+  // layers and collectives (gathering into fresh buffers, freeing them, zeroed gradients).
+  std::map<std::string, double> unit_overhead_s;
   LinkCosts intra_node, inter_node;
   nlohmann::json calibration;  // what calibrate measured, kept for the record
   int total_devices() const { return devices_per_node * nodes; }

@@ -14,8 +14,10 @@
 #include "engine/fsutil.h"
 #include "reports/projection.h"
 #include "reports/stats.h"
+#include "strategies/stages.h"
 #include "strategies/strategy.h"
 #include "tests/cli_fixture.h"
+#include "workloads/workload.h"
 
 namespace pb {
 namespace {
@@ -113,6 +115,11 @@ TEST(Projection, MachineErrorsNameFileAndField) {
     expect_usage_error([&] { pj::parse_machine(j.dump(), "m.json"); },
                        {fmt::format("links.intra_node.all_reduce.ring.ranks.{}", key), "worker count of 2 or more"});
   }
+  j = fixture_json("machine.json");
+  j["unit_overhead_s"] = {{"ddp", 1e-6}};
+  expect_usage_error([&] { pj::parse_machine(j.dump(), "m.json"); }, {"unit_overhead_s.ddp", "unknown"});
+  j["unit_overhead_s"] = {{"fsdp", -1e-6}};
+  expect_usage_error([&] { pj::parse_machine(j.dump(), "m.json"); }, {"unit_overhead_s.fsdp", ">= 0"});
   j = fixture_json("machine.json");
   j["links"]["intra_node"]["all_reduce"]["ring"]["ranks"]["4"] = {{"alpha_s", 1e-5}};
   expect_usage_error([&] { pj::parse_machine(j.dump(), "m.json"); }, {"links.intra_node.all_reduce.ring.ranks.4.bus_bytes_per_s", "missing"});
@@ -305,6 +312,12 @@ TEST(Projection, Zero2GathersOncePerUnitFsdpTwice) {
   EXPECT_LT(z.comm_bytes, f.comm_bytes);
   // zero2 keeps every unit's parameters from forward to backward: more memory than fsdp.
   EXPECT_GT(z.peak_bytes, f.peak_bytes);
+  // Their bookkeeping per unit and step (calibrate's unit_overhead_s), once a step: four units.
+  pj::Machine u = m;
+  u.unit_overhead_s = {{"fsdp", 1e-4}, {"zero2", 3e-4}};
+  EXPECT_NEAR(pj::predict(uniform(), u, config("fsdp", 4, 8)).step_s, f.step_s + 4 * 1e-4, 1e-9);
+  EXPECT_NEAR(pj::predict(uniform(), u, config("zero2", 4, 8)).step_s, z.step_s + 4 * 3e-4, 1e-9);
+  EXPECT_NEAR(pj::predict(uniform(), u, config("ddp", 4, 8)).step_s, pj::predict(uniform(), m, config("ddp", 4, 8)).step_s, 1e-12);
 }
 
 TEST(Projection, TpSplitsChannelsAndPaysItsCollectives) {
@@ -454,6 +467,42 @@ TEST_F(ProjectCli, BadInputExitsTwoNamingIt) {
   EXPECT_EQ(r.code, 2) << r.err;
 }
 
+TEST_F(ProjectCli, ValidateTimesPipelinesStageByStage) {
+  // mp and pipeline run each stage as a Sequential of its own: validate times them so, once per
+  // stage count, and keeps that profile with --save-profile.
+  const std::string net = (test::source_dir() / "workloads" / "examples" / "mixed_stride_pad.json").string();
+  test::Result r = parbench("run --workload " + net + " --strategies mp,pipeline --devices 2 --batch 2 --threads 1 --iterations 2 --warmup 1 --out " +
+                            path("run"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = parbench("calibrate --ranks 2 --sizes 4,64 --reps 1 --pools 1 --out " + path("cpu.json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = parbench("project --validate " + path("run/results.json") + " --machine " + path("cpu.json") +
+               " --profile-reps 1 --profile-rounds 1 --out " + path("v") + " --save-profile " + path("prof"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string said = "timing stage by stage (2 stages, 2 worker(s) at once)";
+  const std::size_t first = r.err.find(said);
+  ASSERT_NE(first, std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find(said, first + 1), std::string::npos) << "timed once for both strategies: " << r.err;
+  const json v = json::parse(read_file(path("v.json")));
+  ASSERT_EQ(v["rows"].size(), 2u) << v.dump();
+  for (const json& row : v["rows"]) EXPECT_GT(row["predicted_s"].get<double>(), 0) << row.dump();
+  const pj::Profile whole = pj::load_profile(path("prof-threads1-workers2.json"));
+  const pj::Profile staged = pj::load_profile(path("prof-stages2-threads1-workers2.json"));
+  EXPECT_EQ(staged.context.at("stages").get<int>(), 2);
+  ASSERT_EQ(staged.layers.size(), whole.layers.size());
+  EXPECT_EQ(staged.batches, whole.batches);
+  // The net's first layer computes no input gradient; the second stage's first layer does, as
+  // that stage's backward sends it to the first.
+  const NetPlan plan = plan_net(load_net_json(net));
+  const auto ranges = split_stages(plan, 2, {}, "mp");
+  ASSERT_EQ(ranges.size(), 2u);
+  for (std::size_t b = 0; b < staged.batches.size(); ++b) {
+    EXPECT_EQ(staged.layers[0].backward_data_s[b], 0.0);
+    EXPECT_GT(staged.layers[static_cast<std::size_t>(ranges[1].first)].backward_data_s[b], 0.0);
+    for (const pj::LayerProfile& l : staged.layers) EXPECT_GE(l.forward_s[b], 0.0);
+  }
+}
+
 TEST_F(ProjectCli, ValidateComparesEveryMeasuredConfiguration) {
   test::Result r = parbench("run --workload linear --strategies regular,dp,ddp,mp,pipeline,tp --devices 1,2 --batch 2 --iterations 3 --warmup 1 --out " +
                                 path("run"));
@@ -477,6 +526,14 @@ TEST_F(ProjectCli, ValidateComparesEveryMeasuredConfiguration) {
   ASSERT_EQ(rounds.size(), 5u);
   std::sort(rounds.begin(), rounds.end());
   EXPECT_DOUBLE_EQ(cpu.step_overhead_s, std::max(0.0, rounds[2]));
+  // fsdp's and zero2's bookkeeping per unit likewise: the median of their rounds, never negative.
+  for (const char* s : {"fsdp", "zero2"}) {
+    rounds = cpu.calibration.at("unit_overhead_rounds_s").at(s).get<std::vector<double>>();
+    ASSERT_EQ(rounds.size(), 5u) << s;
+    std::sort(rounds.begin(), rounds.end());
+    ASSERT_TRUE(cpu.unit_overhead_s.count(s)) << s;
+    EXPECT_DOUBLE_EQ(cpu.unit_overhead_s.at(s), std::max(0.0, rounds[2])) << s;
+  }
   for (const std::string bad : {"--skew-us -5", "--pools 0"}) {
     r = parbench("calibrate " + bad + " --out " + path("never.json"));
     EXPECT_EQ(r.code, 2) << bad;
