@@ -8,12 +8,17 @@
 # against that calibration (its profile timed right after it); `project --combine` pools them.
 # Writes OUT/ (default runs/validate-<UTC>): each round's machine file, run folder, validation
 # and profiles, the pooled validate-*.md/json, uptime.txt.
-# usage: [ROUNDS=6] [REPS=2] scripts/validate_projection.sh [PARBENCH] [OUT]
+# usage: [ROUNDS=6] [REPS=2] [SETS="great_net-32 great_net-48 linear mpi"] scripts/validate_projection.sh [PARBENCH] [OUT]
 set -euo pipefail
 PB=${1:-build/parbench}
 OUT=${2:-runs/validate-$(date -u +%Y%m%dT%H%M%SZ)}
 ROUNDS=${ROUNDS:-6}
 REPS=${REPS:-2}
+SETS=${SETS:-great_net-32 great_net-48 linear mpi}
+for s in $SETS; do
+  case $s in great_net-32|great_net-48|linear|mpi) ;; *) echo "SETS: unknown set '$s' (expected great_net-32, great_net-48, linear, mpi)" >&2; exit 2;; esac
+done
+want() { [[ " $SETS " == *" $1 "* ]]; }
 mkdir -p "$OUT"
 stamp() { echo "$1 $(date -u +%H:%M:%S) $(uptime | sed 's/.*load/load/')" | tee -a "$OUT/uptime.txt"; }
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe --mca btl self,vader -np 2)
@@ -35,14 +40,15 @@ rounds() {
   stamp "combine $name"
   "$PB" project --combine "$(IFS=,; echo "${list[*]}")" --out "$OUT/validate-$name" 2>/dev/null | grep -E "^(Mean|Repeat)"
 }
-for cfg in "great_net 32 0.25" "great_net 48 0.25" "linear 0 0"; do
+for cfg in "great_net 32 0.25 great_net-32" "great_net 48 0.25 great_net-48" "linear 0 0 linear"; do
   set -- $cfg
+  want "$4" || continue
   name=$1; [ "$1" = great_net ] && name="great_net-$2-$3"
   args=(--workload "$1" --batch 2 --devices 1,2,4 --iterations 10 --benchmark_enable_random_interleaving=true)
   [ "$1" = great_net ] && args+=(--image "$2" --width "$3")
   [ "$1" = linear ] && args+=(--iterations 200)  # the last --iterations counts
   rounds "$name" "" "$PB" run "${args[@]}"
 done
-rounds great_net-32-0.25-mpi mpi "${MPIRUN[@]}" "$PB" run --workload great_net --image 32 --width 0.25 \
+want mpi && rounds great_net-32-0.25-mpi mpi "${MPIRUN[@]}" "$PB" run --workload great_net --image 32 --width 0.25 \
   --batch 2 --devices 2 --strategies ddp,mp,pipeline --iterations 10
 stamp done
