@@ -34,6 +34,15 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// The median of `pools` timings, each with a fresh set of worker threads (time() makes its own):
+// where the scheduler places a set lasts as long as the set does.
+template <class F>
+double median_over_pools(int pools, F&& time) {
+  std::vector<double> each;
+  for (int k = 0; k < pools; ++k) each.push_back(time());
+  return median(each);
+}
+
 // One collective over `ranks` workers, `n` floats: the median over reps of the slowest rank's time.
 // In a multi-process job this process is one rank and the others are the other processes.
 // In-process, the workers arrive as a step's do, one after another (rank i `skew_s` x i late): the
@@ -303,10 +312,9 @@ int cmd_calibrate(const std::vector<std::string>& args) {
         const int64_t n = kib * 1024 / 4;
         // Small messages: latency alone, microseconds that wander with the scheduler; more calls.
         const int calls = kib <= 64 ? 5 * reps : reps;
-        std::vector<double> each;
-        for (int k = 0; k < pools; ++k)
-          each.push_back(time_collective(c, static_cast<int>(c == pj::Coll::SendRecv && !multi_process() ? 2 : r), n, calls, skew_s));
-        const double t = median(each);
+        const double t = median_over_pools(pools, [&] {
+          return time_collective(c, static_cast<int>(c == pj::Coll::SendRecv && !multi_process() ? 2 : r), n, calls, skew_s);
+        });
         samples.push_back({static_cast<int>(c == pj::Coll::SendRecv ? 2 : r), n * 4.0, t});
         record[pj::coll_name(c)].push_back({{"ranks", samples.back().ranks}, {"bytes", samples.back().bytes}, {"seconds", t}});
         if (lead) fmt::print(stderr, "parbench calibrate: {} x{} {} KiB: {:.3g} ms\n", pj::coll_name(c), samples.back().ranks, kib, t * 1e3);
@@ -329,11 +337,7 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   if (multi_process()) {
     m.step_overhead_s = time_dispatch(1, 50);
   } else {
-    auto dispatch = [&](int workers) {
-      std::vector<double> each;
-      for (int k = 0; k < pools; ++k) each.push_back(time_dispatch(workers, 50));
-      return median(each);
-    };
+    auto dispatch = [&](int workers) { return median_over_pools(pools, [&] { return time_dispatch(workers, 50); }); };
     const double t1 = dispatch(1), t2 = dispatch(2), t4 = dispatch(4);
     const Overheads o = time_overheads(cores, 5, &record);
     m.step_overhead_s = o.step_s;
