@@ -10,6 +10,7 @@
 
 #include "engine/check.h"
 #include "engine/comm.h"
+#include "engine/spin_wait.h"
 
 namespace pb {
 
@@ -232,18 +233,18 @@ class InProcComm final : public Communicator {
   }
 
   std::mutex mu_;
-  std::condition_variable cv_;  // one for all waits: few ranks, and every change may wake several
+  SpinCondition cv_;  // one for all waits: few ranks, and every change may wake several
   int arrived_ = 0;
   uint64_t generation_ = 0;
   bool aborted_ = false;
   std::vector<const float*> src_;          // per rank, published before a meet()
-  std::vector<std::vector<float>> host_;   // per rank: host copy of a device buffer
+  PerRank<std::vector<float>> host_;       // per rank: host copy of a device buffer
   std::vector<float> sum_;
   std::vector<Mail> mail_;                 // [sender * size + receiver]
   std::vector<Channel> channels_;          // [sender * size + receiver], under mu_
-  std::vector<std::map<int64_t, std::shared_ptr<Transfer>>> started_;  // per rank, its own thread's
-  std::vector<int64_t> next_id_;           // per rank, its own thread's
-  std::vector<std::vector<float>> piece_;  // per rank: its reduce-scatter piece
+  PerRank<std::map<int64_t, std::shared_ptr<Transfer>>> started_;  // per rank, its own thread's
+  PerRank<int64_t> next_id_;               // per rank, its own thread's
+  PerRank<std::vector<float>> piece_;      // per rank: its reduce-scatter piece
 };
 
 }  // namespace

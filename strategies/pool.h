@@ -12,12 +12,24 @@
 #include <thread>
 #include <vector>
 
+#include "engine/spin_wait.h"
+
 namespace pb {
 
 class WorkerPool {
  public:
   // Error naming how many threads started when the system refuses one (thread or memory limits).
-  explicit WorkerPool(int n);
+  // cores: empty, or a CPU per task: task i's thread is bound to cores[i], the calling thread (task
+  // 0) from here until the pool is destroyed, when it gets its own CPUs back.
+  explicit WorkerPool(int n, std::vector<int> cores = {});
+  // A CPU per task for tasks that each run one thread: the calling thread's CPUs in turn (round
+  // robin when there are more tasks); empty for one task, or where threads are not bound. With
+  // waits that poll (engine/spin_wait.h), unbound threads often pile onto one core while another
+  // idles: two workers' microsecond step measured 5 or 13 us, four workers' 18 or 29 us, by
+  // where the scheduler put them (docs/PERFORMANCE.md).
+  static std::vector<int> cores_for(int n);
+  // Binds the calling thread to one CPU (best effort; nothing where threads are not bound).
+  static void bind_this_thread(int cpu);
   ~WorkerPool();  // joins
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
@@ -32,7 +44,7 @@ class WorkerPool {
   void stop_and_join() noexcept;
   void record_failure(const std::function<void()>& on_error);
   std::mutex mu_;  // guards everything below; also orders the caller's writes before a task's reads
-  std::condition_variable start_cv_, done_cv_;
+  SpinCondition start_cv_, done_cv_;
   const std::function<void(int)>* fn_ = nullptr;
   const std::function<void()>* on_error_ = nullptr;
   int count_ = 0, pending_ = 0;
@@ -40,6 +52,8 @@ class WorkerPool {
   bool stop_ = false;
   std::exception_ptr error_;
   std::vector<std::thread> threads_;  // task i > 0 runs on threads_[i - 1]
+  std::vector<int> cores_;
+  std::vector<int> caller_cores_;  // the calling thread's CPUs before it was bound
 };
 
 }  // namespace pb

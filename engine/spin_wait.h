@@ -1,0 +1,70 @@
+// Waiting for another thread of this process: polled first, then blocked.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+namespace pb {
+
+// How long a waiting thread polls before it sleeps. A peer that arrives within it (after equal
+// work, the usual case at a collective or a step's start) is met without a sleep and a wake-up,
+// which on a VM cost 10-60 us, several-fold apart with where the scheduler placed the threads
+// (docs/PERFORMANCE.md). Bounded, and yielding between polls, so that a thread waiting for a peer
+// that is not running gives the core away, and costs nothing once asleep.
+inline constexpr std::chrono::microseconds kSpinWait{50};
+
+// A condition variable whose waiters poll before they block. They poll a counter that every
+// notify_all() bumps, not the mutex: a poller taking the mutex over and over would make the
+// thread that comes to change the state sleep on it.
+class SpinCondition {
+ public:
+  // After changing, under the mutex, what waiters' predicates read.
+  void notify_all() {
+    epoch_.fetch_add(1, std::memory_order_release);
+    cv_.notify_all();
+  }
+
+  // cv.wait(lock, done), done() read under the lock.
+  template <class Pred>
+  void wait(std::unique_lock<std::mutex>& lock, Pred done) {
+    if (done()) return;
+    using clock = std::chrono::steady_clock;
+    const auto t0 = clock::now();
+    uint64_t seen = epoch_.load(std::memory_order_acquire);
+    for (;;) {
+      lock.unlock();
+      bool changed = false;
+      while (!changed && clock::now() - t0 < kSpinWait) {
+        for (int k = 0; k < 16 && !changed; ++k) {
+          pause();
+          changed = epoch_.load(std::memory_order_acquire) != seen;
+        }
+        if (!changed) std::this_thread::yield();
+      }
+      lock.lock();
+      if (done()) return;
+      if (!changed) break;
+      seen = epoch_.load(std::memory_order_acquire);
+    }
+    cv_.wait(lock, done);
+  }
+
+ private:
+  static void pause() {
+#if defined(__x86_64__) || defined(__i386__)
+    _mm_pause();
+#endif
+  }
+  std::atomic<uint64_t> epoch_{0};
+  std::condition_variable cv_;
+};
+
+}  // namespace pb
