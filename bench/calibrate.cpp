@@ -43,6 +43,12 @@ double median_over_pools(int pools, F&& time) {
   return median(each);
 }
 
+// About 2 us of one thread's arithmetic (a small layer's worth), the same amount every call.
+void busy_work() {
+  volatile float x = 1.0f;
+  for (int i = 0; i < 600; ++i) x = x * 0.999f + 0.001f;
+}
+
 // One collective over `ranks` workers, `n` floats: the median over reps of the slowest rank's time.
 // In a multi-process job this process is one rank and the others are the other processes.
 // In-process, the workers arrive as a step's do, one after another (rank i `skew_s` x i late): the
@@ -55,7 +61,7 @@ double time_collective(pj::Coll c, int ranks, int64_t n, int reps, double skew_s
   BackendOptions bo;
   bo.threads = 1;
   std::vector<Backend*> ptrs(ranks, nullptr);
-  WorkerPool pool(local);
+  WorkerPool pool(local, WorkerPool::cores_for(local));  // one-thread workers, bound as a step's are
   pool.run(local, [&](int i) { backends[i] = make_backend(cpu(mpi ? process().rank : i), bo); });
   for (int i = 0; i < local; ++i) ptrs[mpi ? process().rank : i] = backends[i].get();
   auto comm = make_communicator(ptrs);
@@ -65,27 +71,49 @@ double time_collective(pj::Coll c, int ranks, int64_t n, int reps, double skew_s
   std::vector<std::vector<double>> t(local, std::vector<double>(reps + 1));
   std::vector<std::vector<clk::time_point>> arrive(local, std::vector<clk::time_point>(reps + 1)), done = arrive;
   const bool skewed = !mpi && skew_s > 0;
-  pool.run(local, [&](int i) {
+  auto call = [&](int i) {
     const int r = mpi ? process().rank : i;
     float* b = bufs[i].data();
+    switch (c) {
+      case pj::Coll::AllReduce: comm->all_reduce(r, b, n); break;
+      case pj::Coll::Broadcast: comm->broadcast(r, b, n, 0); break;
+      case pj::Coll::Reduce: comm->reduce(r, b, n, 0); break;
+      case pj::Coll::AllGather: comm->all_gather(r, b + r * piece, b, piece); break;  // in place, as fsdp
+      case pj::Coll::ReduceScatter: comm->reduce_scatter(r, b, pieces[i].data(), piece); break;
+      case pj::Coll::SendRecv:
+        if (r == 0) comm->send(r, b, n, 1);
+        else if (r == 1) comm->recv(r, b, n, 0);
+        break;
+      default: break;
+    }
+  };
+  if (!mpi && !skewed) {
+    // Between calls each worker computes a little, as a step's workers do: the cost is then the
+    // loop's time less the same loop's without the calls. With several workers to a core, a
+    // waiting worker gives its core to one still computing, which a loop of calls alone hides.
+    auto loop = [&](bool calls) {
+      const auto t0 = clk::now();
+      pool.run(local, [&](int i) {
+        for (int k = 0; k < reps; ++k) {
+          busy_work();
+          if (calls) call(i);
+        }
+      });
+      return since(t0);
+    };
+    loop(true);  // untimed
+    std::vector<double> with, without;
+    for (int k = 0; k < 3; ++k) with.push_back(loop(true)), without.push_back(loop(false));
+    return std::max(1e-9, (median(with) - median(without)) / reps);
+  }
+  pool.run(local, [&](int i) {
     for (int k = 0; k <= reps; ++k) {  // k = 0: untimed
       if (skewed)
         for (const auto s0 = clk::now(); since(s0) < skew_s * i;) {
         }
       const auto t0 = clk::now();
       arrive[i][k] = t0;
-      switch (c) {
-        case pj::Coll::AllReduce: comm->all_reduce(r, b, n); break;
-        case pj::Coll::Broadcast: comm->broadcast(r, b, n, 0); break;
-        case pj::Coll::Reduce: comm->reduce(r, b, n, 0); break;
-        case pj::Coll::AllGather: comm->all_gather(r, b + r * piece, b, piece); break;  // in place, as fsdp
-        case pj::Coll::ReduceScatter: comm->reduce_scatter(r, b, pieces[i].data(), piece); break;
-        case pj::Coll::SendRecv:
-          if (r == 0) comm->send(r, b, n, 1);
-          else if (r == 1) comm->recv(r, b, n, 0);
-          break;
-        default: break;
-      }
+      call(i);
       t[i][k] = since(t0);
       done[i][k] = clk::now();
     }
@@ -107,7 +135,7 @@ double time_collective(pj::Coll c, int ranks, int64_t n, int reps, double skew_s
 
 // Starting N workers for a step that does nothing: the step overhead run pays per worker count.
 double time_dispatch(int workers, int reps) {
-  WorkerPool pool(workers);
+  WorkerPool pool(workers, WorkerPool::cores_for(workers));
   std::vector<double> t;
   for (int k = 0; k <= reps; ++k) {
     const auto t0 = clk::now();
@@ -343,6 +371,7 @@ int cmd_calibrate(const std::vector<std::string>& args) {
     m.step_overhead_s = o.step_s;
     m.unit_overhead_s = o.unit_s;
     m.worker_overhead_s = std::max(0.0, ((t2 - t1) + (t4 - t1) / 3) / 2);
+    m.worker_overhead_at_s = {{2, std::max(0.0, t2 - t1)}, {4, std::max(0.0, t4 - t1)}};
     record["dispatch_s"] = {{"1", t1}, {"2", t2}, {"4", t4}};
   }
   m.peak_flops = conv_flops(cores);

@@ -8,10 +8,12 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "engine/check.h"
 #include "engine/layer_profile.h"
+#include "strategies/pool.h"
 
 namespace pb {
 
@@ -70,7 +72,13 @@ projection::Profile engine_profile(const NetPlan& plan, const std::string& workl
   // together, one that is done training untimed until all are), sharing the cores as a step's do.
   const bool aligned = concurrent > 1 && static_cast<unsigned>(concurrent * threads) <= std::thread::hardware_concurrency();
   std::atomic<int> done{0};
+  // One-thread workers bound to cores as a step's are (strategies/group.cpp); the calling thread
+  // (worker 0) gets its own CPUs back at the end.
+  std::optional<WorkerPool> binding;
+  const std::vector<int> cores = concurrent > 1 && threads == 1 ? WorkerPool::cores_for(concurrent) : std::vector<int>{};
+  if (!cores.empty()) binding.emplace(1, std::vector<int>{cores[0]});
   auto work = [&](int w) {
+    if (w > 0 && !cores.empty()) WorkerPool::bind_this_thread(cores[static_cast<std::size_t>(w)]);
     std::unique_ptr<Backend> be;
     try {
       BackendOptions bo;

@@ -104,6 +104,11 @@ struct Machine {
   bool overlap = false;        // collectives run beside compute (their own stream / engine)
   double step_overhead_s = 0;    // per step: starting the workers and waiting for them
   double worker_overhead_s = 0;  // per step and additional worker
+  // Per step, the dispatch of exactly that many in-process workers beyond one worker's step, as
+  // calibrate measured it (not linear in the count: waking threads that share cores). Between
+  // counts: interpolated (1 worker: 0); beyond the largest: worker_overhead_s per further worker.
+  std::map<int, double> worker_overhead_at_s;
+  double workers_overhead_s(int local) const;
   // fsdp / zero2: per unit and step, what the strategy's own bookkeeping costs beyond the unit's
   // layers and collectives (gathering into fresh buffers, freeing them, zeroed gradients).
   std::map<std::string, double> unit_overhead_s;
@@ -123,7 +128,8 @@ struct CollCost {
 // The cheapest listed algorithm for `bytes` over `ranks` devices; a group that spans nodes pays
 // the inter-node costs (the slowest link of a ring or tree sets its pace). UsageError naming the
 // machine file when it lists no cost for the collective.
-CollCost collective_cost(const Machine& m, Coll c, double bytes, int ranks, bool spans_nodes);
+// fit_ranks: the worker count whose fit (`ranks`) applies, when not `ranks` itself (0).
+CollCost collective_cost(const Machine& m, Coll c, double bytes, int ranks, bool spans_nodes, int fit_ranks = 0);
 
 // Fits alpha and bus bandwidth to measured times by least squares on
 // t = alpha * latency_steps + bytes * bus_factor / bandwidth.
