@@ -49,11 +49,11 @@ void busy_work() {
   for (int i = 0; i < 600; ++i) x = x * 0.999f + 0.001f;
 }
 
-// One collective over `ranks` workers, `n` floats: the median over reps of the slowest rank's time.
-// In a multi-process job this process is one rank and the others are the other processes.
-// In-process, the workers arrive as a step's do, one after another (rank i `skew_s` x i late): the
-// time is then from the last arrival to the last rank done, the early ones woken from their wait
-// -- a cost a back-to-back loop, where every rank is awake, does not show.
+// One collective over `ranks` workers, `n` floats. In a multi-process job this process is one rank
+// and the others are the other processes: the median over reps of the slowest rank's time. In-
+// process, with skew_s = 0, each call after a little computation, as in a step (below); else rank i
+// arrives skew_s x i late and the time is from the last arrival to the last rank done, the early
+// ones woken from their wait.
 double time_collective(pj::Coll c, int ranks, int64_t n, int reps, double skew_s) {
   const bool mpi = multi_process();
   const int local = mpi ? 1 : ranks;
@@ -295,7 +295,7 @@ int cmd_calibrate(const std::vector<std::string>& args) {
               {"ranks", "LIST", "worker counts to time (in-process; under mpirun: the job's size)", "2,4"},
               {"sizes", "LIST", "message sizes in KiB", "1,4,64,1024,8192"},
               {"reps", "N", "timed calls per size (median; 5 x N up to 64 KiB)", "7"},
-              {"skew-us", "US", "in-process: rank i arrives at each call US x i microseconds late, its peers asleep by then; the time counts from the last arrival (0: all at once, back to back, as a step's workers arrive after equal work)", "0"},
+              {"skew-us", "US", "in-process: rank i arrives at each call US x i microseconds late, its peers asleep by then; the time counts from the last arrival (0: every worker computes about 2 us between calls, as a step's do, and the calls' cost is the loop's time less the same loop without them)", "0"},
               {"pools", "N", "in-process: time each size with N fresh sets of worker threads (median): where the scheduler places a set of threads lasts as long as they do and can change a small message's time several-fold", "5"},
               {"name", "TEXT", "the machine's name", ""},
           });

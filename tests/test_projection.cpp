@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -165,6 +166,64 @@ TEST(Projection, AlphaBetaPerCollectiveAndAlgorithm) {
   const pj::Prediction f = pj::predict(uniform(), no_gather, config("fsdp", 2, 2));
   EXPECT_FALSE(f.feasible);
   EXPECT_NE(f.reason.find("all_gather"), std::string::npos) << f.reason;
+}
+
+TEST(Projection, WorkerOverheadPerWorkerCount) {
+  pj::Machine m = free_links();
+  m.kind = "cpu";
+  m.shared_cores = 2;
+  m.worker_overhead_s = 1e-6;
+  // Without a table: per further worker.
+  EXPECT_DOUBLE_EQ(m.workers_overhead_s(1), 0);
+  EXPECT_NEAR(m.workers_overhead_s(4), 3e-6, 1e-15);
+  // calibrate's dispatch of 2 and 4 workers: used at those counts, interpolated between (1 worker:
+  // none), per further worker beyond.
+  m.worker_overhead_at_s = {{2, 10e-6}, {4, 14e-6}};
+  EXPECT_DOUBLE_EQ(m.workers_overhead_s(1), 0);
+  EXPECT_NEAR(m.workers_overhead_s(2), 10e-6, 1e-15);
+  EXPECT_NEAR(m.workers_overhead_s(3), 12e-6, 1e-15);
+  EXPECT_NEAR(m.workers_overhead_s(4), 14e-6, 1e-15);
+  EXPECT_NEAR(m.workers_overhead_s(6), 16e-6, 1e-15);
+  // Charged once a step: ddp on 4 workers costs the table's 14 us more than with no overhead.
+  pj::Machine none = m;
+  none.worker_overhead_at_s.clear();
+  none.worker_overhead_s = 0;
+  pj::Options o;
+  o.threads_per_worker = 1;
+  EXPECT_NEAR(pj::predict(uniform(), m, config("ddp", 4, 8), o).step_s - pj::predict(uniform(), none, config("ddp", 4, 8), o).step_s,
+              14e-6, 1e-12);
+  const pj::Machine again = pj::parse_machine(pj::machine_json(m).dump(), "again");
+  EXPECT_EQ(again.worker_overhead_at_s, m.worker_overhead_at_s);
+  json j = fixture_json("machine.json");
+  j["worker_overhead_at_s"] = {{"1", 1e-6}};
+  expect_usage_error([&] { pj::parse_machine(j.dump(), "m.json"); }, {"m.json", "worker_overhead_at_s.1", "worker count of 2 or more"});
+  j["worker_overhead_at_s"] = {{"2", -1e-6}};
+  expect_usage_error([&] { pj::parse_machine(j.dump(), "m.json"); }, {"worker_overhead_at_s.2", ">= 0"});
+}
+
+TEST(Projection, SharedCoreGroupsTakeTheFitOfTheNodesWorkers) {
+  // dp2xtp2 on 4 CPU workers sharing the cores: its collectives are among 2 of them, but 4
+  // threads share the cores, so the fit at 4 workers prices them. Its latency steps stay the group's.
+  pj::Machine m = machine();
+  m.kind = "cpu";
+  m.overlap = false;
+  for (const char* c : {"all_gather", "all_reduce"}) {
+    m.intra_node[c]["ring"].at_ranks[2] = {1e-6, 1e12};
+    m.intra_node[c]["ring"].at_ranks[4] = {50e-6, 1e12};
+  }
+  EXPECT_NEAR(pj::collective_cost(m, pj::Coll::AllGather, 64, 2, false, 4).seconds, 50e-6 + 64 * 0.5 / 1e12, 1e-12);
+  pj::Options o;
+  o.threads_per_worker = 1;
+  pj::Machine own = m;  // each device its own cores (a GPU-like node): the group's own fit
+  own.shared_cores = 0;
+  m.shared_cores = 2;
+  const pj::Prediction shared = pj::predict(uniform(), m, config("dp2xtp2", 4, 8), o);
+  const pj::Prediction apart = pj::predict(uniform(), own, config("dp2xtp2", 4, 8), o);
+  ASSERT_TRUE(shared.feasible && apart.feasible) << shared.reason << apart.reason;
+  // uniform's 4 layers: an all-gather each, an all-reduce for 3 (not the first), then the slices'
+  // all-reduce: 8 collectives of one latency step (all-gather) or two (all-reduce, 2 workers).
+  const double steps = 4 * 1 + 3 * 2 + 2;
+  EXPECT_NEAR(shared.exposed_comm_s - apart.exposed_comm_s, steps * (50e-6 - 1e-6), 2e-9);
 }
 
 TEST(Projection, FitRecoversAlphaAndBandwidth) {
@@ -503,6 +562,28 @@ TEST_F(ProjectCli, ValidateTimesPipelinesStageByStage) {
   }
 }
 
+TEST_F(ProjectCli, ValidateTimesAtMostAsManyWorkersSideBySideAsCores) {
+  // Four one-thread workers: timed side by side by as many as the cores run at once (the
+  // simulator shares the cores beyond); two workers, by two where there are two cores.
+  test::Result r = parbench("run --workload linear --strategies ddp --devices 2,4 --batch 2 --iterations 3 --warmup 1 --out " +
+                            path("run"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = parbench("project --validate " + path("run/results.json") + " --machine " +
+               (test::source_dir() / "machines/this_cpu.json").string() +
+               " --profile-reps 1 --profile-rounds 1 --out " + path("v") + " --save-profile " + path("prof"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  for (const int n : {2, 4}) {
+    const int t = std::max(1, cores / n), k = std::min(n, std::max(1, cores / t));  // run's threads per worker
+    EXPECT_TRUE(std::filesystem::exists(path(fmt::format("prof-threads{}-workers{}.json", t, k)))) << n << " on " << cores;
+    if (k < n) {
+      EXPECT_FALSE(std::filesystem::exists(path(fmt::format("prof-threads{}-workers{}.json", t, n)))) << n << " on " << cores;
+    }
+  }
+  const json v = json::parse(read_file(path("v.json")));
+  EXPECT_EQ(v["rows"].size(), 2u);
+}
+
 TEST_F(ProjectCli, ValidateComparesEveryMeasuredConfiguration) {
   test::Result r = parbench("run --workload linear --strategies regular,dp,ddp,mp,pipeline,tp --devices 1,2 --batch 2 --iterations 3 --warmup 1 --out " +
                                 path("run"));
@@ -534,6 +615,12 @@ TEST_F(ProjectCli, ValidateComparesEveryMeasuredConfiguration) {
     ASSERT_TRUE(cpu.unit_overhead_s.count(s)) << s;
     EXPECT_DOUBLE_EQ(cpu.unit_overhead_s.at(s), std::max(0.0, rounds[2])) << s;
   }
+  // The dispatch of 2 and 4 workers beyond one's, as recorded, per count.
+  const json& d = cpu.calibration.at("dispatch_s");
+  ASSERT_EQ(cpu.worker_overhead_at_s.size(), 2u);
+  for (const int k : {2, 4})
+    EXPECT_DOUBLE_EQ(cpu.worker_overhead_at_s.at(k),
+                     std::max(0.0, d.at(std::to_string(k)).get<double>() - d.at("1").get<double>())) << k;
   for (const std::string bad : {"--skew-us -5", "--pools 0"}) {
     r = parbench("calibrate " + bad + " --out " + path("never.json"));
     EXPECT_EQ(r.code, 2) << bad;

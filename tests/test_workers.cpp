@@ -1,6 +1,8 @@
 // The worker pool under the strategies, and what a user sees when the system refuses workers.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -8,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <mutex>
 #include <thread>
 
 #include "tests/paths.h"
@@ -55,6 +58,76 @@ TEST(WorkerPool, FirstFailureRethrownAfterEveryTaskEnded) {
   pool.run(3, [&](int) { ++done; });  // still usable
   EXPECT_EQ(done, 3);
 }
+
+TEST(SpinCondition, WakesPollingAndSleepingWaitersAlike) {
+  // A hand-off back and forth: every other one after a pause well past the polling time, so the
+  // waiter has gone to sleep on the condition variable and only notify_all can wake it.
+  std::mutex mu;
+  SpinCondition cv;
+  int turn = 0;  // even: the main thread's, odd: the other's
+  const int rounds = 200;
+  std::vector<int> seen;
+  std::thread other([&] {
+    for (int k = 0; k < rounds; ++k) {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return turn == 2 * k + 1; });
+      seen.push_back(turn);
+      ++turn;
+      cv.notify_all();
+    }
+  });
+  for (int k = 0; k < rounds; ++k) {
+    if (k % 2) std::this_thread::sleep_for(kSpinWait * 4);
+    std::unique_lock<std::mutex> lock(mu);
+    turn = 2 * k + 1;
+    cv.notify_all();
+    cv.wait(lock, [&] { return turn == 2 * k + 2; });
+  }
+  other.join();
+  ASSERT_EQ(seen.size(), static_cast<std::size_t>(rounds));
+  for (int k = 0; k < rounds; ++k) EXPECT_EQ(seen[k], 2 * k + 1);
+}
+
+#ifdef __linux__
+std::vector<int> my_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  EXPECT_EQ(pthread_getaffinity_np(pthread_self(), sizeof(set), &set), 0);
+  std::vector<int> out;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) out.push_back(c);
+  return out;
+}
+
+TEST(WorkerPool, BindsEachTaskToItsCoreAndGivesTheCallerItsCpusBack) {
+  const std::vector<int> mine = my_cpus();
+  ASSERT_FALSE(mine.empty());
+  const std::vector<int> cores = WorkerPool::cores_for(3);
+  ASSERT_EQ(cores.size(), 3u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(cores[i], mine[i % mine.size()]) << "the caller's CPUs in turn";
+  EXPECT_TRUE(WorkerPool::cores_for(1).empty());  // one worker: nothing to bind
+  {
+    WorkerPool pool(3, cores);
+    std::vector<std::vector<int>> bound(3);
+    std::vector<int> ran_on(3, -1);
+    pool.run(3, [&](int i) {
+      bound[i] = my_cpus();
+      ran_on[i] = sched_getcpu();
+    });
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(bound[i], std::vector<int>{cores[i]}) << "task " << i;
+      EXPECT_EQ(ran_on[i], cores[i]) << "task " << i;
+    }
+  }
+  EXPECT_EQ(my_cpus(), mine);  // the pool is gone: the calling thread may run anywhere again
+  {
+    WorkerPool unbound(2);
+    std::vector<int> n(2);
+    unbound.run(2, [&](int i) { n[i] = static_cast<int>(my_cpus().size()); });
+    EXPECT_EQ(n[1], static_cast<int>(mine.size()));
+  }
+}
+#endif
 
 // The preamble every strategy shares: no step or batch before its setup.
 TEST(GroupStrategy, EveryStrategyRefusesAStepBeforeItsSetup) {
