@@ -613,6 +613,11 @@ SimResult simulate(const std::vector<Actor>& actors, int workers, const Machine&
   r.exposed.assign(workers, 0);
   double now = 0;
   const double eps = 1e-15;
+  // One-thread CPU workers of a node beyond its cores are bound to them round robin
+  // (strategies/pool.cpp): local worker i on core i mod C.
+  const int local = std::min(workers, m.devices_per_node);
+  const bool bound = m.shared_cores > 0 && threads == 1 && local > m.shared_cores;
+  auto core_of = [&](int w) { return std::make_pair(w / m.devices_per_node, (w % m.devices_per_node) % m.shared_cores); };
   for (;;) {
     bool progress = true;
     while (progress) {
@@ -689,8 +694,12 @@ SimResult simulate(const std::vector<Actor>& actors, int workers, const Machine&
     if (all_done) break;
     // Compute speed: busy threads against the node's cores.
     std::map<int, int> busy;  // node -> busy compute actors
+    std::map<std::pair<int, int>, int> on_core;  // bound workers: (node, core) -> busy compute actors
     for (int a = 0; a < A; ++a)
-      if (st[a] == Computing && actors[a].uses_cores) ++busy[actors[a].worker / m.devices_per_node];
+      if (st[a] == Computing && actors[a].uses_cores) {
+        ++busy[actors[a].worker / m.devices_per_node];
+        if (bound) ++on_core[core_of(actors[a].worker)];
+      }
     const double cores = m.parallel_threads > 0 ? m.parallel_threads : m.shared_cores;
     auto seconds_at = [&](int b) {  // measured; in proportion to b beyond the last
       const int K = static_cast<int>(busy_seconds.size());
@@ -698,6 +707,14 @@ SimResult simulate(const std::vector<Actor>& actors, int workers, const Machine&
     };
     auto speed = [&](int a) {
       if (m.shared_cores <= 0 || !actors[a].uses_cores) return 1.0;
+      if (bound) {  // the busy workers of its core take turns; the node's busy cores slow each other
+        const std::pair<int, int> mine = core_of(actors[a].worker);
+        int active = 0;
+        for (const auto& [c, n] : on_core) active += c.first == mine.first && n > 0;
+        const double each = !busy_seconds.empty() ? seconds_at(timed_busy) / seconds_at(active)
+                                                  : std::min(1.0, cores / active) / std::min(1.0, cores / timed_busy);
+        return each / on_core[mine];
+      }
       if (!busy_seconds.empty()) return seconds_at(timed_busy) / seconds_at(std::max(1, busy[actors[a].worker / m.devices_per_node]));
       const double demand = static_cast<double>(busy[actors[a].worker / m.devices_per_node]) * threads;
       return std::min(1.0, cores / demand) / std::min(1.0, cores / (static_cast<double>(timed_busy) * threads));

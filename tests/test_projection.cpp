@@ -324,6 +324,27 @@ TEST(Projection, SharedCoresSlowConcurrentWorkers) {
   EXPECT_NEAR(pj::predict(uniform(), m, config("ddp", 2, 8), o).step_s, 2 * two, 1e-9);
 }
 
+TEST(Projection, BoundWorkersTakeTurnsOnTheirOwnCore) {
+  // Four one-thread workers on two cores are bound round robin (worker i on core i mod 2). In
+  // dp2xpp2 with one micro-batch the replicas' first stages (workers 0 and 2) compute together,
+  // then their second stages (1 and 3): two busy workers at a time, always on one core, at half
+  // speed -- where four cores (nothing shared) run every phase at full speed.
+  pj::Machine m = free_links();
+  m.kind = "cpu";
+  m.shared_cores = 2;
+  pj::Options o;
+  o.threads_per_worker = 1;
+  pj::Config c = config("dp2xpp2", 4, 4);
+  c.micro_batches = 1;
+  const double bound = pj::predict(uniform(), m, c, o).step_s;
+  m.shared_cores = 4;
+  const double apart = pj::predict(uniform(), m, c, o).step_s;
+  EXPECT_NEAR(bound, 2 * apart, 1e-9);
+  // ddp keeps all four busy together: two on each core, as shared evenly.
+  m.shared_cores = 2;
+  EXPECT_NEAR(pj::predict(uniform(), m, config("ddp", 4, 8), o).step_s, 2 * (4 * 0.004), 1e-9);
+}
+
 TEST(Projection, ProfileTimedByConcurrentWorkersIsTheirSpeed) {
   pj::Machine m = free_links();
   m.shared_cores = 2;
