@@ -61,15 +61,13 @@ double time_collective(pj::Coll c, int ranks, int64_t n, int reps, double skew_s
   BackendOptions bo;
   bo.threads = 1;
   std::vector<Backend*> ptrs(ranks, nullptr);
-  WorkerPool pool(local, WorkerPool::cores_for(local));  // one-thread workers, bound as a step's are
+  WorkerPool pool(local, WorkerPool::cores_for(local, bo.threads));  // bound as a step's workers are
   pool.run(local, [&](int i) { backends[i] = make_backend(cpu(mpi ? process().rank : i), bo); });
   for (int i = 0; i < local; ++i) ptrs[mpi ? process().rank : i] = backends[i].get();
   auto comm = make_communicator(ptrs);
   std::vector<std::vector<float>> bufs(local, std::vector<float>(static_cast<std::size_t>(n), 1.0f));
   const int64_t piece = n / ranks;  // all-gather, reduce-scatter: n is the whole (gathered) buffer
   std::vector<std::vector<float>> pieces(local, std::vector<float>(static_cast<std::size_t>(piece), 0.0f));
-  std::vector<std::vector<double>> t(local, std::vector<double>(reps + 1));
-  std::vector<std::vector<clk::time_point>> arrive(local, std::vector<clk::time_point>(reps + 1)), done = arrive;
   const bool skewed = !mpi && skew_s > 0;
   auto call = [&](int i) {
     const int r = mpi ? process().rank : i;
@@ -106,6 +104,8 @@ double time_collective(pj::Coll c, int ranks, int64_t n, int reps, double skew_s
     for (int k = 0; k < 3; ++k) with.push_back(loop(true)), without.push_back(loop(false));
     return std::max(1e-9, (median(with) - median(without)) / reps);
   }
+  std::vector<std::vector<double>> t(local, std::vector<double>(reps + 1));
+  std::vector<std::vector<clk::time_point>> arrive(local, std::vector<clk::time_point>(reps + 1)), done = arrive;
   pool.run(local, [&](int i) {
     for (int k = 0; k <= reps; ++k) {  // k = 0: untimed
       if (skewed)
@@ -135,7 +135,7 @@ double time_collective(pj::Coll c, int ranks, int64_t n, int reps, double skew_s
 
 // Starting N workers for a step that does nothing: the step overhead run pays per worker count.
 double time_dispatch(int workers, int reps) {
-  WorkerPool pool(workers, WorkerPool::cores_for(workers));
+  WorkerPool pool(workers, WorkerPool::cores_for(workers, 1));
   std::vector<double> t;
   for (int k = 0; k <= reps; ++k) {
     const auto t0 = clk::now();

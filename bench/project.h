@@ -13,7 +13,8 @@ namespace pb {
 // A per-layer profile of `plan` on the CPU backend with `threads` threads at each batch size,
 // timed as `parbench profile` times it (profile_net), in the profile.json format: what
 // `project --validate` uses when no --profile is given. `concurrent` workers time it at once
-// (context.concurrent_workers), as a step's workers share the cores.
+// (context.concurrent_workers), as a step's workers share the cores: at most as many as the cores
+// run at once (`project` shares them beyond that).
 projection::Profile engine_profile(const NetPlan& plan, const std::string& workload, std::vector<int64_t> batches,
                                    int threads, int reps = 3, int concurrent = 1);
 

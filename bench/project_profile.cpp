@@ -3,13 +3,10 @@
 #include "bench/project.h"
 
 #include <algorithm>
-#include <atomic>
 #include <condition_variable>
 #include <exception>
 #include <memory>
 #include <mutex>
-#include <optional>
-#include <thread>
 
 #include "engine/check.h"
 #include "engine/layer_profile.h"
@@ -46,9 +43,10 @@ projection::Profile engine_profile(const NetPlan& plan, const std::string& workl
   // `concurrent` workers, each with its own backend and `threads` threads, time the same layers
   // at once, as that many workers of a step compute side by side; each time is their mean (with
   // more than one, of the means over the repetitions) at the slowest one's pace (at_slowest_pace).
-  // While their threads fit the cores, a barrier before every timed layer call keeps them on the
-  // same layer at the same time, as a data-parallel step's workers are: two heavy convolutions on
-  // cores that share vector units slow each other more than a convolution beside a ReLU does.
+  // A barrier before every timed layer call keeps them on the same layer at the same time, as a
+  // data-parallel step's workers are: two heavy convolutions on cores that share vector units slow
+  // each other more than a convolution beside a ReLU does. They run on a WorkerPool, one-thread
+  // workers bound to cores as a step's are (strategies/group.cpp).
   std::vector<std::vector<NetProfile>> got(static_cast<std::size_t>(concurrent));
   std::vector<std::exception_ptr> err(static_cast<std::size_t>(concurrent));
   std::mutex mu;
@@ -67,18 +65,7 @@ projection::Profile engine_profile(const NetPlan& plan, const std::string& workl
     const int64_t g = generation;
     cv.wait(lk, [&] { return generation != g || broken; });
   };
-  // More threads than cores: the scheduler runs the aligned workers one after another within a
-  // layer, and each would time its layer at full speed; they then run unaligned instead (started
-  // together, one that is done training untimed until all are), sharing the cores as a step's do.
-  const bool aligned = concurrent > 1 && static_cast<unsigned>(concurrent * threads) <= std::thread::hardware_concurrency();
-  std::atomic<int> done{0};
-  // One-thread workers bound to cores as a step's are (strategies/group.cpp); the calling thread
-  // (worker 0) gets its own CPUs back at the end.
-  std::optional<WorkerPool> binding;
-  const std::vector<int> cores = concurrent > 1 && threads == 1 ? WorkerPool::cores_for(concurrent) : std::vector<int>{};
-  if (!cores.empty()) binding.emplace(1, std::vector<int>{cores[0]});
   auto work = [&](int w) {
-    if (w > 0 && !cores.empty()) WorkerPool::bind_this_thread(cores[static_cast<std::size_t>(w)]);
     std::unique_ptr<Backend> be;
     try {
       BackendOptions bo;
@@ -86,7 +73,7 @@ projection::Profile engine_profile(const NetPlan& plan, const std::string& workl
       be = make_backend(cpu(0), bo);
       barrier();
       ProfileOptions po{0, 1, reps, 0, concurrent > 1};
-      if (aligned) po.sync = barrier;
+      if (concurrent > 1) po.sync = barrier;
       for (int64_t b : batches) {
         po.batch = b;
         got[static_cast<std::size_t>(w)].push_back(profile_net(plan, *be, po));
@@ -97,17 +84,8 @@ projection::Profile engine_profile(const NetPlan& plan, const std::string& workl
       broken = true;
       cv.notify_all();
     }
-    done.fetch_add(1);
-    try {
-      while (!aligned && be && !err[static_cast<std::size_t>(w)] && done.load() < concurrent)
-        profile_net(plan, *be, {batches.front(), 0, 1, 0});
-    } catch (...) {
-    }
   };
-  std::vector<std::thread> ts;
-  for (int w = 1; w < concurrent; ++w) ts.emplace_back(work, w);
-  work(0);
-  for (std::thread& t : ts) t.join();
+  WorkerPool(concurrent, WorkerPool::cores_for(concurrent, threads)).run(concurrent, work);
   for (const std::exception_ptr& e : err)
     if (e) std::rethrow_exception(e);
   std::vector<double> slowest;

@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "engine/backend.h"
-#include "engine/per_rank.h"
 #include "engine/trace.h"
 
 namespace pb {
@@ -142,12 +141,12 @@ class Communicator {
   };
   std::vector<Backend*> ranks_;
   // Entry r of each is touched only by rank r's thread.
-  PerRank<CommStats> stats_;
-  PerRank<double> pending_wait_;
-  PerRank<char> settled_;
-  PerRank<Tracer*> tracers_;
-  PerRank<std::vector<std::pair<std::chrono::steady_clock::time_point, std::chrono::steady_clock::time_point>>> waits_;
-  PerRank<std::vector<Call>> calls_;
+  std::vector<CommStats> stats_;
+  std::vector<double> pending_wait_;
+  std::vector<char> settled_;
+  std::vector<Tracer*> tracers_;
+  std::vector<std::vector<std::pair<std::chrono::steady_clock::time_point, std::chrono::steady_clock::time_point>>> waits_;
+  std::vector<std::vector<Call>> calls_;
 };
 
 enum class CommKind { Auto, InProcess, Nccl };

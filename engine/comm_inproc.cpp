@@ -238,13 +238,13 @@ class InProcComm final : public Communicator {
   uint64_t generation_ = 0;
   bool aborted_ = false;
   std::vector<const float*> src_;          // per rank, published before a meet()
-  PerRank<std::vector<float>> host_;       // per rank: host copy of a device buffer
+  std::vector<std::vector<float>> host_;   // per rank: host copy of a device buffer
   std::vector<float> sum_;
   std::vector<Mail> mail_;                 // [sender * size + receiver]
   std::vector<Channel> channels_;          // [sender * size + receiver], under mu_
-  PerRank<std::map<int64_t, std::shared_ptr<Transfer>>> started_;  // per rank, its own thread's
-  PerRank<int64_t> next_id_;               // per rank, its own thread's
-  PerRank<std::vector<float>> piece_;      // per rank: its reduce-scatter piece
+  std::vector<std::map<int64_t, std::shared_ptr<Transfer>>> started_;  // per rank, its own thread's
+  std::vector<int64_t> next_id_;           // per rank, its own thread's
+  std::vector<std::vector<float>> piece_;  // per rank: its reduce-scatter piece
 };
 
 }  // namespace

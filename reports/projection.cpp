@@ -358,6 +358,14 @@ double latency_steps(Coll c, const std::string& algorithm, int n) {
 }
 
 namespace {
+// A key of a per-worker-count table (`ranks`, `worker_overhead_at_s`): 2 or more.
+int worker_count_key(const Obj& table, const std::string& key) {
+  char* end = nullptr;
+  const long n = std::strtol(key.c_str(), &end, 10);
+  if (key.empty() || *end != '\0' || n < 2 || n > (1 << 20)) table.fail(table.at_path(key), "a worker count of 2 or more as the key");
+  return static_cast<int>(n);
+}
+
 LinkCosts parse_links(const json& j, const std::string& source, const std::string& path) {
   Obj o(j, source, path);
   LinkCosts out;
@@ -373,16 +381,13 @@ LinkCosts parse_links(const json& j, const std::string& source, const std::strin
       if (ab.has("ranks")) {
         Obj at(ab.raw("ranks"), source, ab.at_path("ranks"));
         for (auto r = at.json_value().begin(); r != at.json_value().end(); ++r) {
-          char* end = nullptr;
-          const long n = std::strtol(r.key().c_str(), &end, 10);
-          if (r.key().empty() || *end != '\0' || n < 2 || n > (1 << 20))
-            at.fail(at.at_path(r.key()), "a worker count of 2 or more as the key");
+          const int n = worker_count_key(at, r.key());
           Obj one(at.raw(r.key()), source, at.at_path(r.key()));
           AlphaBeta::AtRanks f;
           f.alpha_s = one.number("alpha_s", 0);
           f.bus_bytes_per_s = one.number("bus_bytes_per_s", 0, /*positive=*/true);
           one.done();
-          v.at_ranks[static_cast<int>(n)] = f;
+          v.at_ranks[n] = f;
         }
         at.done();
       }
@@ -432,13 +437,8 @@ Machine parse_machine(const std::string& text, const std::string& source) {
   m.worker_overhead_s = top.number_or("worker_overhead_s", 0, 0);
   if (top.has("worker_overhead_at_s")) {
     Obj at(top.raw("worker_overhead_at_s"), source, "worker_overhead_at_s");
-    for (auto r = at.json_value().begin(); r != at.json_value().end(); ++r) {
-      char* end = nullptr;
-      const long n = std::strtol(r.key().c_str(), &end, 10);
-      if (r.key().empty() || *end != '\0' || n < 2 || n > (1 << 20))
-        at.fail(at.at_path(r.key()), "a worker count of 2 or more as the key");
-      m.worker_overhead_at_s[static_cast<int>(n)] = at.number(r.key(), 0);
-    }
+    for (auto r = at.json_value().begin(); r != at.json_value().end(); ++r)
+      m.worker_overhead_at_s[worker_count_key(at, r.key())] = at.number(r.key(), 0);
     at.done();
   }
   if (top.has("unit_overhead_s")) {

@@ -85,8 +85,7 @@ void Group::start(const std::function<void(Worker&)>& init) {
       const int n = static_cast<int>(local_.size());
       bool cpu_only = true;
       for (int i : local_) cpu_only = cpu_only && workers_[i]->device.kind == DeviceKind::Cpu;
-      pool_ = std::make_unique<WorkerPool>(n, cpu_only && opts_.backend.threads == 1 ? WorkerPool::cores_for(n)
-                                                                                  : std::vector<int>{});
+      pool_ = std::make_unique<WorkerPool>(n, cpu_only ? WorkerPool::cores_for(n, opts_.backend.threads) : std::vector<int>{});
     } catch (const Error& e) {  // the system's thread or memory limits: too many workers here
       throw UsageError(fmt::format("{}: --devices {}: {}; use fewer devices", strategy_, size(), e.what()));
     }

@@ -38,15 +38,14 @@ void bind_to(const std::vector<int>&) {}
 
 }  // namespace
 
-std::vector<int> WorkerPool::cores_for(int n) {
-  const std::vector<int> cpus = own_cpus();
+std::vector<int> WorkerPool::cores_for(int n, int threads_per_task) {
   std::vector<int> out;
-  if (n < 2 || cpus.empty()) return out;
+  if (n < 2 || threads_per_task != 1) return out;
+  const std::vector<int> cpus = own_cpus();
+  if (cpus.empty()) return out;
   for (int i = 0; i < n; ++i) out.push_back(cpus[static_cast<std::size_t>(i) % cpus.size()]);
   return out;
 }
-
-void WorkerPool::bind_this_thread(int cpu) { bind_to({cpu}); }
 
 WorkerPool::WorkerPool(int n, std::vector<int> cores) : cores_(std::move(cores)) {
   PB_CHECK(n >= 1, "a pool of {} workers", n);

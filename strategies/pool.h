@@ -23,13 +23,12 @@ class WorkerPool {
   // 0) from here until the pool is destroyed, when it gets its own CPUs back.
   explicit WorkerPool(int n, std::vector<int> cores = {});
   // A CPU per task for tasks that each run one thread: the calling thread's CPUs in turn (round
-  // robin when there are more tasks); empty for one task, or where threads are not bound. With
+  // robin when there are more tasks); empty for one task, for tasks of several threads (their
+  // teams need more than a core), or where threads are not bound. With
   // waits that poll (engine/spin_wait.h), unbound threads often pile onto one core while another
   // idles: two workers' microsecond step measured 5 or 13 us, four workers' 18 or 29 us, by
   // where the scheduler put them (docs/PERFORMANCE.md).
-  static std::vector<int> cores_for(int n);
-  // Binds the calling thread to one CPU (best effort; nothing where threads are not bound).
-  static void bind_this_thread(int cpu);
+  static std::vector<int> cores_for(int n, int threads_per_task);
   ~WorkerPool();  // joins
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;

@@ -102,10 +102,10 @@ std::vector<int> my_cpus() {
 TEST(WorkerPool, BindsEachTaskToItsCoreAndGivesTheCallerItsCpusBack) {
   const std::vector<int> mine = my_cpus();
   ASSERT_FALSE(mine.empty());
-  const std::vector<int> cores = WorkerPool::cores_for(3);
+  const std::vector<int> cores = WorkerPool::cores_for(3, 1);
   ASSERT_EQ(cores.size(), 3u);
   for (int i = 0; i < 3; ++i) EXPECT_EQ(cores[i], mine[i % mine.size()]) << "the caller's CPUs in turn";
-  EXPECT_TRUE(WorkerPool::cores_for(1).empty());  // one worker: nothing to bind
+  EXPECT_TRUE(WorkerPool::cores_for(1, 1).empty());  // one worker: nothing to bind
   {
     WorkerPool pool(3, cores);
     std::vector<std::vector<int>> bound(3);
