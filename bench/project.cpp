@@ -545,13 +545,20 @@ int validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profile> prof
     }
     throw UsageError(fmt::format("{}: context \"{}\" is \"{}\", expected a number", run.source, k.name, v));
   };
+  auto count = [&](const reports::schema::Key& k, const std::string& fallback) {
+    const double x = number(k, fallback);
+    if (x != std::floor(x) || x > (1 << 20))
+      throw UsageError(fmt::format("{}: context \"{}\" is \"{}\", expected a whole number up to {}", run.source, k.name,
+                                   run.context_value(k.name, fallback), 1 << 20));
+    return static_cast<int>(x);
+  };
   const std::string micro_ctx = run.context_value(ctx::micro_batches.name, "min(4, global batch)");
-  const int fixed_micro = micro_ctx.rfind("min(", 0) == 0 ? 0 : static_cast<int>(number(ctx::micro_batches, ""));
+  const int fixed_micro = micro_ctx.rfind("min(", 0) == 0 ? 0 : count(ctx::micro_batches, "");
   const double bucket_mb = number(ctx::bucket_mb, "25");
   const std::string threads_ctx = run.context_value(ctx::threads_per_worker.name, "auto");
-  const int fixed_threads = threads_ctx == "auto" ? 0 : static_cast<int>(number(ctx::threads_per_worker, ""));
-  const int world = static_cast<int>(number(ctx::world_size, "1"));
-  const int cores = static_cast<int>(number(ctx::cpu_threads, "0"));
+  const int fixed_threads = threads_ctx == "auto" ? 0 : count(ctx::threads_per_worker, "");
+  const int world = count(ctx::world_size, "1");
+  const int cores = count(ctx::cpu_threads, "0");
   if (run.context_value(ctx::device_kind.name) != m.kind)
     throw UsageError(fmt::format("--validate {}: the run is on {} but --machine {} describes {}", run.source,
                                  run.context_value(ctx::device_kind.name), m.source, m.kind));

@@ -159,6 +159,13 @@ RunFile parse_run_json(const std::string& text, const std::string& source) {
       if (!v.is_number()) bad(source, where, fmt::format("field \"{}\" must be a number, got {}", key, v.dump()));
       return v.get<double>();
     };
+    // A count is a whole number a 64-bit integer holds; casting a larger double is undefined.
+    auto count = [&](const char* key, bool required, int64_t fallback) -> int64_t {
+      const double x = num(key, required, static_cast<double>(fallback));
+      if (!(x >= 0 && x <= 0x1p62 && x == std::floor(x)))
+        bad(source, where, fmt::format("field \"{}\" must be a whole number from 0 to 2^62, got {}", key, b.at(key).dump()));
+      return static_cast<int64_t>(x);
+    };
 
     BenchRun r;
     r.name = str("name", true);
@@ -172,8 +179,8 @@ RunFile parse_run_json(const std::string& text, const std::string& source) {
       r.aggregate_name = str("aggregate_name", true);
       r.percentage = str("aggregate_unit", false, "time") == "percentage";
     }
-    r.repetitions = static_cast<int64_t>(num("repetitions", false, 1));
-    r.repetition_index = static_cast<int64_t>(num("repetition_index", false, 0));
+    r.repetitions = count("repetitions", false, 1);
+    r.repetition_index = count("repetition_index", false, 0);
     if (b.contains("error_occurred")) {
       const json& v = b.at("error_occurred");
       if (!v.is_boolean()) bad(source, where, fmt::format("field \"error_occurred\" must be true or false, got {}", v.dump()));
@@ -182,7 +189,7 @@ RunFile parse_run_json(const std::string& text, const std::string& source) {
     if (r.error) {
       r.error_message = str("error_message", false, "(no message)");
     } else if (!(r.aggregate && !b.contains("real_time"))) {  // big-O/RMS aggregates have no time
-      r.iterations = static_cast<int64_t>(num("iterations", !r.aggregate, 0));
+      r.iterations = count("iterations", !r.aggregate, 0);
       const double real = num("real_time", true), cpu = num("cpu_time", false, real);
       if (r.percentage) {
         r.real_s = real;

@@ -60,6 +60,12 @@ class Obj {
     if (!v.is_number_integer() || v.get<int64_t>() < lo) fail(at_path(key), fmt::format("an integer >= {}", lo));
     return v.get<int64_t>();
   }
+  // An integer an int holds (counts, indices): larger ones are bad input, not wrapped.
+  int small_integer(const std::string& key, int64_t lo) {
+    const int64_t n = integer(key, lo);
+    if (n > std::numeric_limits<int>::max()) fail(at_path(key), fmt::format("an integer from {} to {}", lo, std::numeric_limits<int>::max()));
+    return static_cast<int>(n);
+  }
   std::string str(const std::string& key) {
     const json& v = raw(key);
     if (!v.is_string()) fail(at_path(key), "a string");
@@ -171,7 +177,10 @@ Profile parse_profile(const std::string& text, const std::string& source) {
   const json& ctx = top.raw("context");
   if (!ctx.is_object()) top.fail("context", "an object");
   p.context = ctx;
-  if (ctx.contains("threads") && ctx["threads"].is_number_integer()) p.threads = ctx["threads"].get<int>();
+  constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
+  if (ctx.contains("threads") && ctx["threads"].is_number_integer() && ctx["threads"].get<int64_t>() >= 0 &&
+      ctx["threads"].get<int64_t>() <= kMaxInt)
+    p.threads = static_cast<int>(ctx["threads"].get<int64_t>());
   if (ctx.contains("threads") && ctx["threads"].is_string()) {
     try {
       p.threads = std::stoi(ctx["threads"].get<std::string>());
@@ -180,9 +189,10 @@ Profile parse_profile(const std::string& text, const std::string& source) {
     }
   }
   if (ctx.contains("concurrent_workers")) {
-    if (!ctx["concurrent_workers"].is_number_integer() || ctx["concurrent_workers"].get<int>() < 1)
-      top.fail("context.concurrent_workers", "an integer >= 1");
-    p.concurrent = ctx["concurrent_workers"].get<int>();
+    const json& v = ctx["concurrent_workers"];
+    if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > kMaxInt)
+      top.fail("context.concurrent_workers", fmt::format("an integer from 1 to {}", kMaxInt));
+    p.concurrent = static_cast<int>(v.get<int64_t>());
   }
   for (const char* k : {"device_kind", "device"})
     if (p.device_kind.empty() && ctx.contains(k) && ctx[k].is_string()) p.device_kind = ctx[k].get<std::string>();
@@ -196,7 +206,7 @@ Profile parse_profile(const std::string& text, const std::string& source) {
   for (std::size_t i = 0; i < layers.size(); ++i) {
     Obj l(layers[i], source, fmt::format("layers[{}]", i));
     LayerProfile lp;
-    lp.index = static_cast<int>(l.integer("index", 0));
+    lp.index = l.small_integer("index", 0);
     if (lp.index != static_cast<int>(i)) l.fail(l.at_path("index"), fmt::format("{} (layers in order)", i));
     lp.type = l.str("type");
     if (lp.type != "conv2d" && lp.type != "relu" && lp.type != "linear" && lp.type != "flatten")
@@ -246,7 +256,7 @@ Validation parse_validation(const std::string& text, const std::string& source) 
     row.measured_s = r.number("measured_s", 0, true);
     row.predicted_s = r.number("predicted_s", 0, true);
     r.number("error");
-    row.threads = r.has("threads") ? static_cast<int>(r.integer("threads", 1)) : 0;
+    row.threads = r.has("threads") ? r.small_integer("threads", 1) : 0;
     row.compute_s = r.number_or("compute_s", 0);
     row.exposed_comm_s = r.number_or("exposed_comm_s", 0);
     row.idle_s = r.number_or("idle_s", 0);
@@ -427,11 +437,11 @@ Machine parse_machine(const std::string& text, const std::string& source) {
   m.model = dev.str("model");
   m.peak_flops = dev.number("peak_flops", 0, true);
   m.memory_bytes = dev.number("memory_bytes", 0, true);
-  m.shared_cores = static_cast<int>(dev.has("shared_cores") ? dev.integer("shared_cores", 0) : (dev.number_or("shared_cores", 0), 0));
+  m.shared_cores = dev.has("shared_cores") ? dev.small_integer("shared_cores", 0) : (dev.number_or("shared_cores", 0), 0);
   m.parallel_threads = dev.number_or("parallel_threads", 0, 0);
   dev.done();
-  m.devices_per_node = static_cast<int>(top.integer("devices_per_node", 1));
-  m.nodes = static_cast<int>(top.integer("nodes", 1));
+  m.devices_per_node = top.small_integer("devices_per_node", 1);
+  m.nodes = top.small_integer("nodes", 1);
   m.overlap = top.boolean("overlap");
   m.step_overhead_s = top.number_or("step_overhead_s", 0, 0);
   m.worker_overhead_s = top.number_or("worker_overhead_s", 0, 0);

@@ -3,6 +3,7 @@
 #include "reports/table.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <sstream>
 
@@ -67,7 +68,7 @@ std::optional<BenchName> parse_bench_name(const std::string& name) {
   for (; i < parts.size(); ++i) {
     int64_t v = 0;
     const std::string& p = parts[i];
-    if (p.rfind("devices:", 0) == 0 && parse_int(p.substr(8), v) && v >= 1) {
+    if (p.rfind("devices:", 0) == 0 && parse_int(p.substr(8), v) && v >= 1 && v <= std::numeric_limits<int>::max()) {
       b.devices = static_cast<int>(v);
       have_devices = true;
     } else if (p.rfind("batch:", 0) == 0 && parse_int(p.substr(6), v) && v >= 1) {

@@ -124,6 +124,9 @@ TEST(Projection, MachineErrorsNameFileAndField) {
   j = fixture_json("machine.json");
   j["links"]["intra_node"]["all_reduce"]["ring"]["ranks"]["4"] = {{"alpha_s", 1e-5}};
   expect_usage_error([&] { pj::parse_machine(j.dump(), "m.json"); }, {"links.intra_node.all_reduce.ring.ranks.4.bus_bytes_per_s", "missing"});
+  j = fixture_json("machine.json");
+  j["devices_per_node"] = int64_t{1} << 40;  // an int cannot hold it: an error, not a wrapped count
+  expect_usage_error([&] { pj::parse_machine(j.dump(), "m.json"); }, {"m.json", "devices_per_node", "an integer from 1 to 2147483647"});
 }
 
 TEST(Projection, PresetsParseAndRoundTrip) {
@@ -707,6 +710,17 @@ TEST_F(ProjectCli, ValidateComparesEveryMeasuredConfiguration) {
         EXPECT_GT(row["predicted_s"].get<double>(), 0);
       }
     EXPECT_EQ(hybrid_rows, 1) << h.dump();
+  }
+  // A count in the run's context that an int cannot hold, or not whole: bad input naming the key.
+  for (const char* bad : {"1e300", "2.5"}) {
+    json run = json::parse(read_file(path("run/results.json")));
+    run["context"]["world_size"] = bad;
+    write_file_atomic(path("bad_world.json"), run.dump());
+    r = parbench("project --validate " + path("bad_world.json") + " --machine " + path("cpu.json") + " --profile " +
+                 fixture("uniform.json") + " --out " + path("never"));
+    EXPECT_EQ(r.code, 2) << bad;
+    EXPECT_NE(r.err.find("context \"world_size\" is \"" + std::string(bad) + "\", expected a whole number"), std::string::npos) << r.err;
+    EXPECT_FALSE(std::filesystem::exists(path("never.json")));
   }
   // --anchor: every prediction x (regular on one device: measured / predicted), that row left out.
   {

@@ -728,6 +728,13 @@ TEST(GbJsonParse, MalformedInputsGiveClearErrors) {
   EXPECT_THAT(parse_error(R"({"benchmarks": [{"name": "a", "error_occurred": "yes"}]})"),
               HasSubstr("\"error_occurred\" must be true or false"));
   EXPECT_THAT(parse_error(R"({"context": [], "benchmarks": []})"), HasSubstr("\"context\" must be an object"));
+  // Counts a 64-bit integer cannot hold (a cast of such a double is undefined) or that are not whole.
+  for (const char* count : {"1e300", "-1", "2.5", "18446744073709551616"})
+    for (const char* key : {"repetitions", "repetition_index", "iterations"})
+      EXPECT_THAT(parse_error(fmt::format(R"({{"benchmarks": [{{"name": "a", {}"real_time": 1, "time_unit": "ns", "{}": {}}}]}})",
+                                          key == std::string("iterations") ? "" : R"("iterations": 1, )", key, count)),
+                  HasSubstr(fmt::format("benchmarks[0] (\"a\"): field \"{}\" must be a whole number from 0 to 2^62", key)))
+          << key << " " << count;
   EXPECT_THROW(load_run_json("/nonexistent/parbench.json"), UsageError);
 }
 
