@@ -54,7 +54,9 @@ void busy_work() {
 // process, with skew_s = 0, each call after a little computation, as in a step (below); else rank i
 // arrives skew_s x i late and the time is from the last arrival to the last rank done, the early
 // ones woken from their wait.
-double time_collective(pj::Coll c, int ranks, int64_t n, int reps, double skew_s) {
+// layout (in-process, no skew): the workers in groups of layout->size, ranks layout->stride apart
+// (stride 1: {0, 1}, {2, 3}; stride 2: {0, 2}, {1, 3}), every group calling at once.
+double time_collective(pj::Coll c, int ranks, int64_t n, int reps, double skew_s, const pj::AlphaBeta::Layout* layout = nullptr) {
   const bool mpi = multi_process();
   const int local = mpi ? 1 : ranks;
   std::vector<std::unique_ptr<Backend>> backends(local);
@@ -64,13 +66,32 @@ double time_collective(pj::Coll c, int ranks, int64_t n, int reps, double skew_s
   WorkerPool pool(local, WorkerPool::cores_for(local, bo.threads));  // bound as a step's workers are
   pool.run(local, [&](int i) { backends[i] = make_backend(cpu(mpi ? process().rank : i), bo); });
   for (int i = 0; i < local; ++i) ptrs[mpi ? process().rank : i] = backends[i].get();
-  auto comm = make_communicator(ptrs);
+  // Worker i calls in as rank_of[i] of comms[comm_of[i]]: one communicator of all, or one per group.
+  std::vector<std::unique_ptr<Communicator>> comms;
+  std::vector<int> comm_of(local, 0), rank_of(local, 0);
+  int members = ranks;
+  if (layout) {
+    const int g = layout->size, s = layout->stride;
+    PB_CHECK(!mpi && skew_s == 0 && g >= 2 && s >= 1 && ranks % (g * s) == 0, "calibrate: no layout {} of {}",
+             pj::layout_key(*layout), ranks);
+    std::vector<std::vector<Backend*>> groups(ranks / g);
+    for (int i = 0; i < ranks; ++i) {
+      comm_of[i] = i / (g * s) * s + i % s, rank_of[i] = i % (g * s) / s;
+      groups[comm_of[i]].push_back(ptrs[i]);
+    }
+    for (const auto& members_of : groups) comms.push_back(make_communicator(members_of));
+    members = g;
+  } else {
+    comms.push_back(make_communicator(ptrs));
+    for (int i = 0; i < local; ++i) rank_of[i] = mpi ? process().rank : i;
+  }
   std::vector<std::vector<float>> bufs(local, std::vector<float>(static_cast<std::size_t>(n), 1.0f));
-  const int64_t piece = n / ranks;  // all-gather, reduce-scatter: n is the whole (gathered) buffer
+  const int64_t piece = n / members;  // all-gather, reduce-scatter: n is the whole (gathered) buffer
   std::vector<std::vector<float>> pieces(local, std::vector<float>(static_cast<std::size_t>(piece), 0.0f));
   const bool skewed = !mpi && skew_s > 0;
   auto call = [&](int i) {
-    const int r = mpi ? process().rank : i;
+    const int r = rank_of[i];
+    Communicator* comm = comms[comm_of[i]].get();
     float* b = bufs[i].data();
     switch (c) {
       case pj::Coll::AllReduce: comm->all_reduce(r, b, n); break;
@@ -131,6 +152,24 @@ double time_collective(pj::Coll c, int ranks, int64_t n, int reps, double skew_s
     slowest.push_back(world_max(s));
   }
   return median(slowest);
+}
+
+// The group layouts calibrate times: in-process, without skew, for each worker count beyond the
+// cores (run binds one-thread workers round robin there), groups of every size G dividing it,
+// consecutive ranks (stride 1) and ranks N / G apart; send/recv in pairs only.
+std::vector<pj::AlphaBeta::Layout> group_layouts(const std::vector<int64_t>& ranks, int cores, bool pairs_only, double skew_s) {
+  std::vector<pj::AlphaBeta::Layout> out;
+  if (multi_process() || skew_s > 0) return out;
+  for (int64_t r : ranks) {
+    const int n = static_cast<int>(r);
+    if (n <= cores || WorkerPool::cores_for(n, 1).empty()) continue;
+    for (int g = 2; g < n; ++g) {
+      if (n % g != 0 || (pairs_only && g != 2)) continue;
+      out.push_back({g, n, 1});
+      out.push_back({g, n, n / g});
+    }
+  }
+  return out;
 }
 
 // Starting N workers for a step that does nothing: the step overhead run pays per worker count.
@@ -358,6 +397,21 @@ int cmd_calibrate(const std::vector<std::string>& args) {
         const pj::AlphaBeta one = pj::fit_alpha_beta(c, alg, at);
         fit.at_ranks[static_cast<int>(r)] = {one.alpha_s, one.bus_bytes_per_s};
       }
+    }
+    // Bound one-thread workers outnumbering the cores, in groups meeting at once (dp x tp's
+    // pairs): neither a fraction of all the workers' meeting nor a pair's alone.
+    for (const pj::AlphaBeta::Layout& l : group_layouts(ranks, cores, c == pj::Coll::SendRecv, skew_s)) {
+      std::vector<pj::Sample> in;
+      for (int64_t kib : sizes) {
+        const int64_t n = kib * 1024 / 4;
+        const int calls = kib <= 64 ? 5 * reps : reps;
+        const double t = median_over_pools(pools, [&] { return time_collective(c, l.workers, n, calls, 0, &l); });
+        in.push_back({l.size, n * 4.0, t});
+        record["groups"][pj::coll_name(c)][pj::layout_key(l)].push_back({{"bytes", n * 4.0}, {"seconds", t}});
+        if (lead) fmt::print(stderr, "parbench calibrate: {} in groups of {} {} KiB: {:.3g} ms\n", pj::coll_name(c), pj::layout_key(l), kib, t * 1e3);
+      }
+      const pj::AlphaBeta one = pj::fit_alpha_beta(c, alg, in);
+      fit.in_groups[l] = {one.alpha_s, one.bus_bytes_per_s};
     }
   }
   // Step overhead: regular's measured (a single rank's dispatch under MPI, where regular does not

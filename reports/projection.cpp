@@ -401,6 +401,24 @@ LinkCosts parse_links(const json& j, const std::string& source, const std::strin
         }
         at.done();
       }
+      if (ab.has("groups")) {
+        Obj gs(ab.raw("groups"), source, ab.at_path("groups"));
+        for (auto g = gs.json_value().begin(); g != gs.json_value().end(); ++g) {
+          AlphaBeta::Layout l;
+          char tail = 0;
+          if (std::sscanf(g.key().c_str(), "%d of %d stride %d%c", &l.size, &l.workers, &l.stride, &tail) != 3 ||
+              layout_key(l) != g.key() || l.size < 2 || l.workers <= l.size || l.stride < 1 ||
+              (l.size - 1) * l.stride >= l.workers)
+            gs.fail(gs.at_path(g.key()), "a key \"G of N stride S\": groups of G >= 2 of N > G workers, ranks S >= 1 apart, (G - 1) x S < N");
+          Obj one(gs.raw(g.key()), source, gs.at_path(g.key()));
+          AlphaBeta::AtRanks f;
+          f.alpha_s = one.number("alpha_s", 0);
+          f.bus_bytes_per_s = one.number("bus_bytes_per_s", 0, /*positive=*/true);
+          one.done();
+          v.in_groups[l] = f;
+        }
+        gs.done();
+      }
       ab.done();
       out[name][it.key()] = v;
     }
@@ -418,6 +436,8 @@ json links_json(const LinkCosts& l) {
       j[c][a] = {{"alpha_s", v.alpha_s}, {"bus_bytes_per_s", v.bus_bytes_per_s}};
       for (const auto& [n, f] : v.at_ranks)
         j[c][a]["ranks"][std::to_string(n)] = {{"alpha_s", f.alpha_s}, {"bus_bytes_per_s", f.bus_bytes_per_s}};
+      for (const auto& [l, f] : v.in_groups)
+        j[c][a]["groups"][layout_key(l)] = {{"alpha_s", f.alpha_s}, {"bus_bytes_per_s", f.bus_bytes_per_s}};
     }
   return j;
 }
@@ -505,7 +525,10 @@ json machine_json(const Machine& m) {
   return j;
 }
 
-CollCost collective_cost(const Machine& m, Coll c, double bytes, int ranks, bool spans_nodes, int fit_ranks) {
+std::string layout_key(const AlphaBeta::Layout& l) { return fmt::format("{} of {} stride {}", l.size, l.workers, l.stride); }
+
+CollCost collective_cost(const Machine& m, Coll c, double bytes, int ranks, bool spans_nodes, int fit_ranks,
+                         const AlphaBeta::Layout* layout) {
   CollCost best;
   if (ranks <= 1) return best;
   const LinkCosts& level = spans_nodes ? m.inter_node : m.intra_node;
@@ -516,8 +539,10 @@ CollCost collective_cost(const Machine& m, Coll c, double bytes, int ranks, bool
   best.seconds = std::numeric_limits<double>::infinity();
   for (const auto& [alg, ab] : it->second) {
     const auto at = ab.at_ranks.find(fit_ranks > 0 ? fit_ranks : ranks);
-    const double alpha = at != ab.at_ranks.end() ? at->second.alpha_s : ab.alpha_s;
-    const double bus = at != ab.at_ranks.end() ? at->second.bus_bytes_per_s : ab.bus_bytes_per_s;
+    const auto in = layout ? ab.in_groups.find(*layout) : ab.in_groups.end();
+    const AlphaBeta::AtRanks* f = in != ab.in_groups.end() ? &in->second : at != ab.at_ranks.end() ? &at->second : nullptr;
+    const double alpha = f ? f->alpha_s : ab.alpha_s;
+    const double bus = f ? f->bus_bytes_per_s : ab.bus_bytes_per_s;
     const double t = alpha * latency_steps(c, alg, ranks) + bytes * bus_factor(c, ranks) / bus;
     if (t < best.seconds) best = {t, alg};
   }
@@ -607,6 +632,12 @@ struct SimResult {
 // all its participants arrived; compute on a node whose CPU cores are shared runs at each busy
 // thread's share of the cores, min(1, C / busy threads), relative to the share it had while the
 // profile was timed (`timed_busy` workers of `threads` threads each).
+// One-thread CPU workers of a node beyond its cores are bound to them round robin
+// (strategies/pool.cpp): local worker i on core i mod C.
+bool bound_round_robin(const Machine& m, int threads, int workers) {
+  return m.shared_cores > 0 && threads == 1 && std::min(workers, m.devices_per_node) > m.shared_cores;
+}
+
 SimResult simulate(const std::vector<Actor>& actors, int workers, const Machine& m, int threads, int timed_busy,
                    const std::vector<double>& busy_seconds) {
   enum St { Ready, Computing, Moving, Blocked, Done };
@@ -623,10 +654,7 @@ SimResult simulate(const std::vector<Actor>& actors, int workers, const Machine&
   r.exposed.assign(workers, 0);
   double now = 0;
   const double eps = 1e-15;
-  // One-thread CPU workers of a node beyond its cores are bound to them round robin
-  // (strategies/pool.cpp): local worker i on core i mod C.
-  const int local = std::min(workers, m.devices_per_node);
-  const bool bound = m.shared_cores > 0 && threads == 1 && local > m.shared_cores;
+  const bool bound = bound_round_robin(m, threads, workers);
   auto core_of = [&](int w) { return std::make_pair(w / m.devices_per_node, (w % m.devices_per_node) % m.shared_cores); };
   for (;;) {
     bool progress = true;
@@ -791,15 +819,27 @@ class Builder {
   // On a CPU whose workers share the cores, a collective among some of them takes the fit of all
   // the workers of the node: their number on the cores, not the group's, sets how long a meeting
   // of threads takes (dp2xtp2's pairs of 4 workers on 2 cores met 2.5x slower than 2 workers alone).
+  // With one-thread workers outnumbering the cores (run binds them round robin), a group of some
+  // of them meeting as its peers groups do takes calibrate's fit of that layout where it timed it.
   double coll(Coll c, double bytes, const std::vector<int>& devices) {
     comm_bytes += bytes * static_cast<double>(devices.size() > 1 ? devices.size() : 0);
-    const int g = static_cast<int>(devices.size());
-    const int fit = m_.shared_cores > 0 ? std::max(g, std::min(c_.devices, m_.devices_per_node)) : 0;
-    return collective_cost(m_, c, bytes, g, spans(devices), fit).seconds;
+    const int g = static_cast<int>(devices.size()), local = std::min(c_.devices, m_.devices_per_node);
+    const int fit = m_.shared_cores > 0 ? std::max(g, local) : 0;
+    std::optional<AlphaBeta::Layout> layout;
+    if (bound && g >= 2 && g < local && !spans(devices)) {
+      layout = AlphaBeta::Layout{g, local, devices[1] - devices[0]};
+      for (int k = 1; k < g; ++k)
+        if (devices[k] - devices[k - 1] != layout->stride) layout.reset();
+    }
+    return collective_cost(m_, c, bytes, g, spans(devices), fit, layout ? &*layout : nullptr).seconds;
   }
+  bool bound = false;
+  // A message between bound workers likewise takes the fit of pairs that far apart, where timed.
   double p2p(double bytes, int from, int to) {
     comm_bytes += bytes;
-    return collective_cost(m_, Coll::SendRecv, bytes, 2, node(from) != node(to)).seconds;
+    const AlphaBeta::Layout layout{2, std::min(c_.devices, m_.devices_per_node), std::abs(to - from)};
+    const bool in_layout = bound && node(from) == node(to) && layout.workers > 2;
+    return collective_cost(m_, Coll::SendRecv, bytes, 2, node(from) != node(to), 0, in_layout ? &layout : nullptr).seconds;
   }
   static std::vector<int> range(int n, int first = 0, int stride = 1) {
     std::vector<int> v;
@@ -911,6 +951,7 @@ Prediction predict_impl(const Profile& p, const Machine& m, const Config& named,
   const double in_b = p.input_bytes_per_sample(), out_b = p.output_bytes_per_sample();
   const double P = static_cast<double>(p.param_count());
   Builder bl(p, m, c, o);
+  bl.bound = bound_round_robin(m, threads, N);
   std::vector<Actor> actors;
   std::vector<double> mem(N, 0);
   int sim_workers = N;

@@ -11,6 +11,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -85,7 +86,18 @@ struct AlphaBeta {
     double alpha_s = 0, bus_bytes_per_s = 0;
   };
   std::map<int, AtRanks> at_ranks;
+  // Optional fits of groups among a process's workers, every group meeting at once: `size`
+  // workers each, ranks `stride` apart, out of `workers` bound one-thread workers (calibrate's,
+  // where they outnumber the cores). A pair on one core meets by turns on it; pairs across cores
+  // meet when both cores run their member: neither is a fraction of all the workers' meeting.
+  struct Layout {
+    int size = 0, workers = 0, stride = 1;
+    bool operator<(const Layout& o) const { return std::tie(size, workers, stride) < std::tie(o.size, o.workers, o.stride); }
+  };
+  std::map<Layout, AtRanks> in_groups;
 };
+// "2 of 4 stride 2", the key of AlphaBeta::in_groups in a machine file.
+std::string layout_key(const AlphaBeta::Layout& l);
 
 // Per collective (all_reduce, ...), per algorithm (ring, tree, direct): its alpha-beta.
 using LinkCosts = std::map<std::string, std::map<std::string, AlphaBeta>>;
@@ -128,8 +140,10 @@ struct CollCost {
 // The cheapest listed algorithm for `bytes` over `ranks` devices; a group that spans nodes pays
 // the inter-node costs (the slowest link of a ring or tree sets its pace). UsageError naming the
 // machine file when it lists no cost for the collective.
-// fit_ranks: the worker count whose fit (`ranks`) applies, when not `ranks` itself (0).
-CollCost collective_cost(const Machine& m, Coll c, double bytes, int ranks, bool spans_nodes, int fit_ranks = 0);
+// fit_ranks: the worker count whose fit (`ranks`) applies, when not `ranks` itself (0); layout:
+// the group's place among the workers, whose fit (`groups`) applies first where listed.
+CollCost collective_cost(const Machine& m, Coll c, double bytes, int ranks, bool spans_nodes, int fit_ranks = 0,
+                         const AlphaBeta::Layout* layout = nullptr);
 
 // Fits alpha and bus bandwidth to measured times by least squares on
 // t = alpha * latency_steps + bytes * bus_factor / bandwidth.

@@ -38,7 +38,14 @@ pj::Machine free_links() {
   pj::Machine m = machine();
   for (auto* level : {&m.intra_node, &m.inter_node})
     for (auto& [c, algs] : *level)
-      for (auto& [a, ab] : algs) ab = {0, 1e30, {}};
+      for (auto& [a, ab] : algs) ab = {0, 1e30, {}, {}};
+  return m;
+}
+
+pj::Machine machine_without_groups(pj::Machine m) {
+  for (auto* level : {&m.intra_node, &m.inter_node})
+    for (auto& [c, algs] : *level)
+      for (auto& [a, ab] : algs) ab.in_groups.clear();
   return m;
 }
 
@@ -149,7 +156,7 @@ TEST(Projection, AlphaBetaPerCollectiveAndAlgorithm) {
   EXPECT_EQ(pj::collective_cost(m, pj::Coll::AllReduce, 1e6, 1, false).seconds, 0);
   // With a tree listed, small messages over many ranks take it (log N latency terms).
   pj::Machine t = m;
-  t.intra_node["all_reduce"]["tree"] = {1e-5, 5e7, {}};
+  t.intra_node["all_reduce"]["tree"] = {1e-5, 5e7, {}, {}};
   EXPECT_EQ(pj::collective_cost(t, pj::Coll::AllReduce, 1e3, 8, false).algorithm, "tree");
   EXPECT_EQ(pj::collective_cost(t, pj::Coll::AllReduce, 1e8, 8, false).algorithm, "ring");
   // A fit at one worker count (calibrate's) is used for exactly that count; others keep the general fit.
@@ -227,6 +234,61 @@ TEST(Projection, SharedCoreGroupsTakeTheFitOfTheNodesWorkers) {
   // all-reduce: 8 collectives of one latency step (all-gather) or two (all-reduce, 2 workers).
   const double steps = 4 * 1 + 3 * 2 + 2;
   EXPECT_NEAR(shared.exposed_comm_s - apart.exposed_comm_s, steps * (50e-6 - 1e-6), 2e-9);
+}
+
+TEST(Projection, BoundWorkerGroupsTakeTheirLayoutsFit) {
+  // As above, but calibrate also timed pairs of the 4 bound workers meeting at once: dp2xtp2's tp
+  // pairs are consecutive ranks (stride 1), its dp pairs 2 apart (stride 2); those fits apply.
+  pj::Machine m = machine();
+  m.kind = "cpu";
+  m.overlap = false;
+  m.shared_cores = 2;
+  for (const char* c : {"all_gather", "all_reduce"}) m.intra_node[c]["ring"].at_ranks[4] = {50e-6, 1e12};
+  pj::Options o;
+  o.threads_per_worker = 1;
+  const pj::Prediction by_count = pj::predict(uniform(), m, config("dp2xtp2", 4, 8), o);
+  m.intra_node["all_gather"]["ring"].in_groups[{2, 4, 1}] = {20e-6, 1e12};
+  m.intra_node["all_reduce"]["ring"].in_groups[{2, 4, 1}] = {20e-6, 1e12};
+  m.intra_node["all_reduce"]["ring"].in_groups[{2, 4, 2}] = {30e-6, 1e12};
+  const pj::Prediction by_layout = pj::predict(uniform(), m, config("dp2xtp2", 4, 8), o);
+  ASSERT_TRUE(by_count.feasible && by_layout.feasible) << by_count.reason << by_layout.reason;
+  // tp: 4 all-gathers of one latency step, 3 all-reduces of two; dp: the slices' all-reduce, two.
+  EXPECT_NEAR(by_count.exposed_comm_s - by_layout.exposed_comm_s, (4 * 1 + 3 * 2) * 30e-6 + 2 * 20e-6, 2e-9);
+  // With two threads a worker the workers are not bound (nor were the layouts timed so).
+  o.threads_per_worker = 2;
+  EXPECT_NEAR(pj::predict(uniform(), m, config("dp2xtp2", 4, 8), o).step_s,
+              pj::predict(uniform(), machine_without_groups(m), config("dp2xtp2", 4, 8), o).step_s, 1e-12);
+  // The key as machine files write it, and back.
+  EXPECT_EQ(pj::layout_key({2, 4, 2}), "2 of 4 stride 2");
+  const pj::Machine again = pj::parse_machine(pj::machine_json(m).dump(), "again");
+  EXPECT_EQ(again.intra_node.at("all_reduce").at("ring").in_groups.size(), 2u);
+  EXPECT_DOUBLE_EQ(again.intra_node.at("all_reduce").at("ring").in_groups.at({2, 4, 2}).alpha_s, 30e-6);
+  for (const char* bad : {"2 of 4", "1 of 4 stride 1", "2 of 2 stride 1", "2 of 4 stride 4", "2 of 4 stride 1 ", "02 of 4 stride 1"}) {
+    json j = pj::machine_json(m);
+    j["links"]["intra_node"]["all_reduce"]["ring"]["groups"][bad] = {{"alpha_s", 1e-6}, {"bus_bytes_per_s", 1e9}};
+    expect_usage_error([&] { pj::parse_machine(j.dump(), "m.json"); },
+                       {"m.json", fmt::format("links.intra_node.all_reduce.ring.groups.{}", bad), "G of N stride S"});
+  }
+}
+
+TEST(Projection, DpSendsBetweenBoundWorkersTakeTheirPairsFit) {
+  // dp on 4 bound workers: the root's sends and the replicas' replies to it are pairs 1, 2 or 3
+  // apart; pairs 1 and 2 apart were timed (here 1 ms and 2 ms), 3 apart was not (free, as the rest).
+  pj::Machine m = free_links();
+  m.kind = "cpu";
+  m.overlap = false;
+  m.shared_cores = 2;
+  pj::Options o;
+  o.threads_per_worker = 1;
+  const pj::Prediction free = pj::predict(uniform(), m, config("dp", 4, 8), o);
+  m.intra_node["send_recv"]["direct"].in_groups[{2, 4, 1}] = {1e-3, 1e30};
+  m.intra_node["send_recv"]["direct"].in_groups[{2, 4, 2}] = {2e-3, 1e30};
+  const pj::Prediction paired = pj::predict(uniform(), m, config("dp", 4, 8), o);
+  ASSERT_TRUE(free.feasible && paired.feasible) << free.reason << paired.reason;
+  // The root's nine messages in turn: inputs out, outputs in, output gradients out; 3 x (1 + 2) ms.
+  EXPECT_NEAR(paired.step_s - free.step_s, 9e-3, 1e-9);
+  // Two workers on two cores are not bound round robin: the pairs' fits do not apply.
+  EXPECT_NEAR(pj::predict(uniform(), m, config("dp", 2, 8), o).step_s, pj::predict(uniform(), free_links(), config("dp", 2, 8), o).step_s, 1e-12);
 }
 
 TEST(Projection, FitRecoversAlphaAndBandwidth) {
@@ -445,7 +507,7 @@ TEST(Projection, HybridIsReplicatedPipelinesAndAStageAllReduce) {
   ASSERT_TRUE(free.feasible) << free.reason;
   EXPECT_NEAR(free.step_s, pj::predict(uniform(), m, pipe).step_s, 1e-9);
   // An all-reduce that costs: each stage's own parameters (2 layers x 148) over its 2 replicas.
-  m.intra_node["all_reduce"]["ring"] = {0, 1e6, {}};
+  m.intra_node["all_reduce"]["ring"] = {0, 1e6, {}, {}};
   const double stage_bytes = 2 * 148 * 4.0;
   EXPECT_NEAR(pj::predict(uniform(), m, h).step_s - free.step_s, 2.0 * (2 - 1) / 2 * stage_bytes / 1e6, 1e-9);
   EXPECT_FALSE(pj::predict(uniform(), m, config("dp2xpp2", 8, 8)).feasible);  // dp2xpp2 is 4 devices
@@ -624,6 +686,19 @@ TEST_F(ProjectCli, ValidateComparesEveryMeasuredConfiguration) {
     EXPECT_TRUE(at.count(2) && at.count(4)) << c;
   }
   EXPECT_TRUE(cpu.intra_node.at("send_recv").at("direct").at_ranks.empty());
+  // Where 4 one-thread workers outnumber the cores, their pairs meeting at once were timed too,
+  // consecutive and 2 apart, and fitted; on 4 or more cores there is no such layout.
+  const bool outnumbered = std::thread::hardware_concurrency() < 4;
+  for (const char* c : {"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "send_recv"}) {
+    const auto& groups = cpu.intra_node.at(c).begin()->second.in_groups;
+    EXPECT_EQ(groups.size(), outnumbered ? 2u : 0u) << c;
+    if (!outnumbered) continue;
+    for (const int stride : {1, 2}) {
+      ASSERT_TRUE(groups.count({2, 4, stride})) << c << " " << stride;
+      EXPECT_GT(groups.at({2, 4, stride}).bus_bytes_per_s, 0) << c;
+      EXPECT_EQ(cpu.calibration.at("groups").at(c).at(fmt::format("2 of 4 stride {}", stride)).size(), 2u) << c;  // --sizes 4,64
+    }
+  }
   // The workers arrived together at every timed call (the default), as recorded.
   EXPECT_DOUBLE_EQ(cpu.calibration.at("skew_s").get<double>(), 0.0);
   // The step overhead: the median of the recorded rounds (each the step less its predicted work), never negative.
