@@ -325,10 +325,11 @@ int cmd_calibrate(const std::vector<std::string>& args) {
           "Times the collectives the strategies use between CPU workers (all-reduce, broadcast, reduce,\n"
           "all-gather, reduce-scatter, send/recv) at a few sizes and worker counts -- in-process threads,\n"
           "or MPI ranks when started by mpirun -- fits alpha (per step) and bus bandwidth per collective\n"
-          "by least squares (over all worker counts, and at each alone), measures the step overhead (a\n"
-          "small MLP's step as run times it, less its predicted work; fsdp's and zero2's per unit) and the\n"
-          "engine's best convolution rate, and writes a machine description for `parbench project` (the\n"
-          "\"this CPU\" preset).",
+          "by least squares (over all worker counts, and at each alone; where a count outnumbers the\n"
+          "cores, also with its workers in groups meeting at once: pairs of neighbours, pairs 2 apart),\n"
+          "measures the step overhead (a small MLP's step as run times it, less its predicted work;\n"
+          "fsdp's and zero2's per unit) and the engine's best convolution rate, and writes a machine\n"
+          "description for `parbench project` (the \"this CPU\" preset).",
           {
               {"out", "FILE", "machine JSON to write", "machines/this_cpu.json"},
               {"ranks", "LIST", "worker counts to time (in-process; under mpirun: the job's size)", "2,4"},

@@ -3,9 +3,11 @@
 #include "reports/projection.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <set>
 
@@ -376,6 +378,32 @@ int worker_count_key(const Obj& table, const std::string& key) {
   return static_cast<int>(n);
 }
 
+// "G of N stride S" as layout_key writes it (no sign, no leading zero, nothing else), a layout
+// that fits: G >= 2 of N > G workers, the last member (G - 1) x S after the first.
+std::optional<AlphaBeta::Layout> parse_layout_key(const std::string& key) {
+  AlphaBeta::Layout l;
+  const char* p = key.c_str();
+  auto number = [&](int& out) {
+    if (!std::isdigit(static_cast<unsigned char>(*p))) return false;
+    char* end = nullptr;
+    const long v = std::strtol(p, &end, 10);
+    if (v > (1 << 20)) return false;
+    out = static_cast<int>(v), p = end;
+    return true;
+  };
+  auto word = [&](const char* w) {
+    const std::size_t n = std::strlen(w);
+    if (std::strncmp(p, w, n) != 0) return false;
+    p += n;
+    return true;
+  };
+  if (!(number(l.size) && word(" of ") && number(l.workers) && word(" stride ") && number(l.stride) && *p == '\0'))
+    return std::nullopt;
+  if (layout_key(l) != key || l.size < 2 || l.workers <= l.size || l.stride < 1 || (l.size - 1) * l.stride >= l.workers)
+    return std::nullopt;
+  return l;
+}
+
 LinkCosts parse_links(const json& j, const std::string& source, const std::string& path) {
   Obj o(j, source, path);
   LinkCosts out;
@@ -388,34 +416,26 @@ LinkCosts parse_links(const json& j, const std::string& source, const std::strin
       AlphaBeta v;
       v.alpha_s = ab.number("alpha_s", 0);
       v.bus_bytes_per_s = ab.number("bus_bytes_per_s", 0, /*positive=*/true);
+      auto fit = [&](Obj& table, const std::string& key) {
+        Obj one(table.raw(key), source, table.at_path(key));
+        AlphaBeta::AtRanks f;
+        f.alpha_s = one.number("alpha_s", 0);
+        f.bus_bytes_per_s = one.number("bus_bytes_per_s", 0, /*positive=*/true);
+        one.done();
+        return f;
+      };
       if (ab.has("ranks")) {
         Obj at(ab.raw("ranks"), source, ab.at_path("ranks"));
-        for (auto r = at.json_value().begin(); r != at.json_value().end(); ++r) {
-          const int n = worker_count_key(at, r.key());
-          Obj one(at.raw(r.key()), source, at.at_path(r.key()));
-          AlphaBeta::AtRanks f;
-          f.alpha_s = one.number("alpha_s", 0);
-          f.bus_bytes_per_s = one.number("bus_bytes_per_s", 0, /*positive=*/true);
-          one.done();
-          v.at_ranks[n] = f;
-        }
+        for (auto r = at.json_value().begin(); r != at.json_value().end(); ++r)
+          v.at_ranks[worker_count_key(at, r.key())] = fit(at, r.key());
         at.done();
       }
       if (ab.has("groups")) {
         Obj gs(ab.raw("groups"), source, ab.at_path("groups"));
         for (auto g = gs.json_value().begin(); g != gs.json_value().end(); ++g) {
-          AlphaBeta::Layout l;
-          char tail = 0;
-          if (std::sscanf(g.key().c_str(), "%d of %d stride %d%c", &l.size, &l.workers, &l.stride, &tail) != 3 ||
-              layout_key(l) != g.key() || l.size < 2 || l.workers <= l.size || l.stride < 1 ||
-              (l.size - 1) * l.stride >= l.workers)
-            gs.fail(gs.at_path(g.key()), "a key \"G of N stride S\": groups of G >= 2 of N > G workers, ranks S >= 1 apart, (G - 1) x S < N");
-          Obj one(gs.raw(g.key()), source, gs.at_path(g.key()));
-          AlphaBeta::AtRanks f;
-          f.alpha_s = one.number("alpha_s", 0);
-          f.bus_bytes_per_s = one.number("bus_bytes_per_s", 0, /*positive=*/true);
-          one.done();
-          v.in_groups[l] = f;
+          const std::optional<AlphaBeta::Layout> l = parse_layout_key(g.key());
+          if (!l) gs.fail(gs.at_path(g.key()), "a key \"G of N stride S\": groups of G >= 2 of N > G workers, ranks S >= 1 apart, (G - 1) x S < N");
+          v.in_groups[*l] = fit(gs, g.key());
         }
         gs.done();
       }

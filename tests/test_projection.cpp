@@ -263,7 +263,7 @@ TEST(Projection, BoundWorkerGroupsTakeTheirLayoutsFit) {
   const pj::Machine again = pj::parse_machine(pj::machine_json(m).dump(), "again");
   EXPECT_EQ(again.intra_node.at("all_reduce").at("ring").in_groups.size(), 2u);
   EXPECT_DOUBLE_EQ(again.intra_node.at("all_reduce").at("ring").in_groups.at({2, 4, 2}).alpha_s, 30e-6);
-  for (const char* bad : {"2 of 4", "1 of 4 stride 1", "2 of 2 stride 1", "2 of 4 stride 4", "2 of 4 stride 1 ", "02 of 4 stride 1"}) {
+  for (const char* bad : {"2 of 4", "1 of 4 stride 1", "2 of 2 stride 1", "2 of 4 stride 4", "2 of 4 stride 1 ", "02 of 4 stride 1", "2 of 99999999999999999999 stride 1", "-2 of 4 stride 1"}) {
     json j = pj::machine_json(m);
     j["links"]["intra_node"]["all_reduce"]["ring"]["groups"][bad] = {{"alpha_s", 1e-6}, {"bus_bytes_per_s", 1e9}};
     expect_usage_error([&] { pj::parse_machine(j.dump(), "m.json"); },
