@@ -372,18 +372,19 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   const std::vector<std::pair<pj::Coll, std::string>> colls = {
       {pj::Coll::AllReduce, "ring"},     {pj::Coll::Broadcast, "ring"},     {pj::Coll::Reduce, "ring"},
       {pj::Coll::AllGather, "ring"},     {pj::Coll::ReduceScatter, "ring"}, {pj::Coll::SendRecv, "direct"}};
+  // One collective of `kib` KiB over `workers` (in groups: `layout`), the median over the pools.
+  // Small messages: latency alone, microseconds that wander with the scheduler; more calls.
+  auto timed = [&](pj::Coll c, int workers, int64_t kib, double skew, const pj::AlphaBeta::Layout* layout) {
+    const int calls = kib <= 64 ? 5 * reps : reps;
+    return median_over_pools(pools, [&] { return time_collective(c, workers, kib * 1024 / 4, calls, skew, layout); });
+  };
   for (const auto& [c, alg] : colls) {
     std::vector<pj::Sample> samples;
     for (int64_t r : ranks) {
       if (c == pj::Coll::SendRecv && r != ranks.front()) continue;
       for (int64_t kib : sizes) {
-        const int64_t n = kib * 1024 / 4;
-        // Small messages: latency alone, microseconds that wander with the scheduler; more calls.
-        const int calls = kib <= 64 ? 5 * reps : reps;
-        const double t = median_over_pools(pools, [&] {
-          return time_collective(c, static_cast<int>(c == pj::Coll::SendRecv && !multi_process() ? 2 : r), n, calls, skew_s);
-        });
-        samples.push_back({static_cast<int>(c == pj::Coll::SendRecv ? 2 : r), n * 4.0, t});
+        const double t = timed(c, static_cast<int>(c == pj::Coll::SendRecv && !multi_process() ? 2 : r), kib, skew_s, nullptr);
+        samples.push_back({static_cast<int>(c == pj::Coll::SendRecv ? 2 : r), kib * 1024.0, t});
         record[pj::coll_name(c)].push_back({{"ranks", samples.back().ranks}, {"bytes", samples.back().bytes}, {"seconds", t}});
         if (lead) fmt::print(stderr, "parbench calibrate: {} x{} {} KiB: {:.3g} ms\n", pj::coll_name(c), samples.back().ranks, kib, t * 1e3);
       }
@@ -404,11 +405,9 @@ int cmd_calibrate(const std::vector<std::string>& args) {
     for (const pj::AlphaBeta::Layout& l : group_layouts(ranks, cores, c == pj::Coll::SendRecv, skew_s)) {
       std::vector<pj::Sample> in;
       for (int64_t kib : sizes) {
-        const int64_t n = kib * 1024 / 4;
-        const int calls = kib <= 64 ? 5 * reps : reps;
-        const double t = median_over_pools(pools, [&] { return time_collective(c, l.workers, n, calls, 0, &l); });
-        in.push_back({l.size, n * 4.0, t});
-        record["groups"][pj::coll_name(c)][pj::layout_key(l)].push_back({{"bytes", n * 4.0}, {"seconds", t}});
+        const double t = timed(c, l.workers, kib, 0, &l);
+        in.push_back({l.size, kib * 1024.0, t});
+        record["groups"][pj::coll_name(c)][pj::layout_key(l)].push_back({{"bytes", kib * 1024.0}, {"seconds", t}});
         if (lead) fmt::print(stderr, "parbench calibrate: {} in groups of {} {} KiB: {:.3g} ms\n", pj::coll_name(c), pj::layout_key(l), kib, t * 1e3);
       }
       const pj::AlphaBeta one = pj::fit_alpha_beta(c, alg, in);

@@ -179,9 +179,8 @@ Profile parse_profile(const std::string& text, const std::string& source) {
   const json& ctx = top.raw("context");
   if (!ctx.is_object()) top.fail("context", "an object");
   p.context = ctx;
-  constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
   if (ctx.contains("threads") && ctx["threads"].is_number_integer() && ctx["threads"].get<int64_t>() >= 0 &&
-      ctx["threads"].get<int64_t>() <= kMaxInt)
+      ctx["threads"].get<int64_t>() <= std::numeric_limits<int>::max())
     p.threads = static_cast<int>(ctx["threads"].get<int64_t>());
   if (ctx.contains("threads") && ctx["threads"].is_string()) {
     try {
@@ -190,12 +189,7 @@ Profile parse_profile(const std::string& text, const std::string& source) {
       p.threads = 0;
     }
   }
-  if (ctx.contains("concurrent_workers")) {
-    const json& v = ctx["concurrent_workers"];
-    if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > kMaxInt)
-      top.fail("context.concurrent_workers", fmt::format("an integer from 1 to {}", kMaxInt));
-    p.concurrent = static_cast<int>(v.get<int64_t>());
-  }
+  if (ctx.contains("concurrent_workers")) p.concurrent = Obj(ctx, source, "context").small_integer("concurrent_workers", 1);
   for (const char* k : {"device_kind", "device"})
     if (p.device_kind.empty() && ctx.contains(k) && ctx[k].is_string()) p.device_kind = ctx[k].get<std::string>();
   p.batches = top.ints("batches", 1);
@@ -806,7 +800,8 @@ SimResult simulate(const std::vector<Actor>& actors, int workers, const Machine&
 // What every strategy program needs: the profile's times at a batch, scaled, and link costs.
 class Builder {
  public:
-  Builder(const Profile& p, const Machine& m, const Config& c, const Options& o) : p_(p), m_(m), c_(c), o_(o) {}
+  Builder(const Profile& p, const Machine& m, const Config& c, const Options& o, int threads)
+      : p_(p), m_(m), c_(c), o_(o), bound_(bound_round_robin(m, threads, c.devices)) {}
 
   double fwd(int b, int e, double n) const {
     double t = 0;
@@ -839,27 +834,28 @@ class Builder {
   // On a CPU whose workers share the cores, a collective among some of them takes the fit of all
   // the workers of the node: their number on the cores, not the group's, sets how long a meeting
   // of threads takes (dp2xtp2's pairs of 4 workers on 2 cores met 2.5x slower than 2 workers alone).
-  // With one-thread workers outnumbering the cores (run binds them round robin), a group of some
-  // of them meeting as its peers groups do takes calibrate's fit of that layout where it timed it.
   double coll(Coll c, double bytes, const std::vector<int>& devices) {
     comm_bytes += bytes * static_cast<double>(devices.size() > 1 ? devices.size() : 0);
-    const int g = static_cast<int>(devices.size()), local = std::min(c_.devices, m_.devices_per_node);
-    const int fit = m_.shared_cores > 0 ? std::max(g, local) : 0;
-    std::optional<AlphaBeta::Layout> layout;
-    if (bound && g >= 2 && g < local && !spans(devices)) {
-      layout = AlphaBeta::Layout{g, local, devices[1] - devices[0]};
-      for (int k = 1; k < g; ++k)
-        if (devices[k] - devices[k - 1] != layout->stride) layout.reset();
-    }
-    return collective_cost(m_, c, bytes, g, spans(devices), fit, layout ? &*layout : nullptr).seconds;
+    const int g = static_cast<int>(devices.size());
+    const int fit = m_.shared_cores > 0 ? std::max(g, std::min(c_.devices, m_.devices_per_node)) : 0;
+    const std::optional<AlphaBeta::Layout> l = layout(devices);
+    return collective_cost(m_, c, bytes, g, spans(devices), fit, l ? &*l : nullptr).seconds;
   }
-  bool bound = false;
-  // A message between bound workers likewise takes the fit of pairs that far apart, where timed.
   double p2p(double bytes, int from, int to) {
     comm_bytes += bytes;
-    const AlphaBeta::Layout layout{2, std::min(c_.devices, m_.devices_per_node), std::abs(to - from)};
-    const bool in_layout = bound && node(from) == node(to) && layout.workers > 2;
-    return collective_cost(m_, Coll::SendRecv, bytes, 2, node(from) != node(to), 0, in_layout ? &layout : nullptr).seconds;
+    const std::optional<AlphaBeta::Layout> l = layout({std::min(from, to), std::max(from, to)});
+    return collective_cost(m_, Coll::SendRecv, bytes, 2, node(from) != node(to), 0, l ? &*l : nullptr).seconds;
+  }
+  // With one-thread workers outnumbering the cores (run binds them round robin), a group of some
+  // of them, evenly spaced (a message's pair too), takes calibrate's fit of that layout where it
+  // timed one: a pair on one core, or of neighbours, meets more slowly than either count's fit says.
+  std::optional<AlphaBeta::Layout> layout(const std::vector<int>& devices) const {
+    const int g = static_cast<int>(devices.size()), local = std::min(c_.devices, m_.devices_per_node);
+    if (!bound_ || g < 2 || g >= local || spans(devices)) return std::nullopt;
+    const AlphaBeta::Layout l{g, local, devices[1] - devices[0]};
+    for (int k = 1; k < g; ++k)
+      if (devices[k] - devices[k - 1] != l.stride) return std::nullopt;
+    return l;
   }
   static std::vector<int> range(int n, int first = 0, int stride = 1) {
     std::vector<int> v;
@@ -871,6 +867,7 @@ class Builder {
   const Machine& m_;
   const Config& c_;
   const Options& o_;
+  const bool bound_;  // one-thread workers beyond the cores, bound round robin
   double comm_bytes = 0;
 };
 
@@ -970,8 +967,7 @@ Prediction predict_impl(const Profile& p, const Machine& m, const Config& named,
                           : 1;
   const double in_b = p.input_bytes_per_sample(), out_b = p.output_bytes_per_sample();
   const double P = static_cast<double>(p.param_count());
-  Builder bl(p, m, c, o);
-  bl.bound = bound_round_robin(m, threads, N);
+  Builder bl(p, m, c, o, threads);
   std::vector<Actor> actors;
   std::vector<double> mem(N, 0);
   int sim_workers = N;
