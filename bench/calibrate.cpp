@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include <fmt/ranges.h>
@@ -13,9 +15,11 @@
 #include "bench/project.h"
 #include "engine/check.h"
 #include "engine/comm.h"
+#include "engine/cpu_steal.h"
 #include "engine/fsutil.h"
 #include "engine/memory_estimate.h"
 #include "engine/process.h"
+#include "reports/stats.h"
 #include "strategies/pool.h"
 #include "strategies/strategy.h"
 #include "workloads/workload.h"
@@ -32,15 +36,6 @@ double since(clk::time_point t0) { return std::chrono::duration<double>(clk::now
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
-}
-
-// The median of `pools` timings, each with a fresh set of worker threads (time() makes its own):
-// where the scheduler places a set lasts as long as the set does.
-template <class F>
-double median_over_pools(int pools, F&& time) {
-  std::vector<double> each;
-  for (int k = 0; k < pools; ++k) each.push_back(time());
-  return median(each);
 }
 
 // About 2 us of one thread's arithmetic (a small layer's worth), the same amount every call.
@@ -336,7 +331,7 @@ int cmd_calibrate(const std::vector<std::string>& args) {
               {"sizes", "LIST", "message sizes in KiB", "1,4,64,1024,8192"},
               {"reps", "N", "timed calls per size (median; 5 x N up to 64 KiB)", "7"},
               {"skew-us", "US", "in-process: rank i arrives at each call US x i microseconds late, its peers asleep by then; the time counts from the last arrival (0: every worker computes about 2 us between calls, as a step's do, and the calls' cost is the loop's time less the same loop without them)", "0"},
-              {"pools", "N", "in-process: time each size with N fresh sets of worker threads (median): where the scheduler places a set of threads lasts as long as they do and can change a small message's time several-fold", "5"},
+              {"pools", "N", "in-process: N passes over every size, count and group in turn, each timing with a fresh set of worker threads; a point's time is its median over the passes (where the scheduler places a set of threads lasts as long as they do, and a slow spell as long as it does: either can change a small message's time several-fold)", "5"},
               {"name", "TEXT", "the machine's name", ""},
           });
   if (!f.parse(args)) return 0;
@@ -357,6 +352,7 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   const bool lead = process().rank == 0;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 
+  const std::optional<CpuTimes> cpu_before = read_cpu_times();
   pj::Machine m;
   m.name = f.has("name") ? f.str("name") : (multi_process() ? "this CPU (MPI processes)" : "this CPU");
   m.kind = "cpu";
@@ -372,55 +368,90 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   const std::vector<std::pair<pj::Coll, std::string>> colls = {
       {pj::Coll::AllReduce, "ring"},     {pj::Coll::Broadcast, "ring"},     {pj::Coll::Reduce, "ring"},
       {pj::Coll::AllGather, "ring"},     {pj::Coll::ReduceScatter, "ring"}, {pj::Coll::SendRecv, "direct"}};
-  // One collective of `kib` KiB over `workers` (in groups: `layout`), the median over the pools.
-  // Small messages: latency alone, microseconds that wander with the scheduler; more calls.
-  auto timed = [&](pj::Coll c, int workers, int64_t kib, double skew, const pj::AlphaBeta::Layout* layout) {
+  // Every point -- a collective at a size over some workers (or in groups), a dispatch -- is timed
+  // once per pass with a fresh set of worker threads, the passes going over all points in turn, and
+  // a point's time is its median over the passes. A slow spell (a VM's core taken away for a
+  // second, a set of threads placed badly) so sets a pass or two of any point, not every timing of
+  // a few neighbouring points. Small messages: latency alone, microseconds; more calls per timing.
+  std::vector<std::function<double()>> points;
+  auto collective = [&](pj::Coll c, int workers, int64_t kib, double skew, std::optional<pj::AlphaBeta::Layout> layout) {
     const int calls = kib <= 64 ? 5 * reps : reps;
-    return median_over_pools(pools, [&] { return time_collective(c, workers, kib * 1024 / 4, calls, skew, layout); });
+    points.push_back([=] { return time_collective(c, workers, kib * 1024 / 4, calls, skew, layout ? &*layout : nullptr); });
+    return points.size() - 1;
   };
+  struct Planned {
+    pj::Coll c;
+    std::string alg;
+    std::vector<std::pair<pj::Sample, size_t>> counts;  // the sample (its seconds: later) and its point
+    std::vector<std::pair<pj::AlphaBeta::Layout, std::vector<std::pair<pj::Sample, size_t>>>> groups;
+  };
+  std::vector<Planned> plan;
   for (const auto& [c, alg] : colls) {
-    std::vector<pj::Sample> samples;
+    Planned p{c, alg, {}, {}};
     for (int64_t r : ranks) {
       if (c == pj::Coll::SendRecv && r != ranks.front()) continue;
       for (int64_t kib : sizes) {
-        const double t = timed(c, static_cast<int>(c == pj::Coll::SendRecv && !multi_process() ? 2 : r), kib, skew_s, nullptr);
-        samples.push_back({static_cast<int>(c == pj::Coll::SendRecv ? 2 : r), kib * 1024.0, t});
-        record[pj::coll_name(c)].push_back({{"ranks", samples.back().ranks}, {"bytes", samples.back().bytes}, {"seconds", t}});
-        if (lead) fmt::print(stderr, "parbench calibrate: {} x{} {} KiB: {:.3g} ms\n", pj::coll_name(c), samples.back().ranks, kib, t * 1e3);
-      }
-    }
-    pj::AlphaBeta& fit = m.intra_node[pj::coll_name(c)][alg];
-    fit = pj::fit_alpha_beta(c, alg, samples);
-    for (int64_t r : ranks) {  // and each worker count alone, where several were timed
-      std::vector<pj::Sample> at;
-      for (const pj::Sample& s : samples)
-        if (s.ranks == r) at.push_back(s);
-      if (at.size() >= 2 && at.size() < samples.size()) {
-        const pj::AlphaBeta one = pj::fit_alpha_beta(c, alg, at);
-        fit.at_ranks[static_cast<int>(r)] = {one.alpha_s, one.bus_bytes_per_s};
+        const int workers = static_cast<int>(c == pj::Coll::SendRecv && !multi_process() ? 2 : r);
+        p.counts.push_back({{static_cast<int>(c == pj::Coll::SendRecv ? 2 : r), kib * 1024.0, 0}, collective(c, workers, kib, skew_s, {})});
       }
     }
     // Bound one-thread workers outnumbering the cores, in groups meeting at once (dp x tp's
     // pairs): neither a fraction of all the workers' meeting nor a pair's alone.
     for (const pj::AlphaBeta::Layout& l : group_layouts(ranks, cores, c == pj::Coll::SendRecv, skew_s)) {
-      std::vector<pj::Sample> in;
-      for (int64_t kib : sizes) {
-        const double t = timed(c, l.workers, kib, 0, &l);
-        in.push_back({l.size, kib * 1024.0, t});
-        record["groups"][pj::coll_name(c)][pj::layout_key(l)].push_back({{"bytes", kib * 1024.0}, {"seconds", t}});
-        if (lead) fmt::print(stderr, "parbench calibrate: {} in groups of {} {} KiB: {:.3g} ms\n", pj::coll_name(c), pj::layout_key(l), kib, t * 1e3);
+      p.groups.push_back({l, {}});
+      for (int64_t kib : sizes) p.groups.back().second.push_back({{l.size, kib * 1024.0, 0}, collective(c, l.workers, kib, 0, l)});
+    }
+    plan.push_back(std::move(p));
+  }
+  // Each further worker's step overhead: the dispatch of 2 and 4 workers over 1's (in-process).
+  std::map<int, size_t> dispatch;
+  if (!multi_process())
+    for (int w : {1, 2, 4}) {
+      points.push_back([w] { return time_dispatch(w, 50); });
+      dispatch[w] = points.size() - 1;
+    }
+  const std::vector<double> medians = pb::reports::medians_over_passes(points, pools, [&](int pass) {
+    if (lead && pools > 1) fmt::print(stderr, "parbench calibrate: pass {} of {} over {} points\n", pass + 1, pools, points.size());
+  });
+  auto at = [&](size_t k) { return medians[k]; };
+
+  for (Planned& p : plan) {
+    std::vector<pj::Sample> samples;
+    for (auto& [s, k] : p.counts) {
+      s.seconds = at(k);
+      samples.push_back(s);
+      record[pj::coll_name(p.c)].push_back({{"ranks", s.ranks}, {"bytes", s.bytes}, {"seconds", s.seconds}});
+      if (lead) fmt::print(stderr, "parbench calibrate: {} x{} {} KiB: {:.3g} ms\n", pj::coll_name(p.c), s.ranks, s.bytes / 1024, s.seconds * 1e3);
+    }
+    pj::AlphaBeta& fit = m.intra_node[pj::coll_name(p.c)][p.alg];
+    fit = pj::fit_alpha_beta(p.c, p.alg, samples);
+    for (int64_t r : ranks) {  // and each worker count alone, where several were timed
+      std::vector<pj::Sample> one_count;
+      for (const pj::Sample& s : samples)
+        if (s.ranks == r) one_count.push_back(s);
+      if (one_count.size() >= 2 && one_count.size() < samples.size()) {
+        const pj::AlphaBeta one = pj::fit_alpha_beta(p.c, p.alg, one_count);
+        fit.at_ranks[static_cast<int>(r)] = {one.alpha_s, one.bus_bytes_per_s};
       }
-      const pj::AlphaBeta one = pj::fit_alpha_beta(c, alg, in);
+    }
+    for (auto& [l, in] : p.groups) {
+      std::vector<pj::Sample> group;
+      for (auto& [s, k] : in) {
+        s.seconds = at(k);
+        group.push_back(s);
+        record["groups"][pj::coll_name(p.c)][pj::layout_key(l)].push_back({{"bytes", s.bytes}, {"seconds", s.seconds}});
+        if (lead) fmt::print(stderr, "parbench calibrate: {} in groups of {} {} KiB: {:.3g} ms\n", pj::coll_name(p.c), pj::layout_key(l), s.bytes / 1024, s.seconds * 1e3);
+      }
+      const pj::AlphaBeta one = pj::fit_alpha_beta(p.c, p.alg, group);
       fit.in_groups[l] = {one.alpha_s, one.bus_bytes_per_s};
     }
   }
   // Step overhead: regular's measured (a single rank's dispatch under MPI, where regular does not
-  // run); each further worker's: the dispatch of 2 and 4 workers over 1's.
+  // run).
   if (multi_process()) {
     m.step_overhead_s = time_dispatch(1, 50);
   } else {
-    auto dispatch = [&](int workers) { return median_over_pools(pools, [&] { return time_dispatch(workers, 50); }); };
-    const double t1 = dispatch(1), t2 = dispatch(2), t4 = dispatch(4);
+    const double t1 = at(dispatch[1]), t2 = at(dispatch[2]), t4 = at(dispatch[4]);
     const Overheads o = time_overheads(cores, 5, &record);
     m.step_overhead_s = o.step_s;
     m.unit_overhead_s = o.unit_s;
@@ -436,8 +467,15 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   }
   record["parallel_threads_note"] = "one-thread convolutions that run at full speed together: k threads' total rate over one thread's, the best k";
   record["peak_flops_note"] = "the engine's best effective rate on all cores: 3x3 conv 64->64, 32x32, batch 8; not a datasheet peak";
+  const std::optional<double> steal = steal_fraction(cpu_before, read_cpu_times());
+  if (steal) record["steal_fraction"] = *steal;
   m.calibration = record;
   if (!lead) return 0;
+  if (steal && *steal > kStealWarning)
+    fmt::print(stderr,
+               "parbench calibrate: warning: the hypervisor gave {:.0f}% of this machine's CPU time to others while it "
+               "calibrated (steal, /proc/stat): its timings are not this machine's own; calibrate again when it is quieter\n",
+               *steal * 100);
   const std::string text = pj::machine_json(m).dump(2) + "\n";
   pj::parse_machine(text, f.str("out"));  // what we write must read back
   make_dirs(std::filesystem::path(f.str("out")).parent_path().string());

@@ -17,6 +17,7 @@
 #include <fmt/ranges.h>
 
 #include "engine/check.h"
+#include "engine/cpu_steal.h"
 #include "engine/fsutil.h"
 #include "engine/process.h"
 #include "engine/memory_estimate.h"
@@ -301,7 +302,9 @@ int cmd_run(const std::vector<std::string>& args) {
     reporter_owner = std::make_unique<RecordingReporter>(benchmark::CreateDefaultDisplayReporter(), json_path, sw);
   else
     reporter_owner = std::make_unique<NullReporter>();
+  const std::optional<CpuTimes> cpu_before = read_cpu_times();
   const std::size_t ran = benchmark::RunSpecifiedBenchmarks(reporter_owner.get());
+  const std::optional<double> steal = steal_fraction(cpu_before, read_cpu_times());
   sw.release();
   benchmark::ClearRegisteredBenchmarks();
   benchmark::Shutdown();
@@ -326,6 +329,11 @@ int cmd_run(const std::vector<std::string>& args) {
              "report.md, report.csv, report.json{}{}{}\n",
              ran, reporter.failed(), dir, chart ? ", throughput.png" : "",
              sw.traced.empty() ? "" : fmt::format(", {} trace-*.json", sw.traced.size()), timeline ? ", timeline.png" : "");
+  if (steal && *steal > kStealWarning)
+    fmt::print(stderr,
+               "parbench run: warning: the hypervisor gave {:.0f}% of this machine's CPU time to others during the run "
+               "(steal, /proc/stat): its timings are slower and noisier than the machine's own; run again when it is quieter\n",
+               *steal * 100);
   if (reporter.failed() >= static_cast<int>(ran)) {
     fmt::print(stderr, "parbench run: every configuration failed\n");
     return 1;

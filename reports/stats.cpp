@@ -19,6 +19,19 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+std::vector<double> medians_over_passes(const std::vector<std::function<double()>>& points, int passes,
+                                        const std::function<void(int)>& progress) {
+  PB_CHECK(passes >= 1, "medians_over_passes needs at least one pass");
+  std::vector<std::vector<double>> t(points.size());
+  for (int pass = 0; pass < passes; ++pass) {
+    if (progress) progress(pass);
+    for (size_t k = 0; k < points.size(); ++k) t[k].push_back(points[k]());
+  }
+  std::vector<double> out;
+  for (auto& each : t) out.push_back(median(std::move(each)));
+  return out;
+}
+
 double mean(const std::vector<double>& v) {
   PB_CHECK(!v.empty(), "mean of no values");
   return std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());

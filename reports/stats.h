@@ -3,11 +3,18 @@
 // following scipy.stats.mannwhitneyu's method='auto' and use_continuity=True).
 #pragma once
 
+#include <functional>
 #include <vector>
 
 namespace pb::reports {
 
 double median(std::vector<double> v);  // v non-empty
+// Each of `points` (a timing) called `passes` times, the passes going over all the points in turn
+// rather than one point's calls back to back; each point's median. A slow spell shorter than two
+// passes so sets at most two of a point's timings -- never the median of 5 or more. progress(k)
+// before pass k (0-based), if given.
+std::vector<double> medians_over_passes(const std::vector<std::function<double()>>& points, int passes,
+                                        const std::function<void(int)>& progress = {});
 double mean(const std::vector<double>& v);
 // Sample standard deviation (n - 1), 0 for fewer than two values.
 double stddev(const std::vector<double>& v);

@@ -102,6 +102,31 @@ TEST(Stats, MedianMeanCv) {
   EXPECT_DOUBLE_EQ(coefficient_of_variation({5}), 0);
 }
 
+TEST(Stats, MediansOverPassesOutlastASpellOfTwoPasses) {
+  // 12 points timing k + 1 each, but any call within a spell of consecutive calls times 1000 (a
+  // VM's core taken away): timed in 5 passes over all the points, a spell of two passes' calls
+  // anywhere leaves every median alone, and one of three passes' sets every point it spans.
+  const int n = 12, passes = 5;
+  for (int spell : {2 * n, 3 * n})
+    for (int start = 0; start + spell <= passes * n; ++start) {
+      int call = 0;
+      std::vector<std::function<double()>> points;
+      for (int k = 0; k < n; ++k)
+        points.push_back([&call, k, start, spell] {
+          const bool slow = call >= start && call < start + spell;
+          ++call;
+          return slow ? 1000.0 : k + 1.0;
+        });
+      std::vector<int> seen;
+      const std::vector<double> m = medians_over_passes(points, passes, [&](int pass) { seen.push_back(pass); });
+      EXPECT_EQ(call, passes * n);
+      EXPECT_EQ(seen, (std::vector<int>{0, 1, 2, 3, 4}));
+      ASSERT_EQ(m.size(), static_cast<size_t>(n));
+      for (int k = 0; k < n; ++k) EXPECT_EQ(m[k], spell == 2 * n ? k + 1.0 : 1000.0) << "spell " << spell << " from call " << start << ", point " << k;
+    }
+  EXPECT_THROW(medians_over_passes({[] { return 1.0; }}, 0), std::exception);
+}
+
 TEST(MannWhitney, ExactSmallSamplesMatchScipy) {
   // scipy.stats.mannwhitneyu(x, y) (method='auto': exact, no ties, a sample of at most 8).
   auto a = mann_whitney_u({1, 2, 3}, {4, 5, 6});

@@ -1,0 +1,28 @@
+// The share of the CPUs' time a hypervisor gave to others ("steal" in /proc/stat): on a VM whose
+// host is busy, timings taken then are not the machine's own (a 1 KiB all-reduce of two threads
+// measured 250 us against 2 us while a third of the time was stolen; docs/PERFORMANCE.md).
+#pragma once
+
+#include <optional>
+#include <string>
+
+namespace pb {
+
+// Above this share, calibrate and run warn that their timings were disturbed (on this project's
+// VM: under 2% while its host was quiet, 5-25% as it got busier, 25-75% in its slow spells).
+inline constexpr double kStealWarning = 0.1;
+
+struct CpuTimes {
+  double steal = 0;  // clock ticks, all CPUs
+  double total = 0;  // user + nice + system + idle + iowait + irq + softirq + steal
+};
+
+// The aggregate "cpu " line of /proc/stat's text; nullopt where it is missing or has no steal
+// field (kernels before 2.6.11, non-Linux).
+std::optional<CpuTimes> parse_proc_stat(const std::string& text);
+// This machine's, read now; nullopt where /proc/stat cannot be read or parsed.
+std::optional<CpuTimes> read_cpu_times();
+// Steal over total between two readings; nullopt when either is missing or no time passed.
+std::optional<double> steal_fraction(const std::optional<CpuTimes>& before, const std::optional<CpuTimes>& after);
+
+}  // namespace pb
