@@ -413,12 +413,11 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   const std::vector<double> medians = pb::reports::medians_over_passes(points, pools, [&](int pass) {
     if (lead && pools > 1) fmt::print(stderr, "parbench calibrate: pass {} of {} over {} points\n", pass + 1, pools, points.size());
   });
-  auto at = [&](size_t k) { return medians[k]; };
 
   for (Planned& p : plan) {
     std::vector<pj::Sample> samples;
     for (auto& [s, k] : p.counts) {
-      s.seconds = at(k);
+      s.seconds = medians[k];
       samples.push_back(s);
       record[pj::coll_name(p.c)].push_back({{"ranks", s.ranks}, {"bytes", s.bytes}, {"seconds", s.seconds}});
       if (lead) fmt::print(stderr, "parbench calibrate: {} x{} {} KiB: {:.3g} ms\n", pj::coll_name(p.c), s.ranks, s.bytes / 1024, s.seconds * 1e3);
@@ -437,7 +436,7 @@ int cmd_calibrate(const std::vector<std::string>& args) {
     for (auto& [l, in] : p.groups) {
       std::vector<pj::Sample> group;
       for (auto& [s, k] : in) {
-        s.seconds = at(k);
+        s.seconds = medians[k];
         group.push_back(s);
         record["groups"][pj::coll_name(p.c)][pj::layout_key(l)].push_back({{"bytes", s.bytes}, {"seconds", s.seconds}});
         if (lead) fmt::print(stderr, "parbench calibrate: {} in groups of {} {} KiB: {:.3g} ms\n", pj::coll_name(p.c), pj::layout_key(l), s.bytes / 1024, s.seconds * 1e3);
@@ -451,7 +450,7 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   if (multi_process()) {
     m.step_overhead_s = time_dispatch(1, 50);
   } else {
-    const double t1 = at(dispatch[1]), t2 = at(dispatch[2]), t4 = at(dispatch[4]);
+    const double t1 = medians[dispatch[1]], t2 = medians[dispatch[2]], t4 = medians[dispatch[4]];
     const Overheads o = time_overheads(cores, 5, &record);
     m.step_overhead_s = o.step_s;
     m.unit_overhead_s = o.unit_s;
