@@ -15,11 +15,16 @@
 
 namespace pb::test {
 
-// A random source seeded from the system; tests print `seed` so that a failure can be replayed.
+// A random source seeded from the system, or from PARBENCH_TEST_SEED where set: tests print
+// `seed`, so that a failure can be replayed with it.
 struct Rand {
   std::mt19937_64 gen;
   uint64_t seed;
-  Rand() : seed(std::random_device{}()) { gen.seed(seed); }
+  Rand() : seed(initial_seed()) { gen.seed(seed); }
+  static uint64_t initial_seed() {
+    const char* s = std::getenv("PARBENCH_TEST_SEED");
+    return s && *s ? std::strtoull(s, nullptr, 10) : std::random_device{}();
+  }
   int64_t i(int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(gen); }
   bool coin() { return i(0, 1) == 1; }
   std::vector<float> vec(int64_t n) {  // standard normal

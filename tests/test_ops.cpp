@@ -165,17 +165,24 @@ TEST(Ops, ReferenceGradientMatchesFiniteDifferences) {
     const ref::Vec x = ref::to_double(r.vec(batch * numel_of(plan.input)));
     const ref::Vec t = ref::to_double(r.vec(batch * numel_of(plan.output)));
     ref::Vec grad;
-    ref::net_loss(plan, p, x, t, batch, &grad);
+    const double l0 = ref::net_loss(plan, p, x, t, batch, &grad);
     const double h = 1e-6;
-    double worst = 0;
+    std::size_t kinked = 0;
     for (std::size_t i = 0; i < p.size(); ++i) {
       ref::Vec pp = p, pm = p;
       pp[i] += h, pm[i] -= h;
-      const double fd = (ref::net_loss(plan, pp, x, t, batch) - ref::net_loss(plan, pm, x, t, batch)) / (2 * h);
-      worst = std::max(worst, std::abs(fd - grad[i]) / (1e-6 + std::abs(fd)));
-      // ReLU kinks make single elements non-differentiable; those are rare and tiny.
-      EXPECT_NEAR(fd, grad[i], 1e-6 + 1e-4 * std::abs(fd)) << "parameter " << i;
+      const double lp = ref::net_loss(plan, pp, x, t, batch), lm = ref::net_loss(plan, pm, x, t, batch);
+      const double fd = (lp - lm) / (2 * h), tol = 1e-6 + 1e-4 * std::abs(fd);
+      // A ReLU input within h of 0 puts a kink inside the difference: the two one-sided slopes
+      // part by the gradient's jump there (smooth, only by h x the curvature). No derivative to
+      // check at such a parameter (a seed once put one in a unit that nine parameters feed).
+      if (std::abs((lp - l0) / h - (l0 - lm) / h) > tol) {
+        ++kinked;
+        continue;
+      }
+      EXPECT_NEAR(fd, grad[i], tol) << "parameter " << i;
     }
+    EXPECT_LE(kinked, p.size() / 4) << "too few parameters away from a ReLU kink to check";
   }
 }
 
