@@ -753,8 +753,13 @@ int validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profile> prof
 
 // --combine: several validations, each a run and the profile timed right after it, pooled. A
 // machine whose speed wanders touches each round's run and profile alike; pooling averages the
-// wandering out of both. Measured: the median of every round's timed iterations; predicted: the
-// median of the rounds' predictions.
+// wandering out of both. Measured: the trimmed mean of every round's timed iterations; predicted:
+// the mean of the rounds' predictions. Means, not medians: a machine that spends seconds to
+// minutes in either of two speed states gives a round's run and the profile beside it each state
+// in turn, and a median of such a mix is that of whichever state holds its majority, which need not
+// be the same one for the runs and the profiles; a mean weighs each state by its share of both.
+constexpr double kPooledTrim = 0.1;  // of the pooled iterations, each end
+
 int combine(const Flags& f) {
   const std::vector<std::string> paths = split_list(f.str("combine"));
   if (paths.size() < 2) throw UsageError(fmt::format("--combine expects two or more validation JSON files (written by --validate --out), got '{}'", f.str("combine")));
@@ -786,11 +791,11 @@ int combine(const Flags& f) {
       comm.push_back(r->exposed_comm_s);
       idle.push_back(r->idle_s);
     }
-    k.measured_s = reports::median(k.times);
-    k.predicted_s = reports::median(pred);
-    k.compute_s = reports::median(comp);
-    k.exposed_comm_s = reports::median(comm);
-    k.idle_s = reports::median(idle);
+    k.measured_s = reports::trimmed_mean(k.times, kPooledTrim);
+    k.predicted_s = reports::mean(pred);
+    k.compute_s = reports::mean(comp);
+    k.exposed_comm_s = reports::mean(comm);
+    k.idle_s = reports::mean(idle);
     checked.push_back(std::move(k));
   }
   std::string out = fmt::format(
@@ -801,8 +806,8 @@ int combine(const Flags& f) {
   const std::string tail =
       partial.empty() ? "" : fmt::format("Not in every round (pooled from those it is in): {}.\n", fmt::join(partial, "; "));
   report_validation(f, out, checked,
-                    "measured = the median of every round's timed iterations, predicted = the median of the rounds' "
-                    "predictions (parts likewise)",
+                    "measured = the mean of every round's timed iterations less the fastest and slowest tenth, "
+                    "predicted = the mean of the rounds' predictions (parts likewise)",
                     tail, {{"combined", paths}, {"rounds", vs.size()}});
   return 0;
 }
@@ -842,7 +847,7 @@ int cmd_project(const std::vector<std::string>& args) {
               {"out", "PREFIX", "write PREFIX.md, PREFIX.json and PREFIX.png (chart)", ""},
               {"validate", "RUN.json", "a run's results.json: predict its configurations and print the errors", ""},
               {"save-profile", "PREFIX", "--validate without --profile: also write the timed profiles to PREFIX-threadsT-workersK.json (pipelines' stage by stage: PREFIX-stagesS-threadsT-workersK.json)", ""},
-              {"combine", "V1,V2,...", "pool validations written by --validate --out (each a run and its profile, timed in turn): measured = the median of all their timed iterations, predicted = the median of their predictions", ""},
+              {"combine", "V1,V2,...", "pool validations written by --validate --out (each a run and its profile, timed in turn): measured = the mean of all their timed iterations less the fastest and slowest tenth, predicted = the mean of their predictions", ""},
               {"anchor", "", "--validate: scale every prediction by the one-device regular run's measured over predicted time (the machine's speed drifting between the run and the profile) and leave that row out of the errors", ""},
               {"profile-reps", "N", "--validate without --profile: timed repetitions per batch size (median; with workers side by side their mean, at the slowest one's pace)", "3"},
               {"profile-rounds", "N", "--validate without --profile: time everything N times in turn and take each layer's median", "3"},
