@@ -753,13 +753,11 @@ int validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profile> prof
 
 // --combine: several validations, each a run and the profile timed right after it, pooled. A
 // machine whose speed wanders touches each round's run and profile alike; pooling averages the
-// wandering out of both. Measured: the trimmed mean of every round's timed iterations; predicted:
-// the mean of the rounds' predictions. Means, not medians: a machine that spends seconds to
-// minutes in either of two speed states gives a round's run and the profile beside it each state
-// in turn, and a median of such a mix is that of whichever state holds its majority, which need not
-// be the same one for the runs and the profiles; a mean weighs each state by its share of both.
-constexpr double kPooledTrim = 0.1;  // of the pooled iterations, each end
-
+// wandering out of both. Each round is a pair, and the error is the median of the pairs':
+// predicted = measured x the median over the rounds of predicted / measured, measured = the median
+// of the rounds' measured times. A round whose run and profile fell in different speed states of
+// the machine (seconds to minutes long) is off either way, and the median leaves it out, where
+// pooling runs and profiles apart would set one spell's run against another's profile.
 int combine(const Flags& f) {
   const std::vector<std::string> paths = split_list(f.str("combine"));
   if (paths.size() < 2) throw UsageError(fmt::format("--combine expects two or more validation JSON files (written by --validate --out), got '{}'", f.str("combine")));
@@ -783,19 +781,20 @@ int combine(const Flags& f) {
     Checked k;
     k.name = name;
     k.threads = rs.front()->threads;
-    std::vector<double> pred, comp, comm, idle;
+    std::vector<double> measured, pred, comp, comm, idle;  // the parts per round, over its measured time
     for (const pj::ValidationRow* r : rs) {
       k.times.insert(k.times.end(), r->measured_times_s.begin(), r->measured_times_s.end());
-      pred.push_back(r->predicted_s);
-      comp.push_back(r->compute_s);
-      comm.push_back(r->exposed_comm_s);
-      idle.push_back(r->idle_s);
+      measured.push_back(r->measured_s);
+      pred.push_back(r->predicted_s / r->measured_s);
+      comp.push_back(r->compute_s / r->measured_s);
+      comm.push_back(r->exposed_comm_s / r->measured_s);
+      idle.push_back(r->idle_s / r->measured_s);
     }
-    k.measured_s = reports::trimmed_mean(k.times, kPooledTrim);
-    k.predicted_s = reports::mean(pred);
-    k.compute_s = reports::mean(comp);
-    k.exposed_comm_s = reports::mean(comm);
-    k.idle_s = reports::mean(idle);
+    k.measured_s = reports::median(measured);
+    k.predicted_s = k.measured_s * reports::median(pred);
+    k.compute_s = k.measured_s * reports::median(comp);
+    k.exposed_comm_s = k.measured_s * reports::median(comm);
+    k.idle_s = k.measured_s * reports::median(idle);
     checked.push_back(std::move(k));
   }
   std::string out = fmt::format(
@@ -806,8 +805,8 @@ int combine(const Flags& f) {
   const std::string tail =
       partial.empty() ? "" : fmt::format("Not in every round (pooled from those it is in): {}.\n", fmt::join(partial, "; "));
   report_validation(f, out, checked,
-                    "measured = the mean of every round's timed iterations less the fastest and slowest tenth, "
-                    "predicted = the mean of the rounds' predictions (parts likewise)",
+                    "measured = the median of the rounds' measured times, predicted = measured x the median of the "
+                    "rounds' predicted / measured (each round a run and the profile timed beside it; parts likewise)",
                     tail, {{"combined", paths}, {"rounds", vs.size()}});
   return 0;
 }
@@ -847,7 +846,7 @@ int cmd_project(const std::vector<std::string>& args) {
               {"out", "PREFIX", "write PREFIX.md, PREFIX.json and PREFIX.png (chart)", ""},
               {"validate", "RUN.json", "a run's results.json: predict its configurations and print the errors", ""},
               {"save-profile", "PREFIX", "--validate without --profile: also write the timed profiles to PREFIX-threadsT-workersK.json (pipelines' stage by stage: PREFIX-stagesS-threadsT-workersK.json)", ""},
-              {"combine", "V1,V2,...", "pool validations written by --validate --out (each a run and its profile, timed in turn): measured = the mean of all their timed iterations less the fastest and slowest tenth, predicted = the mean of their predictions", ""},
+              {"combine", "V1,V2,...", "pool validations written by --validate --out (each a run and its profile, timed in turn): measured = the median of their measured times, predicted = measured x the median of their predicted / measured", ""},
               {"anchor", "", "--validate: scale every prediction by the one-device regular run's measured over predicted time (the machine's speed drifting between the run and the profile) and leave that row out of the errors", ""},
               {"profile-reps", "N", "--validate without --profile: timed repetitions per batch size (median; with workers side by side their mean, at the slowest one's pace)", "3"},
               {"profile-rounds", "N", "--validate without --profile: time everything N times in turn and take each layer's median", "3"},

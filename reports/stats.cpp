@@ -37,14 +37,6 @@ double mean(const std::vector<double>& v) {
   return std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
 }
 
-double trimmed_mean(std::vector<double> v, double cut) {
-  PB_CHECK(!v.empty(), "trimmed mean of no values");
-  PB_CHECK(cut >= 0 && cut < 0.5, "trimmed mean: cut {} outside [0, 0.5)", cut);
-  std::sort(v.begin(), v.end());
-  const auto k = static_cast<std::ptrdiff_t>(std::floor(cut * static_cast<double>(v.size())));
-  return std::accumulate(v.begin() + k, v.end() - k, 0.0) / static_cast<double>(v.size() - 2 * static_cast<std::size_t>(k));
-}
-
 double stddev(const std::vector<double>& v) {
   if (v.size() < 2) return 0;
   const double m = mean(v);

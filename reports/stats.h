@@ -16,10 +16,6 @@ double median(std::vector<double> v);  // v non-empty
 std::vector<double> medians_over_passes(const std::vector<std::function<double()>>& points, int passes,
                                         const std::function<void(int)>& progress = {});
 double mean(const std::vector<double>& v);
-// The mean of v less its lowest and highest floor(cut x n) values (0 <= cut < 0.5): a machine in two
-// speed states gives timings of two modes, whose median jumps to whichever holds the majority while
-// this follows their shares; the cut keeps a rare long stall (a descheduled core) out of it.
-double trimmed_mean(std::vector<double> v, double cut);  // v non-empty
 // Sample standard deviation (n - 1), 0 for fewer than two values.
 double stddev(const std::vector<double>& v);
 // Coefficient of variation stddev / mean; 0 when the mean is 0 or there is one value.

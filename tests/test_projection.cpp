@@ -835,18 +835,17 @@ TEST_F(ProjectCli, ValidateComparesEveryMeasuredConfiguration) {
     ASSERT_EQ(t.size(), 3u) << row.dump();  // 3 iterations, 1 repetition
     EXPECT_NEAR(reports::median(t), row["measured_s"].get<double>(), 1e-12);
   }
-  // --combine pools validations: measured = the trimmed mean of all their iterations (a tenth off
-  // each end), predicted = the mean of their predictions; a configuration in one round only is
-  // pooled from that one.
+  // --combine pools validations as pairs: measured = the median of the rounds' measured times,
+  // predicted = that x the median of the rounds' predicted / measured; a configuration in one
+  // round only is pooled from that one.
   {
-    json other = json::parse(read_file(path("plain.json")));
+    json other = v;  // a second round: the same rows, but the one below
     const std::string once = other["rows"][0]["name"];  // in one round only
     other["rows"].erase(other["rows"].begin());
-    for (json& row : other["rows"]) {  // 1.5x slower, each iteration twice, and a stall of 1000x
-      json times = json::array();
-      for (const json& t : row["measured_times_s"]) times.push_back(t.get<double>() * 1.5), times.push_back(t.get<double>() * 1.5);
-      times.push_back(row["measured_times_s"][0].get<double>() * 1000);
-      row["measured_times_s"] = times;
+    for (json& row : other["rows"]) {  // measured 1.5x slower, predicted 1.2x
+      for (json& t : row["measured_times_s"]) t = t.get<double>() * 1.5;
+      row["measured_s"] = row["measured_s"].get<double>() * 1.5;
+      row["predicted_s"] = row["predicted_s"].get<double>() * 1.2;
     }
     write_file_atomic(path("other.json"), other.dump());
     r = parbench("project --combine " + path("v.json") + "," + path("other.json") + " --out " + path("pooled"));
@@ -859,16 +858,18 @@ TEST_F(ProjectCli, ValidateComparesEveryMeasuredConfiguration) {
     ASSERT_EQ(pooled["rows"].size(), by_name.size());
     double mean = 0;
     for (const json& row : pooled["rows"]) {
-      std::vector<double> times, pred;
+      std::vector<double> measured, ratio;
       for (const json* src : by_name.at(row["name"])) {
-        for (const json& t : (*src)["measured_times_s"]) times.push_back(t);
-        pred.push_back((*src)["predicted_s"]);
+        measured.push_back((*src)["measured_s"]);
+        ratio.push_back((*src)["predicted_s"].get<double>() / (*src)["measured_s"].get<double>());
       }
-      EXPECT_NEAR(row["measured_s"].get<double>(), reports::trimmed_mean(times, 0.1), 1e-12) << row.dump();
-      if (times.size() >= 10) {  // the stall cut off
-        EXPECT_LT(row["measured_s"].get<double>(), 2 * reports::median(times)) << row.dump();
+      const double m = reports::median(measured);
+      EXPECT_NEAR(row["measured_s"].get<double>(), m, 1e-12 * m) << row.dump();
+      EXPECT_NEAR(row["predicted_s"].get<double>(), m * reports::median(ratio), 1e-12 * m) << row.dump();
+      if (measured.size() == 2) {  // (1 + 1.2 / 1.5) / 2 of the first round's ratio, at 1.25x its measured time
+        EXPECT_NEAR(row["error"].get<double>() + 1, 0.9 * ratio[0], 1e-9) << row.dump();
+        EXPECT_NEAR(row["measured_s"].get<double>(), 1.25 * measured[0], 1e-12 * m) << row.dump();
       }
-      EXPECT_NEAR(row["predicted_s"].get<double>(), reports::mean(pred), 1e-12) << row.dump();
       const double e = row["predicted_s"].get<double>() / row["measured_s"].get<double>() - 1;
       EXPECT_NEAR(row["error"].get<double>(), e, 1e-12);
       mean += std::abs(e) / pooled["rows"].size();

@@ -102,27 +102,6 @@ TEST(Stats, MedianMeanCv) {
   EXPECT_DOUBLE_EQ(coefficient_of_variation({5}), 0);
 }
 
-TEST(Stats, TrimmedMeanFollowsTheSharesOfTwoModesAndDropsTheEnds) {
-  // Timings of a machine in two speed states, 3 and 4.5 units a step: as the slow state's share
-  // goes from 40% to 60% the median jumps from one mode to the other while the trimmed mean moves
-  // by the share's change; a stall of 1000 among 20 values is cut off (2 of 20 at each end).
-  auto mix = [](int slow, double stall) {
-    std::vector<double> v(20 - slow, 3.0);
-    v.insert(v.end(), slow, 4.5);
-    if (stall > 0) v.back() = stall;
-    return v;
-  };
-  EXPECT_DOUBLE_EQ(median(mix(8, 0)), 3.0);
-  EXPECT_DOUBLE_EQ(median(mix(12, 0)), 4.5);
-  EXPECT_DOUBLE_EQ(trimmed_mean(mix(8, 0), 0.1), (10 * 3.0 + 6 * 4.5) / 16);
-  EXPECT_DOUBLE_EQ(trimmed_mean(mix(12, 0), 0.1), (6 * 3.0 + 10 * 4.5) / 16);
-  EXPECT_DOUBLE_EQ(trimmed_mean(mix(12, 1000), 0.1), trimmed_mean(mix(12, 0), 0.1));
-  EXPECT_DOUBLE_EQ(trimmed_mean({1, 2, 3}, 0), 2);
-  EXPECT_DOUBLE_EQ(trimmed_mean({1, 2, 3, 100}, 0.25), 2.5);
-  EXPECT_THROW(trimmed_mean({}, 0.1), std::exception);
-  EXPECT_THROW(trimmed_mean({1, 2}, 0.5), std::exception);
-}
-
 TEST(Stats, MediansOverPassesOutlastASpellOfTwoPasses) {
   // 12 points timing k + 1 each, but any call within a spell of consecutive calls times 1000 (a
   // VM's core taken away): timed in 5 passes over all the points, a spell of two passes' calls
