@@ -781,20 +781,22 @@ int combine(const Flags& f) {
     Checked k;
     k.name = name;
     k.threads = rs.front()->threads;
-    std::vector<double> measured, pred, comp, comm, idle;  // the parts per round, over its measured time
+    std::vector<double> measured;
     for (const pj::ValidationRow* r : rs) {
       k.times.insert(k.times.end(), r->measured_times_s.begin(), r->measured_times_s.end());
       measured.push_back(r->measured_s);
-      pred.push_back(r->predicted_s / r->measured_s);
-      comp.push_back(r->compute_s / r->measured_s);
-      comm.push_back(r->exposed_comm_s / r->measured_s);
-      idle.push_back(r->idle_s / r->measured_s);
     }
     k.measured_s = reports::median(measured);
-    k.predicted_s = k.measured_s * reports::median(pred);
-    k.compute_s = k.measured_s * reports::median(comp);
-    k.exposed_comm_s = k.measured_s * reports::median(comm);
-    k.idle_s = k.measured_s * reports::median(idle);
+    // The pooled measured time x the median over the rounds of each one's `part` / measured.
+    auto paired = [&](double pj::ValidationRow::*part) {
+      std::vector<double> ratio;
+      for (const pj::ValidationRow* r : rs) ratio.push_back(r->*part / r->measured_s);
+      return k.measured_s * reports::median(std::move(ratio));
+    };
+    k.predicted_s = paired(&pj::ValidationRow::predicted_s);
+    k.compute_s = paired(&pj::ValidationRow::compute_s);
+    k.exposed_comm_s = paired(&pj::ValidationRow::exposed_comm_s);
+    k.idle_s = paired(&pj::ValidationRow::idle_s);
     checked.push_back(std::move(k));
   }
   std::string out = fmt::format(
