@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -118,15 +119,49 @@ pj::Profile median_of(const std::vector<pj::Profile>& v) {
   return out;
 }
 
+// Seconds worker 0 of an n-way tp spends on a split layer's per-sample layout copies at batch b
+// (strategies/tp.cpp): in forward, every worker's gathered piece into the activation, sample by
+// sample (a whole activation); in backward, its own channels of the output gradient (b copies).
+// The median of `reps` timings, after one untimed.
+std::pair<double, double> tp_copy_seconds(int64_t K, int64_t per_sample, int n, int64_t b, int reps) {
+  std::vector<int64_t> k(n), lo(n, 0);
+  for (int r = 0; r < n; ++r) k[r] = K / n + (r < K % n ? 1 : 0), lo[r] = r == 0 ? 0 : lo[r - 1] + k[r - 1];
+  const int64_t piece = b * ((K + n - 1) / n) * per_sample;
+  std::vector<float> gathered(static_cast<std::size_t>(n * piece), 1.0f), y(static_cast<std::size_t>(b * K * per_sample), 0.0f),
+      gout = y, mine(static_cast<std::size_t>(b * k[0] * per_sample), 0.0f);
+  const auto bytes = [](int64_t v) { return static_cast<std::size_t>(v) * sizeof(float); };
+  std::vector<double> fwd, bwd;
+  for (int rep = 0; rep <= reps; ++rep) {
+    auto t0 = std::chrono::steady_clock::now();
+    for (int q = 0; q < n; ++q)
+      for (int64_t j = 0; j < b; ++j)
+        copy_bytes(cpu(), y.data() + (j * K + lo[q]) * per_sample, cpu(), gathered.data() + q * piece + j * k[q] * per_sample,
+                   bytes(k[q] * per_sample));
+    auto t1 = std::chrono::steady_clock::now();
+    for (int64_t j = 0; j < b; ++j)
+      copy_bytes(cpu(), mine.data() + j * k[0] * per_sample, cpu(), gout.data() + (j * K + lo[0]) * per_sample, bytes(k[0] * per_sample));
+    auto t2 = std::chrono::steady_clock::now();
+    if (rep == 0) continue;
+    fwd.push_back(std::chrono::duration<double>(t1 - t0).count());
+    bwd.push_back(std::chrono::duration<double>(t2 - t1).count());
+  }
+  return {reports::median(std::move(fwd)), reports::median(std::move(bwd))};
+}
+
 // The profile of a strategy that runs the net layer by layer: every conv / linear layer with n or
 // more output channels timed alone as worker 0 of an n-way tp runs it -- ceil(K / n) output
 // channels on the whole input, after a ReLU so that its input gradient is computed too -- and
 // entered as that time x K / k, since the model charges a worker k / K of the layer's time (n = 1:
 // the whole layer alone, as fsdp, zero2 and tp on one device run it). Timed as `p` was:
 // `p.threads` threads, `p.concurrent` workers at once, `rounds` times in turn (the median).
-pj::Profile layerwise_profile(const pj::Profile& p, const NetPlan& plan, int n, int reps, int rounds) {
+// tp (and dp x tp) also runs what the profile's one Sequential does not: each ReLU on its own
+// (the Sequential runs it inside the convolution before it, where oneDNN fuses the two, and times
+// it as nothing), entered as the slice net's ReLU on the same activation, and the per-sample
+// copies above, added to the layer's forward and backward-weights times.
+pj::Profile layerwise_profile(const pj::Profile& p, const NetPlan& plan, int n, int reps, int rounds, bool tp) {
   pj::Profile q = p;
   std::map<std::size_t, std::vector<pj::Profile>> timed;  // layer -> its slice net, once per round
+  std::map<std::size_t, std::vector<std::vector<std::pair<double, double>>>> copies;  // layer -> per batch, once per round
   for (int round = 0; round < rounds; ++round)
     for (std::size_t i = 0; i < plan.layers.size(); ++i) {
       const LayerPlan& l = plan.layers[i];
@@ -145,18 +180,31 @@ pj::Profile layerwise_profile(const pj::Profile& p, const NetPlan& plan, int n, 
       s.in_channels = -1, s.in_features = -1;
       one.layers.push_back(s);
       timed[i].push_back(engine_profile(plan_net(one), one.name, p.batches, p.threads, reps, p.concurrent));
+      if (!tp) continue;
+      std::vector<std::pair<double, double>> at;
+      for (int64_t b : p.batches) at.push_back(tp_copy_seconds(K, numel_of(l.out) / K, n, b, reps));
+      copies[i].push_back(std::move(at));
     }
   for (const auto& [i, v] : timed) {
     const int64_t K = plan.layers[i].out[0], k = (K + n - 1) / n;
     const pj::Profile t = median_of(v);
     const double up = static_cast<double>(K) / static_cast<double>(k);
+    const bool relu_before = tp && i > 0 && plan.layers[i - 1].spec.type == LayerType::ReLU;
     for (std::size_t b = 0; b < p.batches.size(); ++b) {
-      q.layers[i].forward_s[b] = t.layers[1].forward_s[b] * up;
+      double copy_fwd = 0, copy_bwd = 0;
+      if (tp) {
+        std::vector<double> f, w;
+        for (const auto& round : copies.at(i)) f.push_back(round[b].first), w.push_back(round[b].second);
+        copy_fwd = reports::median(std::move(f)), copy_bwd = reports::median(std::move(w));
+      }
+      q.layers[i].forward_s[b] = (t.layers[1].forward_s[b] + copy_fwd) * up;
       q.layers[i].backward_data_s[b] = i == 0 ? 0 : t.layers[1].backward_data_s[b] * up;
-      q.layers[i].backward_weights_s[b] = t.layers[1].backward_weights_s[b] * up;
+      q.layers[i].backward_weights_s[b] = (t.layers[1].backward_weights_s[b] + copy_bwd) * up;
+      if (relu_before) q.layers[i - 1].forward_s[b] = t.layers[0].forward_s[b];
     }
   }
   q.context["tp_slices"] = n;
+  q.context["tp_relu_and_copies"] = tp;
   return q;
 }
 
@@ -593,7 +641,7 @@ int validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profile> prof
   };
   // Layers are timed alone (or as slices) only when this command times the workload itself.
   std::optional<NetPlan> timed_plan;
-  std::map<std::tuple<int, int, int>, pj::Profile> layerwise_profiles;  // (slices, threads, concurrent) -> layer by layer
+  std::map<std::tuple<int, int, int, bool>, pj::Profile> layerwise_profiles;  // (slices, threads, concurrent, tp) -> layer by layer
   std::map<std::tuple<int, int, int>, pj::Profile> stagewise_profiles;  // (stages, threads, concurrent) -> stage by stage
   const int reps = static_cast<int>(f.integer("profile-reps")), rounds = static_cast<int>(f.integer("profile-rounds"));
   if (profiles.empty()) {
@@ -681,11 +729,12 @@ int validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profile> prof
     const auto dptp = pj::dptp_shape(x.strategy);
     const bool layerwise = x.strategy == "tp" || dptp || x.strategy == "fsdp" || x.strategy == "zero2";
     const int slices = x.strategy == "tp" ? x.devices : dptp ? dptp->second : 1;
-    const std::tuple<int, int, int> key{slices, t, base.concurrent};
+    const bool tp = x.strategy == "tp" || dptp;
+    const std::tuple<int, int, int, bool> key{slices, t, base.concurrent, tp};
     if (layerwise && timed_plan && !layerwise_profiles.count(key)) {
-      fmt::print(stderr, "parbench project: timing layer by layer ({} channel slice(s), {} worker(s) at once)\n", slices,
-                 base.concurrent);
-      layerwise_profiles.emplace(key, layerwise_profile(base, *timed_plan, slices, reps, rounds));
+      fmt::print(stderr, "parbench project: timing layer by layer ({} channel slice(s){}, {} worker(s) at once)\n", slices,
+                 tp ? ", ReLUs and layout copies as tp runs them" : "", base.concurrent);
+      layerwise_profiles.emplace(key, layerwise_profile(base, *timed_plan, slices, reps, rounds, tp));
     }
     const auto lw_it = layerwise_profiles.find(key);
     // mp, pipeline and dp x pp run each stage as its own Sequential: timed stage by stage.
