@@ -734,7 +734,13 @@ int validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profile> prof
     if (layerwise && timed_plan && !layerwise_profiles.count(key)) {
       fmt::print(stderr, "parbench project: timing layer by layer ({} channel slice(s){}, {} worker(s) at once)\n", slices,
                  tp ? ", ReLUs and layout copies as tp runs them" : "", base.concurrent);
-      layerwise_profiles.emplace(key, layerwise_profile(base, *timed_plan, slices, reps, rounds, tp));
+      const pj::Profile& lp = layerwise_profiles.emplace(key, layerwise_profile(base, *timed_plan, slices, reps, rounds, tp)).first->second;
+      if (f.has("save-profile")) {
+        const std::string file = fmt::format("{}-{}{}-threads{}-workers{}.json", f.str("save-profile"), tp ? "tp" : "layers", slices, t,
+                                             base.concurrent);
+        write_file_atomic(file, pj::profile_json(lp).dump(1) + "\n");
+        fmt::print(stderr, "parbench project: wrote {}\n", file);
+      }
     }
     const auto lw_it = layerwise_profiles.find(key);
     // mp, pipeline and dp x pp run each stage as its own Sequential: timed stage by stage.
@@ -896,7 +902,7 @@ int cmd_project(const std::vector<std::string>& args) {
               {"format", "FMT", "what to print: markdown or json", "markdown"},
               {"out", "PREFIX", "write PREFIX.md, PREFIX.json and PREFIX.png (chart)", ""},
               {"validate", "RUN.json", "a run's results.json: predict its configurations and print the errors", ""},
-              {"save-profile", "PREFIX", "--validate without --profile: also write the timed profiles to PREFIX-threadsT-workersK.json (pipelines' stage by stage: PREFIX-stagesS-threadsT-workersK.json)", ""},
+              {"save-profile", "PREFIX", "--validate without --profile: also write the timed profiles to PREFIX-threadsT-workersK.json (pipelines' stage by stage: PREFIX-stagesS-threadsT-workersK.json; fsdp's and zero2's layer by layer: PREFIX-layers1-threadsT-workersK.json; tp's and dp x tp's with N channel slices: PREFIX-tpN-threadsT-workersK.json)", ""},
               {"combine", "V1,V2,...", "pool validations written by --validate --out (each a run and its profile, timed in turn): measured = the median of their measured times, predicted = measured x the median of their predicted / measured", ""},
               {"anchor", "", "--validate: scale every prediction by the one-device regular run's measured over predicted time (the machine's speed drifting between the run and the profile) and leave that row out of the errors", ""},
               {"profile-reps", "N", "--validate without --profile: timed repetitions per batch size (median; with workers side by side their mean, at the slowest one's pace)", "3"},

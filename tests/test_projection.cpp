@@ -648,6 +648,43 @@ TEST_F(ProjectCli, ValidateTimesPipelinesStageByStage) {
   }
 }
 
+TEST_F(ProjectCli, ValidateTimesTpsOwnReluApartFromTheConvolution) {
+  // tp runs every ReLU on its own, where the whole net's Sequential may run it inside the
+  // convolution before it (oneDNN fuses the two) and time it as nothing: tp's layer-by-layer
+  // profile gives each ReLU that feeds a split layer its own time; fsdp's keeps the whole net's.
+  const std::string net = (test::source_dir() / "workloads" / "examples" / "mixed_stride_pad.json").string();
+  test::Result r = parbench("run --workload " + net + " --strategies tp,fsdp --devices 1 --batch 2 --iterations 2 --warmup 1 --out " +
+                            path("run"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = parbench("calibrate --ranks 2 --sizes 4,64 --reps 1 --pools 1 --out " + path("cpu.json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = parbench("project --validate " + path("run/results.json") + " --machine " + path("cpu.json") +
+               " --profile-reps 3 --profile-rounds 1 --out " + path("v") + " --save-profile " + path("prof"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const pj::Profile whole = pj::load_profile(path(fmt::format("prof-threads{}-workers1.json", threads)));
+  const pj::Profile tp = pj::load_profile(path(fmt::format("prof-tp1-threads{}-workers1.json", threads)));
+  const pj::Profile fsdp = pj::load_profile(path(fmt::format("prof-layers1-threads{}-workers1.json", threads)));
+  EXPECT_TRUE(tp.context.at("tp_relu_and_copies").get<bool>());
+  EXPECT_FALSE(fsdp.context.at("tp_relu_and_copies").get<bool>());
+  ASSERT_EQ(tp.layers.size(), whole.layers.size());
+  int fed = 0;
+  for (std::size_t i = 0; i + 1 < tp.layers.size(); ++i) {
+    if (tp.layers[i].type != "relu") continue;
+    for (std::size_t b = 0; b < tp.batches.size(); ++b) {
+      EXPECT_EQ(fsdp.layers[i].forward_s[b], whole.layers[i].forward_s[b]) << "layer " << i;
+      const std::string next = tp.layers[i + 1].type;
+      if (next == "conv2d" || next == "linear") {
+        EXPECT_GT(tp.layers[i].forward_s[b], 0.0) << "layer " << i;
+        ++fed;
+      } else {
+        EXPECT_EQ(tp.layers[i].forward_s[b], whole.layers[i].forward_s[b]) << "layer " << i;  // before the flatten
+      }
+    }
+  }
+  EXPECT_EQ(fed, 3 * static_cast<int>(tp.batches.size()));  // the ReLUs before conv 2, conv 3 and the last linear
+}
+
 TEST_F(ProjectCli, ValidateTimesAtMostAsManyWorkersSideBySideAsCores) {
   // Four one-thread workers: timed side by side by as many as the cores run at once (the
   // simulator shares the cores beyond); two workers, by two where there are two cores.
