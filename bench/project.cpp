@@ -161,7 +161,7 @@ std::pair<double, double> tp_copy_seconds(int64_t K, int64_t per_sample, int n, 
 pj::Profile layerwise_profile(const pj::Profile& p, const NetPlan& plan, int n, int reps, int rounds, bool tp) {
   pj::Profile q = p;
   std::map<std::size_t, std::vector<pj::Profile>> timed;  // layer -> its slice net, once per round
-  std::map<std::size_t, std::vector<std::vector<std::pair<double, double>>>> copies;  // layer -> per batch, once per round
+  std::map<std::size_t, std::vector<std::vector<double>>> copy_fwd, copy_bwd;  // layer -> per batch: each round's seconds
   for (int round = 0; round < rounds; ++round)
     for (std::size_t i = 0; i < plan.layers.size(); ++i) {
       const LayerPlan& l = plan.layers[i];
@@ -181,9 +181,11 @@ pj::Profile layerwise_profile(const pj::Profile& p, const NetPlan& plan, int n, 
       one.layers.push_back(s);
       timed[i].push_back(engine_profile(plan_net(one), one.name, p.batches, p.threads, reps, p.concurrent));
       if (!tp) continue;
-      std::vector<std::pair<double, double>> at;
-      for (int64_t b : p.batches) at.push_back(tp_copy_seconds(K, numel_of(l.out) / K, n, b, reps));
-      copies[i].push_back(std::move(at));
+      copy_fwd[i].resize(p.batches.size()), copy_bwd[i].resize(p.batches.size());
+      for (std::size_t b = 0; b < p.batches.size(); ++b) {
+        const auto [fwd, bwd] = tp_copy_seconds(K, numel_of(l.out) / K, n, p.batches[b], reps);
+        copy_fwd[i][b].push_back(fwd), copy_bwd[i][b].push_back(bwd);
+      }
     }
   for (const auto& [i, v] : timed) {
     const int64_t K = plan.layers[i].out[0], k = (K + n - 1) / n;
@@ -191,15 +193,10 @@ pj::Profile layerwise_profile(const pj::Profile& p, const NetPlan& plan, int n, 
     const double up = static_cast<double>(K) / static_cast<double>(k);
     const bool relu_before = tp && i > 0 && plan.layers[i - 1].spec.type == LayerType::ReLU;
     for (std::size_t b = 0; b < p.batches.size(); ++b) {
-      double copy_fwd = 0, copy_bwd = 0;
-      if (tp) {
-        std::vector<double> f, w;
-        for (const auto& round : copies.at(i)) f.push_back(round[b].first), w.push_back(round[b].second);
-        copy_fwd = reports::median(std::move(f)), copy_bwd = reports::median(std::move(w));
-      }
-      q.layers[i].forward_s[b] = (t.layers[1].forward_s[b] + copy_fwd) * up;
+      const double cf = tp ? reports::median(copy_fwd.at(i)[b]) : 0, cb = tp ? reports::median(copy_bwd.at(i)[b]) : 0;
+      q.layers[i].forward_s[b] = (t.layers[1].forward_s[b] + cf) * up;
       q.layers[i].backward_data_s[b] = i == 0 ? 0 : t.layers[1].backward_data_s[b] * up;
-      q.layers[i].backward_weights_s[b] = (t.layers[1].backward_weights_s[b] + copy_bwd) * up;
+      q.layers[i].backward_weights_s[b] = (t.layers[1].backward_weights_s[b] + cb) * up;
       if (relu_before) q.layers[i - 1].forward_s[b] = t.layers[0].forward_s[b];
     }
   }
@@ -644,6 +641,13 @@ int validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profile> prof
   std::map<std::tuple<int, int, int, bool>, pj::Profile> layerwise_profiles;  // (slices, threads, concurrent, tp) -> layer by layer
   std::map<std::tuple<int, int, int>, pj::Profile> stagewise_profiles;  // (stages, threads, concurrent) -> stage by stage
   const int reps = static_cast<int>(f.integer("profile-reps")), rounds = static_cast<int>(f.integer("profile-rounds"));
+  // --save-profile: PREFIX-<what>threadsT-workersK.json
+  auto save_profile = [&](const std::string& what, const pj::Profile& p, int threads, int concurrent) {
+    if (!f.has("save-profile")) return;
+    const std::string file = fmt::format("{}-{}threads{}-workers{}.json", f.str("save-profile"), what, threads, concurrent);
+    write_file_atomic(file, pj::profile_json(p).dump(1) + "\n");
+    fmt::print(stderr, "parbench project: wrote {}\n", file);
+  };
   if (profiles.empty()) {
     // Time the run's own workload here, at every thread count and batch piece it needs.
     WorkloadOptions wo;
@@ -693,12 +697,7 @@ int validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profile> prof
         profiles.push_back(std::move(p));
       }
     }
-    if (f.has("save-profile"))
-      for (const pj::Profile& p : profiles) {
-        const std::string path = fmt::format("{}-threads{}-workers{}.json", f.str("save-profile"), p.threads, p.concurrent);
-        write_file_atomic(path, pj::profile_json(p).dump(1) + "\n");
-        fmt::print(stderr, "parbench project: wrote {}\n", path);
-      }
+    for (const pj::Profile& p : profiles) save_profile("", p, p.threads, p.concurrent);
   }
   std::string out = fmt::format(
       "## Validation: {} against {} (projected on {})\n\n"
@@ -735,12 +734,7 @@ int validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profile> prof
       fmt::print(stderr, "parbench project: timing layer by layer ({} channel slice(s){}, {} worker(s) at once)\n", slices,
                  tp ? ", ReLUs and layout copies as tp runs them" : "", base.concurrent);
       const pj::Profile& lp = layerwise_profiles.emplace(key, layerwise_profile(base, *timed_plan, slices, reps, rounds, tp)).first->second;
-      if (f.has("save-profile")) {
-        const std::string file = fmt::format("{}-{}{}-threads{}-workers{}.json", f.str("save-profile"), tp ? "tp" : "layers", slices, t,
-                                             base.concurrent);
-        write_file_atomic(file, pj::profile_json(lp).dump(1) + "\n");
-        fmt::print(stderr, "parbench project: wrote {}\n", file);
-      }
+      save_profile(fmt::format("{}{}-", tp ? "tp" : "layers", slices), lp, t, base.concurrent);
     }
     const auto lw_it = layerwise_profiles.find(key);
     // mp, pipeline and dp x pp run each stage as its own Sequential: timed stage by stage.
@@ -757,11 +751,7 @@ int validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profile> prof
       if (!ranges.empty()) {
         fmt::print(stderr, "parbench project: timing stage by stage ({} stages, {} worker(s) at once)\n", stages, base.concurrent);
         const pj::Profile& sp = stagewise_profiles.emplace(skey, stagewise_profile(base, *timed_plan, ranges, reps, rounds)).first->second;
-        if (f.has("save-profile")) {
-          const std::string file = fmt::format("{}-stages{}-threads{}-workers{}.json", f.str("save-profile"), stages, t, base.concurrent);
-          write_file_atomic(file, pj::profile_json(sp).dump(1) + "\n");
-          fmt::print(stderr, "parbench project: wrote {}\n", file);
-        }
+        save_profile(fmt::format("stages{}-", stages), sp, t, base.concurrent);
       }
     }
     const auto sw_it = stagewise_profiles.find(skey);

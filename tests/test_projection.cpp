@@ -554,6 +554,18 @@ TEST(Projection, CrossNodePipelinePaysTheSlowerLink) {
 class ProjectCli : public test::CliTest {
  protected:
   ProjectCli() : CliTest("parbench_project_") {}
+
+  // The example net run with `run_flags`, calibrated at 2 workers, and validated timing its own
+  // profile once (--profile-reps `reps`), written as v.json and prof-*.json; returns the validation.
+  test::Result validate_example(const std::string& run_flags, int reps) {
+    test::Result r = parbench("run --workload " + example_net() + " " + run_flags + " --batch 2 --iterations 2 --warmup 1 --out " + path("run"));
+    if (r.code != 0) return r;
+    r = parbench("calibrate --ranks 2 --sizes 4,64 --reps 1 --pools 1 --out " + path("cpu.json"));
+    if (r.code != 0) return r;
+    return parbench("project --validate " + path("run/results.json") + " --machine " + path("cpu.json") +
+                    fmt::format(" --profile-reps {} --profile-rounds 1 --out ", reps) + path("v") + " --save-profile " + path("prof"));
+  }
+  static std::string example_net() { return (test::source_dir() / "workloads" / "examples" / "mixed_stride_pad.json").string(); }
 };
 
 TEST_F(ProjectCli, ProjectsEveryStrategyAndMarksItProjected) {
@@ -615,14 +627,7 @@ TEST_F(ProjectCli, BadInputExitsTwoNamingIt) {
 TEST_F(ProjectCli, ValidateTimesPipelinesStageByStage) {
   // mp and pipeline run each stage as a Sequential of its own: validate times them so, once per
   // stage count, and keeps that profile with --save-profile.
-  const std::string net = (test::source_dir() / "workloads" / "examples" / "mixed_stride_pad.json").string();
-  test::Result r = parbench("run --workload " + net + " --strategies mp,pipeline --devices 2 --batch 2 --threads 1 --iterations 2 --warmup 1 --out " +
-                            path("run"));
-  ASSERT_EQ(r.code, 0) << r.err;
-  r = parbench("calibrate --ranks 2 --sizes 4,64 --reps 1 --pools 1 --out " + path("cpu.json"));
-  ASSERT_EQ(r.code, 0) << r.err;
-  r = parbench("project --validate " + path("run/results.json") + " --machine " + path("cpu.json") +
-               " --profile-reps 1 --profile-rounds 1 --out " + path("v") + " --save-profile " + path("prof"));
+  const test::Result r = validate_example("--strategies mp,pipeline --devices 2 --threads 1", 1);
   ASSERT_EQ(r.code, 0) << r.err;
   const std::string said = "timing stage by stage (2 stages, 2 worker(s) at once)";
   const std::size_t first = r.err.find(said);
@@ -638,7 +643,7 @@ TEST_F(ProjectCli, ValidateTimesPipelinesStageByStage) {
   EXPECT_EQ(staged.batches, whole.batches);
   // The net's first layer computes no input gradient; the second stage's first layer does, as
   // that stage's backward sends it to the first.
-  const NetPlan plan = plan_net(load_net_json(net));
+  const NetPlan plan = plan_net(load_net_json(example_net()));
   const auto ranges = split_stages(plan, 2, {}, "mp");
   ASSERT_EQ(ranges.size(), 2u);
   for (std::size_t b = 0; b < staged.batches.size(); ++b) {
@@ -652,14 +657,7 @@ TEST_F(ProjectCli, ValidateTimesTpsOwnReluApartFromTheConvolution) {
   // tp runs every ReLU on its own, where the whole net's Sequential may run it inside the
   // convolution before it (oneDNN fuses the two) and time it as nothing: tp's layer-by-layer
   // profile gives each ReLU that feeds a split layer its own time; fsdp's keeps the whole net's.
-  const std::string net = (test::source_dir() / "workloads" / "examples" / "mixed_stride_pad.json").string();
-  test::Result r = parbench("run --workload " + net + " --strategies tp,fsdp --devices 1 --batch 2 --iterations 2 --warmup 1 --out " +
-                            path("run"));
-  ASSERT_EQ(r.code, 0) << r.err;
-  r = parbench("calibrate --ranks 2 --sizes 4,64 --reps 1 --pools 1 --out " + path("cpu.json"));
-  ASSERT_EQ(r.code, 0) << r.err;
-  r = parbench("project --validate " + path("run/results.json") + " --machine " + path("cpu.json") +
-               " --profile-reps 3 --profile-rounds 1 --out " + path("v") + " --save-profile " + path("prof"));
+  const test::Result r = validate_example("--strategies tp,fsdp --devices 1", 3);
   ASSERT_EQ(r.code, 0) << r.err;
   const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const pj::Profile whole = pj::load_profile(path(fmt::format("prof-threads{}-workers1.json", threads)));
