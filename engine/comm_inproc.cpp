@@ -232,9 +232,11 @@ class InProcComm final : public Communicator {
     meet(rank);  // sum_ and host_ are free for the next call
   }
 
-  std::mutex mu_;
-  SpinCondition cv_;  // one for all waits: few ranks, and every change may wake several
-  int arrived_ = 0;
+  // Each on a cache line of its own: sharing one with whatever the allocator put beside them, two
+  // workers' 64 B all-reduce took 6-7.7 us in one process and 4-4.6 in another (calibrate, run).
+  alignas(64) std::mutex mu_;
+  alignas(64) SpinCondition cv_;  // one for all waits: few ranks, and every change may wake several
+  alignas(64) int arrived_ = 0;
   uint64_t generation_ = 0;
   bool aborted_ = false;
   std::vector<const float*> src_;          // per rank, published before a meet()
