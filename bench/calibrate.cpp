@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <sstream>
 #include <thread>
 
 #include <fmt/ranges.h>
@@ -35,11 +36,42 @@ double since(clk::time_point t0) { return std::chrono::duration<double>(clk::now
 
 using reports::median;
 
-// About 2 us of one thread's arithmetic (a small layer's worth), the same amount every call.
-void busy_work() {
-  volatile float x = 1.0f;
-  for (int i = 0; i < 600; ++i) x = x * 0.999f + 0.001f;
+// --sizes: "64B" is 64 bytes, "4" is 4 KiB; in bytes, each a whole number of floats, at least one
+// float per rank (an all-gather's piece).
+std::vector<int64_t> size_list(const std::string& text, int64_t max_ranks) {
+  std::vector<int64_t> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    const bool in_bytes = !item.empty() && (item.back() == 'B' || item.back() == 'b');
+    const std::string digits = in_bytes ? item.substr(0, item.size() - 1) : item;
+    int64_t v = 0;
+    const bool number = !digits.empty() && digits.size() <= 12 && std::all_of(digits.begin(), digits.end(), ::isdigit) &&
+                        (v = std::stoll(digits)) > 0;
+    if (!number) throw UsageError(fmt::format("--sizes: expected sizes in KiB (64) or bytes (64B), comma-separated, got '{}' in '{}'", item, text));
+    const int64_t bytes = in_bytes ? v : v * 1024;
+    if (bytes % 4 != 0 || bytes / 4 < max_ranks)
+      throw UsageError(fmt::format("--sizes: {} is not a whole number of floats, at least one per rank ({} ranks: {} B or more, a multiple of 4)",
+                                   item, max_ranks, 4 * max_ranks));
+    if (std::find(out.begin(), out.end(), bytes) != out.end()) throw UsageError(fmt::format("--sizes: {} is listed twice in '{}'", item, text));
+    out.push_back(bytes);  // in the order given: a pass times them so
+  }
+  if (out.size() < 2) throw UsageError(fmt::format("--sizes needs at least two different sizes to fit latency and bandwidth, got '{}'", text));
+  return out;
 }
+
+std::string size_text(double bytes) { return bytes < 1024 ? fmt::format("{:g} B", bytes) : fmt::format("{:g} KiB", bytes / 1024); }
+
+// About 2 us of one thread's arithmetic (a small layer's worth), the same amount every call.
+void busy_work(int iters = 600) {
+  volatile float x = 1.0f;
+  for (int i = 0; i < iters; ++i) x = x * 0.999f + 0.001f;
+}
+
+// What the last worker computes more than the others when it is to arrive late: about 1 us, beyond
+// the 0.3 us after which its peers no longer contend with it for the rendezvous.
+constexpr int kLateIters = 450;
+constexpr int64_t kSmall = 64 * 1024;  // messages up to this size: latency, microseconds; timed more often
 
 // One collective over `ranks` workers, `n` floats. In a multi-process job this process is one rank
 // and the others are the other processes: the median over reps of the slowest rank's time. In-
@@ -48,7 +80,10 @@ void busy_work() {
 // ones woken from their wait.
 // layout (in-process, no skew): the workers in groups of layout->size, ranks layout->stride apart
 // (stride 1: {0, 1}, {2, 3}; stride 2: {0, 2}, {1, 3}), every group calling at once.
-double time_collective(pj::Coll c, int ranks, int64_t n, int reps, double skew_s, const pj::AlphaBeta::Layout* layout = nullptr) {
+// late (in-process, no skew): the last rank of each group computes about 1 us more before each call,
+// so arrives when its peers are already waiting.
+double time_collective(pj::Coll c, int ranks, int64_t n, int reps, double skew_s, const pj::AlphaBeta::Layout* layout = nullptr,
+                       bool late = false) {
   const bool mpi = multi_process();
   const int local = mpi ? 1 : ranks;
   std::vector<std::unique_ptr<Backend>> backends(local);
@@ -105,8 +140,9 @@ double time_collective(pj::Coll c, int ranks, int64_t n, int reps, double skew_s
     auto loop = [&](bool calls) {
       const auto t0 = clk::now();
       pool.run(local, [&](int i) {
+        const bool last = rank_of[i] == members - 1;
         for (int k = 0; k < reps; ++k) {
-          busy_work();
+          busy_work(late && last ? 600 + kLateIters : 600);
           if (calls) call(i);
         }
       });
@@ -162,6 +198,22 @@ std::vector<pj::AlphaBeta::Layout> group_layouts(const std::vector<int64_t>& ran
     }
   }
   return out;
+}
+
+// How long after the caller (task 0) the other N - 1 workers of a step start, on average: the
+// median over reps of their mean lag.
+double time_start_lag(int workers, int reps) {
+  WorkerPool pool(workers, WorkerPool::cores_for(workers, 1));
+  std::vector<clk::time_point> start(workers);
+  std::vector<double> lag;
+  for (int k = 0; k <= reps; ++k) {
+    const auto t0 = clk::now();
+    pool.run(workers, [&](int i) { start[i] = clk::now(); });
+    double sum = 0;
+    for (int i = 1; i < workers; ++i) sum += std::chrono::duration<double>(start[i] - t0).count();
+    if (k > 0) lag.push_back(sum / (workers - 1));
+  }
+  return median(lag);
 }
 
 // Starting N workers for a step that does nothing: the step overhead run pays per worker count.
@@ -318,15 +370,16 @@ int cmd_calibrate(const std::vector<std::string>& args) {
           "all-gather, reduce-scatter, send/recv) at a few sizes and worker counts -- in-process threads,\n"
           "or MPI ranks when started by mpirun -- fits alpha (per step) and bus bandwidth per collective\n"
           "by least squares (over all worker counts, and at each alone; where a count outnumbers the\n"
-          "cores, also with its workers in groups meeting at once: pairs of neighbours, pairs 2 apart),\n"
+          "cores, also with its workers in groups meeting at once: pairs of neighbours, pairs 2 apart;\n"
+          "messages up to 64 KiB also with the last worker arriving late, its peers already waiting),\n"
           "measures the step overhead (a small MLP's step as run times it, less its predicted work;\n"
           "fsdp's and zero2's per unit) and the engine's best convolution rate, and writes a machine\n"
           "description for `parbench project` (the \"this CPU\" preset).",
           {
               {"out", "FILE", "machine JSON to write", "machines/this_cpu.json"},
               {"ranks", "LIST", "worker counts to time (in-process; under mpirun: the job's size)", "2,4"},
-              {"sizes", "LIST", "message sizes in KiB", "1,4,64,1024,8192"},
-              {"reps", "N", "timed calls per size (median; 5 x N up to 64 KiB)", "7"},
+              {"sizes", "LIST", "message sizes: KiB, or bytes with a B suffix (64B); between the smallest and largest, project reads a count's or group's time off these", "64B,1,4,64,1024,8192"},
+              {"reps", "N", "timed calls per size (median; 20 x N up to 64 KiB, whose microseconds need more calls to average a VM's hiccups out)", "7"},
               {"skew-us", "US", "in-process: rank i arrives at each call US x i microseconds late, its peers asleep by then; the time counts from the last arrival (0: every worker computes about 2 us between calls, as a step's do, and the calls' cost is the loop's time less the same loop without them)", "0"},
               {"pools", "N", "in-process: N passes over every size, count and group in turn, each timing with a fresh set of worker threads; a point's time is its median over the passes (where the scheduler places a set of threads lasts as long as they do, and a slow spell as long as it does: either can change a small message's time several-fold)", "5"},
               {"name", "TEXT", "the machine's name", ""},
@@ -339,13 +392,11 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   if (reps < 1) throw UsageError(fmt::format("--reps must be at least 1, got {}", reps));
   const int pools = multi_process() ? 1 : static_cast<int>(f.integer("pools"));
   if (pools < 1) throw UsageError(fmt::format("--pools must be at least 1, got {}", f.str("pools")));
-  std::vector<int64_t> ranks = f.int_list("ranks"), sizes = f.int_list("sizes");
+  std::vector<int64_t> ranks = f.int_list("ranks");
   if (multi_process()) ranks = {process().size};
   for (int64_t r : ranks)
     if (r < 2) throw UsageError(fmt::format("--ranks: every count must be at least 2, got {}", r));
-  for (int64_t s : sizes)
-    if (s < 1) throw UsageError(fmt::format("--sizes: every size must be at least 1 KiB, got {}", s));
-  if (sizes.size() < 2) throw UsageError("--sizes needs at least two sizes to fit latency and bandwidth");
+  const std::vector<int64_t> sizes = size_list(f.str("sizes"), *std::max_element(ranks.begin(), ranks.end()));
   const bool lead = process().rank == 0;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 
@@ -371,53 +422,86 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   // second, a set of threads placed badly) so sets a pass or two of any point, not every timing of
   // a few neighbouring points. Small messages: latency alone, microseconds; more calls per timing.
   std::vector<std::function<double()>> points;
-  auto collective = [&](pj::Coll c, int workers, int64_t kib, double skew, std::optional<pj::AlphaBeta::Layout> layout) {
-    const int calls = kib <= 64 ? 5 * reps : reps;
-    points.push_back([=] { return time_collective(c, workers, kib * 1024 / 4, calls, skew, layout ? &*layout : nullptr); });
+  auto collective = [&](pj::Coll c, int workers, int64_t bytes, double skew, std::optional<pj::AlphaBeta::Layout> layout, bool late = false) {
+    const int calls = bytes <= kSmall ? 20 * reps : reps;
+    points.push_back([=] { return time_collective(c, workers, bytes / 4, calls, skew, layout ? &*layout : nullptr, late); });
     return points.size() - 1;
   };
+  using Timed = std::vector<std::pair<pj::Sample, size_t>>;  // samples (their seconds: later) and their points
   struct Planned {
     pj::Coll c;
     std::string alg;
-    std::vector<std::pair<pj::Sample, size_t>> counts;  // the sample (its seconds: later) and its point
-    std::vector<std::pair<pj::AlphaBeta::Layout, std::vector<std::pair<pj::Sample, size_t>>>> groups;
+    Timed counts, late_counts;
+    struct Group {
+      pj::AlphaBeta::Layout layout;
+      Timed timed, late;
+    };
+    std::vector<Group> groups;
+  };
+  // Small messages in-process are timed a second way too: the last worker arriving late. Not
+  // send/recv, whose pair meets as sender and receiver, not as peers.
+  auto times_late = [&](pj::Coll c, int64_t bytes) {
+    return !multi_process() && skew_s == 0 && c != pj::Coll::SendRecv && bytes <= kSmall;
   };
   std::vector<Planned> plan;
   for (const auto& [c, alg] : colls) {
-    Planned p{c, alg, {}, {}};
+    Planned p{c, alg, {}, {}, {}};
     for (int64_t r : ranks) {
       if (c == pj::Coll::SendRecv && r != ranks.front()) continue;
-      for (int64_t kib : sizes) {
+      for (int64_t bytes : sizes) {
         const int workers = static_cast<int>(c == pj::Coll::SendRecv && !multi_process() ? 2 : r);
-        p.counts.push_back({{static_cast<int>(c == pj::Coll::SendRecv ? 2 : r), kib * 1024.0, 0}, collective(c, workers, kib, skew_s, {})});
+        const pj::Sample s{static_cast<int>(c == pj::Coll::SendRecv ? 2 : r), static_cast<double>(bytes), 0};
+        p.counts.push_back({s, collective(c, workers, bytes, skew_s, {})});
+        if (times_late(c, bytes)) p.late_counts.push_back({s, collective(c, workers, bytes, 0, {}, true)});
       }
     }
     // Bound one-thread workers outnumbering the cores, in groups meeting at once (dp x tp's
     // pairs): neither a fraction of all the workers' meeting nor a pair's alone.
     for (const pj::AlphaBeta::Layout& l : group_layouts(ranks, cores, c == pj::Coll::SendRecv, skew_s)) {
-      p.groups.push_back({l, {}});
-      for (int64_t kib : sizes) p.groups.back().second.push_back({{l.size, kib * 1024.0, 0}, collective(c, l.workers, kib, 0, l)});
+      p.groups.push_back({l, {}, {}});
+      for (int64_t bytes : sizes) {
+        const pj::Sample s{l.size, static_cast<double>(bytes), 0};
+        p.groups.back().timed.push_back({s, collective(c, l.workers, bytes, 0, l)});
+        if (times_late(c, bytes)) p.groups.back().late.push_back({s, collective(c, l.workers, bytes, 0, l, true)});
+      }
     }
     plan.push_back(std::move(p));
   }
   // Each further worker's step overhead: the dispatch of 2 and 4 workers over 1's (in-process).
-  std::map<int, size_t> dispatch;
+  std::map<int, size_t> dispatch, start_lag;
   if (!multi_process())
     for (int w : {1, 2, 4}) {
       points.push_back([w] { return time_dispatch(w, 50); });
       dispatch[w] = points.size() - 1;
+      if (w > 1) {
+        points.push_back([w] { return time_start_lag(w, 50); });
+        start_lag[w] = points.size() - 1;
+      }
     }
   const std::vector<double> medians = pb::reports::medians_over_passes(points, pools, [&](int pass) {
     if (lead && pools > 1) fmt::print(stderr, "parbench calibrate: pass {} of {} over {} points\n", pass + 1, pools, points.size());
   });
 
+  // The late times of one count or group as read-off points (the measured points' own alongside).
+  auto late_points = [&](const Timed& late, int ranks, const std::string& what, nlohmann::json& rec) {
+    std::vector<pj::Sample> samples;
+    for (const auto& [s0, k] : late) {
+      if (s0.ranks != ranks) continue;
+      pj::Sample s = s0;
+      s.seconds = medians[k];
+      samples.push_back(s);
+      rec.push_back({{"ranks", s.ranks}, {"bytes", s.bytes}, {"seconds", s.seconds}});
+      if (lead) fmt::print(stderr, "parbench calibrate: {}, the last arriving late, {}: {:.3g} ms\n", what, size_text(s.bytes), s.seconds * 1e3);
+    }
+    return samples.empty() ? std::vector<std::pair<double, double>>{} : pj::monotone_points(samples);
+  };
   for (Planned& p : plan) {
     std::vector<pj::Sample> samples;
     for (auto& [s, k] : p.counts) {
       s.seconds = medians[k];
       samples.push_back(s);
       record[pj::coll_name(p.c)].push_back({{"ranks", s.ranks}, {"bytes", s.bytes}, {"seconds", s.seconds}});
-      if (lead) fmt::print(stderr, "parbench calibrate: {} x{} {} KiB: {:.3g} ms\n", pj::coll_name(p.c), s.ranks, s.bytes / 1024, s.seconds * 1e3);
+      if (lead) fmt::print(stderr, "parbench calibrate: {} x{} {}: {:.3g} ms\n", pj::coll_name(p.c), s.ranks, size_text(s.bytes), s.seconds * 1e3);
     }
     pj::AlphaBeta& fit = m.intra_node[pj::coll_name(p.c)][p.alg];
     fit = pj::fit_alpha_beta(p.c, p.alg, samples);
@@ -425,21 +509,25 @@ int cmd_calibrate(const std::vector<std::string>& args) {
       std::vector<pj::Sample> one_count;
       for (const pj::Sample& s : samples)
         if (s.ranks == r) one_count.push_back(s);
-      if (one_count.size() >= 2 && one_count.size() < samples.size()) {
+      if (one_count.size() >= 2) {
         const pj::AlphaBeta one = pj::fit_alpha_beta(p.c, p.alg, one_count);
-        fit.at_ranks[static_cast<int>(r)] = {one.alpha_s, one.bus_bytes_per_s};
+        fit.at_ranks[static_cast<int>(r)] = {one.alpha_s, one.bus_bytes_per_s, pj::monotone_points(one_count),
+                                             late_points(p.late_counts, static_cast<int>(r), fmt::format("{} x{}", pj::coll_name(p.c), r),
+                                                         record["late"][pj::coll_name(p.c)])};
       }
     }
-    for (auto& [l, in] : p.groups) {
+    for (auto& [l, in, late] : p.groups) {
       std::vector<pj::Sample> group;
       for (auto& [s, k] : in) {
         s.seconds = medians[k];
         group.push_back(s);
         record["groups"][pj::coll_name(p.c)][pj::layout_key(l)].push_back({{"bytes", s.bytes}, {"seconds", s.seconds}});
-        if (lead) fmt::print(stderr, "parbench calibrate: {} in groups of {} {} KiB: {:.3g} ms\n", pj::coll_name(p.c), pj::layout_key(l), s.bytes / 1024, s.seconds * 1e3);
+        if (lead) fmt::print(stderr, "parbench calibrate: {} in groups of {} {}: {:.3g} ms\n", pj::coll_name(p.c), pj::layout_key(l), size_text(s.bytes), s.seconds * 1e3);
       }
       const pj::AlphaBeta one = pj::fit_alpha_beta(p.c, p.alg, group);
-      fit.in_groups[l] = {one.alpha_s, one.bus_bytes_per_s};
+      fit.in_groups[l] = {one.alpha_s, one.bus_bytes_per_s, pj::monotone_points(group),
+                          late_points(late, l.size, fmt::format("{} in groups of {}", pj::coll_name(p.c), pj::layout_key(l)),
+                                      record["late"]["groups"][pj::coll_name(p.c)][pj::layout_key(l)])};
     }
   }
   // Step overhead: regular's measured (a single rank's dispatch under MPI, where regular does not
@@ -454,6 +542,7 @@ int cmd_calibrate(const std::vector<std::string>& args) {
     m.worker_overhead_s = std::max(0.0, ((t2 - t1) + (t4 - t1) / 3) / 2);
     m.worker_overhead_at_s = {{2, std::max(0.0, t2 - t1)}, {4, std::max(0.0, t4 - t1)}};
     record["dispatch_s"] = {{"1", t1}, {"2", t2}, {"4", t4}};
+    for (const auto& [w, k] : start_lag) m.worker_start_at_s[w] = medians[k];
   }
   m.peak_flops = conv_flops(cores);
   m.parallel_threads = parallel_threads(cores);

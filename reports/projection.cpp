@@ -415,6 +415,23 @@ LinkCosts parse_links(const json& j, const std::string& source, const std::strin
         AlphaBeta::AtRanks f;
         f.alpha_s = one.number("alpha_s", 0);
         f.bus_bytes_per_s = one.number("bus_bytes_per_s", 0, /*positive=*/true);
+        for (const char* key : {"points", "late_points"}) {
+          if (!one.has(key)) continue;
+          auto& out = std::string(key) == "points" ? f.points : f.late_points;
+          const json& pts = one.raw(key);
+          const std::string where = one.at_path(key);
+          if (!pts.is_array() || pts.empty()) one.fail(where, "a non-empty array of [bytes, seconds] pairs");
+          for (std::size_t i = 0; i < pts.size(); ++i) {
+            const json& q = pts[i];
+            const bool pair = q.is_array() && q.size() == 2 && q[0].is_number() && q[1].is_number();
+            const double b = pair ? q[0].get<double>() : 0, t = pair ? q[1].get<double>() : 0;
+            if (!pair || !(b > 0) || !(t > 0) || !std::isfinite(b) || !std::isfinite(t))
+              one.fail(fmt::format("{}[{}]", where, i), "a pair [bytes, seconds] of finite numbers > 0");
+            if (i > 0 && !(b > out.back().first))
+              one.fail(fmt::format("{}[{}]", where, i), fmt::format("bytes above the previous pair's {:g}", out.back().first));
+            out.push_back({b, t});
+          }
+        }
         one.done();
         return f;
       };
@@ -448,10 +465,17 @@ json links_json(const LinkCosts& l) {
   for (const auto& [c, algs] : l)
     for (const auto& [a, v] : algs) {
       j[c][a] = {{"alpha_s", v.alpha_s}, {"bus_bytes_per_s", v.bus_bytes_per_s}};
-      for (const auto& [n, f] : v.at_ranks)
-        j[c][a]["ranks"][std::to_string(n)] = {{"alpha_s", f.alpha_s}, {"bus_bytes_per_s", f.bus_bytes_per_s}};
-      for (const auto& [l, f] : v.in_groups)
-        j[c][a]["groups"][layout_key(l)] = {{"alpha_s", f.alpha_s}, {"bus_bytes_per_s", f.bus_bytes_per_s}};
+      auto fit = [](const AlphaBeta::AtRanks& f) {
+        json o = {{"alpha_s", f.alpha_s}, {"bus_bytes_per_s", f.bus_bytes_per_s}};
+        for (const auto& [key, pts] : {std::make_pair("points", &f.points), std::make_pair("late_points", &f.late_points)}) {
+          if (pts->empty()) continue;
+          o[key] = json::array();
+          for (const auto& [b, t] : *pts) o[key].push_back({b, t});
+        }
+        return o;
+      };
+      for (const auto& [n, f] : v.at_ranks) j[c][a]["ranks"][std::to_string(n)] = fit(f);
+      for (const auto& [l, f] : v.in_groups) j[c][a]["groups"][layout_key(l)] = fit(f);
     }
   return j;
 }
@@ -485,6 +509,13 @@ Machine parse_machine(const std::string& text, const std::string& source) {
       m.worker_overhead_at_s[worker_count_key(at, r.key())] = at.number(r.key(), 0);
     at.done();
   }
+  if (top.has("worker_start_at_s")) {
+    Obj at(top.raw("worker_start_at_s"), source, "worker_start_at_s");
+    for (auto r = at.json_value().begin(); r != at.json_value().end(); ++r)
+      m.worker_start_at_s[worker_count_key(at, r.key())] = at.number(r.key(), 0);
+    at.done();
+  }
+  m.late_arrival_gap_s = top.number_or("late_arrival_gap_s", m.late_arrival_gap_s, 0);
   if (top.has("unit_overhead_s")) {
     Obj u(top.raw("unit_overhead_s"), source, "unit_overhead_s");
     for (const char* k : {"fsdp", "zero2"})
@@ -532,6 +563,8 @@ json machine_json(const Machine& m) {
   j["step_overhead_s"] = m.step_overhead_s;
   j["worker_overhead_s"] = m.worker_overhead_s;
   for (const auto& [n, v] : m.worker_overhead_at_s) j["worker_overhead_at_s"][std::to_string(n)] = v;
+  for (const auto& [n, v] : m.worker_start_at_s) j["worker_start_at_s"][std::to_string(n)] = v;
+  j["late_arrival_gap_s"] = m.late_arrival_gap_s;
   for (const auto& [k, v] : m.unit_overhead_s) j["unit_overhead_s"][k] = v;
   j["links"]["intra_node"] = links_json(m.intra_node);
   if (!m.inter_node.empty()) j["links"]["inter_node"] = links_json(m.inter_node);
@@ -541,8 +574,46 @@ json machine_json(const Machine& m) {
 
 std::string layout_key(const AlphaBeta::Layout& l) { return fmt::format("{} of {} stride {}", l.size, l.workers, l.stride); }
 
+namespace {
+// AtRanks::points at `bytes`; beyond the last, seconds_per_byte for each byte more.
+double read_points(const std::vector<std::pair<double, double>>& p, double bytes, double seconds_per_byte) {
+  if (bytes <= p.front().first) return p.front().second;
+  if (bytes >= p.back().first) return p.back().second + (bytes - p.back().first) * seconds_per_byte;
+  const auto hi = std::lower_bound(p.begin(), p.end(), bytes, [](const auto& q, double b) { return q.first < b; });
+  const auto lo = hi - 1;
+  return lo->second + (hi->second - lo->second) * (bytes - lo->first) / (hi->first - lo->first);
+}
+}  // namespace
+
+std::vector<std::pair<double, double>> monotone_points(std::vector<Sample> samples) {
+  std::sort(samples.begin(), samples.end(), [](const Sample& a, const Sample& b) { return a.bytes < b.bytes; });
+  // Pool adjacent violators; samples of one size are pooled from the start.
+  struct Block {
+    double sum, n;
+    std::size_t first, last;
+  };
+  std::vector<Block> blocks;
+  for (std::size_t i = 0; i < samples.size(); ++i) {
+    if (!blocks.empty() && samples[blocks.back().last].bytes == samples[i].bytes) {
+      blocks.back().sum += samples[i].seconds, blocks.back().n += 1, blocks.back().last = i;
+    } else {
+      blocks.push_back({samples[i].seconds, 1, i, i});
+    }
+    while (blocks.size() >= 2 && blocks[blocks.size() - 2].sum / blocks[blocks.size() - 2].n > blocks.back().sum / blocks.back().n) {
+      Block b = blocks.back();
+      blocks.pop_back();
+      blocks.back().sum += b.sum, blocks.back().n += b.n, blocks.back().last = b.last;
+    }
+  }
+  std::vector<std::pair<double, double>> out;
+  for (const Block& b : blocks)
+    for (std::size_t i = b.first; i <= b.last; ++i)
+      if (out.empty() || out.back().first != samples[i].bytes) out.push_back({samples[i].bytes, b.sum / b.n});
+  return out;
+}
+
 CollCost collective_cost(const Machine& m, Coll c, double bytes, int ranks, bool spans_nodes, int fit_ranks,
-                         const AlphaBeta::Layout* layout) {
+                         const AlphaBeta::Layout* layout, bool late) {
   CollCost best;
   if (ranks <= 1) return best;
   const LinkCosts& level = spans_nodes ? m.inter_node : m.intra_node;
@@ -557,7 +628,12 @@ CollCost collective_cost(const Machine& m, Coll c, double bytes, int ranks, bool
     const AlphaBeta::AtRanks* f = in != ab.in_groups.end() ? &in->second : at != ab.at_ranks.end() ? &at->second : nullptr;
     const double alpha = f ? f->alpha_s : ab.alpha_s;
     const double bus = f ? f->bus_bytes_per_s : ab.bus_bytes_per_s;
-    const double t = alpha * latency_steps(c, alg, ranks) + bytes * bus_factor(c, ranks) / bus;
+    // Measured times apply to the very meeting they timed: this group's layout, or all `ranks`.
+    const bool measured = f && !f->points.empty() && (in != ab.in_groups.end() || fit_ranks <= 0 || fit_ranks == ranks);
+    const bool late_measured = measured && late && !f->late_points.empty() && bytes <= f->late_points.back().first;
+    const double t = late_measured ? read_points(f->late_points, bytes, 0)
+                     : measured    ? read_points(f->points, bytes, bus_factor(c, ranks) / bus)
+                                   : alpha * latency_steps(c, alg, ranks) + bytes * bus_factor(c, ranks) / bus;
     if (t < best.seconds) best = {t, alg};
   }
   return best;
@@ -623,13 +699,25 @@ std::vector<std::string> Config::options() const {
 namespace {
 
 struct Op {
-  enum Kind { Compute, Send, Recv, Coll, Signal, Wait } kind = Compute;
-  double s = 0;       // seconds: compute at full speed, or the transfer (Send, Coll)
+  enum Kind { Compute, Send, Recv, Coll, Signal, Wait, Delay } kind = Compute;
+  double s = 0;       // seconds: compute at full speed, the transfer (Send, Coll), or a start's lag (Delay)
   int peer = -1;      // Send/Recv: the other actor
   int tag = 0;        // Coll: the collective instance; Signal/Wait: the event
   int count = 0;      // Coll: participants
   bool eager = false; // Send/Recv: the sender goes on once its data is out (a buffer per message)
+  double late = -1;   // Coll: its seconds when the last participant arrives late (< 0: s)
 };
+
+// A collective's seconds: its participants arriving together, or the last one late (its peers
+// already waiting).
+struct CollTime {
+  double s = 0, late = 0;
+};
+Op coll_op(const CollTime& t, int tag, int count) {
+  Op o{Op::Coll, t.s, -1, tag, count};
+  o.late = t.late;
+  return o;
+}
 
 struct Actor {
   int worker = 0;
@@ -654,13 +742,14 @@ bool bound_round_robin(const Machine& m, int threads, int workers) {
 
 SimResult simulate(const std::vector<Actor>& actors, int workers, const Machine& m, int threads, int timed_busy,
                    const std::vector<double>& busy_seconds) {
-  enum St { Ready, Computing, Moving, Blocked, Done };
+  enum St { Ready, Computing, Moving, Blocked, Done, Lagging };
   const int A = static_cast<int>(actors.size());
   std::vector<std::size_t> pc(A, 0);
   std::vector<St> st(A, Ready);
   std::vector<double> remaining(A, 0), end(A, 0);
   std::set<int> signaled;
   std::map<int, std::vector<int>> arrived;
+  std::map<int, std::vector<double>> arrived_at;
   std::vector<char> in_coll(A, 0);
   std::map<std::pair<int, int>, std::vector<double>> mail;  // eager messages: (from, to) -> ready times
   SimResult r;
@@ -689,6 +778,9 @@ SimResult simulate(const std::vector<Actor>& actors, int workers, const Machine&
             break;
           case Op::Signal:
             signaled.insert(op.tag), ++pc[a], st[a] = Ready, progress = true;
+            break;
+          case Op::Delay:
+            st[a] = Lagging, end[a] = now + op.s, progress = true;
             break;
           case Op::Wait:
             if (signaled.count(op.tag)) ++pc[a], st[a] = Ready, progress = true;
@@ -726,14 +818,21 @@ SimResult simulate(const std::vector<Actor>& actors, int workers, const Machine&
             break;
           }
           case Op::Coll: {
-            if (!in_coll[a]) in_coll[a] = 1, arrived[op.tag].push_back(a);
+            if (!in_coll[a]) in_coll[a] = 1, arrived[op.tag].push_back(a), arrived_at[op.tag].push_back(now);
             st[a] = Blocked;
             auto& who = arrived[op.tag];
             if (static_cast<int>(who.size()) == op.count) {
+              // The last arrival finds its peers waiting (or not) -- calibrate timed both.
+              const std::vector<double>& at = arrived_at[op.tag];
+              const bool late = op.count >= 2 && at[at.size() - 1] - at[at.size() - 2] >= m.late_arrival_gap_s - eps;
               double d = 0;
-              for (int x : who) d = std::max(d, actors[x].ops[pc[x]].s);
+              for (int x : who) {
+                const Op& o = actors[x].ops[pc[x]];
+                d = std::max(d, late && o.late >= 0 ? o.late : o.s);
+              }
               for (int x : who) st[x] = Moving, end[x] = now + d;
               arrived.erase(op.tag);
+              arrived_at.erase(op.tag);
               progress = true;
             }
             break;
@@ -774,7 +873,7 @@ SimResult simulate(const std::vector<Actor>& actors, int workers, const Machine&
     double next = std::numeric_limits<double>::infinity();
     for (int a = 0; a < A; ++a) {
       if (st[a] == Computing) next = std::min(next, now + remaining[a] / speed(a));
-      if (st[a] == Moving) next = std::min(next, end[a]);
+      if (st[a] == Moving || st[a] == Lagging) next = std::min(next, end[a]);
     }
     PB_CHECK(std::isfinite(next), "projection: the simulated schedule deadlocks at t = {} s", now);
     const double dt = next - now;
@@ -790,7 +889,7 @@ SimResult simulate(const std::vector<Actor>& actors, int workers, const Machine&
     now = next;
     for (int a = 0; a < A; ++a) {
       if (st[a] == Computing && remaining[a] <= eps * std::max(1.0, now)) ++pc[a], st[a] = Ready;
-      if (st[a] == Moving && end[a] <= now + eps) ++pc[a], st[a] = Ready, in_coll[a] = 0;
+      if ((st[a] == Moving || st[a] == Lagging) && end[a] <= now + eps) ++pc[a], st[a] = Ready, in_coll[a] = 0;
     }
   }
   r.end = now;
@@ -834,12 +933,13 @@ class Builder {
   // On a CPU whose workers share the cores, a collective among some of them takes the fit of all
   // the workers of the node: their number on the cores, not the group's, sets how long a meeting
   // of threads takes (dp2xtp2's pairs of 4 workers on 2 cores met 2.5x slower than 2 workers alone).
-  double coll(Coll c, double bytes, const std::vector<int>& devices) {
+  CollTime coll(Coll c, double bytes, const std::vector<int>& devices) {
     comm_bytes += bytes * static_cast<double>(devices.size() > 1 ? devices.size() : 0);
     const int g = static_cast<int>(devices.size());
     const int fit = m_.shared_cores > 0 ? std::max(g, std::min(c_.devices, m_.devices_per_node)) : 0;
     const std::optional<AlphaBeta::Layout> l = layout(devices);
-    return collective_cost(m_, c, bytes, g, spans(devices), fit, l ? &*l : nullptr).seconds;
+    return {collective_cost(m_, c, bytes, g, spans(devices), fit, l ? &*l : nullptr).seconds,
+            collective_cost(m_, c, bytes, g, spans(devices), fit, l ? &*l : nullptr, /*late=*/true).seconds};
   }
   double p2p(double bytes, int from, int to) {
     comm_bytes += bytes;
@@ -986,11 +1086,11 @@ Prediction predict_impl(const Profile& p, const Machine& m, const Config& named,
     const std::vector<int64_t> ch = chunk_sizes(B, N);
     const int used = static_cast<int>(ch.size());
     const std::vector<int> group = Builder::range(used);
-    const double bcast = bl.coll(Coll::Broadcast, P * kFloat, group), reduce = bl.coll(Coll::Reduce, P * kFloat, group);
+    const CollTime bcast = bl.coll(Coll::Broadcast, P * kFloat, group), reduce = bl.coll(Coll::Reduce, P * kFloat, group);
     for (int i = 0; i < used; ++i) {
       Actor a;
       a.worker = i;
-      a.ops.push_back({Op::Coll, bcast, -1, 1, used});
+      a.ops.push_back(coll_op(bcast, 1, used));
       if (i == 0) {
         for (int j = 1; j < used; ++j) a.ops.push_back({Op::Send, bl.p2p(in_b * ch[j], 0, j), j});
         a.ops.push_back({Op::Compute, bl.fwd(0, L, ch[0])});
@@ -1004,7 +1104,7 @@ Prediction predict_impl(const Profile& p, const Machine& m, const Config& named,
         a.ops.push_back({Op::Recv, 0, 0});
       }
       bl.backward(a.ops, 0, L, ch[i], false);
-      a.ops.push_back({Op::Coll, reduce, -1, 2, used});
+      a.ops.push_back(coll_op(reduce, 2, used));
       if (i == 0) a.ops.push_back({Op::Compute, bl.opt(P)});
       actors.push_back(a);
       mem[i] = (i == 0 ? adam_state_bytes(P) + (in_b + 3 * out_b) * B : 2 * P * kFloat + (in_b + out_b) * ch[i]) +
@@ -1017,7 +1117,7 @@ Prediction predict_impl(const Profile& p, const Machine& m, const Config& named,
     const int used = static_cast<int>(ch.size());
     const std::vector<int> group = Builder::range(used);
     const auto [closes, sizes] = buckets(p, c.bucket_bytes);
-    std::vector<double> cost;
+    std::vector<CollTime> cost;
     for (double s : sizes) cost.push_back(bl.coll(Coll::AllReduce, s, group));
     for (int i = 0; i < used; ++i) {
       Actor a, comm;
@@ -1031,9 +1131,9 @@ Prediction predict_impl(const Profile& p, const Machine& m, const Config& named,
           if (m.overlap) {
             a.ops.push_back({Op::Signal, 0, -1, 1000000 + i * 1000 + b});
             comm.ops.push_back({Op::Wait, 0, -1, 1000000 + i * 1000 + b});
-            comm.ops.push_back({Op::Coll, cost[b], -1, 100 + b, used});
+            comm.ops.push_back(coll_op(cost[b], 100 + b, used));
           } else {
-            a.ops.push_back({Op::Coll, cost[b], -1, 100 + b, used});
+            a.ops.push_back(coll_op(cost[b], 100 + b, used));
           }
         }
         if (l > 0) a.ops.push_back({Op::Compute, bl.bd(l, ch[i])});
@@ -1101,7 +1201,7 @@ Prediction predict_impl(const Profile& p, const Machine& m, const Config& named,
         const double sp = static_cast<double>(bl.params(b, e));
         if (D > 1) {
           const std::vector<int> group = Builder::range(D, s, S);
-          a.ops.push_back({Op::Coll, bl.coll(Coll::AllReduce, sp * kFloat, group), -1, 500 + s, D});
+          a.ops.push_back(coll_op(bl.coll(Coll::AllReduce, sp * kFloat, group), 500 + s, D));
         }
         a.ops.push_back({Op::Compute, bl.opt(sp)});
         actors.push_back(a);
@@ -1138,31 +1238,31 @@ Prediction predict_impl(const Profile& p, const Machine& m, const Config& named,
     }
     const int U = static_cast<int>(units.size());
     if (const auto it = m.unit_overhead_s.find(c.strategy); it != m.unit_overhead_s.end()) bookkeeping = U * it->second;
-    std::vector<double> ag(U), rs(U);
+    std::vector<CollTime> ag(U), rs(U);
     double largest = 0, gathered = 0, shard = 0;
     for (int u = 0; u < U; ++u) {
       largest = std::max(largest, unit_bytes[u]);
       gathered += unit_bytes[u];
       shard += unit_bytes[u] / N / kFloat;
-      ag[u] = unit_bytes[u] > 0 ? bl.coll(Coll::AllGather, unit_bytes[u], group) : 0;
+      ag[u] = unit_bytes[u] > 0 ? bl.coll(Coll::AllGather, unit_bytes[u], group) : CollTime{};
       if (reshard && unit_bytes[u] > 0) bl.comm_bytes += unit_bytes[u] * N;  // gathered again in backward
-      rs[u] = unit_bytes[u] > 0 ? bl.coll(Coll::ReduceScatter, unit_bytes[u], group) : 0;
+      rs[u] = unit_bytes[u] > 0 ? bl.coll(Coll::ReduceScatter, unit_bytes[u], group) : CollTime{};
     }
     for (int i = 0; i < N; ++i) {
       Actor a;
       a.worker = i;
       int t = 3000;
       for (int u = 0; u < U; ++u) {
-        if (ag[u] > 0) a.ops.push_back({Op::Coll, ag[u], -1, t, N});
+        if (ag[u].s > 0) a.ops.push_back(coll_op(ag[u], t, N));
         ++t;
         a.ops.push_back({Op::Compute, bl.fwd(units[u].first, units[u].second, ch[i])});
       }
       a.ops.push_back({Op::Compute, bl.loss(ch[i])});
       for (int u = U - 1; u >= 0; --u) {
-        if (reshard && ag[u] > 0) a.ops.push_back({Op::Coll, ag[u], -1, t, N});
+        if (reshard && ag[u].s > 0) a.ops.push_back(coll_op(ag[u], t, N));
         ++t;
         bl.backward(a.ops, units[u].first, units[u].second, ch[i], u > 0);
-        if (rs[u] > 0) a.ops.push_back({Op::Coll, rs[u], -1, t, N});
+        if (rs[u].s > 0) a.ops.push_back(coll_op(rs[u], t, N));
         ++t;
       }
       a.ops.push_back({Op::Compute, bl.opt(shard)});
@@ -1214,7 +1314,7 @@ Prediction predict_impl(const Profile& p, const Machine& m, const Config& named,
       const int64_t b = rep[d];
       std::vector<int> group;  // the replica's tp group
       for (int i = 0; i < T; ++i) group.push_back(d * T + i);
-      std::vector<double> ag(L, 0), ar(L, 0);
+      std::vector<CollTime> ag(L), ar(L);
       double gathered = 0;
       for (int l = 0; l < L; ++l) {
         if (gather_per_sample[l] > 0) ag[l] = bl.coll(Coll::AllGather, gather_per_sample[l] * b, group);
@@ -1227,20 +1327,20 @@ Prediction predict_impl(const Profile& p, const Machine& m, const Config& named,
         int t = 4000 + d * 2 * (L + 1);  // the replica's own collective instances
         for (int l = 0; l < L; ++l) {
           a.ops.push_back({Op::Compute, bl.fwd(l, l + 1, b) * share[i][l]});
-          if (ag[l] > 0) a.ops.push_back({Op::Coll, ag[l], -1, t, T});
+          if (ag[l].s > 0) a.ops.push_back(coll_op(ag[l], t, T));
           ++t;
         }
         a.ops.push_back({Op::Compute, bl.loss(b)});
         for (int l = L - 1; l >= 0; --l) {
           a.ops.push_back({Op::Compute, bl.bw(l, b) * share[i][l]});
           if (l > 0) a.ops.push_back({Op::Compute, bl.bd(l, b) * share[i][l]});
-          if (ar[l] > 0) a.ops.push_back({Op::Coll, ar[l], -1, t, T});
+          if (ar[l].s > 0) a.ops.push_back(coll_op(ar[l], t, T));
           ++t;
         }
         if (D > 1) {  // the tp rank's slices over the replicas
           std::vector<int> ranks;
           for (int e = 0; e < D; ++e) ranks.push_back(e * T + i);
-          a.ops.push_back({Op::Coll, bl.coll(Coll::AllReduce, slice_params[i] * kFloat, ranks), -1, 1000000 + i, D});
+          a.ops.push_back(coll_op(bl.coll(Coll::AllReduce, slice_params[i] * kFloat, ranks), 1000000 + i, D));
         }
         a.ops.push_back({Op::Compute, bl.opt(slice_params[i])});
         actors.push_back(a);
@@ -1252,12 +1352,22 @@ Prediction predict_impl(const Profile& p, const Machine& m, const Config& named,
     return refuse(fmt::format("no projection model for strategy {}", c.strategy));
   }
 
+  const int local = m.shared_cores > 0 || m.kind == "cpu" ? std::min(N, m.devices_per_node) : 1;
+  // In-process workers each on a core of their own start a little after worker 0 (the caller), so
+  // arrive that much later at the step's first collective. Bound workers sharing a core start as
+  // the core's turns give them, which the simulation plays itself.
+  double lag = 0;
+  if (const auto it = m.worker_start_at_s.find(local); it != m.worker_start_at_s.end() && local > 1 &&
+                                                        !bound_round_robin(m, threads, c.devices))
+    lag = std::min(it->second, m.workers_overhead_s(local));
+  if (lag > 0)
+    for (Actor& a : actors)
+      if (a.worker % m.devices_per_node != 0) a.ops.insert(a.ops.begin(), Op{Op::Delay, lag});
   const SimResult sim = simulate(actors, sim_workers, m, threads, std::max(1, p.concurrent), o.busy_seconds);
   int busiest = 0;
   for (int w = 0; w < sim_workers; ++w)
     if (sim.compute[w] > sim.compute[busiest]) busiest = w;
-  const int local = m.shared_cores > 0 || m.kind == "cpu" ? std::min(N, m.devices_per_node) : 1;
-  const double overhead = m.step_overhead_s + m.workers_overhead_s(local) + bookkeeping;
+  const double overhead = m.step_overhead_s + m.workers_overhead_s(local) - lag + bookkeeping;
   r.step_s = sim.end + overhead;
   r.compute_s = sim.compute[busiest];
   r.exposed_comm_s = sim.exposed[busiest];

@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -84,6 +85,16 @@ struct AlphaBeta {
   // slow down with the count as a ring's latency steps do.
   struct AtRanks {
     double alpha_s = 0, bus_bytes_per_s = 0;
+    // Optional measured times, bytes ascending: from the first size to the last the time is read
+    // off them (linearly between neighbours), below the first it is the first's, above the last
+    // the last's plus the extra bytes at the fit's bandwidth. Small in-process messages cost what
+    // their cache lines' trips between cores cost, which no one alpha and bandwidth fit down to
+    // 64 B alongside 8 MiB (2 workers: 4 us at 48 B, 5.3 at 1 KiB; the fit's alpha said 6.2).
+    std::vector<std::pair<double, double>> points;
+    // Optional, likewise: the times when the last worker arrives late, its peers already polling
+    // (small messages; in-process). Arriving together, threads contend for the rendezvous: 2
+    // workers' 48 B all-reduce took 4-5 us so, 2.5-3 us with one 0.3 us or more behind.
+    std::vector<std::pair<double, double>> late_points;
   };
   std::map<int, AtRanks> at_ranks;
   // Optional fits of groups among a process's workers, every group meeting at once: `size`
@@ -121,6 +132,12 @@ struct Machine {
   // counts: interpolated (1 worker: 0); beyond the largest: worker_overhead_s per further worker.
   std::map<int, double> worker_overhead_at_s;
   double workers_overhead_s(int local) const;
+  // Per count of in-process workers, each on its own core: how long after the step's start (worker
+  // 0, the caller) the others start, as calibrate measured it; part of worker_overhead_at_s.
+  std::map<int, double> worker_start_at_s;
+  // A collective's last participant arriving this long or more after the one before it pays the
+  // late times (AtRanks::late_points) where listed.
+  double late_arrival_gap_s = 0.3e-6;
   // fsdp / zero2: per unit and step, what the strategy's own bookkeeping costs beyond the unit's
   // layers and collectives (gathering into fresh buffers, freeing them, zeroed gradients).
   std::map<std::string, double> unit_overhead_s;
@@ -142,8 +159,9 @@ struct CollCost {
 // machine file when it lists no cost for the collective.
 // fit_ranks: the worker count whose fit (`ranks`) applies, when not `ranks` itself (0); layout:
 // the group's place among the workers, whose fit (`groups`) applies first where listed.
+// late: the last participant arrives late (late_points apply where listed).
 CollCost collective_cost(const Machine& m, Coll c, double bytes, int ranks, bool spans_nodes, int fit_ranks = 0,
-                         const AlphaBeta::Layout* layout = nullptr);
+                         const AlphaBeta::Layout* layout = nullptr, bool late = false);
 
 // Fits alpha and bus bandwidth to measured times by least squares on
 // t = alpha * latency_steps + bytes * bus_factor / bandwidth.
@@ -152,6 +170,10 @@ struct Sample {
   double bytes = 0, seconds = 0;
 };
 AlphaBeta fit_alpha_beta(Coll c, const std::string& algorithm, const std::vector<Sample>& samples);
+// The samples (one worker count or group) as AtRanks::points: bytes ascending, times made
+// non-decreasing in bytes by the least-squares monotone fit (neighbours that measured out of order
+// pooled to their mean), so that a larger message never reads as cheaper than a smaller one.
+std::vector<std::pair<double, double>> monotone_points(std::vector<Sample> samples);
 
 // ---- configurations and predictions -------------------------------------------------------------
 // The hybrids the model knows (names: strategies/strategy.h): hybrid_shape gives {D, P} of a

@@ -161,7 +161,7 @@ TEST(Projection, AlphaBetaPerCollectiveAndAlgorithm) {
   EXPECT_EQ(pj::collective_cost(t, pj::Coll::AllReduce, 1e8, 8, false).algorithm, "ring");
   // A fit at one worker count (calibrate's) is used for exactly that count; others keep the general fit.
   pj::Machine at = m;
-  at.intra_node["all_reduce"]["ring"].at_ranks[2] = {3e-5, 2e8};
+  at.intra_node["all_reduce"]["ring"].at_ranks[2] = {3e-5, 2e8, {}, {}};
   EXPECT_NEAR(pj::collective_cost(at, pj::Coll::AllReduce, 1e6, 2, false).seconds, 2 * 3e-5 + 1e6 * 1.0 / 2e8, 1e-12);
   EXPECT_NEAR(pj::collective_cost(at, pj::Coll::AllReduce, 1e6, 4, false).seconds, c.seconds, 1e-12);
   EXPECT_NEAR(pj::collective_cost(at, pj::Coll::AllReduce, 1e6, 2, true).seconds,
@@ -176,6 +176,58 @@ TEST(Projection, AlphaBetaPerCollectiveAndAlgorithm) {
   const pj::Prediction f = pj::predict(uniform(), no_gather, config("fsdp", 2, 2));
   EXPECT_FALSE(f.feasible);
   EXPECT_NE(f.reason.find("all_gather"), std::string::npos) << f.reason;
+}
+
+// Calibrate's measured times (points) are read off for exactly the meeting they timed: between two
+// sizes linearly, below the first as the first, above the last at the fit's bandwidth.
+TEST(Projection, MeasuredPointsAreReadOffBetweenTheSizesTimed) {
+  pj::Machine m = machine();
+  pj::AlphaBeta& ab = m.intra_node["all_reduce"]["ring"];
+  ab.at_ranks[2] = {3e-5, 2e8, {{64, 4e-6}, {1024, 5e-6}, {65536, 2e-5}}, {}};
+  auto cost = [&](double bytes, int ranks, int fit = 0, const pj::AlphaBeta::Layout* l = nullptr) {
+    return pj::collective_cost(m, pj::Coll::AllReduce, bytes, ranks, false, fit, l).seconds;
+  };
+  EXPECT_DOUBLE_EQ(cost(48, 2), 4e-6);
+  EXPECT_DOUBLE_EQ(cost(64, 2), 4e-6);
+  EXPECT_DOUBLE_EQ(cost(544, 2), 4.5e-6);
+  EXPECT_DOUBLE_EQ(cost(65536, 2), 2e-5);
+  EXPECT_NEAR(cost(65536 + 1e6, 2), 2e-5 + 1e6 * 1.0 / 2e8, 1e-15);  // all-reduce over 2: bus factor 1
+  // A pair among 4 workers sharing the cores takes the 4 workers' fit (fit_ranks 4): its times are of
+  // all 4 meeting, not of a pair, so its alpha and bandwidth apply instead.
+  ab.at_ranks[4] = {1e-5, 1e8, {{64, 9e-6}, {1024, 1e-5}}, {}};
+  EXPECT_NEAR(cost(544, 2, 4), 1e-5 * 2 + 544 * 1.0 / 1e8, 1e-15);
+  EXPECT_DOUBLE_EQ(cost(544, 4), 9.5e-6);
+  // A layout's own points apply to its groups.
+  const pj::AlphaBeta::Layout pairs{2, 4, 2};
+  ab.in_groups[pairs] = {1e-5, 1e8, {{64, 2e-6}, {1024, 3e-6}}, {}};
+  EXPECT_DOUBLE_EQ(cost(544, 2, 4, &pairs), 2.5e-6);
+  // The last participant arriving late: its late times up to the largest late size, the others' above.
+  ab.at_ranks[2].late_points = {{64, 2.5e-6}, {1024, 3e-6}};
+  EXPECT_DOUBLE_EQ(pj::collective_cost(m, pj::Coll::AllReduce, 544, 2, false, 0, nullptr, true).seconds, 2.75e-6);
+  EXPECT_DOUBLE_EQ(pj::collective_cost(m, pj::Coll::AllReduce, 544, 2, false, 0, nullptr, false).seconds, 4.5e-6);
+  EXPECT_DOUBLE_EQ(pj::collective_cost(m, pj::Coll::AllReduce, 4096, 2, false, 0, nullptr, true).seconds,
+                   pj::collective_cost(m, pj::Coll::AllReduce, 4096, 2, false, 0, nullptr, false).seconds);
+  // The machine file keeps them.
+  const pj::Machine again = pj::parse_machine(pj::machine_json(m).dump(), "again");
+  EXPECT_EQ(again.intra_node.at("all_reduce").at("ring").at_ranks.at(2).late_points, ab.at_ranks[2].late_points);
+  EXPECT_EQ(again.intra_node.at("all_reduce").at("ring").at_ranks.at(2).points, ab.at_ranks[2].points);
+  EXPECT_EQ(again.intra_node.at("all_reduce").at("ring").in_groups.at(pairs).points, ab.in_groups[pairs].points);
+  json j = pj::machine_json(m);
+  j["links"]["intra_node"]["all_reduce"]["ring"]["ranks"]["2"]["points"] = {{1024, 5e-6}, {64, 4e-6}};
+  expect_usage_error([&] { pj::parse_machine(j.dump(), "m.json"); },
+                     {"m.json", "links.intra_node.all_reduce.ring.ranks.2.points[1]", "bytes above the previous pair's 1024"});
+  j["links"]["intra_node"]["all_reduce"]["ring"]["ranks"]["2"]["points"] = {{64, 0}};
+  expect_usage_error([&] { pj::parse_machine(j.dump(), "m.json"); }, {"ranks.2.points[0]", "[bytes, seconds] of finite numbers > 0"});
+}
+
+TEST(Projection, MonotonePointsPoolNeighboursMeasuredOutOfOrder) {
+  using P = std::vector<std::pair<double, double>>;
+  // Given in any order; 4 KiB measured faster than 1 KiB: both read as their mean.
+  EXPECT_EQ(pj::monotone_points({{2, 65536, 20}, {2, 1024, 5}, {2, 4096, 3}}), (P{{1024, 4}, {4096, 4}, {65536, 20}}));
+  // A violation further up pools back as far as it must.
+  EXPECT_EQ(pj::monotone_points({{2, 64, 4}, {2, 1024, 6}, {2, 4096, 7}, {2, 8192, 1}}), (P{{64, 4}, {1024, 14.0 / 3}, {4096, 14.0 / 3}, {8192, 14.0 / 3}}));
+  // Already in order: unchanged.
+  EXPECT_EQ(pj::monotone_points({{2, 64, 1}, {2, 128, 2}}), (P{{64, 1}, {128, 2}}));
 }
 
 TEST(Projection, WorkerOverheadPerWorkerCount) {
@@ -211,6 +263,30 @@ TEST(Projection, WorkerOverheadPerWorkerCount) {
   expect_usage_error([&] { pj::parse_machine(j.dump(), "m.json"); }, {"worker_overhead_at_s.2", ">= 0"});
 }
 
+// Workers on cores of their own start after worker 0 (calibrate's worker_start_at_s): ddp's one
+// all-reduce then finds worker 0 waiting and costs its late time; the lag is part of the dispatch
+// already charged, so the step is the late time's saving shorter, not the lag longer.
+TEST(Projection, AWorkerStartingLateMeetsItsPeerWaiting) {
+  pj::Machine m = free_links();
+  m.kind = "cpu";
+  m.shared_cores = 2;
+  m.worker_overhead_at_s = {{2, 1e-6}};
+  pj::AlphaBeta& ar = m.intra_node["all_reduce"].begin()->second;
+  ar.at_ranks[2] = {0, 1e30, {{64, 5e-6}, {1 << 30, 5e-6}}, {{64, 3e-6}, {1 << 30, 3e-6}}};
+  pj::Options o;
+  o.threads_per_worker = 1;
+  const pj::Prediction together = pj::predict(uniform(), m, config("ddp", 2, 4), o);
+  m.worker_start_at_s = {{2, 0.5e-6}};
+  const pj::Prediction lagging = pj::predict(uniform(), m, config("ddp", 2, 4), o);
+  EXPECT_NEAR(together.step_s - lagging.step_s, 2e-6, 1e-12);
+  // A lag under the gap: the two still contend, as arriving together.
+  m.late_arrival_gap_s = 0.6e-6;
+  EXPECT_NEAR(pj::predict(uniform(), m, config("ddp", 2, 4), o).step_s, together.step_s, 1e-12);
+  const pj::Machine again = pj::parse_machine(pj::machine_json(m).dump(), "again");
+  EXPECT_EQ(again.worker_start_at_s, m.worker_start_at_s);
+  EXPECT_DOUBLE_EQ(again.late_arrival_gap_s, 0.6e-6);
+}
+
 TEST(Projection, SharedCoreGroupsTakeTheFitOfTheNodesWorkers) {
   // dp2xtp2 on 4 CPU workers sharing the cores: its collectives are among 2 of them, but 4
   // threads share the cores, so the fit at 4 workers prices them. Its latency steps stay the group's.
@@ -218,8 +294,8 @@ TEST(Projection, SharedCoreGroupsTakeTheFitOfTheNodesWorkers) {
   m.kind = "cpu";
   m.overlap = false;
   for (const char* c : {"all_gather", "all_reduce"}) {
-    m.intra_node[c]["ring"].at_ranks[2] = {1e-6, 1e12};
-    m.intra_node[c]["ring"].at_ranks[4] = {50e-6, 1e12};
+    m.intra_node[c]["ring"].at_ranks[2] = {1e-6, 1e12, {}, {}};
+    m.intra_node[c]["ring"].at_ranks[4] = {50e-6, 1e12, {}, {}};
   }
   EXPECT_NEAR(pj::collective_cost(m, pj::Coll::AllGather, 64, 2, false, 4).seconds, 50e-6 + 64 * 0.5 / 1e12, 1e-12);
   pj::Options o;
@@ -243,13 +319,13 @@ TEST(Projection, BoundWorkerGroupsTakeTheirLayoutsFit) {
   m.kind = "cpu";
   m.overlap = false;
   m.shared_cores = 2;
-  for (const char* c : {"all_gather", "all_reduce"}) m.intra_node[c]["ring"].at_ranks[4] = {50e-6, 1e12};
+  for (const char* c : {"all_gather", "all_reduce"}) m.intra_node[c]["ring"].at_ranks[4] = {50e-6, 1e12, {}, {}};
   pj::Options o;
   o.threads_per_worker = 1;
   const pj::Prediction by_count = pj::predict(uniform(), m, config("dp2xtp2", 4, 8), o);
-  m.intra_node["all_gather"]["ring"].in_groups[{2, 4, 1}] = {20e-6, 1e12};
-  m.intra_node["all_reduce"]["ring"].in_groups[{2, 4, 1}] = {20e-6, 1e12};
-  m.intra_node["all_reduce"]["ring"].in_groups[{2, 4, 2}] = {30e-6, 1e12};
+  m.intra_node["all_gather"]["ring"].in_groups[{2, 4, 1}] = {20e-6, 1e12, {}, {}};
+  m.intra_node["all_reduce"]["ring"].in_groups[{2, 4, 1}] = {20e-6, 1e12, {}, {}};
+  m.intra_node["all_reduce"]["ring"].in_groups[{2, 4, 2}] = {30e-6, 1e12, {}, {}};
   const pj::Prediction by_layout = pj::predict(uniform(), m, config("dp2xtp2", 4, 8), o);
   ASSERT_TRUE(by_count.feasible && by_layout.feasible) << by_count.reason << by_layout.reason;
   // tp: 4 all-gathers of one latency step, 3 all-reduces of two; dp: the slices' all-reduce, two.
@@ -281,8 +357,8 @@ TEST(Projection, DpSendsBetweenBoundWorkersTakeTheirPairsFit) {
   pj::Options o;
   o.threads_per_worker = 1;
   const pj::Prediction free = pj::predict(uniform(), m, config("dp", 4, 8), o);
-  m.intra_node["send_recv"]["direct"].in_groups[{2, 4, 1}] = {1e-3, 1e30};
-  m.intra_node["send_recv"]["direct"].in_groups[{2, 4, 2}] = {2e-3, 1e30};
+  m.intra_node["send_recv"]["direct"].in_groups[{2, 4, 1}] = {1e-3, 1e30, {}, {}};
+  m.intra_node["send_recv"]["direct"].in_groups[{2, 4, 2}] = {2e-3, 1e30, {}, {}};
   const pj::Prediction paired = pj::predict(uniform(), m, config("dp", 4, 8), o);
   ASSERT_TRUE(free.feasible && paired.feasible) << free.reason << paired.reason;
   // The root's nine messages in turn: inputs out, outputs in, output gradients out; 3 x (1 + 2) ms.
@@ -709,18 +785,37 @@ TEST_F(ProjectCli, ValidateComparesEveryMeasuredConfiguration) {
   test::Result r = parbench("run --workload linear --strategies regular,dp,ddp,mp,pipeline,tp --devices 1,2 --batch 2 --iterations 3 --warmup 1 --out " +
                                 path("run"));
   ASSERT_EQ(r.code, 0) << r.err;
-  r = parbench("calibrate --ranks 2,4 --sizes 4,64 --reps 2 --pools 2 --out " + path("cpu.json"));
+  r = parbench("calibrate --ranks 2,4 --sizes 64B,4 --reps 2 --pools 2 --out " + path("cpu.json"));
   ASSERT_EQ(r.code, 0) << r.err;
   const pj::Machine cpu = pj::load_machine(path("cpu.json"));
   for (const char* c : {"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "send_recv"})
     EXPECT_TRUE(cpu.intra_node.count(c)) << c;
-  // Each collective fitted at 2 and at 4 workers alone besides over both; send/recv is timed at 2 only.
-  for (const char* c : {"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter"}) {
-    const auto& at = cpu.intra_node.at(c).at("ring").at_ranks;
-    EXPECT_EQ(at.size(), 2u) << c;
-    EXPECT_TRUE(at.count(2) && at.count(4)) << c;
+  // Each collective fitted at 2 and at 4 workers alone besides over both, and those times kept to be read
+  // off (64 B and 4 KiB, made non-decreasing); send/recv is timed at 2 only.
+  for (const char* c : {"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "send_recv"}) {
+    const auto& at = cpu.intra_node.at(c).begin()->second.at_ranks;
+    EXPECT_EQ(at.size(), std::string(c) == "send_recv" ? 1u : 2u) << c;
+    for (const auto& [n, f] : at) {
+      std::vector<pj::Sample> timed;
+      for (const json& s : cpu.calibration.at(c))
+        if (s.at("ranks").get<int>() == n) timed.push_back({n, s.at("bytes").get<double>(), s.at("seconds").get<double>()});
+      ASSERT_EQ(timed.size(), 2u) << c << " x" << n;
+      EXPECT_EQ(f.points, pj::monotone_points(timed)) << c << " x" << n;
+      ASSERT_EQ(f.points.size(), 2u) << c << " x" << n;
+      EXPECT_EQ(f.points[0].first, 64.0);
+      EXPECT_EQ(f.points[1].first, 4096.0);
+      EXPECT_LE(f.points[0].second, f.points[1].second) << c << " x" << n;
+      // Small messages timed with the last worker late as well (not send/recv's pairs).
+      EXPECT_EQ(f.late_points.size(), std::string(c) == "send_recv" ? 0u : 2u) << c << " x" << n;
+    }
   }
-  EXPECT_TRUE(cpu.intra_node.at("send_recv").at("direct").at_ranks.empty());
+  // The other workers' start after worker 0, per count, within the dispatch that holds it.
+  ASSERT_EQ(cpu.worker_start_at_s.size(), 2u);
+  for (const auto& [n, lag] : cpu.worker_start_at_s) {
+    EXPECT_GT(lag, 0) << n;
+    EXPECT_LT(lag, 1e-3) << n;
+  }
+  EXPECT_TRUE(cpu.intra_node.at("send_recv").at("direct").at_ranks.count(2));
   // Where 4 one-thread workers outnumber the cores, their pairs meeting at once were timed too,
   // consecutive and 2 apart, and fitted; on 4 or more cores there is no such layout.
   const bool outnumbered = std::thread::hardware_concurrency() < 4;
@@ -731,7 +826,8 @@ TEST_F(ProjectCli, ValidateComparesEveryMeasuredConfiguration) {
     for (const int stride : {1, 2}) {
       ASSERT_TRUE(groups.count({2, 4, stride})) << c << " " << stride;
       EXPECT_GT(groups.at({2, 4, stride}).bus_bytes_per_s, 0) << c;
-      EXPECT_EQ(cpu.calibration.at("groups").at(c).at(fmt::format("2 of 4 stride {}", stride)).size(), 2u) << c;  // --sizes 4,64
+      EXPECT_EQ(cpu.calibration.at("groups").at(c).at(fmt::format("2 of 4 stride {}", stride)).size(), 2u) << c;  // --sizes 64B,4
+      EXPECT_EQ(groups.at({2, 4, stride}).points.size(), 2u) << c;
     }
   }
   // The workers arrived together at every timed call (the default), as recorded.
@@ -755,12 +851,14 @@ TEST_F(ProjectCli, ValidateComparesEveryMeasuredConfiguration) {
   for (const int k : {2, 4})
     EXPECT_DOUBLE_EQ(cpu.worker_overhead_at_s.at(k),
                      std::max(0.0, d.at(std::to_string(k)).get<double>() - d.at("1").get<double>())) << k;
-  for (const std::string bad : {"--skew-us -5", "--pools 0"}) {
+  for (const std::string bad : {"--skew-us -5", "--pools 0", "--sizes 64B,1,64b", "--sizes 4", "--sizes 1,2x", "--sizes 8B,1"}) {
     r = parbench("calibrate " + bad + " --out " + path("never.json"));
     EXPECT_EQ(r.code, 2) << bad;
     EXPECT_NE(r.err.find(bad.substr(0, bad.find(' '))), std::string::npos) << r.err;
     EXPECT_FALSE(std::filesystem::exists(path("never.json")));
   }
+  r = parbench("calibrate --sizes 8B,1 --out " + path("never.json"));  // 2 floats: no piece for 4 ranks
+  EXPECT_NE(r.err.find("at least one per rank (4 ranks: 16 B or more"), std::string::npos) << r.err;
   r = parbench("project --validate " + path("run/results.json") + " --machine " + path("cpu.json") +
                " --profile-reps 1 --profile-rounds 1 --out " + path("v") + " --save-profile " + path("prof"));
   ASSERT_EQ(r.code, 0) << r.err;
