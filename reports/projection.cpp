@@ -938,8 +938,8 @@ class Builder {
     const int g = static_cast<int>(devices.size());
     const int fit = m_.shared_cores > 0 ? std::max(g, std::min(c_.devices, m_.devices_per_node)) : 0;
     const std::optional<AlphaBeta::Layout> l = layout(devices);
-    return {collective_cost(m_, c, bytes, g, spans(devices), fit, l ? &*l : nullptr).seconds,
-            collective_cost(m_, c, bytes, g, spans(devices), fit, l ? &*l : nullptr, /*late=*/true).seconds};
+    auto cost = [&](bool late) { return collective_cost(m_, c, bytes, g, spans(devices), fit, l ? &*l : nullptr, late).seconds; };
+    return {cost(false), cost(true)};
   }
   double p2p(double bytes, int from, int to) {
     comm_bytes += bytes;
