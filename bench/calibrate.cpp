@@ -216,6 +216,30 @@ double time_start_lag(int workers, int reps) {
   return median(lag);
 }
 
+// Two workers' blocking send/recv of 64 B after a little computation each, as dp's scatter and
+// gather: how long after the receiver goes on the sender does (it waits for the receiver's copy).
+double time_sender_trail(int reps) {
+  WorkerPool pool(2, WorkerPool::cores_for(2, 1));
+  std::vector<std::unique_ptr<Backend>> backends(2);
+  BackendOptions bo;
+  bo.threads = 1;
+  pool.run(2, [&](int i) { backends[i] = make_backend(cpu(i), bo); });
+  const std::unique_ptr<Communicator> comm = make_communicator({backends[0].get(), backends[1].get()});
+  std::vector<std::vector<float>> bufs(2, std::vector<float>(16, 1.0f));
+  std::vector<std::vector<clk::time_point>> out(2, std::vector<clk::time_point>(reps + 1));
+  pool.run(2, [&](int i) {
+    for (int k = 0; k <= reps; ++k) {  // k = 0: untimed
+      busy_work();
+      if (i == 0) comm->send(0, bufs[0].data(), 16, 1);
+      else comm->recv(1, bufs[1].data(), 16, 0);
+      out[i][k] = clk::now();
+    }
+  });
+  std::vector<double> trail;
+  for (int k = 1; k <= reps; ++k) trail.push_back(std::chrono::duration<double>(out[0][k] - out[1][k]).count());
+  return std::max(0.0, median(trail));
+}
+
 // Starting N workers for a step that does nothing: the step overhead run pays per worker count.
 double time_dispatch(int workers, int reps) {
   WorkerPool pool(workers, WorkerPool::cores_for(workers, 1));
@@ -469,6 +493,11 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   }
   // Each further worker's step overhead: the dispatch of 2 and 4 workers over 1's (in-process).
   std::map<int, size_t> dispatch, start_lag;
+  size_t sender_trail = 0;
+  if (!multi_process()) {
+    points.push_back([] { return time_sender_trail(200); });
+    sender_trail = points.size() - 1;
+  }
   if (!multi_process())
     for (int w : {1, 2, 4}) {
       points.push_back([w] { return time_dispatch(w, 50); });
@@ -543,6 +572,7 @@ int cmd_calibrate(const std::vector<std::string>& args) {
     m.worker_overhead_at_s = {{2, std::max(0.0, t2 - t1)}, {4, std::max(0.0, t4 - t1)}};
     record["dispatch_s"] = {{"1", t1}, {"2", t2}, {"4", t4}};
     for (const auto& [w, k] : start_lag) m.worker_start_at_s[w] = medians[k];
+    m.sender_trails_s = medians[sender_trail];
   }
   m.peak_flops = conv_flops(cores);
   m.parallel_threads = parallel_threads(cores);

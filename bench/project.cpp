@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <regex>
 #include <set>
 #include <thread>
 
@@ -648,6 +649,33 @@ int validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profile> prof
     write_file_atomic(file, pj::profile_json(p).dump(1) + "\n");
     fmt::print(stderr, "parbench project: wrote {}\n", file);
   };
+  if (f.has("load-profile")) {
+    // The files --save-profile wrote: the run predicted again from the same profiles (a model
+    // changed since, say) without timing anything.
+    const std::filesystem::path prefix(f.str("load-profile"));
+    const std::filesystem::path dir = prefix.has_parent_path() ? prefix.parent_path() : ".";
+    const std::string base = prefix.filename().string();
+    const std::regex name("(?:(tp|layers|stages)([0-9]+)-)?threads([0-9]+)-workers([0-9]+)\\.json");
+    std::error_code ec;
+    std::vector<std::filesystem::path> files;
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) files.push_back(e.path());
+    std::sort(files.begin(), files.end());
+    for (const std::filesystem::path& file : files) {
+      const std::string fn = file.filename().string();
+      std::smatch mt;
+      if (fn.rfind(base + "-", 0) != 0) continue;
+      const std::string rest = fn.substr(base.size() + 1);
+      if (!std::regex_match(rest, mt, name)) continue;
+      pj::Profile p = pj::load_profile(file.string());
+      const int n = mt[2].matched ? std::stoi(mt[2].str()) : 0, t = std::stoi(mt[3].str()), k = std::stoi(mt[4].str());
+      if (!mt[1].matched) profiles.push_back(std::move(p));
+      else if (mt[1] == "stages") stagewise_profiles.emplace(std::make_tuple(n, t, k), std::move(p));
+      else layerwise_profiles.emplace(std::make_tuple(n, t, k, mt[1] == "tp"), std::move(p));
+    }
+    if (profiles.empty())
+      throw UsageError(fmt::format("--load-profile {}: no {}-threadsT-workersK.json in {} (files that --save-profile writes)",
+                                   f.str("load-profile"), base, dir.string()));
+  }
   if (profiles.empty()) {
     // Time the run's own workload here, at every thread count and batch piece it needs.
     WorkloadOptions wo;
@@ -755,6 +783,9 @@ int validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profile> prof
       }
     }
     const auto sw_it = stagewise_profiles.find(skey);
+    if (f.has("load-profile") && ((layerwise && lw_it == layerwise_profiles.end()) || (staged && stages > 1 && sw_it == stagewise_profiles.end())))
+      fmt::print(stderr, "parbench project: warning: --load-profile {} has no {} profile for {}; predicted from the whole-net profile\n",
+                 f.str("load-profile"), layerwise ? "layer-by-layer" : "stage-by-stage", x.name);
     const pj::Profile& use = layerwise && lw_it != layerwise_profiles.end() ? lw_it->second
                              : staged && sw_it != stagewise_profiles.end() ? sw_it->second
                                                                            : base;
@@ -893,6 +924,7 @@ int cmd_project(const std::vector<std::string>& args) {
               {"out", "PREFIX", "write PREFIX.md, PREFIX.json and PREFIX.png (chart)", ""},
               {"validate", "RUN.json", "a run's results.json: predict its configurations and print the errors", ""},
               {"save-profile", "PREFIX", "--validate without --profile: also write the timed profiles to PREFIX-threadsT-workersK.json (pipelines' stage by stage: PREFIX-stagesS-threadsT-workersK.json; fsdp's and zero2's layer by layer: PREFIX-layers1-threadsT-workersK.json; tp's and dp x tp's with N channel slices: PREFIX-tpN-threadsT-workersK.json)", ""},
+              {"load-profile", "PREFIX", "--validate: the profiles an earlier --save-profile PREFIX wrote, instead of timing them (a measurement predicted again)", ""},
               {"combine", "V1,V2,...", "pool validations written by --validate --out (each a run and its profile, timed in turn): measured = the median of their measured times, predicted = measured x the median of their predicted / measured", ""},
               {"anchor", "", "--validate: scale every prediction by the one-device regular run's measured over predicted time (the machine's speed drifting between the run and the profile) and leave that row out of the errors", ""},
               {"profile-reps", "N", "--validate without --profile: timed repetitions per batch size (median; with workers side by side their mean, at the slowest one's pace)", "3"},
@@ -911,6 +943,11 @@ int cmd_project(const std::vector<std::string>& args) {
   for (const std::string& path : split_list(f.str("profile"))) profiles.push_back(pj::load_profile(path));
   if (f.integer("profile-reps") < 1) throw UsageError("--profile-reps must be at least 1");
   if (f.integer("profile-rounds") < 1) throw UsageError("--profile-rounds must be at least 1");
+  if (f.has("load-profile")) {
+    if (!f.has("validate")) throw UsageError("--load-profile goes with --validate (the profiles a validation saved)");
+    for (const char* other : {"profile", "save-profile"})
+      if (f.has(other)) throw UsageError(fmt::format("--load-profile reads the profiles to use; --{} does not apply", other));
+  }
   if (f.has("validate")) return validate(f, m, profiles);
   if (profiles.empty()) throw UsageError("--profile FILE is required (a profile.json; see parbench project --help)");
   std::string image_note;

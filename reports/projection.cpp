@@ -516,6 +516,7 @@ Machine parse_machine(const std::string& text, const std::string& source) {
     at.done();
   }
   m.late_arrival_gap_s = top.number_or("late_arrival_gap_s", m.late_arrival_gap_s, 0);
+  m.sender_trails_s = top.number_or("sender_trails_s", m.sender_trails_s, 0);
   if (top.has("unit_overhead_s")) {
     Obj u(top.raw("unit_overhead_s"), source, "unit_overhead_s");
     for (const char* k : {"fsdp", "zero2"})
@@ -565,6 +566,7 @@ json machine_json(const Machine& m) {
   for (const auto& [n, v] : m.worker_overhead_at_s) j["worker_overhead_at_s"][std::to_string(n)] = v;
   for (const auto& [n, v] : m.worker_start_at_s) j["worker_start_at_s"][std::to_string(n)] = v;
   j["late_arrival_gap_s"] = m.late_arrival_gap_s;
+  j["sender_trails_s"] = m.sender_trails_s;
   for (const auto& [k, v] : m.unit_overhead_s) j["unit_overhead_s"][k] = v;
   j["links"]["intra_node"] = links_json(m.intra_node);
   if (!m.inter_node.empty()) j["links"]["inter_node"] = links_json(m.inter_node);
@@ -730,7 +732,8 @@ struct SimResult {
   std::vector<double> compute, exposed;  // per worker
 };
 
-// Plays the actors' programs. Send/Recv pairs meet (rendezvous) unless eager; a Coll starts when
+// Plays the actors' programs. Send/Recv pairs meet (rendezvous) unless eager, the receiver going
+// on sender_trails_s before the sender; a Coll starts when
 // all its participants arrived; compute on a node whose CPU cores are shared runs at each busy
 // thread's share of the cores, min(1, C / busy threads), relative to the share it had while the
 // profile was timed (`timed_busy` workers of `threads` threads each).
@@ -811,6 +814,7 @@ SimResult simulate(const std::vector<Actor>& actors, int workers, const Machine&
               const double d = op.kind == Op::Send ? op.s : bo->s;
               st[a] = st[b] = Moving;
               end[a] = end[b] = now + d;
+              end[op.kind == Op::Recv ? a : b] = now + std::max(0.0, d - m.sender_trails_s);  // the receiver goes on first
               progress = true;
             } else {
               st[a] = Blocked;

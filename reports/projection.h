@@ -138,6 +138,9 @@ struct Machine {
   // A collective's last participant arriving this long or more after the one before it pays the
   // late times (AtRanks::late_points) where listed.
   double late_arrival_gap_s = 0.3e-6;
+  // A blocking send/recv (in-process: the sender waits until the receiver has its copy): the
+  // receiver goes on at once, the sender this much later. The pair's time is the sender's.
+  double sender_trails_s = 0;
   // fsdp / zero2: per unit and step, what the strategy's own bookkeeping costs beyond the unit's
   // layers and collectives (gathering into fresh buffers, freeing them, zeroed gradients).
   std::map<std::string, double> unit_overhead_s;

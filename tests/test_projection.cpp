@@ -287,6 +287,28 @@ TEST(Projection, AWorkerStartingLateMeetsItsPeerWaiting) {
   EXPECT_DOUBLE_EQ(again.late_arrival_gap_s, 0.6e-6);
 }
 
+// A blocking send/recv lets its receiver go on before its sender (calibrate's sender_trails_s):
+// dp's root, the sender of the output gradient, then starts its backward that much after the
+// replica and arrives late at the reduce, which costs its late time.
+TEST(Projection, TheReceiverOfABlockingSendGoesOnFirst) {
+  pj::Machine m = free_links();
+  m.kind = "cpu";
+  m.shared_cores = 2;
+  m.intra_node["send_recv"].begin()->second.at_ranks[2] = {0, 1e30, {{4, 1e-6}, {1 << 30, 1e-6}}, {}};
+  m.intra_node["reduce"].begin()->second.at_ranks[2] = {0, 1e30, {{4, 5e-6}, {1 << 30, 5e-6}}, {{4, 3e-6}, {1 << 30, 3e-6}}};
+  pj::Options o;
+  o.threads_per_worker = 1;
+  const pj::Prediction together = pj::predict(uniform(), m, config("dp", 2, 4), o);
+  m.sender_trails_s = 0.5e-6;
+  const pj::Prediction trailing = pj::predict(uniform(), m, config("dp", 2, 4), o);
+  EXPECT_GT(together.step_s - trailing.step_s, 1.5e-6);
+  EXPECT_LE(together.step_s - trailing.step_s, 2e-6 + 1e-12);
+  // A trail under the gap: the two still meet together at the reduce.
+  m.late_arrival_gap_s = 0.6e-6;
+  EXPECT_NEAR(pj::predict(uniform(), m, config("dp", 2, 4), o).step_s, together.step_s, 1e-12);
+  EXPECT_DOUBLE_EQ(pj::parse_machine(pj::machine_json(m).dump(), "again").sender_trails_s, 0.5e-6);
+}
+
 TEST(Projection, SharedCoreGroupsTakeTheFitOfTheNodesWorkers) {
   // dp2xtp2 on 4 CPU workers sharing the cores: its collectives are among 2 of them, but 4
   // threads share the cores, so the fit at 4 workers prices them. Its latency steps stay the group's.
@@ -779,6 +801,23 @@ TEST_F(ProjectCli, ValidateTimesAtMostAsManyWorkersSideBySideAsCores) {
   }
   const json v = json::parse(read_file(path("v.json")));
   EXPECT_EQ(v["rows"].size(), 2u);
+  // The saved profiles predict the run again without timing anything: the same predictions.
+  r = parbench("project --validate " + path("run/results.json") + " --machine " +
+               (test::source_dir() / "machines/this_cpu.json").string() + " --load-profile " + path("prof") + " --out " + path("again"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.err.find("timing"), std::string::npos) << r.err;
+  const json again = json::parse(read_file(path("again.json")));
+  ASSERT_EQ(again["rows"].size(), 2u);
+  for (std::size_t i = 0; i < 2; ++i) EXPECT_EQ(again["rows"][i]["predicted_s"], v["rows"][i]["predicted_s"]) << i;
+  const std::string validate = "project --validate " + path("run/results.json") + " --machine " +
+                               (test::source_dir() / "machines/this_cpu.json").string();
+  r = parbench(validate + " --load-profile " + path("nothing"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--load-profile"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("nothing-threadsT-workersK.json"), std::string::npos) << r.err;
+  r = parbench(validate + " --load-profile " + path("prof") + " --profile " + path("prof-threads1-workers2.json"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--profile does not apply"), std::string::npos) << r.err;
 }
 
 TEST_F(ProjectCli, ValidateComparesEveryMeasuredConfiguration) {
@@ -816,6 +855,9 @@ TEST_F(ProjectCli, ValidateComparesEveryMeasuredConfiguration) {
     EXPECT_LT(lag, 1e-3) << n;
   }
   EXPECT_TRUE(cpu.intra_node.at("send_recv").at("direct").at_ranks.count(2));
+  // How long after its receiver a blocking send's sender goes on.
+  EXPECT_GT(cpu.sender_trails_s, 0);
+  EXPECT_LT(cpu.sender_trails_s, 1e-3);
   // Where 4 one-thread workers outnumber the cores, their pairs meeting at once were timed too,
   // consecutive and 2 apart, and fitted; on 4 or more cores there is no such layout.
   const bool outnumbered = std::thread::hardware_concurrency() < 4;
