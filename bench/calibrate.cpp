@@ -497,8 +497,6 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   if (!multi_process()) {
     points.push_back([] { return time_sender_trail(200); });
     sender_trail = points.size() - 1;
-  }
-  if (!multi_process())
     for (int w : {1, 2, 4}) {
       points.push_back([w] { return time_dispatch(w, 50); });
       dispatch[w] = points.size() - 1;
@@ -507,6 +505,7 @@ int cmd_calibrate(const std::vector<std::string>& args) {
         start_lag[w] = points.size() - 1;
       }
     }
+  }
   const std::vector<double> medians = pb::reports::medians_over_passes(points, pools, [&](int pass) {
     if (lead && pools > 1) fmt::print(stderr, "parbench calibrate: pass {} of {} over {} points\n", pass + 1, pools, points.size());
   });
