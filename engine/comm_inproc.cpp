@@ -24,7 +24,7 @@ class InProcComm final : public Communicator {
   std::string name() const override { return "inproc"; }
 
   void abort() noexcept override {
-    std::lock_guard<std::mutex> lock(mu_);
+    const auto lock = hold_polling(mu_);
     aborted_ = true;
     cv_.notify_all();
   }
@@ -44,7 +44,7 @@ class InProcComm final : public Communicator {
   // A rendezvous: the sender posts its buffer and blocks until the receiver has copied it, so
   // the buffer needs no staging and the sender may reuse it as soon as send returns.
   void do_send(int rank, const float* buf, int64_t n, int peer) override {
-    std::unique_lock<std::mutex> lock(mu_);
+    auto lock = hold_polling(mu_);
     Mail& m = mail_[rank * size() + peer];
     m.ptr = buf;
     m.n = n;
@@ -59,7 +59,7 @@ class InProcComm final : public Communicator {
     Mail& m = mail_[peer * size() + rank];
     const float* src = nullptr;
     {
-      std::unique_lock<std::mutex> lock(mu_);
+      auto lock = hold_polling(mu_);
       idle(rank, lock, [&] { return aborted_ || (m.posted && !m.taken); });
       throw_if_aborted();
       PB_CHECK(m.n == n, "rank {} receives {} values but rank {} sends {}", rank, n, peer, m.n);
@@ -67,7 +67,7 @@ class InProcComm final : public Communicator {
     }
     // Outside the lock: the sender waits for `taken`, so its buffer stays valid meanwhile.
     copy_bytes(device(rank), buf, device(peer), src, bytes(n));
-    std::lock_guard<std::mutex> lock(mu_);
+    const auto lock = hold_polling(mu_);
     m.taken = true;
     cv_.notify_all();
   }
@@ -118,7 +118,7 @@ class InProcComm final : public Communicator {
              rank, id);
     const std::shared_ptr<Transfer> op = std::move(it->second);
     started_[rank].erase(it);
-    std::unique_lock<std::mutex> lock(mu_);
+    auto lock = hold_polling(mu_);
     idle(rank, lock, [&] { return aborted_ || op->done; });
     throw_if_aborted();
   }
@@ -142,7 +142,7 @@ class InProcComm final : public Communicator {
     started_[rank].emplace(id, op);  // this rank's own map: no lock needed
     std::shared_ptr<Transfer> match;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      const auto lock = hold_polling(mu_);
       throw_if_aborted();
       if (theirs.empty()) {
         mine.push_back(op);
@@ -155,7 +155,7 @@ class InProcComm final : public Communicator {
     Transfer& recv = op->src ? *match : *op;
     PB_CHECK(send.n == recv.n, "rank {} receives {} values but rank {} sends {}", recv.receiver, recv.n, send.sender, send.n);
     copy_bytes(device(recv.receiver), recv.dst, device(send.sender), send.src, bytes(send.n));
-    std::lock_guard<std::mutex> lock(mu_);
+    const auto lock = hold_polling(mu_);
     op->done = match->done = true;
     cv_.notify_all();
     return id;
@@ -193,7 +193,7 @@ class InProcComm final : public Communicator {
   // Barrier among all ranks. The mutex also orders memory: whatever a rank wrote before meet()
   // (its published pointer, its slice of the sum) is visible to every rank after it.
   void meet(int rank) {
-    std::unique_lock<std::mutex> lock(mu_);
+    auto lock = hold_polling(mu_);
     throw_if_aborted();
     const uint64_t gen = generation_;
     if (++arrived_ == size()) {
