@@ -259,11 +259,18 @@ double time_dispatch(int workers, int reps) {
 // overhead. And fsdp's and zero2's bookkeeping per unit: their one-device step of the same MLP
 // less regular's, over its units. In `rounds` alternations, so that a slow spell touches all
 // alike; the medians of the rounds' differences, which `record` keeps.
+//
+// And each further worker count's: ddp's step of the same MLP, batch 2 per worker, on 2 and 4
+// workers sharing the cores as run shares them, less what project predicts for it with `m` (its
+// collectives, start lag and sender trail as calibrated) and no worker overhead: what starting,
+// meeting and finishing that many workers costs beyond what the simulator sees (the dispatch of
+// an empty step missed half of it: a worker's bookkeeping around its calls, its late start).
 struct Overheads {
   double step_s = 0;
   std::map<std::string, double> unit_s;
+  std::map<int, double> workers_s;  // worker count -> step overhead beyond one worker's
 };
-Overheads time_overheads(int threads, int rounds, nlohmann::json* record) {
+Overheads time_overheads(int threads, int rounds, const pj::Machine& m, nlohmann::json* record) {
   NetSpec net;  // not a built-in workload: the overhead is the engine's, and validated on those
   net.name = "calibrate-mlp";
   net.input = {16};
@@ -294,23 +301,42 @@ Overheads time_overheads(int threads, int rounds, nlohmann::json* record) {
   pj::Options o;
   o.threads_per_worker = threads;
   std::vector<double> step, unit[2];
+  const std::vector<int> counts = {2, 4};
+  // Per worker count and round: ddp's measured step and the profiles to predict it from.
+  struct Timed {
+    std::vector<double> measured;
+    std::vector<std::vector<pj::Profile>> profiles;
+  };
+  std::map<int, Timed> ddp;
+  auto timed_step = [&](const std::string& name, const StrategyOptions& opts, int64_t per_worker) {
+    // Set up afresh every round, as the profile is: after ~800 steps Adam's first moments of
+    // the units the ReLU leaves dead decay into denormals, whose arithmetic made the step 20%
+    // slower (0.6-0.8 us of a 4 us step) in the later rounds of one strategy object.
+    const std::unique_ptr<Strategy> s = make_strategy(name, opts);
+    const int64_t b = per_worker * opts.devices;
+    s->setup(plan, init_params(plan, 0), net.adam);
+    s->load_batch(synthetic_values(b * numel_of(plan.input), 1), synthetic_values(b * numel_of(plan.output), 2), b);
+    for (int k = 0; k < 50; ++k) s->step();  // untimed: allocations, primitives
+    std::vector<double> t;
+    for (int k = 0; k < 400; ++k) {
+      const auto t0 = clk::now();
+      s->step();
+      t.push_back(since(t0));
+    }
+    return median(t);
+  };
   for (int r = 0; r < rounds; ++r) {
     double med[3];
-    for (std::size_t i = 0; i < names.size(); ++i) {
-      // Set up afresh every round, as the profile is: after ~800 steps Adam's first moments of
-      // the units the ReLU leaves dead decay into denormals, whose arithmetic made the step 20%
-      // slower (0.6-0.8 us of a 4 us step) in the later rounds of one strategy object.
-      const std::unique_ptr<Strategy> s = make_strategy(names[i], so);
-      s->setup(plan, init_params(plan, 0), net.adam);
-      s->load_batch(synthetic_values(batch * numel_of(plan.input), 1), synthetic_values(batch * numel_of(plan.output), 2), batch);
-      for (int k = 0; k < 50; ++k) s->step();  // untimed: allocations, primitives
-      std::vector<double> t;
-      for (int k = 0; k < 400; ++k) {
-        const auto t0 = clk::now();
-        s->step();
-        t.push_back(since(t0));
-      }
-      med[i] = median(t);
+    for (std::size_t i = 0; i < names.size(); ++i) med[i] = timed_step(names[i], so, batch);
+    for (int w : counts) {
+      StrategyOptions dso = so;
+      dso.devices = w;
+      dso.backend.threads = std::max(1, threads / w);
+      const int together = std::min(w, std::max(1, threads / dso.backend.threads));
+      Timed& d = ddp[w];
+      d.measured.push_back(timed_step("ddp", dso, batch));
+      d.profiles.push_back({engine_profile(plan, net.name, {batch}, dso.backend.threads, 400)});
+      if (together > 1) d.profiles.back().push_back(engine_profile(plan, net.name, {batch}, dso.backend.threads, 400, together));
     }
     const pj::Profile p = engine_profile(plan, net.name, {batch}, threads, 400);
     step.push_back(med[0] - pj::predict(p, bare, c, o).step_s);
@@ -323,9 +349,43 @@ Overheads time_overheads(int threads, int rounds, nlohmann::json* record) {
     out.unit_s[names[i + 1]] = std::max(0.0, median(unit[i]));
     (*record)["unit_overhead_rounds_s"][names[i + 1]] = unit[i];
   }
+  // The worker overhead that makes the prediction meet the measured step: the start lag the
+  // simulator puts in is min(start lag, worker overhead), so settled in a few passes.
+  pj::Machine mw = m;
+  mw.step_overhead_s = out.step_s;
+  mw.worker_overhead_at_s.clear();
+  for (int w : counts) {
+    Timed& d = ddp.at(w);
+    pj::Config dc;
+    dc.strategy = "ddp";
+    dc.devices = w;
+    dc.global_batch = batch * w;
+    pj::Options dopt;
+    dopt.threads_per_worker = std::max(1, threads / w);
+    auto predicted = [&](double over) {
+      mw.worker_overhead_at_s[w] = over;
+      std::vector<double> out;
+      for (const std::vector<pj::Profile>& ps : d.profiles) {
+        dopt.busy_seconds = busy_curve(ps, dopt.threads_per_worker);
+        out.push_back(pj::predict(ps.back(), mw, dc, dopt).step_s);
+      }
+      return out;
+    };
+    double over = 0;
+    for (int pass = 0; pass < 4; ++pass) {
+      const std::vector<double> p = predicted(over);
+      std::vector<double> residual;
+      for (std::size_t r = 0; r < p.size(); ++r) residual.push_back(d.measured[r] - p[r]);
+      over = std::max(0.0, over + median(residual));
+    }
+    out.workers_s[w] = over;
+    (*record)["ddp_step_rounds_s"][std::to_string(w)] = d.measured;
+    (*record)["ddp_predicted_rounds_s"][std::to_string(w)] = predicted(over);
+  }
   (*record)["overhead_note"] =
       "an MLP 16-8-ReLU-4, batch 2, all cores, one device, steps timed as run times them: regular's less project's "
-      "prediction from its profile without overhead; fsdp's and zero2's less regular's, over its 2 units; medians of the rounds";
+      "prediction from its profile without overhead; fsdp's and zero2's less regular's, over its 2 units; ddp's on 2 and 4 "
+      "workers (batch 2 each, cores shared as run shares them) less its prediction with no worker overhead; medians of the rounds";
   return out;
 }
 
@@ -397,7 +457,8 @@ int cmd_calibrate(const std::vector<std::string>& args) {
           "cores, also with its workers in groups meeting at once: pairs of neighbours, pairs 2 apart;\n"
           "messages up to 64 KiB also with the last worker arriving late, its peers already waiting),\n"
           "measures the step overhead (a small MLP's step as run times it, less its predicted work;\n"
-          "fsdp's and zero2's per unit) and the engine's best convolution rate, and writes a machine\n"
+          "fsdp's and zero2's per unit; ddp's on 2 and 4 workers, per worker count) and the engine's\n"
+          "best convolution rate, and writes a machine\n"
           "description for `parbench project` (the \"this CPU\" preset).",
           {
               {"out", "FILE", "machine JSON to write", "machines/this_cpu.json"},
@@ -491,19 +552,15 @@ int cmd_calibrate(const std::vector<std::string>& args) {
     }
     plan.push_back(std::move(p));
   }
-  // Each further worker's step overhead: the dispatch of 2 and 4 workers over 1's (in-process).
-  std::map<int, size_t> dispatch, start_lag;
+  // In-process: how far a blocking send's receiver goes on first, and how late workers start.
+  std::map<int, size_t> start_lag;
   size_t sender_trail = 0;
   if (!multi_process()) {
     points.push_back([] { return time_sender_trail(200); });
     sender_trail = points.size() - 1;
-    for (int w : {1, 2, 4}) {
-      points.push_back([w] { return time_dispatch(w, 50); });
-      dispatch[w] = points.size() - 1;
-      if (w > 1) {
-        points.push_back([w] { return time_start_lag(w, 50); });
-        start_lag[w] = points.size() - 1;
-      }
+    for (int w : {2, 4}) {
+      points.push_back([w] { return time_start_lag(w, 50); });
+      start_lag[w] = points.size() - 1;
     }
   }
   const std::vector<double> medians = pb::reports::medians_over_passes(points, pools, [&](int pass) {
@@ -558,23 +615,21 @@ int cmd_calibrate(const std::vector<std::string>& args) {
                                       record["late"]["groups"][pj::coll_name(p.c)][pj::layout_key(l)])};
     }
   }
+  m.peak_flops = conv_flops(cores);
+  m.parallel_threads = parallel_threads(cores);
   // Step overhead: regular's measured (a single rank's dispatch under MPI, where regular does not
-  // run).
+  // run); each further worker's, ddp's measured beyond its prediction (in-process).
   if (multi_process()) {
     m.step_overhead_s = time_dispatch(1, 50);
   } else {
-    const double t1 = medians[dispatch[1]], t2 = medians[dispatch[2]], t4 = medians[dispatch[4]];
-    const Overheads o = time_overheads(cores, 5, &record);
-    m.step_overhead_s = o.step_s;
-    m.unit_overhead_s = o.unit_s;
-    m.worker_overhead_s = std::max(0.0, ((t2 - t1) + (t4 - t1) / 3) / 2);
-    m.worker_overhead_at_s = {{2, std::max(0.0, t2 - t1)}, {4, std::max(0.0, t4 - t1)}};
-    record["dispatch_s"] = {{"1", t1}, {"2", t2}, {"4", t4}};
     for (const auto& [w, k] : start_lag) m.worker_start_at_s[w] = medians[k];
     m.sender_trails_s = medians[sender_trail];
+    const Overheads o = time_overheads(cores, 5, m, &record);
+    m.step_overhead_s = o.step_s;
+    m.unit_overhead_s = o.unit_s;
+    m.worker_overhead_at_s = o.workers_s;
+    m.worker_overhead_s = (o.workers_s.at(2) + o.workers_s.at(4) / 3) / 2;
   }
-  m.peak_flops = conv_flops(cores);
-  m.parallel_threads = parallel_threads(cores);
   if (!multi_process()) {
     record["skew_s"] = skew_s;
     record["skew_note"] = "rank i arrived skew_s x i late at every timed call; times run from the last arrival to the last rank done";

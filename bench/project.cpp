@@ -30,6 +30,37 @@
 
 namespace pb {
 
+// How the same work's time grows with the workers computing at once, from the profiles with
+// `threads` threads timed by 1, 2, ... concurrent workers at the same batches: [b - 1] = their
+// total seconds with b at once, linear between the counts timed. Empty without a profile of one
+// worker alone and one of more (the simulator then uses the machine's parallel_threads).
+std::vector<double> busy_curve(const std::vector<projection::Profile>& ps, int threads) {
+  std::map<int, double> at;  // concurrent workers -> seconds of every layer at every batch
+  const projection::Profile* first = nullptr;
+  for (const projection::Profile& p : ps) {
+    if (p.threads != threads) continue;
+    if (first && p.batches != first->batches) return {};
+    first = first ? first : &p;
+    double sum = 0;
+    for (std::size_t l = 0; l < p.layers.size(); ++l)
+      for (std::size_t b = 0; b < p.batches.size(); ++b)
+        sum += p.layers[l].forward_s[b] + p.layers[l].backward_data_s[b] + p.layers[l].backward_weights_s[b];
+    at[p.concurrent] = sum;
+  }
+  if (at.size() < 2 || !at.count(1)) return {};
+  std::vector<double> out;
+  for (int b = 1; b <= at.rbegin()->first; ++b) {
+    const auto hi = at.lower_bound(b);
+    if (hi->first == b) {
+      out.push_back(hi->second);
+    } else {
+      const auto lo = std::prev(hi);
+      out.push_back(lo->second + (hi->second - lo->second) * (b - lo->first) / (hi->first - lo->first));
+    }
+  }
+  return out;
+}
+
 namespace {
 
 namespace pj = projection;
@@ -245,37 +276,6 @@ pj::Profile stagewise_profile(const pj::Profile& p, const NetPlan& plan, const s
   }
   q.context["stages"] = ranges.size();
   return q;
-}
-
-// How the same work's time grows with the workers computing at once, from the profiles with
-// `threads` threads timed by 1, 2, ... concurrent workers at the same batches: [b - 1] = their
-// total seconds with b at once, linear between the counts timed. Empty without a profile of one
-// worker alone and one of more (the simulator then uses the machine's parallel_threads).
-std::vector<double> busy_curve(const std::vector<pj::Profile>& ps, int threads) {
-  std::map<int, double> at;  // concurrent workers -> seconds of every layer at every batch
-  const pj::Profile* first = nullptr;
-  for (const pj::Profile& p : ps) {
-    if (p.threads != threads) continue;
-    if (first && p.batches != first->batches) return {};
-    first = first ? first : &p;
-    double sum = 0;
-    for (std::size_t l = 0; l < p.layers.size(); ++l)
-      for (std::size_t b = 0; b < p.batches.size(); ++b)
-        sum += p.layers[l].forward_s[b] + p.layers[l].backward_data_s[b] + p.layers[l].backward_weights_s[b];
-    at[p.concurrent] = sum;
-  }
-  if (at.size() < 2 || !at.count(1)) return {};
-  std::vector<double> out;
-  for (int b = 1; b <= at.rbegin()->first; ++b) {
-    const auto hi = at.lower_bound(b);
-    if (hi->first == b) {
-      out.push_back(hi->second);
-    } else {
-      const auto lo = std::prev(hi);
-      out.push_back(lo->second + (hi->second - lo->second) * (b - lo->first) / (hi->first - lo->first));
-    }
-  }
-  return out;
 }
 
 int cpu_threads_for(const pj::Machine& m, int devices, int fixed) {

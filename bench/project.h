@@ -18,6 +18,11 @@ namespace pb {
 projection::Profile engine_profile(const NetPlan& plan, const std::string& workload, std::vector<int64_t> batches,
                                    int threads, int reps = 3, int concurrent = 1);
 
+// How the same work's time grows with the workers computing at once, from the profiles with
+// `threads` threads timed by 1, 2, ... concurrent workers: [b - 1] = their total seconds with b at
+// once (projection::Options::busy_seconds); empty without one of one worker alone and one of more.
+std::vector<double> busy_curve(const std::vector<projection::Profile>& ps, int threads);
+
 int cmd_project(const std::vector<std::string>& args);
 int cmd_calibrate(const std::vector<std::string>& args);
 

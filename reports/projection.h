@@ -127,9 +127,10 @@ struct Machine {
   bool overlap = false;        // collectives run beside compute (their own stream / engine)
   double step_overhead_s = 0;    // per step: starting the workers and waiting for them
   double worker_overhead_s = 0;  // per step and additional worker
-  // Per step, the dispatch of exactly that many in-process workers beyond one worker's step, as
-  // calibrate measured it (not linear in the count: waking threads that share cores). Between
-  // counts: interpolated (1 worker: 0); beyond the largest: worker_overhead_s per further worker.
+  // Per step, what exactly that many in-process workers cost beyond one worker's step and what the
+  // simulator sees: calibrate's ddp step of a small MLP less its prediction without it (not linear
+  // in the count: threads that share cores). Between counts: interpolated (1 worker: 0); beyond
+  // the largest: worker_overhead_s per further worker.
   std::map<int, double> worker_overhead_at_s;
   double workers_overhead_s(int local) const;
   // Per count of in-process workers, each on its own core: how long after the step's start (worker
