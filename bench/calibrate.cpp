@@ -364,18 +364,18 @@ Overheads time_overheads(int threads, int rounds, const pj::Machine& m, nlohmann
     dopt.threads_per_worker = std::max(1, threads / w);
     auto predicted = [&](double over) {
       mw.worker_overhead_at_s[w] = over;
-      std::vector<double> out;
+      std::vector<double> steps;
       for (const std::vector<pj::Profile>& ps : d.profiles) {
         dopt.busy_seconds = busy_curve(ps, dopt.threads_per_worker);
-        out.push_back(pj::predict(ps.back(), mw, dc, dopt).step_s);
+        steps.push_back(pj::predict(ps.back(), mw, dc, dopt).step_s);
       }
-      return out;
+      return steps;
     };
     double over = 0;
     for (int pass = 0; pass < 4; ++pass) {
-      const std::vector<double> p = predicted(over);
+      const std::vector<double> steps = predicted(over);
       std::vector<double> residual;
-      for (std::size_t r = 0; r < p.size(); ++r) residual.push_back(d.measured[r] - p[r]);
+      for (std::size_t r = 0; r < steps.size(); ++r) residual.push_back(d.measured[r] - steps[r]);
       over = std::max(0.0, over + median(residual));
     }
     out.workers_s[w] = over;
@@ -458,8 +458,8 @@ int cmd_calibrate(const std::vector<std::string>& args) {
           "messages up to 64 KiB also with the last worker arriving late, its peers already waiting),\n"
           "measures the step overhead (a small MLP's step as run times it, less its predicted work;\n"
           "fsdp's and zero2's per unit; ddp's on 2 and 4 workers, per worker count) and the engine's\n"
-          "best convolution rate, and writes a machine\n"
-          "description for `parbench project` (the \"this CPU\" preset).",
+          "best convolution rate, and writes a machine description for `parbench project` (the\n"
+          "\"this CPU\" preset).",
           {
               {"out", "FILE", "machine JSON to write", "machines/this_cpu.json"},
               {"ranks", "LIST", "worker counts to time (in-process; under mpirun: the job's size)", "2,4"},
