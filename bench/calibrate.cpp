@@ -295,6 +295,7 @@ Overheads time_overheads(int threads, int rounds, const pj::Machine& m, nlohmann
   pj::Machine bare;
   bare.kind = "cpu";
   bare.shared_cores = threads;
+  bare.devices_per_node = 1024;  // as calibrate's machine: any number of workers share the cores
   pj::Config c;
   c.strategy = "regular";
   c.global_batch = batch;
@@ -302,8 +303,10 @@ Overheads time_overheads(int threads, int rounds, const pj::Machine& m, nlohmann
   o.threads_per_worker = threads;
   std::vector<double> step, unit[2];
   const std::vector<int> counts = {2, 4};
-  // Per worker count and round: ddp's measured step and the profiles to predict it from.
+  // Per worker count: its threads per worker, and per round ddp's measured step and the profiles
+  // to predict it from.
   struct Timed {
+    int threads = 1;
     std::vector<double> measured;
     std::vector<std::vector<pj::Profile>> profiles;
   };
@@ -328,18 +331,27 @@ Overheads time_overheads(int threads, int rounds, const pj::Machine& m, nlohmann
   for (int r = 0; r < rounds; ++r) {
     double med[3];
     for (std::size_t i = 0; i < names.size(); ++i) med[i] = timed_step(names[i], so, batch);
+    // This round's profiles by (threads, workers at once): [0] one worker alone, [1] the workers
+    // side by side where more than one; worker counts with the same shape share them.
+    std::map<std::pair<int, int>, std::vector<pj::Profile>> profiled;
+    auto profiles = [&](int t, int together) -> const std::vector<pj::Profile>& {
+      std::vector<pj::Profile>& ps = profiled[{t, together}];
+      if (ps.empty()) {
+        ps.push_back(engine_profile(plan, net.name, {batch}, t, 400));
+        if (together > 1) ps.push_back(engine_profile(plan, net.name, {batch}, t, 400, together));
+      }
+      return ps;
+    };
     for (int w : counts) {
+      Timed& d = ddp[w];
+      d.threads = cpu_threads_for(bare, w, 0);
       StrategyOptions dso = so;
       dso.devices = w;
-      dso.backend.threads = std::max(1, threads / w);
-      const int together = std::min(w, std::max(1, threads / dso.backend.threads));
-      Timed& d = ddp[w];
+      dso.backend.threads = d.threads;
       d.measured.push_back(timed_step("ddp", dso, batch));
-      d.profiles.push_back({engine_profile(plan, net.name, {batch}, dso.backend.threads, 400)});
-      if (together > 1) d.profiles.back().push_back(engine_profile(plan, net.name, {batch}, dso.backend.threads, 400, together));
+      d.profiles.push_back(profiles(d.threads, std::min(w, std::max(1, threads / d.threads))));
     }
-    const pj::Profile p = engine_profile(plan, net.name, {batch}, threads, 400);
-    step.push_back(med[0] - pj::predict(p, bare, c, o).step_s);
+    step.push_back(med[0] - pj::predict(profiles(threads, 1).front(), bare, c, o).step_s);
     for (int i = 0; i < 2; ++i) unit[i].push_back((med[i + 1] - med[0]) / units);
   }
   Overheads out;
@@ -361,7 +373,7 @@ Overheads time_overheads(int threads, int rounds, const pj::Machine& m, nlohmann
     dc.devices = w;
     dc.global_batch = batch * w;
     pj::Options dopt;
-    dopt.threads_per_worker = std::max(1, threads / w);
+    dopt.threads_per_worker = d.threads;
     auto predicted = [&](double over) {
       mw.worker_overhead_at_s[w] = over;
       std::vector<double> steps;

@@ -61,6 +61,11 @@ std::vector<double> busy_curve(const std::vector<projection::Profile>& ps, int t
   return out;
 }
 
+int cpu_threads_for(const projection::Machine& m, int devices, int fixed) {
+  if (m.shared_cores <= 0) return 1;
+  return fixed > 0 ? fixed : std::max(1, m.shared_cores / std::max(1, std::min(devices, m.devices_per_node)));
+}
+
 namespace {
 
 namespace pj = projection;
@@ -278,10 +283,6 @@ pj::Profile stagewise_profile(const pj::Profile& p, const NetPlan& plan, const s
   return q;
 }
 
-int cpu_threads_for(const pj::Machine& m, int devices, int fixed) {
-  if (m.shared_cores <= 0) return 1;
-  return fixed > 0 ? fixed : std::max(1, m.shared_cores / std::max(1, std::min(devices, m.devices_per_node)));
-}
 
 // Every configuration `project` considers at one device count.
 std::vector<pj::Config> configs_at(int n, int64_t global, const std::vector<std::string>& strategies,

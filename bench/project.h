@@ -23,6 +23,10 @@ projection::Profile engine_profile(const NetPlan& plan, const std::string& workl
 // once (projection::Options::busy_seconds); empty without one of one worker alone and one of more.
 std::vector<double> busy_curve(const std::vector<projection::Profile>& ps, int threads);
 
+// CPU threads per worker for `devices` workers on machine m: `fixed` when > 0, else its shared
+// cores divided among the workers of a node, as run shares them (1 off the CPU).
+int cpu_threads_for(const projection::Machine& m, int devices, int fixed);
+
 int cmd_project(const std::vector<std::string>& args);
 int cmd_calibrate(const std::vector<std::string>& args);
 
