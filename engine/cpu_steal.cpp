@@ -4,6 +4,9 @@
 #include <fstream>
 #include <sstream>
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 namespace pb {
 
 std::optional<CpuTimes> parse_proc_stat(const std::string& text) {
@@ -18,6 +21,7 @@ std::optional<CpuTimes> parse_proc_stat(const std::string& text) {
     CpuTimes t;
     for (double x : v) t.total += x;  // guest time is already inside user and nice
     t.steal = v[7];
+    t.busy = v[0] + v[1] + v[2] + v[5] + v[6];
     return t;
   }
   return std::nullopt;
@@ -28,7 +32,14 @@ std::optional<CpuTimes> read_cpu_times() {
   if (!in) return std::nullopt;
   std::ostringstream text;
   text << in.rdbuf();
-  return parse_proc_stat(text.str());
+  std::optional<CpuTimes> t = parse_proc_stat(text.str());
+  rusage self{};
+  const long ticks = sysconf(_SC_CLK_TCK);  // /proc/stat's unit
+  if (t && ticks > 0 && getrusage(RUSAGE_SELF, &self) == 0) {
+    auto seconds = [](const timeval& v) { return static_cast<double>(v.tv_sec) + static_cast<double>(v.tv_usec) * 1e-6; };
+    t->own = (seconds(self.ru_utime) + seconds(self.ru_stime)) * static_cast<double>(ticks);
+  }
+  return t;
 }
 
 std::optional<double> steal_fraction(const std::optional<CpuTimes>& before, const std::optional<CpuTimes>& after) {
@@ -36,6 +47,14 @@ std::optional<double> steal_fraction(const std::optional<CpuTimes>& before, cons
   const double total = after->total - before->total;
   if (!(total > 0)) return std::nullopt;
   return std::max(0.0, after->steal - before->steal) / total;
+}
+
+std::optional<double> others_fraction(const std::optional<CpuTimes>& before, const std::optional<CpuTimes>& after) {
+  if (!before || !after) return std::nullopt;
+  const double total = after->total - before->total;
+  if (!(total > 0)) return std::nullopt;
+  const double others = (after->busy - before->busy) - (after->own - before->own);
+  return std::clamp(others / total, 0.0, 1.0);
 }
 
 }  // namespace pb

@@ -1,6 +1,8 @@
 // The share of the CPUs' time a hypervisor gave to others ("steal" in /proc/stat): on a VM whose
 // host is busy, timings taken then are not the machine's own (a 1 KiB all-reduce of two threads
-// measured 250 us against 2 us while a third of the time was stolen; docs/PERFORMANCE.md).
+// measured 250 us against 2 us while a third of the time was stolen; docs/PERFORMANCE.md). And
+// the share other processes of this machine used: a test beside calibrate on 2 cores made a 64 B
+// send's sender trail its receiver by 1 ms against 0.3 us alone.
 #pragma once
 
 #include <optional>
@@ -11,10 +13,14 @@ namespace pb {
 // Above this share, calibrate and run warn that their timings were disturbed (on this project's
 // VM: under 2% while its host was quiet, 5-25% as it got busier, 25-75% in its slow spells).
 inline constexpr double kStealWarning = 0.1;
+// Above this share of the CPUs' time used by other processes they warn likewise.
+inline constexpr double kOthersWarning = 0.1;
 
 struct CpuTimes {
   double steal = 0;  // clock ticks, all CPUs
   double total = 0;  // user + nice + system + idle + iowait + irq + softirq + steal
+  double busy = 0;   // user + nice + system + irq + softirq
+  double own = 0;    // this process's user + system, in the same ticks (read_cpu_times only)
 };
 
 // The aggregate "cpu " line of /proc/stat's text; nullopt where it is missing or has no steal
@@ -24,5 +30,8 @@ std::optional<CpuTimes> parse_proc_stat(const std::string& text);
 std::optional<CpuTimes> read_cpu_times();
 // Steal over total between two readings; nullopt when either is missing or no time passed.
 std::optional<double> steal_fraction(const std::optional<CpuTimes>& before, const std::optional<CpuTimes>& after);
+// The busy time not this process's over total between two readings; nullopt likewise. Under MPI
+// the other ranks count among the others.
+std::optional<double> others_fraction(const std::optional<CpuTimes>& before, const std::optional<CpuTimes>& after);
 
 }  // namespace pb

@@ -4,7 +4,9 @@
 // configuration fails exits 1.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -13,6 +15,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -390,6 +393,31 @@ TEST_F(Harness, ScheduleFlagsNameThePipelineVariant) {
 
 // The CUDA module (cuDNN, cuBLAS, NCCL) is opened only when a GPU is used or asked about: the
 // dynamic loader's own log (LD_DEBUG=files) of a CPU run must not name it.
+// Other processes busy on the cores during a run: it says so, naming the share they took.
+TEST_F(Harness, RunBesideBusyProcessesWarns) {
+  // A quarter of the cores spinning (at least one): a quarter to a half of the machine's time.
+  const unsigned n = std::max(1u, (std::thread::hardware_concurrency() + 3) / 4);
+  std::vector<pid_t> spinners;
+  for (unsigned i = 0; i < n; ++i) {
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0) << "fork";
+    if (pid == 0) {
+      ::execl("/bin/sh", "sh", "-c", "while :; do :; done", static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    spinners.push_back(pid);
+  }
+  const Result r = parbench("run --workload great_net --image 16 --strategies regular --devices 1 --batch 4 --iterations 20 "
+                            "--warmup 1 --out " + path("run"));
+  for (const pid_t pid : spinners) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+  }
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("warning: other processes used")) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("of this machine's CPU time during the run")) << r.err;
+}
+
 TEST_F(Harness, CpuRunsDoNotLoadTheCudaModule) {
   std::vector<std::string> kinds = {"cpu"};
   if (cuda_device_count() == 0) kinds.push_back("auto");  // no GPU: auto is a CPU run too

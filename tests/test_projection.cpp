@@ -872,8 +872,14 @@ TEST_F(ProjectCli, ValidateComparesEveryMeasuredConfiguration) {
       EXPECT_EQ(groups.at({2, 4, stride}).points.size(), 2u) << c;
     }
   }
-  // The workers arrived together at every timed call (the default), as recorded.
+  // The workers arrived together at every timed call (the default), as recorded; and what share of
+  // the machine's time other processes took meanwhile.
   EXPECT_DOUBLE_EQ(cpu.calibration.at("skew_s").get<double>(), 0.0);
+  if (std::filesystem::exists("/proc/stat")) {
+    const double others = cpu.calibration.at("others_fraction").get<double>();
+    EXPECT_GE(others, 0.0);
+    EXPECT_LE(others, 1.0);
+  }
   // The step overhead: the median of the recorded rounds (each the step less its predicted work), never negative.
   std::vector<double> rounds = cpu.calibration.at("step_overhead_rounds_s").get<std::vector<double>>();
   ASSERT_EQ(rounds.size(), 5u);
