@@ -6,12 +6,14 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <iostream>
 #include <map>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "engine/check.h"
+#include "engine/cpu_steal.h"
 #include "engine/fsutil.h"
 #include "reports/projection.h"
 #include "reports/stats.h"
@@ -848,16 +850,26 @@ TEST_F(ProjectCli, ValidateComparesEveryMeasuredConfiguration) {
       EXPECT_EQ(f.late_points.size(), std::string(c) == "send_recv" ? 0u : 2u) << c << " x" << n;
     }
   }
+  // Microseconds below, not a scheduler tick: where calibrate found the machine quiet, as it records.
+  const double steal = cpu.calibration.value("steal_fraction", 0.0), others = cpu.calibration.value("others_fraction", 0.0);
+  const bool quiet = steal <= pb::kStealWarning && others <= pb::kOthersWarning;
+  if (!quiet)
+    std::cerr << "note: calibrate recorded steal " << steal << " and other processes " << others
+              << " of the CPUs' time: its lags are not bounded here\n";
   // The other workers' start after worker 0, per count, within the dispatch that holds it.
   ASSERT_EQ(cpu.worker_start_at_s.size(), 2u);
   for (const auto& [n, lag] : cpu.worker_start_at_s) {
     EXPECT_GT(lag, 0) << n;
-    EXPECT_LT(lag, 1e-3) << n;
+    if (quiet) {
+      EXPECT_LT(lag, 1e-3) << n;
+    }
   }
   EXPECT_TRUE(cpu.intra_node.at("send_recv").at("direct").at_ranks.count(2));
   // How long after its receiver a blocking send's sender goes on.
   EXPECT_GT(cpu.sender_trails_s, 0);
-  EXPECT_LT(cpu.sender_trails_s, 1e-3);
+  if (quiet) {
+    EXPECT_LT(cpu.sender_trails_s, 1e-3);
+  }
   // Where 4 one-thread workers outnumber the cores, their pairs meeting at once were timed too,
   // consecutive and 2 apart, and fitted; on 4 or more cores there is no such layout.
   const bool outnumbered = std::thread::hardware_concurrency() < 4;
