@@ -648,25 +648,13 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   }
   record["parallel_threads_note"] = "one-thread convolutions that run at full speed together: k threads' total rate over one thread's, the best k";
   record["peak_flops_note"] = "the engine's best effective rate on all cores: 3x3 conv 64->64, 32x32, batch 8; not a datasheet peak";
-  const std::optional<CpuTimes> cpu_after = read_cpu_times();
-  const std::optional<double> steal = steal_fraction(cpu_before, cpu_after);
-  if (steal) record["steal_fraction"] = *steal;
-  // Under MPI the other ranks are other processes: no reading of what else ran.
-  const std::optional<double> others = multi_process() ? std::nullopt : others_fraction(cpu_before, cpu_after);
-  if (others) record["others_fraction"] = *others;
+  const Disturbance disturbed = disturbance_since(cpu_before);
+  if (disturbed.steal) record["steal_fraction"] = *disturbed.steal;
+  if (disturbed.others) record["others_fraction"] = *disturbed.others;
   m.calibration = record;
   if (!lead) return 0;
-  if (steal && *steal > kStealWarning)
-    fmt::print(stderr,
-               "parbench calibrate: warning: the hypervisor gave {:.0f}% of this machine's CPU time to others while it "
-               "calibrated (steal, /proc/stat): its timings are not this machine's own; calibrate again when it is quieter\n",
-               *steal * 100);
-  if (others && *others > kOthersWarning)
-    fmt::print(stderr,
-               "parbench calibrate: warning: other processes used {:.0f}% of this machine's CPU time while it calibrated "
-               "(/proc/stat): its workers shared the cores with them, so its timings are not this machine's own; calibrate "
-               "again with nothing else running\n",
-               *others * 100);
+  warn_if_disturbed(disturbed, "parbench calibrate", "while it calibrated", "its timings are not this machine's own",
+                    "calibrate again");
   const std::string text = pj::machine_json(m).dump(2) + "\n";
   pj::parse_machine(text, f.str("out"));  // what we write must read back
   make_dirs(std::filesystem::path(f.str("out")).parent_path().string());

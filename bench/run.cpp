@@ -304,9 +304,7 @@ int cmd_run(const std::vector<std::string>& args) {
     reporter_owner = std::make_unique<NullReporter>();
   const std::optional<CpuTimes> cpu_before = read_cpu_times();
   const std::size_t ran = benchmark::RunSpecifiedBenchmarks(reporter_owner.get());
-  const std::optional<CpuTimes> cpu_after = read_cpu_times();
-  const std::optional<double> steal = steal_fraction(cpu_before, cpu_after);
-  const double others = multi_process() ? 0.0 : others_fraction(cpu_before, cpu_after).value_or(0.0);
+  const Disturbance disturbed = disturbance_since(cpu_before);
   sw.release();
   benchmark::ClearRegisteredBenchmarks();
   benchmark::Shutdown();
@@ -331,17 +329,8 @@ int cmd_run(const std::vector<std::string>& args) {
              "report.md, report.csv, report.json{}{}{}\n",
              ran, reporter.failed(), dir, chart ? ", throughput.png" : "",
              sw.traced.empty() ? "" : fmt::format(", {} trace-*.json", sw.traced.size()), timeline ? ", timeline.png" : "");
-  if (steal && *steal > kStealWarning)
-    fmt::print(stderr,
-               "parbench run: warning: the hypervisor gave {:.0f}% of this machine's CPU time to others during the run "
-               "(steal, /proc/stat): its timings are slower and noisier than the machine's own; run again when it is quieter\n",
-               *steal * 100);
-  if (others > kOthersWarning)
-    fmt::print(stderr,
-               "parbench run: warning: other processes used {:.0f}% of this machine's CPU time during the run (/proc/stat): "
-               "its workers shared the cores with them, so its timings are slower and noisier than the machine's own; run "
-               "again with nothing else running\n",
-               others * 100);
+  warn_if_disturbed(disturbed, "parbench run", "during the run", "its timings are slower and noisier than the machine's own",
+                    "run again");
   if (reporter.failed() >= static_cast<int>(ran)) {
     fmt::print(stderr, "parbench run: every configuration failed\n");
     return 1;

@@ -7,6 +7,10 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
+
+#include "engine/process.h"
+
 namespace pb {
 
 std::optional<CpuTimes> parse_proc_stat(const std::string& text) {
@@ -55,6 +59,25 @@ std::optional<double> others_fraction(const std::optional<CpuTimes>& before, con
   if (!(total > 0)) return std::nullopt;
   const double others = (after->busy - before->busy) - (after->own - before->own);
   return std::clamp(others / total, 0.0, 1.0);
+}
+
+Disturbance disturbance_since(const std::optional<CpuTimes>& before) {
+  const std::optional<CpuTimes> after = read_cpu_times();
+  return {steal_fraction(before, after), multi_process() ? std::nullopt : others_fraction(before, after)};
+}
+
+void warn_if_disturbed(const Disturbance& d, const std::string& command, const std::string& during,
+                       const std::string& effect, const std::string& again) {
+  if (d.steal && *d.steal > kStealWarning)
+    fmt::print(stderr,
+               "{}: warning: the hypervisor gave {:.0f}% of this machine's CPU time to others {} (steal, /proc/stat): "
+               "{}; {} when it is quieter\n",
+               command, *d.steal * 100, during, effect, again);
+  if (d.others && *d.others > kOthersWarning)
+    fmt::print(stderr,
+               "{}: warning: other processes used {:.0f}% of this machine's CPU time {} (/proc/stat): its workers shared "
+               "the cores with them, so {}; {} with nothing else running\n",
+               command, *d.others * 100, during, effect, again);
 }
 
 }  // namespace pb

@@ -34,4 +34,15 @@ std::optional<double> steal_fraction(const std::optional<CpuTimes>& before, cons
 // the other ranks count among the others.
 std::optional<double> others_fraction(const std::optional<CpuTimes>& before, const std::optional<CpuTimes>& after);
 
+// What took the CPUs from a command's timings since `before`: steal, and other processes (in a
+// single process only; under MPI the other ranks are such processes).
+struct Disturbance {
+  std::optional<double> steal, others;
+};
+Disturbance disturbance_since(const std::optional<CpuTimes>& before);
+// Warns on stderr of each share above its threshold: "`command`: warning: ... `during` ...:
+// `effect`; `again` ...".
+void warn_if_disturbed(const Disturbance& d, const std::string& command, const std::string& during,
+                       const std::string& effect, const std::string& again);
+
 }  // namespace pb
