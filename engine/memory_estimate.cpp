@@ -2,10 +2,15 @@
 #include "engine/memory_estimate.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <fstream>
+#include <map>
+#include <memory>
 #include <sstream>
 
 #include "engine/check.h"
+#include "engine/model.h"
 #include "engine/process.h"
 
 namespace pb {
@@ -39,6 +44,261 @@ MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch) {
   m.grads_and_moments = 3 * m.params;
   m.activations = act * b * f;
   return m;
+}
+
+namespace {
+
+// What the strategies allocate, in floats, mirrored from strategies/*.cpp: a Sequential over
+// layers [b, e) and its buffers for a batch of n, and torch.chunk's split.
+struct Layers {
+  const NetPlan& plan;
+  const std::function<double(const std::vector<LayerPlan>&, int64_t)>& measured;  // may be empty
+  double params(int b, int e) const {
+    double n = 0;
+    for (int i = b; i < e; ++i) n += static_cast<double>(plan.layers[i].weight_numel + plan.layers[i].bias_numel);
+    return n;
+  }
+  double in(int i) const { return numel_d(plan.layers[i].in); }
+  double out(int i) const { return numel_d(plan.layers[i].out); }
+  // Every layer's output, except in-place ReLUs after a layer of the stage and flatten views.
+  double acts(int b, int e, double n) const {
+    double keep = 0;
+    bool owned = false;
+    for (int i = b; i < e; ++i) {
+      const LayerType t = plan.layers[i].spec.type;
+      const bool alias = t == LayerType::Flatten || (t == LayerType::ReLU && owned);
+      if (!alias) keep += out(i);
+      owned = owned || !alias;
+    }
+    return keep * n;
+  }
+  // Backward's two input-gradient scratch buffers of the stage's largest input.
+  double grad_scratch(int b, int e, double n) const {
+    double m = 0;
+    for (int i = b; i < e; ++i) m = std::max(m, in(i));
+    return 2 * m * n;
+  }
+  // Library scratch (bytes) of a backend that runs `layers` at a batch of n.
+  double workspace(const std::vector<LayerPlan>& layers, double n) const {
+    if (n <= 0) return 0;
+    if (measured) return measured(layers, static_cast<int64_t>(n));
+    double w = 0;  // im2col unfolds one sample at a time, into one buffer for every layer
+    for (const LayerPlan& l : layers)
+      if (l.spec.type == LayerType::Conv2d)
+        w = std::max(w, static_cast<double>(l.in[0]) * l.spec.kernel_h * l.spec.kernel_w * numel_d(l.out) /
+                            static_cast<double>(l.out[0]) * sizeof(float));
+    return w;
+  }
+  double workspace(int b, int e, double n) const {
+    return workspace(std::vector<LayerPlan>(plan.layers.begin() + b, plan.layers.begin() + e), n);
+  }
+};
+
+std::vector<int64_t> chunks(int64_t batch, int n) {  // torch.chunk: ceil(B / N) each, the last shorter
+  std::vector<int64_t> out;
+  const int64_t c = (batch + n - 1) / n;
+  for (int64_t at = 0; at < batch; at += c) out.push_back(std::min(c, batch - at));
+  return out;
+}
+
+// One worker's buffers, in floats except workspace (bytes); state: gradients and Adam's moments.
+struct Worker {
+  double params = 0, state = 0, acts = 0, workspace = 0;
+  double bytes() const { return (params + state + acts) * sizeof(float) + workspace; }
+};
+
+}  // namespace
+
+MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch, const MemoryConfig& c) {
+  MemoryEstimate out = estimate_memory(plan, global_batch);
+  const int N = std::max(1, c.devices), L = static_cast<int>(plan.layers.size());
+  const Layers ly{plan, c.workspace};
+  const double in = numel_d(plan.input), outn = numel_d(plan.output), P = ly.params(0, L);
+  std::vector<Worker> w(N);
+  auto hybrid = [&](const char* fmt_, int* d, int* t, std::string* rest) {
+    int used = 0;
+    if (std::sscanf(c.strategy.c_str(), fmt_, d, t, &used) != 2) return false;
+    *rest = c.strategy.substr(static_cast<std::size_t>(used));
+    return true;
+  };
+  int D = 1, S = 1;
+  std::string variant;
+  const bool dpxpp = hybrid("dp%dxpp%d%n", &D, &S, &variant);
+  const bool dptp = !dpxpp && hybrid("dp%dxtp%d%n", &D, &S, &variant);
+  const std::string& s = c.strategy;
+  if (s == "regular" || s == "ddp" || s == "dp") {
+    const std::vector<int64_t> ch = chunks(global_batch, s == "regular" ? 1 : N);
+    for (int i = 0; i < N; ++i) {
+      const double n = i < static_cast<int>(ch.size()) ? static_cast<double>(ch[i]) : 0;
+      const bool root = s != "dp" || i == 0;  // dp: the state, the batch and its output on device 0
+      w[i].params = P;
+      w[i].state = root ? 3 * P : P;  // gradients, and on a worker that steps Adam's moments
+      if (n == 0) continue;                   // a worker without a chunk holds its replica alone
+      const double b = s == "dp" && i == 0 ? static_cast<double>(global_batch) : n;
+      w[i].acts = b * in + (s == "dp" ? (i == 0 ? 3 : 1) : 2) * b * outn + (root ? 1 : 0) + ly.acts(0, L, n) +
+                  ly.grad_scratch(0, L, n);
+      w[i].workspace = ly.workspace(0, L, n);
+    }
+  } else if (s == "mp" || s.rfind("pipeline", 0) == 0 || dpxpp) {
+    if (!dpxpp) S = N, variant = s == "mp" ? "" : s.substr(8);
+    PB_CHECK(D * S == N, "memory estimate: {} on {} devices", s, N);
+    const bool one_f_one_b = variant.find("-1f1b") != std::string::npos, recompute = variant.find("-recompute") != std::string::npos;
+    std::vector<std::pair<int, int>> st = c.stages;
+    if (st.empty())
+      for (int k = 0; k < S; ++k) st.push_back({k * L / S, (k + 1) * L / S});
+    PB_CHECK(static_cast<int>(st.size()) == S, "memory estimate: {} stages for {}", st.size(), s);
+    const std::vector<int64_t> pieces = chunks(global_batch, D);
+    for (int d = 0; d < D && d < static_cast<int>(pieces.size()); ++d) {
+      const std::vector<int64_t> mb = chunks(pieces[d], s == "mp" ? 1 : c.micro_batches);
+      const int M = static_cast<int>(mb.size());
+      const double most = static_cast<double>(mb[0]), piece = static_cast<double>(pieces[d]);
+      for (int k = 0; k < S; ++k) {
+        const auto [b, e] = st[k];
+        Worker& x = w[d * S + k];
+        const double sp = ly.params(b, e), sin = ly.in(b), sout = ly.out(e - 1);
+        const int in_flight = one_f_one_b ? std::min(M, S - k) : M;
+        x.params = sp, x.state = 3 * sp;
+        x.acts = (k == 0 ? piece * sin : in_flight * most * sin + 2 * most * sin) + most * sout +
+                 (k == S - 1 ? piece * sout + M : 0) + (recompute ? 1 : in_flight) * ly.acts(b, e, most) +
+                 ly.grad_scratch(b, e, most);
+        x.workspace = ly.workspace(b, e, most);
+      }
+    }
+  } else if (s == "fsdp" || s == "zero2") {
+    // Units: a layer with parameters and the parameterless ones after it (strategies/fsdp.cpp),
+    // each padded to N equal shards.
+    std::vector<std::pair<int, int>> units;
+    std::vector<double> padded;
+    for (int i = 0; i < L; ++i) {
+      const double n = ly.params(i, i + 1);
+      if (units.empty() || (n > 0 && padded.back() > 0)) {
+        units.push_back({i, i + 1});
+        padded.push_back(std::ceil(n / N) * N);
+      } else {
+        units.back().second = i + 1;
+        if (n > 0) padded.back() = std::ceil(n / N) * N;
+      }
+    }
+    double shard = 0, all = 0, largest = 0;
+    for (double u : padded) shard += u / N, all += u, largest = std::max(largest, u);
+    std::vector<int64_t> ch = chunks(global_batch, N);
+    ch.resize(N, 0);
+    for (int i = 0; i < N; ++i) {
+      const double n = static_cast<double>(ch[i]);
+      double acts = 0, scratch = 0, max_in = 0;
+      for (std::size_t u = 0; u < units.size(); ++u) {
+        acts += ly.acts(units[u].first, units[u].second, n);
+        scratch = std::max(scratch, ly.grad_scratch(units[u].first, units[u].second, n));
+        if (u > 0) max_in = std::max(max_in, ly.in(units[u].first) * n);
+      }
+      const double ws = ly.workspace(0, L, n);  // one backend runs every unit
+      // The shard's parameters, gradients and Adam moments; the gathered parameters (fsdp: one
+      // unit's, zero2: every unit's from forward to backward) and one unit's full gradients.
+      w[i].params = shard + (s == "fsdp" ? largest : all);
+      w[i].state = 3 * shard + largest;
+      w[i].acts = n * in + 2 * n * outn + 1 + acts + scratch + 2 * max_in;
+      w[i].workspace = ws;
+    }
+  } else if (s == "tp" || dptp) {
+    const int T = dptp ? S : N;
+    if (!dptp) D = 1;
+    PB_CHECK(D * T == N, "memory estimate: {} on {} devices", s, N);
+    const std::vector<int64_t> pieces = chunks(global_batch, D);
+    for (int d = 0; d < D && d < static_cast<int>(pieces.size()); ++d) {
+      const double b = static_cast<double>(pieces[d]);
+      for (int r = 0; r < T; ++r) {
+        // Its slices of each conv / linear layer's output channels (the first K % T one more;
+        // a layer of fewer than T channels whole), every layer's whole output for the batch, the
+        // gathered pieces of the widest split layer and two input-gradient buffers.
+        double mine = 0, acts = 0, gathered = 1, local = 1, dx = 1;
+        std::vector<LayerPlan> slices;  // the worker's channels of each layer, as it runs them
+        for (int i = 0; i < L; ++i) {
+          const LayerPlan& l = plan.layers[i];
+          if (l.spec.type != LayerType::Flatten) acts += b * ly.out(i);
+          dx = std::max(dx, b * ly.in(i));
+          if (l.spec.type != LayerType::Conv2d && l.spec.type != LayerType::Linear) continue;
+          const int64_t K = l.out[0];
+          const bool split = K >= T;
+          const double fan = static_cast<double>(l.weight_numel / K), per_sample = ly.out(i) / static_cast<double>(K);
+          const double k = split ? static_cast<double>(K / T + (r < K % T ? 1 : 0)) : static_cast<double>(K);
+          mine += k * (fan + 1);
+          if (split) {
+            const double piece = std::ceil(static_cast<double>(K) / T);
+            gathered = std::max(gathered, T * b * piece * per_sample);
+            local = std::max(local, b * piece * per_sample);
+          }
+          LayerPlan slice = l;
+          slice.out[0] = static_cast<int64_t>(k);
+          (l.spec.type == LayerType::Conv2d ? slice.spec.out_channels : slice.spec.out_features) = static_cast<int64_t>(k);
+          slice.weight_numel = static_cast<int64_t>(k * fan), slice.bias_numel = static_cast<int64_t>(k);
+          slices.push_back(slice);
+        }
+        Worker& x = w[d * T + r];
+        x.params = mine, x.state = 3 * mine;
+        x.acts = b * in + 2 * b * outn + 1 + acts + gathered + local + 2 * dx;
+        x.workspace = ly.workspace(slices, b);
+      }
+    }
+  } else {
+    throw UsageError(fmt::format("memory estimate: no model for strategy '{}'", s));
+  }
+  std::size_t top = 0;
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    out.per_worker.push_back(w[i].bytes());
+    if (w[i].bytes() > w[top].bytes()) top = i;
+  }
+  out.params = w[top].params * sizeof(float);
+  out.grads_and_moments = w[top].state * sizeof(float);
+  out.activations = w[top].acts * sizeof(float);
+  out.workspace = w[top].workspace;
+  return out;
+}
+
+std::function<double(const std::vector<LayerPlan>&, int64_t)> measured_workspace(const BackendOptions& options, Device device) {
+  auto cache = std::make_shared<std::map<std::string, double>>();
+  return [options, device, cache](const std::vector<LayerPlan>& layers, int64_t batch) -> double {
+    std::vector<NetPlan> probes;  // each layer alone, in turn
+    std::string key = fmt::format("{}", batch);
+    for (const LayerPlan& l : layers) {
+      if (l.spec.type == LayerType::Flatten || l.spec.type == LayerType::ReLU) continue;
+      // Every strategy computes a layer's input gradient except the net's first layer's: a ReLU
+      // before it makes the probe do the same.
+      const bool dx = l.index > 0;
+      NetSpec one;
+      one.name = "workspace probe";
+      one.input = l.in;
+      one.target = Target::Random;
+      if (dx) one.layers.push_back(LayerSpec{});
+      LayerSpec s = l.spec;
+      s.in_channels = -1, s.in_features = -1;
+      one.layers.push_back(s);
+      probes.push_back(plan_net(one));
+      key += fmt::format("|{} {} {} {} {} {} {} {} {}", shape_str(l.in), shape_str(probes.back().output), layer_type_name(s.type), dx,
+                         s.kernel_h, s.kernel_w, s.stride_h, s.stride_w, s.pad_h * 1000 + s.pad_w);
+    }
+    if (probes.empty() || batch <= 0) return 0;
+    if (const auto it = cache->find(key); it != cache->end()) return it->second;
+    const std::unique_ptr<Backend> be = make_backend(device, options);
+    const Allocator& a = allocator_for(device);
+    const std::size_t before = a.current_bytes(MemoryPool::Workspace);
+    std::size_t after = before;
+    {
+      std::vector<std::unique_ptr<Sequential>> keep;  // a backend's scratch outlives each call
+      for (const NetPlan& p : probes) {
+        keep.push_back(std::make_unique<Sequential>(p, 0, static_cast<int>(p.layers.size()), *be));
+        keep.back()->load_params(init_params(p, 0));
+        const int64_t in_n = batch * numel_of(p.input), out_n = batch * numel_of(p.output);
+        const Tensor x = Tensor::from_host({in_n}, std::vector<float>(static_cast<std::size_t>(in_n), 0.5f), device);
+        const Tensor dy = Tensor::from_host({out_n}, std::vector<float>(static_cast<std::size_t>(out_n), 0.25f), device);
+        keep.back()->forward(x.data(), batch);
+        keep.back()->backward(dy.data(), nullptr, false);
+        be->synchronize();
+        keep.back()->release_scratch();
+      }
+      after = a.current_bytes(MemoryPool::Workspace);
+    }
+    return (*cache)[key] = static_cast<double>(after > before ? after - before : 0);
+  };
 }
 
 std::size_t resident_bytes() {

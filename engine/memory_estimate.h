@@ -4,24 +4,64 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "engine/backend.h"
 #include "engine/device.h"
 #include "engine/net.h"
 
 namespace pb {
 
-// A lower bound over all workers together: every strategy holds the parameters, their gradients
-// and Adam's two moments, keeps each layer's output for the backward pass, and needs the largest
-// conv layer's unfolded input (im2col) or an equivalent workspace for one sample.
+// estimate_memory(plan, batch): a lower bound over all workers together: every strategy holds the
+// parameters, their gradients and Adam's two moments, keeps each layer's output for the backward
+// pass, and needs the largest conv layer's unfolded input (im2col) or an equivalent workspace for
+// one sample. estimate_memory(plan, batch, config): one configuration's peak per worker, below.
 struct MemoryEstimate {
   double params = 0, grads_and_moments = 0, activations = 0, workspace = 0;  // bytes
   std::string largest;  // the layer with the largest output, e.g. "layer 4 (conv2d), output (16, 96, 96)"
+  std::vector<double> per_worker;  // the per-configuration estimate: each worker's peak (bytes)
   double total() const { return params + grads_and_moments + activations + workspace; }
+  // The largest worker's peak; total() where there is no per-worker estimate.
+  double worker_peak() const {
+    double m = 0;
+    for (double b : per_worker) m = m > b ? m : b;
+    return per_worker.empty() ? total() : m;
+  }
 };
 
 MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch);
+
+// One configuration, for the per-worker estimate below. `strategy` as registered: regular, dp,
+// ddp, mp, pipeline[-1f1b][-recompute], fsdp, zero2, tp, dp<D>xpp<P>[-1f1b][-recompute], dp<D>xtp<T>.
+struct MemoryConfig {
+  std::string strategy = "regular";
+  int devices = 1;
+  int micro_batches = 4;  // pipeline, dp<D>xpp<P>: per replica
+  // mp, pipeline, dp<D>xpp<P>: each stage's layers [begin, end), as the strategy split them
+  // (strategies/stages.h); empty: as many equal runs of layers as stages.
+  std::vector<std::pair<int, int>> stages;
+  // Optional: the library workspace (bytes) a worker's backend holds once it has run `layers`
+  // (forward and backward, each layer's input gradient but the net's first) at `batch`, the layers
+  // as the worker runs them (tp: its slices of the output channels). Unset: the largest
+  // convolution's unfolded input of one sample, the im2col bound. measured_workspace() measures it.
+  std::function<double(const std::vector<LayerPlan>& layers, int64_t batch)> workspace;
+};
+
+// A MemoryConfig::workspace that runs the layers once, each alone in turn, on a fresh backend of
+// `options` on `device` (untimed; milliseconds for a small net), and returns the growth of the
+// device's workspace count; results are kept per list of shapes and batch.
+std::function<double(const std::vector<LayerPlan>&, int64_t)> measured_workspace(const BackendOptions& options, Device device);
+
+// Per worker, what its device's allocator peaks at in a step of `c` at `global_batch` (tensors and
+// workspace; not the runtime beside them), from the buffers the strategy keeps: in `per_worker`,
+// the largest worker's parts in params ... workspace (their total() is its peak). fsdp and zero2
+// are counted as if the buffers they gather into were made once per batch size and kept (the
+// largest unit's parameters and gradients; zero2: every unit's parameters), an upper bound of
+// buffers made and freed per unit. Formulas: docs/projection.md.
+MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch, const MemoryConfig& c);
 
 // What a configuration holds, measured after its steps: the engine's tensors and the libraries'
 // workspace at the allocator's peak (together that peak), and the runtime beside them. CUDA, per
