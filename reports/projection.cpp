@@ -116,14 +116,19 @@ class Obj {
   std::set<std::string> seen_;
 };
 
-// Linear in b between measured batches, extrapolated along the last (or first) two.
+// Linear in b between measured batches, extrapolated along the first two below them. Beyond the
+// largest, along the last two but never below its time per sample: a noisy pair of points (the
+// larger batch timed faster) would otherwise make a sample cheaper the larger the batch, without
+// end, and tp or weak scaling "superlinear".
 double interpolate(const std::vector<int64_t>& xs, const std::vector<double>& ys, double b) {
   if (b <= 0 || ys.empty()) return 0;
-  if (xs.size() == 1) return ys[0] * b / static_cast<double>(xs[0]);
+  const double last = static_cast<double>(xs.back());
+  if (xs.size() == 1) return ys[0] * b / last;
   std::size_t i = 1;
   while (i + 1 < xs.size() && b > static_cast<double>(xs[i])) ++i;
   const double x0 = static_cast<double>(xs[i - 1]), x1 = static_cast<double>(xs[i]);
   const double y = ys[i - 1] + (ys[i] - ys[i - 1]) * (b - x0) / (x1 - x0);
+  if (b > last) return std::max({0.0, y, ys.back() * b / last});
   return std::max(0.0, y);
 }
 
