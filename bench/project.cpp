@@ -21,6 +21,7 @@
 #include "engine/check.h"
 #include "engine/fsutil.h"
 #include "reports/gbjson.h"
+#include "reports/projection_table.h"
 #include "reports/schema.h"
 #include "reports/stats.h"
 #include "reports/table.h"
@@ -70,6 +71,7 @@ namespace {
 
 namespace pj = projection;
 using nlohmann::json;
+using pj::Projected;
 constexpr double kMiB = 1024.0 * 1024.0;
 constexpr double kGiB = kMiB * 1024.0;
 
@@ -339,156 +341,18 @@ std::vector<pj::Config> configs_at(int n, int64_t global, const std::vector<std:
   return out;
 }
 
-struct Projected {
-  std::string scaling;
-  int64_t batch = 0;
-  std::vector<pj::Prediction> rows;
-};
-
-// The rows as `run`'s table (reports::Row), marked projected; `family` keeps one row per
-// strategy and device count (the fastest variant that fits) for the chart.
-reports::Group as_report_group(const Projected& pr, const pj::Profile& p, const pj::Machine& m, bool family) {
-  reports::Group g;
-  g.workload = p.context.value("workload", std::string("profile"));
-  g.workload_params = p.context.contains("workload_params") && p.context["workload_params"].is_string()
-                          ? p.context["workload_params"].get<std::string>()
-                          : "";
-  g.scaling = pr.scaling;
-  g.batch = pr.batch;
-  g.device_kind = "projected on " + m.name;
-  g.distinction = family ? "fastest variant" : "";
-  std::map<std::string, double> one;  // label -> samples/s at one device
-  double regular1 = 0, regular_t1 = 0;
-  for (const pj::Prediction& r : pr.rows)
-    if (r.feasible && r.config.devices == 1) {
-      one[r.config.label()] = r.samples_per_s;
-      if (r.config.strategy == "regular") regular1 = r.samples_per_s, regular_t1 = r.step_s;
-    }
-  std::map<std::pair<std::string, int>, const pj::Prediction*> keep;
-  for (const pj::Prediction& r : pr.rows) {
-    if (!family) continue;
-    if (!r.feasible || !r.fits) continue;
-    const std::string fam = r.config.strategy == "mp" ? "pipeline" : r.config.strategy;
-    auto& k = keep[{fam, r.config.devices}];
-    if (!k || r.samples_per_s > k->samples_per_s) k = &r;
-  }
-  std::vector<char> fits;  // per row of g.rows: eligible for best
-  for (const pj::Prediction& r : pr.rows) {
-    if (family && !r.feasible) continue;
-    if (family) {
-      const std::string fam = r.config.strategy == "mp" ? "pipeline" : r.config.strategy;
-      if (keep[{fam, r.config.devices}] != &r) continue;
-    }
-    reports::Row row;
-    row.strategy = family ? (r.config.strategy == "mp" ? "pipeline" : r.config.strategy) : r.config.label();
-    row.devices = r.config.devices;
-    row.name = row.strategy;
-    if (!r.feasible) {
-      row.error = true;
-      row.error_message = r.reason;
-      g.rows.push_back(row);
-      fits.push_back(0);
-      continue;
-    }
-    row.repetitions = 0;
-    row.median_ms = r.step_s * 1e3;
-    row.samples_per_iteration = static_cast<double>(r.config.global_batch);
-    row.samples_per_s = r.samples_per_s;
-    row.flop_per_s = 3 * p.forward_flops() * r.config.global_batch / r.step_s;
-    if (regular1 > 0) row.speedup = r.samples_per_s / regular1;
-    const auto it = one.find(r.config.label());
-    const double base = it != one.end() ? it->second : regular1;
-    row.efficiency_from_regular = it == one.end();
-    if (base > 0) {
-      const double t1 = r.config.global_batch / base;  // strong: the same global batch at one device
-      row.efficiency = pr.scaling == "weak" ? r.samples_per_s / (r.config.devices * base)
-                                            : (it != one.end() ? t1 : regular_t1) / (r.config.devices * r.step_s);
-    }
-    row.peak_mib_max = r.peak_bytes / kMiB;
-    // The critical worker's parts: compute, exposed transfer, idle (the bubble among them).
-    row.compute_share = r.compute_s / r.step_s;
-    row.exposed_comm_share = r.exposed_comm_s / r.step_s;
-    row.idle_share = r.idle_s / r.step_s;
-    row.comm_mib_per_iteration = r.comm_bytes / kMiB;
-    g.rows.push_back(row);
-    fits.push_back(r.fits ? 1 : 0);
-  }
-  // Best per device count: the highest throughput among the rows that fit in memory.
-  std::map<int, std::size_t> best;
-  for (std::size_t i = 0; i < g.rows.size(); ++i)
-    if (fits[i] && (!best.count(g.rows[i].devices) || *g.rows[i].samples_per_s > *g.rows[best[g.rows[i].devices]].samples_per_s))
-      best[g.rows[i].devices] = i;
-  for (auto& [d, i] : best) g.rows[i].best = true;
-  if (regular1 > 0) g.ideal_base_samples_per_s = regular1;
-  g.baseline = regular1 > 0 ? "regular" : "";
-  return g;
-}
-
-std::string gib(double bytes) { return fmt::format("{:.3g}", bytes / kGiB); }
-
-std::string parts_markdown(const Projected& pr, const pj::Machine& m) {
-  std::string out = fmt::format(
-      "### Parts of the step ({} scaling, batch {} {}), projected on {}\n\n"
-      "| strategy | devices | step ms | compute ms | exposed comm ms | idle / bubble ms | peak GiB/device | fits {:.3g} GiB |\n"
-      "|---|--:|--:|--:|--:|--:|--:|:-:|\n",
-      pr.scaling, pr.batch, pr.scaling == "weak" ? "per device" : "global", m.name,
-      m.memory_bytes / kGiB / (m.shared_cores > 0 ? 1 : 1));
-  for (const pj::Prediction& r : pr.rows) {
-    if (!r.feasible) {
-      out += fmt::format("| {} | {} | not possible: {} | | | | | |\n", reports::md_escape(r.config.label()), r.config.devices,
-                         reports::md_escape(r.reason));
-      continue;
-    }
-    out += fmt::format("| {} | {} | {:.4g} | {:.4g} | {:.4g} | {:.4g} | {} | {} |\n", reports::md_escape(r.config.label()),
-                       r.config.devices, r.step_s * 1e3, r.compute_s * 1e3, r.exposed_comm_s * 1e3, r.idle_s * 1e3,
-                       gib(r.peak_bytes), r.fits ? "yes" : "**no**");
-  }
-  return out + "\n";
-}
-
-std::string best_markdown(const std::vector<Projected>& all) {
-  std::string out = "### Best strategy per device count (projected; only configurations that fit in memory)\n\n"
-                    "| scaling | batch | devices | best | samples/s | step ms | next best | its samples/s |\n|---|--:|--:|---|--:|--:|---|--:|\n";
-  for (const Projected& pr : all) {
-    std::map<int, std::vector<const pj::Prediction*>> by;
-    for (const pj::Prediction& r : pr.rows)
-      if (r.feasible && r.fits) by[r.config.devices].push_back(&r);
-    for (auto& [d, v] : by) {
-      std::sort(v.begin(), v.end(), [](auto* a, auto* b) { return a->samples_per_s > b->samples_per_s; });
-      const pj::Prediction* second = nullptr;
-      for (auto* x : v)
-        if (x->config.strategy != v[0]->config.strategy) {
-          second = x;
-          break;
-        }
-      out += fmt::format("| {} | {} | {} | {} | {:.4g} | {:.4g} | {} | {} |\n", pr.scaling, pr.batch, d, v[0]->config.label(),
-                         v[0]->samples_per_s, v[0]->step_s * 1e3, second ? second->config.label() : "-",
-                         second ? fmt::format("{:.4g}", second->samples_per_s) : "-");
-    }
-  }
-  return out + "\n";
-}
-
-json prediction_json(const pj::Prediction& r) {
-  json j = {{"strategy", r.config.strategy},
-            {"label", r.config.label()},
-            {"options", r.config.options()},
-            {"devices", r.config.devices},
-            {"global_batch", r.config.global_batch},
-            {"feasible", r.feasible}};
-  if (!r.feasible) {
-    j["reason"] = r.reason;
-    return j;
-  }
-  j.update({{"step_s", r.step_s},
-            {"compute_s", r.compute_s},
-            {"exposed_comm_s", r.exposed_comm_s},
-            {"idle_s", r.idle_s},
-            {"peak_bytes_per_device", r.peak_bytes},
-            {"fits", r.fits},
-            {"comm_bytes_per_step", r.comm_bytes},
-            {"samples_per_s", r.samples_per_s}});
-  return j;
+// Why --strategies' `s` has no configuration at any of the device counts.
+std::string no_configuration(const std::string& s, const std::vector<int64_t>& devices, const std::string& micro) {
+  const auto h = pj::hybrid_shape(s);
+  const auto t = h ? h : pj::dptp_shape(s);
+  const bool has = t && std::find(devices.begin(), devices.end(), t->first * t->second) != devices.end();
+  std::string why;
+  if (t && !has) why = fmt::format("{} runs on {} x {} = {} devices", s, t->first, t->second, t->first * t->second);
+  else if (h || s == "pipeline") why = fmt::format("every --micro-batches count ({}) is above the samples of a replica", micro);
+  else if (s == kHybridFamily || s == kDpTpFamily) why = fmt::format("{} needs a device count D x P with both at least 2 (4, 6, 8, ...)", s);
+  else if (s == "regular") why = "regular runs on one device";
+  else why = "no configuration of it is possible there";
+  return fmt::format("--strategies {}: nothing to project at --devices {}: {}", s, fmt::join(devices, ","), why);
 }
 
 // --- --validate ------------------------------------------------------------------------------
@@ -965,12 +829,15 @@ int cmd_project(const std::vector<std::string>& args) {
   pj::Options o;
   o.threads_per_worker = static_cast<int>(f.integer("threads"));
   if (o.threads_per_worker < 0) throw UsageError("--threads must be >= 0");
-  std::string scale_note;
+  std::string scale_note, scaled, unscaled;
+  if (f.has("from-machine") && f.has("from-profile-peak"))
+    throw UsageError("--from-machine and --from-profile-peak both scale compute times: give one");
   if (f.has("from-machine")) {
     const pj::Machine from = pj::load_machine(f.str("from-machine"));
     o.compute_scale = from.peak_flops / m.peak_flops;
     scale_note = fmt::format("Compute times scaled from {} ({:.3g} TFLOP/s) to {} ({:.3g} TFLOP/s): x{:.3g}.", from.name,
                              from.peak_flops / 1e12, m.name, m.peak_flops / 1e12, o.compute_scale);
+    scaled = fmt::format("compute x{:.3g} from {} (--from-machine)", o.compute_scale, from.name);
   } else if (f.has("from-profile-peak")) {
     const double frac = f.number("from-profile-peak");
     if (!(frac > 0 && frac <= 1)) throw UsageError(fmt::format("--from-profile-peak expects a fraction in (0, 1], got {}", frac));
@@ -981,9 +848,17 @@ int cmd_project(const std::vector<std::string>& args) {
                              "{}'s peak ({:.3g} TFLOP/s); every other layer keeps its speed relative to it: x{:.3g}.",
                              best / 1e9, profiles.front().device_kind.empty() ? "its device" : profiles.front().device_kind,
                              frac * 100, m.name, m.peak_flops / 1e12, o.compute_scale);
-  } else if (!profiles.front().device_kind.empty() && profiles.front().device_kind != m.kind) {
-    fmt::print(stderr, "parbench project: warning: the profile was measured on {} and the machine is {}; pass "
-               "--from-machine to scale compute times\n", profiles.front().device_kind, m.kind);
+    scaled = fmt::format("compute x{:.3g}, fastest layer at {:g}% of peak (--from-profile-peak)", o.compute_scale, frac * 100);
+  } else if (const std::string& pk = profiles.front().device_kind; pk.substr(0, pk.find(':')) != m.kind) {
+    // Times measured on one kind of device say nothing of another's speed: unscaled, a CPU
+    // profile "on H200" runs at the CPU's pace. Refused once the other flags are checked.
+    unscaled = fmt::format(
+        "--profile {} was measured on {} and --machine {} describes {} devices: give --from-machine FILE (the machine "
+        "the profile was measured on) or --from-profile-peak FRACTION to scale its compute times",
+        profiles.front().source, profiles.front().device_kind.empty() ? "a device it does not record" : profiles.front().device_kind,
+        m.source, m.kind);
+  } else {
+    scaled = fmt::format("compute at the profile's measured {} speed", m.kind);
   }
   const std::vector<int64_t> batches = int_items("batch", f.str("batch"), 1);
   if (batches.empty()) throw UsageError("--batch needs at least one batch size");
@@ -1020,8 +895,10 @@ int cmd_project(const std::vector<std::string>& args) {
     throw UsageError(fmt::format("--scaling expects weak, strong or both, got '{}'", scaling));
   const std::string format = f.str("format");
   if (format != "markdown" && format != "json") throw UsageError(fmt::format("--format expects markdown or json, got '{}'", format));
+  if (!unscaled.empty()) throw UsageError(unscaled);
 
   std::vector<Projected> all;
+  std::map<std::string, int> made;  // configurations per --strategies entry
   for (const int64_t batch : batches) {
     for (const std::string& mode : {std::string("weak"), std::string("strong")}) {
       if (scaling != "both" && scaling != mode) continue;
@@ -1030,35 +907,40 @@ int cmd_project(const std::vector<std::string>& args) {
       pr.batch = batch;
       for (int64_t d : devices) {
         const int64_t global = mode == "weak" ? batch * d : batch;
-        for (const pj::Config& c : configs_at(static_cast<int>(d), global, strategies, micro, schedules, buckets, f.on("recompute"))) {
-          const int t = cpu_threads_for(m, c.devices, o.threads_per_worker);
-          pj::Options oc = o;
-          oc.threads_per_worker = t;
-          pr.rows.push_back(pj::predict(profile_for(profiles, m.shared_cores > 0 ? t : profiles.front().threads), m, c, oc));
-        }
+        for (const std::string& s : strategies)
+          for (const pj::Config& c : configs_at(static_cast<int>(d), global, {s}, micro, schedules, buckets, f.on("recompute"))) {
+            const int t = cpu_threads_for(m, c.devices, o.threads_per_worker);
+            pj::Options oc = o;
+            oc.threads_per_worker = t;
+            pr.rows.push_back(pj::predict(profile_for(profiles, m.shared_cores > 0 ? t : profiles.front().threads), m, c, oc));
+            ++made[s];
+          }
       }
       all.push_back(std::move(pr));
     }
   }
+  // A strategy asked for by name that no device count or batch can run: say why, not an empty table.
+  if (f.str("strategies") != "all")
+    for (const std::string& s : strategies)
+      if (!made[s]) throw UsageError(no_configuration(s, devices, f.str("micro-batches")));
   const pj::Profile& p0 = profiles.front();
   reports::Report full, chart;
   full.sources = chart.sources = {p0.source, m.source};
   for (const Projected& pr : all) {
-    full.groups.push_back(as_report_group(pr, p0, m, false));
-    chart.groups.push_back(as_report_group(pr, p0, m, true));
+    full.groups.push_back(pj::as_report_group(pr, p0, m, false, scaled));
+    chart.groups.push_back(pj::as_report_group(pr, p0, m, true, scaled));
   }
   std::string md = fmt::format("# Projected, not measured: {} on {}\n\nProfile {} ({}); machine {}{}. {}\n\n", p0.context.value("workload", std::string("profile")),
                                m.name, p0.source, p0.device_kind.empty() ? "device not recorded" : p0.device_kind, m.source,
                                m.description.empty() ? "" : " (" + m.description + ")", scale_note + image_note);
-  std::string tables = reports::report_markdown(full);
-  md += tables;
-  for (const Projected& pr : all) md += parts_markdown(pr, m);
-  md += best_markdown(all);
+  md += pj::projected_markdown(full);
+  for (const Projected& pr : all) md += pj::parts_markdown(pr, m);
+  md += pj::best_markdown(all);
   json doc = {{"parbench_projection", 1}, {"projected", true}, {"profile", p0.source}, {"machine", pj::machine_json(m)},
               {"compute_scale", o.compute_scale}, {"groups", json::array()}};
   for (const Projected& pr : all) {
     json g = {{"scaling", pr.scaling}, {"batch", pr.batch}, {"rows", json::array()}};
-    for (const pj::Prediction& r : pr.rows) g["rows"].push_back(prediction_json(r));
+    for (const pj::Prediction& r : pr.rows) g["rows"].push_back(pj::prediction_json(r));
     doc["groups"].push_back(g);
   }
   doc["report"] = json::parse(reports::report_json(full));

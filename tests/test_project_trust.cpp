@@ -1,5 +1,7 @@
-// What `project` prints must not mislead: times beyond the profiled batches never make a sample
-// cheaper.
+// What `project` prints must not mislead: a profile from another kind of device is scaled on
+// purpose or refused, times beyond the profiled batches never make a sample cheaper, an
+// implausible efficiency is marked, a strategy with nothing to project is an error, and the
+// projected table has no column only a measurement fills.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -8,7 +10,7 @@
 
 #include "engine/fsutil.h"
 #include "reports/projection.h"
-#include "tests/paths.h"
+#include "tests/cli_fixture.h"
 
 namespace pb {
 namespace {
@@ -52,6 +54,92 @@ TEST(ProjectionTrust, TimePerSampleNeverFallsBeyondTheProfiledBatches) {
     EXPECT_GE(per_sample, last * (1 - 1e-12)) << "regular at batch " << b << ": " << r.step_s * 1e3 << " ms";
     last = per_sample;
   }
+}
+
+class ProjectTrust : public test::CliTest {
+ protected:
+  ProjectTrust() : CliTest("parbench_project_trust_") {}
+  std::string cpu_machine() {
+    json m = fixture_json("machine.json");
+    m["name"] = "test cpu";
+    m["device"]["kind"] = "cpu";
+    write_file_atomic(path("cpu.json"), m.dump());
+    return path("cpu.json");
+  }
+};
+
+TEST_F(ProjectTrust, AProfileFromAnotherKindOfDeviceIsScaledOnPurposeOrRefused) {
+  // uniform.json was measured on a CPU; machine.json describes GPUs.
+  const std::string common = "project --profile " + fixture("uniform.json") + " --machine " + fixture("machine.json") +
+                             " --devices 1,2 --batch 2";
+  test::Result r = parbench(common);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.err.find("--from-machine"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--from-profile-peak"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("cpu"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("projected on"), std::string::npos) << "no table without a scaling";
+
+  r = parbench(common + " --from-profile-peak 0.5");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("projected on test machine, compute x"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("(--from-profile-peak)"), std::string::npos) << r.out;
+
+  r = parbench(common + " --from-machine " + cpu_machine());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("compute x1 from test cpu (--from-machine)"), std::string::npos) << r.out;
+
+  r = parbench(common + " --from-machine " + cpu_machine() + " --from-profile-peak 0.5");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.err.find("give one"), std::string::npos) << r.err;
+
+  // A CPU profile on a CPU machine needs no scaling, and the title says so.
+  r = parbench("project --profile " + fixture("uniform.json") + " --machine " + cpu_machine() + " --devices 1,2 --batch 2");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("compute at the profile's measured cpu speed"), std::string::npos) << r.out;
+}
+
+TEST_F(ProjectTrust, NothingToProjectExitsTwoSayingWhy) {
+  const std::string common = "project --profile " + fixture("uniform.json") + " --machine " + fixture("machine.json") +
+                             " --from-profile-peak 0.5 --batch 4";
+  test::Result r = parbench(common + " --strategies dp2xpp2 --devices 2");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.err.find("--strategies dp2xpp2"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("4 devices"), std::string::npos) << r.err;
+  r = parbench(common + " --strategies dp2xtp2 --devices 2,8");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.err.find("--strategies dp2xtp2"), std::string::npos) << r.err;
+  r = parbench(common + " --strategies regular --devices 2");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.err.find("one device"), std::string::npos) << r.err;
+  r = parbench(common + " --strategies dp2xpp2,ddp --devices 4");
+  EXPECT_EQ(r.code, 0) << r.err;  // where it has a configuration
+}
+
+TEST_F(ProjectTrust, ProjectedTableHasOnlyProjectedColumnsAndMarksImplausibleEfficiency) {
+  // Every layer takes the same time at batch 1, 2 and 4: a sample costs a quarter at 4 of what
+  // it costs at 1, so weak-scaled tp (each worker a slice of a larger batch) looks superlinear.
+  json j = fixture_json("uniform.json");
+  for (json& l : j["layers"]) l["forward_s"] = l["backward_weights_s"] = {0.002, 0.002, 0.002};
+  write_file_atomic(path("flat.json"), j.dump());
+  json m = fixture_json("machine.json");  // links that cost nothing: compute alone decides
+  for (auto& [where, colls] : m["links"].items())
+    for (auto& [coll, algs] : colls.items())
+      for (auto& [alg, ab] : algs.items()) ab = {{"alpha_s", 0}, {"bus_bytes_per_s", 1e18}};
+  write_file_atomic(path("fast.json"), m.dump());
+  const test::Result r = parbench("project --profile " + path("flat.json") + " --machine " + path("fast.json") +
+                                  " --from-profile-peak 0.5 --strategies regular,tp,ddp --devices 1,2,4 --batch 1 --scaling weak");
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char* measured : {"ms/iteration (median)", "| CV |", "bubble measured", "transfer |"})
+    EXPECT_EQ(r.out.find(measured), std::string::npos) << measured << " in\n" << r.out;
+  EXPECT_NE(r.out.find("## Projected: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("projected ms/step"), std::string::npos) << r.out;
+  // tp x4 at weak scaling computes a quarter of each layer of 4 samples in the time of one.
+  std::string tp4;
+  for (std::size_t at = r.out.find("| tp | 4 |"); at != std::string::npos && tp4.empty(); at = r.out.find("| tp | 4 |", at + 1))
+    tp4 = r.out.substr(at, r.out.find('\n', at) - at);
+  ASSERT_FALSE(tp4.empty()) << r.out;
+  EXPECT_NE(tp4.find("% !"), std::string::npos) << tp4;
+  EXPECT_NE(r.out.find("! above 100% efficiency"), std::string::npos) << r.out;
 }
 
 }  // namespace

@@ -670,7 +670,7 @@ class ProjectCli : public test::CliTest {
 
 TEST_F(ProjectCli, ProjectsEveryStrategyAndMarksItProjected) {
   const test::Result r = parbench("project --profile " + fixture("uniform.json") + " --machine " + fixture("machine.json") +
-                                  " --devices 1,2,4 --batch 4 --out " + path("p"));
+                                  " --from-profile-peak 0.5 --devices 1,2,4 --batch 4 --out " + path("p"));
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("Projected, not measured"), std::string::npos);
   EXPECT_NE(r.out.find("projected on test machine"), std::string::npos);
@@ -694,7 +694,7 @@ TEST_F(ProjectCli, ReadsTheProfilersOwnOutput) {
                             "--device-kind cpu --out " + path("prof.json"));
   ASSERT_EQ(r.code, 0) << r.err;
   r = parbench("project --profile " + path("prof.json") + " --machine " + fixture("machine.json") +
-               " --devices 1,2 --batch 2 --out " + path("p"));
+               " --from-profile-peak 0.5 --devices 1,2 --batch 2 --out " + path("p"));
   ASSERT_EQ(r.code, 0) << r.err;
   const json doc = json::parse(read_file(path("p.json")));
   std::size_t feasible = 0;
