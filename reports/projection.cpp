@@ -980,29 +980,6 @@ class Builder {
   double comm_bytes = 0;
 };
 
-double adam_state_bytes(double params) { return 4 * params * kFloat; }  // parameters, gradients, two moments
-
-// Activation bytes a Sequential over [b, e) keeps for one batch of n: every layer's output except
-// in-place ReLUs and flatten views, plus backward's two gradient scratch buffers.
-double stage_activations(const Profile& p, int b, int e, double n) {
-  double keep = 0, largest_in = 0;
-  bool owned = false;
-  for (int i = b; i < e; ++i) {
-    const LayerProfile& l = p.layers[i];
-    const bool alias = l.type == "flatten" || (l.type == "relu" && owned);
-    if (!alias) keep += l.activation_bytes_per_sample;
-    owned = owned || !alias;
-    largest_in = std::max(largest_in, numel(l.in) * kFloat);
-  }
-  return (keep + 2 * largest_in) * n;
-}
-
-double workspace(const Profile& p, int b, int e) {
-  double w = 0;
-  for (int i = b; i < e; ++i) w = std::max(w, p.layers[i].workspace_bytes);
-  return w;
-}
-
 // ddp's buckets as make_buckets in strategies/ddp.cpp: from the last layer back, a bucket closes
 // once it holds at least `bytes`; returns per layer the bucket closing after its weight gradient
 // (or -1) and each bucket's size in bytes.
@@ -1078,7 +1055,7 @@ Prediction predict_impl(const Profile& p, const Machine& m, const Config& named,
   const double P = static_cast<double>(p.param_count());
   Builder bl(p, m, c, o, threads);
   std::vector<Actor> actors;
-  std::vector<double> mem(N, 0);
+  std::vector<std::pair<int, int>> stages;  // mp, pipeline, dp x pp: each stage's layers
   int sim_workers = N;
   double bookkeeping = 0;  // per step, on every worker at once: fsdp / zero2's units
 
@@ -1088,7 +1065,6 @@ Prediction predict_impl(const Profile& p, const Machine& m, const Config& named,
     bl.backward(a.ops, 0, L, B, false);
     a.ops.push_back({Op::Compute, bl.opt(P)});
     actors.push_back(a);
-    mem[0] = adam_state_bytes(P) + (in_b + 2 * out_b) * B + stage_activations(p, 0, L, B) + workspace(p, 0, L);
   } else if (c.strategy == "dp") {
     // strategies/dp.cpp: broadcast, scatter (root sends in turn), forward, gather, loss on the
     // root, the output gradients sent back, backward, reduce to the root, Adam on the root.
@@ -1116,8 +1092,6 @@ Prediction predict_impl(const Profile& p, const Machine& m, const Config& named,
       a.ops.push_back(coll_op(reduce, 2, used));
       if (i == 0) a.ops.push_back({Op::Compute, bl.opt(P)});
       actors.push_back(a);
-      mem[i] = (i == 0 ? adam_state_bytes(P) + (in_b + 3 * out_b) * B : 2 * P * kFloat + (in_b + out_b) * ch[i]) +
-               stage_activations(p, 0, L, ch[i]) + workspace(p, 0, L);
     }
   } else if (c.strategy == "ddp") {
     // strategies/ddp.cpp: buckets all-reduced as backward finishes them; overlapped on a machine
@@ -1154,7 +1128,6 @@ Prediction predict_impl(const Profile& p, const Machine& m, const Config& named,
       a.ops.push_back({Op::Compute, bl.opt(P)});
       actors.push_back(a);
       if (!comm.ops.empty()) actors.push_back(comm);
-      mem[i] = adam_state_bytes(P) + (in_b + 2 * out_b) * ch[i] + stage_activations(p, 0, L, ch[i]) + workspace(p, 0, L);
     }
   } else if (c.strategy == "mp" || c.strategy == "pipeline" || hybrid) {
     // strategies/pipeline.cpp: stages split by forward FLOPs, micro-batches in GPipe fill-drain
@@ -1173,6 +1146,7 @@ Prediction predict_impl(const Profile& p, const Machine& m, const Config& named,
     if (M < 1 || (!hybrid && M > rep.back()))
       return refuse(fmt::format("{} micro-batches but a replica has {} sample(s)", M, rep.back()));
     const auto ranges = split_stages(flops_plan(p), S, {}, c.strategy);
+    stages = ranges;
     const bool eager = true;
     for (int d = 0; d < D; ++d) {
       const std::vector<int64_t> mb = chunk_sizes(rep[d], M);
@@ -1195,14 +1169,12 @@ Prediction predict_impl(const Profile& p, const Machine& m, const Config& named,
           bl.backward(a.ops, b, e, mb[k], s > 0);
           if (s > 0) a.ops.push_back({Op::Send, bl.p2p(sin * mb[k], dev, dev - 1), dev - 1, 0, 0, eager});
         };
-        int in_flight = Mr;
         if (c.schedule == "1f1b") {
           const int warm = std::min(S - s - 1, Mr);
           int nf = 0, nb = 0;
           for (; nf < warm; ++nf) F(nf);
           while (nf < Mr) F(nf++), Bk(nb++);
           while (nb < Mr) Bk(nb++);
-          in_flight = std::min(Mr, S - s);
         } else {
           for (int k = 0; k < Mr; ++k) F(k);
           for (int k = Mr - 1; k >= 0; --k) Bk(k);
@@ -1214,10 +1186,6 @@ Prediction predict_impl(const Profile& p, const Machine& m, const Config& named,
         }
         a.ops.push_back({Op::Compute, bl.opt(sp)});
         actors.push_back(a);
-        // Every stage keeps its whole input batch (strategies/pipeline.cpp) and the activations
-        // of the micro-batches in flight.
-        mem[dev] = adam_state_bytes(sp) + sin * rep[d] + sin * mb[0] + (s == S - 1 ? 2 * sout * rep[d] : sout * mb[0]) +
-                   stage_activations(p, b, e, static_cast<double>(mb[0]) * (c.recompute ? 1 : in_flight)) + workspace(p, b, e);
       }
     }
   } else if (c.strategy == "fsdp" || c.strategy == "zero2") {
@@ -1248,10 +1216,8 @@ Prediction predict_impl(const Profile& p, const Machine& m, const Config& named,
     const int U = static_cast<int>(units.size());
     if (const auto it = m.unit_overhead_s.find(c.strategy); it != m.unit_overhead_s.end()) bookkeeping = U * it->second;
     std::vector<CollTime> ag(U), rs(U);
-    double largest = 0, gathered = 0, shard = 0;
+    double shard = 0;
     for (int u = 0; u < U; ++u) {
-      largest = std::max(largest, unit_bytes[u]);
-      gathered += unit_bytes[u];
       shard += unit_bytes[u] / N / kFloat;
       ag[u] = unit_bytes[u] > 0 ? bl.coll(Coll::AllGather, unit_bytes[u], group) : CollTime{};
       if (reshard && unit_bytes[u] > 0) bl.comm_bytes += unit_bytes[u] * N;  // gathered again in backward
@@ -1276,10 +1242,6 @@ Prediction predict_impl(const Profile& p, const Machine& m, const Config& named,
       }
       a.ops.push_back({Op::Compute, bl.opt(shard)});
       actors.push_back(a);
-      // The shard's Adam state; fsdp: a unit's whole parameters and gradients at a time; zero2:
-      // every unit's parameters from forward to backward, one unit's gradients.
-      mem[i] = adam_state_bytes(shard) + (reshard ? 2 * largest : gathered + largest) + (in_b + 2 * out_b) * ch[i] +
-               stage_activations(p, 0, L, ch[i]) + workspace(p, 0, L);
     }
   } else if (c.strategy == "tp" || dptp) {
     // strategies/tp.cpp: every worker has the whole batch and a slice of each conv / linear
@@ -1324,11 +1286,9 @@ Prediction predict_impl(const Profile& p, const Machine& m, const Config& named,
       std::vector<int> group;  // the replica's tp group
       for (int i = 0; i < T; ++i) group.push_back(d * T + i);
       std::vector<CollTime> ag(L), ar(L);
-      double gathered = 0;
       for (int l = 0; l < L; ++l) {
         if (gather_per_sample[l] > 0) ag[l] = bl.coll(Coll::AllGather, gather_per_sample[l] * b, group);
         if (reduce_per_sample[l] > 0 && l > 0) ar[l] = bl.coll(Coll::AllReduce, reduce_per_sample[l] * b, group);
-        gathered = std::max(gathered, gather_per_sample[l] * b);
       }
       for (int i = 0; i < T; ++i) {
         Actor a;
@@ -1353,8 +1313,6 @@ Prediction predict_impl(const Profile& p, const Machine& m, const Config& named,
         }
         a.ops.push_back({Op::Compute, bl.opt(slice_params[i])});
         actors.push_back(a);
-        mem[d * T + i] = adam_state_bytes(slice_params[i]) + (in_b + 2 * out_b) * b + stage_activations(p, 0, L, b) +
-                         gathered + workspace(p, 0, L);
       }
     }
   } else {
@@ -1381,7 +1339,7 @@ Prediction predict_impl(const Profile& p, const Machine& m, const Config& named,
   r.compute_s = sim.compute[busiest];
   r.exposed_comm_s = sim.exposed[busiest];
   r.idle_s = std::max(0.0, r.step_s - r.compute_s - r.exposed_comm_s);
-  r.peak_bytes = *std::max_element(mem.begin(), mem.end());
+  r.peak_bytes = memory_peak(p, c, stages);
   r.fits = r.peak_bytes <= m.memory_bytes / (m.shared_cores > 0 ? std::min(N, m.devices_per_node) : 1);
   r.comm_bytes = bl.comm_bytes;
   r.samples_per_s = static_cast<double>(B) / r.step_s;

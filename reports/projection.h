@@ -227,6 +227,12 @@ struct Prediction {
 
 Prediction predict(const Profile& p, const Machine& m, const Config& c, const Options& o = {});
 
+// The largest worker's peak memory for `c` (pipeline's schedule and recompute from its fields),
+// as engine/memory_estimate.h counts each strategy's buffers, with the profile's workspace of the
+// layers a worker runs (their largest: one backend's scratch serves them all). `stages`: mp,
+// pipeline, dp<D>xpp<P>: each stage's layers [begin, end). Prediction::peak_bytes.
+double memory_peak(const Profile& p, const Config& c, const std::vector<std::pair<int, int>>& stages);
+
 // A `project --validate --out` file's rows, read back to pool several validations (--combine).
 struct ValidationRow {
   std::string name;

@@ -1,5 +1,6 @@
 // What `project` prints must not mislead: a profile from another kind of device is scaled on
-// purpose or refused, times beyond the profiled batches never make a sample cheaper, an
+// purpose or refused, times beyond the profiled batches never make a sample cheaper, its memory
+// per device is the estimate runs are checked against, an
 // implausible efficiency is marked, a strategy with nothing to project is an error, and the
 // projected table has no column only a measurement fills.
 #include <gtest/gtest.h>
@@ -9,7 +10,9 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/fsutil.h"
+#include "engine/memory_estimate.h"
 #include "reports/projection.h"
+#include "strategies/stages.h"
 #include "tests/cli_fixture.h"
 
 namespace pb {
@@ -54,6 +57,45 @@ TEST(ProjectionTrust, TimePerSampleNeverFallsBeyondTheProfiledBatches) {
     EXPECT_GE(per_sample, last * (1 - 1e-12)) << "regular at batch " << b << ": " << r.step_s * 1e3 << " ms";
     last = per_sample;
   }
+}
+
+// project's memory per device ("fits") is the run's per-worker estimate, not a second model: on
+// uniform.json's net (four 3x3 convolutions of 4 channels, 8x8, no workspace) every strategy's
+// peak equals engine/memory_estimate.h's, which the allocators are checked against.
+TEST(ProjectionTrust, MemoryPerDeviceIsTheEstimateRunsAreCheckedAgainst) {
+  NetSpec net;
+  net.input = {4, 8, 8};
+  for (int i = 0; i < 4; ++i) {
+    LayerSpec conv;
+    conv.type = LayerType::Conv2d;
+    conv.out_channels = 4, conv.kernel_h = conv.kernel_w = 3, conv.pad_h = conv.pad_w = 1;
+    net.layers.push_back(conv);
+  }
+  const NetPlan plan = plan_net(net);
+  const pj::Profile p = pj::load_profile(fixture("uniform.json"));
+  const pj::Machine m = pj::load_machine(fixture("machine.json"));
+  ASSERT_EQ(plan.param_count, p.param_count());
+  for (const char* s : {"regular", "dp", "ddp", "mp", "pipeline", "pipeline-1f1b", "pipeline-recompute", "fsdp", "zero2", "tp",
+                        "dp2xpp2", "dp2xtp2"})
+    for (int n = 1; n <= 4; ++n) {
+      pj::Config c;
+      c.strategy = s;
+      c.devices = n;
+      c.global_batch = 8;
+      c.micro_batches = std::string(s).find("pp") != std::string::npos || std::string(s).rfind("pipeline", 0) == 0 ? 2 : 1;
+      const pj::Prediction r = pj::predict(p, m, c);
+      if (!r.feasible) continue;  // regular beyond one device, hybrids off their 4
+      MemoryConfig mc;
+      mc.strategy = s;
+      mc.devices = n;
+      mc.micro_batches = c.micro_batches;
+      if (c.strategy == "mp" || std::string(s).find("pp") != std::string::npos || std::string(s).rfind("pipeline", 0) == 0) {
+        const int stages = std::string(s) == "dp2xpp2" ? 2 : n;
+        mc.stages = split_stages(plan, stages, {}, s);
+      }
+      mc.workspace = [](const std::vector<LayerPlan>&, int64_t) { return 0.0; };
+      EXPECT_DOUBLE_EQ(r.peak_bytes, estimate_memory(plan, 8, mc).worker_peak()) << s << " x" << n;
+    }
 }
 
 class ProjectTrust : public test::CliTest {
