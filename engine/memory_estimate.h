@@ -52,7 +52,8 @@ struct MemoryConfig {
 
 // A MemoryConfig::workspace that runs the layers once, each alone in turn, on a fresh backend of
 // `options` on `device` (untimed; milliseconds for a small net), and returns the growth of the
-// device's workspace count; results are kept per list of shapes and batch.
+// device's workspace count; results are kept per list of shapes and batch. Its buffers raise
+// `device`'s allocator peak: measure before a run resets it, or on a slot no worker uses.
 std::function<double(const std::vector<LayerPlan>&, int64_t)> measured_workspace(const BackendOptions& options, Device device);
 
 // Per worker, what its device's allocator peaks at in a step of `c` at `global_batch` (tensors and
