@@ -773,7 +773,7 @@ int cmd_project(const std::vector<std::string>& args) {
           {
               {"profile", "FILE[,FILE]", "profile.json file(s); several: one per CPU thread count", ""},
               {"machine", "FILE", "machine description (machines/*.json)", ""},
-              {"from-machine", "FILE", "the machine the profile was measured on: compute times scale by its peak FLOP/s over --machine's", ""},
+              {"from-machine", "FILE", "the machine the profile was measured on: compute times scale by its peak FLOP/s over --machine's (this or --from-profile-peak is needed when the profile's device kind is not --machine's)", ""},
               {"scale-image", "FROM:TO", "project the net at TO-pixel images from a profile at FROM (times x (TO/FROM)^2; conv nets)", ""},
               {"from-profile-peak", "FRACTION", "scale compute times so that the profile's fastest layer runs at FRACTION of --machine's peak (a profile from another device)", ""},
               {"devices", "LIST", "device counts (default: 1,2,4,8,64,1024 up to the machine's devices)", ""},
