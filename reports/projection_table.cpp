@@ -19,6 +19,7 @@ using nlohmann::json;
 namespace {
 constexpr double kMiB = 1024.0 * 1024.0;
 constexpr double kGiB = kMiB * 1024.0;
+std::string gib(double bytes) { return fmt::format("{:.3g}", bytes / kGiB); }
 }  // namespace
 
 reports::Group as_report_group(const Projected& pr, const Profile& p, const Machine& m, bool family,
@@ -99,18 +100,13 @@ reports::Group as_report_group(const Projected& pr, const Profile& p, const Mach
   return g;
 }
 
-namespace {
-std::string gib(double bytes) { return fmt::format("{:.3g}", bytes / kGiB); }
-
-}  // namespace
-
 std::string parts_markdown(const Projected& pr, const Machine& m) {
   std::string out = fmt::format(
       "### Parts of the step ({} scaling, batch {} {}), projected on {}\n\n"
       "| strategy | devices | step ms | compute ms | exposed comm ms | idle / bubble ms | peak GiB/device | fits {:.3g} GiB |\n"
       "|---|--:|--:|--:|--:|--:|--:|:-:|\n",
       pr.scaling, pr.batch, pr.scaling == "weak" ? "per device" : "global", m.name,
-      m.memory_bytes / kGiB / (m.shared_cores > 0 ? 1 : 1));
+      m.memory_bytes / kGiB);
   for (const Prediction& r : pr.rows) {
     if (!r.feasible) {
       out += fmt::format("| {} | {} | not possible: {} | | | | | |\n", reports::md_escape(r.config.label()), r.config.devices,
