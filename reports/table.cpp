@@ -51,9 +51,10 @@ void mark_implausible(Group& g) {
   for (Row& r : g.rows) {
     auto why = [&](const std::string& what, double excess, const Row* against) {
       const double noise = spread(r) + (against ? spread(*against) : 0);
-      r.implausible += fmt::format("{}{} ({} the two rows' spread, {:.1f}%{})", r.implausible.empty() ? "" : "; ", what,
+      const std::string base = against ? fmt::format("{} x{}", against->strategy, against->devices) : "the baseline";
+      r.implausible += fmt::format("{}{} ({} the two rows' spread, {:.1f}%: {})", r.implausible.empty() ? "" : "; ", what,
                                    excess <= noise ? "within" : "beyond", noise * 100,
-                                   excess <= noise ? ": noise" : ": the one-device run was slowed");
+                                   excess <= noise ? "noise" : base + " ran slow");
     };
     if (r.speedup && *r.speedup > r.devices)
       why(fmt::format("speedup {:.2f}x on {} device(s) is above {}x", *r.speedup, r.devices, r.devices),
