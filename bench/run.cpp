@@ -247,7 +247,7 @@ RunPlan plan_run(const Flags& f, Sweep& sw) {
     }
   if (!one_device_all && proc.rank == 0 && std::find(device_counts.begin(), device_counts.end(), 1) != device_counts.end())
     for (const std::string& s : strategies)
-      if (!strategy_info(s).single_device && s != kHybridFamily && s != kDpTpFamily) not_at_one.push_back(s);
+      if (!strategy_info(s).single_device && !is_hybrid(s)) not_at_one.push_back(s);
   if (!not_at_one.empty())
     fmt::print(stderr, "parbench run: on one device only {} runs (the others' one-device step is its arithmetic); "
                "--all-at-one-device adds {} x1\n", fmt::join(at_one, ", "), fmt::join(not_at_one, " x1, "));
