@@ -86,6 +86,8 @@ std::vector<Flag> run_flags() {
   flags.push_back({"iterations", "N", "timed steps per configuration and repetition; 0: Google Benchmark decides", "10"});
   flags.push_back({"seed", "S", "seed for parameters and data", "0"});
   flags.push_back({"out", "DIR", "run folder (default: runs/<UTC timestamp>-<workload>)", ""});
+  flags.push_back({"all-at-one-device", "", "at N = 1 run every strategy, not only regular (the same arithmetic on one "
+                                           "device; the tests check each equals regular's)", ""});
   flags.push_back({"trace", "", "per configuration, one more untimed step with per-layer spans, written as a Chrome "
                                 "trace (trace-<benchmark>.json, for Perfetto), and timeline.png", ""});
   return flags;
@@ -197,9 +199,23 @@ RunPlan plan_run(const Flags& f, Sweep& sw) {
 
   // Configurations, registered with Google Benchmark in sweep order. A single-device strategy is
   // one device by definition: at N > 1 it is skipped, whether named or part of all.
-  std::vector<std::string> skipped, unshaped;
+  // At N = 1 every strategy runs regular's arithmetic: in a sweep that also has N > 1, one device
+  // runs the single-device strategies only (regular, the baseline, when none is named) unless
+  // --all-at-one-device; rows of the same work would only pick a "best" among noise.
+  const bool wider = *std::max_element(device_counts.begin(), device_counts.end()) > 1;
+  const bool one_device_all = f.on("all-at-one-device") || !wider;
+  bool named_single = false;
+  for (const std::string& s : strategies) named_single |= strategy_info(s).single_device;
+  std::vector<std::string> at_one = strategies;
+  if (!one_device_all) {
+    at_one.clear();
+    for (const std::string& s : strategies)
+      if (strategy_info(s).single_device) at_one.push_back(s);
+    if (!named_single && proc.size == 1) at_one.push_back("regular");
+  }
+  std::vector<std::string> skipped, unshaped, not_at_one;
   for (int64_t d : device_counts)
-    for (const std::string& s : strategies) {
+    for (const std::string& s : d == 1 ? at_one : strategies) {
       if (strategy_info(s).single_device && d > 1) {
         skipped.push_back(fmt::format("{} x{}", s, d));
         continue;
@@ -229,6 +245,12 @@ RunPlan plan_run(const Flags& f, Sweep& sw) {
         p.configs.push_back(std::move(c));
       }
     }
+  if (!one_device_all && proc.rank == 0 && std::find(device_counts.begin(), device_counts.end(), 1) != device_counts.end())
+    for (const std::string& s : strategies)
+      if (!strategy_info(s).single_device && !is_hybrid(s)) not_at_one.push_back(s);
+  if (!not_at_one.empty())
+    fmt::print(stderr, "parbench run: on one device only {} runs (the others' one-device step is its arithmetic); "
+               "--all-at-one-device adds {} x1\n", fmt::join(at_one, ", "), fmt::join(not_at_one, " x1, "));
   if (!skipped.empty() && !all && proc.rank == 0)
     fmt::print(stderr, "parbench run: skipped {} (single-device strategies run on one device only)\n", fmt::join(skipped, ", "));
   if (!unshaped.empty() && proc.rank == 0 && (!all || shape.given()))
@@ -286,6 +308,7 @@ int cmd_run(const std::vector<std::string>& args) {
   const std::string json_path = dir + "/results.json";
 
   add_run_context(plan, f, sw);
+  if (!list_only) prime(sw, plan.configs);
   if (f.on("trace") && !list_only) sw.trace_dir = dir;
   for (const Config& c : plan.configs) {
     auto* b = benchmark::RegisterBenchmark(c.name.c_str(), [&sw, &c](benchmark::State& st) { run_config(st, sw, c); });

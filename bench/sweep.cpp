@@ -78,6 +78,7 @@ Strategy& prepare(Sweep& sw, const Config& c) {
   const int visible = c.options.kind == DeviceKind::Cuda ? cuda_device_count() : c.devices;
   for (int i = 0; i < std::min(c.devices, visible); ++i) allocator_for(Device{c.options.kind, i}).reset_peak();
   check_memory_fits(sw.plan, c.global_batch, c.options.kind, c.devices, c.options.backend.memory_limit_bytes, sw.net.name);
+  sw.predicted_bytes[c.name] = estimate_memory(sw.plan, c.global_batch).total();
   auto s = make_strategy(c.strategy, c.options);
   s->setup(sw.plan, sw.params, sw.net.adam);
   const std::vector<float> x = synthetic_values(c.global_batch * numel_of(sw.plan.input), sw.seed + 1);
@@ -92,6 +93,36 @@ Strategy& prepare(Sweep& sw, const Config& c) {
 }
 
 }  // namespace
+
+void prime(Sweep& sw, const std::vector<Config>& configs) {
+  sw.base_resident = static_cast<double>(resident_bytes());  // the program and its libraries, loaded
+  if (configs.empty()) return;
+  // The first configuration and one at the largest device count: thread pools, libraries'
+  // set-up, first-touched heap and the clock's ramp then cost no configuration its figure.
+  std::vector<const Config*> which = {&configs.front()};
+  const Config* widest = &*std::max_element(configs.begin(), configs.end(),
+                                            [](const Config& a, const Config& b) { return a.devices < b.devices; });
+  if (widest->devices != configs.front().devices) which.push_back(widest);
+  for (const Config* c : which) {
+    if (process().rank == 0) fmt::print(stderr, "parbench: priming the process with {} (untimed)\n", c->name);
+    try {
+      Strategy& s = prepare(sw, *c);
+      const auto t0 = std::chrono::steady_clock::now();
+      // At least 2 steps and a quarter second; every rank decides alike (world_max).
+      for (int i = 1; i <= 50; ++i) {
+        s.step();
+        const double spent = world_max(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        if (i >= 2 && spent >= 0.25) break;
+      }
+    } catch (const std::exception& e) {
+      // The configuration itself reports the error when it runs; only a job must not go on
+      // with ranks left in a collective.
+      if (multi_process() && !dynamic_cast<const UsageError*>(&e))
+        abort_job(fmt::format("parbench run: priming with {}: {}", c->name, e.what()), 1);
+    }
+    sw.release();
+  }
+}
 
 std::string trace_file_name(const std::string& bench) {
   std::string out = "trace-";
@@ -172,6 +203,7 @@ void run_config(benchmark::State& state, Sweep& sw, const Config& c) {
   state.counters[k::peak_bytes_max.name] = peak_max;
   state.counters[k::peak_bytes_dev0.name] = peak0;
   state.counters[k::bytes_sent_per_iter.name] = bytes_sent / iters;
+  if (c.options.kind == DeviceKind::Cpu) state.counters[k::worker_threads.name] = c.options.backend.threads;
   state.counters[k::transfer_s_max.name] = transfer_max / iters;
   state.counters[k::compute_share.name] = shares[0] / iters;
   state.counters[k::transfer_share.name] = shares[1] / iters;
@@ -197,12 +229,26 @@ void run_config(benchmark::State& state, Sweep& sw, const Config& c) {
     std::vector<Device> devs;
     for (int i = 0; i < std::min(c.devices, visible); ++i) devs.push_back(Device{c.options.kind, i});
     MemoryUse mem = measure_memory(devs);
+    // CPU: the resident memory beside the allocators after earlier configurations holds what they
+    // left (glibc's heap and thread stacks, library caches), so it would depend on the sweep's
+    // order; the process's own, before any configuration, is the same for every one.
+    if (c.options.kind == DeviceKind::Cpu) mem.runtime = sw.base_resident;
     if (multi_process())  // every rank reports; the largest of each part over the ranks
       mem = {world_max(mem.tensors), world_max(mem.workspace), world_max(mem.runtime)};
     state.counters[k::device_peak_bytes.name] = mem.total();
     state.counters[k::tensor_bytes.name] = mem.tensors;
     state.counters[k::workspace_bytes.name] = mem.workspace;
     state.counters[k::runtime_bytes.name] = mem.runtime;
+    // The estimate made before the configuration ran, and what it estimates: every worker's
+    // allocator peak (tensors + workspace), summed.
+    double allocated = 0;
+    for (const Device& d : devs) {
+      const Allocator& a = allocator_for(d);
+      allocated += static_cast<double>(a.at_peak_bytes(MemoryPool::Tensors) + a.at_peak_bytes(MemoryPool::Workspace));
+    }
+    if (multi_process()) world_sum(&allocated, 1);
+    state.counters[k::predicted_bytes.name] = sw.predicted_bytes.at(c.name);
+    state.counters[k::allocated_bytes.name] = allocated;
   }
   state.SetLabel("communicator " + last.communicator);
   sw.layouts[c.name] = layout_json(last);
@@ -222,7 +268,21 @@ bool RecordingReporter::ReportContext(const Context& context) {
 }
 
 void RecordingReporter::ReportRuns(const std::vector<Run>& runs) {
-  display_->ReportRuns(runs);
+  // The console shows byte counters in MiB, as the tables do, under names that say so
+  // (device_peak_MiB): GB's own display would print 2^20 or 10^6 bytes alike as "M".
+  std::vector<Run> shown = runs;
+  for (Run& r : shown) {
+    benchmark::UserCounters in_mib;
+    for (const auto& [name, counter] : r.counters) {
+      std::string n = name;
+      const bool bytes = std::any_of(std::begin(reports::schema::kCounters), std::end(reports::schema::kCounters),
+                                     [&](const reports::schema::Key& k) { return name == k.name && std::string(k.unit) == "bytes"; });
+      if (bytes && n.find("bytes") != std::string::npos) n.replace(n.find("bytes"), 5, "MiB");
+      in_mib[n] = bytes ? benchmark::Counter(counter.value / reports::schema::kMiB, counter.flags) : counter;
+    }
+    r.counters = std::move(in_mib);
+  }
+  display_->ReportRuns(shown);
   json_.ReportRuns(runs);
   for (const Run& r : runs) {
     const std::string name = r.run_name.function_name;

@@ -42,6 +42,11 @@ struct Sweep {
   std::map<std::string, std::vector<std::vector<double>>> calls;
   // Per configuration: its stages' layer ranges and ddp's buckets (schema layout), as JSON.
   std::map<std::string, std::string> layouts;
+  // Per configuration: the memory estimate (engine/memory_estimate.h), made before its setup.
+  std::map<std::string, double> predicted_bytes;
+  // CPU: the process's resident bytes before any configuration (the program and its libraries),
+  // every configuration's runtime_bytes.
+  double base_resident = 0;
   // --trace: the folder one traced step per configuration is written to (empty: none), and the
   // configurations traced so far.
   std::string trace_dir;
@@ -53,6 +58,9 @@ struct Sweep {
 };
 
 void run_config(benchmark::State& state, Sweep& sw, const Config& c);
+// Untimed, before the sweep: sets up and steps configurations so that what only a process's
+// first configuration pays (one-time set-up, first-touch memory, clock ramp) is paid here.
+void prime(Sweep& sw, const std::vector<Config>& configs);
 // The --trace file of a benchmark in the run folder: trace-<name, / and : as _>.json.
 std::string trace_file_name(const std::string& bench);
 

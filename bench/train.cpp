@@ -8,6 +8,7 @@
 #include "engine/check.h"
 #include "engine/memory_estimate.h"
 #include "engine/process.h"
+#include "reports/schema.h"
 
 namespace pb {
 
@@ -58,8 +59,8 @@ int cmd_train(const std::vector<std::string>& args) {
   const StepStats st = strategy->stats();  // collective in an MPI job
   if (!lead) return 0;
   std::vector<std::string> peaks;
-  for (const WorkerStats& w : st.workers) peaks.push_back(fmt::format("{:.1f}", w.peak_bytes / 1048576.0));
-  fmt::print("peak memory per worker (MiB): {}\n", fmt::join(peaks, " "));
+  for (const WorkerStats& w : st.workers) peaks.push_back(fmt::format("{:.1f}", w.peak_bytes / reports::schema::kMiB));
+  fmt::print("{}: {}\n", reports::schema::figure::allocated_worker_max.heading, fmt::join(peaks, " "));
   std::sort(ms.begin(), ms.end());
   const double median = ms.size() % 2 ? ms[ms.size() / 2] : (ms[ms.size() / 2 - 1] + ms[ms.size() / 2]) / 2;
   fmt::print("median {:.2f} ms/iteration, {:.1f} samples/s, {:.3g} GFLOP/s\n", median, batch / (median / 1e3),

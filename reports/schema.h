@@ -57,7 +57,10 @@ inline constexpr Key iter_cv{"iter_cv", "fraction", "CV of the iteration times w
 inline constexpr Key device_peak_bytes{"device_peak_bytes", "bytes", "tensor_bytes + workspace_bytes + runtime_bytes: what the configuration needs of a device (CUDA: the GPU with the largest sum; CPU: the host, shared by the workers)"};
 inline constexpr Key tensor_bytes{"tensor_bytes", "bytes", "the engine's tensors (parameters, gradients, Adam moments, activations, buffers) at the allocator's peak since setup (CUDA: that GPU's; CPU: summed over the workers)"};
 inline constexpr Key workspace_bytes{"workspace_bytes", "bytes", "library workspace at the allocator's peak since setup: oneDNN scratch and reorder buffers, im2col, Winograd transforms, cuDNN workspace (CUDA: that GPU's; CPU: summed over the workers)"};
-inline constexpr Key runtime_bytes{"runtime_bytes", "bytes", "after the timed steps, CUDA: bytes in use on that GPU (cudaMemGetInfo) less the allocator's -- CUDA context, cuDNN/cuBLAS handles, NCCL buffers, and other processes on the GPU; CPU: the process's resident memory (VmRSS) less the CPU allocators' bytes -- program, libraries, oneDNN's primitive cache, host copies of the data"};
+inline constexpr Key runtime_bytes{"runtime_bytes", "bytes", "after the timed steps, CUDA: bytes in use on that GPU (cudaMemGetInfo) less the allocator's -- CUDA context, cuDNN/cuBLAS handles, NCCL buffers, and other processes on the GPU; CPU: the process's resident memory (VmRSS) before its first configuration -- the program and its libraries, the same for every configuration (what earlier configurations leave resident would make it depend on the sweep's order)"};
+inline constexpr Key worker_threads{"worker_threads", "count", "CPU: the threads each worker's backend runs (--threads, or the cores shared among the workers)"};
+inline constexpr Key predicted_bytes{"predicted_bytes", "bytes", "the memory estimate (engine/memory_estimate.h) of the engine's tensors and library workspace over all the workers, made before the configuration's setup"};
+inline constexpr Key allocated_bytes{"allocated_bytes", "bytes", "the allocators' peak since setup (tensors + workspace), summed over the workers and ranks: what predicted_bytes estimates"};
 }  // namespace counter
 
 inline constexpr Key kCounters[] = {
@@ -70,7 +73,29 @@ inline constexpr Key kCounters[] = {
     counter::algbw_all_reduce, counter::busbw_all_reduce, counter::algbw_broadcast, counter::busbw_broadcast,
     counter::algbw_reduce, counter::busbw_reduce, counter::algbw_send_recv, counter::busbw_send_recv,
     counter::algbw_all_gather, counter::busbw_all_gather, counter::algbw_reduce_scatter, counter::busbw_reduce_scatter,
-    counter::device_peak_bytes, counter::tensor_bytes, counter::workspace_bytes, counter::runtime_bytes};
+    counter::device_peak_bytes, counter::tensor_bytes, counter::workspace_bytes, counter::runtime_bytes,
+    counter::worker_threads, counter::predicted_bytes, counter::allocated_bytes};
+
+// ---- figures: what reports print, one name (CSV and JSON), one heading, one unit each --------
+inline constexpr double kMiB = 1024.0 * 1024.0;  // every memory figure is in MiB (2^20 bytes)
+struct Figure {
+  const char* name;     // CSV column and JSON field
+  const char* heading;  // table column and printed label
+  const char* unit;
+  const char* meaning;
+};
+namespace figure {
+inline constexpr Figure device_peak{"device_peak_mib", "peak MiB/device", "MiB", "device_peak_bytes: what the configuration needs of a device (tensors + workspace + runtime)"};
+inline constexpr Figure allocated_worker_max{"allocated_mib_worker_max", "allocated MiB/worker (peak)", "MiB", "peak_bytes_max: the allocator's peak of the worker with the most"};
+inline constexpr Figure allocated_worker0{"allocated_mib_worker0", "allocated MiB of worker 0 (peak)", "MiB", "peak_bytes_dev0"};
+inline constexpr Figure predicted{"predicted_mib", "predicted MiB", "MiB", "predicted_bytes: the estimate of all the workers' allocations, before the run"};
+inline constexpr Figure allocated{"allocated_mib", "allocated MiB", "MiB", "allocated_bytes: all the workers' allocator peaks, summed (what the estimate predicts)"};
+inline constexpr Figure predicted_error{"predicted_error", "error", "fraction", "(predicted - allocated) / allocated"};
+inline constexpr Figure threads{"threads_per_worker", "threads/worker", "count", "worker_threads"};
+}  // namespace figure
+inline constexpr Figure kFigures[] = {figure::device_peak, figure::allocated_worker_max, figure::allocated_worker0,
+                                      figure::predicted,   figure::allocated,            figure::predicted_error,
+                                      figure::threads};
 
 inline bool is_counter(const std::string& name) {
   for (const Key& k : kCounters)

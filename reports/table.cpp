@@ -15,7 +15,7 @@ namespace pb::reports {
 
 namespace {
 
-constexpr double kMiB = 1024.0 * 1024.0;
+using schema::kMiB;
 
 bool parse_int(const std::string& s, int64_t& out) {
   if (s.empty()) return false;
@@ -37,6 +37,53 @@ void merge_into(Benchmark& into, const Benchmark& from) {
   for (const auto& [k, v] : from.aggregates) into.aggregates.emplace(k, v);
   if (into.error_message.empty()) into.error_message = from.error_message;
   into.error = into.times_s.empty() && into.aggregates.empty() && !into.error_message.empty();
+}
+
+// A row's relative spread: its CV (over repetitions, or over one repetition's iterations).
+double spread(const Row& r) { return r.cv.value_or(0); }
+
+// N devices give at most N times one device's throughput: a speedup above N or an efficiency
+// above 100% says the baseline ran slow (a cold start, a disturbance) or is noise.
+void mark_implausible(Group& g) {
+  const Row* base = nullptr;
+  for (const Row& r : g.rows)
+    if (r.name == g.baseline) base = &r;
+  for (Row& r : g.rows) {
+    auto why = [&](const std::string& what, double excess, const Row* against) {
+      const double noise = spread(r) + (against ? spread(*against) : 0);
+      const std::string base = against ? fmt::format("{} x{}", against->strategy, against->devices) : "the baseline";
+      r.implausible += fmt::format("{}{} ({} the two rows' spread, {:.1f}%: {})", r.implausible.empty() ? "" : "; ", what,
+                                   excess <= noise ? "within" : "beyond", noise * 100,
+                                   excess <= noise ? "noise" : base + " ran slow");
+    };
+    if (r.speedup && *r.speedup > r.devices)
+      why(fmt::format("speedup {:.2f}x on {} device(s) is above {}x", *r.speedup, r.devices, r.devices),
+          *r.speedup / r.devices - 1, base);
+    if (r.efficiency && *r.efficiency > 1) {
+      const Row* eb = nullptr;
+      for (const Row& o : g.rows)
+        if (o.name == r.efficiency_base) eb = &o;
+      why(fmt::format("efficiency {:.1f}% is above 100%", *r.efficiency * 100), *r.efficiency - 1, eb);
+    }
+  }
+}
+
+// Per device count: best only when the fastest is ahead of the runner-up by more than the two
+// rows' spread; otherwise every row within its spread of the fastest is tied.
+void mark_best(Group& g) {
+  std::map<int, std::vector<Row*>> by_devices;
+  for (Row& r : g.rows)
+    if (r.samples_per_s) by_devices[r.devices].push_back(&r);
+  for (auto& [d, rows] : by_devices) {
+    std::stable_sort(rows.begin(), rows.end(), [](const Row* a, const Row* b) { return *a->samples_per_s > *b->samples_per_s; });
+    const Row& top = *rows.front();
+    auto within = [&](const Row& r) { return *top.samples_per_s / *r.samples_per_s - 1 <= spread(top) + spread(r); };
+    if (rows.size() == 1 || !within(*rows[1])) {
+      rows.front()->best = true;
+      continue;
+    }
+    for (Row* r : rows) r->tied = within(*r);
+  }
 }
 
 struct GroupBuild {
@@ -251,6 +298,9 @@ Report build_report(const std::vector<RunFile>& files) {
           r.bubble = *bub;
         if (auto w = b.counter_median(schema::counter::workers_used.name)) r.workers_used = *w;
         if (auto o = b.counter_max(schema::counter::oversubscribed.name)) r.oversubscribed = *o;
+        r.threads = b.counter_median(k::worker_threads.name);
+        if (auto p = b.counter_max(k::predicted_bytes.name)) r.predicted_mib = *p / kMiB;
+        if (auto a = b.counter_max(k::allocated_bytes.name)) r.allocated_mib = *a / kMiB;
       }
       g.rows.push_back(std::move(r));
     }
@@ -292,12 +342,8 @@ Report build_report(const std::vector<RunFile>& files) {
           g.ideal_base_samples_per_s = r.samples_per_s;
           break;
         }
-    // Best per device count: the highest throughput among the rows that ran.
-    std::map<int, Row*> best;
-    for (Row& r : g.rows)
-      if (r.samples_per_s && (!best.count(r.devices) || *r.samples_per_s > *best[r.devices]->samples_per_s))
-        best[r.devices] = &r;
-    for (auto& [d, r] : best) r->best = true;
+    mark_implausible(g);
+    mark_best(g);
     report.groups.push_back(std::move(g));
   }
   return report;

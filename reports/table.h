@@ -61,7 +61,14 @@ struct Row {
   // Per collective kind that ran ("all_reduce", "send_recv", ...): bytes/s.
   std::map<std::string, double> algbw, busbw;
   std::optional<double> workers_used, oversubscribed;
-  bool best = false;
+  std::optional<double> threads;  // CPU threads per worker (counter worker_threads)
+  // The memory estimate made before the run and the allocations it estimates (all workers), MiB.
+  std::optional<double> predicted_mib, allocated_mib;
+  // Set when the speedup exceeds N or the efficiency 100%, which N devices cannot give: why.
+  std::string implausible;
+  // best: ahead of every other row at its device count by more than the two rows' spread (their
+  // CVs added); tied: within that spread of the fastest, so no best at that device count.
+  bool best = false, tied = false;
 };
 
 struct Group {

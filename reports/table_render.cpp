@@ -2,9 +2,11 @@
 // scripts/chart.py reads).
 #include <cmath>
 
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "engine/check.h"
+#include "reports/schema.h"
 #include "reports/table.h"
 
 namespace pb::reports {
@@ -70,21 +72,45 @@ std::string peak_cell(const Row& r) {
                      num(*r.runtime_mib));
 }
 
+// Predicted against measured memory, per row that has both (runs that recorded the estimate).
+std::string memory_table(const Group& g) {
+  namespace fig = schema::figure;
+  std::string out;
+  for (const Row& r : g.rows) {
+    if (!r.predicted_mib || !r.allocated_mib || *r.allocated_mib <= 0) continue;
+    if (out.empty())
+      out = fmt::format("Memory, predicted before each run against measured:\n\n| strategy | devices | {} | {} | {} |\n"
+                        "|---|--:|--:|--:|--:|\n", fig::predicted.heading, fig::allocated.heading, fig::predicted_error.heading);
+    out += fmt::format("| {} | {} | {} | {} | {:+.1f}% |\n", r.strategy, r.devices, num(*r.predicted_mib),
+                       num(*r.allocated_mib), (*r.predicted_mib / *r.allocated_mib - 1) * 100);
+  }
+  if (!out.empty())
+    out += fmt::format("\n{}: the estimate (engine/memory_estimate.h) of every worker's tensors and workspace together; "
+                       "{}: the workers' allocator peaks, summed; {} = predicted / allocated - 1.\n\n",
+                       fig::predicted.heading, fig::allocated.heading, fig::predicted_error.heading);
+  return out;
+}
+
 std::string report_markdown(const Report& rep) {
   std::string out;
   for (const Group& g : rep.groups) {
     out += fmt::format("## {}\n\n", g.title());
-    out += "| strategy | devices | ms/iteration (median) | CV | samples/s | GFLOP/s | speedup vs regular x1 "
-           "| scaling efficiency | peak MiB/device | compute | transfer | idle | exposed comm "
-           "| bubble measured (formula) | busbw GB/s | best |\n";
-    out += "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|:--|:-:|\n";
-    bool within = false, other_base = false;
+    out += fmt::format("| strategy | devices | ms/iteration (median) | CV | {} | samples/s | GFLOP/s | speedup vs regular x1 "
+                       "| scaling efficiency | {} | compute | transfer | idle | exposed comm "
+                       "| bubble measured (formula) | busbw GB/s | best |\n",
+                       schema::figure::threads.heading, schema::figure::device_peak.heading);
+    out += "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|:--|:-:|\n";
+    bool within = false, other_base = false, tied = false;
+    std::vector<std::string> implausible;
     for (const Row& r : g.rows) {
       if (r.error || !r.median_ms) {
-        out += fmt::format("| {} | {} | error: {} | | | | | | | | | | | | | |\n", r.strategy, r.devices,
+        out += fmt::format("| {} | {} | error: {} | | | | | | | | | | | | | | |\n", r.strategy, r.devices,
                            md_escape(r.error_message.empty() ? "no measurement" : r.error_message));
         continue;
       }
+      const std::string mark = r.implausible.empty() ? "" : " !";
+      if (!r.implausible.empty()) implausible.push_back(fmt::format("{} x{}: {}", r.strategy, r.devices, r.implausible));
+      tied |= r.tied;
       std::string cv = "-";
       if (r.cv) {
         cv = fmt::format("{:.1f}%{}", *r.cv * 100, r.cv_within_run ? "*" : "");
@@ -100,13 +126,22 @@ std::string report_markdown(const Report& rep) {
         bubble = r.measured_bubble ? pct(r.measured_bubble) + (r.bubble ? " (" + pct(r.bubble) + ")" : "") : "- (" + pct(r.bubble) + ")";
       std::string bus;
       for (const auto& [kind, v] : r.busbw) bus += fmt::format("{}{} {}", bus.empty() ? "" : ", ", kind, num(v / 1e9));
-      out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", r.strategy,
-                         r.devices, num(*r.median_ms), cv, opt(r.samples_per_s),
-                         r.flop_per_s ? num(*r.flop_per_s / 1e9) : "-", opt(r.speedup, "x"), eff, peak_cell(r),
+      const bool speedup_bad = r.speedup && *r.speedup > r.devices, eff_bad = r.efficiency && *r.efficiency > 1;
+      out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                         r.strategy, r.devices, num(*r.median_ms), cv, r.threads ? fmt::format("{:.0f}", *r.threads) : "-",
+                         opt(r.samples_per_s), r.flop_per_s ? num(*r.flop_per_s / 1e9) : "-",
+                         opt(r.speedup, "x") + (speedup_bad ? mark : ""), eff + (eff_bad ? mark : ""), peak_cell(r),
                          pct(r.compute_share), pct(r.transfer_share), pct(r.idle_share), pct(r.exposed_comm_share), bubble,
-                         bus.empty() ? "-" : bus, r.best ? "**best**" : "");
+                         bus.empty() ? "-" : bus, r.best ? "**best**" : r.tied ? "tied" : "");
     }
     out += "\n";
+    if (!implausible.empty())
+      out += fmt::format("! implausible: N devices give at most N times one device's throughput (speedup N, efficiency "
+                         "100%). {}. Rerun with more --warmup and --iterations, or --benchmark_repetitions=N.\n",
+                         fmt::join(implausible, "; "));
+    if (tied)
+      out += "tied: within the measurement's spread (the two rows' CVs added) of the fastest at that device count, so "
+             "no best there; more --iterations or --benchmark_repetitions=N may separate them.\n";
     out += g.scaling == "weak" ? "Scaling efficiency (weak) = thr(N) / (N x thr(1))"
                                : "Scaling efficiency (strong) = T(1) / (N x T(N))";
     out += ", relative to the same strategy on one device";
@@ -114,18 +149,28 @@ std::string report_markdown(const Report& rep) {
     out += ". Formulas: docs/reports.md.\n";
     if (other_base) out += "+ this strategy has no one-device run: efficiency relative to regular on one device.\n";
     if (within) out += "\\* one repetition: CV over its iterations (add --benchmark_repetitions=N for CV over repetitions).\n";
-    out += "\n";
+    out += "\n" + memory_table(g);
   }
   if (rep.groups.empty()) out += "No benchmarks.\n";
   return out;
 }
 
+// (predicted - allocated) / allocated, where both were recorded.
+std::optional<double> predicted_error(const Row& r) {
+  if (!r.predicted_mib || !r.allocated_mib || *r.allocated_mib <= 0) return std::nullopt;
+  return *r.predicted_mib / *r.allocated_mib - 1;
+}
+
 std::string report_csv(const Report& rep) {
+  namespace fig = schema::figure;
   std::string out =
-      "workload,scaling,batch,precision,device_kind,strategy,devices,repetitions,median_ms,cv,cv_over,"
-      "samples_per_iteration,samples_per_s,flop_per_s,speedup,efficiency,efficiency_base,peak_mib_max,peak_mib_dev0,"
+      "workload,scaling,batch,precision,device_kind,strategy,devices,repetitions,median_ms,cv,cv_over," +
+      fmt::format("samples_per_iteration,samples_per_s,flop_per_s,speedup,efficiency,efficiency_base,{},{},",
+                  fig::allocated_worker_max.name, fig::allocated_worker0.name) +
       "compute_share,transfer_share,idle_share,other_share,exposed_comm_share,comm_mib_per_iteration,bubble_fraction,"
-      "measured_bubble,workers_used,oversubscribed,best,error,device_peak_mib,tensor_mib,workspace_mib,runtime_mib";
+      "measured_bubble,workers_used,oversubscribed,best,error," +
+      fmt::format("{},tensor_mib,workspace_mib,runtime_mib,{},{},{},{},tied,implausible", fig::device_peak.name,
+                  fig::threads.name, fig::predicted.name, fig::allocated.name, fig::predicted_error.name);
   for (const char* k : kKinds) out += fmt::format(",algbw_{},busbw_{}", k, k);
   out += "\n";
   for (const Group& g : rep.groups)
@@ -143,6 +188,8 @@ std::string report_csv(const Report& rep) {
                          csv_field(r.error ? r.error_message : ""));
       out += fmt::format(",{},{},{},{}", csv_num(r.device_peak_mib), csv_num(r.tensor_mib), csv_num(r.workspace_mib),
                          csv_num(r.runtime_mib));
+      out += fmt::format(",{},{},{},{},{},{}", csv_num(r.threads), csv_num(r.predicted_mib), csv_num(r.allocated_mib),
+                         csv_num(predicted_error(r)), r.tied ? 1 : 0, csv_field(r.implausible));
       for (const char* k : kKinds) out += fmt::format(",{},{}", csv_num(find(r.algbw, k)), csv_num(find(r.busbw, k)));
       out += "\n";
     }
@@ -151,6 +198,7 @@ std::string report_csv(const Report& rep) {
 
 std::string report_json(const Report& rep) {
   using nlohmann::json;
+  namespace fig = schema::figure;
   json doc;
   doc["parbench_report"] = 1;
   doc["sources"] = rep.sources;
@@ -184,14 +232,20 @@ std::string report_json(const Report& rep) {
       jr["speedup"] = json_num(r.speedup);
       jr["efficiency"] = json_num(r.efficiency);
       jr["efficiency_base"] = r.efficiency_base;
-      jr["peak_mib_max"] = json_num(r.peak_mib_max);
-      jr["peak_mib_dev0"] = json_num(r.peak_mib_dev0);
+      jr[fig::allocated_worker_max.name] = json_num(r.peak_mib_max);
+      jr[fig::allocated_worker0.name] = json_num(r.peak_mib_dev0);
+      jr[fig::threads.name] = json_num(r.threads);
+      jr[fig::predicted.name] = json_num(r.predicted_mib);
+      jr[fig::allocated.name] = json_num(r.allocated_mib);
+      jr[fig::predicted_error.name] = json_num(predicted_error(r));
+      jr["tied"] = r.tied;
+      jr["implausible"] = r.implausible.empty() ? json(nullptr) : json(r.implausible);
       jr["compute_share"] = json_num(r.compute_share);
       jr["transfer_share"] = json_num(r.transfer_share);
       jr["idle_share"] = json_num(r.idle_share);
       jr["other_share"] = json_num(r.other_share);
       jr["exposed_comm_share"] = json_num(r.exposed_comm_share);
-      jr["device_peak_mib"] = json_num(r.device_peak_mib);
+      jr[fig::device_peak.name] = json_num(r.device_peak_mib);
       jr["tensor_mib"] = json_num(r.tensor_mib);
       jr["workspace_mib"] = json_num(r.workspace_mib);
       jr["runtime_mib"] = json_num(r.runtime_mib);

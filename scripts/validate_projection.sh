@@ -75,7 +75,7 @@ for cfg in "great_net 32 0.25 great_net-32" "great_net 48 0.25 great_net-48" "li
   set -- $cfg
   want "$4" || continue
   name=$1; [ "$1" = great_net ] && name="great_net-$2-$3"
-  args=(--workload "$1" --batch 2 --devices 1,2,4 --iterations 10 --benchmark_enable_random_interleaving=true)
+  args=(--workload "$1" --batch 2 --devices 1,2,4 --all-at-one-device --iterations 10 --benchmark_enable_random_interleaving=true)
   [ "$1" = great_net ] && args+=(--image "$2" --width "$3")
   [ "$1" = linear ] && args+=(--iterations 200)  # the last --iterations counts
   reps=$REPS; [ "$1" = linear ] && reps=$LINEAR_REPS

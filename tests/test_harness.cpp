@@ -192,7 +192,7 @@ TEST_F(Harness, DifferentIterationsMatchAndAggregatesOnlyKeepsEverything) {
     return out;
   };
   const auto header = cells(r.out), row = cells(r.out.substr(r.out.find("linear,weak")));
-  for (const char* col : {"samples_per_s", "peak_mib_max", "compute_share", "transfer_share", "idle_share",
+  for (const char* col : {"samples_per_s", "allocated_mib_worker_max", "compute_share", "transfer_share", "idle_share",
                           "comm_mib_per_iteration"}) {
     const auto at = std::find(header.begin(), header.end(), col) - header.begin();
     ASSERT_LT(static_cast<std::size_t>(at), row.size()) << col;

@@ -81,7 +81,7 @@ class MemoryCli : public test::CliTest {
 };
 
 TEST_F(MemoryCli, RunReportsTheDevicePeakAndItsParts) {
-  const test::Result r = parbench("run --device-kind cpu --image 16 --width 0.25 --strategies regular,mp --devices 1,2 "
+  const test::Result r = parbench("run --device-kind cpu --image 16 --width 0.25 --strategies regular,mp --devices 1,2 --all-at-one-device "
                                   "--iterations 2 --warmup 1 --threads 1 --out " + path("run"));
   ASSERT_EQ(r.code, 0) << r.err;
   const reports::RunFile f = reports::load_run_json(path("run/results.json"));

@@ -823,7 +823,7 @@ TEST_F(ProjectCli, ValidateTimesAtMostAsManyWorkersSideBySideAsCores) {
 }
 
 TEST_F(ProjectCli, ValidateComparesEveryMeasuredConfiguration) {
-  test::Result r = parbench("run --workload linear --strategies regular,dp,ddp,mp,pipeline,tp --devices 1,2 --batch 2 --iterations 3 --warmup 1 --out " +
+  test::Result r = parbench("run --workload linear --strategies regular,dp,ddp,mp,pipeline,tp --devices 1,2 --all-at-one-device --batch 2 --iterations 3 --warmup 1 --out " +
                                 path("run"));
   ASSERT_EQ(r.code, 0) << r.err;
   r = parbench("calibrate --ranks 2,4 --sizes 64B,4 --reps 2 --pools 2 --out " + path("cpu.json"));

@@ -22,6 +22,15 @@ using dnnl_plan::BwdData;
 using dnnl_plan::BwdWeights;
 using dnnl_plan::Fwd;
 
+// A convolution below this many FLOPs finishes on one thread before a second one could be woken
+// (threads wait passively, engine/openmp_wait.cpp; on a busy machine a wake-up costs a time
+// slice): a team would only add its wake-ups. Primitives are created and run with the same team.
+constexpr double kTeamMinFlops = 1 << 22;
+int team(const ConvGeom& g, int threads) {
+  const double flops = 2.0 * static_cast<double>(g.n * g.k * g.c * g.r * g.s) * static_cast<double>(g.p() * g.q());
+  return flops < kTeamMinFlops ? 1 : threads;
+}
+
 }  // namespace
 
 struct DnnlConv::Impl : dnnl_plan::Plans {
@@ -49,7 +58,7 @@ void dnnl_call(const char* what, const ConvGeom& g, Body&& body) {
 
 std::string DnnlConv::plan(const ConvGeom& g, bool bias) {
   Impl& I = *impl_;
-  OmpThreads omp(I.threads);
+  OmpThreads omp(team(g, I.threads));
   std::string out;
   dnnl_call("convolution plan", g, [&] {
     const Fwd& f = I.get_fwd(g, bias);
@@ -65,7 +74,7 @@ std::string DnnlConv::plan(const ConvGeom& g, bool bias) {
 bool DnnlConv::forward_is_winograd(const ConvGeom& g, bool bias) {
   Impl& I = *impl_;
   if (!I.winograd) return false;
-  OmpThreads omp(I.threads);
+  OmpThreads omp(team(g, I.threads));
   bool wino = false;
   dnnl_call("convolution plan", g, [&] { wino = I.get_fwd(g, bias).impl.find("wino") != std::string::npos; });
   return wino;
@@ -74,7 +83,7 @@ bool DnnlConv::forward_is_winograd(const ConvGeom& g, bool bias) {
 bool DnnlConv::backward_data_is_winograd(const ConvGeom& g) {
   Impl& I = *impl_;
   if (!I.winograd) return false;
-  OmpThreads omp(I.threads);
+  OmpThreads omp(team(g, I.threads));
   bool wino = false;
   dnnl_call("convolution plan", g, [&] { wino = I.get_bwd_data(g).impl.find("wino") != std::string::npos; });
   return wino;
@@ -83,7 +92,7 @@ bool DnnlConv::backward_data_is_winograd(const ConvGeom& g) {
 bool DnnlConv::backward_weights_is_winograd(const ConvGeom& g, bool bias) {
   Impl& I = *impl_;
   if (!I.winograd) return false;
-  OmpThreads omp(I.threads);
+  OmpThreads omp(team(g, I.threads));
   bool wino = false;
   dnnl_call("convolution plan", g, [&] { wino = I.get_bwd_weights(g, bias).impl.find("wino") != std::string::npos; });
   return wino;
@@ -118,22 +127,27 @@ bool DnnlConv::keeps_blocked(const ConvGeom& a, const ConvGeom& b) {
   PB_CHECK(a.n == b.n && a.k == b.c && a.p() == b.h && a.q() == b.w, "convolutions that do not chain");
   bool keep = false;
   dnnl_call("convolution plan", b, [&] {
-    keep = !I.blocked({a.n, a.k, a.p(), a.q()}, a.k).is_zero() && I.is_blocked(I.get_fwd(a, true).dst.plain.prim) &&
-           I.is_blocked(I.get_fwd(b, true).src.plain.prim);
+    // Each primitive is created under the team its convolution runs with.
+    auto fwd = [&](const ConvGeom& g) -> const Fwd& {
+      OmpThreads omp(team(g, I.threads));
+      return I.get_fwd(g, true);
+    };
+    keep = !I.blocked({a.n, a.k, a.p(), a.q()}, a.k).is_zero() && I.is_blocked(fwd(a).dst.plain.prim) &&
+           I.is_blocked(fwd(b).src.plain.prim);
   });
   return keep;
 }
 
 void DnnlConv::forward(const ConvGeom& g, const float* x, const float* w, const float* b, float* y, ConvLayouts io) {
   Impl& I = *impl_;
-  OmpThreads omp(I.threads);
+  OmpThreads omp(team(g, I.threads));
   dnnl_call("convolution forward", g, [&] { run_forward(I, I.get_fwd(g, b != nullptr), g, x, w, b, y, io); });
 }
 
 bool DnnlConv::forward_relu(const ConvGeom& g, const float* x, const float* w, const float* b, float* y,
                             ConvLayouts io) {
   Impl& I = *impl_;
-  OmpThreads omp(I.threads);
+  OmpThreads omp(team(g, I.threads));
   bool fused = false;
   dnnl_call("convolution forward with ReLU", g, [&] {
     if (const Fwd* f = I.get_fwd_relu(g, b != nullptr)) {
@@ -146,7 +160,7 @@ bool DnnlConv::forward_relu(const ConvGeom& g, const float* x, const float* w, c
 
 void DnnlConv::backward_data(const ConvGeom& g, const float* dy, const float* w, float* dx, ConvLayouts io) {
   Impl& I = *impl_;
-  OmpThreads omp(I.threads);
+  OmpThreads omp(team(g, I.threads));
   dnnl_call("convolution backward data", g, [&] {
     BwdData& bd = I.get_bwd_data(g);
     const int64_t cs = g.c / bd.parts;  // input channels per slice
@@ -170,7 +184,7 @@ void DnnlConv::backward_data(const ConvGeom& g, const float* dy, const float* w,
 void DnnlConv::backward_weights(const ConvGeom& g, const float* x, const float* dy, float* dw, float* db,
                                 bool accumulate, ConvLayouts io) {
   Impl& I = *impl_;
-  OmpThreads omp(I.threads);
+  OmpThreads omp(team(g, I.threads));
   dnnl_call("convolution backward weights", g, [&] {
     BwdWeights& bw = I.get_bwd_weights(g, db != nullptr);
     const int64_t ks = g.k / bw.parts;  // output channels per slice
