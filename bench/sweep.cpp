@@ -23,6 +23,9 @@ namespace pb {
 
 namespace {
 
+// A CPU device slot no worker uses (workers are cpu(0 .. N-1)): the memory estimate's workspace probe.
+constexpr int kWorkspaceProbeSlot = 63;
+
 // The stages' layer ranges and ddp's buckets of the configuration (schema layout).
 std::string layout_json(const StepStats& st) {
   nlohmann::json j = nlohmann::json::object();
@@ -67,6 +70,29 @@ void write_trace(Sweep& sw, const Config& c, Strategy& s) {
   write_file_atomic(sw.trace_dir + "/" + trace_file_name(c.name), chrome_trace(spans, names, meta));
 }
 
+// The configuration's per-worker estimate, summed over its workers; stage ranges are the ones
+// the strategy chose from its plan (--balance), known once it is set up.
+double predicted_bytes(Sweep& sw, const Config& c, const StepStats& st) {
+  MemoryConfig mc;
+  mc.strategy = c.strategy;
+  mc.devices = c.devices;
+  mc.micro_batches = st.micro_batches;
+  if (st.staged)
+    for (const auto& w : st.workers) {
+      const std::pair<int, int> range{w.layer_begin, w.layer_end};
+      if (mc.stages.empty() || range.first > mc.stages.back().first) mc.stages.push_back(range);
+    }
+  if (c.options.kind == DeviceKind::Cpu) {  // on a GPU the probe would raise a worker's peak: the im2col bound
+    auto& probe = sw.workspace[c.options.backend.threads];
+    if (!probe) probe = measured_workspace(c.options.backend, cpu(kWorkspaceProbeSlot));
+    mc.workspace = probe;
+  }
+  const MemoryEstimate e = estimate_memory(sw.plan, c.global_batch, mc);
+  double sum = 0;
+  for (double b : e.per_worker) sum += b;
+  return e.per_worker.empty() ? e.total() : sum;
+}
+
 Strategy& prepare(Sweep& sw, const Config& c) {
   if (sw.active && sw.active_name == c.name) return *sw.active;
   sw.release();  // free the previous configuration's memory before allocating this one's
@@ -78,7 +104,6 @@ Strategy& prepare(Sweep& sw, const Config& c) {
   const int visible = c.options.kind == DeviceKind::Cuda ? cuda_device_count() : c.devices;
   for (int i = 0; i < std::min(c.devices, visible); ++i) allocator_for(Device{c.options.kind, i}).reset_peak();
   check_memory_fits(sw.plan, c.global_batch, c.options.kind, c.devices, c.options.backend.memory_limit_bytes, sw.net.name);
-  sw.predicted_bytes[c.name] = estimate_memory(sw.plan, c.global_batch).total();
   auto s = make_strategy(c.strategy, c.options);
   s->setup(sw.plan, sw.params, sw.net.adam);
   const std::vector<float> x = synthetic_values(c.global_batch * numel_of(sw.plan.input), sw.seed + 1);
@@ -86,6 +111,7 @@ Strategy& prepare(Sweep& sw, const Config& c) {
       sw.net.target == Target::Input ? x : synthetic_values(c.global_batch * numel_of(sw.plan.output), sw.seed + 2);
   s->load_batch(x, t, c.global_batch);
   for (int64_t i = 0; i < sw.warmup; ++i) s->step();  // untimed: algorithm search, allocator warm-up
+  sw.predicted_bytes[c.name] = predicted_bytes(sw, c, s->stats());
   if (!sw.trace_dir.empty() && !sw.traced.count(c.name)) write_trace(sw, c, *s);  // untimed too
   sw.active = std::move(s);
   sw.active_name = c.name;

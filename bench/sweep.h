@@ -4,6 +4,7 @@
 
 #include <benchmark/benchmark.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -42,8 +43,12 @@ struct Sweep {
   std::map<std::string, std::vector<std::vector<double>>> calls;
   // Per configuration: its stages' layer ranges and ddp's buckets (schema layout), as JSON.
   std::map<std::string, std::string> layouts;
-  // Per configuration: the memory estimate (engine/memory_estimate.h), made before its setup.
+  // Per configuration: the per-worker memory estimate (engine/memory_estimate.h) summed over its
+  // workers, as allocated_bytes sums their allocators' peaks; the library workspace it counts is
+  // measured once per layer list and threads per worker (oneDNN's scratch grows with its team) on a
+  // CPU slot no worker uses (`workspace`, kept across configurations).
   std::map<std::string, double> predicted_bytes;
+  std::map<int, std::function<double(const std::vector<LayerPlan>&, int64_t)>> workspace;
   // CPU: the process's resident bytes before any configuration (the program and its libraries),
   // every configuration's runtime_bytes.
   double base_resident = 0;
