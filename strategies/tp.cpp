@@ -121,7 +121,7 @@ class TensorParallel final : public GroupStrategy {
              mine.size(), total);
     State& st = state_[w.rank];
     st.params = Tensor::from_host({total}, mine, w.device);
-    st.grads = Tensor::zeros({total}, w.device);
+    st.grads = Tensor::zeros({total}, w.be());
     w.adam = std::make_unique<Adam>(w.be(), total, adam);
   }
 
@@ -148,7 +148,7 @@ class TensorParallel final : public GroupStrategy {
     w.x = Tensor::from_host({b * in}, std::vector<float>(x.begin() + at * in, x.begin() + (at + b) * in), w.device);
     w.t = Tensor::from_host({b * out_n}, std::vector<float>(t.begin() + at * out_n, t.begin() + (at + b) * out_n), w.device);
     w.dy = Tensor::empty({b * numel_of(plan().output)}, w.device);
-    w.loss = Tensor::zeros({1}, w.device);
+    w.loss = Tensor::zeros({1}, w.be());
     State& st = state_[w.rank];
     st.acts.clear();
     int64_t gathered = 1, local = 1, act = 1;
@@ -174,7 +174,6 @@ class TensorParallel final : public GroupStrategy {
     Communicator& c = replicas_ == 1 ? g.comm() : g.part_comm("tp", w.rank);
     Backend& be = w.be();
     State& st = state_[w.rank];
-    const Device dev = w.device;
     const int layers = static_cast<int>(slices_.size());
     auto out_of = [&](int i) -> float* {  // a layer's whole output (Flatten: its input's)
       while (i >= 0 && !st.acts[i].defined()) --i;
@@ -197,11 +196,11 @@ class TensorParallel final : public GroupStrategy {
       else be.linear_forward(b, l.in[0], s.k[r], x, wt, bias, mine);
       if (!s.split) continue;
       c.all_gather(r, mine, st.gathered.data(), piece);
-      // Pieces are [worker][sample][its channels]; the activation is [sample][channel].
+      // Pieces are [worker][sample][its channels]; the activation is [sample][channel]: one
+      // strided copy per piece, queued on the compute stream (no host round trip per sample).
       for (int q = 0; q < n; ++q)
-        for (int64_t j = 0; j < b; ++j)
-          copy_bytes(dev, y + (j * s.channels + s.lo[q]) * s.per_sample, dev,
-                     st.gathered.data() + q * piece + j * s.k[q] * s.per_sample, bytes(s.k[q] * s.per_sample));
+        be.copy_2d(y + s.lo[q] * s.per_sample, s.channels * s.per_sample, st.gathered.data() + q * piece,
+                   s.k[q] * s.per_sample, s.k[q] * s.per_sample, b);
     }
     const int64_t out = numel_of(plan().output);
     fwd_span.reset();
@@ -227,9 +226,8 @@ class TensorParallel final : public GroupStrategy {
       // This worker's channels of the output gradient, [sample][its channels].
       const float* dy = gout;
       if (s.split) {
-        for (int64_t j = 0; j < b; ++j)
-          copy_bytes(dev, st.dy_local.data() + j * k * s.per_sample, dev, gout + (j * s.channels + s.lo[r]) * s.per_sample,
-                     bytes(k * s.per_sample));
+        be.copy_2d(st.dy_local.data(), k * s.per_sample, gout + s.lo[r] * s.per_sample, s.channels * s.per_sample,
+                   k * s.per_sample, b);
         dy = st.dy_local.data();
       }
       float* dx = i > 0 ? st.dx[next].data() : nullptr;
@@ -262,7 +260,6 @@ class TensorParallel final : public GroupStrategy {
     Tensor gathered, dy_local, dx[2];
   };
 
-  static std::size_t bytes(int64_t n) { return static_cast<std::size_t>(n) * sizeof(float); }
   int64_t max_channels() const {
     int64_t m = 0;
     for (const Slice& s : slices_) m = std::max(m, s.channels);
