@@ -82,7 +82,9 @@ std::vector<ActLayout> Sequential::layouts(int64_t batch) const {
 const float* Sequential::forward(const float* x, int64_t batch, int slot_id) {
   Slot& slot = slots_[slot_id];
   if (slot.batch != batch) {
-    slot.storage.assign(end_ - begin_, Tensor());
+    // Buffers kept: a slot that serves micro-batches of two sizes in turn (uneven splits) keeps
+    // the larger one's rather than reallocating at every change.
+    slot.storage.resize(end_ - begin_);
     slot.out.assign(end_ - begin_, nullptr);
     slot.layout = layouts(batch);
     slot.batch = batch;
@@ -100,8 +102,9 @@ const float* Sequential::forward(const float* x, int64_t batch, int slot_id) {
     const int64_t out_n = batch * numel_of(l.out);
     // ReLU runs in place on its producer's output (never on the caller's input); flatten is a view.
     const bool alias = l.spec.type == LayerType::Flatten || (l.spec.type == LayerType::ReLU && cur_owned);
-    if (!alias && !slot.storage[j].defined()) slot.storage[j] = Tensor::empty({out_n}, be.device());
-    float* y = alias ? const_cast<float*>(cur) : slot.storage[j].data();
+    Tensor& own = slot.storage[j];
+    if (!alias && (!own.defined() || own.numel() < out_n)) own = Tensor::empty({out_n}, be.device());
+    float* y = alias ? const_cast<float*>(cur) : own.data();
     const float* w = params_.data() + (l.param_offset - base);
     Tracer::Scope layer = layer_span(tracer_, Phase::Forward, slot_id, l);
     const LayerPass fwd = LayerPass::Forward;
@@ -134,8 +137,9 @@ const float* Sequential::forward(const float* x, int64_t batch, int slot_id) {
 }
 
 float* Sequential::grad_scratch(int i, int64_t floats) {
-  if (gbuf_[i].numel() < floats) gbuf_[i] = Tensor::empty({floats}, backend_->device());
-  return gbuf_[i].data();
+  Tensor& b = (*gbuf_)[i];
+  if (!b.defined() || b.numel() < floats) b = Tensor::empty({floats}, backend_->device());
+  return b.data();
 }
 
 std::pair<int64_t, int64_t> Sequential::layer_grad_range(int i) const {
