@@ -48,9 +48,10 @@ class Allocator {
   // nothing (the steady state after warm-up) leaves it unchanged.
   std::size_t allocations() const { return allocations_.load(); }
   void reset_peak();
-  // Bytes in use on the whole device as its driver reports them (CUDA: total - free from
-  // cudaMemGetInfo, every process and context included); 0 where there is no such figure (CPU).
-  virtual std::size_t device_used_bytes() const { return 0; }
+  // Bytes this process uses on the device as its driver reports them, allocator and runtime
+  // (libraries' handles and scratch, loaded kernels) together: CUDA, growth of cudaMemGetInfo's
+  // used memory since before the first allocation here; 0 where there is no such figure (CPU).
+  virtual std::size_t process_used_bytes() const { return 0; }
 
  protected:
   virtual void* raw_allocate(std::size_t bytes) = 0;

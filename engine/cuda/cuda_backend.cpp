@@ -137,6 +137,8 @@ class CudaBackend final : public Backend {
   void synchronize() override {
     cu::use_device(device_);
     CUDA_CHECK(cudaStreamSynchronize(stream_));
+    // Only this stream's convolutions use the workspace, and they are done: an outgrown one can go.
+    convs_.release_outgrown();
   }
 
   // A memset where it can be one (all-zero bits are 0.0f), on the given queue like every op.
@@ -228,6 +230,9 @@ std::unique_ptr<Backend> make_cuda_backend(int device, const BackendOptions& opt
   const int n = cuda_count_devices();
   if (device < 0 || device >= n)
     throw Error(fmt::format("cuda:{} requested, but this machine has {} CUDA device(s)", device, n));
+  // The allocator first: its baseline (memory in use before this process's) is read before the
+  // backend's handles take any.
+  (void)allocator_for(Device{DeviceKind::Cuda, device});
   return std::make_unique<CudaBackend>(device, opts);
 }
 

@@ -18,12 +18,14 @@ std::string cuda_name(int device) { return Device{DeviceKind::Cuda, device}.str(
 
 class CudaAllocator final : public Allocator {
  public:
-  explicit CudaAllocator(int device) : device_(device) {}
-  std::size_t device_used_bytes() const override {
-    cu::use_device(device_);
-    std::size_t free_bytes = 0, total = 0;
-    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
-    return total - free_bytes;
+  // The baseline is what the device holds before this process's first allocation there: other
+  // processes' memory, and this process's context (which the first call makes; not counted).
+  explicit CudaAllocator(int device) : device_(device), baseline_(driver_used()) {}
+  // Growth since the baseline: this process's allocations, handles and loaded kernels, as long
+  // as other processes on the GPU hold what they held then.
+  std::size_t process_used_bytes() const override {
+    const std::size_t used = driver_used();
+    return used > baseline_ ? used - baseline_ : 0;
   }
 
  protected:
@@ -51,7 +53,15 @@ class CudaAllocator final : public Allocator {
   }
 
  private:
+  std::size_t driver_used() const {
+    cu::use_device(device_);
+    std::size_t free_bytes = 0, total = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+    return total - free_bytes;
+  }
+
   int device_;
+  std::size_t baseline_;
 };
 
 struct DeviceCount {
