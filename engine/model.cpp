@@ -41,8 +41,8 @@ Sequential::Sequential(const NetPlan& plan, int begin, int end, Backend& backend
            "stage [{}, {}) of a {}-layer net", begin, end, plan.layers.size());
   int64_t n = 0;
   for (int i = begin; i < end; ++i) n += plan.layers[i].weight_numel + plan.layers[i].bias_numel;
-  params_ = Tensor::zeros({n}, backend.device());
-  grads_ = Tensor::zeros({n}, backend.device());
+  params_ = Tensor::zeros({n}, backend);
+  grads_ = Tensor::zeros({n}, backend);
 }
 
 double Sequential::forward_flops_per_sample() const {
@@ -202,9 +202,10 @@ void Sequential::backward(const float* dy, float* dx, bool accumulate, int slot_
         break;
       case LayerType::Flatten:
         if (grads_ready) grads_ready(i);
-        // Same memory layout: the gradient passes through, copied only into the caller's dx.
+        // Same memory layout: the gradient passes through, copied only into the caller's dx (on
+        // the compute queue: no host wait, and on a shared GPU no wait for other workers).
         if (i == begin_ && dx != nullptr)
-          copy_bytes(be.device(), dx, be.device(), gout, static_cast<std::size_t>(batch * numel_of(l.out)) * sizeof(float));
+          be.copy(be.device(), dx, be.device(), gout, static_cast<std::size_t>(batch * numel_of(l.out)) * sizeof(float));
         if (i > begin_) continue;
         break;
     }
@@ -213,7 +214,7 @@ void Sequential::backward(const float* dy, float* dx, bool accumulate, int slot_
 }
 
 Adam::Adam(Backend& backend, int64_t n, const AdamParams& p)
-    : backend_(&backend), p_(p), m_(Tensor::zeros({n}, backend.device())), v_(Tensor::zeros({n}, backend.device())) {}
+    : backend_(&backend), p_(p), m_(Tensor::zeros({n}, backend)), v_(Tensor::zeros({n}, backend)) {}
 
 void Adam::step(Tensor& params, const Tensor& grads) {
   PB_CHECK(params.numel() == m_.numel() && grads.numel() == m_.numel(), "Adam over {} values, got {} and {}",
