@@ -185,7 +185,7 @@ class FullyShardedDataParallel final : public GroupStrategy {
   };
 
   // A unit's whole values (padded to N shards): a view of the shard itself on one worker, else
-  // of `whole` (at the unit's place in it, for zero2's parameters of every unit).
+  // of `buf` at `at` (the unit's place in it, for zero2's parameters of every unit).
   Tensor whole(const Tensor& shard, const Tensor& buf, int64_t at, int n, const Unit& u) const {
     return n == 1 ? shard.view(u.at, {u.shard}) : buf.view(at, {n * u.shard});
   }
@@ -201,7 +201,7 @@ class FullyShardedDataParallel final : public GroupStrategy {
     m.grads() = Tensor();
   }
 
-  bool reshard_;  // free a unit's parameters after its forward (ZeRO-3), gather them again for backward
+  bool reshard_;  // drop a unit's parameters after its forward (ZeRO-3), gather them again for backward
   std::vector<Unit> units_;
   std::vector<Shard> shards_;  // per worker
   std::vector<std::vector<std::unique_ptr<Sequential>>> models_;  // per worker, per unit

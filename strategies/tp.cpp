@@ -85,7 +85,9 @@ class TensorParallel final : public GroupStrategy {
       s.channels = l.out[0];
       s.per_sample = numel_of(l.out) / s.channels;
       s.fan = l.weight_numel / s.channels;
-      s.split = s.channels >= n;
+      // One way: the whole layer is the worker's slice, computed straight into the activation
+      // (no gather buffer, no copies), as a replicated layer is.
+      s.split = n > 1 && s.channels >= n;
       any = any || s.split;
       s.piece = s.split ? (s.channels + n - 1) / n : s.channels;
       for (int r = 0; r < n; ++r) {
