@@ -57,7 +57,7 @@ inline constexpr Key iter_cv{"iter_cv", "fraction", "CV of the iteration times w
 inline constexpr Key device_peak_bytes{"device_peak_bytes", "bytes", "tensor_bytes + workspace_bytes + runtime_bytes: what the configuration needs of a device (CUDA: the GPU with the largest sum; CPU: the host, shared by the workers)"};
 inline constexpr Key tensor_bytes{"tensor_bytes", "bytes", "the engine's tensors (parameters, gradients, Adam moments, activations, buffers) at the allocator's peak since setup (CUDA: that GPU's; CPU: summed over the workers)"};
 inline constexpr Key workspace_bytes{"workspace_bytes", "bytes", "library workspace at the allocator's peak since setup: oneDNN scratch and reorder buffers, im2col, Winograd transforms, cuDNN workspace (CUDA: that GPU's; CPU: summed over the workers)"};
-inline constexpr Key runtime_bytes{"runtime_bytes", "bytes", "after the timed steps, CUDA: bytes in use on that GPU (cudaMemGetInfo) less the allocator's -- CUDA context, cuDNN/cuBLAS handles, NCCL buffers, and other processes on the GPU; CPU: the process's resident memory (VmRSS) less the CPU allocators' bytes -- program, libraries, oneDNN's primitive cache, host copies of the data"};
+inline constexpr Key runtime_bytes{"runtime_bytes", "bytes", "after the timed steps, CUDA: this process's growth of the bytes in use on that GPU (cudaMemGetInfo) since before its first allocation there, less the allocator's -- cuDNN/cuBLAS handles, NCCL buffers, loaded kernels (not the CUDA context, nor other processes as long as theirs stays put); CPU: the process's resident memory (VmRSS) less the CPU allocators' bytes -- program, libraries, oneDNN's primitive cache, host copies of the data"};
 }  // namespace counter
 
 inline constexpr Key kCounters[] = {
