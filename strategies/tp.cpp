@@ -157,8 +157,11 @@ class TensorParallel final : public GroupStrategy {
     for (std::size_t i = 0; i < slices_.size(); ++i) {
       const LayerPlan& l = plan().layers[i];
       const Slice& s = slices_[i];
-      // Flatten is a view of its input; every other layer has its own output.
-      st.acts.push_back(l.spec.type == LayerType::Flatten ? Tensor() : Tensor::empty({b * numel_of(l.out)}, w.device));
+      // Flatten is a view of its input, and a ReLU runs in place on its producer's output (never
+      // on the net's input), as in a Sequential; every other layer has its own output.
+      const bool view = l.spec.type == LayerType::Flatten || (l.spec.type == LayerType::ReLU && !st.acts.empty() &&
+                                                              out_owned(st.acts));
+      st.acts.push_back(view ? Tensor() : Tensor::empty({b * numel_of(l.out)}, w.device));
       act = std::max(act, b * numel_of(l.in));
       if (s.split) {
         gathered = std::max(gathered, ways() * b * s.piece * s.per_sample);
@@ -177,7 +180,7 @@ class TensorParallel final : public GroupStrategy {
     Backend& be = w.be();
     State& st = state_[w.rank];
     const int layers = static_cast<int>(slices_.size());
-    auto out_of = [&](int i) -> float* {  // a layer's whole output (Flatten: its input's)
+    auto out_of = [&](int i) -> float* {  // a layer's whole output (Flatten, in-place ReLU: their input's)
       while (i >= 0 && !st.acts[i].defined()) --i;
       return i < 0 ? w.x.data() : st.acts[i].data();
     };
@@ -187,7 +190,7 @@ class TensorParallel final : public GroupStrategy {
       const Slice& s = slices_[i];
       const float* x = out_of(i - 1);
       float* y = st.acts[i].defined() ? st.acts[i].data() : nullptr;
-      if (l.spec.type == LayerType::ReLU) be.relu_forward(b * numel_of(l.out), x, y);
+      if (l.spec.type == LayerType::ReLU) be.relu_forward(b * numel_of(l.out), x, y ? y : out_of(i - 1));
       if (s.channels == 0) continue;
       const float* wt = st.params.data() + s.at[r];
       const float* bias = wt + s.k[r] * s.fan;
@@ -219,7 +222,7 @@ class TensorParallel final : public GroupStrategy {
       const float* x = out_of(i - 1);
       if (l.spec.type == LayerType::Flatten) continue;  // same layout: the gradient passes through
       if (l.spec.type == LayerType::ReLU) {
-        if (i > 0) be.relu_backward(b * numel_of(l.out), st.acts[i].data(), gout, gout);  // in place
+        if (i > 0) be.relu_backward(b * numel_of(l.out), out_of(i), gout, gout);  // in place
         continue;
       }
       float* wt = st.params.data() + s.at[r];
@@ -262,6 +265,12 @@ class TensorParallel final : public GroupStrategy {
     Tensor gathered, dy_local, dx[2];
   };
 
+  // Whether the output of the last of these layers is a buffer of this worker's (not the input).
+  static bool out_owned(const std::vector<Tensor>& acts) {
+    for (const Tensor& a : acts)
+      if (a.defined()) return true;
+    return false;
+  }
   int64_t max_channels() const {
     int64_t m = 0;
     for (const Slice& s : slices_) m = std::max(m, s.channels);
