@@ -149,6 +149,21 @@ class Backend {
   // Blocks until all work queued on this backend is done (timing points, host reads).
   virtual void synchronize() = 0;
 
+  // Data movement queued like the ops (`stream` null: the compute queue), so a step needs no host
+  // round trip for it; on CPU it runs when called.
+  // dst[0, n) = value, on this device.
+  virtual void fill(float* dst, int64_t n, float value, Stream* stream = nullptr) = 0;
+  // rows x width floats on this device: dst[r * dst_pitch + i] = src[r * src_pitch + i] (pitches
+  // in floats, at least width; the ranges do not overlap).
+  virtual void copy_2d(float* dst, int64_t dst_pitch, const float* src, int64_t src_pitch, int64_t width,
+                       int64_t rows, Stream* stream = nullptr) = 0;
+  // bytes from src on src_dev to dst on dst_dev, one of them this device (the other the host,
+  // this device or another); done once the stream's work is (synchronize(Stream&)).
+  virtual void copy(Device dst_dev, void* dst, Device src_dev, const void* src, std::size_t bytes,
+                    Stream* stream = nullptr) = 0;
+  // The host waits for the work queued on `stream` alone.
+  virtual void synchronize(Stream& stream) = 0;
+
   // Ordering between queues without blocking the host. `stream` null means this backend's
   // compute queue. A communicator records an event on the compute queue and makes its own
   // stream wait for it before a transfer, then the reverse after, so neither side stalls the host.

@@ -1,9 +1,10 @@
 // In-process communicator: the ranks are threads of this process meeting at a shared-memory
-// rendezvous. Buffers are reached only through copy_bytes (or read directly when on the host), so
-// it serves CPU workers and CUDA workers that share one GPU alike.
+// rendezvous. Buffers are reached only through the ranks' backends' copies (or read directly when
+// on the host), so it serves CPU workers and CUDA workers that share one GPU alike.
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -19,8 +20,8 @@ namespace {
 class InProcComm final : public Communicator {
  public:
   explicit InProcComm(std::vector<Backend*> ranks)
-      : Communicator(std::move(ranks)), src_(size()), host_(size()), mail_(size() * size()),
-        channels_(size() * size()), started_(size()), next_id_(size()), piece_(size()) {}
+      : Communicator(std::move(ranks)), src_(size()), ready_(size()), host_(size()), mail_(size() * size()),
+        channels_(size() * size()), started_(size()), next_id_(size()), piece_(size()), queues_(size()) {}
   std::string name() const override { return "inproc"; }
 
   void abort() noexcept override {
@@ -35,9 +36,9 @@ class InProcComm final : public Communicator {
   void do_reduce(int rank, float* buf, int64_t n, int root) override { sum(rank, buf, n, root); }
 
   void do_broadcast(int rank, float* buf, int64_t n, int root) override {
-    if (rank == root) src_[root] = buf;
+    if (rank == root) src_[root] = buf, ready_[root] = mark(rank);
     meet(rank);  // root's pointer is published
-    if (rank != root) copy_bytes(device(rank), buf, device(root), src_[root], bytes(n));
+    if (rank != root) copy(rank, device(rank), buf, device(root), src_[root], bytes(n), {ready_[root], mark(rank)});
     meet(rank);  // root's buffer must stay untouched until every rank has its copy
   }
 
@@ -48,6 +49,7 @@ class InProcComm final : public Communicator {
     Mail& m = mail_[rank * size() + peer];
     m.ptr = buf;
     m.n = n;
+    m.ready = mark(rank);
     m.posted = true;
     cv_.notify_all();
     idle(rank, lock, [&] { return aborted_ || m.taken; });  // the copy is the receiver's
@@ -58,15 +60,17 @@ class InProcComm final : public Communicator {
   void do_recv(int rank, float* buf, int64_t n, int peer) override {
     Mail& m = mail_[peer * size() + rank];
     const float* src = nullptr;
+    Event* ready = nullptr;
     {
       auto lock = hold_polling(mu_);
       idle(rank, lock, [&] { return aborted_ || (m.posted && !m.taken); });
       throw_if_aborted();
       PB_CHECK(m.n == n, "rank {} receives {} values but rank {} sends {}", rank, n, peer, m.n);
       src = m.ptr;
+      ready = m.ready;
     }
-    // Outside the lock: the sender waits for `taken`, so its buffer stays valid meanwhile.
-    copy_bytes(device(rank), buf, device(peer), src, bytes(n));
+    // Outside the lock: the sender waits for `taken`, so its buffer (and event) stay valid meanwhile.
+    copy(rank, device(rank), buf, device(peer), src, bytes(n), {ready, mark(rank)});
     const auto lock = hold_polling(mu_);
     m.taken = true;
     cv_.notify_all();
@@ -74,17 +78,20 @@ class InProcComm final : public Communicator {
 
   // Each rank copies every piece from its publisher (a host copy when on a GPU).
   void do_all_gather(int rank, const float* send, float* recv, int64_t n) override {
-    src_[rank] = publish(rank, send, n);
+    Event* mine = mark(rank);
+    src_[rank] = publish(rank, send, n, mine);
     meet(rank);  // every piece is published
+    // Host pieces, ordered by the meet: only recv's earlier users to wait for. In place: no copy.
     for (int k = 0; k < size(); ++k)
-      if (src_[k] != recv + k * n) copy_bytes(device(rank), recv + k * n, cpu(), src_[k], bytes(n));  // in place
+      if (src_[k] != recv + k * n) copy(rank, device(rank), recv + k * n, cpu(), src_[k], bytes(n), {mine});
     meet(rank);  // the pieces stay untouched until every rank has its copies
   }
 
   // Each rank sums its own piece over ranks in rank order, as sum() does: the values equal an
   // all-reduce's bit for bit.
   void do_reduce_scatter(int rank, const float* send, float* recv, int64_t n) override {
-    src_[rank] = publish(rank, send, size() * n);
+    Event* mine = mark(rank);
+    src_[rank] = publish(rank, send, size() * n, mine);
     meet(rank);  // every input is published
     std::vector<float>& out = piece_[rank];
     out.assign(src_[0] + rank * n, src_[0] + (rank + 1) * n);
@@ -93,7 +100,7 @@ class InProcComm final : public Communicator {
       for (int64_t i = 0; i < n; ++i) out[i] += in[i];
     }
     meet(rank);  // nobody reads the inputs any more
-    copy_bytes(device(rank), recv, cpu(), out.data(), bytes(n));
+    copy(rank, device(rank), recv, cpu(), out.data(), bytes(n), {mine});
   }
 
   // Non-blocking transfers: a channel per (sender, receiver) pair queues the sends and recvs not
@@ -103,12 +110,14 @@ class InProcComm final : public Communicator {
   int64_t do_send_start(int rank, const float* buf, int64_t n, int peer) override {
     auto op = std::make_shared<Transfer>();
     op->src = buf, op->n = n, op->sender = rank, op->receiver = peer;
+    op->ready = take_event(rank);
     return start(rank, std::move(op), channels_[rank * size() + peer].sends, channels_[rank * size() + peer].recvs);
   }
 
   int64_t do_recv_start(int rank, float* buf, int64_t n, int peer) override {
     auto op = std::make_shared<Transfer>();
     op->dst = buf, op->n = n, op->sender = peer, op->receiver = rank;
+    op->ready = take_event(rank);
     return start(rank, std::move(op), channels_[peer * size() + rank].recvs, channels_[peer * size() + rank].sends);
   }
 
@@ -121,6 +130,8 @@ class InProcComm final : public Communicator {
     auto lock = hold_polling(mu_);
     idle(rank, lock, [&] { return aborted_ || op->done; });
     throw_if_aborted();
+    // The copy is complete (done is set after it), so nobody waits on the event any more.
+    queues_[rank].spare.push_back(std::move(op->ready));
   }
 
  private:
@@ -130,6 +141,9 @@ class InProcComm final : public Communicator {
     int64_t n = 0;
     int sender = 0, receiver = 0;
     bool done = false;
+    // Recorded on the starter's compute queue at start: the copy waits for what wrote (or last
+    // read) the buffer, and for none of the starter's later work.
+    std::unique_ptr<Event> ready;
   };
   struct Channel {
     std::deque<std::shared_ptr<Transfer>> sends, recvs;  // started, not yet matched
@@ -139,6 +153,7 @@ class InProcComm final : public Communicator {
   int64_t start(int rank, std::shared_ptr<Transfer> op, std::deque<std::shared_ptr<Transfer>>& mine,
                 std::deque<std::shared_ptr<Transfer>>& theirs) {
     const int64_t id = next_id_[rank]++;
+    backend(rank).record(*op->ready);
     started_[rank].emplace(id, op);  // this rank's own map: no lock needed
     std::shared_ptr<Transfer> match;
     {
@@ -154,23 +169,63 @@ class InProcComm final : public Communicator {
     Transfer& send = op->src ? *op : *match;
     Transfer& recv = op->src ? *match : *op;
     PB_CHECK(send.n == recv.n, "rank {} receives {} values but rank {} sends {}", recv.receiver, recv.n, send.sender, send.n);
-    copy_bytes(device(recv.receiver), recv.dst, device(send.sender), send.src, bytes(send.n));
+    copy(rank, device(recv.receiver), recv.dst, device(send.sender), send.src, bytes(send.n),
+         {send.ready.get(), recv.ready.get()});
     const auto lock = hold_polling(mu_);
     op->done = match->done = true;
     cv_.notify_all();
     return id;
   }
 
-  // The host address of a rank's n input values: the buffer itself on the CPU, else a copy.
-  const float* publish(int rank, const float* buf, int64_t n) {
+  // The host address of a rank's n input values: the buffer itself on the CPU, else a copy
+  // (ordered after `written`, the rank's mark).
+  const float* publish(int rank, const float* buf, int64_t n, Event* written) {
     if (device(rank).kind == DeviceKind::Cpu) return buf;
     host_[rank].resize(static_cast<std::size_t>(n));
-    copy_bytes(cpu(), host_[rank].data(), device(rank), buf, bytes(n));
+    copy(rank, cpu(), host_[rank].data(), device(rank), buf, bytes(n), {written});
     return host_[rank].data();
+  }
+
+  // Every copy runs on the calling rank's own non-blocking stream, never on the legacy default
+  // stream: on a GPU that several workers share, that one waits for every worker's queued
+  // compute, so a copy would wait for (and book as transfer) a peer's next micro-batch. The
+  // stream waits only for `after`, the marks of the buffers' owners (work queued before they
+  // posted them), and the host for the stream: the copy is done on return.
+  void copy(int rank, Device dst_dev, void* dst, Device src_dev, const void* src, std::size_t bytes,
+            std::initializer_list<Event*> after) {
+    if (bytes == 0) return;
+    Backend& be = backend(rank);
+    Queues& q = queues_[rank];
+    if (!q.stream) q.stream = be.create_stream();
+    for (Event* e : after)
+      if (e) be.wait(*e, q.stream.get());
+    be.copy(dst_dev, dst, src_dev, src, bytes, q.stream.get());
+    be.synchronize(*q.stream);
+  }
+
+  // An event after the work queued so far on the rank's compute queue (the base class has also
+  // synchronized it, but the copies' order does not rest on that). Reused by the rank's
+  // blocking calls: the rendezvous keeps it from being recorded again while a peer waits on it.
+  Event* mark(int rank) {
+    Queues& q = queues_[rank];
+    if (!q.mark) q.mark = backend(rank).create_event();
+    backend(rank).record(*q.mark);
+    return q.mark.get();
+  }
+
+  // An event for one non-blocking transfer, from the rank's spares (made only while the number
+  // in flight grows).
+  std::unique_ptr<Event> take_event(int rank) {
+    auto& spare = queues_[rank].spare;
+    if (spare.empty()) return backend(rank).create_event();
+    std::unique_ptr<Event> e = std::move(spare.back());
+    spare.pop_back();
+    return e;
   }
 
   struct Mail {
     const float* ptr = nullptr;
+    Event* ready = nullptr;  // the sender's mark
     int64_t n = 0;
     bool posted = false, taken = false;
   };
@@ -210,13 +265,8 @@ class InProcComm final : public Communicator {
   // its own slice of the elements. root < 0: every rank receives the sum; else only root.
   void sum(int rank, float* buf, int64_t n, int root) {
     const Device dev = device(rank);
-    if (dev.kind == DeviceKind::Cpu) {
-      src_[rank] = buf;
-    } else {
-      host_[rank].resize(static_cast<std::size_t>(n));
-      copy_bytes(cpu(), host_[rank].data(), dev, buf, bytes(n));
-      src_[rank] = host_[rank].data();
-    }
+    Event* mine = mark(rank);
+    src_[rank] = publish(rank, buf, n, mine);
     // Only rank 0 resizes, and nobody reads sum_ between the previous call's last meet and this one.
     if (rank == 0 && static_cast<int64_t>(sum_.size()) < n) sum_.resize(static_cast<std::size_t>(n));
     meet(rank);  // every rank's input is published
@@ -228,7 +278,7 @@ class InProcComm final : public Communicator {
       for (int64_t i = lo; i < hi; ++i) out[i] += in[i];
     }
     meet(rank);  // the sum is complete, and nobody reads the inputs any more
-    if (root < 0 || root == rank) copy_bytes(dev, buf, cpu(), sum_.data(), bytes(n));
+    if (root < 0 || root == rank) copy(rank, dev, buf, cpu(), sum_.data(), bytes(n), {mine});
     meet(rank);  // sum_ and host_ are free for the next call
   }
 
@@ -240,6 +290,7 @@ class InProcComm final : public Communicator {
   uint64_t generation_ = 0;
   bool aborted_ = false;
   std::vector<const float*> src_;          // per rank, published before a meet()
+  std::vector<Event*> ready_;              // per rank, published with src_: its mark
   std::vector<std::vector<float>> host_;   // per rank: host copy of a device buffer
   std::vector<float> sum_;
   std::vector<Mail> mail_;                 // [sender * size + receiver]
@@ -247,6 +298,12 @@ class InProcComm final : public Communicator {
   std::vector<std::map<int64_t, std::shared_ptr<Transfer>>> started_;  // per rank, its own thread's
   std::vector<int64_t> next_id_;           // per rank, its own thread's
   std::vector<std::vector<float>> piece_;  // per rank: its reduce-scatter piece
+  struct Queues {  // a rank's own, made on its thread on first use
+    std::unique_ptr<Stream> stream;  // its copies
+    std::unique_ptr<Event> mark;     // its blocking calls' buffers
+    std::vector<std::unique_ptr<Event>> spare;  // for transfers, back from wait_transfer
+  };
+  std::vector<Queues> queues_;  // per rank
 };
 
 }  // namespace

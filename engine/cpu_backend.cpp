@@ -3,7 +3,6 @@
 #include "engine/cpu_backend.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -353,34 +352,6 @@ void CpuBackend::conv2d_backward_weights_in(const ConvGeom& g, ConvLayouts io, c
   }
 }
 
-void CpuBackend::linear_forward(int64_t n, int64_t in, int64_t out, const float* x, const float* w,
-                                const float* b, float* y) {
-  float* wt = scratch(1, static_cast<std::size_t>(in * out));
-  cpu_transpose(out, in, w, wt, threads_);
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t o = 0; o < out; ++o) y[i * out + o] = b ? b[o] : 0.0f;
-  cpu_gemm_nn(n, out, in, x, wt, y, true, threads_);
-}
-
-void CpuBackend::linear_backward_data(int64_t n, int64_t in, int64_t out, const float* dy,
-                                      const float* w, float* dx) {
-  cpu_gemm_nn(n, in, out, dy, w, dx, false, threads_);
-}
-
-void CpuBackend::linear_backward_weights(int64_t n, int64_t in, int64_t out, const float* x,
-                                         const float* dy, float* dw, float* db, bool accumulate) {
-  float* dyt = scratch(1, static_cast<std::size_t>(n * out));
-  cpu_transpose(n, out, dy, dyt, threads_);
-  cpu_gemm_nn(out, in, n, dyt, x, dw, accumulate, threads_);
-  if (db) {
-    for (int64_t o = 0; o < out; ++o) {
-      double s = 0;
-      for (int64_t i = 0; i < n; ++i) s += dy[i * out + o];
-      db[o] = static_cast<float>(s) + (accumulate ? db[o] : 0.0f);
-    }
-  }
-}
-
 void CpuBackend::relu_forward(int64_t n, const float* x, float* y) {
 #pragma omp parallel for simd num_threads(team(n, threads_)) schedule(static)
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
@@ -417,22 +388,6 @@ void CpuBackend::adam_step(int64_t n, float* p, const float* g, float* m, float*
     const float denom = std::sqrt(v[i]) / bc2_sqrt + eps;
     p[i] = p[i] + -step_size * m[i] / denom;  // addcdiv: value * t1 / t2
   }
-}
-
-namespace {
-struct CpuStream final : Stream {
-  void* native() const override { return nullptr; }
-};
-struct CpuEvent final : Event {
-  std::chrono::steady_clock::time_point at;
-};
-}  // namespace
-
-std::unique_ptr<Stream> CpuBackend::create_stream() { return std::make_unique<CpuStream>(); }
-std::unique_ptr<Event> CpuBackend::create_event() { return std::make_unique<CpuEvent>(); }
-void CpuBackend::record(Event& e, Stream*) { static_cast<CpuEvent&>(e).at = std::chrono::steady_clock::now(); }
-double CpuBackend::elapsed_s(Event& start, Event& end) {
-  return std::chrono::duration<double>(static_cast<CpuEvent&>(end).at - static_cast<CpuEvent&>(start).at).count();
 }
 
 }  // namespace pb

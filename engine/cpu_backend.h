@@ -51,6 +51,12 @@ class CpuBackend final : public Backend {
   void adam_step(int64_t n, float* p, const float* g, float* m, float* v, const AdamParams& a,
                  int64_t step) override;
   void synchronize() override {}
+  void fill(float* dst, int64_t n, float value, Stream* stream = nullptr) override;
+  void copy_2d(float* dst, int64_t dst_pitch, const float* src, int64_t src_pitch, int64_t width, int64_t rows,
+               Stream* stream = nullptr) override;
+  void copy(Device dst_dev, void* dst, Device src_dev, const void* src, std::size_t bytes,
+            Stream* stream = nullptr) override;
+  void synchronize(Stream&) override {}
   // Ops run when called: events are host time stamps, and nothing ever waits.
   std::unique_ptr<Stream> create_stream() override;
   std::unique_ptr<Event> create_event() override;

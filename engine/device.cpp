@@ -49,6 +49,7 @@ void Allocator::sub(MemoryPool pool, std::size_t bytes) noexcept {
 
 void* Allocator::allocate(std::size_t bytes, MemoryPool pool) {
   void* p = raw_allocate(bytes);
+  allocations_.fetch_add(1);
   add(pool, bytes);
   return p;
 }
@@ -60,6 +61,7 @@ void Allocator::release(void* p, std::size_t bytes, MemoryPool pool) noexcept {
 }
 
 void Allocator::note(MemoryPool pool, std::ptrdiff_t delta) noexcept {
+  if (delta > 0) allocations_.fetch_add(1);
   if (delta > 0) add(pool, static_cast<std::size_t>(delta));
   if (delta < 0) sub(pool, static_cast<std::size_t>(-delta));
 }

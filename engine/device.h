@@ -44,10 +44,14 @@ class Allocator {
   std::size_t peak_bytes(MemoryPool pool) const { return pool_peak_[index(pool)].load(); }
   // A pool's bytes at the moment of the peak in all: the parts of peak_bytes(), which add up to it.
   std::size_t at_peak_bytes(MemoryPool pool) const { return at_peak_[index(pool)].load(); }
+  // Calls of allocate() and growths noted, since the process began: a step that allocates
+  // nothing (the steady state after warm-up) leaves it unchanged.
+  std::size_t allocations() const { return allocations_.load(); }
   void reset_peak();
-  // Bytes in use on the whole device as its driver reports them (CUDA: total - free from
-  // cudaMemGetInfo, every process and context included); 0 where there is no such figure (CPU).
-  virtual std::size_t device_used_bytes() const { return 0; }
+  // Bytes this process uses on the device as its driver reports them, allocator and runtime
+  // (libraries' handles and scratch, loaded kernels) together: CUDA, growth of cudaMemGetInfo's
+  // used memory since before the first allocation here; 0 where there is no such figure (CPU).
+  virtual std::size_t process_used_bytes() const { return 0; }
 
  protected:
   virtual void* raw_allocate(std::size_t bytes) = 0;
@@ -62,6 +66,7 @@ class Allocator {
   std::atomic<std::size_t> pool_current_[2] = {0, 0};
   std::atomic<std::size_t> pool_peak_[2] = {0, 0};
   std::atomic<std::size_t> at_peak_[2] = {0, 0};
+  std::atomic<std::size_t> allocations_{0};
 };
 
 // Counts a scratch buffer that a library or kernel allocates itself as workspace of a device:

@@ -333,7 +333,8 @@ MemoryUse measure_memory(const std::vector<Device>& devices) {
     MemoryUse m;
     m.tensors = static_cast<double>(a.at_peak_bytes(MemoryPool::Tensors));
     m.workspace = static_cast<double>(a.at_peak_bytes(MemoryPool::Workspace));
-    m.runtime = std::max(0.0, static_cast<double>(a.device_used_bytes()) - static_cast<double>(a.current_bytes()));
+    // This process's use beyond its allocator (other processes on the GPU are not counted).
+    m.runtime = std::max(0.0, static_cast<double>(a.process_used_bytes()) - static_cast<double>(a.current_bytes()));
     if (m.total() > best.total()) best = m;
   }
   return best;

@@ -41,8 +41,8 @@ Sequential::Sequential(const NetPlan& plan, int begin, int end, Backend& backend
            "stage [{}, {}) of a {}-layer net", begin, end, plan.layers.size());
   int64_t n = 0;
   for (int i = begin; i < end; ++i) n += plan.layers[i].weight_numel + plan.layers[i].bias_numel;
-  params_ = Tensor::zeros({n}, backend.device());
-  grads_ = Tensor::zeros({n}, backend.device());
+  params_ = Tensor::zeros({n}, backend);
+  grads_ = Tensor::zeros({n}, backend);
 }
 
 double Sequential::forward_flops_per_sample() const {
@@ -82,7 +82,9 @@ std::vector<ActLayout> Sequential::layouts(int64_t batch) const {
 const float* Sequential::forward(const float* x, int64_t batch, int slot_id) {
   Slot& slot = slots_[slot_id];
   if (slot.batch != batch) {
-    slot.storage.assign(end_ - begin_, Tensor());
+    // Buffers kept: a slot that serves micro-batches of two sizes in turn (uneven splits) keeps
+    // the larger one's rather than reallocating at every change.
+    slot.storage.resize(end_ - begin_);
     slot.out.assign(end_ - begin_, nullptr);
     slot.layout = layouts(batch);
     slot.batch = batch;
@@ -100,8 +102,9 @@ const float* Sequential::forward(const float* x, int64_t batch, int slot_id) {
     const int64_t out_n = batch * numel_of(l.out);
     // ReLU runs in place on its producer's output (never on the caller's input); flatten is a view.
     const bool alias = l.spec.type == LayerType::Flatten || (l.spec.type == LayerType::ReLU && cur_owned);
-    if (!alias && !slot.storage[j].defined()) slot.storage[j] = Tensor::empty({out_n}, be.device());
-    float* y = alias ? const_cast<float*>(cur) : slot.storage[j].data();
+    Tensor& own = slot.storage[j];
+    if (!alias && (!own.defined() || own.numel() < out_n)) own = Tensor::empty({out_n}, be.device());
+    float* y = alias ? const_cast<float*>(cur) : own.data();
     const float* w = params_.data() + (l.param_offset - base);
     Tracer::Scope layer = layer_span(tracer_, Phase::Forward, slot_id, l);
     const LayerPass fwd = LayerPass::Forward;
@@ -134,8 +137,9 @@ const float* Sequential::forward(const float* x, int64_t batch, int slot_id) {
 }
 
 float* Sequential::grad_scratch(int i, int64_t floats) {
-  if (gbuf_[i].numel() < floats) gbuf_[i] = Tensor::empty({floats}, backend_->device());
-  return gbuf_[i].data();
+  Tensor& b = (*gbuf_)[i];
+  if (!b.defined() || b.numel() < floats) b = Tensor::empty({floats}, backend_->device());
+  return b.data();
 }
 
 std::pair<int64_t, int64_t> Sequential::layer_grad_range(int i) const {
@@ -198,9 +202,10 @@ void Sequential::backward(const float* dy, float* dx, bool accumulate, int slot_
         break;
       case LayerType::Flatten:
         if (grads_ready) grads_ready(i);
-        // Same memory layout: the gradient passes through, copied only into the caller's dx.
+        // Same memory layout: the gradient passes through, copied only into the caller's dx (on
+        // the compute queue: no host wait, and on a shared GPU no wait for other workers).
         if (i == begin_ && dx != nullptr)
-          copy_bytes(be.device(), dx, be.device(), gout, static_cast<std::size_t>(batch * numel_of(l.out)) * sizeof(float));
+          be.copy(be.device(), dx, be.device(), gout, static_cast<std::size_t>(batch * numel_of(l.out)) * sizeof(float));
         if (i > begin_) continue;
         break;
     }
@@ -209,7 +214,7 @@ void Sequential::backward(const float* dy, float* dx, bool accumulate, int slot_
 }
 
 Adam::Adam(Backend& backend, int64_t n, const AdamParams& p)
-    : backend_(&backend), p_(p), m_(Tensor::zeros({n}, backend.device())), v_(Tensor::zeros({n}, backend.device())) {}
+    : backend_(&backend), p_(p), m_(Tensor::zeros({n}, backend)), v_(Tensor::zeros({n}, backend)) {}
 
 void Adam::step(Tensor& params, const Tensor& grads) {
   PB_CHECK(params.numel() == m_.numel() && grads.numel() == m_.numel(), "Adam over {} values, got {} and {}",

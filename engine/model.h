@@ -2,8 +2,10 @@
 // contiguous buffer and its gradients in another, so an all-reduce or an Adam step is one call.
 #pragma once
 
+#include <array>
 #include <functional>
 #include <map>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -60,9 +62,11 @@ class Sequential {
   void set_tracer(Tracer* t) { tracer_ = t; }
   // Every later forward/backward calls it around each layer's backend calls; null: none.
   void set_observer(LayerObserver* o) { observer_ = o; }
-  // Frees backward's scratch for gradients between layers (made again when needed): a stage
-  // that is one of many on a device (fsdp's units) holds it only while its backward runs.
-  void release_scratch() { gbuf_[0] = gbuf_[1] = Tensor(); }
+  // Frees backward's scratch for gradients between layers (made again when needed).
+  void release_scratch() { (*gbuf_)[0] = (*gbuf_)[1] = Tensor(); }
+  // Uses other's scratch from now on: stages on one device whose backwards never overlap
+  // (fsdp's units) hold one pair, the largest any needs, instead of one each.
+  void share_scratch(Sequential& other) { gbuf_ = other.gbuf_; }
 
  private:
   struct Slot {
@@ -83,7 +87,7 @@ class Sequential {
   Backend* backend_;
   Tensor params_, grads_;
   std::map<int, Slot> slots_;
-  Tensor gbuf_[2];
+  std::shared_ptr<std::array<Tensor, 2>> gbuf_ = std::make_shared<std::array<Tensor, 2>>();
   Tracer* tracer_ = nullptr;
   LayerObserver* observer_ = nullptr;
 };

@@ -1,6 +1,9 @@
 // Tensor storage, views and host/device transfers.
 #include "engine/tensor.h"
 
+#include <cstring>
+
+#include "engine/backend.h"
 #include "engine/check.h"
 
 namespace pb {
@@ -35,8 +38,18 @@ Tensor Tensor::empty(const Shape& shape, Device dev) {
 
 Tensor Tensor::zeros(const Shape& shape, Device dev) {
   Tensor t = empty(shape, dev);
+  if (dev.kind == DeviceKind::Cpu) {
+    if (t.numel() > 0) std::memset(t.data(), 0, t.bytes());
+    return t;
+  }
   std::vector<float> z(static_cast<std::size_t>(t.numel()), 0.0f);
   t.copy_from_host(z.data(), t.numel());
+  return t;
+}
+
+Tensor Tensor::zeros(const Shape& shape, Backend& be) {
+  Tensor t = empty(shape, be.device());
+  be.fill(t.data(), t.numel(), 0.0f);
   return t;
 }
 

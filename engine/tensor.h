@@ -11,6 +11,8 @@
 
 namespace pb {
 
+class Backend;
+
 using Shape = std::vector<int64_t>;
 
 int64_t numel_of(const Shape& s);
@@ -37,7 +39,10 @@ class Tensor {
  public:
   Tensor() = default;
   static Tensor empty(const Shape& shape, Device dev);
+  // Zeros on the host's clock: a memset on the CPU, a copy from a host buffer on a GPU (setup only).
   static Tensor zeros(const Shape& shape, Device dev);
+  // Zeros by a fill queued on be's compute queue, on be's device: no host buffer, no round trip.
+  static Tensor zeros(const Shape& shape, Backend& be);
   static Tensor from_host(const Shape& shape, const std::vector<float>& values, Device dev);
 
   bool defined() const { return buf_ != nullptr; }

@@ -4,7 +4,10 @@
 // parameters before its forward and again before its backward, dropping them after each; its
 // gradients are reduce-scattered, and each worker steps its own shard. zero2 (ZeRO-2, FSDP
 // SHARD_GRAD_OP) keeps the gathered parameters from forward to backward instead: one all-gather
-// per unit and step, for the memory of the whole parameters during the step.
+// per unit and step, for the memory of the whole parameters during the step. The gathered
+// parameters and whole gradients live in buffers made once (at setup): a step allocates nothing.
+#include <algorithm>
+
 #include "engine/check.h"
 #include "engine/process.h"
 #include "strategies/batch.h"
@@ -88,15 +91,28 @@ class FullyShardedDataParallel final : public GroupStrategy {
     }
     Shard& s = shards_[r];
     s.params = Tensor::from_host({total}, mine, w.device);
-    s.grads = Tensor::zeros({total}, w.device);
+    s.grads = Tensor::zeros({total}, w.be());
     w.adam = std::make_unique<Adam>(w.be(), total, adam);
-    // One stage per unit; its whole parameters and gradients exist only around its own compute.
+    // One stage per unit; its whole parameters and gradients are views of the buffers below, set
+    // only around its own compute. The units' backwards share one pair of gradient scratch.
     auto& models = models_[r];
     models.clear();
     for (const Unit& u : units_) {
       models.push_back(std::make_unique<Sequential>(plan(), u.begin, u.end, w.be()));
       models.back()->set_tracer(&w.tracer);
+      models.back()->share_scratch(*models.front());
       release(*models.back());
+    }
+    // One worker holds the whole of every unit: its shards serve as the whole parameters and
+    // gradients (the gather and reduce-scatter are then no copies). Else one buffer for the whole
+    // parameters of the largest unit (fsdp: one unit at a time) or of all units (zero2: kept from
+    // forward to backward), and one for the whole gradients of the largest unit.
+    const int n = workers();
+    int64_t largest = 0;
+    for (const Unit& u : units_) largest = std::max(largest, n * u.shard);
+    if (n > 1) {  // after the stages, whose own parameters (made and dropped) would add to the peak
+      s.gathered = Tensor::empty({reshard_ ? largest : n * total}, w.device);
+      s.unit_grads = Tensor::empty({largest}, w.device);
     }
   }
 
@@ -117,12 +133,14 @@ class FullyShardedDataParallel final : public GroupStrategy {
     w.t = Tensor::empty({n * out}, w.device);
     if (n > 0) w.t.copy_from_host(t.data() + at * out, n * out);
     w.dy = Tensor::empty({n * out}, w.device);
-    w.loss = Tensor::zeros({1}, w.device);
+    w.loss = Tensor::zeros({1}, w.be());
     // Input gradients between units: two buffers of the largest unit input, used in turn.
     int64_t max_in = 0;
     for (std::size_t u = 1; u < units_.size(); ++u) max_in = std::max(max_in, n * numel_of(plan().layers[units_[u].begin].in));
     Shard& s = shards_[w.rank];
     for (Tensor& b : s.dx) b = Tensor::empty({max_in}, w.device);
+    // Without a chunk nothing writes the whole gradients: the reduce-scatter then adds zeros.
+    if (n == 0 && s.unit_grads.defined()) w.be().fill(s.unit_grads.data(), s.unit_grads.numel(), 0.0f);
   }
 
   void step(Worker& w, Group& g) override {
@@ -148,7 +166,7 @@ class FullyShardedDataParallel final : public GroupStrategy {
       Sequential& m = *models[u];
       const Unit& unit = units_[u];
       if (reshard_) gather(c, w, m, unit);
-      m.grads() = Tensor::zeros({c.size() * unit.shard}, w.device);  // a worker without a chunk adds zeros
+      m.grads() = whole(s.grads, s.unit_grads, 0, c.size(), unit);
       float* dx = u > 0 ? s.dx[u % 2].data() : nullptr;
       if (n > 0) m.backward(dy, dx, false);
       c.reduce_scatter(r, m.grads().data(), s.grads.data() + unit.at, unit.shard);
@@ -162,21 +180,28 @@ class FullyShardedDataParallel final : public GroupStrategy {
  private:
   struct Shard {
     Tensor params, grads;  // this worker's shard of every unit, concatenated
+    Tensor gathered, unit_grads;  // whole parameters and gradients (more than one worker)
     Tensor dx[2];
   };
 
-  // The unit's whole parameters (padded to N shards) from every worker's shard.
-  void gather(Communicator& c, Worker& w, Sequential& m, const Unit& u) {
-    m.params() = Tensor::empty({c.size() * u.shard}, w.device);
-    c.all_gather(w.rank, shards_[w.rank].params.data() + u.at, m.params().data(), u.shard);
+  // A unit's whole values (padded to N shards): a view of the shard itself on one worker, else
+  // of `buf` at `at` (the unit's place in it, for zero2's parameters of every unit).
+  Tensor whole(const Tensor& shard, const Tensor& buf, int64_t at, int n, const Unit& u) const {
+    return n == 1 ? shard.view(u.at, {u.shard}) : buf.view(at, {n * u.shard});
   }
+  // The unit's whole parameters from every worker's shard.
+  void gather(Communicator& c, Worker& w, Sequential& m, const Unit& u) {
+    Shard& s = shards_[w.rank];
+    m.params() = whole(s.params, s.gathered, reshard_ ? 0 : c.size() * u.at, c.size(), u);
+    c.all_gather(w.rank, s.params.data() + u.at, m.params().data(), u.shard);
+  }
+  // Drops the unit's views (the buffers stay, for the next unit and step).
   static void release(Sequential& m) {
     m.params() = Tensor();
     m.grads() = Tensor();
-    m.release_scratch();
   }
 
-  bool reshard_;  // free a unit's parameters after its forward (ZeRO-3), gather them again for backward
+  bool reshard_;  // drop a unit's parameters after its forward (ZeRO-3), gather them again for backward
   std::vector<Unit> units_;
   std::vector<Shard> shards_;  // per worker
   std::vector<std::vector<std::unique_ptr<Sequential>>> models_;  // per worker, per unit

@@ -85,7 +85,9 @@ class TensorParallel final : public GroupStrategy {
       s.channels = l.out[0];
       s.per_sample = numel_of(l.out) / s.channels;
       s.fan = l.weight_numel / s.channels;
-      s.split = s.channels >= n;
+      // One way: the whole layer is the worker's slice, computed straight into the activation
+      // (no gather buffer, no copies), as a replicated layer is.
+      s.split = n > 1 && s.channels >= n;
       any = any || s.split;
       s.piece = s.split ? (s.channels + n - 1) / n : s.channels;
       for (int r = 0; r < n; ++r) {
@@ -121,7 +123,7 @@ class TensorParallel final : public GroupStrategy {
              mine.size(), total);
     State& st = state_[w.rank];
     st.params = Tensor::from_host({total}, mine, w.device);
-    st.grads = Tensor::zeros({total}, w.device);
+    st.grads = Tensor::zeros({total}, w.be());
     w.adam = std::make_unique<Adam>(w.be(), total, adam);
   }
 
@@ -148,15 +150,18 @@ class TensorParallel final : public GroupStrategy {
     w.x = Tensor::from_host({b * in}, std::vector<float>(x.begin() + at * in, x.begin() + (at + b) * in), w.device);
     w.t = Tensor::from_host({b * out_n}, std::vector<float>(t.begin() + at * out_n, t.begin() + (at + b) * out_n), w.device);
     w.dy = Tensor::empty({b * numel_of(plan().output)}, w.device);
-    w.loss = Tensor::zeros({1}, w.device);
+    w.loss = Tensor::zeros({1}, w.be());
     State& st = state_[w.rank];
     st.acts.clear();
     int64_t gathered = 1, local = 1, act = 1;
     for (std::size_t i = 0; i < slices_.size(); ++i) {
       const LayerPlan& l = plan().layers[i];
       const Slice& s = slices_[i];
-      // Flatten is a view of its input; every other layer has its own output.
-      st.acts.push_back(l.spec.type == LayerType::Flatten ? Tensor() : Tensor::empty({b * numel_of(l.out)}, w.device));
+      // Flatten is a view of its input, and a ReLU runs in place on its producer's output (never
+      // on the net's input), as in a Sequential; every other layer has its own output.
+      const bool view = l.spec.type == LayerType::Flatten || (l.spec.type == LayerType::ReLU && !st.acts.empty() &&
+                                                              out_owned(st.acts));
+      st.acts.push_back(view ? Tensor() : Tensor::empty({b * numel_of(l.out)}, w.device));
       act = std::max(act, b * numel_of(l.in));
       if (s.split) {
         gathered = std::max(gathered, ways() * b * s.piece * s.per_sample);
@@ -174,9 +179,8 @@ class TensorParallel final : public GroupStrategy {
     Communicator& c = replicas_ == 1 ? g.comm() : g.part_comm("tp", w.rank);
     Backend& be = w.be();
     State& st = state_[w.rank];
-    const Device dev = w.device;
     const int layers = static_cast<int>(slices_.size());
-    auto out_of = [&](int i) -> float* {  // a layer's whole output (Flatten: its input's)
+    auto out_of = [&](int i) -> float* {  // a layer's whole output (Flatten, in-place ReLU: their input's)
       while (i >= 0 && !st.acts[i].defined()) --i;
       return i < 0 ? w.x.data() : st.acts[i].data();
     };
@@ -186,7 +190,7 @@ class TensorParallel final : public GroupStrategy {
       const Slice& s = slices_[i];
       const float* x = out_of(i - 1);
       float* y = st.acts[i].defined() ? st.acts[i].data() : nullptr;
-      if (l.spec.type == LayerType::ReLU) be.relu_forward(b * numel_of(l.out), x, y);
+      if (l.spec.type == LayerType::ReLU) be.relu_forward(b * numel_of(l.out), x, y ? y : out_of(i - 1));
       if (s.channels == 0) continue;
       const float* wt = st.params.data() + s.at[r];
       const float* bias = wt + s.k[r] * s.fan;
@@ -197,11 +201,11 @@ class TensorParallel final : public GroupStrategy {
       else be.linear_forward(b, l.in[0], s.k[r], x, wt, bias, mine);
       if (!s.split) continue;
       c.all_gather(r, mine, st.gathered.data(), piece);
-      // Pieces are [worker][sample][its channels]; the activation is [sample][channel].
+      // Pieces are [worker][sample][its channels]; the activation is [sample][channel]: one
+      // strided copy per piece, queued on the compute stream (no host round trip per sample).
       for (int q = 0; q < n; ++q)
-        for (int64_t j = 0; j < b; ++j)
-          copy_bytes(dev, y + (j * s.channels + s.lo[q]) * s.per_sample, dev,
-                     st.gathered.data() + q * piece + j * s.k[q] * s.per_sample, bytes(s.k[q] * s.per_sample));
+        be.copy_2d(y + s.lo[q] * s.per_sample, s.channels * s.per_sample, st.gathered.data() + q * piece,
+                   s.k[q] * s.per_sample, s.k[q] * s.per_sample, b);
     }
     const int64_t out = numel_of(plan().output);
     fwd_span.reset();
@@ -218,7 +222,7 @@ class TensorParallel final : public GroupStrategy {
       const float* x = out_of(i - 1);
       if (l.spec.type == LayerType::Flatten) continue;  // same layout: the gradient passes through
       if (l.spec.type == LayerType::ReLU) {
-        if (i > 0) be.relu_backward(b * numel_of(l.out), st.acts[i].data(), gout, gout);  // in place
+        if (i > 0) be.relu_backward(b * numel_of(l.out), out_of(i), gout, gout);  // in place
         continue;
       }
       float* wt = st.params.data() + s.at[r];
@@ -227,9 +231,8 @@ class TensorParallel final : public GroupStrategy {
       // This worker's channels of the output gradient, [sample][its channels].
       const float* dy = gout;
       if (s.split) {
-        for (int64_t j = 0; j < b; ++j)
-          copy_bytes(dev, st.dy_local.data() + j * k * s.per_sample, dev, gout + (j * s.channels + s.lo[r]) * s.per_sample,
-                     bytes(k * s.per_sample));
+        be.copy_2d(st.dy_local.data(), k * s.per_sample, gout + s.lo[r] * s.per_sample, s.channels * s.per_sample,
+                   k * s.per_sample, b);
         dy = st.dy_local.data();
       }
       float* dx = i > 0 ? st.dx[next].data() : nullptr;
@@ -262,7 +265,12 @@ class TensorParallel final : public GroupStrategy {
     Tensor gathered, dy_local, dx[2];
   };
 
-  static std::size_t bytes(int64_t n) { return static_cast<std::size_t>(n) * sizeof(float); }
+  // Whether the output of the last of these layers is a buffer of this worker's (not the input).
+  static bool out_owned(const std::vector<Tensor>& acts) {
+    for (const Tensor& a : acts)
+      if (a.defined()) return true;
+    return false;
+  }
   int64_t max_channels() const {
     int64_t m = 0;
     for (const Slice& s : slices_) m = std::max(m, s.channels);

@@ -137,6 +137,34 @@ class CudaBackend final : public Backend {
   void synchronize() override {
     cu::use_device(device_);
     CUDA_CHECK(cudaStreamSynchronize(stream_));
+    // Only this stream's convolutions use the workspace, and they are done: an outgrown one can go.
+    convs_.release_outgrown();
+  }
+
+  // A memset where it can be one (all-zero bits are 0.0f), on the given queue like every op.
+  void fill(float* dst, int64_t n, float value, Stream* s) override {
+    if (n <= 0) return;
+    cu::use_device(device_);
+    if (value == 0.0f && !std::signbit(value))
+      CUDA_CHECK(cudaMemsetAsync(dst, 0, static_cast<std::size_t>(n) * sizeof(float), queue(s)));
+    else
+      cu::launch_fill(queue(s), n, value, dst);
+  }
+  void copy_2d(float* dst, int64_t dst_pitch, const float* src, int64_t src_pitch, int64_t width, int64_t rows,
+               Stream* s) override {
+    if (width <= 0 || rows <= 0) return;
+    cu::use_device(device_);
+    auto b = [](int64_t floats) { return static_cast<std::size_t>(floats) * sizeof(float); };
+    CUDA_CHECK(cudaMemcpy2DAsync(dst, b(dst_pitch), src, b(src_pitch), b(width), static_cast<std::size_t>(rows),
+                                 cudaMemcpyDeviceToDevice, queue(s)));
+  }
+  void copy(Device dst_dev, void* dst, Device src_dev, const void* src, std::size_t bytes, Stream* s) override {
+    cu::use_device(device_);
+    cuda_copy_async(dst_dev, dst, src_dev, src, bytes, queue(s));
+  }
+  void synchronize(Stream& s) override {
+    cu::use_device(device_);
+    CUDA_CHECK(cudaStreamSynchronize(queue(&s)));
   }
 
   std::unique_ptr<Stream> create_stream() override {
@@ -202,6 +230,9 @@ std::unique_ptr<Backend> make_cuda_backend(int device, const BackendOptions& opt
   const int n = cuda_count_devices();
   if (device < 0 || device >= n)
     throw Error(fmt::format("cuda:{} requested, but this machine has {} CUDA device(s)", device, n));
+  // The allocator first: its baseline (memory in use before this process's) is read before the
+  // backend's handles take any.
+  (void)allocator_for(Device{DeviceKind::Cuda, device});
   return std::make_unique<CudaBackend>(device, opts);
 }
 

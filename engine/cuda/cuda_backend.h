@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <memory>
 
+#include <cuda_runtime.h>
+
 #include "engine/backend.h"
 #include "engine/device.h"
 
@@ -17,6 +19,9 @@ std::unique_ptr<Allocator> make_cuda_allocator(int device);
 // Any direction (host<->GPU, GPU<->GPU on one device or across devices); ordered after the
 // work already queued on the devices involved, and returns when dst holds the data.
 void cuda_copy_bytes(Device dst_dev, void* dst, Device src_dev, const void* src, std::size_t bytes);
+// The same copy queued on `stream` alone (ordered after nothing else), not waited for.
+void cuda_copy_async(Device dst_dev, void* dst, Device src_dev, const void* src, std::size_t bytes,
+                     cudaStream_t stream);
 
 // GPUs the runtime sees; 0 (not an error) when there is no driver or no device.
 int cuda_count_devices();

@@ -204,10 +204,11 @@ ConvPlan& CudnnConv::plan_for(const ConvGeom& g) {
   return *plans_.emplace(key, std::move(p)).first->second;
 }
 
-// Grow-only workspace shared by all convolutions of this backend. An outgrown buffer is kept
-// until the backend is destroyed rather than freed: cudaFree synchronizes the whole device,
-// which would stall every other stream (other workers, collectives) each time it grows.
-// Growth happens during the first steps only (the search asks for the most up front).
+// Grow-only workspace shared by all convolutions of this backend. An outgrown buffer may still
+// be read by convolutions queued on the stream, so it is not freed here (cudaFree would also
+// stall every other stream of the device mid-step) but at release_outgrown(), once the stream is
+// idle; the peak is then at most the last two sizes, not the sum of all. Growth happens during
+// the first steps only (the search asks for the most up front).
 void* CudnnConv::workspace(std::size_t bytes) {
   if (bytes == 0) return nullptr;
   if (!workspace_ || workspace_->bytes() < bytes) {
@@ -216,6 +217,8 @@ void* CudnnConv::workspace(std::size_t bytes) {
   }
   return workspace_->data();
 }
+
+void CudnnConv::release_outgrown() noexcept { outgrown_.clear(); }
 
 // The most workspace a search may use: the configured cap, and no more than the current
 // buffer or what is free on the device (a larger buffer is allocated beside the current

@@ -37,6 +37,9 @@ class CudnnConv {
   void backward_weights(const ConvGeom& g, const float* x, const float* dy, float* dw, float* db, bool accumulate);
   // The algorithms chosen so far for each sub-batch of `g` (Backend::conv_algorithms).
   std::string algorithms(const ConvGeom& g) const;
+  // Frees the workspaces outgrown so far; only when no queued convolution can still use them
+  // (the backend's stream is idle).
+  void release_outgrown() noexcept;
 
  private:
   using Key = std::array<int64_t, 11>;
@@ -66,7 +69,7 @@ class CudnnConv {
   bool exhaustive_;
   cudnnHandle_t cudnn_;
   std::unique_ptr<Buffer> workspace_;
-  std::vector<std::unique_ptr<Buffer>> outgrown_;  // earlier workspaces, freed at destruction
+  std::vector<std::unique_ptr<Buffer>> outgrown_;  // earlier workspaces, until release_outgrown()
   std::map<Key, std::unique_ptr<ConvPlan>> plans_;
 };
 

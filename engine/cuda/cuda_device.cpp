@@ -18,12 +18,14 @@ std::string cuda_name(int device) { return Device{DeviceKind::Cuda, device}.str(
 
 class CudaAllocator final : public Allocator {
  public:
-  explicit CudaAllocator(int device) : device_(device) {}
-  std::size_t device_used_bytes() const override {
-    cu::use_device(device_);
-    std::size_t free_bytes = 0, total = 0;
-    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
-    return total - free_bytes;
+  // The baseline is what the device holds before this process's first allocation there: other
+  // processes' memory, and this process's context (which the first call makes; not counted).
+  explicit CudaAllocator(int device) : device_(device), baseline_(driver_used()) {}
+  // Growth since the baseline: this process's allocations, handles and loaded kernels, as long
+  // as other processes on the GPU hold what they held then.
+  std::size_t process_used_bytes() const override {
+    const std::size_t used = driver_used();
+    return used > baseline_ ? used - baseline_ : 0;
   }
 
  protected:
@@ -51,7 +53,15 @@ class CudaAllocator final : public Allocator {
   }
 
  private:
+  std::size_t driver_used() const {
+    cu::use_device(device_);
+    std::size_t free_bytes = 0, total = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+    return total - free_bytes;
+  }
+
   int device_;
+  std::size_t baseline_;
 };
 
 struct DeviceCount {
@@ -104,11 +114,19 @@ std::unique_ptr<Allocator> make_cuda_allocator(int device) {
   return std::make_unique<CudaAllocator>(device);
 }
 
+void cuda_copy_async(Device dst_dev, void* dst, Device src_dev, const void* src, std::size_t bytes,
+                     cudaStream_t stream) {
+  if (bytes == 0) return;
+  const bool dst_gpu = dst_dev.kind == DeviceKind::Cuda, src_gpu = src_dev.kind == DeviceKind::Cuda;
+  if (dst_gpu && src_gpu && dst_dev.index != src_dev.index) enable_peer_access(src_dev.index, dst_dev.index);
+  // Unified addressing: the runtime tells host, this GPU and a peer apart from the pointers.
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream));
+}
+
 void cuda_copy_bytes(Device dst_dev, void* dst, Device src_dev, const void* src, std::size_t bytes) {
   if (bytes == 0) return;
   const bool dst_gpu = dst_dev.kind == DeviceKind::Cuda, src_gpu = src_dev.kind == DeviceKind::Cuda;
   if (dst_gpu && src_gpu && dst_dev.index != src_dev.index) {
-    enable_peer_access(src_dev.index, dst_dev.index);
     // Stream-ordered, not device-wide: the legacy default stream of each device orders after
     // the backends' blocking streams there, so an event on the destination's and the copy on
     // the source's make the copy wait for both sides' queued work; only that stream is then
@@ -119,18 +137,15 @@ void cuda_copy_bytes(Device dst_dev, void* dst, Device src_dev, const void* src,
     CUDA_CHECK(cudaEventRecord(dst_ready, cudaStreamLegacy));
     cu::use_device(src_dev.index);
     CUDA_CHECK(cudaStreamWaitEvent(cudaStreamLegacy, dst_ready, 0));
-    CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_dev.index, src, src_dev.index, bytes, cudaStreamLegacy));
+    cuda_copy_async(dst_dev, dst, src_dev, src, bytes, cudaStreamLegacy);
     CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
     return;
   }
-  const int device = dst_gpu ? dst_dev.index : src_dev.index;
-  const cudaMemcpyKind kind = dst_gpu && src_gpu ? cudaMemcpyDeviceToDevice
-                              : dst_gpu          ? cudaMemcpyHostToDevice
-                                                 : cudaMemcpyDeviceToHost;
-  cu::use_device(device);
+  cu::use_device(dst_gpu ? dst_dev.index : src_dev.index);
   // The legacy default stream waits for the backends' (blocking) streams on this device, so
   // the copy sees their finished results; synchronizing it makes the copy complete on return.
-  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, cudaStreamLegacy));
+  // (Communicators copy on their own non-blocking streams instead: Backend::copy.)
+  cuda_copy_async(dst_dev, dst, src_dev, src, bytes, cudaStreamLegacy);
   CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
 }
 

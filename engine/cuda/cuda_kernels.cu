@@ -33,6 +33,10 @@ __global__ void relu_forward_kernel(int64_t n, const float* x, float* y) {
   }
 }
 
+__global__ void fill_kernel(int64_t n, float value, float* y) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) y[i] = value;
+}
+
 __global__ void relu_backward_kernel(int64_t n, const float* y, const float* dy, float* dx) {
   for (int64_t i = first_index(); i < n; i += grid_stride()) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
 }
@@ -107,6 +111,12 @@ __global__ void adam_kernel(int64_t n, float* p, const float* g, float* m, float
 }
 
 }  // namespace
+
+void launch_fill(cudaStream_t stream, int64_t n, float value, float* y) {
+  if (n <= 0) return;
+  fill_kernel<<<blocks_for(n), kThreads, 0, stream>>>(n, value, y);
+  CUDA_CHECK_LAST();
+}
 
 void launch_relu_forward(cudaStream_t stream, int64_t n, const float* x, float* y) {
   if (n <= 0) return;

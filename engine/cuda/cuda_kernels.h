@@ -11,6 +11,8 @@
 
 namespace pb::cu {
 
+// y[0, n) = value (a memset serves 0; this, any other value).
+void launch_fill(cudaStream_t stream, int64_t n, float value, float* y);
 void launch_relu_forward(cudaStream_t stream, int64_t n, const float* x, float* y);
 void launch_relu_backward(cudaStream_t stream, int64_t n, const float* y, const float* dy, float* dx);
 

@@ -53,7 +53,9 @@ class Handle {
 struct StreamTraits {
   using type = cudaStream_t;
   // Blocking by default (not cudaStreamNonBlocking) on purpose: copies that device.cpp issues on
-  // the legacy default stream then order after this stream's kernels, and vice versa.
+  // the legacy default stream then order after this stream's kernels, and vice versa. That stream
+  // waits for every blocking stream of the device, other workers' included, so copies between
+  // workers go on non-blocking streams instead (Backend::create_stream, Backend::copy).
   static cudaStream_t create(unsigned flags = cudaStreamDefault) {
     cudaStream_t s = nullptr;
     CUDA_CHECK(cudaStreamCreateWithFlags(&s, flags));
