@@ -53,4 +53,18 @@ PairedT paired_t(const std::vector<double>& d, double alpha);
 // values. No spread at all gives a zero-width interval.
 PairedT mean_of_means_t(const std::vector<std::vector<double>>& groups, double alpha);
 
+// One independent part of a t interval's standard error: the variance of one sample mean
+// (s^2 / n) and its degrees of freedom (n - 1).
+struct TPart {
+  double var = 0;
+  double dof = 0;
+};
+// The t interval for `mean` whose squared standard error is scale^2 * the sum of the parts'
+// variances, with Welch-Satterthwaite degrees of freedom; n is reported as given. No spread at
+// all gives a zero-width interval (callers that must not act on one check for it).
+PairedT t_from_parts(double mean, const std::vector<TPart>& parts, double scale, int n, double alpha);
+// Welch's two-sample t on mean(y) - mean(x), as scipy.stats.ttest_ind(y, x, equal_var=False).
+// Requires at least two values a side.
+PairedT welch_t(const std::vector<double>& x, const std::vector<double>& y, double alpha);
+
 }  // namespace pb::reports
