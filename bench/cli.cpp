@@ -91,42 +91,6 @@ std::string Flags::str(const std::string& name) const {
   return it != values_.end() ? it->second : f.fallback;
 }
 
-IntRange int_flag_range(const std::string& flag) {
-  constexpr int64_t kInt = std::numeric_limits<int32_t>::max(), kMillion = 1000000, kDevices = 1 << 16;
-  // check_lo false: the commands refuse smaller values themselves, saying what they mean.
-  static const std::map<std::string, IntRange> ranges = {
-      {"devices", {1, kDevices, true}},   {"seed", {0, std::numeric_limits<int64_t>::max(), true}},
-      {"image", {1, kInt, false}},        {"batch", {1, kInt, false}},
-      {"batches", {1, kInt, false}},      {"iterations", {0, kInt, false}},
-      {"warmup", {0, kInt, false}},       {"steps", {1, kInt, false}},
-      {"micro-batches", {1, kInt, false}}, {"balance", {1, kInt, false}},
-      {"threads", {0, 4096, false}},      {"dp", {1, kDevices, false}},
-      {"pp", {1, kDevices, false}},       {"tp", {1, kDevices, false}},
-      {"ranks", {2, kDevices, false}},    {"device", {0, kDevices - 1, false}},
-      {"repetitions", {1, kMillion, false}}, {"reps", {1, kMillion, false}},
-      {"pools", {1, kMillion, false}},    {"profile-reps", {1, kMillion, false}},
-      {"profile-rounds", {1, kMillion, false}}, {"pairs", {2, 1000, false}},
-  };
-  auto it = ranges.find(flag);
-  return it != ranges.end() ? it->second : IntRange{std::numeric_limits<int64_t>::min(), kInt, false};
-}
-
-namespace {
-
-[[noreturn]] void range_error(const std::string& flag, const std::string& given) {
-  const IntRange r = int_flag_range(flag);
-  throw UsageError(r.lo == std::numeric_limits<int64_t>::min()
-                       ? fmt::format("flag --{} expects an integer up to {}, got '{}'", flag, r.hi, given)
-                       : fmt::format("flag --{} expects an integer from {} to {}, got '{}'", flag, r.lo, r.hi, given));
-}
-
-}  // namespace
-
-void check_int_flag(const std::string& flag, int64_t v, const std::string& given) {
-  const IntRange r = int_flag_range(flag);
-  if (v > r.hi || (r.check_lo && v < r.lo)) range_error(flag, given);
-}
-
 int64_t Flags::integer(const std::string& name) const {
   const std::string s = str(name);
   std::optional<int64_t> v;
@@ -135,7 +99,7 @@ int64_t Flags::integer(const std::string& name) const {
     const long long x = std::stoll(s, &used);
     if (used == s.size()) v = x;
   } catch (const std::out_of_range&) {  // beyond 64 bits: outside every range
-    range_error(name, s);
+    int_flag_range_error(name, s);
   } catch (const std::exception&) {
   }
   if (!v) throw UsageError(fmt::format("flag --{} expects an integer, got '{}'", name, s));
@@ -164,7 +128,7 @@ std::vector<int64_t> Flags::int_list(const std::string& name) const {
       out.push_back(std::stoll(item, &used));
       if (used != item.size()) throw std::invalid_argument(item);
     } catch (const std::out_of_range&) {
-      range_error(name, str(name));
+      int_flag_range_error(name, str(name));
     } catch (const std::exception&) {
       throw UsageError(fmt::format("flag --{} expects a comma-separated list of integers, got '{}'", name, str(name)));
     }

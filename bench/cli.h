@@ -56,6 +56,7 @@ struct IntRange {
 IntRange int_flag_range(const std::string& flag);
 // UsageError "flag --FLAG expects an integer from LO to HI, got 'GIVEN'" when v is outside.
 void check_int_flag(const std::string& flag, int64_t v, const std::string& given);
+[[noreturn]] void int_flag_range_error(const std::string& flag, const std::string& given);
 
 // Flags shared by every command that trains: workload, strategy, devices, precision.
 std::vector<Flag> training_flags();

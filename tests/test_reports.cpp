@@ -440,7 +440,6 @@ TEST(Compare, TenPercentSlowdownIsSlowerAndSignificant) {
   EXPECT_NEAR(*e.ratio, 1.1, 0.002);  // of the repetitions' geometric means
   ASSERT_TRUE(e.t);
   EXPECT_LT(e.t->p, 1e-4);
-  EXPECT_GT(*e.lo, 1.05);
   EXPECT_EQ(c.exit_code(), 1);
   EXPECT_THAT(comparison_markdown(c, "a", "b"), HasSubstr("**slower**"));
   // The same change the other way is faster, and passes.
@@ -450,8 +449,7 @@ TEST(Compare, TenPercentSlowdownIsSlowerAndSignificant) {
 }
 
 TEST(Compare, PureNoiseNeverFails) {
-  // Interleaved draws from the same spread (+-5%): means differ by 0.5%. Six repetitions cannot
-  // rule out a 5% slowdown (inconclusive); they do rule out a 10% one.
+  // Draws from one spread (+-5%): 6 repetitions rule out a 10% slowdown, not a 5% one.
   const RunFile base = GbJson().add("w/dp/devices:2/batch:1", {10.0, 10.6, 9.5, 10.3, 9.8, 10.9}).file();
   const RunFile cont = GbJson().add("w/dp/devices:2/batch:1", {10.4, 9.6, 10.1, 10.8, 9.7, 10.2}).file();
   const Comparison c = compare_runs(base, cont, {}, false);
@@ -460,9 +458,7 @@ TEST(Compare, PureNoiseNeverFails) {
   EXPECT_EQ(c.exit_code(), kExitInconclusive);
   CompareOptions loose;
   loose.threshold = 0.1;
-  const Comparison l = compare_runs(base, cont, loose, false);
-  EXPECT_EQ(l.entries.at(0).verdict, Verdict::Same);
-  EXPECT_EQ(l.exit_code(), 0);
+  EXPECT_EQ(compare_runs(base, cont, loose, false).exit_code(), 0);
 }
 
 TEST(Compare, LargeButNoisyChangeIsNotSignificant) {
@@ -470,7 +466,6 @@ TEST(Compare, LargeButNoisyChangeIsNotSignificant) {
   const RunFile cont = GbJson().add("w/dp/devices:2/batch:1", {9, 13, 11, 14, 8.5}).file();  // median 11 vs 10
   const Comparison c = compare_runs(base, cont, {}, false);
   EXPECT_GT(*c.entries.at(0).ratio, 1.05);
-  EXPECT_LT(*c.entries.at(0).lo, 1.0);
   EXPECT_EQ(c.entries.at(0).verdict, Verdict::Inconclusive);
   EXPECT_THAT(c.entries.at(0).note, HasSubstr("neither shown nor ruled out"));
 }
@@ -482,9 +477,8 @@ TEST(Compare, MissingFailsNewPasses) {
   EXPECT_EQ(entry(c, "w/b/").verdict, Verdict::Missing);
   EXPECT_EQ(entry(c, "w/c/").verdict, Verdict::New);
   EXPECT_EQ(c.exit_code(), 1);
-  // A new benchmark does not gate (w/a, one repetition a side, has no verdict: inconclusive).
   const Comparison only_new = compare_runs(GbJson().add("w/a/devices:1/batch:1", {10}).file(), cont, {}, false);
-  EXPECT_EQ(only_new.exit_code(), kExitInconclusive);
+  EXPECT_EQ(only_new.exit_code(), kExitInconclusive);  // new does not gate; w/a has 1 repetition
 }
 
 TEST(Compare, FailedInContenderFails) {
@@ -506,16 +500,14 @@ TEST(Compare, FewRepetitionsAreInconclusive) {
   EXPECT_NEAR(*entry(c, "w/a/").ratio, 1.5, 1e-12);
   EXPECT_THAT(entry(c, "w/a/").note, HasSubstr("1 vs 1 repetition(s)"));
   EXPECT_EQ(entry(c, "w/b/").verdict, Verdict::Inconclusive);
-  EXPECT_EQ(c.suite.verdict, Verdict::Inconclusive);
   EXPECT_EQ(c.exit_code(), kExitInconclusive);
   // Two repetitions a side: still too few.
   const RunFile b2 = GbJson().add("w/a/devices:1/batch:1", {10, 10.1}).file();
   const RunFile c2 = GbJson().add("w/a/devices:1/batch:1", {11, 11.1}).file();
   EXPECT_EQ(compare_runs(b2, c2, {}, false).exit_code(), kExitInconclusive);
-  // Three: a verdict.
   const RunFile b3 = GbJson().add("w/a/devices:1/batch:1", {10, 10.1, 9.9}).file();
   const RunFile c3 = GbJson().add("w/a/devices:1/batch:1", {11, 11.1, 10.9}).file();
-  EXPECT_EQ(compare_runs(b3, c3, {}, false).exit_code(), 1);
+  EXPECT_EQ(compare_runs(b3, c3, {}, false).exit_code(), 1);  // three: a verdict
 }
 
 TEST(Compare, MatchesAcrossDifferentIterationCounts) {
@@ -657,18 +649,16 @@ TEST(Suite, VerdictRules) {
 }
 
 TEST(Suite, SeveralBaselineRunsAreOneDistribution) {
-  // Three past runs whose levels drift by +-6%: against them a contender at +6% is within the
-  // history; against the single quiet run at 10 it is a regression.
+  // Three past runs whose levels drift by +-6%: against them a contender at +6% is inconclusive (a
+  // 5% slowdown is neither shown nor ruled out); against the single quiet run it is a regression.
   const RunFile quiet = GbJson().add("w/a/devices:1/batch:1", {10, 10.05, 9.95, 10.02, 9.98}).file("r0.json");
   const RunFile high = GbJson().add("w/a/devices:1/batch:1", {10.8, 10.85, 10.75, 10.82, 10.78}).file("r1.json");
   const RunFile low = GbJson().add("w/a/devices:1/batch:1", {9.4, 9.45, 9.35, 9.42, 9.38}).file("r2.json");
   const RunFile cont = GbJson().add("w/a/devices:1/batch:1", {10.6, 10.62, 10.58, 10.61, 10.59}).file("c.json");
   const Comparison one = compare_runs(quiet, cont, {}, false);
   EXPECT_EQ(one.suite.verdict, Verdict::Slower);
-  // Three runs drifting by +-7% cannot rule out a 5% slowdown: inconclusive, not a failure.
   const Comparison many = compare_runs(std::vector<RunFile>{quiet, high, low}, cont, {}, false);
   EXPECT_EQ(many.entries.at(0).n_baseline, 15);
-  EXPECT_LT(*many.suite.lo, 1.0);
   EXPECT_EQ(many.suite.verdict, Verdict::Inconclusive);
   EXPECT_EQ(many.exit_code(), kExitInconclusive);
   EXPECT_THAT(comparison_markdown(many, "r0.json", "c.json"), HasSubstr("and 2 more run(s)"));
@@ -860,7 +850,6 @@ TEST(PairedSuite, VerdictFromTheIntervalOverPairs) {
   const std::vector<double> wide = {std::log(1.2), std::log(0.92), std::log(1.1), std::log(0.97), std::log(1.03)};
   const SuiteVerdict w = paired_suite_verdict(logs_with(wide), o);
   EXPECT_LT(*w.lo, 1.0);
-  EXPECT_GT(*w.hi, 1.05);
   EXPECT_EQ(w.verdict, Verdict::Inconclusive);
   // A certain 1% slowdown: below the threshold, passes with a note.
   const std::vector<double> small = {0.0101, 0.0099, 0.0102, 0.0098, 0.01};
