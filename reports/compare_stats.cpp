@@ -29,8 +29,8 @@ Verdict interval_verdict(double ratio, double lo, double hi, double threshold) {
 
 std::string interval_note(Verdict v, double lo, double hi, double threshold) {
   if (v == Verdict::Inconclusive)
-    return fmt::format("too little data: a slowdown of {:g}% is neither shown nor ruled out (more repetitions, or "
-                       "parbench ab, decide)", threshold * 100);
+    return fmt::format("too little data: a slowdown of {:g}% is neither shown nor ruled out; more repetitions or "
+                       "parbench ab decide", threshold * 100);
   if (v == Verdict::Same && (lo > 1 || hi < 1))
     return fmt::format("a change, but smaller than the threshold of {:g}%", threshold * 100);
   return "";
