@@ -1,4 +1,5 @@
-// The statistics reports and comparisons use: median, spread, and the two-sided Mann-Whitney U
+// The statistics reports and comparisons use: median, spread, t intervals (one-sample, Welch's
+// two-sample, and a mean of independent means: the gate's), and the two-sided Mann-Whitney U
 // test (exact for small tie-free samples, normal approximation with tie correction otherwise,
 // following scipy.stats.mannwhitneyu's method='auto' and use_continuity=True).
 #pragma once

@@ -142,7 +142,7 @@ if (( ! JUDGE )); then
   cp "$OUT/baseline/results.json" "$OUT/history/00.json"
 fi
 fa=0 fa_each=0 miss=0 miss_each=0 fa_hist=0 miss_hist=0 hist=0 fa_cpu=0 miss_cpu=0 miss_self=0 miss_self_cpu=0
-inc=0 inc_w=0 inc_hist=0 inc_hist_w=0  # exit 3: inconclusive, unchanged and slowed
+inc=0 inc_w=0 inc_hist=0 inc_hist_w=0 inc_self=0 inc_self_cpu=0  # exit 3: inconclusive
 printf '%-5s %-34s %-34s %-31s %-31s %-31s %-31s %s\n' rerun "unchanged: suite ratio (CI) rc,each" \
   "x$FACTOR: suite ratio (CI) rc,each" "history, unchanged: rc" "history, x$FACTOR: rc" "cpu time, unchanged" \
   "cpu time, x$FACTOR" load
@@ -177,6 +177,7 @@ for i in $(seq 1 "$N"); do
   [[ $h == 1 ]] && fa_hist=$((fa_hist + 1)); [[ $hw == 0 ]] && miss_hist=$((miss_hist + 1))
   (( sc == 1 )) && fa_cpu=$((fa_cpu + 1)); (( wc == 0 )) && miss_cpu=$((miss_cpu + 1))
   (( self == 0 )) && miss_self=$((miss_self + 1)); (( self_cpu == 0 )) && miss_self_cpu=$((miss_self_cpu + 1))
+  (( self == 3 )) && inc_self=$((inc_self + 1)); (( self_cpu == 3 )) && inc_self_cpu=$((inc_self_cpu + 1))
   (( s == 3 )) && inc=$((inc + 1)); (( w == 3 )) && inc_w=$((inc_w + 1))
   [[ $h == 3 ]] && inc_hist=$((inc_hist + 1)); [[ $hw == 3 ]] && inc_hist_w=$((inc_hist_w + 1))
   printf '%-5s %-34s %-34s %-31s %-31s %-31s %-31s %s\n' "$i" "$(verdict "$d/same.md") $s,$se" \
@@ -189,4 +190,4 @@ echo "end: $(uptime)"
 echo "unchanged reruns flagged (false alarms): suite $fa/$N, --gate each $fa_each/$N, history baseline $fa_hist/$hist, --time cpu $fa_cpu/$N"
 echo "${FACTOR}x slower not caught (misses, exit 0): suite $miss/$N, --gate each $miss_each/$N, history baseline $miss_hist/$hist, --time cpu $miss_cpu/$N"
 echo "inconclusive (exit 3): unchanged suite $inc/$N, history $inc_hist/$hist; ${FACTOR}x slower suite $inc_w/$N, history $inc_hist_w/$hist"
-echo "a rerun against itself x$FACTOR, not caught (exit 0): wall time $miss_self/$N, --time cpu $miss_self_cpu/$N"
+echo "a rerun against itself x$FACTOR, not caught (exit 0): wall time $miss_self/$N, --time cpu $miss_self_cpu/$N; inconclusive: $inc_self/$N, $inc_self_cpu/$N"
