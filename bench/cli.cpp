@@ -266,11 +266,15 @@ StrategyOptions strategy_options(const Flags& f, int devices, int64_t global_bat
   o.oversubscribe = f.on("oversubscribe");
   o.micro_batches = micro_batches(f, global_batch);
   o.cap_micro_batches = !f.has("micro-batches");
+  // Sizes become byte counts: beyond 2^20 MiB (1 TiB) a cast would overflow, and no bucket is so large.
+  constexpr double kMaxMib = 1 << 20;
   const double mb = f.number("bucket-mb");
-  if (!(mb > 0)) throw UsageError(fmt::format("--bucket-mb must be positive, got {}", mb));
+  if (!(mb > 0 && mb <= kMaxMib))
+    throw UsageError(fmt::format("--bucket-mb must be positive, at most {}, got {}", kMaxMib, mb));
   o.bucket_bytes = static_cast<std::size_t>(mb * (1 << 20));
   const double first_mb = f.number("first-bucket-mb");
-  if (!(first_mb > 0)) throw UsageError(fmt::format("--first-bucket-mb must be positive, got {}", first_mb));
+  if (!(first_mb > 0 && first_mb <= kMaxMib))
+    throw UsageError(fmt::format("--first-bucket-mb must be positive, at most {}, got {}", kMaxMib, first_mb));
   o.first_bucket_bytes = static_cast<std::size_t>(first_mb * (1 << 20));
   const std::string avg = f.str("grad-average");
   if (avg != "global" && avg != "local")

@@ -64,6 +64,9 @@ TEST_F(Flags, EveryIntegerFlagHasAnUpperBound) {
       {project() + " --micro-batches 1," + big, "micro-batches"},
   };
   for (const Case& c : cases) refused(c.args, "flag --" + c.flag + " expects an integer from ");
+  // Sizes in MiB become byte counts: no overflowing cast either.
+  refused("train" + linear + " --strategy ddp --bucket-mb 1e300", "--bucket-mb must be positive, at most 1048576");
+  refused("train" + linear + " --strategy ddp --first-bucket-mb 1e30", "--first-bucket-mb must be positive, at most");
 }
 
 TEST_F(Flags, GreatNetTooLargeForAnyDeviceNamesImage) {
