@@ -1,7 +1,8 @@
 // parbench ab: the A/B regression gate. Runs a baseline build and a contender build of parbench
 // alternately (pair k: AB for even k, BA for odd k), so whatever drifts between runs (machine
 // load, clocks, memory placement) hits both sides alike, then compares the pairs
-// (reports::compare_paired). Exit 0 pass, 1 regression or a run that failed, 2 bad input.
+// (reports::compare_paired). Exit 0 pass, 1 regression or a run that failed, 2 bad input,
+// 3 inconclusive.
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/stat.h>
@@ -116,10 +117,11 @@ int cmd_ab(const std::vector<std::string>& args) {
           "processes of its own, else over the pairs). On a CPU machine shared with other jobs, use\n"
           "--time cpu (wall time there swings by far more than 5%). Exit\n"
           "status: 0 no regression; 1 the suite is slower by the threshold (the interval lies above 1 and\n"
-          "reaches beyond 1 + threshold), a benchmark disappeared or failed (with --gate each: or any\n"
-          "benchmark is slower), or a run crashed; 2 bad input: a binary that cannot run or is not\n"
-          "parbench, bad run flags, or builds whose runs differ in what they measure (without --force).\n"
-          "Rules: docs/reports.md.\n"
+          "the ratio is at least 1 + threshold), a benchmark disappeared or failed (with --gate each: or\n"
+          "any benchmark is slower), or a run crashed; 2 bad input: a binary that cannot run or is not\n"
+          "parbench, bad run flags, or builds whose runs differ in what they measure (without --force);\n"
+          "3 inconclusive: the interval reaches beyond 1 + threshold without showing a slowdown (more\n"
+          "pairs decide). Rules: docs/reports.md.\n"
           "usage: parbench ab BASELINE_BINARY CONTENDER_BINARY [flags] [-- RUN_FLAGS]",
           {
               {"pairs", "N", "runs of each build (repetitions a side), alternating", "5"},

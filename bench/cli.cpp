@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -91,13 +93,18 @@ std::string Flags::str(const std::string& name) const {
 
 int64_t Flags::integer(const std::string& name) const {
   const std::string s = str(name);
+  std::optional<int64_t> v;
   try {
     std::size_t used = 0;
-    const long long v = std::stoll(s, &used);
-    if (used == s.size()) return v;
+    const long long x = std::stoll(s, &used);
+    if (used == s.size()) v = x;
+  } catch (const std::out_of_range&) {  // beyond 64 bits: outside every range
+    int_flag_range_error(name, s);
   } catch (const std::exception&) {
   }
-  throw UsageError(fmt::format("flag --{} expects an integer, got '{}'", name, s));
+  if (!v) throw UsageError(fmt::format("flag --{} expects an integer, got '{}'", name, s));
+  check_int_flag(name, *v, s);
+  return *v;
 }
 
 double Flags::number(const std::string& name) const {
@@ -120,9 +127,12 @@ std::vector<int64_t> Flags::int_list(const std::string& name) const {
       std::size_t used = 0;
       out.push_back(std::stoll(item, &used));
       if (used != item.size()) throw std::invalid_argument(item);
+    } catch (const std::out_of_range&) {
+      int_flag_range_error(name, str(name));
     } catch (const std::exception&) {
       throw UsageError(fmt::format("flag --{} expects a comma-separated list of integers, got '{}'", name, str(name)));
     }
+    check_int_flag(name, out.back(), str(name));
   }
   return out;
 }
@@ -256,11 +266,15 @@ StrategyOptions strategy_options(const Flags& f, int devices, int64_t global_bat
   o.oversubscribe = f.on("oversubscribe");
   o.micro_batches = micro_batches(f, global_batch);
   o.cap_micro_batches = !f.has("micro-batches");
+  // Sizes become byte counts: beyond 2^20 MiB (1 TiB) a cast would overflow, and no bucket is so large.
+  constexpr double kMaxMib = 1 << 20;
   const double mb = f.number("bucket-mb");
-  if (!(mb > 0)) throw UsageError(fmt::format("--bucket-mb must be positive, got {}", mb));
+  if (!(mb > 0 && mb <= kMaxMib))
+    throw UsageError(fmt::format("--bucket-mb must be positive, at most {}, got {}", kMaxMib, mb));
   o.bucket_bytes = static_cast<std::size_t>(mb * (1 << 20));
   const double first_mb = f.number("first-bucket-mb");
-  if (!(first_mb > 0)) throw UsageError(fmt::format("--first-bucket-mb must be positive, got {}", first_mb));
+  if (!(first_mb > 0 && first_mb <= kMaxMib))
+    throw UsageError(fmt::format("--first-bucket-mb must be positive, at most {}, got {}", kMaxMib, first_mb));
   o.first_bucket_bytes = static_cast<std::size_t>(first_mb * (1 << 20));
   const std::string avg = f.str("grad-average");
   if (avg != "global" && avg != "local")

@@ -45,6 +45,19 @@ class Flags {
   std::vector<std::string> positional_, passthrough_;
 };
 
+// Every integer flag's accepted range, by name, one table for every command (flags parse as 64
+// bits and are mostly used as int: nothing may wrap). Flags::integer and int_list refuse a value
+// outside it, naming the flag and the range; below lo only where check_lo (elsewhere the
+// command's own check says what the least value means). A name not in the table: at most INT_MAX.
+struct IntRange {
+  int64_t lo = 0, hi = 0;
+  bool check_lo = true;
+};
+IntRange int_flag_range(const std::string& flag);
+// UsageError "flag --FLAG expects an integer from LO to HI, got 'GIVEN'" when v is outside.
+void check_int_flag(const std::string& flag, int64_t v, const std::string& given);
+[[noreturn]] void int_flag_range_error(const std::string& flag, const std::string& given);
+
 // Flags shared by every command that trains: workload, strategy, devices, precision.
 std::vector<Flag> training_flags();
 WorkloadOptions workload_options(const Flags& f);

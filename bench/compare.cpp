@@ -1,5 +1,6 @@
 // parbench compare: a CI regression gate over GB JSON files. A thin command over
-// reports/compare.h; exit 0 pass, 1 regression or lost benchmark, 2 bad input or unlike runs.
+// reports/compare.h; exit 0 pass, 1 regression or lost benchmark, 2 bad input or unlike runs,
+// 3 inconclusive (too little data for a verdict).
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -39,14 +40,19 @@ int cmd_compare(const std::vector<std::string>& args) {
           "Compares a contender run with a baseline (Google Benchmark JSON, any program's). The baseline is\n"
           "one run, or a folder of past runs (every .json below it but report.json) taken together as the\n"
           "baseline distribution. Benchmarks are matched by identity (the name without Google Benchmark's\n"
-          "/iterations:N/... suffixes). First the suite verdict: geometric mean of the time ratios with a\n"
-          "bootstrap confidence interval; then per benchmark: ratio of median times, two-sided Mann-Whitney U\n"
-          "test over repetitions, verdict faster / slower / same / missing / new / failed. Prints markdown.\n"
-          "Exit status: 0 no regression; 1 the suite is slower by the threshold (see docs/reports.md), or a\n"
-          "benchmark disappeared or failed where the baseline ran (with --gate each: or any benchmark is\n"
-          "slower); 2 bad input, or runs that differ in the environment or in what they measure (GPU, CPU,\n"
-          "library versions, workload and its parameters, precision, scaling, micro-batches, bucket size,\n"
-          "balance, threads, ...) without --force. Rules: docs/reports.md.\n"
+          "/iterations:N/... suffixes). A repetition's time is its median iteration; per benchmark, the\n"
+          "ratio of the repetitions' geometric means with a t interval (Welch's; with a folder of past runs,\n"
+          "a prediction interval from their spread); the suite: the geometric mean of those ratios and its\n"
+          "interval, printed first. Verdicts: slower (the interval lies above 1 and the ratio is at least\n"
+          "1 + threshold), faster, same, inconclusive (too little data: fewer than 3 repetitions a side\n"
+          "(use --benchmark_repetitions=5), fewer than 3 past runs, or an interval that reaches beyond\n"
+          "1 + threshold without showing a slowdown), missing, new, failed. Prints markdown.\n"
+          "Exit status: 0 no regression; 1 the suite is slower, or a benchmark disappeared or failed where\n"
+          "the baseline ran (with --gate each: or any benchmark is slower); 2 bad input, or runs that\n"
+          "differ in the environment or in what they measure (GPU, CPU, library versions, workload and its\n"
+          "parameters, precision, scaling, micro-batches, bucket size, balance, threads, ...) without\n"
+          "--force; 3 inconclusive: the suite (with --gate each: or any benchmark) has too little data for\n"
+          "a verdict. Rules: docs/reports.md.\n"
           "With --paired, both are folders of runs made side by side, compared pair by pair (see parbench ab).\n"
           "usage: parbench compare BASELINE.json|BASELINE_DIR CONTENDER.json [flags]\n"
           "       parbench compare --paired BASELINE_DIR CONTENDER_DIR [flags]",

@@ -92,6 +92,7 @@ std::vector<int64_t> int_items(const std::string& flag, const std::string& s, in
     }
     if (used != item.size() || used == 0 || v < lo)
       throw UsageError(fmt::format("flag --{} expects a comma-separated list of integers >= {}, got '{}'", flag, lo, s));
+    check_int_flag(flag, v, s);
     out.push_back(v);
   }
   return out;

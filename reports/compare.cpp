@@ -1,41 +1,18 @@
-// The CI comparison: per benchmark, ratio of medians and a two-sided Mann-Whitney U test over
-// repetitions; for the suite, the geometric mean of the ratios with a bootstrap interval. The
-// verdict rules are written out in docs/reports.md and in decide() / suite_verdict() below.
+// The CI comparison: matching the benchmarks of two runs (or of two folders of paired runs),
+// and the exit code. The statistics are in compare_stats.cpp, the markdown in
+// compare_markdown.cpp; the rules are written out in docs/reports.md.
 #include "reports/compare.h"
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <random>
 #include <tuple>
 
 #include "engine/check.h"
 #include "reports/schema.h"
-#include "reports/table.h"
 
 namespace pb::reports {
 
-namespace {
-
-std::string fmt_time(std::optional<double> s) {
-  if (!s) return "-";
-  const double ms = *s * 1e3;
-  if (ms >= 100) return fmt::format("{:.1f}", ms);
-  if (ms >= 1) return fmt::format("{:.3f}", ms);
-  return fmt::format("{:.4g}", ms);
-}
-
-
-// Slower: the interval [lo, hi] of a time ratio lies above 1 (a slowdown is certain) and
-// reaches 1 + threshold (one of the threshold's size is not ruled out). A certain but provably
-// small change passes.
-Verdict interval_verdict(double lo, double hi, double threshold) {
-  if (lo > 1 && hi > 1 + threshold) return Verdict::Slower;
-  if (hi < 1 && lo < 1 - threshold) return Verdict::Faster;
-  return Verdict::Same;
-}
-
-}  // namespace
 
 const char* verdict_name(Verdict v) {
   switch (v) {
@@ -46,6 +23,7 @@ const char* verdict_name(Verdict v) {
     case Verdict::New: return "new";
     case Verdict::Failed: return "failed";
     case Verdict::Skipped: return "skipped";
+    case Verdict::Inconclusive: return "inconclusive";
   }
   return "?";
 }
@@ -68,112 +46,36 @@ std::vector<EnvDiff> environment_diffs(const RunFile& baseline, const RunFile& c
 
 int Comparison::exit_code() const {
   if (suite.verdict == Verdict::Slower) return 1;
-  for (const CompareEntry& e : entries)
+  bool inconclusive = suite.verdict == Verdict::Inconclusive;
+  for (const CompareEntry& e : entries) {
     if (e.verdict == Verdict::Missing || e.verdict == Verdict::Failed || (options.gate_each && e.verdict == Verdict::Slower))
       return 1;
-  return 0;
-}
-
-SuiteVerdict suite_verdict(const std::vector<std::vector<std::vector<double>>>& base_runs,
-                           const std::vector<std::vector<double>>& cont, const CompareOptions& o) {
-  PB_CHECK(base_runs.size() == cont.size(), "suite_verdict: {} baseline vs {} contender benchmarks", base_runs.size(),
-           cont.size());
-  SuiteVerdict s;
-  s.benchmarks = static_cast<int>(cont.size());
-  if (cont.empty()) {
-    s.verdict = Verdict::Skipped;
-    s.note = "no benchmark measured on both sides";
-    return s;
+    inconclusive |= options.gate_each && e.verdict == Verdict::Inconclusive;
   }
-  auto pooled = [](const std::vector<std::vector<double>>& runs) {
-    std::vector<double> all;
-    for (const auto& r : runs) all.insert(all.end(), r.begin(), r.end());
-    return all;
-  };
-  auto geomean = [&](auto&& ratio_of) {
-    double log_sum = 0;
-    for (std::size_t b = 0; b < cont.size(); ++b) log_sum += std::log(ratio_of(b));
-    return std::exp(log_sum / static_cast<double>(cont.size()));
-  };
-  std::vector<double> base_median(cont.size());
-  for (std::size_t b = 0; b < cont.size(); ++b) base_median[b] = median(pooled(base_runs[b]));
-  s.ratio = geomean([&](std::size_t b) { return median(cont[b]) / base_median[b]; });
-  // With several baseline runs, run k's effect: the geometric mean over the benchmarks it
-  // measured of its median over the pooled median. The contender is one run and drifts like
-  // them (machine load, clocks), so each resample is divided by a drawn run's effect.
-  std::vector<double> effects;
-  for (std::size_t k = 0; k < base_runs.front().size(); ++k) {
-    double log_sum = 0;
-    int n = 0;
-    for (std::size_t b = 0; b < cont.size(); ++b)
-      if (k < base_runs[b].size() && !base_runs[b][k].empty()) {
-        log_sum += std::log(median(base_runs[b][k]) / base_median[b]);
-        ++n;
-      }
-    if (n > 0) effects.push_back(std::exp(log_sum / n));
-  }
-  if (effects.size() < 2) effects = {1.0};
-  // Percentile bootstrap; a fixed seed keeps the verdict reproducible for the same files.
-  std::mt19937_64 rng(0x70617262656e6368ull);
-  auto pick = [&](std::size_t n) { return std::uniform_int_distribution<std::size_t>(0, n - 1)(rng); };
-  auto resample = [&](const std::vector<double>& v) {
-    std::vector<double> out(v.size());
-    for (double& x : out) x = v[pick(v.size())];
-    return out;
-  };
-  std::vector<double> stats;
-  for (int i = 0; i < std::max(1, o.bootstrap); ++i) {
-    const double effect = effects[pick(effects.size())];
-    stats.push_back(geomean([&](std::size_t b) {
-      std::vector<std::size_t> measured;  // the runs that measured this benchmark
-      for (std::size_t k = 0; k < base_runs[b].size(); ++k)
-        if (!base_runs[b][k].empty()) measured.push_back(k);
-      std::vector<double> base;  // runs with replacement, then repetitions within each run
-      for (std::size_t k = 0; k < measured.size(); ++k) {
-        const std::vector<double> r = resample(base_runs[b][measured[pick(measured.size())]]);
-        base.insert(base.end(), r.begin(), r.end());
-      }
-      return median(resample(cont[b])) / median(base);
-    }) / effect);
-  }
-  std::sort(stats.begin(), stats.end());
-  auto quantile = [&](double q) {
-    const double pos = q * static_cast<double>(stats.size() - 1);
-    const std::size_t i = static_cast<std::size_t>(pos);
-    const double frac = pos - static_cast<double>(i);
-    return i + 1 < stats.size() ? stats[i] * (1 - frac) + stats[i + 1] * frac : stats[i];
-  };
-  s.lo = quantile(o.alpha / 2);
-  s.hi = quantile(1 - o.alpha / 2);
-  s.verdict = interval_verdict(*s.lo, *s.hi, o.threshold);
-  if (s.verdict == Verdict::Same && (*s.lo > 1 || *s.hi < 1))
-    s.note = fmt::format("a change, but smaller than the threshold of {:g}%", o.threshold * 100);
-  return s;
+  return inconclusive ? kExitInconclusive : 0;
 }
 
 namespace {
 
-// The verdict for a benchmark both runs measured.
-void decide(CompareEntry& e, const Benchmark& b, const Benchmark& c, const CompareOptions& o) {
-  e.ratio = *e.contender_s / *e.baseline_s;
-  const bool up = *e.ratio > 1 + o.threshold, down = *e.ratio < 1 - o.threshold;
-  bool use_test = false;
-  if (e.n_baseline < 2 || e.n_contender < 2) {
-    e.note = fmt::format("test not possible ({} vs {} repetitions): judged on the ratio alone", e.n_baseline, e.n_contender);
-  } else if (const double min_p = mann_whitney_min_p(e.n_baseline, e.n_contender); min_p > o.alpha) {
-    // With so few repetitions no data can reach alpha: the test would hide every change.
-    e.test = mann_whitney_u(b.times_s, c.times_s);
-    e.note = fmt::format("test too weak ({} vs {} repetitions, smallest possible p {:.3g} > alpha): judged on the ratio alone",
-                         e.n_baseline, e.n_contender, min_p);
-  } else {
-    e.test = mann_whitney_u(b.times_s, c.times_s);
-    use_test = true;
+// The verdict for a benchmark both runs measured: the interval on its repetition times.
+void decide(CompareEntry& e, const LogDiff& l, const CompareOptions& o) {
+  e.n_baseline = l.n_baseline;
+  e.n_contender = l.n_contender;
+  if (l.base_log && l.cont_log) {
+    e.baseline_s = std::exp(*l.base_log);
+    e.contender_s = std::exp(*l.cont_log);
+    e.ratio = std::exp(*l.cont_log - *l.base_log);
   }
-  const bool significant = !use_test || e.test->p < o.alpha;
-  if (up && significant) e.verdict = Verdict::Slower;
-  else if (down && significant) e.verdict = Verdict::Faster;
-  else e.verdict = Verdict::Same;
-  if (use_test && (up || down) && !significant) e.note = fmt::format("change not significant (p {:.3g} >= alpha)", e.test->p);
+  if (!l.t) {
+    e.verdict = Verdict::Inconclusive;
+    e.note = "too little data: " + l.too_little;
+    return;
+  }
+  e.t = l.t;
+  e.lo = std::exp(l.t->lo);
+  e.hi = std::exp(l.t->hi);
+  e.verdict = interval_verdict(*e.ratio, *e.lo, *e.hi, o.threshold);
+  e.note = interval_note(e.verdict, *e.lo, *e.hi, o.threshold);
 }
 
 }  // namespace
@@ -229,13 +131,15 @@ Comparison compare_runs(const std::vector<RunFile>& baselines, const RunFile& co
         e.verdict = Verdict::New;
         e.note = "failed in the baseline: " + b.error_message;
       } else {
-        decide(e, b, *c, opts);
-        // The suite's samples: repetition times (GB's aggregates stand in when that is all there is).
+        // The table's samples are the suite's: repetition times, per baseline run.
+        std::vector<int> files;
+        const std::vector<double> reps = repetition_times(b, &files);
         std::vector<std::vector<double>> runs(base_files.size());
-        for (std::size_t i = 0; i < b.times_s.size(); ++i) runs[static_cast<std::size_t>(b.times_file[i])].push_back(b.times_s[i]);
-        if (b.times_s.empty()) runs.front() = {*e.baseline_s};
+        for (std::size_t i = 0; i < reps.size(); ++i) runs[static_cast<std::size_t>(files[i])].push_back(reps[i]);
+        std::vector<double> cont_reps = repetition_times(*c);
+        decide(e, log_diff(runs, cont_reps, opts), opts);
         suite_base.push_back(std::move(runs));
-        suite_cont.push_back(c->times_s.empty() ? std::vector<double>{*e.contender_s} : c->times_s);
+        suite_cont.push_back(std::move(cont_reps));
       }
     }
     out.entries.push_back(std::move(e));
@@ -256,35 +160,6 @@ Comparison compare_runs(const std::vector<RunFile>& baselines, const RunFile& co
 
 Comparison compare_runs(const RunFile& baseline, const RunFile& contender, const CompareOptions& opts, bool force) {
   return compare_runs(std::vector<RunFile>{baseline}, contender, opts, force);
-}
-
-SuiteVerdict paired_suite_verdict(const std::vector<std::vector<double>>& log_ratios, const CompareOptions& o,
-                                  bool per_benchmark_processes) {
-  SuiteVerdict s;
-  s.benchmarks = static_cast<int>(log_ratios.size());
-  if (log_ratios.empty()) {
-    s.verdict = Verdict::Skipped;
-    s.note = "no benchmark measured in every run on both sides";
-    return s;
-  }
-  const std::size_t pairs = log_ratios.front().size();
-  for (const auto& l : log_ratios)
-    PB_CHECK(l.size() == pairs, "paired_suite_verdict: {} vs {} pairs", l.size(), pairs);
-  // One value per pair: the whole suite's log ratio in that pair. Benchmarks of one pair share
-  // its drift, so the pairs, not the benchmarks, are the independent samples.
-  std::vector<double> per_pair(pairs, 0.0);
-  for (std::size_t k = 0; k < pairs; ++k) {
-    for (const auto& l : log_ratios) per_pair[k] += l[k];
-    per_pair[k] /= static_cast<double>(log_ratios.size());
-  }
-  const PairedT t = per_benchmark_processes ? mean_of_means_t(log_ratios, o.alpha) : paired_t(per_pair, o.alpha);
-  s.ratio = std::exp(t.mean);
-  s.lo = std::exp(t.lo);
-  s.hi = std::exp(t.hi);
-  s.verdict = interval_verdict(*s.lo, *s.hi, o.threshold);
-  if (s.verdict == Verdict::Same && (*s.lo > 1 || *s.hi < 1))
-    s.note = fmt::format("a change, but smaller than the threshold of {:g}%", o.threshold * 100);
-  return s;
 }
 
 Comparison compare_paired(const std::vector<RunFile>& baselines, const std::vector<RunFile>& contenders,
@@ -378,15 +253,18 @@ Comparison compare_paired(const std::vector<RunFile>& baselines, const std::vect
                : base_error.empty() ? std::string("not in the baseline") : "failed in the baseline: " + base_error;
     } else if (logs.size() < 2) {
       e.ratio = std::exp(logs.empty() ? 0.0 : logs.front());
-      e.verdict = Verdict::Same;
-      e.note = fmt::format("measured on both sides in {} pair(s): no verdict", logs.size());
+      e.verdict = Verdict::Inconclusive;
+      e.note = fmt::format("too little data: measured on both sides in {} pair(s), an interval needs 2", logs.size());
     } else {
-      e.paired = paired_t(logs, opts.alpha);
-      e.ratio = std::exp(e.paired->mean);
-      e.lo = std::exp(e.paired->lo);
-      e.hi = std::exp(e.paired->hi);
-      e.verdict = interval_verdict(*e.lo, *e.hi, opts.threshold);
-      if (logs.size() < pairs) e.note = fmt::format("{} of {} pairs (the baseline failed in the others)", logs.size(), pairs);
+      e.t = paired_t(logs, opts.alpha);
+      e.ratio = std::exp(e.t->mean);
+      e.lo = std::exp(e.t->lo);
+      e.hi = std::exp(e.t->hi);
+      e.verdict = interval_verdict(*e.ratio, *e.lo, *e.hi, opts.threshold);
+      e.note = interval_note(e.verdict, *e.lo, *e.hi, opts.threshold);
+      if (logs.size() < pairs)
+        e.note += fmt::format("{}{} of {} pairs (the baseline failed in the others)", e.note.empty() ? "" : "; ",
+                              logs.size(), pairs);
       if (logs.size() == pairs) suite_logs.push_back(logs);
     }
     out.entries.push_back(std::move(e));
@@ -456,69 +334,6 @@ PairedSide load_paired_runs(const std::string& dir) {
   }
   if (runs.empty()) throw UsageError(fmt::format("{}: holds no run (no .json file)", dir));
   return side;
-}
-
-std::string comparison_markdown(const Comparison& c, const std::string& baseline_source,
-                                const std::string& contender_source) {
-  std::string out = "# parbench compare\n\n";
-  const SuiteVerdict& s = c.suite;
-  // The suite verdict first: it is what the gate mostly rests on.
-  if (s.ratio)
-    out += fmt::format("**{}** suite of {} benchmark(s): geometric mean time ratio {:.3f} ({:g}% CI {:.3f} to {:.3f}): "
-                       "**{}**{}\n\n",
-                       c.exit_code() ? "FAIL" : "PASS", s.benchmarks, *s.ratio, (1 - c.options.alpha) * 100, *s.lo, *s.hi,
-                       verdict_name(s.verdict), s.note.empty() ? "" : " (" + s.note + ")");
-  else
-    out += fmt::format("**{}** suite: {}\n\n", c.exit_code() ? "FAIL" : "PASS", s.note);
-  const std::size_t more = c.baseline_sources.size() > 1 ? c.baseline_sources.size() - 1 : 0;
-  if (c.pairs > 0)
-    out += fmt::format("Paired: {} baseline runs (`{}`, ...) and {} contender runs (`{}`, ...) made side by side, run k "
-                       "of each side a pair; the suite's interval is {}. Threshold {:g}%, alpha {:g}.\n\n",
-                       c.pairs, baseline_source, c.pairs, contender_source,
-                       c.per_benchmark_processes
-                           ? "Welch's t over the benchmarks (each benchmark ran in processes of its own)"
-                           : "Student's t over the pairs (the benchmarks of a run shared its process)",
-                       c.options.threshold * 100, c.options.alpha);
-  else
-    out += fmt::format("Baseline `{}`{}, contender `{}`. Threshold {:g}%, alpha {:g}.\n\n", baseline_source,
-                       more ? fmt::format(" and {} more run(s)", more) : "", contender_source, c.options.threshold * 100,
-                       c.options.alpha);
-  if (!c.env_diffs.empty()) {
-    out += "**Warning: the environments differ (compared with --force):**\n\n";
-    for (const EnvDiff& d : c.env_diffs) out += fmt::format("- {}: baseline `{}`, contender `{}`\n", d.key, d.baseline, d.contender);
-    out += "\n";
-  }
-  int counts[7] = {};
-  for (const CompareEntry& e : c.entries) counts[static_cast<int>(e.verdict)]++;
-  out += fmt::format("Benchmarks: {} slower, {} missing, {} failed, {} faster, {} same, {} new, {} skipped\n\n",
-                     counts[1], counts[3], counts[5], counts[0], counts[2], counts[4], counts[6]);
-  out += "| benchmark | baseline ms | contender ms | ratio | p-value | reps | verdict | note |\n";
-  out += "|---|--:|--:|--:|--:|--:|:-:|---|\n";
-  for (const CompareEntry& e : c.entries) {
-    std::string p = "-";
-    if (e.test) p = fmt::format("{:.3g}{}", e.test->p, e.test->exact ? "" : " (normal)");
-    if (e.paired) p = fmt::format("{:.3g} (paired t)", e.paired->p);
-    std::string ratio = e.ratio ? fmt::format("{:.3f}", *e.ratio) : "-";
-    if (e.lo && e.hi) ratio += fmt::format(" ({:.3f} to {:.3f})", *e.lo, *e.hi);
-    std::string v = verdict_name(e.verdict);
-    if ((c.options.gate_each && e.verdict == Verdict::Slower) || e.verdict == Verdict::Missing || e.verdict == Verdict::Failed)
-      v = "**" + v + "**";
-    out += fmt::format("| {} | {} | {} | {} | {} | {}/{} | {} | {} |\n", md_escape(e.name), fmt_time(e.baseline_s),
-                       fmt_time(e.contender_s), ratio, p, e.n_baseline,
-                       e.n_contender, v, md_escape(e.note));
-  }
-  if (c.pairs > 0)
-    out += fmt::format("\nPaired: per benchmark, medians and reps over the pairs, ratio = geometric mean of the pairs' "
-                       "ratios (interval at 1 - alpha). Slower (suite and benchmark): the interval lies above 1 and "
-                       "reaches beyond 1 + threshold. Exit code 1 when the suite is slower or a benchmark is missing or "
-                       "failed{}. Rules: docs/reports.md.\n",
-                       c.options.gate_each ? ", or any benchmark is slower (--gate each)" : "");
-  else
-    out += fmt::format("\nsuite slower: its interval lies above 1 and reaches beyond 1 + threshold. A benchmark is slower "
-                       "when its ratio > 1 + threshold and p < alpha (or the ratio alone when the test is not possible). "
-                       "Exit code 1 when the suite is slower or a benchmark is missing or failed{}. Rules: docs/reports.md.\n",
-                       c.options.gate_each ? ", or any benchmark is slower (--gate each)" : "");
-  return out;
 }
 
 }  // namespace pb::reports

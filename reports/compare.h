@@ -1,6 +1,6 @@
-// Baseline vs contender: benchmarks matched by identity, a time ratio and a Mann-Whitney U test
-// per benchmark, a suite verdict (geometric mean of the ratios with a bootstrap confidence
-// interval), and the exit code a CI job gates on. Rules: docs/reports.md.
+// Baseline vs contender: benchmarks matched by identity, per benchmark a time ratio with a t
+// interval over repetitions, a suite verdict (geometric mean of the same ratios, its interval),
+// and the exit code a CI job gates on. Rules: docs/reports.md.
 #pragma once
 
 #include <optional>
@@ -15,33 +15,50 @@ namespace pb::reports {
 struct CompareOptions {
   double threshold = 0.05;  // a time ratio beyond 1 +- threshold is a change
   double alpha = 0.05;      // significance level of the tests; the suite's interval is 1 - alpha
-  int bootstrap = 2000;     // resamples for the suite's confidence interval
   bool gate_each = false;   // also fail on a single benchmark's "slower"
 };
 
-enum class Verdict { Faster, Slower, Same, Missing, New, Failed, Skipped };
+enum class Verdict { Faster, Slower, Same, Missing, New, Failed, Skipped, Inconclusive };
 const char* verdict_name(Verdict v);
+
+// Exit codes of compare and ab: 0 pass, 1 a regression (or a lost or failed benchmark), 2 bad
+// input (UsageError), 3 inconclusive: too little data for a verdict.
+constexpr int kExitInconclusive = 3;
+// Least data an interval is formed from: repetitions a side against one baseline run, past runs
+// in a history baseline.
+constexpr std::size_t kMinRepetitions = 3;
+constexpr std::size_t kMinHistoryRuns = 3;
+
+// The one rule, for a time ratio and its interval [lo, hi] at 1 - alpha: slower when lo > 1 and
+// ratio >= 1 + threshold (a slowdown is certain and estimated at the threshold or more); faster
+// likewise below; inconclusive when hi > 1 + threshold otherwise (a slowdown of the threshold's
+// size is neither shown nor ruled out); else same.
+Verdict interval_verdict(double ratio, double lo, double hi, double threshold);
+// Why the verdict, when the interval alone does not say: inconclusive, or a change below the threshold.
+std::string interval_note(Verdict v, double lo, double hi, double threshold);
 
 struct CompareEntry {
   std::string name;
   Verdict verdict = Verdict::Same;
-  std::optional<double> baseline_s, contender_s;  // medians, seconds per iteration
+  // Seconds per iteration: the geometric mean of the repetition times (paired: the median over
+  // the pairs), so that ratio = contender / baseline is the figure the suite averages.
+  std::optional<double> baseline_s, contender_s;
   std::optional<double> ratio;                    // contender / baseline
-  int n_baseline = 0, n_contender = 0;            // repetitions
-  std::optional<MannWhitney> test;                // when used for the verdict
-  std::optional<PairedT> paired;                  // paired mode: t on the log ratios of the pairs
-  std::optional<double> lo, hi;                   // paired mode: the ratio's interval at 1 - alpha
+  int n_baseline = 0, n_contender = 0;            // repetitions (paired: pairs)
+  std::optional<PairedT> t;                       // the t interval on log times the verdict rests on
+  std::optional<double> lo, hi;                   // the ratio's interval at 1 - alpha
   std::string note;                               // why the verdict (test skipped, error text)
 };
 
-// The suite: every benchmark both sides measured. ratio = geometric mean over the benchmarks of
-// median contender / median baseline repetition time; [lo, hi] its percentile bootstrap
-// interval at 1 - alpha (repetitions resampled per benchmark; with several baseline runs, runs
-// first and then their repetitions, and each resample divided by a drawn baseline run's drift).
+// The suite: every benchmark both sides measured. ratio = the geometric mean of the table's
+// ratios; [lo, hi] its t interval at 1 - alpha (one baseline run: Welch, the benchmarks'
+// repetition variances pooled; several: a prediction interval from the past runs' drift).
 struct SuiteVerdict {
   int benchmarks = 0;
   std::optional<double> ratio, lo, hi;
-  Verdict verdict = Verdict::Same;  // Slower, Faster or Same (Skipped when nothing matched)
+  // Slower, Faster, Same or Inconclusive (also when any benchmark has too little data);
+  // Skipped when nothing matched.
+  Verdict verdict = Verdict::Same;
   std::string note;
 };
 
@@ -66,7 +83,8 @@ struct Comparison {
   int pairs = 0;  // > 0: a paired comparison (compare_paired) of this many runs a side
   bool per_benchmark_processes = false;  // paired: each benchmark ran in processes of its own
   // 1 when the suite is slower, a benchmark disappeared or failed where the baseline ran, or
-  // (gate_each) a benchmark is slower; else 0.
+  // (gate_each) a benchmark is slower; else 3 (kExitInconclusive) when the suite (gate_each: or
+  // a benchmark) is inconclusive; else 0.
   int exit_code() const;
 };
 
@@ -117,5 +135,22 @@ std::string comparison_markdown(const Comparison& c, const std::string& baseline
 // contender repetition times.
 SuiteVerdict suite_verdict(const std::vector<std::vector<std::vector<double>>>& base_runs,
                            const std::vector<std::vector<double>>& cont, const CompareOptions& o);
+
+// A benchmark's repetition times, the samples of the table and the suite alike: each
+// repetition's median iteration where the run recorded them, else its Google Benchmark time;
+// GB's median aggregate alone when that is all there is. files: each one's file index.
+std::vector<double> repetition_times(const Benchmark& b, std::vector<int>* files = nullptr);
+
+// One benchmark's contender minus baseline mean log repetition time, and its t interval.
+struct LogDiff {
+  std::optional<double> base_log, cont_log;  // one baseline run: its mean; several: the mean of their means
+  int n_baseline = 0, n_contender = 0;
+  bool history = false;      // several baseline runs: a prediction interval from their means' spread
+  std::vector<TPart> parts;  // the standard error's parts
+  std::optional<PairedT> t;  // absent when there is too little data
+  std::string too_little;    // then why
+};
+LogDiff log_diff(const std::vector<std::vector<double>>& base_runs, const std::vector<double>& cont,
+                 const CompareOptions& o);
 
 }  // namespace pb::reports

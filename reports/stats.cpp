@@ -180,4 +180,39 @@ PairedT mean_of_means_t(const std::vector<std::vector<double>>& groups, double a
   return r;
 }
 
+PairedT t_from_parts(double mean, const std::vector<TPart>& parts, double scale, int n, double alpha) {
+  PB_CHECK(alpha > 0 && alpha < 1, "t interval: alpha {} outside (0, 1)", alpha);
+  PairedT r;
+  r.n = n;
+  r.mean = mean;
+  double var_sum = 0, df_den = 0;
+  for (const TPart& p : parts) {
+    PB_CHECK(p.dof > 0, "t interval: a part with {} degrees of freedom", p.dof);
+    var_sum += p.var;
+    df_den += p.var * p.var / p.dof;
+  }
+  const double se = std::sqrt(var_sum) * scale;
+  if (!(se > 0)) {
+    r.lo = r.hi = r.mean;
+    r.p = r.mean == 0 ? 1 : 0;
+    return r;
+  }
+  r.df = var_sum * var_sum / df_den;
+  const boost::math::students_t dist(r.df);
+  const double t_crit = boost::math::quantile(dist, 1 - alpha / 2);
+  r.lo = r.mean - t_crit * se;
+  r.hi = r.mean + t_crit * se;
+  r.p = 2 * boost::math::cdf(boost::math::complement(dist, std::abs(r.mean / se)));
+  return r;
+}
+
+PairedT welch_t(const std::vector<double>& x, const std::vector<double>& y, double alpha) {
+  PB_CHECK(x.size() >= 2 && y.size() >= 2, "Welch t: {} and {} value(s), need at least 2 a side", x.size(), y.size());
+  auto part = [](const std::vector<double>& v) {
+    const double s = stddev(v), n = static_cast<double>(v.size());
+    return TPart{s * s / n, n - 1};
+  };
+  return t_from_parts(mean(y) - mean(x), {part(x), part(y)}, 1.0, static_cast<int>(x.size() + y.size()), alpha);
+}
+
 }  // namespace pb::reports

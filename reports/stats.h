@@ -1,4 +1,5 @@
-// The statistics reports and comparisons use: median, spread, and the two-sided Mann-Whitney U
+// The statistics reports and comparisons use: median, spread, t intervals (one-sample, Welch's
+// two-sample, and a mean of independent means: the gate's), and the two-sided Mann-Whitney U
 // test (exact for small tie-free samples, normal approximation with tie correction otherwise,
 // following scipy.stats.mannwhitneyu's method='auto' and use_continuity=True).
 #pragma once
@@ -52,5 +53,19 @@ PairedT paired_t(const std::vector<double>& d, double alpha);
 // / B^2; df = (sum s_b^2/n_b)^2 / sum((s_b^2/n_b)^2 / (n_b - 1)). Every group needs at least two
 // values. No spread at all gives a zero-width interval.
 PairedT mean_of_means_t(const std::vector<std::vector<double>>& groups, double alpha);
+
+// One independent part of a t interval's standard error: the variance of one sample mean
+// (s^2 / n) and its degrees of freedom (n - 1).
+struct TPart {
+  double var = 0;
+  double dof = 0;
+};
+// The t interval for `mean` whose squared standard error is scale^2 * the sum of the parts'
+// variances, with Welch-Satterthwaite degrees of freedom; n is reported as given. No spread at
+// all gives a zero-width interval (callers that must not act on one check for it).
+PairedT t_from_parts(double mean, const std::vector<TPart>& parts, double scale, int n, double alpha);
+// Welch's two-sample t on mean(y) - mean(x), as scipy.stats.ttest_ind(y, x, equal_var=False).
+// Requires at least two values a side.
+PairedT welch_t(const std::vector<double>& x, const std::vector<double>& y, double alpha);
 
 }  // namespace pb::reports

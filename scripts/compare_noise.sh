@@ -4,7 +4,10 @@
 # (a FAIL is a false alarm) and, doctored 5% slower (every time x1.05), compared again (a PASS
 # is a miss). Also with the history as baseline (rerun i against the baseline and reruns < i,
 # from i = 3), and with --time cpu. Last, each rerun against itself doctored 5% slower: the
-# statistic's power when there is no run-to-run drift at all.
+# statistic's power when there is no run-to-run drift at all. Exit code 3 (inconclusive: too
+# little data for a verdict) is neither a false alarm nor a miss; it is counted apart.
+# FACTOR=1.10: the doctored slowdown (default 1.05). JUDGE=1 (both modes): run nothing; judge
+# the runs already in OUT_DIR again with this PARBENCH (the same data for two builds).
 #
 # With --ab first: the A/B mode instead. RERUNS jobs of `parbench ab PARBENCH PARBENCH --pairs
 # $PAIRS --interleave $INTERLEAVE` (environment, default 5 and benchmark; the same build on both
@@ -12,7 +15,6 @@
 # x1.05) and compared pair by pair again (`compare --paired`: a PASS is a miss); wall time and
 # --time cpu, suite verdict and --gate each. DOCTOR=wrapper: misses only, on runs of their own:
 # the contender is a wrapper script that makes a real run and then multiplies its times by 1.05.
-# JUDGE=1: run nothing; judge the jobs already in OUT_DIR again with this PARBENCH.
 # usage: scripts/compare_noise.sh [--ab] PARBENCH [OUT_DIR] [RERUNS] [-- extra parbench run flags]
 set -euo pipefail
 PY=${PARBENCH_PYTHON:-/usr/bin/python3}
@@ -45,10 +47,12 @@ shift $(( $# < 3 ? $# : 3 ))
 RUN=(run --workload great_net --image 8 --width 0.1875 --devices 1,2 --iterations 10 --warmup 2 --threads 1
      --device-kind cpu --benchmark_repetitions=5 "$@")
 JUDGE=${JUDGE:-0}
+FACTOR=${FACTOR:-1.05}
 if (( ! JUDGE )); then
   rm -rf "$OUT"
   mkdir -p "$OUT/history"
 fi
+[[ -d $OUT/history ]] || { echo "JUDGE=1: $OUT holds no runs of this script" >&2; exit 2; }
 
 if (( AB )); then
   PAIRS=${PAIRS:-5} INTERLEAVE=${INTERLEAVE:-benchmark}
@@ -132,17 +136,25 @@ SH
 fi
 
 echo "start: $(uptime)"
-"$PB" "${RUN[@]}" --out "$OUT/baseline" >"$OUT/baseline.log" 2>&1
-cp "$OUT/baseline/results.json" "$OUT/history/00.json"
+echo "cpu: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cpus; slowdown x$FACTOR"
+if (( ! JUDGE )); then
+  "$PB" "${RUN[@]}" --out "$OUT/baseline" >"$OUT/baseline.log" 2>&1
+  cp "$OUT/baseline/results.json" "$OUT/history/00.json"
+fi
 fa=0 fa_each=0 miss=0 miss_each=0 fa_hist=0 miss_hist=0 hist=0 fa_cpu=0 miss_cpu=0 miss_self=0 miss_self_cpu=0
+inc=0 inc_w=0 inc_hist=0 inc_hist_w=0 inc_self=0 inc_self_cpu=0  # exit 3: inconclusive
 printf '%-5s %-34s %-34s %-31s %-31s %-31s %-31s %s\n' rerun "unchanged: suite ratio (CI) rc,each" \
-  "x1.05: suite ratio (CI) rc,each" "history, unchanged: rc" "history, x1.05: rc" "cpu time, unchanged" \
-  "cpu time, x1.05" load
+  "x$FACTOR: suite ratio (CI) rc,each" "history, unchanged: rc" "history, x$FACTOR: rc" "cpu time, unchanged" \
+  "cpu time, x$FACTOR" load
 for i in $(seq 1 "$N"); do
   d="$OUT/rerun$i"
-  "$PB" "${RUN[@]}" --out "$d" >"$d.log" 2>&1
-  doctor "$d/results.json" "$d/slower.json" 1.05
+  (( JUDGE )) || "$PB" "${RUN[@]}" --out "$d" >"$d.log" 2>&1
+  doctor "$d/results.json" "$d/slower.json" "$FACTOR"
   verdict() { grep -o 'geometric mean time ratio [0-9.]* ([0-9]*% CI [0-9.]* to [0-9.]*)' "$1" | sed 's/geometric mean time ratio //'; }
+  # The history baseline of rerun i: the baseline and reruns < i.
+  hdir="$OUT/history-$i"
+  rm -rf "$hdir"; mkdir -p "$hdir"
+  for k in $(seq 0 $((i - 1))); do cp "$OUT/history/$(printf %02d "$k").json" "$hdir/"; done
   set +e
   "$PB" compare "$OUT/baseline/results.json" "$d/results.json" >"$d/same.md"; s=$?
   "$PB" compare "$OUT/baseline/results.json" "$d/results.json" --gate each >/dev/null; se=$?
@@ -154,23 +166,28 @@ for i in $(seq 1 "$N"); do
   "$PB" compare "$d/results.json" "$d/slower.json" --time cpu >/dev/null; self_cpu=$?
   h=- hw=-
   if (( i >= 3 )); then
-    "$PB" compare "$OUT/history" "$d/results.json" >"$d/history.md"; h=$?
-    "$PB" compare "$OUT/history" "$d/slower.json" >"$d/history-slower.md"; hw=$?
+    "$PB" compare "$hdir" "$d/results.json" >"$d/history.md"; h=$?
+    "$PB" compare "$hdir" "$d/slower.json" >"$d/history-slower.md"; hw=$?
     hist=$((hist + 1))
   fi
   set -e
+  rm -rf "$hdir"
   (( s == 1 )) && fa=$((fa + 1)); (( se == 1 )) && fa_each=$((fa_each + 1))
   (( w == 0 )) && miss=$((miss + 1)); (( we == 0 )) && miss_each=$((miss_each + 1))
   [[ $h == 1 ]] && fa_hist=$((fa_hist + 1)); [[ $hw == 0 ]] && miss_hist=$((miss_hist + 1))
   (( sc == 1 )) && fa_cpu=$((fa_cpu + 1)); (( wc == 0 )) && miss_cpu=$((miss_cpu + 1))
   (( self == 0 )) && miss_self=$((miss_self + 1)); (( self_cpu == 0 )) && miss_self_cpu=$((miss_self_cpu + 1))
+  (( self == 3 )) && inc_self=$((inc_self + 1)); (( self_cpu == 3 )) && inc_self_cpu=$((inc_self_cpu + 1))
+  (( s == 3 )) && inc=$((inc + 1)); (( w == 3 )) && inc_w=$((inc_w + 1))
+  [[ $h == 3 ]] && inc_hist=$((inc_hist + 1)); [[ $hw == 3 ]] && inc_hist_w=$((inc_hist_w + 1))
   printf '%-5s %-34s %-34s %-31s %-31s %-31s %-31s %s\n' "$i" "$(verdict "$d/same.md") $s,$se" \
     "$(verdict "$d/slower.md") $w,$we" "$( [[ $h == - ]] && echo - || echo "$(verdict "$d/history.md") $h")" \
     "$( [[ $hw == - ]] && echo - || echo "$(verdict "$d/history-slower.md") $hw")" "$(verdict "$d/same-cpu.md") $sc" \
-    "$(verdict "$d/slower-cpu.md") $wc" "$(cut -d' ' -f1-3 /proc/loadavg)"
-  cp "$d/results.json" "$OUT/history/$(printf %02d "$i").json"
+    "$(verdict "$d/slower-cpu.md") $wc" "$( (( JUDGE )) && echo "(judged again)" || cut -d' ' -f1-3 /proc/loadavg)"
+  (( JUDGE )) || cp "$d/results.json" "$OUT/history/$(printf %02d "$i").json"
 done
 echo "end: $(uptime)"
 echo "unchanged reruns flagged (false alarms): suite $fa/$N, --gate each $fa_each/$N, history baseline $fa_hist/$hist, --time cpu $fa_cpu/$N"
-echo "5% slower not caught (misses): suite $miss/$N, --gate each $miss_each/$N, history baseline $miss_hist/$hist, --time cpu $miss_cpu/$N"
-echo "a rerun against itself x1.05, not caught: wall time $miss_self/$N, --time cpu $miss_self_cpu/$N"
+echo "${FACTOR}x slower not caught (misses, exit 0): suite $miss/$N, --gate each $miss_each/$N, history baseline $miss_hist/$hist, --time cpu $miss_cpu/$N"
+echo "inconclusive (exit 3): unchanged suite $inc/$N, history $inc_hist/$hist; ${FACTOR}x slower suite $inc_w/$N, history $inc_hist_w/$hist"
+echo "a rerun against itself x$FACTOR, not caught (exit 0): wall time $miss_self/$N, --time cpu $miss_self_cpu/$N; inconclusive: $inc_self/$N, $inc_self_cpu/$N"

@@ -1,6 +1,7 @@
 // Built-in workloads, the JSON net format, and synthetic data.
 #include "workloads/workload.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -31,6 +32,14 @@ NetSpec great_net(int64_t image, double width) {
     net.layers.push_back(conv);
     net.layers.push_back(LayerSpec{LayerType::ReLU});
   }
+  // plan_net refuses a tensor beyond 2^48 values but knows no flags: name the one that sized it.
+  int64_t widest = 3;
+  for (const LayerSpec& l : net.layers) widest = std::max(widest, l.out_channels);
+  const double values = static_cast<double>(widest) * static_cast<double>(image) * static_cast<double>(image);
+  if (values > 0x1p48)
+    throw UsageError(fmt::format("great_net: --image {} makes a {} x {} x {} activation, {:.3g} values per sample, more "
+                                 "than any device can hold: give a smaller --image (or --width)",
+                                 image, widest, image, image, values));
   net.target = Target::Input;
   net.adam.lr = 1e-4;
   return net;
