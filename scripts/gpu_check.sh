@@ -235,8 +235,9 @@ gpu_name=$(command -v nvidia-smi >/dev/null 2>&1 && timeout 30 nvidia-smi --quer
 gpus=$(sed -n 's/^cuda: \([0-9]*\) device(s).*/\1/p' "$scratch/devices.txt" | head -n 1)
 result "1 environment" ok "libraries resolved; ${gpus:-0} CUDA device(s)"
 
-# The GPU tests: every suite that needs a device.
-gpu_filter='Cuda*:*Gpu*:*GPU*:NcclSingleRank*'
+# The GPU tests, by the one rule of tests/gpu_skip.h: every test that needs a GPU has "Gpu" in
+# its name (TestRules.EveryTestThatSkipsWithoutADeviceIsSelected checks it).
+gpu_filter='*Gpu*'
 # Their full names, one a line: --gtest_list_tests prints "Suite." lines, then "  Test" lines
 # (and gtest_main's banner, skipped).
 gpu_tests() {
@@ -256,7 +257,7 @@ if [ "$dry_run" = 1 ]; then
     env_lines=$(wc -l <"$env_log")
     {
         n=$(gpu_tests | wc -l)
-        echo "stage 2 would run $n GPU tests (filter $gpu_filter): $(gpu_tests | grep -c '^Cuda\.') Cuda, $(gpu_tests | grep -c '^NcclSingleRank\.') NcclSingleRank, ..."
+        echo "stage 2 would run $n GPU tests (filter $gpu_filter): $(gpu_tests | cut -d. -f1 | sort | uniq -c | awk '{printf "%s%s %s", NR > 1 ? ", " : "", $1, $2}')"
         [ "$n" -gt 0 ] || { echo "no test matches $gpu_filter"; exit 1; }
         # Each parbench command must get past flag parsing and stop only for want of a GPU.
         while read -r args; do
