@@ -101,7 +101,7 @@ for m in "${modules[@]}"; do
         *) cp "$m" "$out/" ;;
     esac
 done
-cp "$root/scripts/gpu_check.sh" "$out/gpu_check.sh"
+cp "$root/scripts/gpu_check.sh" "$root/scripts/gpu_check_env.sh" "$out/"
 cp "$root/scripts/torch_gpu_peer.py" "$root/scripts/torchnet.py" "$root/scripts/chart.py" "$out/scripts/"
 cp -r "$root/tests/fixtures" "$out/tests/fixtures"
 

@@ -90,16 +90,28 @@ echo "parbench_tests: finds parbench and its fixtures inside the bundle"
 py=python3
 /usr/bin/python3 -c 'import torch' 2>/dev/null && py=/usr/bin/python3
 start=$(date +%s)
-"$bundle/gpu_check.sh" --dry-run --python "$py" "$tmp/dry" >"$tmp/dry.txt" 2>&1
+(cd "$tmp" && mkdir -p cwd && cd cwd && "$bundle/gpu_check.sh" --dry-run --python "$py" "$tmp/dry" >"$tmp/dry.txt" 2>&1)
 rc=$? elapsed=$(($(date +%s) - start))
 [ $rc -eq 2 ] || { cat "$tmp/dry.txt"; fail "gpu_check.sh --dry-run exited $rc, expected 2"; }
 tail -n 1 "$tmp/dry.txt" | grep -q '^gpu_check: no GPU' || { cat "$tmp/dry.txt"; fail "no 'no GPU' last line"; }
 grep -q 'library resolution: ok' "$tmp/dry.txt" || fail "dry run did not check library resolution"
 grep -q 'gpu_check: dry run: ok' "$tmp/dry.txt" || fail "dry run did not parse the later stages"
 [ $elapsed -lt 60 ] || fail "dry run took ${elapsed}s"
+# What it found comes first, before the bundle is even checked.
+first=$(grep -n -m1 '^found on ' "$tmp/dry.txt" | cut -d: -f1)
+integrity=$(grep -n -m1 '^bundle integrity' "$tmp/dry.txt" | cut -d: -f1)
+[ -n "$first" ] && [ -n "$integrity" ] && [ "$first" -lt "$integrity" ] ||
+  { cat "$tmp/dry.txt"; fail "the dry run did not print what it found before the integrity check"; }
+for what in 'NVIDIA driver:' 'GPUs:' 'libcudart:' 'libcudnn:' 'libnccl:' 'libstdc++:' 'glibc:'; do
+  sed -n "$first,${integrity}p" "$tmp/dry.txt" | grep -q "^  $what" || fail "what it found lacks '$what'"
+done
 n=$(find "$tmp/dry" -type f | wc -l)
 [ "$n" -le 8 ] || fail "$n output files, more than 8"
-echo "gpu_check.sh --dry-run: exit 2 'no GPU' in ${elapsed}s, $n file(s)"
+others=$(cd "$tmp/dry" && find . -type f | sed 's|^\./||' |
+         grep -vxE 'gpu_check\.log|env\.txt|tests\.log|torch\.log|run\.log|run\.tar\.gz|sanitizer\.log|summary\.md')
+[ -z "$others" ] || fail "files gpu_check.sh does not promise: $others"
+[ -z "$(ls -A "$tmp/cwd")" ] || fail "the dry run left files where it was started: $(ls -A "$tmp/cwd")"
+echo "gpu_check.sh --dry-run: found first, exit 2 'no GPU' in ${elapsed}s, $n promised file(s)"
 
 # A bundle missing a library is caught by the library check, a changed file by the integrity check.
 rm -rf "$tmp/copy" && cp -r "$bundle" "$tmp/copy"
