@@ -4,9 +4,11 @@
 # every library from the bundle plus a simulated pip-wheel layout (site-packages/nvidia/...
 # holding only versioned sonames, made here from the CUDA toolkit's libraries, found through a
 # fake `nvidia` package as gpu_check.sh finds the real one); nothing resolves into the source
-# or build tree; the tests find their fixtures inside the bundle; gpu_check.sh --dry-run ends
-# with "no GPU" (exit 2) within a minute; and a bundle missing a library or with a changed file
-# is caught.
+# or build tree; no file holds a path of this machine (strings); no file needs a newer C++
+# runtime than BUNDLE.txt and the README say (objdump -T); the tests find their fixtures inside
+# the bundle; gpu_check.sh --dry-run prints what it found first, writes only the files it
+# promises and ends with "no GPU" (exit 2) within a minute; and a bundle missing a library or
+# with a changed file is caught.
 # usage: bundle_test.sh [BUNDLE]   (BUNDLE given: check it and build nothing)
 set -u
 src=$(cd "$(dirname "$0")/../.." && pwd)
@@ -73,6 +75,30 @@ done
 ! objdump -x "$bundle/parbench" "$bundle/parbench_tests" | grep -E 'R(UN)?PATH' | grep -q "$src" ||
   fail "a run path into the source tree"
 echo "ldd: $checked files resolve from the bundle and the simulated wheels"
+
+# No path of the build machine (__FILE__ in error messages, PARBENCH_SOURCE_DIR, the build tree).
+for f in "${elfs[@]}"; do
+  [ -e "$f" ] || continue
+  leaked=$(strings -a "$f" | grep -F "$src/" | head -n 3)
+  [ -z "$leaked" ] || fail "${f#$bundle/} holds paths of the build machine: $leaked"
+  # Nor one of another tree, nor one relative to the build folder (what ccache's CCACHE_BASEDIR
+  # hands the compiler).
+  leaked=$(strings -a "$f" | grep -E '(^/|(^|[^.])\.\./)(.*/)?(bench|engine|reports|strategies|tests|workloads)/[a-z_/]+\.(cpp|h|cu|cuh)\b' | head -n 3)
+  [ -z "$leaked" ] || fail "${f#$bundle/} names sources by absolute or build-relative paths: $leaked"
+done
+strings -a "$bundle/parbench" | grep -qxE '(bench|engine|reports|strategies)/[a-z_]+\.cpp' ||
+  fail "parbench names no source relative to the repository (__FILE__ of PB_CHECK, as engine/model.cpp)"
+echo "strings: no file holds a path under $src/; __FILE__ is repository-relative"
+
+# The C++ runtime the files need is no newer than the one the systems BUNDLE.txt and the
+# README name provide.
+need=$(for f in "${elfs[@]}"; do [ -e "$f" ] && objdump -T "$f"; done | grep -o 'GLIBCXX_[0-9.]*' | sort -V -u | tail -n 1)
+claim=$(sed -n 's/^runs on: .*a libstdc++ with \(GLIBCXX_[0-9.]*\).*/\1/p' "$bundle/BUNDLE.txt")
+[ -n "$claim" ] || fail "BUNDLE.txt names no systems it runs on ('runs on: ... a libstdc++ with GLIBCXX_...')"
+[ -n "$need" ] && [ "$(printf '%s\n%s\n' "$need" "$claim" | sort -V | tail -n 1)" = "$claim" ] ||
+  fail "the bundle needs ${need:-no GLIBCXX}, newer than the $claim BUNDLE.txt claims"
+grep -qF "\`$claim\`" "$src/README.md" || fail "README.md does not name $claim, which the bundle's systems need"
+echo "C++ runtime: the bundle needs $need, within the $claim that BUNDLE.txt and README.md name"
 
 # The tests find parbench and the fixtures next to themselves, not in the source tree: in a
 # copy without one fixture, the test that requires it fails.
