@@ -25,6 +25,9 @@ class CudaModule {
   // GPUs the CUDA runtime sees; 0 (not an error) when there is no driver or no device, with
   // the reason in fill_system_info's cuda_note.
   virtual int device_count() = 0;
+  // The PCI bus id of a visible device ("0000:3b:00.0"): the same GPU has the same id in every
+  // process of a host, whatever CUDA_VISIBLE_DEVICES made of its index (engine/gpu_placement.h).
+  virtual std::string pci_bus_id(int device) = 0;
   virtual std::unique_ptr<Allocator> make_allocator(int device) = 0;
   virtual void copy_bytes(Device dst_dev, void* dst, Device src_dev, const void* src, std::size_t bytes) = 0;
   virtual std::unique_ptr<Backend> make_backend(int device, const BackendOptions& opts) = 0;

@@ -13,7 +13,7 @@ namespace pb {
 
 struct ProcessInfo {
   int rank = 0, size = 1;
-  int local_rank = 0;               // among the job's processes on this host: its GPU index
+  int local_rank = 0;               // among the job's processes on this host (GPUs: engine/gpu_placement.h)
   std::vector<int> local_ranks;     // per rank
   std::vector<std::string> hosts;   // per rank
 };
@@ -41,6 +41,7 @@ void world_sum(float* v, int64_t n);
 void world_broadcast(float* v, int64_t n, int root);
 double world_max(double v);
 std::vector<uint64_t> world_allgather(uint64_t v);
+std::vector<std::string> world_allgather(const std::string& v);  // per rank
 
 // A blocking MPI call (collective, send, receive, wait) that lasts longer than this ends the job
 // with a message naming this rank and the call: a stopped or hung rank must not hang the others

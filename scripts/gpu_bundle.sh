@@ -29,8 +29,14 @@ fail() { echo "gpu_bundle: FAILED: $*" >&2; exit 1; }
 
 # The bundle must stay small enough to copy onto a locked-down machine in seconds.
 max_bytes=$((16 * 1024 * 1024))
-# Oldest glibc the bundle supports (RHEL 9, Ubuntu 22.04).
+# What the GPU machine's C and C++ runtimes must provide. The C++ runtime stays the system's
+# (see provided_re below), and the bundled libbenchmark, built by this GCC 12, needs
+# GLIBCXX_3.4.30 (std::condition_variable::wait), which no setting here removes: so the bundle
+# runs where the system libstdc++ is GCC 12's or newer. The check below fails when a bundled file
+# needs more than this, and BUNDLE.txt repeats it.
 max_glibc=2.34
+max_glibcxx=3.4.30
+runs_on="glibc >= $max_glibc and a libstdc++ with GLIBCXX_$max_glibcxx (GCC >= 12): Debian 12+, Ubuntu 22.04+ (its libstdc++6 is GCC 12's), Fedora 36+, RHEL/Rocky/Alma 10+; not RHEL 9 or its clones (GCC 11's libstdc++: GLIBCXX_3.4.29), unless a libstdc++.so.6 from GCC >= 12 comes first on LD_LIBRARY_PATH"
 
 arch=90
 jobs=$(nproc 2>/dev/null || echo 2)
@@ -58,6 +64,10 @@ done
 launcher=()
 if command -v ccache >/dev/null 2>&1; then
     launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+    # ccache's direct mode does not tell -fmacro-prefix-map values apart (it handed back
+    # objects whose __FILE__ was ../engine/x.cpp); its preprocessor mode hashes the expanded
+    # __FILE__ itself.
+    export CCACHE_NODIRECT=1
 fi
 # The binaries look for their libraries in lib/ next to them ($ORIGIN/lib) and nowhere on the
 # build machine. DT_RPATH rather than DT_RUNPATH: it also serves the bundled libraries' own
@@ -67,7 +77,7 @@ echo "gpu_bundle: configuring $build (sm_$arch)"
 mkdir -p "$build"
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release \
       -DPARBENCH_CUDA=ON -DPARBENCH_DNNL=OFF -DPARBENCH_MPI=OFF -DPARBENCH_NATIVE=OFF -DPARBENCH_SANITIZE=OFF \
-      -DPARBENCH_CUDA_ARCHS="$arch" -DCMAKE_CUDA_ARCHITECTURES="$arch" \
+      -DPARBENCH_RELOCATABLE=ON -DPARBENCH_CUDA_ARCHS="$arch" -DCMAKE_CUDA_ARCHITECTURES="$arch" \
       -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON '-DCMAKE_INSTALL_RPATH=$ORIGIN/lib;$ORIGIN' \
       -DCMAKE_INSTALL_RPATH_USE_LINK_PATH=OFF \
       -DCMAKE_EXE_LINKER_FLAGS=-Wl,--disable-new-dtags -DCMAKE_SHARED_LINKER_FLAGS=-Wl,--disable-new-dtags \
@@ -86,9 +96,8 @@ shopt -u nullglob
 
 # Libraries the GPU machine provides (CUDA toolkit or pip wheels, the driver), the C library
 # and the C++ runtime; everything else a binary needs is copied. The C++ runtime stays the
-# system's: this toolchain's libstdc++ (GCC 12) itself needs glibc 2.36, so bundling it would
-# raise the glibc floor; the binaries need GLIBCXX_3.4.30 (GCC >= 12 runtime), which
-# gpu_check.sh's library check verifies on the GPU machine.
+# system's: this toolchain's libstdc++ (GCC 12) itself needs glibc 2.36 (arc4random), so
+# bundling it would raise the glibc floor; what it must provide is max_glibcxx above.
 provided_re='^(linux-vdso|ld-linux-x86-64|libc|libm|libdl|libpthread|librt|libresolv|libutil|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libcublasLt|libcudnn[a-z_]*|libnccl|libnvrtc|libnvJitLink)\.so'
 
 rm -rf "$out"
@@ -101,7 +110,7 @@ for m in "${modules[@]}"; do
         *) cp "$m" "$out/" ;;
     esac
 done
-cp "$root/scripts/gpu_check.sh" "$out/gpu_check.sh"
+cp "$root/scripts/gpu_check.sh" "$root/scripts/gpu_check_env.sh" "$out/"
 cp "$root/scripts/torch_gpu_peer.py" "$root/scripts/torchnet.py" "$root/scripts/chart.py" "$out/scripts/"
 cp -r "$root/tests/fixtures" "$out/tests/fixtures"
 
@@ -139,6 +148,16 @@ newest_cxx=$(bundled_elf | while read -r f; do objdump -T "$f"; done | grep -o '
 if [ "$(printf '%s\n%s\n' "$newest" "$max_glibc" | sort -V | tail -n 1)" != "$max_glibc" ]; then
     fail "a bundled file needs glibc $newest, newer than $max_glibc"
 fi
+if [ "$(printf '%s\n%s\n' "${newest_cxx#GLIBCXX_}" "$max_glibcxx" | sort -V | tail -n 1)" != "$max_glibcxx" ]; then
+    fail "a bundled file needs $newest_cxx, newer than GLIBCXX_$max_glibcxx: $(bundled_elf | while read -r f; do
+         objdump -T "$f" | grep -q "$newest_cxx" && basename "$f"; done | tr '\n' ' ')"
+fi
+# No path of this machine compiled in (__FILE__ in error messages, PARBENCH_SOURCE_DIR):
+# PARBENCH_RELOCATABLE maps them to repository-relative ones.
+bundled_elf | while read -r f; do
+    leaked=$(strings -a "$f" | grep -F -e "$root/" -e "$build/" | head -n 3 || true)
+    [ -z "$leaked" ] || fail "$(basename "$f") holds paths of this machine: $leaked"
+done
 # Nothing may point back at the build machine.
 bundled_elf | while read -r f; do
     rp=$(objdump -x "$f" | awk '/RPATH|RUNPATH/ {print $2}')
@@ -152,6 +171,7 @@ commit=$(git -C "$root" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
     echo "needs glibc >= $max_glibc (newest symbol used: GLIBC_$newest), the system's libstdc++ with $newest_cxx,"
     echo "an NVIDIA driver, and"
     echo "cudart/cuBLAS/cuDNN 9/NCCL 2 from a CUDA toolkit or NVIDIA's pip wheels"
+    echo "runs on: $runs_on"
     echo "files:"
 } >"$out/BUNDLE.txt"
 (cd "$out" && find . -type f ! -name BUNDLE.txt ! -name SHA256SUMS | sed 's|^\./||' | sort | xargs sha256sum) >"$out/SHA256SUMS"

@@ -10,11 +10,14 @@ usage() {
     cat <<'EOF'
 Usage: gpu_check.sh [options] [OUTDIR]
 
-Stages, each with its own time limit, each writing its log as soon as it ends:
-  1 environment   bundle integrity (SHA256SUMS), CUDA libraries from NVIDIA's pip wheels
-                  (python3 -c 'import nvidia...') or a CUDA toolkit, every bundled binary and
-                  library resolved (ldd), GPU, driver, CPU, the libraries actually loaded
-  2 tests         the GPU tests of parbench_tests only, one process per test
+Stages, each with its own time budget (they sum within the 570 s cap; a stage whose minimum no
+longer fits is reported "not run: N s left"), each writing its log as soon as it ends:
+  1 environment   first what this machine has (driver, GPUs, CUDA runtime, cuDNN, NCCL,
+                  libstdc++, glibc); then bundle integrity (SHA256SUMS), CUDA libraries from
+                  NVIDIA's pip wheels (python3 -c 'import nvidia...') or a CUDA toolkit, every
+                  bundled binary and library resolved (ldd), GPU, CPU, the libraries loaded
+  2 tests         the GPU tests of parbench_tests only (every test with "Gpu" in its name:
+                  tests/gpu_skip.h), one process per test
   3 torch         GreatNetwork 512x512 batch 1, engine vs PyTorch, tf32 then fp32,
                   exhaustive convolution search on both sides
   4 run           parbench run on the one GPU, --oversubscribe: dp, ddp, mp and pipeline with
@@ -23,7 +26,7 @@ Stages, each with its own time limit, each writing its log as soon as it ends:
   5 sanitizer     compute-sanitizer --tool memcheck over a small parbench train (if present)
 At most 8 files land in OUTDIR (default gpu-check-<UTC time> in the current directory):
 gpu_check.log (everything printed), env.txt, tests.log, torch.log, run.log, run.tar.gz,
-sanitizer.log, summary.md.
+sanitizer.log, summary.md. Commands run in a scratch folder, so nothing else lands anywhere.
 
 Options:
   --dry-run        run what needs no GPU: bundle integrity, library resolution against a
@@ -61,31 +64,57 @@ done
 [[ "$warmup" =~ ^[0-9]+$ ]] || die "--warmup expects a non-negative integer, got '$warmup'"
 
 bundle=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-[ -x "$bundle/parbench" ] && [ -x "$bundle/parbench_tests" ] && [ -f "$bundle/SHA256SUMS" ] ||
-    die "$bundle is not a bundle (no parbench, parbench_tests or SHA256SUMS next to this script): make one with scripts/gpu_bundle.sh OUTDIR and run OUTDIR/gpu_check.sh"
+[ -x "$bundle/parbench" ] && [ -x "$bundle/parbench_tests" ] && [ -f "$bundle/SHA256SUMS" ] && [ -f "$bundle/gpu_check_env.sh" ] ||
+    die "$bundle is not a bundle (no parbench, parbench_tests, SHA256SUMS or gpu_check_env.sh next to this script): make one with scripts/gpu_bundle.sh OUTDIR and run OUTDIR/gpu_check.sh"
 outdir=${outdir:-gpu-check-$(date -u +%Y%m%dT%H%M%SZ)}
 mkdir -p "$outdir" || die "cannot create $outdir"
 outdir=$(cd "$outdir" && pwd)
+# Commands run elsewhere (below): a relative --python must still name the same file.
+case "$python" in /*) ;; */*) python=$(cd "$(dirname "$python")" && pwd)/$(basename "$python") ;; esac
 exec > >(tee "$outdir/gpu_check.log") 2>&1
 
 start=$(date +%s)
-hard_cap=570                     # seconds: the whole check ends before 10 minutes
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
+# Every command runs here, so that a file one writes where it stands lands in no promised place.
+mkdir -p "$scratch/cwd" && cd "$scratch/cwd" || die "cannot enter $scratch/cwd"
 results=()                       # "stage|status|detail" for summary.md
 failed=0
 section() { printf '\n=== %s (%s, %ds in) ===\n' "$1" "$(date -u +%H:%M:%S)" "$(( $(date +%s) - start ))"; }
 result() {
     results+=("$1|$2|$3")
     echo "gpu_check: $1: $2${3:+ ($3)}"
-    [ "$2" = "FAILED" ] && failed=1
+    case "$2" in FAILED | "not run: "*) failed=1 ;; esac
     write_summary
 }
-# A stage's time limit: its own budget, cut to what is left of the hard cap.
-limit() {
-    local left=$(( hard_cap - ($(date +%s) - start) ))
+# --- budgets: begin (tests/bundle/budget_test.sh sources this block) -----------------------
+# Seconds per stage. They sum within hard_cap, so a stage is never cut short because those
+# before it used their whole budgets; a stage whose minimum no longer fits is not run, and says so.
+hard_cap=570             # the whole check ends before 10 minutes
+budget_env=60            # 1: found, integrity, libraries (or, in a dry run, stage 1 and the parse)
+budget_tests=150         # 2: the GPU tests, one process each
+budget_torch=160         # 3: engine and PyTorch at tf32 and fp32, at most torch_each each
+budget_run=130           # 4: 2 workers (at most run_two), then every strategy
+budget_sanitizer=60      # 5: memcheck over a small training run
+reserve=10               # the summary and run.tar.gz
+min_tests=30 min_torch=40 min_run=40 min_sanitizer=30
+torch_each=40 run_two=55
+# stage_begin NAME BUDGET MINIMUM: the stage may run until stage_end (its budget, cut to what is
+# left of the cap); false, with NAME recorded "not run: N s left", when MINIMUM does not fit.
+stage_begin() {
+    local left=$(( hard_cap - reserve - ($(date +%s) - start) ))
+    if [ "$left" -lt "$3" ]; then
+        result "$1" "not run: $(( left > 0 ? left : 0 )) s left" "needs at least $3 s"
+        return 1
+    fi
+    stage_end=$(( $(date +%s) + ($2 < left ? $2 : left) ))
+}
+# A command's time limit: at most $1 seconds, and no later than the stage's end.
+within() {
+    local left=$(( stage_end - $(date +%s) ))
     [ "$left" -lt "$1" ] && echo $(( left > 1 ? left : 1 )) || echo "$1"
 }
+# --- budgets: end ----------------------------------------------------------------------------
 write_summary() {
     {
         echo "# parbench GPU check"
@@ -108,140 +137,31 @@ unset NVIDIA_TF32_OVERRIDE
 # --- 1. environment and library resolution ------------------------------------------------
 section "1 environment"
 env_log="$outdir/env.txt"
-: >"$env_log"
-stage1() {
-    echo "bundle: $bundle"
-    cat "$bundle/BUNDLE.txt" | sed -n '1,6p'
-    (cd "$bundle" && sha256sum --quiet -c SHA256SUMS) || { echo "bundle files differ from SHA256SUMS"; return 1; }
-    echo "bundle integrity: ok ($(wc -l <"$bundle/SHA256SUMS") files match SHA256SUMS)"
-
-    # The CUDA libraries the binaries need, by soname.
-    cuda_sonames=$(for f in "$bundle/parbench" "$bundle/parbench_tests" "$bundle"/libparbench_*.so "$bundle"/lib/libparbench_*.so; do
-                       [ -e "$f" ] && objdump -p "$f" | awk '/NEEDED/ {print $2}'
-                   done | grep -E '^lib(cudart|cublas|cublasLt|cudnn|nccl)\.so' | sort -u)
-    if [ "$dry_run" = 1 ]; then
-        # A simulated pip-wheel layout: site-packages/nvidia/{cu13,cudnn,nccl}/lib holding only
-        # versioned sonames, made from wherever this machine's CUDA libraries are.
-        local site="$scratch/site-packages" lib src d
-        mkdir -p "$site/nvidia"
-        for lib in $cuda_sonames libcublasLt.so.13; do
-            src=$(LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64:/usr/local/cuda/lib" \
-                  ldd "$bundle/parbench" | awk -v l="$lib" '$1 == l && $3 ~ /^\// {print $3}')
-            [ -n "$src" ] || src=$(ldconfig -p | awk -v l="$lib" '$1 == l {print $NF; exit}')
-            [ -n "$src" ] || { echo "dry run: no $lib on this machine to simulate a wheel with"; return 1; }
-            case "$lib" in libcudnn*) d=cudnn ;; libnccl*) d=nccl ;; *) d=cu13 ;; esac
-            mkdir -p "$site/nvidia/$d/lib"
-            touch "$site/nvidia/$d/__init__.py"
-            ln -sf "$(readlink -f "$src")" "$site/nvidia/$d/lib/$lib"
-            # cuDNN opens its engine libraries at run time, by soname, from the library path.
-            if [ "$d" = cudnn ]; then
-                for s in "$(dirname "$src")"/libcudnn_*.so.9; do
-                    [ -e "$s" ] && ln -sf "$(readlink -f "$s")" "$site/nvidia/cudnn/lib/$(basename "$s")"
-                done
-            fi
-        done
-        echo "dry run: simulated wheel layout in $site: $(cd "$site" && find nvidia -name '*.so*' | sort | tr '\n' ' ')"
-        export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
-    fi
-
-    # NVIDIA's wheels first (what PyTorch itself loads), then a CUDA toolkit.
-    # NVIDIA's wheels install the namespace package nvidia with one lib/ per wheel.
-    local find_wheels='
-import os
-try:
-    import nvidia
-except ImportError:
-    raise SystemExit(0)
-for root in nvidia.__path__:
-    for name in sorted(os.listdir(root)):
-        lib = os.path.join(root, name, "lib")
-        if os.path.isdir(lib) and any(".so" in f for f in os.listdir(lib)):
-            print(lib)
-'
-    wheel_dirs=$(timeout 30 "$python" -c "$find_wheels" 2>/dev/null)
-    local dirs=()
-    [ -n "$wheel_dirs" ] && mapfile -t dirs <<<"$wheel_dirs"
-    if [ "$dry_run" = 0 ]; then
-        for d in "${CUDA_HOME:-/usr/local/cuda}/lib64" "${CUDA_HOME:-/usr/local/cuda}/lib"; do
-            [ -d "$d" ] && dirs+=("$d")
-        done
-    fi
-    if [ "${#dirs[@]}" -gt 0 ]; then
-        export LD_LIBRARY_PATH="$(IFS=:; echo "${dirs[*]}")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    fi
-    echo "CUDA library directories: ${dirs[*]:-(none: the system library path)}"
-    [ "$dry_run" = 0 ] || [ -n "$wheel_dirs" ] ||
-        { echo "dry run: '$python' did not find the simulated nvidia package"; return 1; }
-
-    # Every binary and bundled library resolves every library: bundled ones from lib/, CUDA
-    # ones from the directories above (the simulated wheels in a dry run), the rest from the
-    # system, and nothing from the machine the bundle was built on.
-    local bad=0 f name path needed
-    local provided_re='^(linux-vdso|ld-linux-x86-64|libc|libm|libdl|libpthread|librt|libresolv|libutil|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libcublasLt|libcudnn[a-z_]*|libnccl|libnvrtc|libnvJitLink)\.so'
-    for f in "$bundle/parbench" "$bundle/parbench_tests" "$bundle"/lib/*.so* "$bundle"/libparbench_*.so; do
-        [ -e "$f" ] || continue
-        out=$(ldd "$f" 2>&1)
-        if grep -q 'not found' <<<"$out"; then
-            echo "${f#$bundle/}: $(grep 'not found' <<<"$out" | tr -s ' \t' ' ' | tr '\n' ';')"
-            bad=1
-        fi
-        needed=$(objdump -p "$f" | awk '/NEEDED/ {print $2}')
-        while read -r name path; do
-            # What a bundled file links directly must come from the bundle, unless the GPU
-            # machine provides it (CUDA libraries, the C and C++ runtimes).
-            if grep -qxF "$name" <<<"$needed" && ! [[ "$name" =~ $provided_re ]] &&
-               [[ "$path" != "$bundle/lib/"* ]]; then
-                echo "${f#$bundle/}: $name => $path, not from the bundle's lib/"; bad=1
-            fi
-            if grep -qxF "$name" <<<"$cuda_sonames"; then
-                echo "  ${f#$bundle/}: $name => $path"
-                if [ "$dry_run" = 1 ] && [[ "$path" != "$scratch"/* ]]; then
-                    echo "${f#$bundle/}: $name resolves to $path, not the simulated wheel"; bad=1
-                fi
-            fi
-        done < <(awk '/=>/ && $3 ~ /^\// {print $1, $3}' <<<"$out")
-    done
-    [ "$bad" = 0 ] || { echo "library resolution: FAILED"; return 1; }
-    echo "library resolution: ok (every binary and bundled library)"
-
-    # The libraries actually loaded, with versions (real file names).
-    echo "loaded by 'parbench devices':"
-    LD_DEBUG=libs timeout 60 "$bundle/parbench" devices 2>&1 >"$scratch/devices.txt" |
-        sed -n 's/.*calling init: //p' | sort -u | while read -r l; do
-            real=$(readlink -f "$l"); [ "$real" = "$l" ] && echo "  $l" || echo "  $l -> $real"
-        done
-    cat "$scratch/devices.txt"
-    echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) threads"
-    if command -v nvidia-smi >/dev/null 2>&1; then
-        timeout 30 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1 || true
-    else
-        echo "nvidia-smi: not found"
-    fi
-    timeout 60 "$python" -c 'import torch; print("PyTorch", torch.__version__, "CUDA", torch.version.cuda, "cuDNN", torch.backends.cudnn.version(), "GPU available:", torch.cuda.is_available())' 2>&1 | tail -n 1
-    echo "compute-sanitizer: $(command -v compute-sanitizer || ls "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer" 2>/dev/null || echo 'not found')"
-    timeout 30 "$bundle/parbench_tests" --gtest_list_tests >/dev/null || { echo "parbench_tests cannot list its tests"; return 1; }
-    return 0
-}
+stage_begin "1 environment" "$budget_env" 0
+. "$bundle/gpu_check_env.sh"
+found 2>&1 | tee "$env_log"
+env_lines=$(wc -l <"$env_log")
 # Stage 1 runs in this shell (it exports the library path); each command in it has its own limit.
 stage1 >>"$env_log" 2>&1
 rc=$?
-cat "$env_log"
+tail -n "+$((env_lines + 1))" "$env_log"
 if [ "$rc" != 0 ]; then
     result "1 environment" FAILED "see env.txt"
     echo "gpu_check: the bundle cannot run here; nothing else is tried"
     exit 2
 fi
-gpu_name=$(command -v nvidia-smi >/dev/null 2>&1 && timeout 30 nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
+gpu_name=$(command -v nvidia-smi >/dev/null 2>&1 && timeout "$(within 30)" nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
 gpus=$(sed -n 's/^cuda: \([0-9]*\) device(s).*/\1/p' "$scratch/devices.txt" | head -n 1)
 result "1 environment" ok "libraries resolved; ${gpus:-0} CUDA device(s)"
 
-# The GPU tests: every suite that needs a device.
-gpu_filter='Cuda*:*Gpu*:*GPU*:NcclSingleRank*'
+# The GPU tests, by the one rule of tests/gpu_skip.h: every test that needs a GPU has "Gpu" in
+# its name (TestRules.EveryTestThatSkipsWithoutADeviceIsSelected checks it).
+gpu_filter='*Gpu*'
 # Their full names, one a line: --gtest_list_tests prints "Suite." lines, then "  Test" lines
 # (and gtest_main's banner, skipped).
 gpu_tests() {
     local line suite=""
-    timeout 30 "$bundle/parbench_tests" --gtest_list_tests --gtest_filter="$gpu_filter" | sed 's/  *#.*//; s/ *$//' |
+    timeout "$(within 30)" "$bundle/parbench_tests" --gtest_list_tests --gtest_filter="$gpu_filter" | sed 's/  *#.*//; s/ *$//' |
         while IFS= read -r line; do
             case "$line" in
                 "  "*) echo "$suite${line##* }" ;;
@@ -253,14 +173,16 @@ gpu_tests() {
 # --- dry run: every later stage's command line, parsed ------------------------------------
 if [ "$dry_run" = 1 ]; then
     section "dry run: command lines of stages 2-5"
+    stage_begin "dry run" "$budget_tests" "$min_tests" || exit 1
     env_lines=$(wc -l <"$env_log")
-    {
+    (
+        echo "budgets (s): environment $budget_env, tests $budget_tests, torch $budget_torch, run $budget_run, sanitizer $budget_sanitizer, reserve $reserve: $((budget_env + budget_tests + budget_torch + budget_run + budget_sanitizer + reserve)) of $hard_cap"
         n=$(gpu_tests | wc -l)
-        echo "stage 2 would run $n GPU tests (filter $gpu_filter): $(gpu_tests | grep -c '^Cuda\.') Cuda, $(gpu_tests | grep -c '^NcclSingleRank\.') NcclSingleRank, ..."
+        echo "stage 2 would run $n GPU tests (filter $gpu_filter): $(gpu_tests | cut -d. -f1 | sort | uniq -c | awk '{printf "%s%s %s", (NR > 1 ? ", " : ""), $1, $2}')"
         [ "$n" -gt 0 ] || { echo "no test matches $gpu_filter"; exit 1; }
         # Each parbench command must get past flag parsing and stop only for want of a GPU.
         while read -r args; do
-            msg=$(timeout 30 "$bundle/parbench" $args 2>&1 >/dev/null)
+            msg=$(timeout "$(within 30)" "$bundle/parbench" $args 2>&1 >/dev/null)
             if ! grep -q 'no CUDA device' <<<"$msg"; then
                 echo "parbench $args: expected 'no CUDA device', got: $msg"; exit 1
             fi
@@ -272,14 +194,14 @@ run --device-kind cuda --oversubscribe --strategies all --devices 2,4 --workload
 train --workload great_net --image 64 --width 0.25 --batch 2 --device-kind cuda --iterations 2 --warmup 1
 EOF
         if "$python" -c 'import torch' 2>/dev/null; then
-            timeout 60 "$python" "$bundle/scripts/torch_gpu_peer.py" --device cpu --image 16 --width 0.125 --batch 1 \
+            timeout "$(within 60)" "$python" "$bundle/scripts/torch_gpu_peer.py" --device cpu --image 16 --width 0.125 --batch 1 \
                 --precision fp32 --iterations 1 --warmup 0 >"$scratch/peer.txt" 2>&1 ||
                 { cat "$scratch/peer.txt"; echo "the PyTorch peer failed on CPU"; exit 1; }
             echo "PyTorch peer: ran on CPU ($(grep -m1 '^median' "$scratch/peer.txt"))"
         else
             echo "PyTorch peer: '$python' has no torch; not tried"
         fi
-    } >>"$env_log" 2>&1
+    ) >>"$env_log" 2>&1
     rc=$?
     tail -n "+$((env_lines + 1))" "$env_log"
     [ "$rc" = 0 ] && result "dry run" ok "every stage's command line parsed" || result "dry run" FAILED "see env.txt"
@@ -295,31 +217,31 @@ fi
 # --- 2. the GPU tests, one process each ------------------------------------------------------
 section "2 GPU tests"
 tests_log="$outdir/tests.log"
-stage_end=$(( $(date +%s) + $(limit 180) ))
-passed=0; failed_tests=(); skipped=0; not_run=0
-suite=""
-while read -r t; do
-    left=$(( stage_end - $(date +%s) ))
-    if [ "$left" -le 1 ]; then not_run=$((not_run + 1)); echo "NOT RUN (stage time out): $t" >>"$tests_log"; continue; fi
-    echo "=== $t" >>"$tests_log"
-    timeout "$(( left < 60 ? left : 60 ))" "$bundle/parbench_tests" --gtest_filter="$t" >"$scratch/t.txt" 2>&1
-    trc=$?
-    cat "$scratch/t.txt" >>"$tests_log"
-    if [ "$trc" != 0 ]; then
-        failed_tests+=("$t$([ "$trc" = 124 ] && echo ' (timed out)')")
-    elif grep -q '^\[  SKIPPED \]' "$scratch/t.txt"; then
-        skipped=$((skipped + 1))
+stage2() {
+    local t trc passed=0 failed_tests=() skipped=0 not_run=0
+    while read -r t; do
+        if [ $(( stage_end - $(date +%s) )) -le 1 ]; then not_run=$((not_run + 1)); echo "NOT RUN (stage time out): $t" >>"$tests_log"; continue; fi
+        echo "=== $t" >>"$tests_log"
+        timeout "$(within 60)" "$bundle/parbench_tests" --gtest_filter="$t" >"$scratch/t.txt" 2>&1
+        trc=$?
+        cat "$scratch/t.txt" >>"$tests_log"
+        if [ "$trc" != 0 ]; then
+            failed_tests+=("$t$([ "$trc" = 124 ] && echo ' (timed out)')")
+        elif grep -q '^\[  SKIPPED \]' "$scratch/t.txt"; then
+            skipped=$((skipped + 1))
+        else
+            passed=$((passed + 1))
+        fi
+    done < <(gpu_tests)
+    echo "passed $passed, failed ${#failed_tests[@]}, skipped $skipped, not run $not_run"
+    [ "${#failed_tests[@]}" = 0 ] || printf '  FAILED %s\n' "${failed_tests[@]}"
+    if [ "${#failed_tests[@]}" -gt 0 ] || [ "$not_run" -gt 0 ] || [ "$skipped" -gt 0 ]; then
+        result "2 GPU tests" FAILED "passed $passed, failed ${#failed_tests[@]}: ${failed_tests[*]:-}; skipped $skipped; not run $not_run"
     else
-        passed=$((passed + 1))
+        result "2 GPU tests" ok "passed $passed"
     fi
-done < <(gpu_tests)
-echo "passed $passed, failed ${#failed_tests[@]}, skipped $skipped, not run $not_run"
-[ "${#failed_tests[@]}" = 0 ] || printf '  FAILED %s\n' "${failed_tests[@]}"
-if [ "${#failed_tests[@]}" -gt 0 ] || [ "$not_run" -gt 0 ] || [ "$skipped" -gt 0 ]; then
-    result "2 GPU tests" FAILED "passed $passed, failed ${#failed_tests[@]}: ${failed_tests[*]:-}; skipped $skipped; not run $not_run"
-else
-    result "2 GPU tests" ok "passed $passed"
-fi
+}
+stage_begin "2 GPU tests" "$budget_tests" "$min_tests" && stage2
 
 # --- 3. GreatNetwork 512x512, engine vs PyTorch ---------------------------------------------
 section "3 GreatNetwork 512x512 batch 1: engine vs PyTorch (exhaustive conv search)"
@@ -329,63 +251,68 @@ tflop_per_image=$(awk 'BEGIN { split("3 16 32 64 128 256 512 1024 512 256 128 64
                                for (i = 1; i < 15; i++) f += 2 * c[i] * c[i + 1] * 9 * 512 * 512;
                                printf "%.2f", 3 * f / 1e12 }')
 median_of() { sed -n 's/^median \([0-9.]*\) ms\/iteration.*/\1/p' "$1" | tail -n 1; }
-rows=()
-for precision in tf32 fp32; do
-    echo "=== engine $precision" >>"$torch_log"
-    PARBENCH_CONV_SEARCH=exhaustive timeout "$(limit 75)" "$bundle/parbench" train --workload great_net --image 512 \
-        --width 1 --batch 1 --precision "$precision" --device-kind cuda --iterations "$iterations" \
-        --warmup "$warmup" >"$scratch/e.txt" 2>&1
-    erc=$?
-    cat "$scratch/e.txt" >>"$torch_log"
-    e=$(median_of "$scratch/e.txt")
-    echo "=== PyTorch $precision" >>"$torch_log"
-    timeout "$(limit 75)" "$python" "$bundle/scripts/torch_gpu_peer.py" --device cuda --image 512 --width 1 --batch 1 \
-        --precision "$precision" --conv-search exhaustive --iterations "$iterations" --warmup "$warmup" \
-        >"$scratch/t.txt" 2>&1
-    trc=$?
-    cat "$scratch/t.txt" >>"$torch_log"
-    t=$(median_of "$scratch/t.txt")
-    echo "$precision: engine ${e:-n/a} ms/iteration (exit $erc), PyTorch ${t:-n/a} ms/iteration (exit $trc)"
-    ratio=n/a
-    [ -n "$e" ] && [ -n "$t" ] && ratio=$(awk -v e="$e" -v t="$t" 'BEGIN {printf "%.2f", e / t}')
-    rate() { [ -n "$1" ] && awk -v ms="$1" -v f="$tflop_per_image" 'BEGIN {printf "%.1f", f / (ms / 1e3)}' || echo n/a; }
-    rows+=("| $precision | ${e:-n/a} | ${t:-n/a} | $ratio | $(rate "$e") | $(rate "$t") |")
-    [ "$erc" = 0 ] && [ "$trc" = 0 ] || stage3_failed=1
-done
-table=$(printf '%s\n' "GreatNetwork 512x512, width 1, batch 1, median of $iterations after $warmup warm-up, exhaustive search." \
-        "Training FLOPs = 3 x forward = $tflop_per_image TFLOP per image (forward: the 14 convs, 2*Cin*Cout*9*512*512 each)." \
-        "Bars: engine/PyTorch <= 1.00 at each precision; tf32 engine >= 296 TFLOP/s (60% of H200 dense TF32, 494)." "" \
-        "| precision | engine ms/iteration | PyTorch ms/iteration | engine/PyTorch | engine TFLOP/s | PyTorch TFLOP/s |" \
-        "|---|---:|---:|---:|---:|---:|" "${rows[@]}")
-[ -z "${stage3_failed:-}" ] && result "3 engine vs PyTorch" ok "table below" ||
-    result "3 engine vs PyTorch" FAILED "see torch.log"
+stage3() {
+    rows=()
+    for precision in tf32 fp32; do
+        echo "=== engine $precision" >>"$torch_log"
+        PARBENCH_CONV_SEARCH=exhaustive timeout "$(within "$torch_each")" "$bundle/parbench" train --workload great_net --image 512 \
+            --width 1 --batch 1 --precision "$precision" --device-kind cuda --iterations "$iterations" \
+            --warmup "$warmup" >"$scratch/e.txt" 2>&1
+        erc=$?
+        cat "$scratch/e.txt" >>"$torch_log"
+        e=$(median_of "$scratch/e.txt")
+        echo "=== PyTorch $precision" >>"$torch_log"
+        timeout "$(within "$torch_each")" "$python" "$bundle/scripts/torch_gpu_peer.py" --device cuda --image 512 --width 1 --batch 1 \
+            --precision "$precision" --conv-search exhaustive --iterations "$iterations" --warmup "$warmup" \
+            >"$scratch/t.txt" 2>&1
+        trc=$?
+        cat "$scratch/t.txt" >>"$torch_log"
+        t=$(median_of "$scratch/t.txt")
+        echo "$precision: engine ${e:-n/a} ms/iteration (exit $erc), PyTorch ${t:-n/a} ms/iteration (exit $trc)"
+        ratio=n/a
+        [ -n "$e" ] && [ -n "$t" ] && ratio=$(awk -v e="$e" -v t="$t" 'BEGIN {printf "%.2f", e / t}')
+        rate() { [ -n "$1" ] && awk -v ms="$1" -v f="$tflop_per_image" 'BEGIN {printf "%.1f", f / (ms / 1e3)}' || echo n/a; }
+        rows+=("| $precision | ${e:-n/a} | ${t:-n/a} | $ratio | $(rate "$e") | $(rate "$t") |")
+        [ "$erc" = 0 ] && [ "$trc" = 0 ] || stage3_failed=1
+    done
+    table=$(printf '%s\n' "GreatNetwork 512x512, width 1, batch 1, median of $iterations after $warmup warm-up, exhaustive search." \
+            "Training FLOPs = 3 x forward = $tflop_per_image TFLOP per image (forward: the 14 convs, 2*Cin*Cout*9*512*512 each)." \
+            "Bars: engine/PyTorch <= 1.00 at each precision; tf32 engine >= 296 TFLOP/s (60% of H200 dense TF32, 494)." "" \
+            "| precision | engine ms/iteration | PyTorch ms/iteration | engine/PyTorch | engine TFLOP/s | PyTorch TFLOP/s |" \
+            "|---|---:|---:|---:|---:|---:|" "${rows[@]}")
+    [ -z "${stage3_failed:-}" ] && result "3 engine vs PyTorch" ok "table below" ||
+        result "3 engine vs PyTorch" FAILED "see torch.log"
+}
+stage_begin "3 engine vs PyTorch" "$budget_torch" "$min_torch" && stage3
 
 # --- 4. every multi-worker strategy on the one GPU ------------------------------------------
 section "4 parbench run: dp, ddp, mp, pipeline with 2 workers on one GPU; every strategy with 2 and 4"
-timeout "$(limit 120)" "$bundle/parbench" run --device-kind cuda --oversubscribe --strategies dp,ddp,mp,pipeline \
-    --devices 2 --iterations 3 --warmup 1 --out "$scratch/run" >"$outdir/run.log" 2>&1
-rrc=$?
-sed -n '/^## /,$p' "$outdir/run.log" | head -n 30
-# Every strategy's GPU code path (4 workers: dp2xpp2 and dp2xtp2 too), at a small size.
-echo "--- every strategy, 2 and 4 workers, great_net 64x64 width 0.25 ---" >>"$outdir/run.log"
-timeout "$(limit 150)" "$bundle/parbench" run --device-kind cuda --oversubscribe --strategies all --devices 2,4 \
-    --workload great_net --image 64 --width 0.25 --batch 2 --iterations 2 --warmup 1 --out "$scratch/run-all" \
-    >>"$outdir/run.log" 2>&1
-arc=$?
-sed -n '/^## great_net (image 64/,$p' "$outdir/run.log" | head -n 20
-runs=()
-for r in run run-all; do [ -d "$scratch/$r" ] && runs+=("$r"); done
-[ "${#runs[@]}" -gt 0 ] && tar -C "$scratch" -czf "$outdir/run.tar.gz" "${runs[@]}"
-if [ "$rrc" = 0 ] && [ "$arc" = 0 ]; then result "4 run" ok "run.log, run.tar.gz"
-else result "4 run" FAILED "exit $rrc (2 workers), $arc (every strategy, 2 and 4 workers), see run.log"; fi
+stage4() {
+    timeout "$(within "$run_two")" "$bundle/parbench" run --device-kind cuda --oversubscribe --strategies dp,ddp,mp,pipeline \
+        --devices 2 --iterations 3 --warmup 1 --out "$scratch/run" >"$outdir/run.log" 2>&1
+    local rrc=$? arc r runs=()
+    sed -n '/^## /,$p' "$outdir/run.log" | head -n 30
+    # Every strategy's GPU code path (4 workers: dp2xpp2 and dp2xtp2 too), at a small size.
+    echo "--- every strategy, 2 and 4 workers, great_net 64x64 width 0.25 ---" >>"$outdir/run.log"
+    timeout "$(within "$budget_run")" "$bundle/parbench" run --device-kind cuda --oversubscribe --strategies all --devices 2,4 \
+        --workload great_net --image 64 --width 0.25 --batch 2 --iterations 2 --warmup 1 --out "$scratch/run-all" \
+        >>"$outdir/run.log" 2>&1
+    arc=$?
+    sed -n '/^## great_net (image 64/,$p' "$outdir/run.log" | head -n 20
+    for r in run run-all; do [ -d "$scratch/$r" ] && runs+=("$r"); done
+    [ "${#runs[@]}" -gt 0 ] && tar -C "$scratch" -czf "$outdir/run.tar.gz" "${runs[@]}"
+    if [ "$rrc" = 0 ] && [ "$arc" = 0 ]; then result "4 run" ok "run.log, run.tar.gz"
+    else result "4 run" FAILED "exit $rrc (2 workers), $arc (every strategy, 2 and 4 workers), see run.log"; fi
+}
+stage_begin "4 run" "$budget_run" "$min_run" && stage4
 
 # --- 5. memcheck over a small training run --------------------------------------------------
 section "5 compute-sanitizer memcheck"
 sanitizer=$(command -v compute-sanitizer || ls "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer" 2>/dev/null)
 if [ -z "$sanitizer" ]; then
     result "5 sanitizer" "not run" "compute-sanitizer not found"
-else
-    timeout "$(limit 90)" "$sanitizer" --tool memcheck --error-exitcode 3 "$bundle/parbench" train --workload great_net \
+elif stage_begin "5 sanitizer" "$budget_sanitizer" "$min_sanitizer"; then
+    timeout "$(within "$budget_sanitizer")" "$sanitizer" --tool memcheck --error-exitcode 3 "$bundle/parbench" train --workload great_net \
         --image 64 --width 0.25 --batch 2 --device-kind cuda --iterations 2 --warmup 1 >"$outdir/sanitizer.log" 2>&1
     src=$?
     tail -n 5 "$outdir/sanitizer.log"
@@ -393,5 +320,7 @@ else
 fi
 
 section "summary"
+stray=$(find "$scratch/cwd" -type f | sed "s|^$scratch/cwd/||" | head -n 5 | tr '\n' ' ')
+[ -z "$stray" ] || echo "gpu_check: files written where commands stood, not kept: $stray"
 cat "$outdir/summary.md"
 exit "$failed"

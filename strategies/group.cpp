@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "engine/check.h"
+#include "engine/gpu_placement.h"
 #include "engine/process.h"
 
 namespace pb {
@@ -23,17 +24,14 @@ std::vector<Device> worker_devices(const StrategyOptions& o, const std::string& 
       for (int i = 0; i < o.devices; ++i) out.push_back(cpu(i));
       return out;
     }
-    const int gpus = cuda_device_count();
-    if (gpus == 0) throw Error(fmt::format("{}: CUDA workers requested, but rank {} sees no CUDA device", strategy, p.rank));
-    // Not a UsageError: it depends on this host, so other ranks may not fail alike (see run.cpp).
-    if (p.local_rank >= gpus && !o.oversubscribe)
-      throw Error(fmt::format("{}: rank {} is local rank {} on {} but the host has only {} GPU(s); launch one "
-                                   "process per GPU, or pass --oversubscribe", strategy, p.rank, p.local_rank,
-                                   p.hosts[p.rank], gpus));
-    for (int i = 0; i < o.devices; ++i) {
-      *oversubscribed = *oversubscribed || p.local_ranks[i] >= gpus;
-      out.push_back(cuda(p.local_ranks[i] % gpus));
-    }
+    // From every rank's PCI bus ids (collective), so every rank reaches the same verdict. Not a
+    // UsageError: it depends on the hosts, not on the flags (see run.cpp).
+    const JobGpus& job = job_gpus();
+    if (const std::string problem = placement_problem(job.ranks, job.placement, strategy, o.oversubscribe);
+        !problem.empty())
+      throw Error(problem);
+    *oversubscribed = job.placement.shared;
+    for (int i = 0; i < o.devices; ++i) out.push_back(cuda(job.placement.device[i]));
     return out;
   }
   if (o.kind == DeviceKind::Cpu) {

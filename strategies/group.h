@@ -37,7 +37,8 @@ struct Worker {
 
 // Worker i's device: cpu(i), or GPU i -- i % GPUs when oversubscribed (then *oversubscribed).
 // UsageError for more workers than GPUs without StrategyOptions::oversubscribe. In a
-// multi-process job worker i is world rank i, on GPU (its local rank) or cpu(i).
+// multi-process job worker i is world rank i, on cpu(i) or the GPU its PCI bus id places it on
+// (engine/gpu_placement.h; shared GPUs need oversubscribe too).
 std::vector<Device> worker_devices(const StrategyOptions& o, const std::string& strategy, bool* oversubscribed);
 
 class Group {

@@ -130,7 +130,7 @@ void check_conv(Rand& r, Backend& g_be, Backend& c_be, double tol) {
 
 // --- runs everywhere ---------------------------------------------------------------------
 
-TEST(Cuda, DeviceCountNeverCrashes) {
+TEST(Cuda, GpuCountNeverCrashes) {
   const int n = cuda_device_count();
   EXPECT_GE(n, 0);
 #ifndef PARBENCH_HAVE_CUDA
@@ -139,7 +139,7 @@ TEST(Cuda, DeviceCountNeverCrashes) {
   EXPECT_EQ(cuda_device_count(), n) << "the count is stable";
 }
 
-TEST(Cuda, SystemInfoListsWhatTheBuildHas) {
+TEST(Cuda, SystemInfoListsTheBuildAndEveryGpu) {
   const SystemInfo info = system_info(CudaInfo::Always);
   EXPECT_EQ(static_cast<int>(info.gpus.size()), cuda_device_count());
 #ifdef PARBENCH_HAVE_CUDA
@@ -166,7 +166,7 @@ TEST(Cuda, SystemInfoListsWhatTheBuildHas) {
   EXPECT_NE(text.find("cuda"), std::string::npos) << text;
 }
 
-TEST(Cuda, MissingDeviceIsAnErrorNotACrash) {
+TEST(Cuda, MissingGpuIsAnErrorNotACrash) {
   const Device missing = cuda(cuda_device_count());
   EXPECT_THROW(make_backend(missing), Error);
   EXPECT_THROW(allocator_for(missing), Error);
@@ -175,7 +175,7 @@ TEST(Cuda, MissingDeviceIsAnErrorNotACrash) {
 
 // --- need a GPU ------------------------------------------------------------------------
 
-TEST(Cuda, ConvMatchesCpu) {
+TEST(CudaGpu, ConvMatchesCpu) {
   PB_REQUIRE_GPU();
   Rand r;
   auto c_be = make_backend(cpu());
@@ -188,7 +188,7 @@ TEST(Cuda, ConvMatchesCpu) {
   }
 }
 
-TEST(Cuda, ConvExhaustiveSearchMatchesCpu) {
+TEST(CudaGpu, ConvExhaustiveSearchMatchesCpu) {
   PB_REQUIRE_GPU();
   Rand r;
   auto c_be = make_backend(cpu());
@@ -201,7 +201,7 @@ TEST(Cuda, ConvExhaustiveSearchMatchesCpu) {
   }
 }
 
-TEST(Cuda, ConvWithoutWorkspaceMatchesCpu) {
+TEST(CudaGpu, ConvWithoutWorkspaceMatchesCpu) {
   PB_REQUIRE_GPU();
   Rand r;
   auto c_be = make_backend(cpu());
@@ -235,7 +235,7 @@ void fill_device(const Tensor& t, float* p, int64_t n, float v) {
 // call refuses: the backend splits the batch. Image i holds the constant i + 1 in x and dy, so
 // every output is known in closed form (taps that fall on the padding contribute nothing) and
 // a part computed at the wrong offset, skipped or not accumulated shows up.
-TEST(Cuda, ConvOverTheTensorLimitSplitsTheBatch) {
+TEST(CudaGpu, ConvOverTheTensorLimitSplitsTheBatch) {
   PB_REQUIRE_GPU();
   ConvGeom g;
   g.n = 8, g.c = 1, g.k = 1, g.h = 16384, g.w = 16384, g.r = 3, g.s = 3, g.pad_h = 1, g.pad_w = 1;
@@ -302,7 +302,7 @@ TEST(Cuda, ConvOverTheTensorLimitSplitsTheBatch) {
   EXPECT_NE(algos.find("batch 4..7"), std::string::npos) << algos;
 }
 
-TEST(Cuda, LinearMatchesCpu) {
+TEST(CudaGpu, LinearMatchesCpu) {
   PB_REQUIRE_GPU();
   Rand r;
   auto c_be = make_backend(cpu());
@@ -335,7 +335,7 @@ TEST(Cuda, LinearMatchesCpu) {
   }
 }
 
-TEST(Cuda, ReluMatchesCpuAlsoInPlace) {
+TEST(CudaGpu, ReluMatchesCpuAlsoInPlace) {
   PB_REQUIRE_GPU();
   Rand r;
   auto c_be = make_backend(cpu());
@@ -363,7 +363,7 @@ TEST(Cuda, ReluMatchesCpuAlsoInPlace) {
   }
 }
 
-TEST(Cuda, MseLossGradMatchesCpu) {
+TEST(CudaGpu, MseLossGradMatchesCpu) {
   PB_REQUIRE_GPU();
   Rand r;
   auto c_be = make_backend(cpu());
@@ -385,7 +385,7 @@ TEST(Cuda, MseLossGradMatchesCpu) {
   }
 }
 
-TEST(Cuda, AdamMatchesCpu) {
+TEST(CudaGpu, AdamMatchesCpu) {
   PB_REQUIRE_GPU();
   Rand r;
   auto c_be = make_backend(cpu());
@@ -409,7 +409,7 @@ TEST(Cuda, AdamMatchesCpu) {
   }
 }
 
-TEST(Cuda, CopiesInEveryDirection) {
+TEST(CudaGpu, CopiesInEveryDirection) {
   PB_REQUIRE_GPU();
   Rand r;
   const auto v = r.vec(r.i(1, 100000));
@@ -429,7 +429,7 @@ TEST(Cuda, CopiesInEveryDirection) {
   }
 }
 
-TEST(Cuda, OutOfMemoryNamesTheDevice) {
+TEST(CudaGpu, OutOfMemoryNamesTheDevice) {
   PB_REQUIRE_GPU();
   const std::size_t before = allocator_for(cuda()).current_bytes();
   const int64_t absurd = int64_t(1) << 38;  // floats: 1 TiB, several times any GPU's memory
@@ -451,7 +451,7 @@ TEST(Cuda, OutOfMemoryNamesTheDevice) {
   EXPECT_EQ(t.to_host(), std::vector<float>(1000, 0.0f));
 }
 
-TEST(Cuda, AllocatorCountsCurrentAndPeak) {
+TEST(CudaGpu, AllocatorCountsCurrentAndPeak) {
   PB_REQUIRE_GPU();
   Allocator& a = allocator_for(cuda());
   const std::size_t before = a.current_bytes();
@@ -470,7 +470,7 @@ TEST(Cuda, AllocatorCountsCurrentAndPeak) {
   EXPECT_EQ(a.peak_bytes(), before);
 }
 
-TEST(Cuda, ConvSearchEnvironmentVariableIsValidated) {
+TEST(CudaGpu, ConvSearchEnvironmentVariableIsValidated) {
   PB_REQUIRE_GPU();
   ::setenv("PARBENCH_CONV_SEARCH", "fastest", 1);
   EXPECT_THROW(make_backend(cuda()), UsageError);
@@ -482,7 +482,7 @@ TEST(Cuda, ConvSearchEnvironmentVariableIsValidated) {
 
 // Five Adam steps of a small GreatNetwork through the regular strategy: same losses and
 // parameters on the GPU as on the CPU engine.
-TEST(Cuda, TrainingMatchesCpuEngine) {
+TEST(CudaGpu, TrainingMatchesCpuEngine) {
   PB_REQUIRE_GPU();
   const NetSpec net = great_net(16, 0.125);
   const NetPlan plan = plan_net(net);

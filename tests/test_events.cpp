@@ -27,7 +27,7 @@ std::vector<Device> backends_present() {
   return d;
 }
 
-TEST(Events, ElapsedBetweenRecordsOnEveryBackend) {
+TEST(Events, ElapsedBetweenRecordsOnCpuAndGpu) {
   for (const Device& d : backends_present()) {
     SCOPED_TRACE(d.str());
     auto be = make_backend(d);
@@ -45,7 +45,7 @@ TEST(Events, ElapsedBetweenRecordsOnEveryBackend) {
 #ifdef PARBENCH_HAVE_CUDA
 // A copy on a side stream that waits for an event sees the compute queued before the event: a
 // long ReLU over negative values, which the copy must find zeroed.
-TEST(Events, SideStreamWaitsForComputeBeforeTheEvent) {
+TEST(Events, GpuSideStreamWaitsForComputeBeforeTheEvent) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   auto be = make_backend(cuda());
   const int64_t n = int64_t(1) << 26;

@@ -432,7 +432,7 @@ TEST_F(Harness, CpuRunsDoNotLoadTheCudaModule) {
   }
 }
 
-TEST_F(Harness, DevicesNamesTheCudaModuleOrWhyItIsMissing) {
+TEST_F(Harness, DevicesNamesTheCudaModuleOrWhyItIsMissingWithOrWithoutGpu) {
 #ifdef PARBENCH_HAVE_CUDA
   Result r = parbench("devices");
   ASSERT_EQ(r.code, 0) << r.out << r.err;

@@ -21,7 +21,7 @@ std::vector<float> ramp(int64_t n, float base) {
 }
 #endif
 
-TEST(NcclSingleRank, CollectivesLeaveTheOneRanksDataAndTearDown) {
+TEST(NcclSingleGpu, CollectivesLeaveTheOneRanksDataAndTearDown) {
   PB_REQUIRE_GPU();
 #ifndef PARBENCH_HAVE_NCCL
   GTEST_SKIP() << "built without NCCL";

@@ -1,5 +1,8 @@
 // The module's side of engine/cuda_module.h: libparbench_cuda.so exports one entry point that
 // hands the program these CUDA functions.
+#include <cuda_runtime.h>
+
+#include "engine/check.h"
 #include "engine/comm.h"
 #include "engine/cuda/cuda_backend.h"
 #include "engine/cuda_module.h"
@@ -10,6 +13,11 @@ namespace {
 class CudaModuleImpl final : public CudaModule {
  public:
   int device_count() override { return cuda_count_devices(); }
+  std::string pci_bus_id(int device) override {
+    char id[64] = {0};  // "domain:bus:device.function", 13 characters and a NUL at most
+    CUDA_CHECK(cudaDeviceGetPCIBusId(id, static_cast<int>(sizeof id), device));
+    return id;
+  }
   std::unique_ptr<Allocator> make_allocator(int device) override { return make_cuda_allocator(device); }
   void copy_bytes(Device dst_dev, void* dst, Device src_dev, const void* src, std::size_t bytes) override {
     cuda_copy_bytes(dst_dev, dst, src_dev, src, bytes);

@@ -10,6 +10,7 @@
 
 #include "engine/check.h"
 #include "engine/comm.h"
+#include "engine/gpu_placement.h"
 #include "engine/process.h"
 
 namespace pb {
@@ -241,20 +242,14 @@ std::unique_ptr<Communicator> make_mpi_host_communicator(const std::vector<Backe
 
 namespace {
 
-// Whether every process of the job can use NCCL: one distinct GPU per rank on each host. Every
-// process must pick the same kind, so they agree on it (collective over the job): any CPU rank or
-// shared GPU means MPI for all.
+// Whether every process of the job can use NCCL: one distinct GPU per rank. Every process must
+// pick the same kind: they agree on whether any rank is on a CPU (collective), and GPU ranks then
+// read the one placement all computed alike from the gathered PCI bus ids (engine/gpu_placement.h),
+// so ranks bound to distinct GPUs that each see as device 0 still use NCCL.
 bool job_uses_nccl(const Backend& mine, CommKind kind) {
-  const ProcessInfo& p = process();
-  const Device d = mine.device();
-  int gpu_ok = d.kind == DeviceKind::Cuda ? 1 : 0;
-  if (gpu_ok)  // another process on this host with the same GPU index (oversubscribed): not NCCL
-    for (int r = 0; r < p.size; ++r)
-      if (r != p.rank && p.hosts[r] == p.hosts[p.rank] && p.local_ranks[r] % std::max(1, cuda_device_count()) == d.index)
-        gpu_ok = 0;
-  double all_ok = gpu_ok ? 0 : 1;  // count of processes that cannot use NCCL
-  world_sum(&all_ok, 1);
-  const bool nccl = all_ok == 0;
+  double cpu_ranks = mine.device().kind == DeviceKind::Cuda ? 0 : 1;
+  world_sum(&cpu_ranks, 1);
+  const bool nccl = cpu_ranks == 0 && job_gpus().placement.nccl;
   if (kind == CommKind::Nccl && !nccl) throw Error("the NCCL communicator needs one distinct GPU per rank");
   if (kind == CommKind::InProcess) throw Error("an in-process communicator cannot span processes");
   return nccl;

@@ -173,6 +173,26 @@ std::vector<uint64_t> world_allgather(uint64_t v) {
   return out;
 }
 
+std::vector<std::string> world_allgather(const std::string& v) {
+  if (!multi_process()) return {v};
+  const ProcessInfo& p = process();
+  int len = count_of(static_cast<int64_t>(v.size()));
+  std::vector<int> lens(static_cast<std::size_t>(p.size)), offsets(static_cast<std::size_t>(p.size));
+  CommWatch watch("MPI_Allgatherv (world_allgather)");
+  MPI_CHECK(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, MPI_COMM_WORLD));
+  int64_t total = 0;
+  for (int r = 0; r < p.size; ++r) {
+    offsets[r] = count_of(total);
+    total += lens[r];
+  }
+  std::string all(static_cast<std::size_t>(total), '\0');
+  MPI_CHECK(MPI_Allgatherv(v.data(), len, MPI_CHAR, all.data(), lens.data(), offsets.data(), MPI_CHAR,
+                           MPI_COMM_WORLD));
+  std::vector<std::string> out;
+  for (int r = 0; r < p.size; ++r) out.push_back(all.substr(offsets[r], lens[r]));
+  return out;
+}
+
 void abort_job(const std::string& msg, int code) {
   const ProcessInfo& p = process();
   fmt::print(stderr, "parbench: rank {} ({}): error: {}\n", p.rank, p.hosts.at(p.rank), msg);

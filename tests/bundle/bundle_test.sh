@@ -4,9 +4,11 @@
 # every library from the bundle plus a simulated pip-wheel layout (site-packages/nvidia/...
 # holding only versioned sonames, made here from the CUDA toolkit's libraries, found through a
 # fake `nvidia` package as gpu_check.sh finds the real one); nothing resolves into the source
-# or build tree; the tests find their fixtures inside the bundle; gpu_check.sh --dry-run ends
-# with "no GPU" (exit 2) within a minute; and a bundle missing a library or with a changed file
-# is caught.
+# or build tree; no file holds a path of this machine (strings); no file needs a newer C++
+# runtime than BUNDLE.txt and the README say (objdump -T); the tests find their fixtures inside
+# the bundle; gpu_check.sh --dry-run prints what it found first, writes only the files it
+# promises and ends with "no GPU" (exit 2) within a minute; and a bundle missing a library or
+# with a changed file is caught.
 # usage: bundle_test.sh [BUNDLE]   (BUNDLE given: check it and build nothing)
 set -u
 src=$(cd "$(dirname "$0")/../.." && pwd)
@@ -74,6 +76,30 @@ done
   fail "a run path into the source tree"
 echo "ldd: $checked files resolve from the bundle and the simulated wheels"
 
+# No path of the build machine (__FILE__ in error messages, PARBENCH_SOURCE_DIR, the build tree).
+for f in "${elfs[@]}"; do
+  [ -e "$f" ] || continue
+  leaked=$(strings -a "$f" | grep -F "$src/" | head -n 3)
+  [ -z "$leaked" ] || fail "${f#$bundle/} holds paths of the build machine: $leaked"
+  # Nor one of another tree, nor one relative to the build folder (what ccache's CCACHE_BASEDIR
+  # hands the compiler).
+  leaked=$(strings -a "$f" | grep -E '(^/|(^|[^.])\.\./)(.*/)?(bench|engine|reports|strategies|tests|workloads)/[a-z_/]+\.(cpp|h|cu|cuh)\b' | head -n 3)
+  [ -z "$leaked" ] || fail "${f#$bundle/} names sources by absolute or build-relative paths: $leaked"
+done
+strings -a "$bundle/parbench" | grep -qxE '(bench|engine|reports|strategies)/[a-z_]+\.cpp' ||
+  fail "parbench names no source relative to the repository (__FILE__ of PB_CHECK, as engine/model.cpp)"
+echo "strings: no file holds a path under $src/; __FILE__ is repository-relative"
+
+# The C++ runtime the files need is no newer than the one the systems BUNDLE.txt and the
+# README name provide.
+need=$(for f in "${elfs[@]}"; do [ -e "$f" ] && objdump -T "$f"; done | grep -o 'GLIBCXX_[0-9.]*' | sort -V -u | tail -n 1)
+claim=$(sed -n 's/^runs on: .*a libstdc++ with \(GLIBCXX_[0-9.]*\).*/\1/p' "$bundle/BUNDLE.txt")
+[ -n "$claim" ] || fail "BUNDLE.txt names no systems it runs on ('runs on: ... a libstdc++ with GLIBCXX_...')"
+[ -n "$need" ] && [ "$(printf '%s\n%s\n' "$need" "$claim" | sort -V | tail -n 1)" = "$claim" ] ||
+  fail "the bundle needs ${need:-no GLIBCXX}, newer than the $claim BUNDLE.txt claims"
+grep -qF "\`$claim\`" "$src/README.md" || fail "README.md does not name $claim, which the bundle's systems need"
+echo "C++ runtime: the bundle needs $need, within the $claim that BUNDLE.txt and README.md name"
+
 # The tests find parbench and the fixtures next to themselves, not in the source tree: in a
 # copy without one fixture, the test that requires it fails.
 cp -r "$bundle" "$tmp/copy"
@@ -90,16 +116,28 @@ echo "parbench_tests: finds parbench and its fixtures inside the bundle"
 py=python3
 /usr/bin/python3 -c 'import torch' 2>/dev/null && py=/usr/bin/python3
 start=$(date +%s)
-"$bundle/gpu_check.sh" --dry-run --python "$py" "$tmp/dry" >"$tmp/dry.txt" 2>&1
+(cd "$tmp" && mkdir -p cwd && cd cwd && "$bundle/gpu_check.sh" --dry-run --python "$py" "$tmp/dry" >"$tmp/dry.txt" 2>&1)
 rc=$? elapsed=$(($(date +%s) - start))
 [ $rc -eq 2 ] || { cat "$tmp/dry.txt"; fail "gpu_check.sh --dry-run exited $rc, expected 2"; }
 tail -n 1 "$tmp/dry.txt" | grep -q '^gpu_check: no GPU' || { cat "$tmp/dry.txt"; fail "no 'no GPU' last line"; }
 grep -q 'library resolution: ok' "$tmp/dry.txt" || fail "dry run did not check library resolution"
 grep -q 'gpu_check: dry run: ok' "$tmp/dry.txt" || fail "dry run did not parse the later stages"
 [ $elapsed -lt 60 ] || fail "dry run took ${elapsed}s"
+# What it found comes first, before the bundle is even checked.
+first=$(grep -n -m1 '^found on ' "$tmp/dry.txt" | cut -d: -f1)
+integrity=$(grep -n -m1 '^bundle integrity' "$tmp/dry.txt" | cut -d: -f1)
+[ -n "$first" ] && [ -n "$integrity" ] && [ "$first" -lt "$integrity" ] ||
+  { cat "$tmp/dry.txt"; fail "the dry run did not print what it found before the integrity check"; }
+for what in 'NVIDIA driver:' 'GPUs:' 'libcudart:' 'libcudnn:' 'libnccl:' 'libstdc++:' 'glibc:'; do
+  sed -n "$first,${integrity}p" "$tmp/dry.txt" | grep -q "^  $what" || fail "what it found lacks '$what'"
+done
 n=$(find "$tmp/dry" -type f | wc -l)
 [ "$n" -le 8 ] || fail "$n output files, more than 8"
-echo "gpu_check.sh --dry-run: exit 2 'no GPU' in ${elapsed}s, $n file(s)"
+others=$(cd "$tmp/dry" && find . -type f | sed 's|^\./||' |
+         grep -vxE 'gpu_check\.log|env\.txt|tests\.log|torch\.log|run\.log|run\.tar\.gz|sanitizer\.log|summary\.md')
+[ -z "$others" ] || fail "files gpu_check.sh does not promise: $others"
+[ -z "$(ls -A "$tmp/cwd")" ] || fail "the dry run left files where it was started: $(ls -A "$tmp/cwd")"
+echo "gpu_check.sh --dry-run: found first, exit 2 'no GPU' in ${elapsed}s, $n promised file(s)"
 
 # A bundle missing a library is caught by the library check, a changed file by the integrity check.
 rm -rf "$tmp/copy" && cp -r "$bundle" "$tmp/copy"
