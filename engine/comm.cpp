@@ -24,6 +24,9 @@ const char* coll_kind_name(CollKind k) {
 }
 
 namespace {
+CommCallObserver g_observer;
+bool g_observed = false;  // g_observer is set; read on every call
+
 // A payload for span names: "640 B", "64 KiB", "3.2 MiB".
 std::string size_str(double bytes) {
   if (bytes < 1024) return fmt::format("{:.0f} B", bytes);
@@ -31,6 +34,11 @@ std::string size_str(double bytes) {
   return fmt::format("{:.3g} MiB", bytes / (1024 * 1024));
 }
 }  // namespace
+
+void set_comm_call_observer(CommCallObserver observer) {
+  g_observer = std::move(observer);
+  g_observed = static_cast<bool>(g_observer);
+}
 
 double bus_factor(CollKind k, int n) {
   switch (k) {
@@ -48,7 +56,8 @@ Communicator::Communicator(std::vector<Backend*> ranks)
       settled_(ranks_.size()),
       tracers_(ranks_.size(), nullptr),
       waits_(ranks_.size()),
-      calls_(ranks_.size()) {
+      calls_(ranks_.size()),
+      grouped_(ranks_.size(), 0) {
   PB_CHECK(!ranks_.empty(), "a communicator needs at least one rank");
   bool any = false;
   for (Backend* b : ranks_) any = any || b != nullptr;
@@ -63,20 +72,35 @@ Device Communicator::device(int rank) const {
 const CommStats& Communicator::stats(int rank) {
   CommStats& s = stats_.at(rank);
   if (!settled_[rank]) {
-    s.seconds += device_transfer_s(rank);
-    const auto events = device_transfer_events(rank);
+    const auto spans = device_spans(rank);
+    Backend& be = *ranks_[rank];
     Tracer* tr = tracers_[rank];
-    if (!events.empty() && events.size() == calls_[rank].size()) {
-      for (std::size_t i = 0; i < events.size(); ++i) {
-        const Call& c = calls_[rank][i];
-        s.kinds[static_cast<int>(c.kind)].seconds += ranks_[rank]->elapsed_s(*events[i].first, *events[i].second);
-        if (tr)
-          tr->device_span(Phase::Transfer, Lane::Comm,
-                          tr->named() ? fmt::format("{} {}{}", coll_kind_name(c.kind), size_str(static_cast<double>(c.bytes)),
-                                                    c.peer >= 0 ? fmt::format(" peer {}", c.peer) : "")
-                                      : std::string(),
-                          *events[i].first, *events[i].second);
+    const bool per_call = spans.size() == calls_[rank].size();  // else (one rank) only totals
+    for (std::size_t i = 0; i < spans.size(); ++i) {
+      const DeviceSpan& d = spans[i];
+      using sec = std::chrono::duration<double>;
+      const double transfer = d.on_host ? sec(d.host_to - d.host_from).count() : be.elapsed_s(*d.from, *d.to);
+      s.seconds += transfer;
+      if (d.on_host) s.wait_s += sec(d.host_from - d.host_arrive).count();
+      else if (d.arrive) s.wait_s += be.elapsed_s(*d.arrive, *d.from);
+      if (!per_call) continue;
+      const Call& c = calls_[rank][i];
+      s.kinds[static_cast<int>(c.kind)].seconds += transfer;
+      if (!tr) continue;
+      const bool named = tr->named();
+      const std::string idle =
+          !named ? std::string() : c.peer >= 0 ? fmt::format("wait for peer {}", c.peer) : "wait for peers";
+      const std::string what =
+          named ? fmt::format("{} {}{}", coll_kind_name(c.kind), size_str(static_cast<double>(c.bytes)),
+                              c.peer >= 0 ? fmt::format(" peer {}", c.peer) : "")
+                : std::string();
+      if (d.on_host) {
+        if (d.host_from > d.host_arrive) tr->host_span(Phase::Idle, Lane::Comm, idle, d.host_arrive, d.host_from);
+        tr->host_span(Phase::Transfer, Lane::Comm, what, d.host_from, d.host_to);
+        continue;
       }
+      if (d.arrive) tr->device_span(Phase::Idle, Lane::Comm, idle, *d.arrive, *d.from);
+      tr->device_span(Phase::Transfer, Lane::Comm, what, *d.from, *d.to);
     }
     settled_[rank] = 1;
   }
@@ -101,9 +125,11 @@ void Communicator::waited(int rank, std::chrono::steady_clock::time_point from, 
 // compute span (the worker's thread is busy here) and leaves its idle and transfer spans where
 // they happened.
 template <class F>
-void Communicator::timed(int rank, std::size_t bytes, F&& f, CollKind kind, int peer, int64_t n) {
+void Communicator::timed(int rank, std::size_t bytes, F&& f, CollKind kind, int peer, int64_t n, bool blocking) {
   PB_CHECK(0 <= rank && rank < size(), "rank {} of {}", rank, size());
   PB_CHECK(is_local(rank), "rank {} of {} belongs to another process", rank, size());
+  PB_CHECK(!grouped_[rank] || (kind == CollKind::SendRecv && peer >= 0 && !blocking),
+           "rank {} of {}: only send_start and recv_start may come between group_start and group_end", rank, size());
   using clock = std::chrono::steady_clock;
   CommStats& s = stats_[rank];
   Tracer* tr = tracers_[rank];
@@ -154,6 +180,26 @@ void Communicator::timed(int rank, std::size_t bytes, F&& f, CollKind kind, int 
   }
 }
 
+void Communicator::observed(int rank, const CommCall& c) const {
+  if (g_observed) g_observer(*this, rank, c);
+}
+
+void Communicator::group_start(int rank) {
+  PB_CHECK(0 <= rank && rank < size() && is_local(rank), "group_start at rank {} of {}, not local", rank, size());
+  PB_CHECK(!grouped_[rank], "rank {} of {}: group_start inside a group (groups do not nest)", rank, size());
+  do_group_start(rank);
+  grouped_[rank] = 1;
+  observed(rank, {CommCall::GroupStart});
+}
+
+void Communicator::group_end(int rank) {
+  PB_CHECK(0 <= rank && rank < size() && is_local(rank), "group_end at rank {} of {}, not local", rank, size());
+  PB_CHECK(grouped_[rank], "rank {} of {}: group_end without group_start", rank, size());
+  grouped_[rank] = 0;
+  do_group_end(rank);
+  observed(rank, {CommCall::GroupEnd});
+}
+
 void Communicator::all_reduce(int rank, float* buf, int64_t n) {
   all_reduce_start(rank, buf, n);
   wait(rank);
@@ -164,6 +210,7 @@ void Communicator::all_reduce_start(int rank, float* buf, int64_t n) {
   timed(rank, n * sizeof(float), [&] {
     if (n > 0) do_all_reduce(rank, buf, n);
   }, CollKind::AllReduce, -1, n);
+  observed(rank, {CommCall::Collective, CollKind::AllReduce, -1, n});
 }
 
 // Started all-reduces complete here (MPI): the call's transfer time is theirs.
@@ -174,6 +221,7 @@ void Communicator::broadcast(int rank, float* buf, int64_t n, int root) {
   timed(rank, n * sizeof(float), [&] {
     if (n > 0) do_broadcast(rank, buf, n, root);
   }, CollKind::Broadcast, -1, n);
+  observed(rank, {CommCall::Collective, CollKind::Broadcast, root, n});
 }
 
 void Communicator::reduce(int rank, float* buf, int64_t n, int root) {
@@ -181,6 +229,7 @@ void Communicator::reduce(int rank, float* buf, int64_t n, int root) {
   timed(rank, n * sizeof(float), [&] {
     if (n > 0) do_reduce(rank, buf, n, root);
   }, CollKind::Reduce, -1, n);
+  observed(rank, {CommCall::Collective, CollKind::Reduce, root, n});
 }
 
 void Communicator::send(int rank, const float* buf, int64_t n, int peer) {
@@ -188,7 +237,8 @@ void Communicator::send(int rank, const float* buf, int64_t n, int peer) {
            rank, peer, size());
   timed(rank, n * sizeof(float), [&] {
     if (n > 0) do_send(rank, buf, n, peer);
-  }, CollKind::SendRecv, peer, n);
+  }, CollKind::SendRecv, peer, n, true);
+  observed(rank, {CommCall::Send, CollKind::SendRecv, peer, n});
 }
 
 void Communicator::recv(int rank, float* buf, int64_t n, int peer) {
@@ -196,7 +246,8 @@ void Communicator::recv(int rank, float* buf, int64_t n, int peer) {
            rank, peer, size());
   timed(rank, 0, [&] {
     if (n > 0) do_recv(rank, buf, n, peer);
-  }, CollKind::SendRecv, peer, n);
+  }, CollKind::SendRecv, peer, n, true);
+  observed(rank, {CommCall::Recv, CollKind::SendRecv, peer, n});
 }
 
 int64_t Communicator::send_start(int rank, const float* buf, int64_t n, int peer) {
@@ -204,6 +255,7 @@ int64_t Communicator::send_start(int rank, const float* buf, int64_t n, int peer
            rank, peer, size());
   int64_t id = -1;
   timed(rank, n * sizeof(float), [&] { id = do_send_start(rank, buf, n, peer); }, CollKind::SendRecv, peer, n);
+  observed(rank, {CommCall::Send, CollKind::SendRecv, peer, n, id});
   return id;
 }
 
@@ -212,11 +264,13 @@ int64_t Communicator::recv_start(int rank, float* buf, int64_t n, int peer) {
            rank, peer, size());
   int64_t id = -1;
   timed(rank, 0, [&] { id = do_recv_start(rank, buf, n, peer); }, CollKind::SendRecv, peer, n);
+  observed(rank, {CommCall::Recv, CollKind::SendRecv, peer, n, id});
   return id;
 }
 
 void Communicator::wait_transfer(int rank, int64_t id) {
   timed(rank, 0, [&] { do_wait_transfer(rank, id); }, CollKind::SendRecv);
+  observed(rank, {CommCall::WaitTransfer, CollKind::SendRecv, -1, 0, id});
 }
 
 void Communicator::all_gather(int rank, const float* send, float* recv, int64_t n) {
@@ -224,6 +278,7 @@ void Communicator::all_gather(int rank, const float* send, float* recv, int64_t 
   timed(rank, static_cast<std::size_t>(n) * size() * sizeof(float), [&] {
     if (n > 0) do_all_gather(rank, send, recv, n);
   }, CollKind::AllGather, -1, n * size());
+  observed(rank, {CommCall::Collective, CollKind::AllGather, -1, n});
 }
 
 void Communicator::reduce_scatter(int rank, const float* send, float* recv, int64_t n) {
@@ -231,6 +286,7 @@ void Communicator::reduce_scatter(int rank, const float* send, float* recv, int6
   timed(rank, static_cast<std::size_t>(n) * size() * sizeof(float), [&] {
     if (n > 0) do_reduce_scatter(rank, send, recv, n);
   }, CollKind::ReduceScatter, -1, n * size());
+  observed(rank, {CommCall::Collective, CollKind::ReduceScatter, -1, n});
 }
 
 namespace {

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,8 +35,9 @@ struct CollStats {
 // (all-reduce, reduce, broadcast: the buffer size; all-gather, reduce-scatter: the whole gathered
 // buffer, N pieces; send: the message; recv: 0, the sender counts it; all 0 with a single rank) -- the nccl-tests "size", from which reports derive bus
 // bandwidth. seconds: the transfers alone -- host copies on CPU, the collectives' own span on
-// the device when the communicator orders itself with events (NCCL). wait_s: time this rank sat
-// idle in the calls instead: waiting for a peer to arrive, or for its own queued device work.
+// the device when the communicator orders itself with events (NCCL: from the moment every member
+// has arrived, docs/reports.md). wait_s: time this rank sat idle in the calls instead: waiting for
+// a peer to arrive, or for its own queued device work.
 struct CommStats {
   double seconds = 0;
   double wait_s = 0;
@@ -44,6 +46,20 @@ struct CommStats {
   // Per CollKind: send counts the message at the sender (bytes) and its transfer time where it
   // happens (recv, on a host-side communicator), both under SendRecv.
   CollStats kinds[kCollKinds];
+};
+
+struct CommCall;
+
+// An event-ordered call's span (Communicator::device_spans): [arrive, from) the rank's wait for
+// its peers (idle; arrive null: not measured), [from, to) the transfer.
+struct CommDeviceSpan {
+  Event* arrive = nullptr;
+  Event* from = nullptr;
+  Event* to = nullptr;
+  // The span placed on the host clock instead (the events unused): [host_arrive, host_from)
+  // idle, [host_from, host_to) transfer -- where the wait is known only from the peers' times.
+  bool on_host = false;
+  std::chrono::steady_clock::time_point host_arrive, host_from, host_to;
 };
 
 class Communicator {
@@ -83,10 +99,19 @@ class Communicator {
   // untouched, until wait_transfer(rank, id) of the id they return; after it the sent buffer is
   // free and the received values are ordered before the rank's later work. Between two ranks,
   // messages of one direction match in the order they were started (as MPI's). A transfer is
-  // started after the rank's queued work, like every call above.
+  // started after the rank's queued work, like every call above. On NCCL a rank's transfers also
+  // run in the order started, one after another: starts that can only finish together (a send
+  // forward and a receive from the same peer) go in one group (group_start below).
   int64_t send_start(int rank, const float* buf, int64_t n, int peer);
   int64_t recv_start(int rank, float* buf, int64_t n, int peer);
   void wait_transfer(int rank, int64_t id);
+  // The starts between group_start and group_end go out together, as one ncclGroupStart/End on
+  // NCCL: a step that sends one tensor and receives another cannot then wait on a peer that waits
+  // on it, whatever order the two issue theirs in. Groups do not nest and hold only send_start and
+  // recv_start; their ids are waited for after group_end. A no-op on host-side communicators,
+  // whose starts never block.
+  void group_start(int rank);
+  void group_end(int rank);
 
   // Called when a worker failed: every rank blocked in (or later entering) a collective throws
   // Error instead of waiting forever for it. The communicator is unusable afterwards.
@@ -110,6 +135,8 @@ class Communicator {
   virtual int64_t do_send_start(int rank, const float* buf, int64_t n, int peer) = 0;
   virtual int64_t do_recv_start(int rank, float* buf, int64_t n, int peer) = 0;
   virtual void do_wait_transfer(int rank, int64_t id) = 0;
+  virtual void do_group_start(int) {}
+  virtual void do_group_end(int) {}
   virtual void do_all_gather(int rank, const float* send, float* recv, int64_t n) = 0;
   virtual void do_reduce_scatter(int rank, const float* send, float* recv, int64_t n) = 0;
 
@@ -121,19 +148,20 @@ class Communicator {
   void waited(int rank, double seconds) { pending_wait_[rank] += seconds; }
   // The same, with when: the span shows in the rank's trace where it happened.
   void waited(int rank, std::chrono::steady_clock::time_point from, std::chrono::steady_clock::time_point to);
-  // For event-ordered implementations: the transfers' device time, folded into stats(rank) once
-  // the rank's device work is complete.
-  virtual double device_transfer_s(int) { return 0; }
+  // For event-ordered implementations: one span per call that moved data since the reset, in
+  // call order, complete once the rank's device work is. They become stats(rank) and the rank's
+  // idle and transfer spans.
+  using DeviceSpan = CommDeviceSpan;
+  virtual std::vector<DeviceSpan> device_spans(int) { return {}; }
   virtual void reset_device_timers(int) {}
-  // For event-ordered implementations: the (start, end) events of each transfer since the reset,
-  // in call order, complete once the rank's device work is; they become the rank's transfer
-  // spans and per-kind times. Empty: only the total of device_transfer_s is known.
-  virtual std::vector<std::pair<Event*, Event*>> device_transfer_events(int) { return {}; }
 
  private:
   // A call's bookkeeping: bytes and time, split into idle and transfer, per kind, into the tracer.
+  // blocking: a send or recv that returns complete (refused inside a group).
   template <class F>
-  void timed(int rank, std::size_t bytes, F&& f, CollKind kind = CollKind::Other, int peer = -1, int64_t n = 0);
+  void timed(int rank, std::size_t bytes, F&& f, CollKind kind = CollKind::Other, int peer = -1, int64_t n = 0,
+             bool blocking = false);
+  void observed(int rank, const CommCall& c) const;
   struct Call {  // a call that moved data, for event-ordered per-kind times
     CollKind kind;
     std::size_t bytes;
@@ -147,7 +175,23 @@ class Communicator {
   std::vector<Tracer*> tracers_;
   std::vector<std::vector<std::pair<std::chrono::steady_clock::time_point, std::chrono::steady_clock::time_point>>> waits_;
   std::vector<std::vector<Call>> calls_;
+  std::vector<char> grouped_;  // per rank: inside group_start .. group_end
 };
+
+// A call as a communicator's front end saw it, for checking on CPU the order of the calls NCCL
+// would get (engine/nccl_order.h, tests/test_nccl_order.cpp).
+struct CommCall {
+  enum Op : uint8_t { GroupStart, GroupEnd, Send, Recv, WaitTransfer, Collective };
+  Op op = Collective;
+  CollKind kind = CollKind::Other;  // of a Collective
+  int peer = -1;                    // Send, Recv (blocking ones: id -1)
+  int64_t n = 0;                    // values
+  int64_t id = -1;                  // send_start, recv_start, wait_transfer
+};
+using CommCallObserver = std::function<void(const Communicator&, int rank, const CommCall&)>;
+// Process-wide, called on each rank's thread after the call was issued; empty: none. Set it only
+// while no communicator is in use.
+void set_comm_call_observer(CommCallObserver observer);
 
 enum class CommKind { Auto, InProcess, Nccl };
 

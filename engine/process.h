@@ -48,6 +48,8 @@ std::vector<std::string> world_allgather(const std::string& v);  // per rank
 // forever. 0 disables the watchdog. Default kDefaultCommTimeout; set from --comm-timeout.
 constexpr double kDefaultCommTimeout = 300;
 void set_comm_timeout(double seconds);
+// The same limit, for the NCCL communicator's watchdog (engine/nccl/nccl_comm.cpp).
+double comm_timeout();
 
 // Marks a blocking MPI call for the watchdog for the object's life. `what` names the call.
 class CommWatch {

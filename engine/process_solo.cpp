@@ -1,6 +1,7 @@
 // The process context of a build without MPI: the job is this one process, every host-side
 // collective is the identity (engine/mpi/mpi_env.cpp is the MPI one).
 #ifndef PARBENCH_HAVE_MPI
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 
@@ -35,7 +36,11 @@ double world_max(double v) { return v; }
 std::vector<uint64_t> world_allgather(uint64_t v) { return {v}; }
 std::vector<std::string> world_allgather(const std::string& v) { return {v}; }
 
-void set_comm_timeout(double) {}
+namespace {
+std::atomic<double> g_comm_timeout{kDefaultCommTimeout};  // read by the NCCL watchdog's thread
+}  // namespace
+void set_comm_timeout(double seconds) { g_comm_timeout = seconds; }
+double comm_timeout() { return g_comm_timeout; }
 CommWatch::CommWatch(const char*) {}
 CommWatch::~CommWatch() = default;
 

@@ -8,7 +8,11 @@
 //
 // Sends are started and waited for only when their buffer is needed again, so a stage goes on
 // with its next micro-batch while its output travels; receives complete when their values are
-// needed (on GPUs the wait orders the stream, the host does not block).
+// needed (on GPUs the wait orders the stream, the host does not block). The sends that end a
+// compute and the receive that starts the next go out as one group (Communicator::group_start),
+// as Megatron's batched p2p: under 1F1B a stage sends an activation and receives a gradient while
+// its peer sends that gradient and receives the next activation, which on one NCCL stream in
+// any other grouping would wait on each other (tests/test_nccl_order.cpp).
 //
 // dp x pp hybrids (dp<D>xpp<P>): D replicas of the P-stage pipeline, worker r being stage r % P
 // of replica r / P. Each replica takes its torch.chunk piece of the batch and cuts it into
@@ -129,6 +133,7 @@ class Staged final : public GroupStrategy {
       }
       for (int i = std::max(0, micro - warmup); i < micro; ++i) backward(r, i, i == 0);
     }
+    close(r);
     for (int k = 0; k < micro; ++k) wait_send(r, k);  // recompute: the scratch slot's last one
     for (int64_t id : r.grad_send)
       if (id != kNone) r.c.wait_transfer(r.rank, id);
@@ -161,7 +166,26 @@ class Staged final : public GroupStrategy {
     int backwards = 0;
     int last_scratch_send = kNone;  // recompute: the micro-batch whose send reads the scratch slot
     int scratch = kNone;            // recompute: the micro-batch whose activations the scratch slot holds
+    bool grouped = false;           // a group of starts is open
   };
+
+  // The group the last compute's sends opened, for the next compute's receive to join.
+  void open(Run& r) {
+    if (!r.grouped) r.c.group_start(r.rank);
+    r.grouped = true;
+  }
+  void close(Run& r) {
+    if (r.grouped) r.c.group_end(r.rank);
+    r.grouped = false;
+  }
+  // The receive a compute needs first, grouped with the previous compute's sends; complete before
+  // the compute (on GPUs: ordered before it).
+  void receive(Run& r, float* buf, int64_t n, int peer) {
+    open(r);
+    const int64_t id = r.c.recv_start(r.rank, buf, n, peer);
+    close(r);
+    r.c.wait_transfer(r.rank, id);
+  }
 
   // Activation slots of Sequential: one per micro-batch in flight, or with recompute a single
   // scratch slot for every forward and recomputation.
@@ -190,11 +214,13 @@ class Staged final : public GroupStrategy {
     const int64_t n = r.sizes[k];
     const float* x = input_of(r, k);
     // Its buffer's previous micro-batch (k - slots) has had its backward: the schedule's order.
-    if (r.s > 0) r.c.wait_transfer(r.rank, r.c.recv_start(r.rank, const_cast<float*>(x), n * numel_of(m.in_sample()), r.rank - 1));
+    if (r.s > 0) receive(r, const_cast<float*>(x), n * numel_of(m.in_sample()), r.rank - 1);
+    close(r);
     free_scratch(r);
     const float* y = r.out[k] = m.forward(x, n, slot_of(r, k));
     r.scratch = k;
     if (r.last) return;  // the loss is taken with the backward, from the slot (or recomputed)
+    open(r);
     r.act_send[k] = r.c.send_start(r.rank, y, n * numel_of(m.out_sample()), r.rank + 1);
     if (opts_.recompute) r.last_scratch_send = k;
   }
@@ -204,9 +230,10 @@ class Staged final : public GroupStrategy {
     Worker& w = r.w;
     const int64_t n = r.sizes[k], in = numel_of(m.in_sample()), out = numel_of(m.out_sample());
     if (!r.last) {  // the output gradient from the next stage: it also proves the output arrived
-      r.c.wait_transfer(r.rank, r.c.recv_start(r.rank, w.dy.data(), n * out, r.rank + 1));
+      receive(r, w.dy.data(), n * out, r.rank + 1);
       if (!opts_.recompute) wait_send(r, k);
     }
+    close(r);
     // Recomputed unless the scratch slot still holds this micro-batch (its backward follows its
     // forward directly: the last stage under 1F1B, the last micro-batch under GPipe).
     if (opts_.recompute && r.scratch != k) {
@@ -227,7 +254,10 @@ class Staged final : public GroupStrategy {
       dx = w.dx.data() + buf * r.sizes[0] * in;
     }
     m.backward(w.dy.data(), dx, !first, slot_of(r, k));
-    if (r.s > 0) r.grad_send[buf] = r.c.send_start(r.rank, dx, n * in, r.rank - 1);
+    if (r.s > 0) {
+      open(r);
+      r.grad_send[buf] = r.c.send_start(r.rank, dx, n * in, r.rank - 1);
+    }
   }
 
   int micro_;

@@ -422,11 +422,15 @@ TEST(Comm, NcclAllReduceBroadcastSendRecvOnGpus) {
     Tensor up = Tensor::from_host({len}, rank_values(r, len), g.comm->device(r));
     Tensor down = Tensor::from_host({len}, rank_values(r, len), g.comm->device(r));
     Tensor from_below = Tensor::zeros({len}, g.comm->device(r)), from_above = Tensor::zeros({len}, g.comm->device(r));
+    // One group: NCCL runs a rank's transfers in the order started, and each send here waits for
+    // a receive its peer starts after its own send.
     std::vector<int64_t> ids;
+    g.comm->group_start(r);
     if (r + 1 < n) ids.push_back(g.comm->send_start(r, up.data(), len, r + 1));
     if (r > 0) ids.push_back(g.comm->send_start(r, down.data(), len, r - 1));
     if (r > 0) ids.push_back(g.comm->recv_start(r, from_below.data(), len, r - 1));
     if (r + 1 < n) ids.push_back(g.comm->recv_start(r, from_above.data(), len, r + 1));
+    g.comm->group_end(r);
     for (int64_t id : ids) g.comm->wait_transfer(r, id);
     below[r] = from_below.to_host();
     above[r] = from_above.to_host();

@@ -118,6 +118,11 @@ void set_comm_timeout(double seconds) {
   g_watchdog.timeout_s = seconds;
 }
 
+double comm_timeout() {
+  std::lock_guard<std::mutex> lock(g_watchdog.mu);
+  return g_watchdog.timeout_s;
+}
+
 CommWatch::CommWatch(const char* what) {
   std::lock_guard<std::mutex> lock(g_watchdog.mu);
   if (g_watchdog.depth++ == 0) {
