@@ -192,10 +192,12 @@ MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch, const 
         if (u > 0) max_in = std::max(max_in, ly.in(units[u].first) * n);
       }
       const double ws = ly.workspace(0, L, n);  // one backend runs every unit
-      // The shard's parameters, gradients and Adam moments; the gathered parameters (fsdp: one
-      // unit's, zero2: every unit's from forward to backward) and one unit's full gradients.
-      w[i].params = shard + (s == "fsdp" ? largest : all);
-      w[i].state = 3 * shard + largest;
+      // The shard's parameters, gradients and Adam moments; beyond one worker the gathered
+      // parameters (fsdp: one unit's, zero2: every unit's from forward to backward) and one unit's
+      // full gradients, made once at setup (one worker's shards serve as both).
+      const bool gathers = N > 1;
+      w[i].params = shard + (gathers ? (s == "fsdp" ? largest : all) : 0);
+      w[i].state = 3 * shard + (gathers ? largest : 0);
       w[i].acts = n * in + 2 * n * outn + 1 + acts + scratch + 2 * max_in;
       w[i].workspace = ws;
     }
@@ -210,15 +212,19 @@ MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch, const 
         // Its slices of each conv / linear layer's output channels (the first K % T one more;
         // a layer of fewer than T channels whole), every layer's whole output for the batch, the
         // gathered pieces of the widest split layer and two input-gradient buffers.
+        // Flatten is a view and a ReLU runs in place on an output the worker owns (strategies/tp.cpp);
+        // on one way every layer is whole, computed straight into its output (no gather buffer).
         double mine = 0, acts = 0, gathered = 1, local = 1, dx = 1;
+        bool owned = false;
         std::vector<LayerPlan> slices;  // the worker's channels of each layer, as it runs them
         for (int i = 0; i < L; ++i) {
           const LayerPlan& l = plan.layers[i];
-          if (l.spec.type != LayerType::Flatten) acts += b * ly.out(i);
+          const bool view = l.spec.type == LayerType::Flatten || (l.spec.type == LayerType::ReLU && owned);
+          if (!view) acts += b * ly.out(i), owned = true;
           dx = std::max(dx, b * ly.in(i));
           if (l.spec.type != LayerType::Conv2d && l.spec.type != LayerType::Linear) continue;
           const int64_t K = l.out[0];
-          const bool split = K >= T;
+          const bool split = T > 1 && K >= T;
           const double fan = static_cast<double>(l.weight_numel / K), per_sample = ly.out(i) / static_cast<double>(K);
           const double k = split ? static_cast<double>(K / T + (r < K % T ? 1 : 0)) : static_cast<double>(K);
           mine += k * (fan + 1);

@@ -58,10 +58,9 @@ std::function<double(const std::vector<LayerPlan>&, int64_t)> measured_workspace
 
 // Per worker, what its device's allocator peaks at in a step of `c` at `global_batch` (tensors and
 // workspace; not the runtime beside them), from the buffers the strategy keeps: in `per_worker`,
-// the largest worker's parts in params ... workspace (their total() is its peak). fsdp and zero2
-// are counted as if the buffers they gather into were made once per batch size and kept (the
-// largest unit's parameters and gradients; zero2: every unit's parameters), an upper bound of
-// buffers made and freed per unit. Formulas: docs/projection.md.
+// the largest worker's parts in params ... workspace (their total() is its peak). Beyond one worker
+// fsdp and zero2 hold the buffers they gather into, made once at setup (the largest unit's
+// parameters and gradients; zero2: every unit's parameters). Formulas: docs/projection.md.
 MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch, const MemoryConfig& c);
 
 // What a configuration holds, measured after its steps: the engine's tensors and the libraries'

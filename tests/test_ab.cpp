@@ -38,17 +38,18 @@ class Ab : public test::CliTest {
 };
 
 // The plumbing, not the gate's sensitivity (scripts/compare_noise.sh measures that): on a shared
-// machine two pairs of the same build can differ by a third, and two pairs' t interval (1 degree
-// of freedom) is some 13 times their spread: only a ratio beyond 11 counts here.
+// machine pairs of the same build can differ by a third or more, and two pairs' t interval (1
+// degree of freedom) is some 13 times their spread, so inconclusive; three pairs' (2 degrees) is
+// about 4 times: only a ratio beyond 11 counts here.
 TEST_F(Ab, SameBuildPassesAndTheFoldersCompareAgain) {
   for (const std::string unit : {"benchmark", "run"}) {
     const std::string out = path("ab-" + unit);
-    const Result r = parbench("ab " + pb() + " " + pb() + " --pairs 2 --threshold 10 --interleave " + unit + " --out " +
+    const Result r = parbench("ab " + pb() + " " + pb() + " --pairs 3 --threshold 10 --interleave " + unit + " --out " +
                               out + kRun);
     ASSERT_EQ(r.code, 0) << r.err << r.out;
     EXPECT_THAT(r.out, HasSubstr("**PASS** suite of 2 benchmark(s)"));
-    EXPECT_THAT(r.out, HasSubstr("Paired: 2 baseline runs"));
-    EXPECT_THAT(r.err, HasSubstr("pair 2/2: contender"));
+    EXPECT_THAT(r.out, HasSubstr("Paired: 3 baseline runs"));
+    EXPECT_THAT(r.err, HasSubstr("pair 3/3: contender"));
     EXPECT_EQ(slurp(out + "/compare.md"), r.out);
     // Per benchmark: a process of its own in each pair; per run: one process measures both.
     if (unit == "benchmark") {

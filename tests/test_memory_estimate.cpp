@@ -101,12 +101,8 @@ double check_every_strategy(const NetSpec& net, int64_t batch) {
       report += fmt::format("{:>14} {:>24} x{} worker {}: predicted {:8.1f} KiB, measured {:8.1f} KiB, {:+5.1f}%; tensors {:+5.1f}%\n",
                             net.name, c.strategy, c.devices, r, predicted / 1024, measured / 1024, err * 100, terr * 100);
       EXPECT_LE(std::abs(err), 0.10) << "worker " << r << ": predicted " << predicted << " B, measured " << measured << " B";
-      // fsdp and zero2 counted as if their gathered parameters and gradients persisted (made once
-      // per batch size): an upper bound of today's per-unit buffers, which come and go.
-      const bool transient = c.strategy == "fsdp" || c.strategy == "zero2";
-      if (transient) EXPECT_GE(terr, -0.01) << "worker " << r << "'s tensors: " << te.per_worker[r] << " B, measured " << tensors;
-      else EXPECT_LE(std::abs(terr), 0.10) << "worker " << r << "'s tensors: predicted " << te.per_worker[r] << " B, measured "
-                                           << tensors << " B";
+      EXPECT_LE(std::abs(terr), 0.10) << "worker " << r << "'s tensors: predicted " << te.per_worker[r] << " B, measured "
+                                      << tensors << " B";
     }
   }
   std::printf("%s", report.c_str());
