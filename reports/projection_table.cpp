@@ -167,14 +167,7 @@ json prediction_json(const Prediction& r) {
 
 
 namespace {
-std::string num(double x) {  // as run's table prints them
-  const double a = std::abs(x);
-  if (a >= 1000) return fmt::format("{:.0f}", x);
-  if (a >= 100) return fmt::format("{:.1f}", x);
-  if (a >= 1) return fmt::format("{:.2f}", x);
-  if (a == 0) return "0";
-  return fmt::format("{:.3g}", x);
-}
+using reports::num;
 std::string pct(const std::optional<double>& v) { return v ? fmt::format("{:.1f}%", *v * 100) : "-"; }
 }  // namespace
 

@@ -155,29 +155,16 @@ PairedT paired_t(const std::vector<double>& d, double alpha) {
 PairedT mean_of_means_t(const std::vector<std::vector<double>>& groups, double alpha) {
   PB_CHECK(!groups.empty(), "mean_of_means_t: no group");
   PB_CHECK(alpha > 0 && alpha < 1, "mean_of_means_t: alpha {} outside (0, 1)", alpha);
-  PairedT r;
-  double var_sum = 0, df_den = 0;  // sum of s_b^2 / n_b, and of its terms squared over n_b - 1
+  double mean_all = 0;
+  int n = 0;
+  std::vector<TPart> parts;  // each group's s_b^2 / n_b with n_b - 1 degrees of freedom
   for (const std::vector<double>& g : groups) {
     PB_CHECK(g.size() >= 2, "mean_of_means_t: a group of {} value(s), need at least 2", g.size());
-    r.n += static_cast<int>(g.size());
-    r.mean += mean(g) / static_cast<double>(groups.size());
-    const double v = stddev(g) * stddev(g) / static_cast<double>(g.size());
-    var_sum += v;
-    df_den += v * v / static_cast<double>(g.size() - 1);
+    n += static_cast<int>(g.size());
+    mean_all += mean(g) / static_cast<double>(groups.size());
+    parts.push_back({stddev(g) * stddev(g) / static_cast<double>(g.size()), static_cast<double>(g.size() - 1)});
   }
-  const double se = std::sqrt(var_sum) / static_cast<double>(groups.size());
-  if (!(se > 0)) {
-    r.lo = r.hi = r.mean;
-    r.p = r.mean == 0 ? 1 : 0;
-    return r;
-  }
-  r.df = var_sum * var_sum / df_den;
-  const boost::math::students_t dist(r.df);
-  const double t_crit = boost::math::quantile(dist, 1 - alpha / 2);
-  r.lo = r.mean - t_crit * se;
-  r.hi = r.mean + t_crit * se;
-  r.p = 2 * boost::math::cdf(boost::math::complement(dist, std::abs(r.mean / se)));
-  return r;
+  return t_from_parts(mean_all, parts, 1.0 / static_cast<double>(groups.size()), n, alpha);
 }
 
 PairedT t_from_parts(double mean, const std::vector<TPart>& parts, double scale, int n, double alpha) {

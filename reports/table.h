@@ -28,6 +28,8 @@ struct BenchName {
 };
 std::optional<BenchName> parse_bench_name(const std::string& name);
 std::string bench_name(const BenchName& n);
+// Plain numbers for tables: a few significant digits, never exponent notation for times.
+std::string num(double x);
 // Text for one markdown table cell: '|' escaped, newlines flattened.
 std::string md_escape(const std::string& s);
 // The non-empty items of a comma-separated list (flags, and the list-valued context keys).

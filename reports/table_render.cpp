@@ -11,9 +11,6 @@
 
 namespace pb::reports {
 
-namespace {
-
-// Plain numbers for tables: a few significant digits, never exponent notation for times.
 std::string num(double x) {
   const double a = std::abs(x);
   if (a >= 1000) return fmt::format("{:.0f}", x);
@@ -22,6 +19,8 @@ std::string num(double x) {
   if (a == 0) return "0";
   return fmt::format("{:.3g}", x);
 }
+
+namespace {
 
 std::string opt(const std::optional<double>& v, const std::string& suffix = "") {
   return v ? num(*v) + suffix : "-";
