@@ -22,7 +22,7 @@ const char* kUsage =
     "  run       benchmark every strategy x device count (Google Benchmark), print the table,\n"
     "            write a run folder (JSON, markdown, CSV, chart)\n"
     "  report    tables and a chart from the JSON of one or more runs\n"
-    "  compare   baseline vs contender JSON: verdict per benchmark, exit 1 on a regression (CI)\n"
+    "  compare   baseline vs contender JSON: a verdict per benchmark; exit 1 slower, 3 inconclusive\n"
     "  ab        run two builds alternately and compare the pairs: the CI gate for noisy machines\n"
     "  train     train a workload and print each iteration's time and loss\n"
     "  replay    K training steps from .npy parameters and data; writes losses and parameters\n"
