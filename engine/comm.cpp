@@ -312,7 +312,7 @@ class SoloComm final : public Communicator {
   void do_all_gather(int rank, const float* send, float* recv, int64_t n) override { copy(rank, send, recv, n); }
   void do_reduce_scatter(int rank, const float* send, float* recv, int64_t n) override { copy(rank, send, recv, n); }
   void copy(int rank, const float* src, float* dst, int64_t n) {
-    if (src != dst) copy_bytes(device(rank), dst, device(rank), src, static_cast<std::size_t>(n) * sizeof(float));
+    if (src != dst) backend(rank).copy(device(rank), dst, device(rank), src, static_cast<std::size_t>(n) * sizeof(float));
   }
   bool orders_with_events() const override { return true; }  // nothing to order
 };

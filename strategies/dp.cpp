@@ -58,7 +58,8 @@ class DataParallel final : public GroupStrategy {
     const float* y = m.forward(w.x.data(), n);
     // Gather the outputs to device 0, take the loss of the whole batch there, scatter its gradient.
     if (i == 0) {
-      copy_bytes(w.device, w.y.data(), w.device, y, static_cast<std::size_t>(n * out) * sizeof(float));
+      // On the compute queue after the forward that made y, before the loss reads it: no host wait.
+      w.be().copy(w.device, w.y.data(), w.device, y, static_cast<std::size_t>(n * out) * sizeof(float));
       for (int j = 1; j < used; ++j) c.recv(0, w.y.data() + offsets_[j] * out, chunks_[j] * out, j);
       {
         auto loss_span = w.tracer.compute(Phase::Loss, 0, [] { return std::string("mse loss"); });
