@@ -126,8 +126,8 @@ MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch, const 
   const bool dpxpp = hybrid("dp%dxpp%d%n", &D, &S, &variant);
   const bool dptp = !dpxpp && hybrid("dp%dxtp%d%n", &D, &S, &variant);
   const std::string& s = c.strategy;
-  // fsdp and zero2 on one worker run the whole net as one Sequential: regular's buffers.
-  const bool whole_net = N == 1 && (s == "fsdp" || s == "zero2");
+  // fsdp, zero2 and tp on one worker run the whole net as one Sequential: regular's buffers.
+  const bool whole_net = N == 1 && (s == "fsdp" || s == "zero2" || s == "tp" || dptp);
   if (s == "regular" || s == "ddp" || s == "dp" || whole_net) {
     const std::vector<int64_t> ch = chunks(global_batch, s == "regular" ? 1 : N);
     for (int i = 0; i < N; ++i) {
@@ -214,7 +214,7 @@ MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch, const 
         // a layer of fewer than T channels whole), every layer's whole output for the batch, the
         // gathered pieces of the widest split layer and two input-gradient buffers.
         // Flatten is a view and a ReLU runs in place on an output the worker owns (strategies/tp.cpp);
-        // on one way every layer is whole, computed straight into its output (no gather buffer).
+        // on one way of several workers every layer is whole, computed straight into its output.
         double mine = 0, acts = 0, gathered = 1, local = 1, dx = 1;
         bool owned = false;
         std::vector<LayerPlan> slices;  // the worker's channels of each layer, as it runs them
