@@ -126,7 +126,9 @@ MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch, const 
   const bool dpxpp = hybrid("dp%dxpp%d%n", &D, &S, &variant);
   const bool dptp = !dpxpp && hybrid("dp%dxtp%d%n", &D, &S, &variant);
   const std::string& s = c.strategy;
-  if (s == "regular" || s == "ddp" || s == "dp") {
+  // fsdp, zero2 and tp on one worker run the whole net as one Sequential: regular's buffers.
+  const bool whole_net = N == 1 && (s == "fsdp" || s == "zero2" || s == "tp" || dptp);
+  if (s == "regular" || s == "ddp" || s == "dp" || whole_net) {
     const std::vector<int64_t> ch = chunks(global_batch, s == "regular" ? 1 : N);
     for (int i = 0; i < N; ++i) {
       const double n = i < static_cast<int>(ch.size()) ? static_cast<double>(ch[i]) : 0;
@@ -192,12 +194,11 @@ MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch, const 
         if (u > 0) max_in = std::max(max_in, ly.in(units[u].first) * n);
       }
       const double ws = ly.workspace(0, L, n);  // one backend runs every unit
-      // The shard's parameters, gradients and Adam moments; beyond one worker the gathered
-      // parameters (fsdp: one unit's, zero2: every unit's from forward to backward) and one unit's
-      // full gradients, made once at setup (one worker's shards serve as both).
-      const bool gathers = N > 1;
-      w[i].params = shard + (gathers ? (s == "fsdp" ? largest : all) : 0);
-      w[i].state = 3 * shard + (gathers ? largest : 0);
+      // The shard's parameters, gradients and Adam moments, the gathered parameters (fsdp: one
+      // unit's, zero2: every unit's from forward to backward) and one unit's full gradients, made
+      // once at setup.
+      w[i].params = shard + (s == "fsdp" ? largest : all);
+      w[i].state = 3 * shard + largest;
       w[i].acts = n * in + 2 * n * outn + 1 + acts + scratch + 2 * max_in;
       w[i].workspace = ws;
     }
@@ -213,7 +214,7 @@ MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch, const 
         // a layer of fewer than T channels whole), every layer's whole output for the batch, the
         // gathered pieces of the widest split layer and two input-gradient buffers.
         // Flatten is a view and a ReLU runs in place on an output the worker owns (strategies/tp.cpp);
-        // on one way every layer is whole, computed straight into its output (no gather buffer).
+        // on one way of several workers every layer is whole, computed straight into its output.
         double mine = 0, acts = 0, gathered = 1, local = 1, dx = 1;
         bool owned = false;
         std::vector<LayerPlan> slices;  // the worker's channels of each layer, as it runs them

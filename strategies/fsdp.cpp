@@ -28,10 +28,13 @@ struct Unit {
 
 // Units: each layer with parameters, with the parameterless ones after it (a ReLU then runs in
 // place on its producer's output, as in one Sequential); leading parameterless layers join the
-// first unit.
+// first unit. One worker has nothing to shard: the whole net is one unit, so its step is one
+// Sequential's (the backend's blocked layouts and fused ReLUs between layers, no scratch between
+// units), regular's work.
 std::vector<Unit> make_units(const NetPlan& plan, int workers) {
   std::vector<Unit> units;
   const int layers = static_cast<int>(plan.layers.size());
+  if (workers == 1) return {{0, layers, plan.param_count, plan.param_count, 0, 0}};
   for (int i = 0; i < layers; ++i) {
     const LayerPlan& l = plan.layers[i];
     const int64_t n = l.weight_numel + l.bias_numel;
@@ -89,12 +92,9 @@ class FullyShardedDataParallel final : public GroupStrategy {
       const int64_t lo = std::min(u.numel, r * u.shard), hi = std::min(u.numel, (r + 1) * u.shard);
       std::copy(params.begin() + u.param_offset + lo, params.begin() + u.param_offset + hi, mine.begin() + u.at);
     }
-    Shard& s = shards_[r];
-    s.params = Tensor::from_host({total}, mine, w.device);
-    s.grads = Tensor::zeros({total}, w.be());
-    w.adam = std::make_unique<Adam>(w.be(), total, adam);
     // One stage per unit; its whole parameters and gradients are views of the buffers below, set
-    // only around its own compute. The units' backwards share one pair of gradient scratch.
+    // only around its own compute. The units' backwards share one pair of gradient scratch. The
+    // stages come first: their own parameters (made and dropped) then never add to the shards'.
     auto& models = models_[r];
     models.clear();
     for (const Unit& u : units_) {
@@ -103,6 +103,10 @@ class FullyShardedDataParallel final : public GroupStrategy {
       models.back()->share_scratch(*models.front());
       release(*models.back());
     }
+    Shard& s = shards_[r];
+    s.params = Tensor::from_host({total}, mine, w.device);
+    s.grads = Tensor::zeros({total}, w.be());
+    w.adam = std::make_unique<Adam>(w.be(), total, adam);
     // One worker holds the whole of every unit: its shards serve as the whole parameters and
     // gradients (the gather and reduce-scatter are then no copies). Else one buffer for the whole
     // parameters of the largest unit (fsdp: one unit at a time) or of all units (zero2: kept from
@@ -110,7 +114,7 @@ class FullyShardedDataParallel final : public GroupStrategy {
     const int n = workers();
     int64_t largest = 0;
     for (const Unit& u : units_) largest = std::max(largest, n * u.shard);
-    if (n > 1) {  // after the stages, whose own parameters (made and dropped) would add to the peak
+    if (n > 1) {
       s.gathered = Tensor::empty({reshard_ ? largest : n * total}, w.device);
       s.unit_grads = Tensor::empty({largest}, w.device);
     }

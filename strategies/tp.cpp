@@ -122,8 +122,20 @@ class TensorParallel final : public GroupStrategy {
     PB_CHECK(static_cast<int64_t>(mine.size()) == total, "{}: worker {} holds {} of {} values", name(), w.rank,
              mine.size(), total);
     State& st = state_[w.rank];
-    st.params = Tensor::from_host({total}, mine, w.device);
-    st.grads = Tensor::zeros({total}, w.be());
+    if (workers() == 1) {
+      // One worker splits nothing: every layer whole, in the net's own parameter order, so the
+      // whole net runs as one Sequential (the backend's blocked layouts and fused ReLUs between
+      // layers, regular's buffers), its parameters and gradients the worker's slices.
+      w.model = std::make_unique<Sequential>(plan(), 0, static_cast<int>(slices_.size()), w.be());
+      w.model->set_tracer(&w.tracer);
+      w.model->load_params(params);
+      PB_CHECK(w.model->params().to_host() == mine, "{}: one worker's slices are not the net's parameters", name());
+      st.params = w.model->params();
+      st.grads = w.model->grads();
+    } else {
+      st.params = Tensor::from_host({total}, mine, w.device);
+      st.grads = Tensor::zeros({total}, w.be());
+    }
     w.adam = std::make_unique<Adam>(w.be(), total, adam);
   }
 
@@ -153,6 +165,7 @@ class TensorParallel final : public GroupStrategy {
     w.loss = Tensor::zeros({1}, w.be());
     State& st = state_[w.rank];
     st.acts.clear();
+    if (w.model) return;  // one worker: the Sequential holds its activations and scratch
     int64_t gathered = 1, local = 1, act = 1;
     for (std::size_t i = 0; i < slices_.size(); ++i) {
       const LayerPlan& l = plan().layers[i];
@@ -180,6 +193,18 @@ class TensorParallel final : public GroupStrategy {
     Backend& be = w.be();
     State& st = state_[w.rank];
     const int layers = static_cast<int>(slices_.size());
+    if (w.model) {  // one worker: regular's step
+      Sequential& m = *w.model;
+      const float* y = m.forward(w.x.data(), b);
+      {
+        auto loss_span = w.tracer.compute(Phase::Loss, 0, [] { return std::string("mse loss"); });
+        be.mse_loss_grad(m.out_numel(b), y, w.t.data(), grad_scale(), w.dy.data(), w.loss.data());
+      }
+      m.backward(w.dy.data(), nullptr, false);
+      w.adam->step(st.params, st.grads);
+      w.stats.samples = b;
+      return;
+    }
     auto out_of = [&](int i) -> float* {  // a layer's whole output (Flatten, in-place ReLU: their input's)
       while (i >= 0 && !st.acts[i].defined()) --i;
       return i < 0 ? w.x.data() : st.acts[i].data();
