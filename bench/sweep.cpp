@@ -86,6 +86,9 @@ double predicted_bytes(Sweep& sw, const Config& c, const StepStats& st) {
     auto& probe = sw.workspace[c.options.backend.threads];
     if (!probe) probe = measured_workspace(c.options.backend, cpu(kWorkspaceProbeSlot));
     mc.workspace = probe;
+    auto& seq = sw.sequential_workspace[c.options.backend.threads];
+    if (!seq) seq = measured_sequential_workspace(c.options.backend, cpu(kWorkspaceProbeSlot));
+    mc.sequential_workspace = seq;
   }
   const MemoryEstimate e = estimate_memory(sw.plan, c.global_batch, mc);
   double sum = 0;

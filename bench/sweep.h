@@ -48,7 +48,8 @@ struct Sweep {
   // measured once per layer list and threads per worker (oneDNN's scratch grows with its team) on a
   // CPU slot no worker uses (`workspace`, kept across configurations).
   std::map<std::string, double> predicted_bytes;
-  std::map<int, std::function<double(const std::vector<LayerPlan>&, int64_t)>> workspace;
+  // (`workspace`: layers alone; `sequential_workspace`: runs of layers as one Sequential).
+  std::map<int, std::function<double(const std::vector<LayerPlan>&, int64_t)>> workspace, sequential_workspace;
   // CPU: the process's resident bytes before any configuration (the program and its libraries),
   // every configuration's runtime_bytes.
   double base_resident = 0;

@@ -53,6 +53,7 @@ namespace {
 struct Layers {
   const NetPlan& plan;
   const std::function<double(const std::vector<LayerPlan>&, int64_t)>& measured;  // may be empty
+  const std::function<double(const std::vector<LayerPlan>&, int64_t)>& measured_seq;  // may be empty
   double params(int b, int e) const {
     double n = 0;
     for (int i = b; i < e; ++i) n += static_cast<double>(plan.layers[i].weight_numel + plan.layers[i].bias_numel);
@@ -92,6 +93,11 @@ struct Layers {
   double workspace(int b, int e, double n) const {
     return workspace(std::vector<LayerPlan>(plan.layers.begin() + b, plan.layers.begin() + e), n);
   }
+  // Layers [b, e) run as one Sequential.
+  double sequential_workspace(int b, int e, double n) const {
+    if (n <= 0 || !measured_seq) return workspace(b, e, n);
+    return measured_seq(std::vector<LayerPlan>(plan.layers.begin() + b, plan.layers.begin() + e), static_cast<int64_t>(n));
+  }
 };
 
 std::vector<int64_t> chunks(int64_t batch, int n) {  // torch.chunk: ceil(B / N) each, the last shorter
@@ -112,7 +118,7 @@ struct Worker {
 MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch, const MemoryConfig& c) {
   MemoryEstimate out = estimate_memory(plan, global_batch);
   const int N = std::max(1, c.devices), L = static_cast<int>(plan.layers.size());
-  const Layers ly{plan, c.workspace};
+  const Layers ly{plan, c.workspace, c.sequential_workspace};
   const double in = numel_d(plan.input), outn = numel_d(plan.output), P = ly.params(0, L);
   std::vector<Worker> w(N);
   auto hybrid = [&](const char* fmt_, int* d, int* t, std::string* rest) {
@@ -139,7 +145,7 @@ MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch, const 
       const double b = s == "dp" && i == 0 ? static_cast<double>(global_batch) : n;
       w[i].acts = b * in + (s == "dp" ? (i == 0 ? 3 : 1) : 2) * b * outn + (root ? 1 : 0) + ly.acts(0, L, n) +
                   ly.grad_scratch(0, L, n);
-      w[i].workspace = ly.workspace(0, L, n);
+      w[i].workspace = ly.sequential_workspace(0, L, n);
     }
   } else if (s == "mp" || s.rfind("pipeline", 0) == 0 || dpxpp) {
     if (!dpxpp) S = N, variant = s == "mp" ? "" : s.substr(8);
@@ -163,7 +169,7 @@ MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch, const 
         x.acts = (k == 0 ? piece * sin : in_flight * most * sin + 2 * most * sin) + most * sout +
                  (k == S - 1 ? piece * sout + M : 0) + (recompute ? 1 : in_flight) * ly.acts(b, e, most) +
                  ly.grad_scratch(b, e, most);
-        x.workspace = ly.workspace(b, e, most);
+        x.workspace = ly.sequential_workspace(b, e, most);
       }
     }
   } else if (s == "fsdp" || s == "zero2") {
@@ -261,52 +267,6 @@ MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch, const 
   return out;
 }
 
-std::function<double(const std::vector<LayerPlan>&, int64_t)> measured_workspace(const BackendOptions& options, Device device) {
-  auto cache = std::make_shared<std::map<std::string, double>>();
-  return [options, device, cache](const std::vector<LayerPlan>& layers, int64_t batch) -> double {
-    std::vector<NetPlan> probes;  // each layer alone, in turn
-    std::string key = fmt::format("{}", batch);
-    for (const LayerPlan& l : layers) {
-      if (l.spec.type == LayerType::Flatten || l.spec.type == LayerType::ReLU) continue;
-      // Every strategy computes a layer's input gradient except the net's first layer's: a ReLU
-      // before it makes the probe do the same.
-      const bool dx = l.index > 0;
-      NetSpec one;
-      one.name = "workspace probe";
-      one.input = l.in;
-      one.target = Target::Random;
-      if (dx) one.layers.push_back(LayerSpec{});
-      LayerSpec s = l.spec;
-      s.in_channels = -1, s.in_features = -1;
-      one.layers.push_back(s);
-      probes.push_back(plan_net(one));
-      key += fmt::format("|{} {} {} {} {} {} {} {} {}", shape_str(l.in), shape_str(probes.back().output), layer_type_name(s.type), dx,
-                         s.kernel_h, s.kernel_w, s.stride_h, s.stride_w, s.pad_h * 1000 + s.pad_w);
-    }
-    if (probes.empty() || batch <= 0) return 0;
-    if (const auto it = cache->find(key); it != cache->end()) return it->second;
-    const std::unique_ptr<Backend> be = make_backend(device, options);
-    const Allocator& a = allocator_for(device);
-    const std::size_t before = a.current_bytes(MemoryPool::Workspace);
-    std::size_t after = before;
-    {
-      std::vector<std::unique_ptr<Sequential>> keep;  // a backend's scratch outlives each call
-      for (const NetPlan& p : probes) {
-        keep.push_back(std::make_unique<Sequential>(p, 0, static_cast<int>(p.layers.size()), *be));
-        keep.back()->load_params(init_params(p, 0));
-        const int64_t in_n = batch * numel_of(p.input), out_n = batch * numel_of(p.output);
-        const Tensor x = Tensor::from_host({in_n}, std::vector<float>(static_cast<std::size_t>(in_n), 0.5f), device);
-        const Tensor dy = Tensor::from_host({out_n}, std::vector<float>(static_cast<std::size_t>(out_n), 0.25f), device);
-        keep.back()->forward(x.data(), batch);
-        keep.back()->backward(dy.data(), nullptr, false);
-        be->synchronize();
-        keep.back()->release_scratch();
-      }
-      after = a.current_bytes(MemoryPool::Workspace);
-    }
-    return (*cache)[key] = static_cast<double>(after > before ? after - before : 0);
-  };
-}
 
 std::size_t resident_bytes() {
   std::ifstream in("/proc/self/status");

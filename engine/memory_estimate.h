@@ -48,6 +48,11 @@ struct MemoryConfig {
   // as the worker runs them (tp: its slices of the output channels). Unset: the largest
   // convolution's unfolded input of one sample, the im2col bound. measured_workspace() measures it.
   std::function<double(const std::vector<LayerPlan>& layers, int64_t batch)> workspace;
+  // Optional: the same for a run of the plan's layers [first, last] that the worker runs as one
+  // Sequential (regular, dp, ddp, a stage; fsdp, zero2, tp on one worker), where the library can
+  // keep blocked layouts and fuse ReLUs: less than the layers alone. Unset: `workspace`.
+  // measured_sequential_workspace() measures it.
+  std::function<double(const std::vector<LayerPlan>& layers, int64_t batch)> sequential_workspace;
 };
 
 // A MemoryConfig::workspace that runs the layers once, each alone in turn, on a fresh backend of
@@ -55,6 +60,10 @@ struct MemoryConfig {
 // device's workspace count; results are kept per list of shapes and batch. Its buffers raise
 // `device`'s allocator peak: measure before a run resets it, or on a slot no worker uses.
 std::function<double(const std::vector<LayerPlan>&, int64_t)> measured_workspace(const BackendOptions& options, Device device);
+// A MemoryConfig::sequential_workspace that runs the layers once as one Sequential (forward and
+// backward, as measured_workspace does), with the same caveats.
+std::function<double(const std::vector<LayerPlan>&, int64_t)> measured_sequential_workspace(const BackendOptions& options,
+                                                                                              Device device);
 
 // Per worker, what its device's allocator peaks at in a step of `c` at `global_batch` (tensors and
 // workspace; not the runtime beside them), from the buffers the strategy keeps: in `per_worker`,

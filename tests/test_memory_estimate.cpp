@@ -62,6 +62,7 @@ double check_every_strategy(const NetSpec& net, int64_t batch) {
   BackendOptions bo;
   bo.threads = 1;  // as the workers below
   const auto workspace = measured_workspace(bo, cpu(59));  // a slot no worker uses
+  const auto sequential = measured_sequential_workspace(bo, cpu(59));
   double worst = 0;
   std::string report;
   for (const Case& c : cases()) {
@@ -87,6 +88,7 @@ double check_every_strategy(const NetSpec& net, int64_t batch) {
     MemoryConfig tensors_only = mc;
     tensors_only.workspace = [](const std::vector<LayerPlan>&, int64_t) { return 0.0; };
     mc.workspace = workspace;
+    mc.sequential_workspace = sequential;
     const MemoryEstimate e = estimate_memory(plan, batch, mc), te = estimate_memory(plan, batch, tensors_only);
     EXPECT_GE(e.worker_peak(), *std::max_element(e.per_worker.begin(), e.per_worker.end()));
     EXPECT_DOUBLE_EQ(e.worker_peak(), e.total()) << "the parts are the largest worker's";

@@ -1,0 +1,89 @@
+// The memory estimate's library workspace, measured: a fresh backend runs the layers (each alone,
+// or as one Sequential) forward and backward, untimed, and the workspace pool's growth is the answer.
+#include <map>
+#include <memory>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "engine/memory_estimate.h"
+#include "engine/model.h"
+
+namespace pb {
+
+namespace {
+
+std::function<double(const std::vector<LayerPlan>&, int64_t)> probe(const BackendOptions& options, Device device, bool sequential) {
+  auto cache = std::make_shared<std::map<std::string, double>>();
+  return [options, device, cache, sequential](const std::vector<LayerPlan>& layers, int64_t batch) -> double {
+    std::vector<NetPlan> probes;  // each layer alone, in turn, or (sequential) all together
+    std::string key = fmt::format("{} {}", batch, sequential);
+    if (sequential && !layers.empty()) {
+      NetSpec all;
+      all.name = "workspace probe";
+      all.input = layers.front().in;
+      all.target = Target::Random;
+      if (layers.front().index > 0) all.layers.push_back(LayerSpec{});  // computes the first layer's dx, as above
+      for (const LayerPlan& l : layers) {
+        LayerSpec s = l.spec;
+        s.in_channels = -1, s.in_features = -1;
+        all.layers.push_back(s);
+        key += fmt::format("|{} {} {} {} {} {} {} {}", shape_str(l.in), shape_str(l.out), layer_type_name(s.type),
+                           s.kernel_h, s.kernel_w, s.stride_h, s.stride_w, s.pad_h * 1000 + s.pad_w);
+      }
+      probes.push_back(plan_net(all));
+    }
+    for (const LayerPlan& l : sequential ? std::vector<LayerPlan>{} : layers) {
+      if (l.spec.type == LayerType::Flatten || l.spec.type == LayerType::ReLU) continue;
+      // Every strategy computes a layer's input gradient except the net's first layer's: a ReLU
+      // before it makes the probe do the same.
+      const bool dx = l.index > 0;
+      NetSpec one;
+      one.name = "workspace probe";
+      one.input = l.in;
+      one.target = Target::Random;
+      if (dx) one.layers.push_back(LayerSpec{});
+      LayerSpec s = l.spec;
+      s.in_channels = -1, s.in_features = -1;
+      one.layers.push_back(s);
+      probes.push_back(plan_net(one));
+      key += fmt::format("|{} {} {} {} {} {} {} {} {}", shape_str(l.in), shape_str(probes.back().output), layer_type_name(s.type), dx,
+                         s.kernel_h, s.kernel_w, s.stride_h, s.stride_w, s.pad_h * 1000 + s.pad_w);
+    }
+    if (probes.empty() || batch <= 0) return 0;
+    if (const auto it = cache->find(key); it != cache->end()) return it->second;
+    const std::unique_ptr<Backend> be = make_backend(device, options);
+    const Allocator& a = allocator_for(device);
+    const std::size_t before = a.current_bytes(MemoryPool::Workspace);
+    std::size_t after = before;
+    {
+      std::vector<std::unique_ptr<Sequential>> keep;  // a backend's scratch outlives each call
+      for (const NetPlan& p : probes) {
+        keep.push_back(std::make_unique<Sequential>(p, 0, static_cast<int>(p.layers.size()), *be));
+        keep.back()->load_params(init_params(p, 0));
+        const int64_t in_n = batch * numel_of(p.input), out_n = batch * numel_of(p.output);
+        const Tensor x = Tensor::from_host({in_n}, std::vector<float>(static_cast<std::size_t>(in_n), 0.5f), device);
+        const Tensor dy = Tensor::from_host({out_n}, std::vector<float>(static_cast<std::size_t>(out_n), 0.25f), device);
+        keep.back()->forward(x.data(), batch);
+        keep.back()->backward(dy.data(), nullptr, false);
+        be->synchronize();
+        keep.back()->release_scratch();
+      }
+      after = a.current_bytes(MemoryPool::Workspace);
+    }
+    return (*cache)[key] = static_cast<double>(after > before ? after - before : 0);
+  };
+}
+
+}  // namespace
+
+std::function<double(const std::vector<LayerPlan>&, int64_t)> measured_workspace(const BackendOptions& options, Device device) {
+  return probe(options, device, false);
+}
+
+std::function<double(const std::vector<LayerPlan>&, int64_t)> measured_sequential_workspace(const BackendOptions& options,
+                                                                                              Device device) {
+  return probe(options, device, true);
+}
+
+}  // namespace pb
