@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "engine/check.h"
+#include "reports/schema.h"
 #include "reports/table.h"
 
 namespace pb::projection {
@@ -19,7 +20,6 @@ using nlohmann::json;
 namespace {
 constexpr double kMiB = 1024.0 * 1024.0;
 constexpr double kGiB = kMiB * 1024.0;
-std::string gib(double bytes) { return fmt::format("{:.3g}", bytes / kGiB); }
 }  // namespace
 
 reports::Group as_report_group(const Projected& pr, const Profile& p, const Machine& m, bool family,
@@ -103,10 +103,10 @@ reports::Group as_report_group(const Projected& pr, const Profile& p, const Mach
 std::string parts_markdown(const Projected& pr, const Machine& m) {
   std::string out = fmt::format(
       "### Parts of the step ({} scaling, batch {} {}), projected on {}\n\n"
-      "| strategy | devices | step ms | compute ms | exposed comm ms | idle / bubble ms | peak GiB/device | fits {:.3g} GiB |\n"
+      "| strategy | devices | step ms | compute ms | exposed comm ms | idle / bubble ms | predicted {} | fits {:.3g} GiB |\n"
       "|---|--:|--:|--:|--:|--:|--:|:-:|\n",
       pr.scaling, pr.batch, pr.scaling == "weak" ? "per device" : "global", m.name,
-      m.memory_bytes / kGiB);
+      reports::schema::figure::allocated_worker_max.heading, m.memory_bytes / kGiB);
   for (const Prediction& r : pr.rows) {
     if (!r.feasible) {
       out += fmt::format("| {} | {} | not possible: {} | | | | | |\n", reports::md_escape(r.config.label()), r.config.devices,
@@ -115,7 +115,7 @@ std::string parts_markdown(const Projected& pr, const Machine& m) {
     }
     out += fmt::format("| {} | {} | {:.4g} | {:.4g} | {:.4g} | {:.4g} | {} | {} |\n", reports::md_escape(r.config.label()),
                        r.config.devices, r.step_s * 1e3, r.compute_s * 1e3, r.exposed_comm_s * 1e3, r.idle_s * 1e3,
-                       gib(r.peak_bytes), r.fits ? "yes" : "**no**");
+                       reports::num(r.peak_bytes / kMiB), r.fits ? "yes" : "**no**");
   }
   return out + "\n";
 }
@@ -175,8 +175,10 @@ std::string projected_markdown(const reports::Report& rep) {
   std::string out;
   for (const reports::Group& g : rep.groups) {
     out += fmt::format("## Projected: {}\n\n", g.title());
+    // Memory: the estimate of what the run's allocated_mib_worker_max measures (no runtime beside it).
     out += "| strategy | devices | projected ms/step | samples/s | GFLOP/s | speedup vs regular x1 | scaling efficiency "
-           "| peak MiB/device | compute | exposed comm | idle / bubble | comm MiB/step | best |\n"
+           "| predicted " + std::string(reports::schema::figure::allocated_worker_max.heading) +
+           " | compute | exposed comm | idle / bubble | comm MiB/step | best |\n"
            "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|:-:|\n";
     bool other_base = false, implausible = false;
     for (const reports::Row& r : g.rows) {
