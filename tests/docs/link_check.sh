@@ -67,7 +67,7 @@ check_tree() {
         bad=$((bad + 1))
       fi
     done < <(links "$md")
-  done < <(find "$root" \( -name .git -o -name 'build*' -o -name runs -o -name node_modules \) -prune -o \
+  done < <(find "$root" -type d \( -name .git -o -name 'build*' -o -name runs -o -name node_modules \) -prune -o \
              -name '*.md' -type f -print | sort)
   return $((bad > 255 ? 255 : bad))
 }
@@ -100,6 +100,6 @@ root=${1:-$(cd "$(dirname "$0")/../.." && pwd)}
 out=$(check_tree "$root")
 n=$?
 [ "$n" = 0 ] || fail "$n broken link(s) in the markdown files of $root:"$'\n'"$out"
-count=$(find "$root" \( -name .git -o -name 'build*' -o -name runs -o -name node_modules \) -prune -o \
+count=$(find "$root" -type d \( -name .git -o -name 'build*' -o -name runs -o -name node_modules \) -prune -o \
           -name '*.md' -type f -print | wc -l)
 echo "docs_links: every relative link in $count markdown files resolves"
