@@ -57,8 +57,8 @@ int cmd_compare(const std::vector<std::string>& args) {
           "usage: parbench compare BASELINE.json|BASELINE_DIR CONTENDER.json [flags]\n"
           "       parbench compare --paired BASELINE_DIR CONTENDER_DIR [flags]",
           {
-              {"threshold", "FRACTION", "smallest time change that counts (0.05 = 5%)", "0.05"},
-              {"alpha", "P", "significance level of the tests (the suite's interval is 1 - alpha)", "0.05"},
+              {"threshold", "FRACTION", "smallest time change that counts (0.05 = 5%)", "0.05", FlagType::Number},
+              {"alpha", "P", "significance level of the tests (the suite's interval is 1 - alpha)", "0.05", FlagType::Number},
               {"gate", "WHAT", "suite: fail on the suite verdict; each: also on any single benchmark's", "suite"},
               {"time", "WHICH", "real: wall time per iteration; cpu: the process's CPU time per iteration", "real"},
               {"force", "", "compare even when the runs are not comparable (the summary lists the differences)", ""},
