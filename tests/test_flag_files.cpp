@@ -89,6 +89,11 @@ TEST_F(FlagFiles, RunKeepsItsSweepFileInTheRunFolder) {
   EXPECT_THAT(results, HasSubstr("linear/ddp/devices:2"));
   EXPECT_THAT(results, Not(HasSubstr("devices:1/")));
   EXPECT_THAT(results, HasSubstr("\"repetitions\": 2"));  // --reps: Google Benchmark's repetitions
+  EXPECT_THAT(r.err, HasSubstr("skipped regular"));  // the file's list, both of its items
+  const test::Result both = parbench("run --config " + cfg + " --benchmark_repetitions=3 --out " + path("run2"));
+  EXPECT_EQ(both.code, 2);
+  EXPECT_THAT(both.err, HasSubstr("--reps and --benchmark_repetitions: give one"));
+  EXPECT_FALSE(std::filesystem::exists(path("run2")));
 }
 
 TEST_F(FlagFiles, OldSpellingsStillWorkWithOneWarning) {
