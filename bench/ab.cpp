@@ -126,8 +126,8 @@ int cmd_ab(const std::vector<std::string>& args) {
           {
               {"pairs", "N", "runs of each build (repetitions a side), alternating", "5"},
               {"out", "DIR", "folder for the runs, their logs and compare.md (default: runs/<UTC timestamp>-ab)", ""},
-              {"threshold", "FRACTION", "smallest time change that counts (0.05 = 5%)", "0.05"},
-              {"alpha", "P", "significance level (the intervals are at 1 - alpha)", "0.05"},
+              {"threshold", "FRACTION", "smallest time change that counts (0.05 = 5%)", "0.05", FlagType::Number},
+              {"alpha", "P", "significance level (the intervals are at 1 - alpha)", "0.05", FlagType::Number},
               {"gate", "WHAT", "suite: fail on the suite verdict; each: also on any single benchmark's", "suite"},
               {"time", "WHICH", "real: wall time per iteration; cpu: the process's CPU time per iteration", "real"},
               {"force", "", "compare even when the runs are not comparable (the summary lists the differences)", ""},

@@ -12,150 +12,39 @@
 #include <thread>
 #include <tuple>
 
+#include <fmt/ranges.h>
+
 #include "engine/check.h"
 #include "engine/process.h"
 #include "strategies/registry.h"
 
 namespace pb {
 
-Flags::Flags(std::string command, std::string summary, std::vector<Flag> flags)
-    : command_(std::move(command)), summary_(std::move(summary)), flags_(std::move(flags)) {}
-
-const Flag& Flags::find(const std::string& name) const {
-  for (const Flag& f : flags_)
-    if (f.name == name) return f;
-  throw Error(fmt::format("internal: flag --{} not declared for {}", name, command_));
-}
-
-bool Flags::parse(const std::vector<std::string>& args, const std::string& passthrough_prefix) {
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "--help" || a == "-h") {
-      std::fputs(help().c_str(), stdout);
-      return false;
-    }
-    if (a.rfind("--", 0) != 0) {
-      positional_.push_back(a);
-      continue;
-    }
-    if (!passthrough_prefix.empty() && a.rfind(passthrough_prefix, 0) == 0) {
-      passthrough_.push_back(a);
-      continue;
-    }
-    std::string name = a.substr(2), value;
-    bool inline_value = false;
-    if (auto eq = name.find('='); eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-      inline_value = true;
-    }
-    const Flag* flag = nullptr;
-    for (const Flag& f : flags_)
-      if (f.name == name) flag = &f;
-    if (!flag)
-      throw UsageError(fmt::format("unknown flag --{} for '{}' (see {} --help)", name, command_, command_));
-    if (flag->value.empty()) {
-      if (inline_value) throw UsageError(fmt::format("flag --{} takes no value", name));
-      value = "1";
-    } else if (!inline_value) {
-      if (i + 1 >= args.size()) throw UsageError(fmt::format("flag --{} needs a value ({})", name, flag->value));
-      value = args[++i];
-    }
-    values_[name] = value;
-  }
-  return true;
-}
-
-std::string Flags::help() const {
-  std::ostringstream out;
-  out << "usage: " << command_ << " [flags]\n\n" << summary_ << "\n\nflags:\n";
-  for (const Flag& f : flags_) {
-    std::string left = "  --" + f.name + (f.value.empty() ? "" : " " + f.value);
-    out << left;
-    out << std::string(left.size() < 30 ? 30 - left.size() : 1, ' ') << f.help;
-    if (!f.fallback.empty()) out << " (default: " << f.fallback << ")";
-    out << "\n";
-  }
-  out << "  --help                      this text\n";
-  return out.str();
-}
-
-bool Flags::has(const std::string& name) const {
-  find(name);
-  return values_.count(name) > 0;
-}
-
-std::string Flags::str(const std::string& name) const {
-  const Flag& f = find(name);
-  auto it = values_.find(name);
-  return it != values_.end() ? it->second : f.fallback;
-}
-
-int64_t Flags::integer(const std::string& name) const {
-  const std::string s = str(name);
-  std::optional<int64_t> v;
-  try {
-    std::size_t used = 0;
-    const long long x = std::stoll(s, &used);
-    if (used == s.size()) v = x;
-  } catch (const std::out_of_range&) {  // beyond 64 bits: outside every range
-    int_flag_range_error(name, s);
-  } catch (const std::exception&) {
-  }
-  if (!v) throw UsageError(fmt::format("flag --{} expects an integer, got '{}'", name, s));
-  check_int_flag(name, *v, s);
-  return *v;
-}
-
-double Flags::number(const std::string& name) const {
-  const std::string s = str(name);
-  try {
-    std::size_t used = 0;
-    const double v = std::stod(s, &used);
-    if (used == s.size() && std::isfinite(v)) return v;
-  } catch (const std::exception&) {
-  }
-  throw UsageError(fmt::format("flag --{} expects a finite number, got '{}'", name, s));
-}
-
-std::vector<int64_t> Flags::int_list(const std::string& name) const {
-  std::vector<int64_t> out;
-  std::stringstream ss(str(name));
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    try {
-      std::size_t used = 0;
-      out.push_back(std::stoll(item, &used));
-      if (used != item.size()) throw std::invalid_argument(item);
-    } catch (const std::out_of_range&) {
-      int_flag_range_error(name, str(name));
-    } catch (const std::exception&) {
-      throw UsageError(fmt::format("flag --{} expects a comma-separated list of integers, got '{}'", name, str(name)));
-    }
-    check_int_flag(name, out.back(), str(name));
-  }
-  return out;
+std::string strategy_names_help() {
+  return fmt::format("{} ({} and {} by a member: dp<D>xpp<P>, dp<D>xtp<T>, e.g. dp2xpp2)", fmt::join(strategy_names(), ", "),
+                     kHybridFamily, kDpTpFamily);
 }
 
 std::vector<Flag> training_flags() {
   return {
       {"workload", "NAME|FILE", "great_net, linear, or a .json net description", "great_net"},
-      {"image", "PIXELS", "great_net: image height and width", "64"},
-      {"width", "SCALE", "great_net: channel width scale (1 = the seed's channels)", "0.25"},
-      {"strategy", "NAME", "regular, dp, ddp, mp, pipeline, pipeline-1f1b, pipeline-recompute, pipeline-1f1b-recompute, fsdp, zero2, tp, or a hybrid dp<D>xpp<P> / dp<D>xtp<T> (e.g. dp2xpp2)", "regular"},
+      {"image", "PIXELS", "great_net: image height and width (default: 512 on GPU, 96 on CPU)", ""},
+      {"width", "SCALE", "great_net: channel width scale, 1 = the seed's channels (default: 1 on GPU, 0.5 on CPU)", "",
+       FlagType::Number},
+      {"strategy", "NAME", "one of " + strategy_names_help(), "regular"},
       {"devices", "N", "workers (GPUs, or CPU worker threads)", "1"},
       {"device-kind", "KIND", "auto, cpu or cuda (auto: cuda when a GPU is present)", "auto"},
       {"oversubscribe", "", "allow more workers than GPUs (they then share GPUs)", ""},
       {"micro-batches", "M", "pipeline: micro-batches per step (default: min(4, global batch)); dp x pp: per replica (default: min(4, the smallest replica's piece))", ""},
-      {"bucket-mb", "MB", "ddp: gradient bucket size in MiB", "25"},
+      {"bucket-mb", "MB", "ddp: gradient bucket size in MiB", "25", FlagType::Number},
       {"balance", "L1,L2,..|time|seed", "mp/pipeline: layers per stage; time: balanced by per-layer time measured on the device; seed: the seed's 2-stage split of great_net after its 512-channel layer (default: balanced by FLOPs)", ""},
       {"schedule", "S", "pipeline: gpipe or 1f1b (selects the pipeline variant: pipeline, pipeline-1f1b)", ""},
       {"recompute", "", "pipeline: keep only stage inputs, recompute activations in backward (pipeline-recompute, ...)", ""},
       {"precision", "P", "fp32 or tf32 (fp32 never uses TF32)", "fp32"},
       {"threads", "N", "CPU threads per worker (0: share all cores among the workers)", "0"},
-      {"comm-timeout", "SECONDS", "MPI: end the job when a rank waits longer than this in one communication call (0: never)", "300"},
-      {"memory-limit", "GIB", "memory a configuration may use: in all on CPU, per GPU on CUDA (default: available RAM / GPU memory)", ""},
-      {"first-bucket-mb", "MB", "ddp: size of the first gradient bucket (the last layers') in MiB", "1"},
+      {"comm-timeout", "SECONDS", "MPI: end the job when a rank waits longer than this in one communication call (0: never)", "300", FlagType::Number},
+      {"memory-limit", "GIB", "memory a configuration may use: in all on CPU, per GPU on CUDA (default: available RAM / GPU memory)", "", FlagType::Number},
+      {"first-bucket-mb", "MB", "ddp: size of the first gradient bucket (the last layers') in MiB", "1", FlagType::Number},
       {"grad-average", "MODE", "ddp: global (the global batch mean, as every strategy) or local (torch DDP: mean of the ranks' local means)", "global"},
       {"dp", "D", "dp x pp / dp x tp hybrids: D data-parallel replicas (with --pp: the strategy dp<D>xpp<P> on D*P devices)", ""},
       {"pp", "P", "dp x pp hybrids: P pipeline stages per replica", ""},
@@ -163,10 +52,17 @@ std::vector<Flag> training_flags() {
   };
 }
 
-WorkloadOptions workload_options(const Flags& f) {
+WorkloadOptions workload_options(const Flags& f, DeviceKind kind) {
+  const std::string workload = f.str("workload");
+  if (workload != "great_net")
+    for (const char* flag : {"image", "width"})
+      if (f.has(flag))
+        throw UsageError(fmt::format("--{} sizes great_net only; workload '{}' has a fixed shape (leave --{} out)", flag,
+                                     workload, flag));
+  const bool gpu = kind == DeviceKind::Cuda;
   WorkloadOptions o;
-  o.image = f.integer("image");
-  o.width = f.number("width");
+  o.image = f.has("image") ? f.integer("image") : (gpu ? 512 : 96);
+  o.width = f.has("width") ? f.number("width") : (gpu ? 1.0 : 0.5);
   return o;
 }
 

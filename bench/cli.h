@@ -1,5 +1,5 @@
-// Command-line flags for the parbench subcommands: declared once with their help, parsed
-// strictly (unknown or malformed flags name themselves), printed by --help.
+// Command-line flags for the parbench subcommands: declared once with their help, parsed by
+// CLI11 strictly (unknown or malformed flags name themselves), printed by --help.
 #pragma once
 
 #include <map>
@@ -12,19 +12,35 @@
 
 namespace pb {
 
+// What a flag's value must be, checked when the flags are parsed. Auto: a switch when `value`
+// is empty; an integer (a list of integers when the metavar says LIST) when the name has an
+// accepted range (int_flag_range); text otherwise.
+enum class FlagType { Auto, Text, Switch, Integer, IntList, Number };
+
 struct Flag {
   std::string name;   // without the leading --
   std::string value;  // metavar for --help; empty for a boolean switch
   std::string help;
   std::string fallback;  // default shown in --help; empty = none
+  FlagType type = FlagType::Auto;
 };
+
+// Old spellings kept working for users' scripts: each prints one warning naming the new flag.
+// One table for every command; an alias applies where a command declares the new name.
+struct FlagAlias {
+  const char* old_name;
+  const char* name;
+};
+const std::vector<FlagAlias>& deprecated_flag_aliases();
 
 class Flags {
  public:
   Flags(std::string command, std::string summary, std::vector<Flag> flags);
-  // Parses --name value and --name=value. Returns false when --help was asked (help printed).
-  // Arguments not starting with -- are positional; unknown flags throw UsageError unless
-  // passthrough_prefix matches them (they are kept in passthrough()).
+  // Parses --name value and --name=value, and --config FILE (TOML or INI: `name = value` lines,
+  // the flag names without --; flags on the command line win over the file). Returns false when
+  // --help was asked (help printed). Arguments not starting with - are positional; unknown flags
+  // (or keys in the file) throw UsageError unless passthrough_prefix matches them (they are kept
+  // in passthrough()). Values are checked against their FlagType here.
   bool parse(const std::vector<std::string>& args, const std::string& passthrough_prefix = "");
   std::string help() const;
 
@@ -36,6 +52,8 @@ class Flags {
   std::vector<int64_t> int_list(const std::string& name) const;  // "1,2,4"
   const std::vector<std::string>& positional() const { return positional_; }
   const std::vector<std::string>& passthrough() const { return passthrough_; }
+  // The --config file given, or empty.
+  const std::string& config_file() const { return config_file_; }
 
  private:
   const Flag& find(const std::string& name) const;
@@ -43,7 +61,14 @@ class Flags {
   std::vector<Flag> flags_;
   std::map<std::string, std::string> values_;
   std::vector<std::string> positional_, passthrough_;
+  std::string config_file_;
 };
+
+// A flag's value read as its type; UsageError naming the flag otherwise (and for integers
+// outside the flag's range).
+int64_t parse_int_flag(const std::string& flag, const std::string& s);
+std::vector<int64_t> parse_int_list_flag(const std::string& flag, const std::string& s);
+double parse_number_flag(const std::string& flag, const std::string& s);
 
 // Every integer flag's accepted range, by name, one table for every command (flags parse as 64
 // bits and are mostly used as int: nothing may wrap). Flags::integer and int_list refuse a value
@@ -54,13 +79,19 @@ struct IntRange {
   bool check_lo = true;
 };
 IntRange int_flag_range(const std::string& flag);
+bool has_int_flag_range(const std::string& flag);
 // UsageError "flag --FLAG expects an integer from LO to HI, got 'GIVEN'" when v is outside.
 void check_int_flag(const std::string& flag, int64_t v, const std::string& given);
 [[noreturn]] void int_flag_range_error(const std::string& flag, const std::string& given);
 
+// The registry's strategy names, for --help: "regular, dp, ... (dpxpp and dpxtp by a member ...)".
+std::string strategy_names_help();
 // Flags shared by every command that trains: workload, strategy, devices, precision.
 std::vector<Flag> training_flags();
-WorkloadOptions workload_options(const Flags& f);
+// great_net's --image and --width, one default for every command: the seed's 512 and 1 on GPUs,
+// 96 and 0.5 on CPU (a great_net a CPU trains in seconds a step). Other workloads have a fixed
+// shape: either flag given with them is refused, naming it.
+WorkloadOptions workload_options(const Flags& f, DeviceKind kind);
 // --device-kind auto|cpu|cuda -> a kind; auto means cuda when a GPU is present.
 DeviceKind device_kind(const std::string& s);
 // Pipeline micro-batches, one rule for every command: --micro-batches when given (the strategy

@@ -7,6 +7,12 @@
 
 namespace pb {
 
+namespace {
+
+constexpr int64_t kUnranged = std::numeric_limits<int64_t>::min();
+
+}  // namespace
+
 IntRange int_flag_range(const std::string& flag) {
   constexpr int64_t kInt = std::numeric_limits<int32_t>::max(), kMillion = 1000000, kDevices = 1 << 16;
   // check_lo false: the commands refuse smaller values themselves, saying what they mean.
@@ -24,12 +30,14 @@ IntRange int_flag_range(const std::string& flag) {
       {"profile-rounds", {1, kMillion, false}}, {"pairs", {2, 1000, false}},
   };
   auto it = ranges.find(flag);
-  return it != ranges.end() ? it->second : IntRange{std::numeric_limits<int64_t>::min(), kInt, false};
+  return it != ranges.end() ? it->second : IntRange{kUnranged, kInt, false};
 }
+
+bool has_int_flag_range(const std::string& flag) { return int_flag_range(flag).lo != kUnranged; }
 
 void int_flag_range_error(const std::string& flag, const std::string& given) {
   const IntRange r = int_flag_range(flag);
-  throw UsageError(r.lo == std::numeric_limits<int64_t>::min()
+  throw UsageError(r.lo == kUnranged
                        ? fmt::format("flag --{} expects an integer up to {}, got '{}'", flag, r.hi, given)
                        : fmt::format("flag --{} expects an integer from {} to {}, got '{}'", flag, r.lo, r.hi, given));
 }

@@ -14,21 +14,41 @@ namespace pb {
 
 namespace {
 
-// A baseline: one Google Benchmark JSON file, or a folder of past runs: every *.json below it
-// except the run folders' report.json (parbench's own table, not a Google Benchmark file).
-std::vector<reports::RunFile> load_baselines(const std::string& path) {
-  namespace fs = std::filesystem;
+namespace fs = std::filesystem;
+
+// The Google Benchmark JSON files below a folder: every *.json but the run folders' report.json
+// (parbench's own table) and `except` (a contender kept among the baseline's runs), by name.
+std::vector<std::string> run_files(const std::string& dir, const std::string& except) {
+  std::vector<std::string> files;
+  std::error_code ec;
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    if (e.is_regular_file() && e.path().extension() == ".json" && e.path().filename() != "report.json" &&
+        (except.empty() || !fs::equivalent(e.path(), except, ec)))
+      files.push_back(e.path().string());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// A contender: one Google Benchmark JSON file, or a run folder holding one (results.json).
+std::string contender_file(const std::string& path) {
+  if (!fs::is_directory(path)) return path;
+  if (fs::is_regular_file(path + "/results.json")) return path + "/results.json";
+  const std::vector<std::string> files = run_files(path, "");
+  if (files.size() != 1)
+    throw UsageError(fmt::format("{}: a contender folder must hold one run (results.json, or one .json file), found {} "
+                                 ".json file(s); for folders of runs side by side use --paired", path, files.size()));
+  return files.front();
+}
+
+// A baseline: one Google Benchmark JSON file, or a folder of past runs (never the contender).
+std::vector<reports::RunFile> load_baselines(const std::string& path, const std::string& contender) {
   std::vector<reports::RunFile> out;
   if (!fs::is_directory(path)) {
     out.push_back(reports::load_run_json(path));
     return out;
   }
-  std::vector<std::string> files;
-  for (const auto& e : fs::recursive_directory_iterator(path))
-    if (e.is_regular_file() && e.path().extension() == ".json" && e.path().filename() != "report.json")
-      files.push_back(e.path().string());
-  std::sort(files.begin(), files.end());
-  if (files.empty()) throw UsageError(fmt::format("{}: a baseline folder, but it holds no .json file", path));
+  const std::vector<std::string> files = run_files(path, contender);
+  if (files.empty()) throw UsageError(fmt::format("{}: a baseline folder, but it holds no .json file besides the contender", path));
   for (const std::string& f : files) out.push_back(reports::load_run_json(f));
   return out;
 }
@@ -38,8 +58,8 @@ std::vector<reports::RunFile> load_baselines(const std::string& path) {
 int cmd_compare(const std::vector<std::string>& args) {
   Flags f("parbench compare",
           "Compares a contender run with a baseline (Google Benchmark JSON, any program's). The baseline is\n"
-          "one run, or a folder of past runs (every .json below it but report.json) taken together as the\n"
-          "baseline distribution. Benchmarks are matched by identity (the name without Google Benchmark's\n"
+          "one run, or a folder of past runs (every .json below it but report.json and the contender) taken\n"
+          "together as the baseline distribution; the contender, one run: a .json file or a run folder. Benchmarks are matched by identity (the name without Google Benchmark's\n"
           "/iterations:N/... suffixes). A repetition's time is its median iteration; per benchmark, the\n"
           "ratio of the repetitions' geometric means with a t interval (Welch's; with a folder of past runs,\n"
           "a prediction interval from their spread); the suite: the geometric mean of those ratios and its\n"
@@ -54,11 +74,11 @@ int cmd_compare(const std::vector<std::string>& args) {
           "--force; 3 inconclusive: the suite (with --gate each: or any benchmark) has too little data for\n"
           "a verdict. Rules: docs/reports.md.\n"
           "With --paired, both are folders of runs made side by side, compared pair by pair (see parbench ab).\n"
-          "usage: parbench compare BASELINE.json|BASELINE_DIR CONTENDER.json [flags]\n"
+          "usage: parbench compare BASELINE.json|BASELINE_DIR CONTENDER.json|CONTENDER_DIR [flags]\n"
           "       parbench compare --paired BASELINE_DIR CONTENDER_DIR [flags]",
           {
-              {"threshold", "FRACTION", "smallest time change that counts (0.05 = 5%)", "0.05"},
-              {"alpha", "P", "significance level of the tests (the suite's interval is 1 - alpha)", "0.05"},
+              {"threshold", "FRACTION", "smallest time change that counts (0.05 = 5%)", "0.05", FlagType::Number},
+              {"alpha", "P", "significance level of the tests (the suite's interval is 1 - alpha)", "0.05", FlagType::Number},
               {"gate", "WHAT", "suite: fail on the suite verdict; each: also on any single benchmark's", "suite"},
               {"time", "WHICH", "real: wall time per iteration; cpu: the process's CPU time per iteration", "real"},
               {"force", "", "compare even when the runs are not comparable (the summary lists the differences)", ""},
@@ -96,8 +116,9 @@ int cmd_compare(const std::vector<std::string>& args) {
     }
     return c.exit_code();
   }
-  std::vector<reports::RunFile> base = load_baselines(f.positional()[0]);
-  reports::RunFile cont = reports::load_run_json(f.positional()[1]);
+  const std::string cont_file = contender_file(f.positional()[1]);
+  std::vector<reports::RunFile> base = load_baselines(f.positional()[0], cont_file);
+  reports::RunFile cont = reports::load_run_json(cont_file);
   if (time == "cpu") {
     for (reports::RunFile& b : base) b = reports::with_process_cpu_time(std::move(b));
     cont = reports::with_process_cpu_time(std::move(cont));

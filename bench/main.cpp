@@ -70,7 +70,7 @@ int dispatch(const std::string& cmd, const std::vector<std::string>& args) {
   if (cmd == "profile") return pb::cmd_profile(args);
   if (cmd == "project") return pb::cmd_project(args);
   if (cmd == "calibrate") return pb::cmd_calibrate(args);
-  fmt::print(stderr, "parbench: unknown command '{}'\n\n{}", cmd, kUsage);
+  fmt::print(stderr, "parbench: error: unknown command '{}' (see parbench --help)\n", cmd);
   return 2;
 }
 

@@ -41,9 +41,9 @@ std::vector<Flag> profile_flags() {
       flags.push_back(fl);
   flags.push_back({"device", "INDEX", "which device: the GPU's index on CUDA (CPU: the one CPU)", "0"});
   flags.push_back({"threads", "N", "CPU threads (0: all cores)", "0"});
-  flags.push_back({"batches", "LIST", "batch sizes to profile, e.g. 1,2,4", "1"});
+  flags.push_back({"batch", "LIST", "batch sizes to profile, e.g. 1,2,4", "1"});
   flags.push_back({"warmup", "N", "untimed training steps per batch size first", "2"});
-  flags.push_back({"repetitions", "N", "timed repetitions per batch size; the table and JSON show their medians", "5"});
+  flags.push_back({"reps", "N", "timed repetitions per batch size; the table and JSON show their medians", "5"});
   flags.push_back({"out", "FILE", "where to write the profile JSON", "profile.json"});
   return flags;
 }
@@ -53,23 +53,23 @@ std::vector<Flag> profile_flags() {
 int cmd_profile(const std::vector<std::string>& args) {
   Flags f("parbench profile",
           "Times every layer of a workload's net on one device -- forward, backward-data and backward-weights\n"
-          "apart, each the median of --repetitions on the device's own clock -- with its activation, parameter\n"
-          "and library-workspace bytes, at each of --batches. Prints a table per batch size and writes\n"
+          "apart, each the median of --reps on the device's own clock -- with its activation, parameter\n"
+          "and library-workspace bytes, at each of --batch. Prints a table per batch size and writes\n"
           "profile.json (format: docs/reports.md). --image and --width default as in `run`.",
           profile_flags());
   if (!f.parse(args)) return 0;
   if (!f.positional().empty()) throw UsageError(fmt::format("unexpected argument '{}'", f.positional()[0]));
   const DeviceKind kind = device_kind(f.str("device-kind"));
-  std::vector<int64_t> batches = f.int_list("batches");
-  if (batches.empty()) throw UsageError("--batches expects at least one batch size, e.g. 1,2,4");
+  std::vector<int64_t> batches = f.int_list("batch");
+  if (batches.empty()) throw UsageError("--batch expects at least one batch size, e.g. 1,2,4");
   for (int64_t b : batches)
-    if (b < 1) throw UsageError(fmt::format("--batches {}: every batch size must be at least 1, got {}", f.str("batches"), b));
+    if (b < 1) throw UsageError(fmt::format("--batch {}: every batch size must be at least 1, got {}", f.str("batch"), b));
   std::sort(batches.begin(), batches.end());
   batches.erase(std::unique(batches.begin(), batches.end()), batches.end());
-  const int64_t warmup = f.integer("warmup"), reps = f.integer("repetitions"), threads = f.integer("threads");
+  const int64_t warmup = f.integer("warmup"), reps = f.integer("reps"), threads = f.integer("threads");
   const int64_t index = f.integer("device");
   if (warmup < 0) throw UsageError(fmt::format("--warmup must be >= 0, got {}", warmup));
-  if (reps < 1) throw UsageError(fmt::format("--repetitions must be at least 1, got {}", reps));
+  if (reps < 1) throw UsageError(fmt::format("--reps must be at least 1, got {}", reps));
   if (threads < 0) throw UsageError(fmt::format("--threads must be >= 0, got {}", threads));
   const int devices_there = kind == DeviceKind::Cuda ? cuda_device_count() : 1;
   if (index < 0 || index >= devices_there)
@@ -79,7 +79,7 @@ int cmd_profile(const std::vector<std::string>& args) {
   if (out_path.empty() || std::filesystem::is_directory(out_path))
     throw UsageError(fmt::format("--out expects a file to write, got '{}'", out_path));
 
-  const WorkloadOptions wo = preset_workload_options(f, kind);
+  const WorkloadOptions wo = workload_options(f, kind);
   const NetSpec net = resolve_workload(f.str("workload"), wo);
   const NetPlan plan = plan_net(net);
   check_memory_fits(plan, batches.back(), kind, 1, 0, workload_sizing(f, net));

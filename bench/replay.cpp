@@ -42,7 +42,7 @@ int cmd_replay(const std::vector<std::string>& args) {
   std::optional<StagingDir> staging;
   if (lead) staging.emplace(f.str("out"));
 
-  NetSpec net = resolve_workload(f.str("workload"), workload_options(f));
+  NetSpec net = resolve_workload(f.str("workload"), workload_options(f, device_kind(f.str("device-kind"))));
   if (f.has("lr")) net.adam.lr = f.number("lr");
   if (const std::string p = adam_lr_problem(net.adam.lr); !p.empty()) throw UsageError("--lr " + p);
   const NetPlan plan = plan_net(net);

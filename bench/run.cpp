@@ -74,18 +74,18 @@ std::vector<Flag> run_flags() {
   std::vector<Flag> flags;
   for (Flag fl : training_flags()) {
     if (fl.name == "strategy" || fl.name == "devices") continue;  // lists here: --strategies, --devices
-    if (fl.name == "image") fl = {"image", "PIXELS", "great_net: image height and width (default: 512 on GPU, 96 on CPU)", ""};
-    if (fl.name == "width") fl = {"width", "SCALE", "great_net: channel width scale (default: 1 on GPU, 0.5 on CPU)", ""};
     flags.push_back(fl);
   }
-  flags.push_back({"strategies", "LIST", "comma-separated strategies, or all (single-device ones run at N = 1 only)", "all"});
+  flags.push_back({"strategies", "LIST", "comma-separated strategies, or all (single-device ones run at N = 1 only): " +
+                                             strategy_names_help(), "all"});
   flags.push_back({"devices", "LIST", "device counts, e.g. 1,2,4 (default: 1,2,4,... up to the GPU count; 1,2 on CPU)", ""});
   flags.push_back({"batch", "B", "batch per device (weak scaling) or global batch (strong scaling)", "1"});
   flags.push_back({"scaling", "MODE", "weak (batch per device fixed) or strong (global batch fixed)", "weak"});
   flags.push_back({"warmup", "N", "untimed steps per configuration before timing", "2"});
   flags.push_back({"iterations", "N", "timed steps per configuration and repetition; 0: Google Benchmark decides", "10"});
   flags.push_back({"seed", "S", "seed for parameters and data", "0"});
-  flags.push_back({"out", "DIR", "run folder (default: runs/<UTC timestamp>-<workload>)", ""});
+  flags.push_back({"out", "DIR", "the run folder (default: runs/<UTC timestamp>-<workload>)", ""});
+  flags.push_back({"reps", "N", "repetitions of each configuration (--benchmark_repetitions=N)", ""});
   flags.push_back({"all-at-one-device", "", "at N = 1 run every strategy, not only regular (the same arithmetic on one "
                                            "device; the tests check each equals regular's)", ""});
   flags.push_back({"trace", "", "per configuration, one more untimed step with per-layer spans, written as a Chrome "
@@ -93,20 +93,12 @@ std::vector<Flag> run_flags() {
   return flags;
 }
 
-WorkloadOptions preset_workload_options(const Flags& f, DeviceKind kind) {
-  const bool gpu = kind == DeviceKind::Cuda;
-  WorkloadOptions wo;
-  wo.image = f.has("image") ? f.integer("image") : (gpu ? 512 : 96);
-  wo.width = f.has("width") ? f.number("width") : (gpu ? 1.0 : 0.5);
-  return wo;
-}
-
 RunPlan plan_run(const Flags& f, Sweep& sw) {
   RunPlan p;
   // Presets: the seed's net and sizes on GPUs; a scaled great_net that finishes in minutes on CPU.
   p.kind = device_kind(f.str("device-kind"));
   const bool gpu = p.kind == DeviceKind::Cuda;
-  p.wo = preset_workload_options(f, p.kind);
+  p.wo = workload_options(f, p.kind);
   p.workload = f.str("workload");
   sw.net = resolve_workload(p.workload, p.wo);
   sw.plan = plan_net(sw.net);
@@ -289,6 +281,9 @@ int cmd_run(const std::vector<std::string>& args) {
   std::vector<std::string> gb_args = {"parbench run"};
   for (const std::string& a : f.passthrough())
     if (lead || a.rfind("--benchmark_out", 0) != 0) gb_args.push_back(a);  // rank 0 alone writes files
+  if (f.has("reps")) gb_args.push_back(fmt::format("--benchmark_repetitions={}", f.integer("reps")));
+  for (const std::string& a : f.passthrough())
+    if (f.has("reps") && a.rfind("--benchmark_repetitions", 0) == 0) throw UsageError("--reps and --benchmark_repetitions: give one");
   std::vector<char*> argv;
   for (std::string& a : gb_args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -305,6 +300,8 @@ int cmd_run(const std::vector<std::string>& args) {
   if (dir.empty()) dir = fresh_run_dir(sw.net.name);
   std::optional<DirLock> lock;  // one writer per run folder; removed again if nothing was written
   if (!list_only && lead) lock.emplace(dir);
+  if (!list_only && lead && !f.config_file().empty())  // the sweep's file kept with its results
+    write_file_atomic(dir + "/config" + std::filesystem::path(f.config_file()).extension().string(), read_file(f.config_file()));
   const std::string json_path = dir + "/results.json";
 
   add_run_context(plan, f, sw);

@@ -32,9 +32,6 @@ RunPlan plan_run(const Flags& f, Sweep& sw);
 // Machine facts for a JSON context, under the names of reports/schema.h: device kind, CPU,
 // convolution backend, GPUs and library versions.
 std::vector<std::pair<std::string, std::string>> system_context(DeviceKind kind);
-// great_net's size as `run` presets it when --image/--width are not given: the seed's on a GPU,
-// a scaled net that finishes in minutes on CPU.
-WorkloadOptions preset_workload_options(const Flags& f, DeviceKind kind);
 // Machine facts and run settings for the JSON context (and for `compare` to refuse unlike runs).
 void add_run_context(const RunPlan& p, const Flags& f, const Sweep& sw);
 

@@ -22,7 +22,7 @@ int cmd_train(const std::vector<std::string>& args) {
           "Trains a workload on synthetic data and prints every iteration's time and loss.", flags);
   if (!f.parse(args)) return 0;
   if (!f.positional().empty()) throw UsageError(fmt::format("unexpected argument '{}'", f.positional()[0]));
-  const NetSpec net = resolve_workload(f.str("workload"), workload_options(f));
+  const NetSpec net = resolve_workload(f.str("workload"), workload_options(f, device_kind(f.str("device-kind"))));
   const NetPlan plan = plan_net(net);
   const int64_t batch = f.integer("batch"), iters = f.integer("iterations"), warmup = f.integer("warmup");
   if (batch < 1) throw UsageError(fmt::format("--batch must be at least 1, got {}", batch));

@@ -20,7 +20,7 @@ EOF
 
 packages=(
     cmake g++ make git pkg-config
-    nlohmann-json3-dev libfmt-dev libbenchmark-dev libboost-dev
+    nlohmann-json3-dev libfmt-dev libbenchmark-dev libboost-dev libcli11-dev
     libgtest-dev libgmock-dev libdnnl-dev ocl-icd-opencl-dev
     libopenmpi-dev openmpi-bin
     python3-numpy python3-matplotlib

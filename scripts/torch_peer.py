@@ -23,8 +23,8 @@ from torchnet import great_net
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--image", type=int, default=64, help="image height and width (default 64)")
-    ap.add_argument("--width", type=float, default=0.25, help="channel width scale (default 0.25)")
+    ap.add_argument("--image", type=int, default=96, help="image height and width (default 96, as parbench on CPU)")
+    ap.add_argument("--width", type=float, default=0.5, help="channel width scale (default 0.5, as parbench on CPU)")
     ap.add_argument("--batch", type=int, default=2, help="batch size (default 2)")
     ap.add_argument("--iterations", type=int, default=10, help="timed iterations (default 10)")
     ap.add_argument("--warmup", type=int, default=2, help="untimed iterations first (default 2)")

@@ -1,5 +1,6 @@
-// Integer flags in every command: values beyond the accepted range are refused (exit 2, naming
-// the flag and the range) before anything runs, instead of wrapping into int.
+// Flags in every command: integers beyond the accepted range are refused (exit 2, naming the flag
+// and the range) before anything runs, instead of wrapping into int; malformed flags name
+// themselves. Config files, names and defaults: tests/test_flag_files.cpp.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -55,8 +56,8 @@ TEST_F(Flags, EveryIntegerFlagHasAnUpperBound) {
       {"train --device-kind cpu --image " + big, "image"},
       {"replay" + linear + " --steps " + big + " --out " + path("o"), "steps"},
       {"run" + linear + " --batch " + big + " --out " + path("o"), "batch"},
-      {"profile --device-kind cpu --batches 1," + big + " --out " + path("o.json"), "batches"},
-      {"profile --device-kind cpu --repetitions " + big + " --out " + path("o.json"), "repetitions"},
+      {"profile --device-kind cpu --batch 1," + big + " --out " + path("o.json"), "batch"},
+      {"profile --device-kind cpu --reps " + big + " --out " + path("o.json"), "reps"},
       {"calibrate --ranks " + big + " --out " + path("c.json"), "ranks"},
       {"calibrate --reps " + big + " --out " + path("c.json"), "reps"},
       {"ab a b --pairs " + big, "pairs"},
@@ -67,6 +68,38 @@ TEST_F(Flags, EveryIntegerFlagHasAnUpperBound) {
   // Sizes in MiB become byte counts: no overflowing cast either.
   refused("train" + linear + " --strategy ddp --bucket-mb 1e300", "--bucket-mb must be positive, at most 1048576");
   refused("train" + linear + " --strategy ddp --first-bucket-mb 1e30", "--first-bucket-mb must be positive, at most");
+}
+
+TEST_F(Flags, TypesAreCheckedWhenParsedEvenForFlagsTheCommandDoesNotRead) {
+  // --image is read for great_net only; before, a bad value passed unnoticed with linear.
+  refused("train --device-kind cpu --workload great_net --image x", "flag --image expects an integer, got 'x'");
+  refused("train --device-kind cpu --workload linear --micro-batches 2x", "flag --micro-batches expects an integer, got '2x'");
+  refused("train --device-kind cpu --workload linear --bucket-mb fast", "flag --bucket-mb expects a finite number, got 'fast'");
+  refused("run --device-kind cpu --workload linear --devices 1,two --out " + path("r"),
+          "flag --devices expects a comma-separated list of integers, got '1,two'");
+  refused("compare a.json b.json --threshold nan", "flag --threshold expects a finite number, got 'nan'");
+  EXPECT_FALSE(std::filesystem::exists(path("r")));
+}
+
+TEST_F(Flags, MalformedFlagsNameThemselves) {
+  refused("train --device-kind cpu --workload linear --batchh 2",
+          "unknown flag --batchh for 'parbench train' (see parbench train --help)");
+  refused("train --device-kind cpu --workload linear -b 2", "unknown flag -b for 'parbench train'");
+  refused("train --device-kind cpu --workload linear --batch", "flag --batch needs a value (B)");
+  refused("train --device-kind cpu --workload linear --oversubscribe=yes", "flag --oversubscribe takes no value");
+  // A negative number is a value, not a flag: the command's own check answers.
+  refused("train --device-kind cpu --workload linear --comm-timeout -1", "--comm-timeout must be >= 0 seconds, got -1");
+  // The last of a repeated flag wins, as before.
+  const test::Result r = parbench("train --device-kind cpu --workload linear --batch 9 --batch 3 --iterations 1 --warmup 0");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("input 3 x"));
+}
+
+TEST_F(Flags, AnUnknownCommandIsOneErrorLine) {
+  const test::Result r = parbench("frobnicate --batch 2");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "parbench: error: unknown command 'frobnicate' (see parbench --help)\n");
+  EXPECT_EQ(r.out, "");
 }
 
 TEST_F(Flags, GreatNetTooLargeForAnyDeviceNamesImage) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <random>
@@ -149,6 +150,42 @@ TEST_F(Gate, SuiteRatioIsTheGeometricMeanOfTheTableRatios) {
   ASSERT_EQ(rows, 3) << r.out;
   EXPECT_NEAR(suite, std::exp(log_sum / rows), 0.002) << r.out;
   EXPECT_NEAR(suite, 1.1, 0.03) << r.out;  // the slow steps are not the time a step takes
+}
+
+// A run folder is a contender as well as a baseline; a baseline folder that holds the contender
+// (a CI history the new run was added to) leaves it out instead of comparing it with itself.
+TEST_F(Gate, FoldersOnBothSidesAndTheContenderNeverItsOwnBaseline) {
+  std::mt19937_64 rng(41);
+  std::filesystem::create_directories(path("hist/r0"));
+  std::filesystem::create_directories(path("hist/r1"));
+  std::filesystem::create_directories(path("hist/r2"));
+  for (const char* r : {"r0", "r1", "r2"})
+    write_run(path(std::string("hist/") + r + "/results.json"), draw(rng, {0.004, 0.009}, 3, 10, 0.01, 0.02));
+  std::filesystem::create_directories(path("new"));
+  write_run(path("new/results.json"), scaled(draw(rng, {0.004, 0.009}, 3, 10, 0.01, 0.02), 1.3));
+  std::ofstream(path("new/report.json")) << "{}";  // a run folder's own table, not a run
+  const test::Result by_file = parbench("compare " + path("hist") + " " + path("new/results.json"));
+  const test::Result by_dir = parbench("compare " + path("hist") + " " + path("new"));
+  EXPECT_EQ(by_dir.code, 1) << by_dir.out << by_dir.err;  // 30% slower than a tight history
+  EXPECT_EQ(by_dir.code, by_file.code);
+  EXPECT_EQ(by_dir.out, by_file.out);
+
+  // The contender added to the history: the same verdict as without it.
+  std::filesystem::create_directories(path("hist/r3"));
+  std::filesystem::copy_file(path("new/results.json"), path("hist/r3/results.json"));
+  const test::Result inside = parbench("compare " + path("hist") + " " + path("hist/r3"));
+  EXPECT_EQ(inside.code, 1) << inside.out << inside.err;
+  EXPECT_EQ(std::regex_replace(inside.out, std::regex("hist/r3"), "new"), by_dir.out);
+  // Alone in its folder: no baseline left.
+  std::filesystem::create_directories(path("solo/a"));
+  std::filesystem::copy_file(path("new/results.json"), path("solo/a/results.json"));
+  const test::Result solo = parbench("compare " + path("solo") + " " + path("solo/a/results.json"));
+  EXPECT_EQ(solo.code, 2);
+  EXPECT_THAT(solo.err, HasSubstr(path("solo") + ": a baseline folder, but it holds no .json file besides the contender"));
+  // A contender folder of several runs is --paired's business.
+  const test::Result many = parbench("compare " + path("new") + " " + path("hist"));
+  EXPECT_EQ(many.code, 2);
+  EXPECT_THAT(many.err, HasSubstr(path("hist") + ": a contender folder must hold one run"));
 }
 
 TEST_F(Gate, ExitCodesAreDocumented) {

@@ -162,8 +162,8 @@ class ProfileCli : public test::CliTest {
 };
 
 TEST_F(ProfileCli, WritesEveryFieldOfProfileJson) {
-  const test::Result r = parbench("profile --device-kind cpu --image 16 --width 0.125 --batches 4,1 --warmup 1 "
-                                  "--repetitions 2 --threads 1 --out " + path("p/profile.json"));
+  const test::Result r = parbench("profile --device-kind cpu --image 16 --width 0.125 --batch 4,1 --warmup 1 "
+                                  "--reps 2 --threads 1 --out " + path("p/profile.json"));
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("bwd-data"));
   const nlohmann::json j = nlohmann::json::parse(test::slurp(path("p/profile.json")));
@@ -214,11 +214,11 @@ TEST_F(ProfileCli, WritesEveryFieldOfProfileJson) {
 }
 
 TEST_F(ProfileCli, BadFlagsNameThemselvesAndWriteNothing) {
-  const std::string common = "profile --device-kind cpu --image 8 --width 0.125 --repetitions 1 --out " + path("x.json");
+  const std::string common = "profile --device-kind cpu --image 8 --width 0.125 --reps 1 --out " + path("x.json");
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {" --batches 0", "--batches 0: every batch size must be at least 1"},
-      {" --batches 1,x", "--batches expects a comma-separated list of integers"},
-      {" --repetitions 0", "--repetitions must be at least 1"},
+      {" --batch 0", "--batch 0: every batch size must be at least 1"},
+      {" --batch 1,x", "--batch expects a comma-separated list of integers"},
+      {" --reps 0", "--reps must be at least 1"},
       {" --warmup -1", "--warmup must be >= 0"},
       {" --device 3", "--device 3: expected 0"},
       {" --balance 1,2", "unknown flag --balance"},

@@ -690,7 +690,7 @@ TEST_F(ProjectCli, ProjectsEveryStrategyAndMarksItProjected) {
 
 // What `parbench profile` writes is what `project` reads: the profiler's own extra fields too.
 TEST_F(ProjectCli, ReadsTheProfilersOwnOutput) {
-  test::Result r = parbench("profile --workload great_net --image 8 --width 0.125 --batches 1,2 --repetitions 2 --warmup 1 "
+  test::Result r = parbench("profile --workload great_net --image 8 --width 0.125 --batch 1,2 --reps 2 --warmup 1 "
                             "--device-kind cpu --out " + path("prof.json"));
   ASSERT_EQ(r.code, 0) << r.err;
   r = parbench("project --profile " + path("prof.json") + " --machine " + fixture("machine.json") +
