@@ -29,9 +29,9 @@ using ::testing::Not;
 using test::Result;
 using test::slurp;
 
-class Console : public test::CliTest {
+class ConsoleCli : public test::CliTest {
  protected:
-  Console() : CliTest("parbench_console_") {}
+  ConsoleCli() : CliTest("parbench_console_") {}
 };
 
 std::vector<std::string> lines_of(const std::string& text) {
@@ -58,7 +58,7 @@ double seconds(const std::string& value, const std::string& unit) {
   return 0;
 }
 
-TEST_F(Console, RunPrintsOneShortLinePerConfigurationThatAgreesWithItsJson) {
+TEST_F(ConsoleCli, RunPrintsOneShortLinePerConfigurationThatAgreesWithItsJson) {
   const std::string run = path("run");
   Result r = parbench("run --workload linear --strategies regular,ddp --devices 1,2 --iterations 6 --warmup 1 "
                       "--device-kind cpu --out " + run);
@@ -99,12 +99,14 @@ TEST_F(Console, RunPrintsOneShortLinePerConfigurationThatAgreesWithItsJson) {
     ++checked;
   }
   EXPECT_EQ(checked, 2);  // regular x1 and ddp x2 (one device runs regular alone)
-  for (const std::string& l : lines_of(r.out))
-    if (l.rfind("|", 0) != 0 && l.rfind("parbench run:", 0) != 0 && l.find("! implausible") == std::string::npos)
-      EXPECT_LE(l.size(), 100u) << l;
+  // Everything above the markdown table (which keeps its own wide layout) fits a terminal.
+  for (const std::string& l : lines_of(r.out)) {
+    if (l.rfind("## ", 0) == 0) break;
+    EXPECT_LE(l.size(), 100u) << l;
+  }
 }
 
-TEST_F(Console, GbenchConsoleBringsBackGoogleBenchmarksOwnLines) {
+TEST_F(ConsoleCli, GbenchConsoleBringsBackGoogleBenchmarksOwnLines) {
   Result r = parbench("run --workload linear --strategies regular --devices 1 --iterations 3 --warmup 0 "
                       "--device-kind cpu --gbench-console --out " + path("run"));
   ASSERT_EQ(r.code, 0) << r.out << r.err;
@@ -113,7 +115,7 @@ TEST_F(Console, GbenchConsoleBringsBackGoogleBenchmarksOwnLines) {
   EXPECT_THAT(r.out, Not(HasSubstr("median of every timed iteration")));
 }
 
-TEST_F(Console, JsonFormatLeavesOnlyJsonOnStdout) {
+TEST_F(ConsoleCli, JsonFormatLeavesOnlyJsonOnStdout) {
   Result r = parbench("run --workload linear --strategies regular --devices 1 --iterations 3 --warmup 0 "
                       "--device-kind cpu --benchmark_format=json --out " + path("run"));
   ASSERT_EQ(r.code, 0) << r.out << r.err;
@@ -125,7 +127,7 @@ TEST_F(Console, JsonFormatLeavesOnlyJsonOnStdout) {
   EXPECT_THAT(r.err, HasSubstr("wrote"));
 }
 
-TEST_F(Console, TrainPrintsTimesInTheUnitThatFits) {
+TEST_F(ConsoleCli, TrainPrintsTimesInTheUnitThatFits) {
   Result r = parbench("train --workload linear --iterations 3 --warmup 1 --device-kind cpu");
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(median [0-9.]+ (ns|us|ms|s)/iteration)"))) << r.out;
@@ -158,7 +160,7 @@ std::vector<Step> steps_of(const std::string& out) {
   return steps;
 }
 
-TEST_F(Console, ShowShapesGivesTheTutorialsPiecesFor2And3And8Devices) {
+TEST_F(ConsoleCli, ShowShapesGivesTheTutorialsPiecesFor2And3And8Devices) {
   // The tutorial: 100 samples in batches of 30 (three) and a last one of 10, on 2, 3 and 8 GPUs.
   struct Case {
     int devices;
@@ -187,7 +189,7 @@ TEST_F(Console, ShowShapesGivesTheTutorialsPiecesFor2And3And8Devices) {
     }
 }
 
-TEST_F(Console, ReplayShowsShapesToo) {
+TEST_F(ConsoleCli, ReplayShowsShapesToo) {
   Result r = parbench("replay --workload linear --strategy ddp --devices 3 --batch 10 --steps 2 --device-kind cpu "
                       "--threads 1 --show-shapes --out " + path("out"));
   ASSERT_EQ(r.code, 0) << r.out << r.err;
@@ -196,7 +198,7 @@ TEST_F(Console, ReplayShowsShapesToo) {
   for (const Step& s : steps) EXPECT_EQ(s.pieces, (std::vector<int>{4, 4, 2}));
 }
 
-TEST_F(Console, VersionIsTheProjectVersionAndTheCommit) {
+TEST_F(ConsoleCli, VersionIsTheProjectVersionAndTheCommit) {
   Result r = parbench("--version");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out, fmt::format("parbench {} (commit {})\n", PARBENCH_VERSION, PARBENCH_GIT_COMMIT));
@@ -206,7 +208,7 @@ TEST_F(Console, VersionIsTheProjectVersionAndTheCommit) {
   EXPECT_THAT(r.out, HasSubstr("--version"));
 }
 
-TEST_F(Console, DevicesNamesTheCpuOnceAndAMissingDriverPlainly) {
+TEST_F(ConsoleCli, DevicesNamesTheCpuOnceAndAMissingDriverPlainly) {
   Result r = parbench("devices");
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   std::string model;
