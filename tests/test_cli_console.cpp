@@ -123,6 +123,8 @@ TEST_F(ConsoleCli, JsonFormatLeavesOnlyJsonOnStdout) {
   ASSERT_NO_THROW(doc = json::parse(r.out)) << r.out;  // as json.load would: no "Extra data"
   EXPECT_EQ(doc["benchmarks"][0]["run_name"], "linear/regular/devices:1/batch:1/iterations:3/process_time/manual_time");
   EXPECT_TRUE(doc["benchmarks"][0].contains("device_peak_bytes"));  // the counters under their own names
+  EXPECT_EQ(doc["context"]["parbench_version"], PARBENCH_VERSION);   // as --version says
+  EXPECT_EQ(doc["context"]["parbench_commit"], PARBENCH_GIT_COMMIT);
   EXPECT_THAT(r.err, HasSubstr("| regular | 1 |"));                 // the table went to stderr
   EXPECT_THAT(r.err, HasSubstr("wrote"));
 }
