@@ -60,7 +60,7 @@ int dispatch(const std::string& cmd, const std::vector<std::string>& args) {
     std::fputs(kUsage, stdout);
     return 0;
   }
-  if (cmd == "--version" || cmd == "version") {
+  if (cmd == "--version") {
     fmt::print("parbench {} (commit {})\n", PARBENCH_VERSION, PARBENCH_GIT_COMMIT);
     return 0;
   }
