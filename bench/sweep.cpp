@@ -359,6 +359,8 @@ void RecordingReporter::print_lines(const std::vector<Run>& runs) {
     for (const reports::Group& g : rep.groups)
       for (const reports::Row& row : g.rows)
         if (row.name == reports::benchmark_identity(name)) {
+          if (titles_.insert(g.title()).second)  // what the lines below share
+            fmt::print("\n{}:\n{}\n", g.title(), reports::console_columns());
           fmt::print("{}\n", reports::console_line(row));
           printed_.insert(name);
         }

@@ -91,6 +91,7 @@ class RecordingReporter final : public benchmark::BenchmarkReporter {
   bool mib_ = false;
   std::string saved_;               // the record as last written
   std::set<std::string> printed_;   // configurations with their console line
+  std::set<std::string> titles_;    // the tables' titles printed above their lines
   benchmark::JSONReporter json_;
   std::ostringstream buffer_;
   std::string path_;

@@ -31,8 +31,12 @@ std::vector<std::string> console_header() {
       "  repetitions, or * over the iterations of one); samples/s: samples per iteration / median;",
       fmt::format("  peak: {} (tensors + workspace + runtime); compute, transfer, idle: % of the", schema::figure::device_peak.heading),
       "  device time (N x step time), median over repetitions. Every counter: results.json.",
-      fmt::format(fmt::runtime(kLine), "strategy", "N", "time", "+-", "samples/s", "peak MiB", "compute", "transfer", "idle"),
   };
+}
+
+std::string console_columns() {
+  return fmt::format(fmt::runtime(kLine), "strategy", "N", "time", "+-", "samples/s", "peak MiB", "compute", "transfer",
+                     "idle");
 }
 
 std::string console_line(const Row& r) {

@@ -11,8 +11,10 @@
 
 namespace pb::reports {
 
-// The lines above the first configuration: which statistic each column is, and the headings.
+// The lines above the first configuration: which statistic each column is.
 std::vector<std::string> console_header();
+// The columns' headings, under each table's title.
+std::string console_columns();
 // One configuration's line (its error instead, when it failed).
 std::string console_line(const Row& r);
 

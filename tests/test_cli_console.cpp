@@ -65,6 +65,7 @@ TEST_F(ConsoleCli, RunPrintsOneShortLinePerConfigurationThatAgreesWithItsJson) {
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_THAT(r.out, Not(HasSubstr("idle_share=")));  // not Google Benchmark's 400-character lines
   EXPECT_THAT(r.out, HasSubstr("median of every timed iteration"));
+  EXPECT_THAT(r.out, HasSubstr("\nlinear: batch 1 per device, weak scaling, fp32, cpu:\nstrategy "));  // what they share
   const json rep = json::parse(slurp(run + "/report.json"));
   const json gb = json::parse(reports::nan_to_null(slurp(run + "/results.json")));
   int checked = 0;

@@ -125,6 +125,8 @@ TEST(Console, OneShortLinePerConfigurationWithTheTablesNumbers) {
   EXPECT_THAT(line, HasSubstr("12.5%"));
   EXPECT_THAT(line, Not(HasSubstr("great_net")));            // the workload is the run's, not the line's
   for (const std::string& h : console_header()) EXPECT_LE(h.size(), 100u) << h;
+  EXPECT_LE(console_columns().size(), 100u);
+  EXPECT_EQ(console_columns().rfind("strategy ", 0), 0u);
   EXPECT_THAT(console_header().front(), HasSubstr("median"));
 }
 
