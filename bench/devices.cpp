@@ -1,6 +1,4 @@
 // parbench devices: what this machine and build offer.
-#include <thread>
-
 #include "bench/cli.h"
 #include "engine/check.h"
 
@@ -10,14 +8,14 @@ int cmd_devices(const std::vector<std::string>& args) {
   Flags f("parbench devices", "Lists the CPU and the CUDA devices this build can use.", {});
   if (!f.parse(args)) return 0;
   fmt::print("parbench {} (commit {})\n", PARBENCH_VERSION, PARBENCH_GIT_COMMIT);
-  fmt::print("cpu: {} hardware threads; conv backend: {}\n", std::thread::hardware_concurrency(),
+  fmt::print("{}", system_info(CudaInfo::Always).str());
+  fmt::print("conv backend (CPU): {}\n",
 #ifdef PARBENCH_HAVE_DNNL
              "oneDNN"
 #else
              "im2col+gemm"
 #endif
   );
-  fmt::print("{}", system_info(CudaInfo::Always).str());
   return 0;
 }
 

@@ -32,7 +32,7 @@ const char* kUsage =
     "            profile; --validate against a measured run\n"
     "  calibrate time this machine's collectives and write its machine description (for project)\n"
     "\n"
-    "Run 'parbench <command> --help' for a command's flags.\n";
+    "Run 'parbench <command> --help' for a command's flags; 'parbench --version' for the version.\n";
 
 // Every rank of a job must run the same command line: compare a hash of each one's (FNV-1a).
 // Returns false (after rank 0 named the odd ranks) when they differ; every rank then exits 2.
@@ -58,6 +58,10 @@ bool same_command_on_every_rank(int argc, char** argv) {
 int dispatch(const std::string& cmd, const std::vector<std::string>& args) {
   if (cmd == "--help" || cmd == "-h" || cmd == "help") {
     std::fputs(kUsage, stdout);
+    return 0;
+  }
+  if (cmd == "--version") {
+    fmt::print("parbench {} (commit {})\n", PARBENCH_VERSION, PARBENCH_GIT_COMMIT);
     return 0;
   }
   if (cmd == "run") return pb::cmd_run(args);

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/cli.h"
+#include "bench/shapes.h"
 #include "engine/check.h"
 #include "engine/memory_estimate.h"
 #include "engine/fsutil.h"
@@ -26,6 +27,7 @@ int cmd_replay(const std::vector<std::string>& args) {
       {"lr", "LR", "Adam learning rate (default: the workload's)", ""},
       {"seed", "S", "seed for default parameters and data", "0"},
       {"out", "DIR", "output folder: losses.json and params/<layer>.{weight,bias}.npy (required)", ""},
+      {"show-shapes", "", "per step and worker: the shapes of its piece of the batch", ""},
   };
   flags.insert(flags.begin() + 1, own.begin(), own.end());
   Flags f("parbench replay",
@@ -91,8 +93,14 @@ int cmd_replay(const std::vector<std::string>& args) {
   strategy->setup(plan, params, net.adam);
   strategy->load_batch(x, t, batch);
   std::vector<double> losses;
+  const bool shapes = f.on("show-shapes");
+  if (shapes && lead) fmt::print("{}", shapes_heading(strategy->name(), so.devices, so.kind));
   for (int64_t k = 0; k < steps; ++k) {
     strategy->step();
+    if (shapes) {
+      const StepStats st = strategy->stats();  // collective in an MPI job: every rank calls it
+      if (lead) fmt::print("{}", shapes_of_step(plan, st, batch));
+    }
     losses.push_back(strategy->loss());
     if (!std::isfinite(losses.back()))
       throw Error(fmt::format("training diverged: the loss is {} after step {} (learning rate {:g}); nothing written",

@@ -88,6 +88,8 @@ std::vector<Flag> run_flags() {
   flags.push_back({"reps", "N", "repetitions of each configuration (--benchmark_repetitions=N)", ""});
   flags.push_back({"all-at-one-device", "", "at N = 1 run every strategy, not only regular (the same arithmetic on one "
                                            "device; the tests check each equals regular's)", ""});
+  flags.push_back({"gbench-console", "", "Google Benchmark's own console (every counter, per repetition and aggregate) "
+                                         "instead of one line per configuration", ""});
   flags.push_back({"trace", "", "per configuration, one more untimed step with per-layer spans, written as a Chrome "
                                 "trace (trace-<benchmark>.json, for Perfetto), and timeline.png", ""});
   return flags;
@@ -267,8 +269,10 @@ int cmd_run(const std::vector<std::string>& args) {
           "comparison table and writes a run folder: results.json (Google Benchmark JSON, rewritten after\n"
           "every benchmark), report.md, report.csv, report.json and throughput.png (with --trace also\n"
           "trace-<benchmark>.json, one step as Chrome trace events, and timeline.png).\n"
+          "The console shows one line per configuration (--gbench-console: Google Benchmark's own).\n"
           "Google Benchmark's own flags pass through: --benchmark_repetitions=N, --benchmark_filter=REGEX,\n"
           "--benchmark_out=FILE, --benchmark_format=..., --benchmark_list_tests, ...\n"
+          "With --benchmark_format=json or csv, stdout holds that format alone; the table goes to stderr.\n"
           "Exit status: 0 when at least one configuration was measured, 1 when every one failed.",
           run_flags());
   if (!f.parse(args, "--benchmark_")) return 0;
@@ -292,9 +296,15 @@ int cmd_run(const std::vector<std::string>& args) {
   benchmark::Initialize(&argc, argv.data());
   if (argc > 1) throw UsageError(fmt::format("unknown Google Benchmark flag '{}'", argv[1]));
   bool list_only = false;
-  for (const std::string& a : f.passthrough())
+  std::string format = "console";  // what stdout holds: GB's --benchmark_format
+  for (const std::string& a : f.passthrough()) {
     if (a.rfind("--benchmark_list_tests", 0) == 0 && a != "--benchmark_list_tests=false" && a != "--benchmark_list_tests=0")
       list_only = true;
+    if (a.rfind("--benchmark_format=", 0) == 0) format = a.substr(19);
+  }
+  // Under another format stdout is that format alone; the table and the summary go to stderr.
+  const bool console = format == "console";
+  std::FILE* const text_out = console ? stdout : stderr;
 
   std::string dir = f.str("out");
   if (dir.empty()) dir = fresh_run_dir(sw.net.name);
@@ -318,8 +328,10 @@ int cmd_run(const std::vector<std::string>& args) {
                plan.configs.size(), sw.net.name, shape_str(sw.plan.input), f.str("precision"), plan.scaling, dir);
 
   std::unique_ptr<benchmark::BenchmarkReporter> reporter_owner;
+  const bool gb_display = !console || f.on("gbench-console");
   if (lead)
-    reporter_owner = std::make_unique<RecordingReporter>(benchmark::CreateDefaultDisplayReporter(), json_path, sw);
+    reporter_owner = std::make_unique<RecordingReporter>(gb_display ? benchmark::CreateDefaultDisplayReporter() : nullptr,
+                                                         console, json_path, sw);
   else
     reporter_owner = std::make_unique<NullReporter>();
   const std::optional<CpuTimes> cpu_before = read_cpu_times();
@@ -335,8 +347,8 @@ int cmd_run(const std::vector<std::string>& args) {
   // The report reads back the JSON record, exactly as `parbench report` would.
   const reports::Report rep = reports::build_report({reports::load_run_json(json_path)});
   const std::string md = reports::report_markdown(rep);
-  std::fputs(("\n" + md).c_str(), stdout);
-  std::fflush(stdout);
+  std::fputs(("\n" + md).c_str(), text_out);
+  std::fflush(text_out);
   write_file_atomic(dir + "/report.md", md);
   write_file_atomic(dir + "/report.csv", reports::report_csv(rep));
   write_file_atomic(dir + "/report.json", reports::report_json(rep));
@@ -345,7 +357,7 @@ int cmd_run(const std::vector<std::string>& args) {
   if (!sw.trace_dir.empty() && !sw.traced.empty() && !timeline)
     fmt::print(stderr, "parbench run: make timeline.png later with: /usr/bin/python3 scripts/timeline.py {} {}/timeline.png "
                "(needs matplotlib: apt-get install python3-matplotlib)\n", dir, dir);
-  fmt::print("parbench run: {} configuration(s), {} failed; wrote {}/: results.json (Google Benchmark JSON), "
+  fmt::print(text_out, "parbench run: {} configuration(s), {} failed; wrote {}/: results.json (Google Benchmark JSON), "
              "report.md, report.csv, report.json{}{}{}\n",
              ran, reporter.failed(), dir, chart ? ", throughput.png" : "",
              sw.traced.empty() ? "" : fmt::format(", {} trace-*.json", sw.traced.size()), timeline ? ", timeline.png" : "");

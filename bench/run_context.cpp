@@ -2,11 +2,11 @@
 // the names of reports/schema.h.
 #include <algorithm>
 #include <cstdlib>
-#include <fstream>
 
 #include <fmt/ranges.h>
 
 #include "bench/run.h"
+#include "engine/cpu_model.h"
 #include "engine/process.h"
 #include "reports/schema.h"
 
@@ -17,21 +17,6 @@ namespace {
 namespace ctx = reports::schema::context;
 
 void put(const reports::schema::Key& k, const std::string& value) { benchmark::AddCustomContext(k.name, value); }
-
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("model name", 0) == 0) {
-      auto colon = line.find(':');
-      if (colon != std::string::npos) {
-        std::string v = line.substr(colon + 1);
-        v.erase(0, v.find_first_not_of(" \t"));
-        return v;
-      }
-    }
-  return "unknown";
-}
 
 std::string env_or_unset(const char* name) {
   const char* v = std::getenv(name);
@@ -45,7 +30,7 @@ std::vector<std::pair<std::string, std::string>> system_context(DeviceKind kind)
   auto put = [&](const reports::schema::Key& k, const std::string& value) { out.emplace_back(k.name, value); };
   const SystemInfo info = system_info();
   put(ctx::device_kind, kind == DeviceKind::Cuda ? "cuda" : "cpu");
-  put(ctx::cpu_model, cpu_model());
+  put(ctx::cpu_model, cpu_model_name());
   put(ctx::cpu_threads, std::to_string(info.cpu_threads));
   put(ctx::conv_backend,
 #ifdef PARBENCH_HAVE_DNNL

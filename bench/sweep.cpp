@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "engine/check.h"
@@ -15,6 +16,7 @@
 #include "engine/process.h"
 #include "engine/trace.h"
 #include "strategies/breakdown.h"
+#include "reports/console.h"
 #include "reports/gbjson.h"
 #include "reports/schema.h"
 #include "reports/stats.h"
@@ -283,14 +285,18 @@ void run_config(benchmark::State& state, Sweep& sw, const Config& c) {
   sw.layouts[c.name] = layout_json(last);
 }
 
-RecordingReporter::RecordingReporter(benchmark::BenchmarkReporter* display, std::string path, const Sweep& sweep)
-    : display_(display), path_(std::move(path)), sweep_(sweep) {
+RecordingReporter::RecordingReporter(benchmark::BenchmarkReporter* display, bool mib, std::string path,
+                                     const Sweep& sweep)
+    : display_(display), mib_(mib), path_(std::move(path)), sweep_(sweep) {
   json_.SetOutputStream(&buffer_);
   json_.SetErrorStream(&buffer_);
 }
 
 bool RecordingReporter::ReportContext(const Context& context) {
-  const bool ok = display_->ReportContext(context);
+  bool ok = true;
+  if (display_) ok = display_->ReportContext(context);
+  else for (const std::string& line : reports::console_header()) fmt::print("{}\n", line);
+  std::fflush(stdout);
   json_.ReportContext(context);
   save(false);
   return ok;
@@ -301,6 +307,7 @@ void RecordingReporter::ReportRuns(const std::vector<Run>& runs) {
   // (device_peak_MiB): GB's own display would print 2^20 or 10^6 bytes alike as "M".
   std::vector<Run> shown = runs;
   for (Run& r : shown) {
+    if (!mib_) break;
     benchmark::UserCounters in_mib;
     for (const auto& [name, counter] : r.counters) {
       std::string n = name;
@@ -311,7 +318,7 @@ void RecordingReporter::ReportRuns(const std::vector<Run>& runs) {
     }
     r.counters = std::move(in_mib);
   }
-  display_->ReportRuns(shown);
+  if (display_) display_->ReportRuns(shown);
   json_.ReportRuns(runs);
   for (const Run& r : runs) {
     const std::string name = r.run_name.function_name;
@@ -329,10 +336,39 @@ void RecordingReporter::ReportRuns(const std::vector<Run>& runs) {
     times_[name] = std::move(reps);
   }
   save(false);
+  if (!display_) print_lines(runs);
+}
+
+// Each configuration's line once, from its first report (repetitions; GB's aggregates follow),
+// read back from the record as `parbench report` reads it.
+void RecordingReporter::print_lines(const std::vector<Run>& runs) {
+  std::vector<std::string> names;
+  for (const Run& r : runs)
+    if (!printed_.count(r.run_name.function_name) &&
+        std::find(names.begin(), names.end(), r.run_name.function_name) == names.end())
+      names.push_back(r.run_name.function_name);
+  if (names.empty()) return;
+  reports::Report rep;
+  try {
+    rep = reports::build_report({reports::parse_run_json(saved_, path_)});
+  } catch (const std::exception& e) {  // the record is written; only its console line is lost
+    fmt::print(stderr, "parbench run: no console line for {}: {}\n", fmt::join(names, ", "), e.what());
+    return;
+  }
+  for (const std::string& name : names)
+    for (const reports::Group& g : rep.groups)
+      for (const reports::Row& row : g.rows)
+        if (row.name == reports::benchmark_identity(name)) {
+          if (titles_.insert(g.title()).second)  // what the lines below share
+            fmt::print("\n{}:\n{}\n", g.title(), reports::console_columns());
+          fmt::print("{}\n", reports::console_line(row));
+          printed_.insert(name);
+        }
+  std::fflush(stdout);
 }
 
 void RecordingReporter::Finalize() {
-  display_->Finalize();
+  if (display_) display_->Finalize();
   json_.Finalize();
   save(true);
 }
@@ -348,6 +384,7 @@ void RecordingReporter::save(bool finalized) {
                                  nlohmann::json(times_).dump(), reports::schema::layout.name, layouts.dump()));
   PB_CHECK(nlohmann::json::accept(reports::nan_to_null(text)), "the Google Benchmark JSON for {} does not parse", path_);
   write_file_atomic(path_, text);
+  saved_ = std::move(text);
 }
 
 }  // namespace pb

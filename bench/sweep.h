@@ -70,13 +70,15 @@ void prime(Sweep& sw, const std::vector<Config>& configs);
 // The --trace file of a benchmark in the run folder: trace-<name, / and : as _>.json.
 std::string trace_file_name(const std::string& bench);
 
-// Tees GB's runs to the display reporter (console, or --benchmark_format) and to a JSON
-// reporter over a buffer; after every report the buffer, closed, replaces the JSON file
-// atomically, so an interrupted sweep leaves valid JSON of what finished. The format is GB's
-// own JSONReporter's, plus one top-level field: every timed iteration (schema.h).
+// Tees GB's runs to the display and to a JSON reporter over a buffer; after every report the
+// buffer, closed, replaces the JSON file atomically, so an interrupted sweep leaves valid JSON of
+// what finished. The format is GB's own JSONReporter's, plus one top-level field: every timed
+// iteration (schema.h). The display: GB's reporter (--gbench-console, or --benchmark_format;
+// `mib` renames byte counters to MiB for its console), or with none the short console: a line
+// per configuration from the record just written (reports/console.h), on stdout.
 class RecordingReporter final : public benchmark::BenchmarkReporter {
  public:
-  RecordingReporter(benchmark::BenchmarkReporter* display, std::string path, const Sweep& sweep);
+  RecordingReporter(benchmark::BenchmarkReporter* display, bool mib, std::string path, const Sweep& sweep);
   bool ReportContext(const Context& context) override;
   void ReportRuns(const std::vector<Run>& runs) override;
   void Finalize() override;
@@ -84,7 +86,12 @@ class RecordingReporter final : public benchmark::BenchmarkReporter {
 
  private:
   void save(bool finalized);
+  void print_lines(const std::vector<Run>& runs);
   benchmark::BenchmarkReporter* display_;
+  bool mib_ = false;
+  std::string saved_;               // the record as last written
+  std::set<std::string> printed_;   // configurations with their console line
+  std::set<std::string> titles_;    // the tables' titles printed above their lines
   benchmark::JSONReporter json_;
   std::ostringstream buffer_;
   std::string path_;

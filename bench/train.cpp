@@ -5,10 +5,13 @@
 #include <fmt/ranges.h>
 
 #include "bench/cli.h"
+#include "bench/shapes.h"
 #include "engine/check.h"
 #include "engine/memory_estimate.h"
 #include "engine/process.h"
 #include "reports/schema.h"
+#include "reports/table.h"
+#include "reports/units.h"
 
 namespace pb {
 
@@ -18,6 +21,7 @@ int cmd_train(const std::vector<std::string>& args) {
   flags.push_back({"iterations", "N", "timed training iterations", "10"});
   flags.push_back({"warmup", "N", "untimed iterations first", "2"});
   flags.push_back({"seed", "S", "seed for parameters and data", "0"});
+  flags.push_back({"show-shapes", "", "per timed step and worker: the shapes of its piece of the batch", ""});
   Flags f("parbench train",
           "Trains a workload on synthetic data and prints every iteration's time and loss.", flags);
   if (!f.parse(args)) return 0;
@@ -44,6 +48,8 @@ int cmd_train(const std::vector<std::string>& args) {
              net.name, batch, shape_str(plan.input), plan.param_count, 3 * plan.forward_flops * batch / 1e9,
              strategy->name(), so.devices, so.kind == DeviceKind::Cpu ? "cpu" : "cuda");
   for (int64_t i = 0; i < warmup; ++i) strategy->step();
+  const bool shapes = f.on("show-shapes");
+  if (shapes && lead) fmt::print("{}", shapes_heading(strategy->name(), so.devices, so.kind));
   std::vector<double> ms;
   for (int64_t i = 0; i < iters; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -54,16 +60,21 @@ int cmd_train(const std::vector<std::string>& args) {
     if (!std::isfinite(loss))
       throw Error(fmt::format("training diverged: the loss is {} after iteration {} (learning rate {:g})", loss,
                               i + 1, net.adam.lr));
-    if (lead) fmt::print("iteration {:4d}: {:9.2f} ms  loss {:.6g}\n", i + 1, ms.back(), loss);
+    if (shapes) {
+      const StepStats st = strategy->stats();  // collective in an MPI job: every rank calls it
+      if (lead) fmt::print("{}", shapes_of_step(plan, st, batch));
+    }
+    if (lead) fmt::print("iteration {:4d}: {:>9}  loss {:.6g}\n", i + 1, reports::format_time(ms.back() / 1e3), loss);
   }
   const StepStats st = strategy->stats();  // collective in an MPI job
   if (!lead) return 0;
   std::vector<std::string> peaks;
-  for (const WorkerStats& w : st.workers) peaks.push_back(fmt::format("{:.1f}", w.peak_bytes / reports::schema::kMiB));
+  for (const WorkerStats& w : st.workers) peaks.push_back(reports::num(w.peak_bytes / reports::schema::kMiB));
   fmt::print("{}: {}\n", reports::schema::figure::allocated_worker_max.heading, fmt::join(peaks, " "));
   std::sort(ms.begin(), ms.end());
   const double median = ms.size() % 2 ? ms[ms.size() / 2] : (ms[ms.size() / 2 - 1] + ms[ms.size() / 2]) / 2;
-  fmt::print("median {:.2f} ms/iteration, {:.1f} samples/s, {:.3g} GFLOP/s\n", median, batch / (median / 1e3),
+  fmt::print("median {}/iteration, {:.1f} samples/s, {:.3g} GFLOP/s\n", reports::format_time(median / 1e3),
+             batch / (median / 1e3),
              3 * plan.forward_flops * batch / (median / 1e3) / 1e9);
   return 0;
 }

@@ -1,11 +1,13 @@
 // Per-device allocators, cross-device copies, device discovery. CUDA devices are served by
 // the CUDA module (engine/cuda_module.h), opened only when a GPU is used or asked about.
 #include "engine/device.h"
+#include "engine/cpu_model.h"
 #include "engine/memory_estimate.h"
 
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -137,6 +139,20 @@ int cuda_device_count() {
 #endif
 }
 
+std::string cpu_model_name() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon == std::string::npos) continue;
+      std::string v = line.substr(colon + 1);
+      v.erase(0, v.find_first_not_of(" \t"));
+      if (!v.empty()) return v;
+    }
+  return "unknown";
+}
+
 namespace {
 std::string version_str(int v, int major_div, int minor_div, bool patch) {
   if (v <= 0) return "none";
@@ -154,16 +170,21 @@ SystemInfo system_info(CudaInfo what) {
   info.nccl_built = true;
 #endif
   const CudaDriverProbe& probe = cuda_driver_probe();
+  // Without libcuda.so.1 there is no NVIDIA driver at all: say that, not the runtime's
+  // cudaErrorInsufficientDriver, which reads as a driver too old.
+  const bool no_driver = probe.note.rfind("no CUDA driver", 0) == 0;
+  const std::string why = no_driver ? "no NVIDIA driver (libcuda.so.1 not found)" : probe.note;
   if (what == CudaInfo::IfGpus && probe.devices == 0 && !cuda_module_loaded()) {
-    info.cuda_note = probe.note + "; the CUDA backend module was not loaded";
+    info.cuda_note = why + "; the CUDA backend module was not loaded";
     return info;
   }
   try {
     cuda_module().fill_system_info(info);
     info.cuda_module = cuda_module_path();
+    if (probe.devices == 0 && info.gpus.empty()) info.cuda_note = why;  // the driver's verdict, not the runtime's code
   } catch (const Error& e) {
     if (probe.devices > 0) throw;  // GPUs present but unusable: a broken install, say so
-    info.cuda_note = fmt::format("{}; {}", probe.note, e.what());
+    info.cuda_note = fmt::format("{}; {}", why, e.what());
   }
 #else
   (void)what;
@@ -173,7 +194,7 @@ SystemInfo system_info(CudaInfo what) {
 }
 
 std::string SystemInfo::str() const {
-  std::string out = fmt::format("cpu: {} hardware threads\n", cpu_threads);
+  std::string out = fmt::format("cpu: {}, {} hardware threads\n", cpu_model_name(), cpu_threads);
   if (!cuda_built) return out + "cuda: not built (configure found no CUDA toolkit with cuDNN)\n";
   if (cuda_module.empty())
     return out + fmt::format("cuda: no GPU usable: {}\n", cuda_note);

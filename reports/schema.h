@@ -92,10 +92,15 @@ inline constexpr Figure predicted{"predicted_mib", "predicted MiB", "MiB", "pred
 inline constexpr Figure allocated{"allocated_mib", "allocated MiB", "MiB", "allocated_bytes: all the workers' allocator peaks, summed (what the estimate predicts)"};
 inline constexpr Figure predicted_error{"predicted_error", "error", "fraction", "(predicted - allocated) / allocated"};
 inline constexpr Figure threads{"threads_per_worker", "threads/worker", "count", "worker_threads"};
+// A row's identity, so rows of several runs stay apart: which benchmark, with which work, from which record.
+inline constexpr Figure benchmark{"benchmark", "benchmark", "-", "the benchmark's identity: workload[/param:value...]/strategy/devices:N/batch:B[/option:value...]"};
+inline constexpr Figure workload_params{"workload_params", "workload parameters", "-", "context workload_params (great_net: image and width), else the parameters in the benchmark's name"};
+inline constexpr Figure run{"run", "run", "-", "the record(s) the row's repetitions came from, as given (run/results.json); CSV: ';'-separated, JSON: a list"};
 }  // namespace figure
 inline constexpr Figure kFigures[] = {figure::device_peak, figure::allocated_worker_max, figure::allocated_worker0,
                                       figure::predicted,   figure::allocated,            figure::predicted_error,
-                                      figure::threads};
+                                      figure::threads,     figure::benchmark,            figure::workload_params,
+                                      figure::run};
 
 inline bool is_counter(const std::string& name) {
   for (const Key& k : kCounters)

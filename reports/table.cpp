@@ -89,6 +89,7 @@ void mark_best(Group& g) {
 struct GroupBuild {
   Group group;
   std::vector<Benchmark> benches;
+  std::map<std::string, std::vector<std::string>> sources;  // benchmark -> the files it came from
 };
 
 }  // namespace
@@ -215,6 +216,8 @@ Report build_report(const std::vector<RunFile>& files) {
       auto same = std::find_if(g->benches.begin(), g->benches.end(), [&](const Benchmark& o) { return o.name == b.name; });
       if (same != g->benches.end()) merge_into(*same, b);
       else g->benches.push_back(b);
+      std::vector<std::string>& from = g->sources[b.name];
+      if (std::find(from.begin(), from.end(), f.source) == from.end()) from.push_back(f.source);
     }
   }
   // Groups with the same title name what sets them apart (a bucket size, a thread count, ...).
@@ -242,6 +245,7 @@ Report build_report(const std::vector<RunFile>& files) {
       const BenchName n = *parse_bench_name(b.name);
       Row r;
       r.name = b.name;
+      r.runs = gb.sources[b.name];
       r.strategy = n.strategy;
       r.devices = n.devices;
       r.repetitions = b.repetitions();

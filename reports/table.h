@@ -36,7 +36,8 @@ std::string md_escape(const std::string& s);
 std::vector<std::string> split_commas(const std::string& s);
 
 struct Row {
-  std::string name;  // GB run_name
+  std::string name;  // the benchmark's identity (benchmark_identity of GB's run_name)
+  std::vector<std::string> runs;  // the sources its repetitions came from, in the order given
   std::string strategy;
   int devices = 0;
   bool error = false;

@@ -171,7 +171,7 @@ std::string report_csv(const Report& rep) {
       fmt::format("{},tensor_mib,workspace_mib,runtime_mib,{},{},{},{},tied,implausible", fig::device_peak.name,
                   fig::threads.name, fig::predicted.name, fig::allocated.name, fig::predicted_error.name);
   for (const char* k : kKinds) out += fmt::format(",algbw_{},busbw_{}", k, k);
-  out += "\n";
+  out += fmt::format(",{},{},{}\n", fig::benchmark.name, fig::workload_params.name, fig::run.name);
   for (const Group& g : rep.groups)
     for (const Row& r : g.rows) {
       const std::string cv_over = r.cv ? (r.cv_within_run ? "iterations" : "repetitions") : "";
@@ -190,7 +190,8 @@ std::string report_csv(const Report& rep) {
       out += fmt::format(",{},{},{},{},{},{}", csv_num(r.threads), csv_num(r.predicted_mib), csv_num(r.allocated_mib),
                          csv_num(predicted_error(r)), r.tied ? 1 : 0, csv_field(r.implausible));
       for (const char* k : kKinds) out += fmt::format(",{},{}", csv_num(find(r.algbw, k)), csv_num(find(r.busbw, k)));
-      out += "\n";
+      out += fmt::format(",{},{},{}\n", csv_field(r.name), csv_field(g.workload_params),
+                         csv_field(fmt::format("{}", fmt::join(r.runs, ";"))));
     }
   return out;
 }
@@ -217,7 +218,10 @@ std::string report_json(const Report& rep) {
     jg["rows"] = json::array();
     for (const Row& r : g.rows) {
       json jr;
-      jr["name"] = r.name;
+      jr["name"] = r.name;  // the same as benchmark; kept for readers of older reports
+      jr[fig::benchmark.name] = r.name;
+      jr[fig::workload_params.name] = g.workload_params;
+      jr[fig::run.name] = r.runs;
       jr["strategy"] = r.strategy;
       jr["devices"] = r.devices;
       jr["repetitions"] = r.repetitions;

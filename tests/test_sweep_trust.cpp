@@ -64,7 +64,7 @@ TEST_F(SweepTrust, OneDeviceRunsRegularOnlyUnlessAsked) {
 
 TEST_F(SweepTrust, PrimedBeforeTimingAndEveryRowHasThreadsAndPredictedMemory) {
   const Result r = parbench("run --workload linear --strategies regular,ddp --devices 1,2 --iterations 2 --warmup 0 "
-                            "--device-kind cpu --out " + path("run"));
+                            "--device-kind cpu --gbench-console --out " + path("run"));
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   // The first configuration's kind is set up and stepped, untimed, before the first one is timed.
   const auto primed = r.err.find("priming the process with linear/regular/devices:1/batch:1");
@@ -84,7 +84,7 @@ TEST_F(SweepTrust, PrimedBeforeTimingAndEveryRowHasThreadsAndPredictedMemory) {
   const std::string md = slurp(path("run/report.md"));
   EXPECT_THAT(md, HasSubstr("| threads/worker |"));
   EXPECT_THAT(md, HasSubstr("Memory, predicted before each run against measured"));
-  // The console says MiB where it shows memory, as the tables do, not GB's "M" of bytes.
+  // Google Benchmark's console says MiB where it shows memory, as the tables do, not GB's "M" of bytes.
   EXPECT_THAT(r.out, HasSubstr("device_peak_MiB="));
   EXPECT_THAT(r.out, Not(HasSubstr("device_peak_bytes=")));
 }
