@@ -83,11 +83,51 @@ def peak_mib(r):
     return v if v is not None else r.get("allocated_mib_worker_max")
 
 
-def legend_below(ax, ncol=2, **kw):
+def legend_cols(labels, width_in, most=3):
+    k = most
+    while k > 1 and k * (max(map(len, labels), default=0) * 0.06 + 0.5) > width_in - 0.3:
+        k -= 1  # about 0.06 in a character at 8 pt, plus the marker
+    return k
+
+
+def legend_height(labels, width_in):
+    return 0.15 + math.ceil(len(labels) / legend_cols(labels, width_in)) * 0.24
+
+
+def panel_figure(plt, rows, panel_w, panel_h, title):
+    """rows: [(row title or None, [legend labels of each panel])]. Each panel gets an axes and,
+    below it, a legend strip sized to its entries, so no legend ever covers data and constrained
+    layout keeps every label inside the image. Returns fig, [[(ax, legend_ax)] per row]."""
+    ncols = max(len(p) for _, p in rows)
+    width = panel_w * ncols
+    heights = [panel_h + max(legend_height(l, panel_w) for l in p) + (0.3 * len(wrap(t, width, 9).splitlines())
+                                                                     if t else 0) for t, p in rows]
+    top = 0.3 * len(wrap(title, width, 10).splitlines()) if title else 0
+    fig = plt.figure(figsize=(width, sum(heights) + top), layout="constrained", dpi=DPI)
+    if title:
+        fig.suptitle(wrap(title, width, 10), fontsize=10)
+    subs = [fig] if len(rows) == 1 else list(fig.subfigures(len(rows), 1, height_ratios=heights))
+    out = []
+    for sub, (t, panels), h in zip(subs, rows, heights):
+        if t:
+            sub.suptitle(wrap(t, width, 9), fontsize=9)
+        leg_h = max(legend_height(l, panel_w) for l in panels)
+        gs = sub.add_gridspec(2, ncols, height_ratios=[h - leg_h, leg_h])
+        row = []
+        for j in range(len(panels)):
+            ax, lax = sub.add_subplot(gs[0, j]), sub.add_subplot(gs[1, j])
+            lax.axis("off")
+            lax.pb_legend_strip = panel_w  # its width in inches
+            row.append((ax, lax))
+        out.append(row)
+    return fig, out
+
+
+def legend_below(ax, lax, most=3):
     handles, labels = ax.get_legend_handles_labels()
     if handles:
-        ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=ncol, fontsize=8,
-                  frameon=False, borderaxespad=0, **kw)
+        lax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 1.0), fontsize=8, frameon=False,
+                   borderaxespad=0, ncol=legend_cols(labels, lax.pb_legend_strip, most))
 
 
 def throughput(plt, report, styles):
@@ -99,16 +139,21 @@ def throughput(plt, report, styles):
             if f and f not in fams:
                 fams.append(f)
     fams = sorted(fams, key=cs.FAMILIES.index) or [cs.FAMILIES[0]]
-    ncol = len(fams)
-    fig, axes = plt.subplots(len(groups), ncol, figsize=(4.4 * ncol, 5.2 * len(groups)), squeeze=False,
-                             layout="constrained")
+    def entries(group, fam):
+        names = [x for x in cs.strategies_of(ok_rows(group)) if cs.family(x) in (fam, None)]
+        return names + ([cs.IDEAL["label"]] if group.get("ideal_base_samples_per_s") else [])
+
+    one = len(groups) == 1
+    fig, panels = panel_figure(plt, [(None if one else g.get("title", ""), [entries(g, f) for f in fams])
+                                     for g in groups], 4.4, 4.2,
+                               groups[0].get("title", groups[0].get("workload", "")) if one else None)
     for gi, group in enumerate(groups):
         rows = ok_rows(group)
         devices = sorted({r["devices"] for r in group["rows"]})
         base = group.get("ideal_base_samples_per_s")
         ymax = max([r["samples_per_s"] for r in rows] + [base * devices[-1] if base and devices else 0] + [1])
         for fi, fam in enumerate(fams):
-            ax = axes[gi, fi]
+            ax, lax = panels[gi][fi]
             for s in cs.strategies_of(rows):
                 if cs.family(s) not in (fam, None):
                     continue
@@ -134,12 +179,7 @@ def throughput(plt, report, styles):
             ax.set_ylim(0, ymax * 1.08)
             ax.set_title(fam, fontsize=10)
             ax.grid(True, alpha=0.3)
-            legend_below(ax)
-        if len(groups) > 1:
-            axes[gi, 0].annotate(wrap(group.get("title", ""), 4.4 * ncol, 9), (0, 1.12), xycoords="axes fraction",
-                                 fontsize=9, va="bottom", annotation_clip=False)
-    if len(groups) == 1:
-        fig.suptitle(wrap(groups[0].get("title", groups[0].get("workload", "")), 4.4 * ncol, 10), fontsize=10)
+            legend_below(ax, lax)
     return fig
 
 
@@ -161,13 +201,11 @@ def panels_by_devices(groups):
     return out
 
 
-def grid(plt, n, w, h):
-    ncol = min(n, 3)
-    nrow = (n + ncol - 1) // ncol
-    fig, axes = plt.subplots(nrow, ncol, figsize=(w * ncol, h * nrow), squeeze=False, layout="constrained")
-    for ax in axes.flat[n:]:
-        ax.set_visible(False)
-    return fig, list(axes.flat[:n])
+def grid(plt, panels, labels, w, h, title):
+    """Up to three panels a row; labels(panel) -> its legend entries."""
+    rows = [panels[i:i + 3] for i in range(0, len(panels), 3)]
+    fig, axes = panel_figure(plt, [(None, [labels(p) for p in row]) for row in rows], w, h, title)
+    return fig, [pair for row in axes for pair in row]
 
 
 def pareto(plt, report, styles, mem_mib, mem_name):
@@ -175,8 +213,14 @@ def pareto(plt, report, styles, mem_mib, mem_name):
               if any(peak_mib(r) for r in ok_rows(g) if r["devices"] == n)]
     if not panels:
         raise ValueError("no configuration has both samples/s and a peak memory figure")
-    fig, axes = grid(plt, len(panels), 4.6, 4.8)
-    for ax, (g, n) in zip(axes, panels):
+    def labels(panel):
+        g, n = panel
+        return (cs.strategies_of([r for r in ok_rows(g) if r["devices"] == n and peak_mib(r)]) + ["Pareto front"]
+                + ([f"device memory ({mem_name}, {mem_mib / 1024:.0f} GiB)"] if mem_mib else []))
+
+    fig, axes = grid(plt, panels, labels, 4.6, 4.0, "fastest, and at what memory cost (up and left is better): "
+                     + report["groups"][0].get("title", ""))
+    for (ax, lax), (g, n) in zip(axes, panels):
         rows = [r for r in ok_rows(g) if r["devices"] == n and peak_mib(r)]
         pts = [(peak_mib(r), r["samples_per_s"], r["strategy"]) for r in rows]
         for m, t, s in pts:
@@ -204,10 +248,7 @@ def pareto(plt, report, styles, mem_mib, mem_name):
             title += " - " + g.get("title", "")
         ax.set_title(wrap(title, 4.4, 10), fontsize=10)
         ax.grid(True, alpha=0.3)
-        legend_below(ax)
-    src = report["groups"][0]
-    fig.suptitle(wrap("fastest, and at what memory cost (up and left is better): "
-                      + src.get("title", ""), 4.6 * min(len(panels), 3), 10), fontsize=10)
+        legend_below(ax, lax)
     return fig
 
 
@@ -220,8 +261,9 @@ def breakdown(plt, report, styles):
     if not panels:
         raise ValueError("no configuration has a step breakdown (compute_share) and ms/iteration")
     tallest = max(sum(1 for r in ok_rows(g) if r["devices"] == n) for g, n in panels)
-    fig, axes = grid(plt, len(panels), 4.6, 1.6 + 0.32 * tallest)
-    for ax, (g, n) in zip(axes, panels):
+    fig, axes = grid(plt, panels, lambda p: [name for name, _ in parts], 4.6, 1.2 + 0.32 * tallest,
+                     "where a step goes: " + report["groups"][0].get("title", ""))
+    for (ax, lax), (g, n) in zip(axes, panels):
         rows = [r for r in ok_rows(g) if r["devices"] == n and r.get("compute_share") is not None
                 and r.get("median_ms")]
         labels = [r["strategy"] for r in rows]
@@ -233,16 +275,14 @@ def breakdown(plt, report, styles):
             left = [a + b for a, b in zip(left, w)]
         ax.set_yticks(range(len(rows)))
         ax.set_yticklabels(labels, fontsize=8)
-        ax.invert_yaxis()
+        ax.set_ylim(tallest - 0.5, -0.5)  # top to bottom, bars as thick in every panel
         ax.set_xlabel("ms per step (median)")
         title = f"{n} device{'s' if n > 1 else ''}"
         if len(report["groups"]) > 1:
             title += " - " + g.get("title", "")
         ax.set_title(wrap(title, 4.4, 10), fontsize=10)
         ax.grid(True, axis="x", alpha=0.3)
-        legend_below(ax, ncol=4)
-    fig.suptitle(wrap("where a step goes: " + report["groups"][0].get("title", ""),
-                      4.6 * min(len(panels), 3), 10), fontsize=10)
+        legend_below(ax, lax, most=4)
     return fig
 
 
@@ -251,12 +291,16 @@ def layout_of(fig):
     fig.canvas.draw()
     r = fig.canvas.get_renderer()
     box = lambda b: [b.x0, b.y0, b.x1, b.y1]
-    axes = [ax for ax in fig.axes if ax.get_visible()]
-    return {"width": int(round(fig.get_figwidth() * DPI)), "height": int(round(fig.get_figheight() * DPI)),
+    every = fig.get_axes()  # subfigures' too
+    axes = [ax for ax in every if not getattr(ax, "pb_legend_strip", False)]
+    strips = [ax for ax in every if getattr(ax, "pb_legend_strip", False)]
+    width, height = fig.canvas.get_width_height()
+    return {"width": width, "height": height,
             "axes": [box(ax.get_window_extent(r)) for ax in axes],
-            "legends": [box(ax.get_legend().get_window_extent(r)) for ax in axes if ax.get_legend()],
-            "titles": [box(t.get_window_extent(r)) for t in [fig._suptitle] + [ax.title for ax in axes]
-                       if t is not None and t.get_text()]}
+            "legends": [box(ax.get_legend().get_window_extent(r)) for ax in strips if ax.get_legend()],
+            "legend_texts": [[t.get_text() for t in ax.get_legend().get_texts()] for ax in strips if ax.get_legend()],
+            "titles": [box(t.get_window_extent(r)) for t in [f._suptitle for f in [fig] + list(fig.subfigs)]
+                       + [ax.title for ax in axes] if t is not None and t.get_text()]}
 
 
 def main(argv):
