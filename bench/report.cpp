@@ -101,6 +101,10 @@ bool render_html(const std::string& dir, const std::vector<std::string>& results
   render_kind("breakdown", dir + "/report.json", context, dir + "/breakdown.png");
   std::vector<std::string> args;
   for (const std::string& r : results) args.insert(args.end(), {"--results", r});
+  // The script writes a temporary file elsewhere: the trace links start from the page's folder.
+  std::error_code ec;
+  const std::filesystem::path page = std::filesystem::absolute(html, ec);
+  args.insert(args.end(), {"--base", page.parent_path().string()});
   args.push_back(dir);
   return run_script("html_report.py", "PARBENCH_HTML_SCRIPT", args, html);
 }

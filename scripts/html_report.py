@@ -8,7 +8,8 @@ Reads DIR/report.md (the tables, as `parbench report` prints them), every DIR/*.
 charts), the context of DIR/results.json or of each --results file, and links the
 trace-*.json files beside those. Called by `parbench run` (report.html in the run folder) and
 `parbench report --html`.
-usage: html_report.py [--results GB.json ...] DIR OUT.html
+usage: html_report.py [--results GB.json ...] [--base FOLDER] DIR OUT.html
+  --base   the folder the page will be opened from, where the trace links start (default: OUT's)
 Exit status: 0 written, 2 bad input.
 """
 import base64
@@ -147,7 +148,7 @@ def traces_html(traces, out_dir):
             f"<ul>{items}</ul>")
 
 
-def build(run_dir, out, results):
+def build(run_dir, out, results, base):
     md_path = os.path.join(run_dir, "report.md")
     with open(md_path) as f:
         blocks = md_blocks(f.read())
@@ -158,7 +159,10 @@ def build(run_dir, out, results):
     contexts, traces = [], []
     for p in results:
         with open(p) as f:
-            doc = json.load(f)
+            try:
+                doc = json.load(f)
+            except ValueError as e:
+                raise ValueError(f"{p}: not JSON ({e})") from None
         if not isinstance(doc, dict) or not isinstance(doc.get("context"), dict):
             raise ValueError(f"{p}: no 'context' object (not a Google Benchmark JSON)")
         contexts.append((p, doc["context"]))
@@ -195,7 +199,7 @@ def build(run_dir, out, results):
         else:
             body.append(f'<p class="notes">{inline(b[1])}</p>')
     body += ['<h2 id="context">Context</h2>', context_html(contexts), '<h2 id="traces">Traces</h2>',
-             traces_html(traces, os.path.dirname(os.path.abspath(out)))]
+             traces_html(traces, base or os.path.dirname(os.path.abspath(out)))]
     page = ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>parbench: {html.escape(title)}</title><style>{STYLE}</style></head>\n<body>\n"
             + "\n".join(body) + f"\n<script>{SCRIPT}</script>\n</body></html>\n")
@@ -210,17 +214,20 @@ def build(run_dir, out, results):
 
 
 def main(argv):
-    results, pos, it = [], [], iter(argv[1:])
+    results, base, pos, it = [], None, [], iter(argv[1:])
     for a in it:
         if a in ("-h", "--help"):
             print(__doc__.strip())
             return 0
-        if a == "--results":
+        if a in ("--results", "--base"):
             v = next(it, None)
             if v is None:
-                print("html_report.py: error: --results expects a file (see --help)", file=sys.stderr)
+                print(f"html_report.py: error: {a} expects a path (see --help)", file=sys.stderr)
                 return 2
-            results.append(v)
+            if a == "--results":
+                results.append(v)
+            else:
+                base = os.path.abspath(v)
         elif a.startswith("--"):
             print(f"html_report.py: error: unknown flag '{a}' (see --help)", file=sys.stderr)
             return 2
@@ -231,8 +238,11 @@ def main(argv):
               file=sys.stderr)
         return 2
     try:
-        build(pos[0], pos[1], results)
-    except (OSError, ValueError) as e:
+        build(pos[0], pos[1], results, base)
+    except OSError as e:
+        print(f"html_report.py: error: {e.filename}: {e.strerror}", file=sys.stderr)
+        return 2
+    except ValueError as e:
         print(f"html_report.py: error: {e}", file=sys.stderr)
         return 2
     return 0
