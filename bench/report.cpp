@@ -53,8 +53,10 @@ bool run_script(const std::string& name, const char* env_var, std::vector<std::s
   // Debian's python has matplotlib; the first python3 on PATH may not.
   const char* env_python = std::getenv("PARBENCH_PYTHON");
   const std::string python = env_python ? env_python : "/usr/bin/python3";
+  // Named by what the script writes (chart.py: a PNG), whatever `out` is called (/dev/full).
   const std::string tmp = (std::filesystem::temp_directory_path() /
-                           fmt::format("parbench-{}-{}{}", name, ::getpid(), std::filesystem::path(out).extension().string()))
+                           fmt::format("parbench-{}-{}{}", std::filesystem::path(name).stem().string(), ::getpid(),
+                                       name == "html_report.py" ? ".html" : ".png"))
                               .string();
   struct Remove {
     const std::string& path;

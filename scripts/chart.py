@@ -351,7 +351,7 @@ def main(argv):
         print(f"chart.py: error: {src}: no {opts['kind']} chart: {e}", file=sys.stderr)
         return 2
     try:
-        fig.savefig(out, dpi=DPI)
+        fig.savefig(out, dpi=DPI, format="png")  # whatever OUT is called
         if opts["layout"]:
             with open(opts["layout"], "w") as f:
                 json.dump(layout_of(fig), f)
