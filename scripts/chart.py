@@ -91,7 +91,7 @@ def legend_cols(labels, width_in, most=3):
 
 
 def legend_height(labels, width_in):
-    return 0.15 + math.ceil(len(labels) / legend_cols(labels, width_in)) * 0.24
+    return 0.1 + math.ceil(len(labels) / legend_cols(labels, width_in)) * 0.19
 
 
 def panel_figure(plt, rows, panel_w, panel_h, title):

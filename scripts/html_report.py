@@ -21,8 +21,8 @@ import re
 import sys
 
 
-CHARTS = [("throughput.png", "Throughput against devices"),
-          ("pareto.png", "Fastest, and at what memory cost"),
+CHARTS = [("pareto.png", "Fastest, and at what memory cost"),
+          ("throughput.png", "Throughput against devices"),
           ("breakdown.png", "Where a step goes"),
           ("timeline.png", "One step per worker (the traced configurations)")]
 
