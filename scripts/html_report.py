@@ -93,9 +93,11 @@ def md_blocks(md):
 
 
 def inline(text):
-    """The markdown the tables' notes use: `code` and backslash escapes."""
-    text = html.escape(text.replace("\\*", "*"))
-    return re.sub(r"`([^`]+)`", r"<code>\1</code>", text)
+    """The markdown the tables and their notes use: **bold**, `code` and backslash escapes."""
+    text = html.escape(text)
+    text = re.sub(r"(?<!\\)\*\*([^*]+)\*\*", r"<strong>\1</strong>", text)
+    text = re.sub(r"`([^`]+)`", r"<code>\1</code>", text)
+    return text.replace("\\*", "*")
 
 
 def table_html(header, rows):
@@ -104,7 +106,7 @@ def table_html(header, rows):
     out.append("</tr></thead><tbody>")
     best_col = header.index("best") if "best" in header else -1
     for r in rows:
-        cls = ' class="best"' if best_col >= 0 and best_col < len(r) and r[best_col].startswith("best") else ""
+        cls = ' class="best"' if best_col >= 0 and best_col < len(r) and r[best_col].strip("*").startswith("best") else ""
         out.append(f"<tr{cls}>")
         for c in r:
             num = ' class="num"' if re.match(r"^-?[0-9.]", c) else ""

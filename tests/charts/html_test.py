@@ -91,6 +91,10 @@ class HtmlReport(unittest.TestCase):
         for pattern in [r'src="(?!data:)', r"<link", r"url\(", r"@import", r"<iframe"]:
             self.assertIsNone(re.search(pattern, self.source), f"the page loads something: {pattern}")
         self.assertGreaterEqual(self.source.count('src="data:image/png;base64,'), 3)
+        # The best row of each device count stands out, its mark in bold, not as markdown.
+        self.assertNotIn("**", self.source)
+        self.assertEqual(self.source.count('<tr class="best">'), sum("**best**" in r for r in self.md_rows))
+        self.assertGreater(self.source.count('<tr class="best">'), 0)
 
     def test_renders_tables_images_and_no_console_message(self):
         dom_text, log = browse("file://" + self.page, "--dump-dom")
