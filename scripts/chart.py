@@ -139,6 +139,7 @@ def throughput(plt, report, styles):
             if f and f not in fams:
                 fams.append(f)
     fams = sorted(fams, key=cs.FAMILIES.index) or [cs.FAMILIES[0]]
+
     def entries(group, fam):
         names = [x for x in cs.strategies_of(ok_rows(group)) if cs.family(x) in (fam, None)]
         return names + ([cs.IDEAL["label"]] if group.get("ideal_base_samples_per_s") else [])
@@ -164,7 +165,7 @@ def throughput(plt, report, styles):
             if base and devices:
                 ax.plot(devices, [base * n for n in devices], **cs.IDEAL)
             failed = sorted({(r["strategy"], r["devices"]) for r in group["rows"]
-                             if r.get("error") and cs.family(r["strategy"]) == fam})
+                             if r.get("error") and (cs.family(r["strategy"]) or fams[0]) == fam})
             if failed:
                 ax.text(0.01, 0.99, wrap("failed: " + ", ".join(f"{s} x{d}" for s, d in failed), 4.0, 7),
                         transform=ax.transAxes, fontsize=7, color="firebrick", va="top")

@@ -161,6 +161,19 @@ class HtmlReport(unittest.TestCase):
         traces = sorted(l for l in dom.links if l.endswith(".json"))
         self.assertEqual(traces, sorted(n for n in os.listdir(out) if n.startswith("trace-")))
 
+    def test_the_projection_chart_has_a_panel_per_family(self):
+        # parbench project's chart (render_chart on its own report JSON): every strategy of an
+        # 8-GPU machine, in the three family panels of one row per table (weak, strong).
+        import matplotlib.image
+        prefix = os.path.join(self.tmp.name, "proj")
+        p = subprocess.run([PARBENCH, "project", "--profile", os.path.join(ROOT, "tests/fixtures/projection/uniform.json"),
+                            "--machine", os.path.join(ROOT, "machines/h200_hgx.json"), "--from-profile-peak", "0.3",
+                            "--out", prefix], capture_output=True, text=True, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        img = matplotlib.image.imread(prefix + ".png")
+        self.assertAlmostEqual(img.shape[1], 3 * 4.4 * 110, delta=1)
+        self.assertGreater(img.shape[0], 2 * 4.2 * 110)
+
     def test_unwritable_page_is_an_error(self):
         bad = os.path.join(self.tmp.name, "no", "such", "dir", "r.html")
         p = subprocess.run([PARBENCH, "report", os.path.join(FIXTURE, "results.json"), "--html", bad],
