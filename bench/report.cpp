@@ -1,5 +1,6 @@
-// parbench report: GB JSON files -> the comparison table (markdown, CSV, JSON) and a chart.
-// A thin command over reports/; the chart is scripts/chart.py (matplotlib) on the report JSON.
+// parbench report: GB JSON files -> the comparison table (markdown, CSV, JSON), charts and an HTML
+// page. A thin command over reports/; charts are scripts/chart.py (matplotlib) on the report JSON,
+// the page scripts/html_report.py.
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -9,6 +10,7 @@
 #include <filesystem>
 
 #include "bench/cli.h"
+#include "bench/report.h"
 #include "engine/check.h"
 #include "engine/fsutil.h"
 #include "reports/table.h"
@@ -38,25 +40,31 @@ std::string find_script(const std::string& name, const char* env_var) {
   return "";
 }
 
-// Runs `python script input png`; the PNG is written only when the script succeeded.
-bool render_png(const std::string& name, const char* env_var, const std::string& input, const std::string& png) {
+// Runs `python script args... tmp` and, when it succeeded, moves its output to `out` through
+// write_file_atomic, which writes through a device or FIFO and reports a failed write (a full
+// disk, /dev/full) as an error.
+bool run_script(const std::string& name, const char* env_var, std::vector<std::string> script_args,
+                const std::string& out) {
   const std::string script = find_script(name, env_var);
   if (script.empty()) {
-    fmt::print(stderr, "parbench: warning: {} not written: scripts/{} not found (set {})\n", png, name, env_var);
+    fmt::print(stderr, "parbench: warning: {} not written: scripts/{} not found (set {})\n", out, name, env_var);
     return false;
   }
   // Debian's python has matplotlib; the first python3 on PATH may not.
   const char* env_python = std::getenv("PARBENCH_PYTHON");
   const std::string python = env_python ? env_python : "/usr/bin/python3";
-  // The script writes a temporary file; the PNG then goes through write_file_atomic, which writes
-  // through a device or FIFO and reports a failed write (a full disk, /dev/full) as an error.
-  const std::string tmp_png =
-      (std::filesystem::temp_directory_path() / fmt::format("parbench-chart-{}.png", ::getpid())).string();
+  // Named by what the script writes (chart.py: a PNG), whatever `out` is called (/dev/full).
+  const std::string tmp = (std::filesystem::temp_directory_path() /
+                           fmt::format("parbench-{}-{}{}", std::filesystem::path(name).stem().string(), ::getpid(),
+                                       name == "html_report.py" ? ".html" : ".png"))
+                              .string();
   struct Remove {
     const std::string& path;
     ~Remove() { std::remove(path.c_str()); }
-  } remove_tmp{tmp_png};
-  std::vector<std::string> args = {python, script, input, tmp_png};
+  } remove_tmp{tmp};
+  std::vector<std::string> args = {python, script};
+  args.insert(args.end(), script_args.begin(), script_args.end());
+  args.push_back(tmp);
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -64,30 +72,57 @@ bool render_png(const std::string& name, const char* env_var, const std::string&
   std::fflush(stderr);
   pid_t pid = 0;
   if (const int e = posix_spawn(&pid, python.c_str(), nullptr, nullptr, argv.data(), environ); e != 0) {
-    fmt::print(stderr, "parbench: warning: {} not written: cannot run {}: {}\n", png, python, std::strerror(e));
+    fmt::print(stderr, "parbench: warning: {} not written: cannot run {}: {}\n", out, python, std::strerror(e));
     return false;
   }
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
-    write_file_atomic(png, read_file(tmp_png));
+    write_file_atomic(out, read_file(tmp));
     return true;
   }
   // The script prints its own reason (matplotlib missing: exit 3).
-  fmt::print(stderr, "parbench: warning: {} not written ({} {} exited with status {})\n", png, python, script,
+  fmt::print(stderr, "parbench: warning: {} not written ({} {} exited with status {})\n", out, python, script,
              WIFEXITED(status) ? WEXITSTATUS(status) : -1);
   return false;
+}
+
+bool render_kind(const std::string& kind, const std::string& report_json, const std::string& context_json,
+                 const std::string& png) {
+  std::vector<std::string> args = {"--kind", kind};
+  if (!context_json.empty()) args.insert(args.end(), {"--context", context_json});
+  args.push_back(report_json);
+  return run_script("chart.py", "PARBENCH_CHART_SCRIPT", args, png);
+}
+
+// `dir` holds report.json and report.md: its pareto.png and breakdown.png, then OUT.html.
+bool render_html(const std::string& dir, const std::vector<std::string>& results, const std::string& html) {
+  const std::string context = results.empty() ? "" : results.front();
+  render_kind("pareto", dir + "/report.json", context, dir + "/pareto.png");
+  render_kind("breakdown", dir + "/report.json", context, dir + "/breakdown.png");
+  std::vector<std::string> args;
+  for (const std::string& r : results) args.insert(args.end(), {"--results", r});
+  // The script writes a temporary file elsewhere: the trace links start from the page's folder.
+  std::error_code ec;
+  const std::filesystem::path page = std::filesystem::absolute(html, ec);
+  args.insert(args.end(), {"--base", page.parent_path().string()});
+  args.push_back(dir);
+  return run_script("html_report.py", "PARBENCH_HTML_SCRIPT", args, html);
 }
 
 }  // namespace
 
 bool render_chart(const std::string& report_json, const std::string& png) {
-  return render_png("chart.py", "PARBENCH_CHART_SCRIPT", report_json, png);
+  return render_kind("throughput", report_json, "", png);
 }
 
 bool render_timeline(const std::string& run_dir, const std::string& png) {
-  return render_png("timeline.py", "PARBENCH_TIMELINE_SCRIPT", run_dir, png);
+  return run_script("timeline.py", "PARBENCH_TIMELINE_SCRIPT", {run_dir}, png);
+}
+
+bool write_run_html(const std::string& dir) {
+  return render_html(dir, {dir + "/results.json"}, dir + "/report.html");
 }
 
 int cmd_report(const std::vector<std::string>& args) {
@@ -102,6 +137,10 @@ int cmd_report(const std::vector<std::string>& args) {
               {"format", "FMT", "what to print: markdown, csv or json", "markdown"},
               {"out", "PREFIX", "also write PREFIX.md, PREFIX.csv and PREFIX.json", ""},
               {"chart", "FILE.png", "write a throughput-vs-devices chart (matplotlib via /usr/bin/python3)", ""},
+              {"html", "FILE.html",
+               "write one self-contained page: the tables (sortable), the charts (throughput, memory against\n"
+               "samples/s, the step's breakdown), each file's context and links to the trace-*.json beside it",
+               ""},
           });
   if (!f.parse(args)) return 0;
   if (f.positional().empty()) throw UsageError("expected one or more Google Benchmark JSON files (see parbench report --help)");
@@ -136,6 +175,24 @@ int cmd_report(const std::vector<std::string>& args) {
     }
     if (render_chart(json_path, f.str("chart"))) fmt::print(stderr, "parbench report: wrote {}\n", f.str("chart"));
     if (!tmp.empty()) std::remove(tmp.c_str());
+  }
+  if (f.has("html")) {
+    // The page's inputs in a folder of their own, as a run folder holds them.
+    namespace fs = std::filesystem;
+    const fs::path tmp_dir = fs::temp_directory_path() / fmt::format("parbench-html-{}", ::getpid());
+    struct RemoveAll {
+      const fs::path& dir;
+      ~RemoveAll() {
+        std::error_code ec;
+        fs::remove_all(dir, ec);
+      }
+    } remove_dir{tmp_dir};
+    make_dirs(tmp_dir.string());
+    write_file_atomic((tmp_dir / "report.md").string(), md);
+    write_file_atomic((tmp_dir / "report.json").string(), js);
+    render_chart((tmp_dir / "report.json").string(), (tmp_dir / "throughput.png").string());
+    if (render_html(tmp_dir.string(), f.positional(), f.str("html")))
+      fmt::print(stderr, "parbench report: wrote {}\n", f.str("html"));
   }
   return 0;
 }

@@ -16,6 +16,7 @@
 
 #include <fmt/ranges.h>
 
+#include "bench/report.h"
 #include "engine/check.h"
 #include "engine/cpu_steal.h"
 #include "engine/fsutil.h"
@@ -267,7 +268,8 @@ int cmd_run(const std::vector<std::string>& args) {
   Flags f("parbench run",
           "Benchmarks every strategy x device count on one workload with Google Benchmark, prints the\n"
           "comparison table and writes a run folder: results.json (Google Benchmark JSON, rewritten after\n"
-          "every benchmark), report.md, report.csv, report.json and throughput.png (with --trace also\n"
+          "every benchmark), report.md, report.csv, report.json, throughput.png, pareto.png, breakdown.png and\n"
+          "report.html (all of them on one page; with --trace also\n"
           "trace-<benchmark>.json, one step as Chrome trace events, and timeline.png).\n"
           "The console shows one line per configuration (--gbench-console: Google Benchmark's own).\n"
           "Google Benchmark's own flags pass through: --benchmark_repetitions=N, --benchmark_filter=REGEX,\n"
@@ -361,6 +363,9 @@ int cmd_run(const std::vector<std::string>& args) {
              "report.md, report.csv, report.json{}{}{}\n",
              ran, reporter.failed(), dir, chart ? ", throughput.png" : "",
              sw.traced.empty() ? "" : fmt::format(", {} trace-*.json", sw.traced.size()), timeline ? ", timeline.png" : "");
+  if (write_run_html(dir))  // after timeline.png, which the page shows too
+    fmt::print("parbench run: open {}/report.html in a browser: tables, charts (pareto.png, breakdown.png too), "
+               "context, traces\n", dir);
   warn_if_disturbed(disturbed, "parbench run", "during the run", "its timings are slower and noisier than the machine's own",
                     "run again");
   if (reporter.failed() >= static_cast<int>(ran)) {

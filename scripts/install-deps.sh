@@ -24,6 +24,7 @@ packages=(
     libgtest-dev libgmock-dev libdnnl-dev ocl-icd-opencl-dev
     libopenmpi-dev openmpi-bin
     python3-numpy python3-matplotlib
+    chromium  # the html_report test opens report.html in it (headless)
     clang
 )
 
