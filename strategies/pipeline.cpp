@@ -25,6 +25,7 @@
 #include "strategies/batch.h"
 #include "strategies/group.h"
 #include "strategies/registry.h"
+#include "strategies/rules.h"
 #include "strategies/stages.h"
 
 namespace pb {
@@ -64,18 +65,9 @@ class Staged final : public GroupStrategy {
   int plan_batch(int64_t batch) override {
     piece_ = replica_pieces(batch, replicas_, name());
     piece_offset_ = chunk_offsets(piece_);
-    micro_sizes_.clear(), offsets_.clear();
-    const int64_t least = *std::min_element(piece_.begin(), piece_.end());
-    const int micro = opts_.cap_micro_batches && replicas_ > 1 ? static_cast<int>(std::min<int64_t>(micro_, least)) : micro_;
-    for (int d = 0; d < replicas_; ++d) {
-      if (micro > piece_[d])
-        throw UsageError(replicas_ == 1
-                             ? fmt::format("{}: {} micro-batches but the batch has only {} sample(s)", name(), micro_, batch)
-                             : fmt::format("{}: {} micro-batches but replica {}'s piece of the batch of {} has only {} "
-                                           "sample(s)", name(), micro_, d, batch, piece_[d]));
-      micro_sizes_.push_back(chunk_sizes(piece_[d], micro));
-      offsets_.push_back(chunk_offsets(micro_sizes_.back()));
-    }
+    micro_sizes_ = replica_micro_batches(piece_, micro_, opts_.cap_micro_batches, batch, name());
+    offsets_.clear();
+    for (const auto& sizes : micro_sizes_) offsets_.push_back(chunk_offsets(sizes));
     micro_batches_ = static_cast<int>(micro_sizes_[0].size());
     bubble_fraction_ = static_cast<double>(stages() - 1) / (micro_batches_ + stages() - 1);
     if (replicas_ > 1) {  // the workers of each stage, for its gradients' all-reduce
@@ -92,8 +84,7 @@ class Staged final : public GroupStrategy {
 
   // Micro-batches whose activations a worker holds at once: all M under GPipe, P - s under 1F1B.
   int in_flight(int rank) const {
-    const int micro = static_cast<int>(micro_sizes_[replica_of(rank)].size());
-    return opts_.schedule == Schedule::GPipe ? micro : std::min(micro, stages() - stage_of(rank));
+    return pipeline_slots(opts_.schedule, stages(), stage_of(rank), static_cast<int>(micro_sizes_[replica_of(rank)].size()));
   }
 
   // Stage 0 holds its replica's piece of the batch (the data); a later stage one input buffer per micro-batch in
@@ -121,18 +112,8 @@ class Staged final : public GroupStrategy {
     const int s = stage_of(w.rank), d = replica_of(w.rank);
     const int micro = static_cast<int>(micro_sizes_[d].size());
     Run r(w, g.comm(), s, s == stages() - 1, in_flight(w.rank), micro_sizes_[d], offsets_[d]);
-    if (opts_.schedule == Schedule::GPipe) {
-      for (int k = 0; k < micro; ++k) forward(r, k);
-      for (int k = micro - 1; k >= 0; --k) backward(r, k, k == micro - 1);
-    } else {
-      const int warmup = std::min(stages() - 1 - s, micro);
-      for (int k = 0; k < warmup; ++k) forward(r, k);
-      for (int i = 0; i + warmup < micro; ++i) {
-        forward(r, warmup + i);
-        backward(r, i, i == 0);
-      }
-      for (int i = std::max(0, micro - warmup); i < micro; ++i) backward(r, i, i == 0);
-    }
+    for (const PipeOp& op : pipeline_ops(opts_.schedule, opts_.recompute, stages(), s, micro))
+      op.forward ? forward(r, op.micro) : backward(r, op.micro, op.first_backward, op.recompute);
     close(r);
     for (int k = 0; k < micro; ++k) wait_send(r, k);  // recompute: the scratch slot's last one
     for (int64_t id : r.grad_send)
@@ -165,7 +146,6 @@ class Staged final : public GroupStrategy {
     int64_t grad_send[2] = {kNone, kNone};  // per input-gradient buffer
     int backwards = 0;
     int last_scratch_send = kNone;  // recompute: the micro-batch whose send reads the scratch slot
-    int scratch = kNone;            // recompute: the micro-batch whose activations the scratch slot holds
     bool grouped = false;           // a group of starts is open
   };
 
@@ -218,14 +198,13 @@ class Staged final : public GroupStrategy {
     close(r);
     free_scratch(r);
     const float* y = r.out[k] = m.forward(x, n, slot_of(r, k));
-    r.scratch = k;
     if (r.last) return;  // the loss is taken with the backward, from the slot (or recomputed)
     open(r);
     r.act_send[k] = r.c.send_start(r.rank, y, n * numel_of(m.out_sample()), r.rank + 1);
     if (opts_.recompute) r.last_scratch_send = k;
   }
 
-  void backward(Run& r, int k, bool first) {
+  void backward(Run& r, int k, bool first, bool recompute) {
     Sequential& m = *r.w.model;
     Worker& w = r.w;
     const int64_t n = r.sizes[k], in = numel_of(m.in_sample()), out = numel_of(m.out_sample());
@@ -234,12 +213,9 @@ class Staged final : public GroupStrategy {
       if (!opts_.recompute) wait_send(r, k);
     }
     close(r);
-    // Recomputed unless the scratch slot still holds this micro-batch (its backward follows its
-    // forward directly: the last stage under 1F1B, the last micro-batch under GPipe).
-    if (opts_.recompute && r.scratch != k) {
+    if (recompute) {  // the scratch slot holds another micro-batch (pipeline_ops)
       free_scratch(r);
       r.out[k] = m.forward(input_of(r, k), n, slot_of(r, k));
-      r.scratch = k;
     }
     if (r.last) {
       auto loss_span = w.tracer.compute(Phase::Loss, k, [] { return std::string("mse loss"); });
