@@ -44,9 +44,11 @@ struct StageEmitter {
     if (grouped) b.add(w, ActionKind::GroupEnd);
     grouped = false;
   }
-  void receive(int into, int64_t n, int peer) {
+  void receive(int into, int64_t n, int peer, int micro) {
     open();
-    const int id = b.p2p(w, ActionKind::Recv, world, peer, n, into, true).id;
+    Action& a = b.p2p(w, ActionKind::Recv, world, peer, n, into, true);
+    a.micro = micro;
+    const int id = a.id;
     close();
     b.wait(w, {id});
   }
@@ -62,20 +64,22 @@ struct StageEmitter {
   }
   void forward(int k) {
     const int64_t n = sizes[k];
-    if (s > 0) receive(input(k), n * in, w - 1);
+    if (s > 0) receive(input(k), n * in, w - 1, k);
     close();
     free_scratch();
     b.compute(w, ActionKind::Forward, begin, end, k, {input(k), params()}, {acts(k)}).bytes = n * out * kF;
     if (last) return;
     open();
-    act_send[k] = b.p2p(w, ActionKind::Send, world, w + 1, n * out, acts(k), true).id;
+    Action& a = b.p2p(w, ActionKind::Send, world, w + 1, n * out, acts(k), true);
+    a.micro = k;
+    act_send[k] = a.id;
     if (recompute) last_scratch_send = k;
   }
   void backward(int k, bool first, bool again) {
     const int64_t n = sizes[k];
     const int dy = buf("dy", sizes[0] * out);
     if (!last) {
-      receive(dy, n * out, w + 1);
+      receive(dy, n * out, w + 1, k);
       if (!recompute) wait_send(k);
     }
     close();
@@ -99,7 +103,9 @@ struct StageEmitter {
               dx == kNone ? std::vector<int>{} : std::vector<int>{dx});
     if (s > 0) {
       open();
-      grad_send[slot] = b.p2p(w, ActionKind::Send, world, w - 1, n * in, dx, true).id;
+      Action& a = b.p2p(w, ActionKind::Send, world, w - 1, n * in, dx, true);
+      a.micro = k;
+      grad_send[slot] = a.id;
     }
   }
 };
@@ -110,10 +116,17 @@ Plan plan_staged(const NetPlan& net, const StrategyOptions& o, int64_t batch, co
                  int replicas) {
   if (micro < 1) throw UsageError(fmt::format("{}: --micro-batches must be at least 1, got {}", name, micro));
   PB_CHECK(replicas >= 1 && o.devices % replicas == 0, "{}: {} replicas over {} workers", name, replicas, o.devices);
-  const int workers = o.devices, stages = workers / replicas;
+  const int stages = o.devices / replicas;
   const auto ranges = stage_ranges(net, stages, o, micro * replicas, cpu(0), name);
   const std::vector<int64_t> pieces = replica_pieces(batch, replicas, name);
-  const auto micro_sizes = replica_micro_batches(pieces, micro, o.cap_micro_batches, batch, name);
+  return plan_stage_steps(net, o, batch, name, ranges, replica_micro_batches(pieces, micro, o.cap_micro_batches, batch, name));
+}
+
+Plan plan_stage_steps(const NetPlan& net, const StrategyOptions& o, int64_t batch, const std::string& name,
+                      const std::vector<std::pair<int, int>>& ranges,
+                      const std::vector<std::vector<int64_t>>& micro_sizes) {
+  const int replicas = static_cast<int>(micro_sizes.size()), stages = static_cast<int>(ranges.size());
+  const int workers = replicas * stages;
   PlanBuilder b(name, workers, batch, static_cast<int>(micro_sizes[0].size()));
   std::vector<int> all(workers);
   for (int r = 0; r < workers; ++r) all[r] = r;

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "engine/net.h"
 #include "plan/plan.h"
@@ -19,6 +21,10 @@ Plan plan_fsdp(const NetPlan& net, const StrategyOptions& o, int64_t batch, cons
 // mp, pipeline and its variants (replicas 1), dp x pp (replicas D): o.schedule, o.recompute.
 Plan plan_staged(const NetPlan& net, const StrategyOptions& o, int64_t batch, const std::string& name, int micro,
                  int replicas);
+// The same from a stage split and each replica's micro-batch sizes already made (the strategy's own).
+Plan plan_stage_steps(const NetPlan& net, const StrategyOptions& o, int64_t batch, const std::string& name,
+                      const std::vector<std::pair<int, int>>& ranges,
+                      const std::vector<std::vector<int64_t>>& micro_sizes);
 Plan plan_tp(const NetPlan& net, const StrategyOptions& o, int64_t batch, const std::string& name, int replicas);
 
 }  // namespace pb
