@@ -10,6 +10,8 @@
 #include "engine/check.h"
 #include "engine/process.h"
 
+namespace pb { int cmd_plan(const std::vector<std::string>& args); }  // bench/plan.cpp
+
 namespace {
 
 const char* kUsage =
@@ -31,6 +33,7 @@ const char* kUsage =
     "  project   project every strategy to other device counts and machines from a per-layer\n"
     "            profile; --validate against a measured run\n"
     "  calibrate time this machine's collectives and write its machine description (for project)\n"
+    "  plan      one training step of a strategy as data: every worker's actions, buffers and bytes\n"
     "\n"
     "Run 'parbench <command> --help' for a command's flags; 'parbench --version' for the version.\n";
 
@@ -74,6 +77,7 @@ int dispatch(const std::string& cmd, const std::vector<std::string>& args) {
   if (cmd == "profile") return pb::cmd_profile(args);
   if (cmd == "project") return pb::cmd_project(args);
   if (cmd == "calibrate") return pb::cmd_calibrate(args);
+  if (cmd == "plan") return pb::cmd_plan(args);
   fmt::print(stderr, "parbench: error: unknown command '{}' (see parbench --help)\n", cmd);
   return 2;
 }

@@ -6,56 +6,11 @@
 #include "strategies/batch.h"
 #include "strategies/group.h"
 #include "strategies/registry.h"
+#include "strategies/rules.h"
 
 namespace pb {
 
 namespace {
-
-struct Bucket {
-  int last_layer = 0;  // the lowest layer index in the bucket: its gradients come last
-  int64_t begin = 0, end = 0;  // range of the flat gradient buffer
-};
-
-}  // namespace
-
-// Buckets from the last layer backwards (the order backward finishes them): the first closes
-// once it holds `first_bytes`, the others `bytes`; a layer is never split. As torch DDP
-// (first bucket 1 MiB, then bucket_cap_mb), so the first all-reduce starts early in backward.
-std::vector<std::pair<int64_t, int64_t>> ddp_buckets(const Sequential& m, std::size_t first_bytes, std::size_t bytes) {
-  std::vector<std::pair<int64_t, int64_t>> out;
-  int64_t lo_all = -1, hi_all = -1;
-  for (int i = m.end() - 1; i >= m.begin(); --i) {
-    const auto [lo, hi] = m.layer_grad_range(i);
-    if (hi == lo) continue;
-    if (hi_all < 0) hi_all = hi;
-    lo_all = lo;
-    const std::size_t cap = out.empty() ? first_bytes : bytes;
-    if (static_cast<std::size_t>(hi_all - lo_all) * sizeof(float) >= cap) {
-      out.emplace_back(lo_all, hi_all);
-      hi_all = -1;
-    }
-  }
-  if (hi_all >= 0) out.emplace_back(lo_all, hi_all);
-  return out;
-}
-
-namespace {
-
-std::vector<Bucket> make_buckets(const Sequential& m, std::size_t first_bytes, std::size_t bytes) {
-  std::vector<Bucket> out;
-  for (const auto& [lo, hi] : ddp_buckets(m, first_bytes, bytes)) {
-    int last = m.end() - 1;  // the lowest layer whose gradients lie in [lo, hi)
-    for (int i = m.begin(); i < m.end(); ++i) {
-      const auto [a, b] = m.layer_grad_range(i);
-      if (b > a && a >= lo && b <= hi) {
-        last = i;
-        break;
-      }
-    }
-    out.push_back({last, lo, hi});
-  }
-  return out;
-}
 
 class DistributedDataParallel final : public GroupStrategy {
  public:
@@ -76,13 +31,9 @@ class DistributedDataParallel final : public GroupStrategy {
 
   int plan_batch(int64_t batch) override {
     if (buckets_.empty()) {  // every replica has the same layout
-      buckets_ = make_buckets(*group().first_local().model, opts_.first_bucket_bytes, opts_.bucket_bytes);
-      for (std::size_t b = 0; b < buckets_.size(); ++b) closes_[buckets_[b].last_layer] = static_cast<int>(b);
-      bucket_layout_.clear();
-      for (std::size_t b = 0; b < buckets_.size(); ++b) {  // a bucket holds layers up to the next one's first
-        const int top = b == 0 ? static_cast<int>(plan().layers.size()) - 1 : buckets_[b - 1].last_layer - 1;
-        bucket_layout_.push_back({buckets_[b].last_layer, top, buckets_[b].begin, buckets_[b].end});
-      }
+      buckets_ = ddp_bucket_layout(plan(), opts_.first_bucket_bytes, opts_.bucket_bytes);
+      for (std::size_t b = 0; b < buckets_.size(); ++b) closes_[buckets_[b].first_layer] = static_cast<int>(b);
+      bucket_layout_ = buckets_;
     }
     chunks_ = split_batch(batch, workers(), name());
     offsets_ = chunk_offsets(chunks_);
@@ -131,7 +82,7 @@ class DistributedDataParallel final : public GroupStrategy {
     float* grads = m.grads().data();
     m.backward(w.dy.data(), nullptr, false, 0, [&](int layer) {
       if (closes_[layer] < 0) return;
-      const Bucket& b = buckets_[closes_[layer]];
+      const BucketLayout& b = buckets_[closes_[layer]];
       c.all_reduce_start(i, grads + b.begin, b.end - b.begin);  // overlaps the rest of backward on GPUs
     });
     c.wait(i);  // every bucket's sum has landed before the optimizer reads it
@@ -141,7 +92,7 @@ class DistributedDataParallel final : public GroupStrategy {
 
  private:
   std::vector<char> stale_;  // replica sat out steps (no chunk); char, not bool: workers write their own entry
-  std::vector<Bucket> buckets_;
+  std::vector<BucketLayout> buckets_;
   std::vector<int> closes_;  // per layer: the bucket whose gradients are final after it, or -1
   std::vector<int64_t> chunks_, offsets_;
 };

@@ -13,46 +13,13 @@
 #include "strategies/batch.h"
 #include "strategies/group.h"
 #include "strategies/registry.h"
+#include "strategies/rules.h"
 
 namespace pb {
 
 namespace {
 
-struct Unit {
-  int begin = 0, end = 0;      // layers [begin, end)
-  int64_t numel = 0;           // its parameters
-  int64_t shard = 0;           // per worker: ceil(numel / N); the last shards are padded
-  int64_t at = 0;              // its shard's offset in a worker's shard buffers
-  int64_t param_offset = 0;    // in the whole net's flat vector
-};
-
-// Units: each layer with parameters, with the parameterless ones after it (a ReLU then runs in
-// place on its producer's output, as in one Sequential); leading parameterless layers join the
-// first unit. One worker has nothing to shard: the whole net is one unit, so its step is one
-// Sequential's (the backend's blocked layouts and fused ReLUs between layers, no scratch between
-// units), regular's work.
-std::vector<Unit> make_units(const NetPlan& plan, int workers) {
-  std::vector<Unit> units;
-  const int layers = static_cast<int>(plan.layers.size());
-  if (workers == 1) return {{0, layers, plan.param_count, plan.param_count, 0, 0}};
-  for (int i = 0; i < layers; ++i) {
-    const LayerPlan& l = plan.layers[i];
-    const int64_t n = l.weight_numel + l.bias_numel;
-    if (units.empty() || (n > 0 && units.back().numel > 0)) {
-      units.push_back({i, i + 1, n, 0, 0, l.param_offset});
-    } else {
-      units.back().end = i + 1;
-      if (n > 0) units.back().numel = n, units.back().param_offset = l.param_offset;
-    }
-  }
-  int64_t at = 0;
-  for (Unit& u : units) {
-    u.shard = (u.numel + workers - 1) / workers;
-    u.at = at;
-    at += u.shard;
-  }
-  return units;
-}
+using Unit = FsdpUnit;
 
 class FullyShardedDataParallel final : public GroupStrategy {
  public:
@@ -76,7 +43,7 @@ class FullyShardedDataParallel final : public GroupStrategy {
 
  protected:
   void plan_workers() override {
-    units_ = make_units(plan(), workers());
+    units_ = fsdp_units(plan(), workers());
     shards_.clear();
     shards_.resize(workers());
     models_.clear();

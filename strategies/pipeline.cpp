@@ -6,13 +6,15 @@
 // micro-batches' activations where GPipe holds M. With recompute a stage keeps only its inputs
 // and runs each micro-batch's forward again just before its backward.
 //
-// Sends are started and waited for only when their buffer is needed again, so a stage goes on
-// with its next micro-batch while its output travels; receives complete when their values are
-// needed (on GPUs the wait orders the stream, the host does not block). The sends that end a
-// compute and the receive that starts the next go out as one group (Communicator::group_start),
-// as Megatron's batched p2p: under 1F1B a stage sends an activation and receives a gradient while
-// its peer sends that gradient and receives the next activation, which on one NCCL stream in
-// any other grouping would wait on each other (tests/test_nccl_order.cpp).
+// A step runs the stage's plan (strategies/pipeline_plan.cpp, made at load_batch), one call per
+// action. Sends are started and waited for only when their buffer is needed again, so a stage
+// goes on with its next micro-batch while its output travels; receives complete when their
+// values are needed (on GPUs the wait orders the stream, the host does not block). The sends that
+// end a compute and the receive that starts the next go out as one group
+// (Communicator::group_start), as Megatron's batched p2p: under 1F1B a stage sends an activation
+// and receives a gradient while its peer sends that gradient and receives the next activation,
+// which on one NCCL stream in any other grouping would wait on each other
+// (tests/test_nccl_order.cpp).
 //
 // dp x pp hybrids (dp<D>xpp<P>): D replicas of the P-stage pipeline, worker r being stage r % P
 // of replica r / P. Each replica takes its torch.chunk piece of the batch and cuts it into
@@ -23,8 +25,11 @@
 
 #include "engine/check.h"
 #include "strategies/batch.h"
+#include "plan/plan.h"
 #include "strategies/group.h"
+#include "strategies/plan_gen.h"
 #include "strategies/registry.h"
+#include "strategies/rules.h"
 #include "strategies/stages.h"
 
 namespace pb {
@@ -64,20 +69,13 @@ class Staged final : public GroupStrategy {
   int plan_batch(int64_t batch) override {
     piece_ = replica_pieces(batch, replicas_, name());
     piece_offset_ = chunk_offsets(piece_);
-    micro_sizes_.clear(), offsets_.clear();
-    const int64_t least = *std::min_element(piece_.begin(), piece_.end());
-    const int micro = opts_.cap_micro_batches && replicas_ > 1 ? static_cast<int>(std::min<int64_t>(micro_, least)) : micro_;
-    for (int d = 0; d < replicas_; ++d) {
-      if (micro > piece_[d])
-        throw UsageError(replicas_ == 1
-                             ? fmt::format("{}: {} micro-batches but the batch has only {} sample(s)", name(), micro_, batch)
-                             : fmt::format("{}: {} micro-batches but replica {}'s piece of the batch of {} has only {} "
-                                           "sample(s)", name(), micro_, d, batch, piece_[d]));
-      micro_sizes_.push_back(chunk_sizes(piece_[d], micro));
-      offsets_.push_back(chunk_offsets(micro_sizes_.back()));
-    }
+    micro_sizes_ = replica_micro_batches(piece_, micro_, opts_.cap_micro_batches, batch, name());
+    offsets_.clear();
+    for (const auto& sizes : micro_sizes_) offsets_.push_back(chunk_offsets(sizes));
     micro_batches_ = static_cast<int>(micro_sizes_[0].size());
     bubble_fraction_ = static_cast<double>(stages() - 1) / (micro_batches_ + stages() - 1);
+    plan_ = plan_stage_steps(plan(), opts_, batch, name(), ranges_, micro_sizes_);
+    ptrs_.assign(workers(), {});
     if (replicas_ > 1) {  // the workers of each stage, for its gradients' all-reduce
       std::vector<std::vector<int>> parts(stages());
       for (int r = 0; r < workers(); ++r) parts[stage_of(r)].push_back(r);
@@ -92,8 +90,7 @@ class Staged final : public GroupStrategy {
 
   // Micro-batches whose activations a worker holds at once: all M under GPipe, P - s under 1F1B.
   int in_flight(int rank) const {
-    const int micro = static_cast<int>(micro_sizes_[replica_of(rank)].size());
-    return opts_.schedule == Schedule::GPipe ? micro : std::min(micro, stages() - stage_of(rank));
+    return pipeline_slots(opts_.schedule, stages(), stage_of(rank), static_cast<int>(micro_sizes_[replica_of(rank)].size()));
   }
 
   // Stage 0 holds its replica's piece of the batch (the data); a later stage one input buffer per micro-batch in
@@ -115,149 +112,83 @@ class Staged final : public GroupStrategy {
       w.t = Tensor::from_host({m.out_numel(b)}, piece(t, m.out_numel(1)), w.device);
       w.loss = Tensor::zeros({static_cast<int64_t>(micro_sizes_[d].size())}, w.device);
     }
+    ptrs_[w.rank] = pointers(w);
   }
 
+  // The executor of the stage's plan (strategies/pipeline_plan.cpp): each action is one call.
   void step(Worker& w, Group& g) override {
-    const int s = stage_of(w.rank), d = replica_of(w.rank);
-    const int micro = static_cast<int>(micro_sizes_[d].size());
-    Run r(w, g.comm(), s, s == stages() - 1, in_flight(w.rank), micro_sizes_[d], offsets_[d]);
-    if (opts_.schedule == Schedule::GPipe) {
-      for (int k = 0; k < micro; ++k) forward(r, k);
-      for (int k = micro - 1; k >= 0; --k) backward(r, k, k == micro - 1);
-    } else {
-      const int warmup = std::min(stages() - 1 - s, micro);
-      for (int k = 0; k < warmup; ++k) forward(r, k);
-      for (int i = 0; i + warmup < micro; ++i) {
-        forward(r, warmup + i);
-        backward(r, i, i == 0);
+    const int rank = w.rank, d = replica_of(rank);  // rank: also the worker's rank in g.comm()
+    const auto& sizes = micro_sizes_[d];
+    const auto& offsets = offsets_[d];
+    Sequential& m = *w.model;
+    Communicator& c = g.comm();
+    const int64_t out_n = numel_of(m.out_sample());
+    const std::vector<Action>& actions = plan_.actions[rank];
+    const std::vector<float*>& at = ptrs_[rank];
+    std::vector<const float*> out(sizes.size(), nullptr);  // per micro-batch: its output, in its slot
+    std::vector<int64_t> ids(actions.size(), kNone);       // per action: its transfer
+    bool accumulate = false;
+    for (const Action& a : actions) {
+      switch (a.kind) {
+        case ActionKind::GroupStart: c.group_start(rank); break;
+        case ActionKind::GroupEnd: c.group_end(rank); break;
+        case ActionKind::Recv: ids[a.id] = c.recv_start(rank, at[a.writes[0]], a.count, a.peer); break;
+        case ActionKind::Send: {
+          const float* from = at[a.reads[0]] ? at[a.reads[0]] : out[a.micro];  // an activation: its slot's output
+          ids[a.id] = c.send_start(rank, from, a.count, a.peer);
+          break;
+        }
+        case ActionKind::Wait:
+          for (int id : a.waits) c.wait_transfer(rank, ids[id]);
+          break;
+        case ActionKind::Forward:
+        case ActionKind::Recompute:
+          out[a.micro] = m.forward(at[a.reads[0]], sizes[a.micro], slot_of(a.micro, in_flight(rank)));
+          break;
+        case ActionKind::Loss: {
+          const int k = a.micro;
+          auto loss_span = w.tracer.compute(Phase::Loss, k, [] { return std::string("mse loss"); });
+          w.be().mse_loss_grad(sizes[k] * out_n, out[k], w.t.data() + offsets[k] * out_n, grad_scale(), w.dy.data(),
+                               w.loss.data() + k);
+          break;
+        }
+        case ActionKind::BackwardWeights: accumulate = a.reads.size() > 2; break;  // it reads the gradients it adds to
+        case ActionKind::BackwardData:
+          m.backward(w.dy.data(), a.writes.empty() ? nullptr : at[a.writes[0]], accumulate,
+                     slot_of(a.micro, in_flight(rank)));
+          break;
+        case ActionKind::Collective: {
+          Tensor& grads = m.grads();
+          g.part_comm("stage", rank).all_reduce(g.part_rank("stage", rank), grads.data(), grads.numel());
+          break;
+        }
+        case ActionKind::Optimizer: w.adam->step(m.params(), m.grads()); break;
+        default: PB_CHECK(false, "{}: worker {} cannot run {}", name(), rank, describe(plan_, rank, a.id));
       }
-      for (int i = std::max(0, micro - warmup); i < micro; ++i) backward(r, i, i == 0);
     }
-    close(r);
-    for (int k = 0; k < micro; ++k) wait_send(r, k);  // recompute: the scratch slot's last one
-    for (int64_t id : r.grad_send)
-      if (id != kNone) r.c.wait_transfer(r.rank, id);
-    if (replicas_ > 1) {
-      Tensor& grads = w.model->grads();
-      g.part_comm("stage", w.rank).all_reduce(g.part_rank("stage", w.rank), grads.data(), grads.numel());
-    }
-    w.adam->step(w.model->params(), w.model->grads());
     w.stats.samples = piece_[d];
   }
 
  private:
-  // One stage's state during a step.
-  struct Run {
-    Run(Worker& w_, Communicator& c_, int s_, bool last_, int slots_, const std::vector<int64_t>& sizes_,
-        const std::vector<int64_t>& offsets_)
-        : w(w_), c(c_), rank(w_.rank), s(s_), last(last_), slots(slots_), sizes(sizes_), offsets(offsets_),
-          act_send(sizes_.size(), kNone), out(sizes_.size(), nullptr) {}
-    Worker& w;
-    Communicator& c;
-    int rank;  // in c; the previous stage is rank - 1, the next rank + 1
-    int s;     // the stage
-    bool last;
-    int slots;                    // micro-batches in flight
-    const std::vector<int64_t>& sizes;    // the replica's micro-batches
-    const std::vector<int64_t>& offsets;  // and where each starts in its piece
-    std::vector<int64_t> act_send;  // per micro-batch: its output's send, until waited for
-    std::vector<const float*> out;  // per micro-batch: its output, valid until its slot's next forward
-    int64_t grad_send[2] = {kNone, kNone};  // per input-gradient buffer
-    int backwards = 0;
-    int last_scratch_send = kNone;  // recompute: the micro-batch whose send reads the scratch slot
-    int scratch = kNone;            // recompute: the micro-batch whose activations the scratch slot holds
-    bool grouped = false;           // a group of starts is open
-  };
-
-  // The group the last compute's sends opened, for the next compute's receive to join.
-  void open(Run& r) {
-    if (!r.grouped) r.c.group_start(r.rank);
-    r.grouped = true;
-  }
-  void close(Run& r) {
-    if (r.grouped) r.c.group_end(r.rank);
-    r.grouped = false;
-  }
-  // The receive a compute needs first, grouped with the previous compute's sends; complete before
-  // the compute (on GPUs: ordered before it).
-  void receive(Run& r, float* buf, int64_t n, int peer) {
-    open(r);
-    const int64_t id = r.c.recv_start(r.rank, buf, n, peer);
-    close(r);
-    r.c.wait_transfer(r.rank, id);
-  }
-
   // Activation slots of Sequential: one per micro-batch in flight, or with recompute a single
   // scratch slot for every forward and recomputation.
-  int slot_of(const Run& r, int k) const { return opts_.recompute ? 0 : k % r.slots; }
+  int slot_of(int k, int slots) const { return opts_.recompute ? 0 : k % slots; }
 
-  const float* input_of(Run& r, int k) {
-    const int64_t in = numel_of(r.w.model->in_sample());
-    return r.s == 0 ? r.w.x.data() + r.offsets[k] * in : r.w.x.data() + (k % r.slots) * r.sizes[0] * in;
-  }
-
-  void wait_send(Run& r, int k) {
-    if (k == kNone || r.act_send[k] == kNone) return;
-    r.c.wait_transfer(r.rank, r.act_send[k]);
-    r.act_send[k] = kNone;
-  }
-
-  // The scratch slot is about to be overwritten: the output it holds must have left.
-  void free_scratch(Run& r) {
-    if (!opts_.recompute) return;
-    wait_send(r, r.last_scratch_send);
-    r.last_scratch_send = kNone;
-  }
-
-  void forward(Run& r, int k) {
-    Sequential& m = *r.w.model;
-    const int64_t n = r.sizes[k];
-    const float* x = input_of(r, k);
-    // Its buffer's previous micro-batch (k - slots) has had its backward: the schedule's order.
-    if (r.s > 0) receive(r, const_cast<float*>(x), n * numel_of(m.in_sample()), r.rank - 1);
-    close(r);
-    free_scratch(r);
-    const float* y = r.out[k] = m.forward(x, n, slot_of(r, k));
-    r.scratch = k;
-    if (r.last) return;  // the loss is taken with the backward, from the slot (or recomputed)
-    open(r);
-    r.act_send[k] = r.c.send_start(r.rank, y, n * numel_of(m.out_sample()), r.rank + 1);
-    if (opts_.recompute) r.last_scratch_send = k;
-  }
-
-  void backward(Run& r, int k, bool first) {
-    Sequential& m = *r.w.model;
-    Worker& w = r.w;
-    const int64_t n = r.sizes[k], in = numel_of(m.in_sample()), out = numel_of(m.out_sample());
-    if (!r.last) {  // the output gradient from the next stage: it also proves the output arrived
-      receive(r, w.dy.data(), n * out, r.rank + 1);
-      if (!opts_.recompute) wait_send(r, k);
+  // Where each of the worker's plan buffers lives (null: an activation, known once made).
+  std::vector<float*> pointers(Worker& w) const {
+    const int d = replica_of(w.rank);
+    const int64_t in = numel_of(w.model->in_sample()), most = micro_sizes_[d][0];
+    std::vector<float*> at(plan_.buffers.size(), nullptr);
+    for (std::size_t b = 0; b < plan_.buffers.size(); ++b) {
+      const PlanBuffer& buf = plan_.buffers[b];
+      if (buf.worker != w.rank) continue;
+      int j = 0;
+      if (std::sscanf(buf.name.c_str(), "x[%d]", &j) == 1) at[b] = w.x.data() + offsets_[d][j] * in;
+      else if (std::sscanf(buf.name.c_str(), "in[%d]", &j) == 1) at[b] = w.x.data() + j * most * in;
+      else if (std::sscanf(buf.name.c_str(), "dx[%d]", &j) == 1) at[b] = w.dx.data() + j * most * in;
+      else if (buf.name == "dy") at[b] = w.dy.data();
     }
-    close(r);
-    // Recomputed unless the scratch slot still holds this micro-batch (its backward follows its
-    // forward directly: the last stage under 1F1B, the last micro-batch under GPipe).
-    if (opts_.recompute && r.scratch != k) {
-      free_scratch(r);
-      r.out[k] = m.forward(input_of(r, k), n, slot_of(r, k));
-      r.scratch = k;
-    }
-    if (r.last) {
-      auto loss_span = w.tracer.compute(Phase::Loss, k, [] { return std::string("mse loss"); });
-      const float* y = r.out[k];
-      w.be().mse_loss_grad(n * out, y, w.t.data() + r.offsets[k] * out, grad_scale(), w.dy.data(), w.loss.data() + k);
-    }
-    float* dx = nullptr;
-    const int buf = r.backwards++ % 2;
-    if (r.s > 0) {
-      if (r.grad_send[buf] != kNone) r.c.wait_transfer(r.rank, r.grad_send[buf]);  // the buffer's last gradient left
-      r.grad_send[buf] = kNone;
-      dx = w.dx.data() + buf * r.sizes[0] * in;
-    }
-    m.backward(w.dy.data(), dx, !first, slot_of(r, k));
-    if (r.s > 0) {
-      open(r);
-      r.grad_send[buf] = r.c.send_start(r.rank, dx, n * in, r.rank - 1);
-    }
+    return at;
   }
 
   int micro_;
@@ -265,6 +196,8 @@ class Staged final : public GroupStrategy {
   std::vector<std::pair<int, int>> ranges_;  // per stage: its layers [begin, end)
   std::vector<int64_t> piece_, piece_offset_;  // per replica: its samples, and where they start
   std::vector<std::vector<int64_t>> micro_sizes_, offsets_;  // per replica: its micro-batches
+  Plan plan_;                                 // the step, every worker's actions
+  std::vector<std::vector<float*>> ptrs_;     // per local worker: its plan buffers' places
 };
 
 }  // namespace

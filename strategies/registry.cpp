@@ -6,13 +6,17 @@
 #include <fmt/ranges.h>
 
 #include "engine/check.h"
+#include "strategies/plan_gen.h"
 
 namespace pb {
 
 namespace {
+using PlanFactory = std::function<Plan(const NetPlan&, const StrategyOptions&, int64_t)>;
+
 struct Entry {
   StrategyInfo info;
   StrategyFactory make;
+  PlanFactory plan;  // one step of it as data (strategies/*_plan.cpp)
 };
 
 StrategyFactory pipeline_variant(Schedule schedule, bool recompute) {
@@ -24,34 +28,50 @@ StrategyFactory pipeline_variant(Schedule schedule, bool recompute) {
   };
 }
 
+PlanFactory pipeline_plan(Schedule schedule, bool recompute) {
+  return [=](const NetPlan& net, const StrategyOptions& o, int64_t batch) {
+    StrategyOptions v = o;
+    v.schedule = schedule;
+    v.recompute = recompute;
+    return plan_staged(net, v, batch, pipeline_name(schedule, recompute), o.micro_batches, 1);
+  };
+}
+
+Plan mp_plan(const NetPlan& net, const StrategyOptions& o, int64_t batch) {
+  StrategyOptions one = o;  // as make_mp
+  one.schedule = Schedule::GPipe;
+  one.recompute = false;
+  return plan_staged(net, one, batch, "mp", 1, 1);
+}
+
 // Display order: the seed's comparison first.
 const std::vector<Entry>& registry() {
   static const std::vector<Entry> r = {
-      {{"regular", "one device, the whole batch", true, false}, make_regular},
+      {{"regular", "one device, the whole batch", true, false}, make_regular, plan_regular},
       {{"dp", "torch.nn.DataParallel: scatter from device 0, replicate, gather, step on device 0", false, false},
-       make_dp},
-      {{"ddp", "a replica per worker, bucketed gradient all-reduce overlapped with backward", false, true}, make_ddp},
-      {{"mp", "layers split into contiguous stages, one per worker", false, true}, make_mp},
-      {{"pipeline", "mp with micro-batches in a GPipe fill-drain schedule", false, true}, make_pipeline},
+       make_dp, plan_dp},
+      {{"ddp", "a replica per worker, bucketed gradient all-reduce overlapped with backward", false, true}, make_ddp, plan_ddp},
+      {{"mp", "layers split into contiguous stages, one per worker", false, true}, make_mp, mp_plan},
+      {{"pipeline", "mp with micro-batches in a GPipe fill-drain schedule", false, true}, make_pipeline, pipeline_plan(Schedule::GPipe, false)},
       {{"pipeline-1f1b", "pipeline in a 1F1B schedule (PipeDream-flush): at most P micro-batches in flight", false, true},
-       pipeline_variant(Schedule::OneFOneB, false)},
+       pipeline_variant(Schedule::OneFOneB, false), pipeline_plan(Schedule::OneFOneB, false)},
       {{"pipeline-recompute", "GPipe pipeline keeping only stage inputs, recomputing activations in backward", false, true},
-       pipeline_variant(Schedule::GPipe, true)},
+       pipeline_variant(Schedule::GPipe, true), pipeline_plan(Schedule::GPipe, true)},
       {{"pipeline-1f1b-recompute", "1F1B pipeline with recomputed activations", false, true},
-       pipeline_variant(Schedule::OneFOneB, true)},
+       pipeline_variant(Schedule::OneFOneB, true), pipeline_plan(Schedule::OneFOneB, true)},
       {{"fsdp", "ddp with parameters, gradients and Adam state sharded (ZeRO-3): all-gather per layer, reduce-scatter", false, true},
-       make_fsdp},
+       make_fsdp, [](const NetPlan& n, const StrategyOptions& o, int64_t b) { return plan_fsdp(n, o, b, "fsdp", true); }},
       {{"zero2", "fsdp keeping the gathered parameters from forward to backward (ZeRO-2): one all-gather per layer", false, true},
-       make_zero2},
+       make_zero2, [](const NetPlan& n, const StrategyOptions& o, int64_t b) { return plan_fsdp(n, o, b, "zero2", false); }},
       {{"tp", "tensor parallel: each worker computes a slice of every layer's output channels, activations all-gathered", false, true},
-       make_tp},
+       make_tp, [](const NetPlan& n, const StrategyOptions& o, int64_t b) { return plan_tp(n, o, b, "tp", 1); }},
       // A family: its members are named dp<D>xpp<P> (hybrid_name); the sweep expands it.
       {{kHybridFamily, "dp x pp: D replicas of a P-stage pipeline, each stage's gradients all-reduced among its D "
                        "workers (dp<D>xpp<P>; --dp D --pp P)", false, true},
-       nullptr},
+       nullptr, nullptr},
       {{kDpTpFamily, "dp x tp: D replicas of a T-way tp group, each tp rank's slice gradients all-reduced among its "
                      "D workers (dp<D>xtp<T>; --dp D --tp T)", false, true},
-       nullptr},
+       nullptr, nullptr},
   };
   return r;
 }
@@ -116,6 +136,45 @@ std::unique_ptr<Strategy> make_strategy(const std::string& name, const StrategyO
     if (e.info.name == name) return e.make(opts);
   strategy_info(name);  // throws, naming the known ones
   return nullptr;
+}
+
+namespace {
+Plan plan_of(const std::string& name, const NetPlan& net, const StrategyOptions& opts, int64_t batch) {
+  if (opts.devices < 1) throw UsageError(fmt::format("--devices must be at least 1, got {}", opts.devices));
+  if (batch < 1) throw UsageError(fmt::format("--batch must be at least 1, got {}", batch));
+  int dp = 0, pp = 0;
+  Schedule schedule = Schedule::GPipe;
+  bool recompute = false;
+  if (parse_hybrid_name(name, &dp, &pp, &schedule, &recompute)) {  // as make_strategy
+    StrategyOptions o = opts;
+    if (schedule != Schedule::GPipe) o.schedule = schedule;
+    o.recompute = o.recompute || recompute;
+    if (o.devices != dp * pp)
+      throw UsageError(fmt::format("{}: {} replicas of a {}-stage pipeline run on {} devices, got --devices {}", name,
+                                   dp, pp, dp * pp, o.devices));
+    return plan_staged(net, o, batch, hybrid_name(dp, pp, o.schedule, o.recompute), o.micro_batches, dp);
+  }
+  if (parse_dptp_name(name, &dp, &pp)) {
+    if (opts.devices != dp * pp)
+      throw UsageError(fmt::format("{}: {} replicas of a {}-way tp group run on {} devices, got --devices {}", name, dp,
+                                   pp, dp * pp, opts.devices));
+    return plan_tp(net, opts, batch, name, dp);
+  }
+  for (const Entry& e : registry())
+    if (e.info.name == name && e.plan) {
+      if (e.info.single_device && opts.devices != 1)
+        throw UsageError(fmt::format("strategy {} runs on one device, got --devices {}", name, opts.devices));
+      return e.plan(net, opts, batch);
+    }
+  make_strategy(name, opts);  // throws, naming the known ones or the family's members
+  throw UsageError(fmt::format("no plan for strategy '{}'", name));
+}
+}  // namespace
+
+Plan make_plan(const std::string& name, const NetPlan& net, const StrategyOptions& opts, int64_t batch) {
+  Plan p = plan_of(name, net, opts, batch);
+  for (const LayerPlan& l : net.layers) p.layer_params.push_back(l.weight_numel + l.bias_numel);
+  return p;
 }
 
 }  // namespace pb

@@ -27,7 +27,7 @@ std::unique_ptr<Strategy> make_tp(const StrategyOptions& o);
 std::unique_ptr<Strategy> make_dptp(const StrategyOptions& o, int dp, int tp);
 std::unique_ptr<Strategy> make_zero2(const StrategyOptions& o);
 // ddp's gradient buckets over a replica's flat gradients, [begin, end) each, in the order
-// backward completes them (ddp.cpp).
+// backward completes them (rules.cpp).
 class Sequential;
 std::vector<std::pair<int64_t, int64_t>> ddp_buckets(const Sequential& m, std::size_t first_bytes, std::size_t bytes);
 }  // namespace pb

@@ -18,20 +18,13 @@
 #include "strategies/batch.h"
 #include "strategies/group.h"
 #include "strategies/registry.h"
+#include "strategies/rules.h"
 
 namespace pb {
 
 namespace {
 
-struct Slice {
-  bool split = false;           // false: the layer is whole on every worker
-  int64_t channels = 0;         // K: output channels (features)
-  int64_t per_sample = 1;       // P*Q per output channel (1 for linear)
-  int64_t fan = 0;              // weight values per output channel
-  int64_t piece = 0;            // all-gather piece channels: ceil(K / N)
-  std::vector<int64_t> lo, k;   // per worker: first channel and channel count
-  std::vector<int64_t> at;      // per worker: offset of its weight slice in its parameter buffer
-};
+using Slice = TpSlice;
 
 ConvGeom geom(const LayerPlan& l, int64_t batch, int64_t k) {
   ConvGeom g;
@@ -73,35 +66,7 @@ class TensorParallel final : public GroupStrategy {
 
  protected:
   void plan_workers() override {
-    const int n = ways();
-    slices_.assign(plan().layers.size(), Slice{});
-    std::vector<int64_t> at(n, 0);
-    bool any = n == 1;
-    for (std::size_t i = 0; i < plan().layers.size(); ++i) {
-      const LayerPlan& l = plan().layers[i];
-      Slice& s = slices_[i];
-      s.at = at;
-      if (l.spec.type != LayerType::Conv2d && l.spec.type != LayerType::Linear) continue;
-      s.channels = l.out[0];
-      s.per_sample = numel_of(l.out) / s.channels;
-      s.fan = l.weight_numel / s.channels;
-      // One way: the whole layer is the worker's slice, computed straight into the activation
-      // (no gather buffer, no copies), as a replicated layer is.
-      s.split = n > 1 && s.channels >= n;
-      any = any || s.split;
-      s.piece = s.split ? (s.channels + n - 1) / n : s.channels;
-      for (int r = 0; r < n; ++r) {
-        // Balanced: the first K % N workers one channel more; every worker at least one.
-        const int64_t k = s.split ? s.channels / n + (r < s.channels % n) : s.channels;
-        s.lo.push_back(s.split ? (r == 0 ? 0 : s.lo[r - 1] + s.k[r - 1]) : 0);
-        s.k.push_back(k);
-        at[r] += k * (s.fan + 1);
-      }
-    }
-    if (!any)
-      throw UsageError(fmt::format("{}: no layer of the net has {} or more output channels to split over {} workers "
-                                   "(the largest has {}); every worker would compute the whole net -- use fewer "
-                                   "devices", name(), n, n, max_channels()));
+    slices_ = tp_slices(plan(), ways(), name());
     state_.clear();
     state_.resize(workers());
   }
@@ -296,12 +261,6 @@ class TensorParallel final : public GroupStrategy {
       if (a.defined()) return true;
     return false;
   }
-  int64_t max_channels() const {
-    int64_t m = 0;
-    for (const Slice& s : slices_) m = std::max(m, s.channels);
-    return m;
-  }
-
   int ways() const { return workers() / replicas_; }
   int tp_rank(int rank) const { return rank % ways(); }
   int replica_of(int rank) const { return rank / ways(); }

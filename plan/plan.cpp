@@ -1,0 +1,290 @@
+// The plan IR's names, builder, writers (text, CSV, JSON) and JSON reader.
+#include "plan/plan.h"
+
+#include <ostream>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "engine/check.h"
+#include "engine/fsutil.h"
+#include "engine/json_input.h"
+
+namespace pb {
+
+namespace {
+constexpr const char* kKindNames[kActionKinds] = {"forward", "recompute", "backward_data", "backward_weights", "loss",
+                                                  "send", "recv", "collective", "wait", "group_start", "group_end",
+                                                  "copy", "free", "optimizer"};
+constexpr const char* kLaneNames[kPlanLanes] = {"compute", "send_up", "send_down", "coll"};
+}  // namespace
+
+const char* action_kind_name(ActionKind k) { return kKindNames[static_cast<int>(k)]; }
+const char* lane_name(PlanLane l) { return kLaneNames[static_cast<int>(l)]; }
+
+ActionKind parse_action_kind(const std::string& name, const std::string& what) {
+  for (int i = 0; i < kActionKinds; ++i)
+    if (name == kKindNames[i]) return static_cast<ActionKind>(i);
+  throw UsageError(fmt::format("{}: unknown action kind '{}': expected one of {}", what, name,
+                               fmt::join(kKindNames, ", ")));
+}
+
+PlanLane parse_lane(const std::string& name, const std::string& what) {
+  for (int i = 0; i < kPlanLanes; ++i)
+    if (name == kLaneNames[i]) return static_cast<PlanLane>(i);
+  throw UsageError(fmt::format("{}: unknown lane '{}': expected one of {}", what, name, fmt::join(kLaneNames, ", ")));
+}
+
+CollKind parse_coll_kind(const std::string& name, const std::string& what) {
+  std::vector<std::string> names;
+  for (int i = 0; i < kCollKinds; ++i) {
+    names.emplace_back(coll_kind_name(static_cast<CollKind>(i)));
+    if (name == names.back()) return static_cast<CollKind>(i);
+  }
+  throw UsageError(fmt::format("{}: unknown collective '{}': expected one of {}", what, name, fmt::join(names, ", ")));
+}
+
+PlanBuilder::PlanBuilder(std::string strategy, int workers, int64_t batch, int micro_batches) {
+  plan_.strategy = std::move(strategy);
+  plan_.workers = workers;
+  plan_.batch = batch;
+  plan_.micro_batches = micro_batches;
+  plan_.actions.resize(workers);
+  plan_.replica.assign(workers, -1);
+}
+
+int PlanBuilder::group(const std::string& name, const std::vector<int>& members) {
+  for (std::size_t g = 0; g < plan_.groups.size(); ++g)
+    if (plan_.groups[g].name == name) return static_cast<int>(g);
+  plan_.groups.push_back({name, members});
+  return static_cast<int>(plan_.groups.size()) - 1;
+}
+
+int PlanBuilder::buffer(int worker, const std::string& name, int64_t bytes) {
+  for (std::size_t b = 0; b < plan_.buffers.size(); ++b)
+    if (plan_.buffers[b].worker == worker && plan_.buffers[b].name == name) return static_cast<int>(b);
+  plan_.buffers.push_back({worker, name, bytes});
+  return static_cast<int>(plan_.buffers.size()) - 1;
+}
+
+Action& PlanBuilder::add(int worker, ActionKind kind, PlanLane lane) {
+  auto& list = plan_.actions.at(worker);
+  Action a;
+  a.id = static_cast<int>(list.size());
+  a.kind = kind;
+  a.lane = lane;
+  list.push_back(std::move(a));
+  return list.back();
+}
+
+Action& PlanBuilder::p2p(int worker, ActionKind kind, int group, int peer, int64_t count, int buf, bool async) {
+  Action& a = add(worker, kind, peer > worker ? PlanLane::SendUp : PlanLane::SendDown);
+  a.group = group, a.peer = peer, a.count = count, a.async = async, a.coll = CollKind::SendRecv;
+  a.bytes = kind == ActionKind::Send ? count * static_cast<int64_t>(sizeof(float)) : 0;  // as CommStats books it
+  (kind == ActionKind::Send ? a.reads : a.writes).push_back(buf);
+  return a;
+}
+
+Action& PlanBuilder::collective(int worker, CollKind coll, int group, int64_t count, int64_t bytes, bool async) {
+  Action& a = add(worker, ActionKind::Collective, PlanLane::Coll);
+  a.coll = coll, a.group = group, a.count = count, a.bytes = bytes, a.async = async;
+  return a;
+}
+
+Action& PlanBuilder::wait(int worker, std::vector<int> ids) {
+  Action& a = add(worker, ActionKind::Wait, PlanLane::Compute);
+  a.waits = std::move(ids);
+  return a;
+}
+
+Action& PlanBuilder::compute(int worker, ActionKind kind, int layer_begin, int layer_end, int micro,
+                             std::vector<int> reads, std::vector<int> writes) {
+  Action& a = add(worker, kind, PlanLane::Compute);
+  a.layer_begin = layer_begin, a.layer_end = layer_end, a.micro = micro;
+  a.reads = std::move(reads), a.writes = std::move(writes);
+  return a;
+}
+
+namespace {
+
+std::string buffer_names(const Plan& p, const std::vector<int>& ids) {
+  std::vector<std::string> names;
+  for (int b : ids) names.push_back(b >= 0 && b < static_cast<int>(p.buffers.size()) ? p.buffers[b].name : "?");
+  return fmt::format("{}", fmt::join(names, "|"));
+}
+
+std::string what(const Plan& p, const Action& a) {
+  std::string s = action_kind_name(a.kind);
+  if (a.layer_begin >= 0) s += fmt::format(" layers [{}, {})", a.layer_begin, a.layer_end);
+  if (a.micro >= 0) s += fmt::format(" mb {}", a.micro);
+  if (a.kind == ActionKind::Send) s += fmt::format(" to {}", a.peer);
+  if (a.kind == ActionKind::Recv) s += fmt::format(" from {}", a.peer);
+  if (a.kind == ActionKind::Collective) {
+    s += fmt::format(" {} over {}", coll_kind_name(a.coll), a.group >= 0 ? p.groups.at(a.group).name : "?");
+    if (a.root >= 0) s += fmt::format(" root {}", a.root);
+  }
+  if (a.count) s += fmt::format(" {} values", a.count);
+  if (a.async) s += " (start)";
+  if (!a.waits.empty()) s += fmt::format(" for {}", fmt::join(a.waits, ","));
+  if (a.bytes) s += fmt::format(", {} B", a.bytes);
+  return s;
+}
+
+}  // namespace
+
+std::string describe(const Plan& p, int worker, int id) {
+  const auto& list = p.actions.at(worker);
+  if (id < 0 || id >= static_cast<int>(list.size())) return fmt::format("worker {} action {}", worker, id);
+  return fmt::format("worker {} action {} ({})", worker, id, what(p, list[id]));
+}
+
+void write_plan_text(std::ostream& os, const Plan& p) {
+  os << fmt::format("plan of {}: {} worker(s), batch {}, {} micro-batch(es)\n", p.strategy, p.workers, p.batch,
+                    p.micro_batches);
+  for (std::size_t g = 0; g < p.groups.size(); ++g)
+    os << fmt::format("group {} '{}': workers {}\n", g, p.groups[g].name, fmt::join(p.groups[g].members, ","));
+  for (int w = 0; w < p.workers; ++w) {
+    os << fmt::format("worker {} (replica {}):\n", w, p.replica[w]);
+    for (const Action& a : p.actions[w]) {
+      os << fmt::format("  {:4} {:<9} {}", a.id, lane_name(a.lane), what(p, a));
+      if (!a.reads.empty()) os << " reads " << buffer_names(p, a.reads);
+      if (!a.writes.empty()) os << " writes " << buffer_names(p, a.writes);
+      os << "\n";
+    }
+  }
+}
+
+void write_plan_csv(std::ostream& os, const Plan& p) {
+  os << "worker,id,kind,lane,layer_begin,layer_end,micro,peer,group,coll,root,count,bytes,async,waits,reads,writes\n";
+  for (int w = 0; w < p.workers; ++w)
+    for (const Action& a : p.actions[w])
+      os << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", w, a.id, action_kind_name(a.kind),
+                        lane_name(a.lane), a.layer_begin, a.layer_end, a.micro, a.peer,
+                        a.group >= 0 ? p.groups[a.group].name : "",
+                        a.kind == ActionKind::Collective ? coll_kind_name(a.coll) : "", a.root, a.count, a.bytes,
+                        a.async ? 1 : 0, fmt::join(a.waits, " "), buffer_names(p, a.reads),
+                        buffer_names(p, a.writes));
+}
+
+std::string plan_to_json(const Plan& p) {
+  nlohmann::json j;
+  j["strategy"] = p.strategy;
+  j["workers"] = p.workers;
+  j["batch"] = p.batch;
+  j["micro_batches"] = p.micro_batches;
+  j["layer_params"] = p.layer_params;
+  j["replica"] = p.replica;
+  j["groups"] = nlohmann::json::array();
+  for (const PlanGroup& g : p.groups) j["groups"].push_back({{"name", g.name}, {"members", g.members}});
+  j["buffers"] = nlohmann::json::array();
+  for (const PlanBuffer& b : p.buffers) j["buffers"].push_back({{"worker", b.worker}, {"name", b.name}, {"bytes", b.bytes}});
+  j["actions"] = nlohmann::json::array();
+  for (int w = 0; w < p.workers; ++w)
+    for (const Action& a : p.actions[w]) {
+      nlohmann::json r = {{"worker", w}, {"id", a.id}, {"kind", action_kind_name(a.kind)}, {"lane", lane_name(a.lane)}};
+      if (a.layer_begin >= 0) r["layers"] = {a.layer_begin, a.layer_end};
+      if (a.micro >= 0) r["micro"] = a.micro;
+      if (a.peer >= 0) r["peer"] = a.peer;
+      if (a.group >= 0) r["group"] = a.group;
+      if (a.kind == ActionKind::Collective || a.coll != CollKind::Other) r["coll"] = coll_kind_name(a.coll);
+      if (a.root >= 0) r["root"] = a.root;
+      r["count"] = a.count;
+      r["bytes"] = a.bytes;
+      if (a.async) r["async"] = true;
+      if (!a.waits.empty()) r["waits"] = a.waits;
+      r["reads"] = a.reads;
+      r["writes"] = a.writes;
+      j["actions"].push_back(std::move(r));
+    }
+  return j.dump(1) + "\n";
+}
+
+namespace {
+
+template <class T>
+T field(const nlohmann::json& j, const char* key, const std::string& where, T fallback, bool required = false) {
+  if (!j.contains(key)) {
+    if (required) throw UsageError(fmt::format("{}: missing field '{}'", where, key));
+    return fallback;
+  }
+  try {
+    return j.at(key).get<T>();
+  } catch (const nlohmann::json::exception&) {
+    throw UsageError(fmt::format("{}: field '{}' has the wrong type ({})", where, key, j.at(key).dump()));
+  }
+}
+
+}  // namespace
+
+Plan plan_from_json(const std::string& text, const std::string& source) {
+  const nlohmann::json j = parse_json_input(text, source);
+  if (!j.is_object()) throw UsageError(fmt::format("{}: a plan is a JSON object", source));
+  Plan p;
+  p.strategy = field<std::string>(j, "strategy", source, "", true);
+  p.workers = field<int>(j, "workers", source, 0, true);
+  if (p.workers < 1 || p.workers > 1 << 16)
+    throw UsageError(fmt::format("{}: field 'workers' must be 1..65536, got {}", source, p.workers));
+  p.batch = field<int64_t>(j, "batch", source, 0);
+  p.micro_batches = field<int>(j, "micro_batches", source, 1);
+  p.layer_params = field<std::vector<int64_t>>(j, "layer_params", source, {});
+  p.replica = field<std::vector<int>>(j, "replica", source, std::vector<int>(p.workers, 0));
+  if (static_cast<int>(p.replica.size()) != p.workers)
+    throw UsageError(fmt::format("{}: field 'replica' has {} entries for {} workers", source, p.replica.size(), p.workers));
+  for (const auto& g : field<nlohmann::json>(j, "groups", source, nlohmann::json::array())) {
+    const std::string where = fmt::format("{}: group {}", source, p.groups.size());
+    PlanGroup pg{field<std::string>(g, "name", where, "", true), field<std::vector<int>>(g, "members", where, {}, true)};
+    for (int m : pg.members)
+      if (m < 0 || m >= p.workers) throw UsageError(fmt::format("{}: member {} is not a worker (0..{})", where, m, p.workers - 1));
+    p.groups.push_back(std::move(pg));
+  }
+  for (const auto& b : field<nlohmann::json>(j, "buffers", source, nlohmann::json::array())) {
+    const std::string where = fmt::format("{}: buffer {}", source, p.buffers.size());
+    PlanBuffer pb{field<int>(b, "worker", where, 0, true), field<std::string>(b, "name", where, "", true),
+                  field<int64_t>(b, "bytes", where, 0)};
+    if (pb.worker < 0 || pb.worker >= p.workers) throw UsageError(fmt::format("{}: worker {} out of range", where, pb.worker));
+    p.buffers.push_back(std::move(pb));
+  }
+  p.actions.resize(p.workers);
+  const int buffers = static_cast<int>(p.buffers.size());
+  for (const auto& r : field<nlohmann::json>(j, "actions", source, nlohmann::json::array())) {
+    const int w = field<int>(r, "worker", source + ": an action", 0, true);
+    if (w < 0 || w >= p.workers) throw UsageError(fmt::format("{}: an action of worker {}, out of range", source, w));
+    const std::string where = fmt::format("{}: worker {} action {}", source, w, p.actions[w].size());
+    Action a;
+    a.id = field<int>(r, "id", where, 0, true);
+    if (a.id != static_cast<int>(p.actions[w].size()))
+      throw UsageError(fmt::format("{}: id {} out of order (expected {})", where, a.id, p.actions[w].size()));
+    a.kind = parse_action_kind(field<std::string>(r, "kind", where, "", true), where);
+    a.lane = parse_lane(field<std::string>(r, "lane", where, "compute"), where);
+    if (r.contains("layers")) {
+      const auto l = field<std::vector<int>>(r, "layers", where, {});
+      if (l.size() != 2 || l[0] < 0 || l[1] < l[0]) throw UsageError(fmt::format("{}: 'layers' must be [begin, end)", where));
+      a.layer_begin = l[0], a.layer_end = l[1];
+    }
+    a.micro = field<int>(r, "micro", where, -1);
+    a.peer = field<int>(r, "peer", where, -1);
+    a.group = field<int>(r, "group", where, -1);
+    if (r.contains("coll")) a.coll = parse_coll_kind(field<std::string>(r, "coll", where, ""), where);
+    a.root = field<int>(r, "root", where, -1);
+    a.count = field<int64_t>(r, "count", where, 0);
+    a.bytes = field<int64_t>(r, "bytes", where, 0);
+    a.async = field<bool>(r, "async", where, false);
+    a.waits = field<std::vector<int>>(r, "waits", where, {});
+    a.reads = field<std::vector<int>>(r, "reads", where, {});
+    a.writes = field<std::vector<int>>(r, "writes", where, {});
+    if (a.peer >= p.workers) throw UsageError(fmt::format("{}: peer {} is not a worker", where, a.peer));
+    if (a.group >= static_cast<int>(p.groups.size())) throw UsageError(fmt::format("{}: group {} undefined", where, a.group));
+    for (const auto* ids : {&a.reads, &a.writes})
+      for (int b : *ids)
+        if (b < 0 || b >= buffers) throw UsageError(fmt::format("{}: buffer {} undefined ({} buffers)", where, b, buffers));
+    for (int id : a.waits)
+      if (id < 0 || id >= a.id) throw UsageError(fmt::format("{}: waits for {}, not an earlier action", where, id));
+    p.actions[w].push_back(std::move(a));
+  }
+  return p;
+}
+
+Plan read_plan_file(const std::string& path) { return plan_from_json(read_file(path), path); }
+
+}  // namespace pb

@@ -1,0 +1,188 @@
+// The plans of the strategies whose workers each run the whole net: regular, dp, ddp, fsdp, zero2.
+#include <fmt/format.h>
+
+#include "engine/check.h"
+#include "strategies/batch.h"
+#include "strategies/plan_gen.h"
+#include "strategies/rules.h"
+
+namespace pb {
+
+namespace {
+
+constexpr int64_t kF = sizeof(float);
+
+std::vector<int> first_workers(int n) {
+  std::vector<int> v(n);
+  for (int i = 0; i < n; ++i) v[i] = i;
+  return v;
+}
+
+// Forward, loss, backward of the whole net on one worker's chunk of n samples (no communication).
+struct Whole {
+  PlanBuilder& b;
+  const NetPlan& net;
+  int w;
+  int64_t n;
+  int layers() const { return static_cast<int>(net.layers.size()); }
+  int buf(const std::string& name, int64_t values) { return b.buffer(w, name, values * kF); }
+  void forward(const std::string& x) {
+    b.compute(w, ActionKind::Forward, 0, layers(), 0, {buf(x, n * numel_of(net.input)), params()}, {acts()}).bytes =
+        n * numel_of(net.output) * kF;
+  }
+  void loss(const std::string& y, int64_t samples) {
+    const int64_t out = samples * numel_of(net.output);
+    b.compute(w, ActionKind::Loss, -1, -1, 0, {buf(y, out), buf("t", out)}, {buf("dy", out), buf("loss", 1)}).bytes =
+        out * kF;
+  }
+  // Backward over layers [lo, hi): the weight gradients into `grads`, the data gradient on.
+  void backward(int lo, int hi, const std::vector<int>& grads) {
+    b.compute(w, ActionKind::BackwardWeights, lo, hi, 0, {dy(), acts()}, grads);
+    b.compute(w, ActionKind::BackwardData, lo, hi, 0, {dy(), acts(), params()}, {});
+  }
+  int params() { return buf("params", net.param_count); }
+  int grads() { return buf("grads", net.param_count); }
+  int acts() { return buf("acts", 0); }  // the model's activations (its own slot)
+  int dy() { return buf("dy", n * numel_of(net.output)); }
+  void optimizer(int params, int grads, int64_t count) {
+    b.compute(w, ActionKind::Optimizer, -1, -1, -1, {grads}, {params, buf("adam", 2 * count)}).bytes = count * kF;
+  }
+};
+
+}  // namespace
+
+Plan plan_regular(const NetPlan& net, const StrategyOptions&, int64_t batch) {
+  PlanBuilder b("regular", 1, batch, 1);
+  b.plan().replica[0] = 0;
+  Whole s{b, net, 0, batch};
+  s.forward("x");
+  s.loss("acts", batch);
+  s.backward(0, s.layers(), {s.grads()});
+  s.optimizer(s.params(), s.grads(), net.param_count);
+  return b.take();
+}
+
+Plan plan_dp(const NetPlan& net, const StrategyOptions& o, int64_t batch) {
+  const std::vector<int64_t> chunks = chunk_sizes(batch, o.devices), offsets = chunk_offsets(chunks);
+  const int used = static_cast<int>(chunks.size());
+  PlanBuilder b("dp", o.devices, batch, 1);
+  const int world = b.group("world", first_workers(used));
+  const int64_t in = numel_of(net.input), out = numel_of(net.output), np = net.param_count;
+  for (int i = 0; i < used; ++i) {
+    b.plan().replica[i] = i;
+    Whole s{b, net, i, chunks[i]};
+    const int params = s.params();
+    Action& bc = b.collective(i, CollKind::Broadcast, world, np, np * kF, false);
+    bc.root = 0;
+    (i == 0 ? bc.reads : bc.writes).push_back(params);
+    const int x = s.buf("x", (i == 0 ? batch : chunks[i]) * in);
+    if (i == 0)
+      for (int j = 1; j < used; ++j) b.p2p(0, ActionKind::Send, world, j, chunks[j] * in, x, false);
+    else
+      b.p2p(i, ActionKind::Recv, world, 0, chunks[i] * in, x, false);
+    s.forward("x");
+    if (i == 0) {
+      const int y = s.buf("y", batch * out), dy = s.buf("dy", batch * out);
+      b.compute(0, ActionKind::Copy, -1, -1, -1, {s.acts()}, {y}).bytes = chunks[0] * out * kF;
+      for (int j = 1; j < used; ++j) b.p2p(0, ActionKind::Recv, world, j, chunks[j] * out, y, false);
+      s.loss("y", batch);
+      for (int j = 1; j < used; ++j) b.p2p(0, ActionKind::Send, world, j, chunks[j] * out, dy, false);
+    } else {
+      b.p2p(i, ActionKind::Send, world, 0, chunks[i] * out, s.acts(), false);
+      b.p2p(i, ActionKind::Recv, world, 0, chunks[i] * out, s.dy(), false);
+    }
+    s.backward(0, s.layers(), {s.grads()});
+    Action& rd = b.collective(i, CollKind::Reduce, world, np, np * kF, false);
+    rd.root = 0;
+    rd.reads.push_back(s.grads());
+    if (i == 0) rd.writes.push_back(s.grads());
+    if (i == 0) s.optimizer(params, s.grads(), np);
+  }
+  (void)offsets;
+  return b.take();
+}
+
+Plan plan_ddp(const NetPlan& net, const StrategyOptions& o, int64_t batch) {
+  const std::vector<int64_t> chunks = chunk_sizes(batch, o.devices);
+  const int used = static_cast<int>(chunks.size());
+  const std::vector<BucketLayout> buckets = ddp_bucket_layout(net, o.first_bucket_bytes, o.bucket_bytes);
+  PlanBuilder b("ddp", o.devices, batch, 1);
+  const int world = b.group("world", first_workers(used));
+  for (int i = 0; i < used; ++i) {
+    b.plan().replica[i] = i;
+    Whole s{b, net, i, chunks[i]};
+    s.forward("x");
+    s.loss("acts", chunks[i]);
+    // Backward down to each bucket's lowest layer, then its all-reduce starts (ddp's callback).
+    std::vector<int> starts;
+    int top = s.layers();
+    for (std::size_t k = 0; k < buckets.size(); ++k) {
+      const BucketLayout& bk = buckets[k];
+      const int g = s.buf(fmt::format("grads[{}]", k), bk.end - bk.begin);
+      s.backward(bk.first_layer, top, {g});
+      top = bk.first_layer;
+      Action& ar = b.collective(i, CollKind::AllReduce, world, bk.end - bk.begin, (bk.end - bk.begin) * kF, true);
+      ar.reads.push_back(g), ar.writes.push_back(g);
+      starts.push_back(ar.id);
+    }
+    if (top > 0) s.backward(0, top, {});  // leading layers without parameters
+    b.wait(i, starts);
+    std::vector<int> grads;
+    for (std::size_t k = 0; k < buckets.size(); ++k) grads.push_back(s.buf(fmt::format("grads[{}]", k), 0));
+    Action& opt = b.compute(i, ActionKind::Optimizer, -1, -1, -1, grads, {s.params(), s.buf("adam", 2 * net.param_count)});
+    opt.bytes = net.param_count * kF;
+  }
+  return b.take();
+}
+
+Plan plan_fsdp(const NetPlan& net, const StrategyOptions& o, int64_t batch, const std::string& name, bool reshard) {
+  const int n = o.devices;
+  std::vector<int64_t> chunks = chunk_sizes(batch, n);
+  chunks.resize(n, 0);  // every worker takes part: each holds shards the others need
+  const std::vector<FsdpUnit> units = fsdp_units(net, n);
+  PlanBuilder b(name, n, batch, 1);
+  const int world = b.group("world", first_workers(n));
+  const int nu = static_cast<int>(units.size());
+  int64_t total = 0;
+  for (const FsdpUnit& u : units) total += u.shard;
+  for (int r = 0; r < n; ++r) {
+    b.plan().replica[r] = chunks[r] > 0 ? r : -1;  // without a chunk: only the collectives
+    Whole s{b, net, r, chunks[r]};
+    const int64_t c = chunks[r];
+    const int shard_params = s.buf("shard_params", total), shard_grads = s.buf("shard_grads", total);
+    auto gathered = [&](int u) {
+      return reshard ? s.buf("gathered", 0) : s.buf(fmt::format("gathered[{}]", u), n * units[u].shard);
+    };
+    auto act = [&](int u) { return u < 0 ? s.buf("x", c * numel_of(net.input)) : s.buf(fmt::format("acts[{}]", u), 0); };
+    auto gather = [&](int u) {
+      Action& a = b.collective(r, CollKind::AllGather, world, units[u].shard, n * units[u].shard * kF, false);
+      a.reads.push_back(shard_params), a.writes.push_back(gathered(u));
+    };
+    for (int u = 0; u < nu; ++u) {
+      gather(u);
+      if (c > 0) b.compute(r, ActionKind::Forward, units[u].begin, units[u].end, 0, {act(u - 1), gathered(u)}, {act(u)});
+      if (reshard) b.compute(r, ActionKind::Free, -1, -1, -1, {}, {gathered(u)});
+    }
+    if (c > 0) s.loss(fmt::format("acts[{}]", nu - 1), c);
+    int dy = s.dy();
+    for (int u = nu - 1; u >= 0; --u) {
+      if (reshard) gather(u);
+      const int ug = s.buf("unit_grads", 0);
+      const int dx = u > 0 ? s.buf(fmt::format("dx[{}]", u % 2), 0) : -1;
+      if (c > 0) {
+        b.compute(r, ActionKind::BackwardWeights, units[u].begin, units[u].end, 0, {dy, act(u - 1)}, {ug});
+        b.compute(r, ActionKind::BackwardData, units[u].begin, units[u].end, 0, {dy, gathered(u)},
+                  dx >= 0 ? std::vector<int>{dx} : std::vector<int>{});
+      }
+      Action& rs = b.collective(r, CollKind::ReduceScatter, world, units[u].shard, n * units[u].shard * kF, false);
+      rs.reads.push_back(ug), rs.writes.push_back(shard_grads);
+      b.compute(r, ActionKind::Free, -1, -1, -1, {}, {gathered(u)});
+      dy = dx;
+    }
+    b.compute(r, ActionKind::Optimizer, -1, -1, -1, {shard_grads}, {shard_params, s.buf("adam", 2 * total)}).bytes =
+        total * kF;
+  }
+  return b.take();
+}
+
+}  // namespace pb

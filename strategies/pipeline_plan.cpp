@@ -1,0 +1,170 @@
+// The plans of mp, pipeline (GPipe, 1F1B, -recompute) and dp x pp: the calls of pipeline.cpp's
+// step in the same order, from the same rules (stage split, micro-batches, slots, schedule,
+// recompute decisions).
+#include <fmt/format.h>
+
+#include "engine/check.h"
+#include "strategies/batch.h"
+#include "strategies/plan_gen.h"
+#include "strategies/rules.h"
+#include "strategies/stages.h"
+
+namespace pb {
+
+namespace {
+
+constexpr int64_t kF = sizeof(float);
+constexpr int kNone = -1;
+
+// One stage's emission: pipeline.cpp's Run, writing actions instead of making calls.
+struct StageEmitter {
+  PlanBuilder& b;
+  int w, world, s;
+  bool last, recompute;
+  int slots, begin, end;
+  int64_t in, out;  // values per sample at the stage's input and output
+  const std::vector<int64_t>& sizes;
+  std::vector<int> act_send;
+  int grad_send[2] = {kNone, kNone};
+  int backwards = 0, last_scratch_send = kNone;
+  bool grouped = false;
+
+  int buf(const std::string& name, int64_t values) { return b.buffer(w, name, values * kF); }
+  int input(int k) {
+    return s == 0 ? buf(fmt::format("x[{}]", k), sizes[k] * in) : buf(fmt::format("in[{}]", k % slots), sizes[0] * in);
+  }
+  int acts(int k) { return buf(fmt::format("acts[{}]", recompute ? 0 : k % slots), 0); }
+  int params() { return buf("params", 0); }
+  int grads() { return buf("grads", 0); }
+  void open() {
+    if (!grouped) b.add(w, ActionKind::GroupStart);
+    grouped = true;
+  }
+  void close() {
+    if (grouped) b.add(w, ActionKind::GroupEnd);
+    grouped = false;
+  }
+  void receive(int into, int64_t n, int peer, int micro) {
+    open();
+    Action& a = b.p2p(w, ActionKind::Recv, world, peer, n, into, true);
+    a.micro = micro;
+    const int id = a.id;
+    close();
+    b.wait(w, {id});
+  }
+  void wait_send(int k) {
+    if (k == kNone || act_send[k] == kNone) return;
+    b.wait(w, {act_send[k]});
+    act_send[k] = kNone;
+  }
+  void free_scratch() {
+    if (!recompute) return;
+    wait_send(last_scratch_send);
+    last_scratch_send = kNone;
+  }
+  void forward(int k) {
+    const int64_t n = sizes[k];
+    if (s > 0) receive(input(k), n * in, w - 1, k);
+    close();
+    free_scratch();
+    b.compute(w, ActionKind::Forward, begin, end, k, {input(k), params()}, {acts(k)}).bytes = n * out * kF;
+    if (last) return;
+    open();
+    Action& a = b.p2p(w, ActionKind::Send, world, w + 1, n * out, acts(k), true);
+    a.micro = k;
+    act_send[k] = a.id;
+    if (recompute) last_scratch_send = k;
+  }
+  void backward(int k, bool first, bool again) {
+    const int64_t n = sizes[k];
+    const int dy = buf("dy", sizes[0] * out);
+    if (!last) {
+      receive(dy, n * out, w + 1, k);
+      if (!recompute) wait_send(k);
+    }
+    close();
+    if (again) {
+      free_scratch();
+      b.compute(w, ActionKind::Recompute, begin, end, k, {input(k), params()}, {acts(k)}).bytes = n * out * kF;
+    }
+    if (last)
+      b.compute(w, ActionKind::Loss, -1, -1, k, {acts(k), buf("t", 0)}, {dy, buf("loss", 0)}).bytes = n * out * kF;
+    const int slot = backwards++ % 2;
+    int dx = kNone;
+    if (s > 0) {
+      if (grad_send[slot] != kNone) b.wait(w, {grad_send[slot]});
+      grad_send[slot] = kNone;
+      dx = buf(fmt::format("dx[{}]", slot), sizes[0] * in);
+    }
+    std::vector<int> reads = {dy, acts(k)};
+    if (!first) reads.push_back(grads());  // later micro-batches add to the gradients
+    b.compute(w, ActionKind::BackwardWeights, begin, end, k, reads, {grads()});
+    b.compute(w, ActionKind::BackwardData, begin, end, k, {dy, acts(k), params()},
+              dx == kNone ? std::vector<int>{} : std::vector<int>{dx});
+    if (s > 0) {
+      open();
+      Action& a = b.p2p(w, ActionKind::Send, world, w - 1, n * in, dx, true);
+      a.micro = k;
+      grad_send[slot] = a.id;
+    }
+  }
+};
+
+}  // namespace
+
+Plan plan_staged(const NetPlan& net, const StrategyOptions& o, int64_t batch, const std::string& name, int micro,
+                 int replicas) {
+  if (micro < 1) throw UsageError(fmt::format("{}: --micro-batches must be at least 1, got {}", name, micro));
+  PB_CHECK(replicas >= 1 && o.devices % replicas == 0, "{}: {} replicas over {} workers", name, replicas, o.devices);
+  const int stages = o.devices / replicas;
+  const auto ranges = stage_ranges(net, stages, o, micro * replicas, cpu(0), name);
+  const std::vector<int64_t> pieces = replica_pieces(batch, replicas, name);
+  return plan_stage_steps(net, o, batch, name, ranges, replica_micro_batches(pieces, micro, o.cap_micro_batches, batch, name));
+}
+
+Plan plan_stage_steps(const NetPlan& net, const StrategyOptions& o, int64_t batch, const std::string& name,
+                      const std::vector<std::pair<int, int>>& ranges,
+                      const std::vector<std::vector<int64_t>>& micro_sizes) {
+  const int replicas = static_cast<int>(micro_sizes.size()), stages = static_cast<int>(ranges.size());
+  const int workers = replicas * stages;
+  PlanBuilder b(name, workers, batch, static_cast<int>(micro_sizes[0].size()));
+  std::vector<int> all(workers);
+  for (int r = 0; r < workers; ++r) all[r] = r;
+  const int world = b.group("world", all);
+  std::vector<int> stage_group(stages, kNone);
+  if (replicas > 1)
+    for (int st = 0; st < stages; ++st) {
+      std::vector<int> members;
+      for (int r = st; r < workers; r += stages) members.push_back(r);
+      stage_group[st] = b.group(fmt::format("stage {}", st), members);
+    }
+  for (int r = 0; r < workers; ++r) {
+    const int s = r % stages, d = r / stages;
+    const auto& sizes = micro_sizes[d];
+    const int m = static_cast<int>(sizes.size());
+    const auto [begin, end] = ranges[s];
+    int64_t np = 0;
+    for (int i = begin; i < end; ++i) np += net.layers[i].weight_numel + net.layers[i].bias_numel;
+    b.plan().replica[r] = d;
+    const Schedule schedule = o.schedule;
+    StageEmitter e{b, r, world, s, s == stages - 1, o.recompute, pipeline_slots(schedule, stages, s, m), begin, end,
+                   numel_of(net.layers[begin].in), numel_of(net.layers[end - 1].out), sizes,
+                   std::vector<int>(sizes.size(), kNone)};
+    b.buffer(r, "params", np * kF);
+    b.buffer(r, "grads", np * kF);
+    for (const PipeOp& op : pipeline_ops(schedule, o.recompute, stages, s, m))
+      op.forward ? e.forward(op.micro) : e.backward(op.micro, op.first_backward, op.recompute);
+    e.close();
+    for (int k = 0; k < m; ++k) e.wait_send(k);
+    for (int id : e.grad_send)
+      if (id != kNone) b.wait(r, {id});
+    if (replicas > 1) {
+      Action& ar = b.collective(r, CollKind::AllReduce, stage_group[s], np, np * kF, false);
+      ar.reads.push_back(e.grads()), ar.writes.push_back(e.grads());
+    }
+    b.compute(r, ActionKind::Optimizer, -1, -1, -1, {e.grads()}, {e.params(), e.buf("adam", 2 * np)}).bytes = np * kF;
+  }
+  return b.take();
+}
+
+}  // namespace pb

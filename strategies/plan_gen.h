@@ -1,0 +1,30 @@
+// Plan generators: one step of each strategy as a plan (plan/plan.h), from the same rules the
+// strategy runs by (strategies/rules.h). make_plan takes any name make_strategy takes.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/net.h"
+#include "plan/plan.h"
+#include "strategies/strategy.h"
+
+namespace pb {
+
+Plan make_plan(const std::string& strategy, const NetPlan& net, const StrategyOptions& o, int64_t batch);
+
+Plan plan_regular(const NetPlan& net, const StrategyOptions& o, int64_t batch);
+Plan plan_dp(const NetPlan& net, const StrategyOptions& o, int64_t batch);
+Plan plan_ddp(const NetPlan& net, const StrategyOptions& o, int64_t batch);
+Plan plan_fsdp(const NetPlan& net, const StrategyOptions& o, int64_t batch, const std::string& name, bool reshard);
+// mp, pipeline and its variants (replicas 1), dp x pp (replicas D): o.schedule, o.recompute.
+Plan plan_staged(const NetPlan& net, const StrategyOptions& o, int64_t batch, const std::string& name, int micro,
+                 int replicas);
+// The same from a stage split and each replica's micro-batch sizes already made (the strategy's own).
+Plan plan_stage_steps(const NetPlan& net, const StrategyOptions& o, int64_t batch, const std::string& name,
+                      const std::vector<std::pair<int, int>>& ranges,
+                      const std::vector<std::vector<int64_t>>& micro_sizes);
+Plan plan_tp(const NetPlan& net, const StrategyOptions& o, int64_t batch, const std::string& name, int replicas);
+
+}  // namespace pb

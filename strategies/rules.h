@@ -1,0 +1,59 @@
+// The rules that decide how a strategy spreads a step, written once: the strategies run by them
+// and their plan generators (strategies/*_plan.cpp) describe the step by them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/net.h"
+#include "strategies/strategy.h"
+
+namespace pb {
+
+// ddp: the gradient buckets of the whole net, in all-reduce order (see ddp_buckets).
+std::vector<BucketLayout> ddp_bucket_layout(const NetPlan& plan, std::size_t first_bytes, std::size_t bytes);
+
+// Pipelines and dp x pp: each replica's micro-batch sizes, its piece of the batch cut by torch.chunk
+// into `micro` (capped at the smallest piece when `cap` and there are several replicas);
+// UsageError naming the strategy when a piece has fewer samples than micro-batches.
+std::vector<std::vector<int64_t>> replica_micro_batches(const std::vector<int64_t>& pieces, int micro, bool cap,
+                                                        int64_t batch, const std::string& strategy);
+
+// Micro-batches whose activations stage `stage` holds at once: all M under GPipe, P - s under 1F1B.
+int pipeline_slots(Schedule schedule, int stages, int stage, int micro);
+
+// One stage's computations of a step, in order: a forward or a backward of a micro-batch.
+struct PipeOp {
+  bool forward = true;
+  int micro = 0;
+  bool first_backward = false;  // the stage's first backward: it writes the gradients, later ones add
+  bool recompute = false;       // a backward whose forward runs again first (the scratch slot holds another)
+};
+std::vector<PipeOp> pipeline_ops(Schedule schedule, bool recompute, int stages, int stage, int micro);
+
+// fsdp / zero2: each layer with parameters with the parameterless ones after it; leading
+// parameterless layers join the first unit; one worker: the whole net as one unit.
+struct FsdpUnit {
+  int begin = 0, end = 0;      // layers [begin, end)
+  int64_t numel = 0;           // its parameters
+  int64_t shard = 0;           // per worker: ceil(numel / N); the last shards are padded
+  int64_t at = 0;              // its shard's offset in a worker's shard buffers
+  int64_t param_offset = 0;    // in the whole net's flat vector
+};
+std::vector<FsdpUnit> fsdp_units(const NetPlan& plan, int workers);
+
+// tp: per layer, its output channels over `ways` workers (Megatron's column split).
+struct TpSlice {
+  bool split = false;           // false: the layer is whole on every worker
+  int64_t channels = 0;         // K: output channels (features); 0: no parameters
+  int64_t per_sample = 1;       // P*Q per output channel (1 for linear)
+  int64_t fan = 0;              // weight values per output channel
+  int64_t piece = 0;            // all-gather piece channels: ceil(K / N)
+  std::vector<int64_t> lo, k;   // per worker: first channel and channel count
+  std::vector<int64_t> at;      // per worker: offset of its weight slice in its parameter buffer
+};
+// UsageError naming the strategy when no layer can be split over `ways` workers.
+std::vector<TpSlice> tp_slices(const NetPlan& plan, int ways, const std::string& strategy);
+
+}  // namespace pb

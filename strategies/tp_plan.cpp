@@ -1,0 +1,134 @@
+// The plans of tp and dp x tp: tp.cpp's step per layer -- each slice's compute, the activation's
+// all-gather and its per-piece layout copies forward; the output-gradient copy, the weight and
+// data gradients and the partial sums' all-reduce backward -- from the same slices (tp_slices).
+#include <fmt/format.h>
+
+#include "engine/check.h"
+#include "strategies/batch.h"
+#include "strategies/plan_gen.h"
+#include "strategies/rules.h"
+
+namespace pb {
+
+namespace {
+constexpr int64_t kF = sizeof(float);
+}
+
+Plan plan_tp(const NetPlan& net, const StrategyOptions& o, int64_t batch, const std::string& name, int replicas) {
+  PB_CHECK(replicas >= 1 && o.devices % replicas == 0, "{}: {} replicas over {} workers", name, replicas, o.devices);
+  const int workers = o.devices, ways = workers / replicas;
+  const std::vector<TpSlice> slices = tp_slices(net, ways, name);
+  const std::vector<int64_t> pieces = replica_pieces(batch, replicas, name);
+  const int layers = static_cast<int>(net.layers.size());
+  PlanBuilder b(name, workers, batch, 1);
+  std::vector<int> all(workers), tp_group(replicas), dp_group(ways, -1);
+  for (int r = 0; r < workers; ++r) all[r] = r;
+  const int world = b.group("world", all);
+  for (int d = 0; d < replicas; ++d) {
+    std::vector<int> members;
+    for (int t = 0; t < ways; ++t) members.push_back(d * ways + t);
+    tp_group[d] = replicas == 1 ? world : b.group(fmt::format("tp {}", d), members);
+  }
+  if (replicas > 1)
+    for (int t = 0; t < ways; ++t) {
+      std::vector<int> members;
+      for (int d = 0; d < replicas; ++d) members.push_back(d * ways + t);
+      dp_group[t] = b.group(fmt::format("dp {}", t), members);
+    }
+  // Which layers write an output of their own: Flatten is a view of its input, and a ReLU runs in
+  // place on its producer's output (never on the net's input), as in tp.cpp's load_worker.
+  std::vector<char> owned(layers, 0);
+  bool any_owned = false;
+  for (int i = 0; i < layers; ++i) {
+    const LayerType t = net.layers[i].spec.type;
+    owned[i] = !(t == LayerType::Flatten || (t == LayerType::ReLU && any_owned));
+    any_owned = any_owned || owned[i];
+  }
+  for (int w = 0; w < workers; ++w) {
+    const int r = w % ways, d = w / ways, c = tp_group[d];
+    const int64_t bsz = pieces[d];
+    b.plan().replica[w] = w;
+    auto buf = [&](const std::string& n, int64_t values) { return b.buffer(w, n, values * kF); };
+    int64_t total = 0;
+    for (const TpSlice& s : slices)
+      if (s.channels > 0) total += s.k[r] * (s.fan + 1);
+    const int params = buf("params", total), grads = buf("grads", total);
+    const int64_t out_n = numel_of(net.output);
+    const int dy = buf("dy", bsz * out_n);
+    auto optimizer = [&] {
+      b.compute(w, ActionKind::Optimizer, -1, -1, -1, {grads}, {params, buf("adam", 2 * total)}).bytes = total * kF;
+    };
+    if (workers == 1) {  // one worker: regular's step, the whole net as one Sequential
+      const int x = buf("x", bsz * numel_of(net.input)), acts = buf("acts", 0);
+      b.compute(w, ActionKind::Forward, 0, layers, 0, {x, params}, {acts});
+      b.compute(w, ActionKind::Loss, -1, -1, 0, {acts, buf("t", bsz * out_n)}, {dy, buf("loss", 1)});
+      b.compute(w, ActionKind::BackwardWeights, 0, layers, 0, {dy, acts}, {grads});
+      b.compute(w, ActionKind::BackwardData, 0, layers, 0, {dy, acts, params}, {});
+      optimizer();
+      continue;
+    }
+    auto out_of = [&](int i) {  // a layer's whole output (Flatten, in-place ReLU: their input's)
+      while (i >= 0 && !owned[i]) --i;
+      return i < 0 ? buf("x", bsz * numel_of(net.input)) : buf(fmt::format("acts[{}]", i), bsz * numel_of(net.layers[i].out));
+    };
+    const int gathered = buf("gathered", 0), dy_local = buf("dy_local", 0);
+    for (int i = 0; i < layers; ++i) {
+      const LayerPlan& l = net.layers[i];
+      const TpSlice& s = slices[i];
+      const int x = out_of(i - 1), y = out_of(i);
+      if (s.channels == 0) {  // ReLU (in place or not) or Flatten (a view: no work)
+        Action& a = b.compute(w, ActionKind::Forward, i, i + 1, 0, {x}, {});
+        if (l.spec.type == LayerType::ReLU) a.writes.push_back(y), a.bytes = bsz * numel_of(l.out) * kF;
+        continue;
+      }
+      const int64_t piece = bsz * s.piece * s.per_sample;
+      b.compute(w, ActionKind::Forward, i, i + 1, 0, {x, params}, {s.split ? gathered : y}).bytes =
+          bsz * s.k[r] * s.per_sample * kF;
+      if (!s.split) continue;
+      Action& ag = b.collective(w, CollKind::AllGather, c, piece, ways * piece * kF, false);
+      ag.reads.push_back(gathered), ag.writes.push_back(gathered);
+      for (int q = 0; q < ways; ++q)  // [worker][sample][its channels] -> [sample][channel]
+        b.compute(w, ActionKind::Copy, i, i + 1, 0, {gathered}, {y}).bytes = bsz * s.k[q] * s.per_sample * kF;
+    }
+    b.compute(w, ActionKind::Loss, -1, -1, 0, {out_of(layers - 1), buf("t", bsz * out_n)}, {dy, buf("loss", 1)}).bytes =
+        bsz * out_n * kF;
+    int gout = dy, next = 0;
+    for (int i = layers - 1; i >= 0; --i) {
+      const LayerPlan& l = net.layers[i];
+      const TpSlice& s = slices[i];
+      if (l.spec.type == LayerType::Flatten) {  // same layout: the gradient passes through
+        b.compute(w, ActionKind::BackwardData, i, i + 1, 0, {}, {});
+        continue;
+      }
+      if (l.spec.type == LayerType::ReLU) {
+        Action& a = b.compute(w, ActionKind::BackwardData, i, i + 1, 0, {}, {});
+        if (i > 0) a.reads = {out_of(i), gout}, a.writes = {gout}, a.bytes = bsz * numel_of(l.out) * kF;
+        continue;
+      }
+      const int x = out_of(i - 1);
+      int dyk = gout;
+      if (s.split) {  // this worker's channels of the output gradient
+        b.compute(w, ActionKind::Copy, i, i + 1, 0, {gout}, {dy_local}).bytes = bsz * s.k[r] * s.per_sample * kF;
+        dyk = dy_local;
+      }
+      const int dx = i > 0 ? buf(fmt::format("dx[{}]", next), 0) : -1;
+      b.compute(w, ActionKind::BackwardWeights, i, i + 1, 0, {x, dyk}, {grads});
+      b.compute(w, ActionKind::BackwardData, i, i + 1, 0, {dyk, params}, dx >= 0 ? std::vector<int>{dx} : std::vector<int>{});
+      if (dx < 0) continue;
+      if (s.split) {  // the partial sums over the channel slices
+        Action& ar = b.collective(w, CollKind::AllReduce, c, bsz * numel_of(l.in), bsz * numel_of(l.in) * kF, false);
+        ar.reads.push_back(dx), ar.writes.push_back(dx);
+      }
+      gout = dx;
+      next = 1 - next;
+    }
+    if (replicas > 1) {
+      Action& ar = b.collective(w, CollKind::AllReduce, dp_group[r], total, total * kF, false);
+      ar.reads.push_back(grads), ar.writes.push_back(grads);
+    }
+    optimizer();
+  }
+  return b.take();
+}
+
+}  // namespace pb

@@ -1,0 +1,157 @@
+// The plan's ordering checker and validator: every strategy's plan passes at 1-4 workers and 1, 2
+// and 4 micro-batches; a plan with one wait deleted, a send moved after its receive, a collective
+// of another size or a forward missing is refused, naming the worker, the action and the buffer.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "engine/check.h"
+#include "plan/check.h"
+#include "plan/plan.h"
+#include "strategies/plan_gen.h"
+#include "tests/plan_cases.h"
+
+namespace pb {
+namespace {
+
+using ::testing::HasSubstr;
+
+Plan plan_of(const std::string& strategy, int devices, int micro) {
+  const test::PlanCase c{strategy, devices, micro};
+  return make_plan(strategy, test::plan_test_net(), test::plan_options(c), test::kPlanBatch);
+}
+
+// Moves worker w's action `from` to position `to` (in the list without it), renumbering ids and
+// the waits that name them.
+void move_action(Plan& p, int w, int from, int to) {
+  auto& list = p.actions[w];
+  Action a = list[from];
+  list.erase(list.begin() + from);
+  list.insert(list.begin() + (to >= 0 ? to : static_cast<int>(list.size())), a);
+  std::vector<int> new_id(list.size());
+  for (int i = 0; i < static_cast<int>(list.size()); ++i) new_id[list[i].id] = i;
+  for (int i = 0; i < static_cast<int>(list.size()); ++i) {
+    list[i].id = i;
+    for (int& id : list[i].waits) id = new_id[id];
+  }
+}
+
+void erase_action(Plan& p, int w, int id) {
+  auto& list = p.actions[w];
+  list.erase(list.begin() + id);
+  for (int i = 0; i < static_cast<int>(list.size()); ++i) {
+    list[i].id = i;
+    for (int& x : list[i].waits) x = x > id ? x - 1 : x;
+  }
+}
+
+int find_action(const Plan& p, int w, ActionKind kind, int after = -1,
+                const std::function<bool(const Action&)>& also = {}) {
+  for (const Action& a : p.actions[w])
+    if (a.id > after && a.kind == kind && (!also || also(a))) return a.id;
+  return -1;
+}
+
+TEST(PlanCheck, EveryStrategysPlanIsValid) {
+  int checked = 0;
+  for (const test::PlanCase& c : test::plan_cases()) {
+    SCOPED_TRACE(c.label());
+    const Plan p = plan_of(c.strategy, c.devices, c.micro);
+    const auto issues = validate_plan(p);
+    EXPECT_TRUE(issues.empty()) << issues_text(issues);
+    ++checked;
+  }
+  EXPECT_GT(checked, 100);
+}
+
+// 1F1B at 3 stages: worker 1 receives micro-batch 0's activation into its input slot; without
+// the wait for that receive, the forward reads the slot unordered after the receive's write.
+TEST(PlanCheck, AMissingWaitForAReceiveIsARaceOnItsBuffer) {
+  Plan p = plan_of("pipeline-1f1b", 3, 4);
+  ASSERT_TRUE(check_plan_order(p).empty());
+  const int recv = find_action(p, 1, ActionKind::Recv);
+  ASSERT_GE(recv, 0);
+  const int wait = find_action(p, 1, ActionKind::Wait, recv,
+                               [&](const Action& a) { return a.waits == std::vector<int>{recv}; });
+  ASSERT_GE(wait, 0);
+  const std::string buffer = p.buffers[p.actions[1][recv].writes.at(0)].name;
+  erase_action(p, 1, wait);
+  const auto issues = check_plan_order(p);
+  ASSERT_FALSE(issues.empty());
+  const std::string all = issues_text(issues);
+  EXPECT_THAT(all, HasSubstr("worker 1 action " + std::to_string(wait) + " (forward"));  // the forward that reads it
+  EXPECT_THAT(all, HasSubstr("buffer '" + buffer + "'"));
+  EXPECT_THAT(all, HasSubstr("unordered after its write by worker 1 action " + std::to_string(recv) + " (recv"));
+}
+
+// Without the wait for an activation's send, the slot's next forward overwrites what the send
+// may still be reading.
+TEST(PlanCheck, AMissingWaitForASendIsARaceWithItsRead) {
+  Plan p = plan_of("pipeline-1f1b-recompute", 2, 4);
+  ASSERT_TRUE(check_plan_order(p).empty());
+  const int send = find_action(p, 0, ActionKind::Send);
+  const int wait = find_action(p, 0, ActionKind::Wait, send,
+                               [&](const Action& a) { return a.waits == std::vector<int>{send}; });
+  ASSERT_GE(wait, 0);
+  erase_action(p, 0, wait);
+  const std::string all = issues_text(check_plan_order(p));
+  EXPECT_THAT(all, HasSubstr("writes buffer 'acts[0]' (worker 0) unordered after its read by worker 0 action " +
+                             std::to_string(send) + " (send"));
+}
+
+// mp at 2 stages: stage 0 sends its activation, then waits for the gradient. Moved after that
+// receive's wait, the send never goes out: both stages wait forever.
+TEST(PlanCheck, ASendMovedAfterItsReceiveIsADeadlock) {
+  Plan p = plan_of("mp", 2, 1);
+  ASSERT_TRUE(validate_plan(p).empty());
+  const int send = find_action(p, 0, ActionKind::Send);
+  const int recv = find_action(p, 0, ActionKind::Recv);
+  const int wait = find_action(p, 0, ActionKind::Wait, recv,
+                               [&](const Action& a) { return a.waits == std::vector<int>{recv}; });
+  ASSERT_TRUE(send >= 0 && recv > send && wait > recv);
+  move_action(p, 0, send, wait);  // just after the wait (the list is one shorter while moving)
+  const auto issues = validate_plan(p);
+  const std::string all = issues_text(issues);
+  EXPECT_THAT(all, HasSubstr("worker 0 action " + std::to_string(wait - 1) + " (wait"));
+  EXPECT_THAT(all, HasSubstr("deadlock: waits for action"));
+  EXPECT_THAT(all, HasSubstr("worker 1 has not started the matching send"));
+  EXPECT_THAT(all, HasSubstr("worker 1 action"));  // stage 1 waits for the activation that never comes
+}
+
+TEST(PlanCheck, ACollectiveOfAnotherSizeIsRefused) {
+  Plan p = plan_of("ddp", 3, 1);
+  const int ar = find_action(p, 2, ActionKind::Collective);
+  ASSERT_GE(ar, 0);
+  p.actions[2][ar].count += 1;
+  EXPECT_THAT(issues_text(validate_plan(p)), HasSubstr("does not match its partner"));
+}
+
+TEST(PlanCheck, ALayerWithoutItsForwardIsRefused) {
+  Plan p = plan_of("regular", 1, 1);
+  p.actions[0][find_action(p, 0, ActionKind::Forward)].layer_begin = 1;
+  EXPECT_THAT(issues_text(validate_plan(p)), HasSubstr("layer 0 has 0 forward action(s), expected 1"));
+}
+
+TEST(PlanFormat, JsonRoundTripsAndBadFieldsAreNamed) {
+  const Plan p = plan_of("dp2xpp2-1f1b", 4, 2);
+  const std::string json = plan_to_json(p);
+  const Plan back = plan_from_json(json, "plan.json");
+  EXPECT_EQ(plan_to_json(back), json);
+  EXPECT_TRUE(validate_plan(back).empty());
+  std::string bad = json;
+  const std::string kind = "\"kind\": \"forward\"";
+  ASSERT_NE(bad.find(kind), std::string::npos);
+  bad.replace(bad.find(kind), kind.size(), "\"kind\": \"fwd\"");
+  try {
+    plan_from_json(bad, "plan.json");
+    FAIL() << "an unknown kind was accepted";
+  } catch (const UsageError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("plan.json: worker 0 action"));
+    EXPECT_THAT(e.what(), HasSubstr("unknown action kind 'fwd'"));
+  }
+  EXPECT_THROW(plan_from_json("{\"workers\": 2}", "p.json"), UsageError);  // no strategy
+}
+
+}  // namespace
+}  // namespace pb

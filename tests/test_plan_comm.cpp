@@ -1,0 +1,152 @@
+// The test the plans issue asks for first: a plan's communication -- each call's kind, peer or
+// group, size and order, per worker -- is exactly what a traced step of the strategy asks of its
+// communicators, for every strategy and variant at 1-4 in-process CPU workers; and the bytes the
+// plan books are the bytes the step's stats count.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <mutex>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "plan/plan.h"
+#include "strategies/plan_gen.h"
+#include "strategies/registry.h"
+#include "tests/plan_cases.h"
+
+namespace pb {
+namespace {
+
+using test::PlanCase;
+
+struct Logged {
+  const Communicator* comm;
+  int rank;
+  int worker;  // the rank's device index: CPU worker i runs on cpu(i)
+  CommCall call;
+};
+
+std::string call_str(const std::string& op, const std::string& kind, int peer, int64_t n,
+                     const std::vector<int>& members, int wait_of) {
+  return fmt::format("{} {} peer {} n {} over [{}]{}", op, kind, peer, n, fmt::join(members, ","),
+                     wait_of >= 0 ? fmt::format(" of call {}", wait_of) : "");
+}
+
+// Per worker, the communicator calls of one traced step, as strings; stats: the step's.
+std::vector<std::vector<std::string>> traced_calls(const PlanCase& c, StepStats* stats) {
+  std::mutex mu;
+  std::vector<Logged> log;
+  set_comm_call_observer([&](const Communicator& comm, int rank, const CommCall& call) {
+    std::lock_guard<std::mutex> lock(mu);
+    log.push_back({&comm, rank, comm.device(rank).index, call});
+  });
+  const NetPlan net = test::plan_test_net();
+  const int64_t b = test::kPlanBatch;
+  {
+    auto s = make_strategy(c.strategy, test::plan_options(c));
+    s->setup(net, init_params(net, 0), AdamParams{});
+    s->load_batch(synthetic_values(b * numel_of(net.input), 1), synthetic_values(b * numel_of(net.output), 2), b);
+    s->set_trace_detail(true);
+    s->step();
+    *stats = s->stats();
+  }
+  set_comm_call_observer({});
+  std::map<const Communicator*, std::vector<int>> members;
+  for (const Logged& l : log) {
+    std::vector<int>& m = members[l.comm];
+    if (static_cast<int>(m.size()) <= l.rank) m.resize(l.rank + 1, -1);
+    m[l.rank] = l.worker;
+  }
+  std::vector<std::vector<std::string>> out(c.devices);
+  std::vector<std::map<int64_t, int>> open(c.devices);  // per worker: transfer id -> its call's index
+  for (const Logged& l : log) {
+    const CommCall& k = l.call;
+    const std::vector<int>& m = members[l.comm];
+    auto& calls = out[l.worker];
+    const int index = static_cast<int>(calls.size());
+    switch (k.op) {
+      case CommCall::GroupStart: calls.push_back("group_start"); break;
+      case CommCall::GroupEnd: calls.push_back("group_end"); break;
+      case CommCall::Send:
+      case CommCall::Recv:
+        if (k.id >= 0) open[l.worker][k.id] = index;
+        calls.push_back(call_str(k.op == CommCall::Send ? "send" : "recv", "", m.at(k.peer), k.n, m, -1));
+        break;
+      case CommCall::WaitTransfer: calls.push_back(call_str("wait", "", -1, 0, {}, open[l.worker].at(k.id))); break;
+      case CommCall::Collective: calls.push_back(call_str("coll", coll_kind_name(k.kind), k.peer, k.n, m, -1)); break;
+    }
+  }
+  return out;
+}
+
+// The same, read from the plan; bytes: per worker, what its communication books.
+std::vector<std::vector<std::string>> planned_calls(const Plan& p, std::vector<int64_t>* bytes) {
+  std::vector<std::vector<std::string>> out(p.workers);
+  bytes->assign(p.workers, 0);
+  for (int w = 0; w < p.workers; ++w) {
+    std::map<int, int> index;  // action id -> its call's index
+    for (const Action& a : p.actions[w]) {
+      auto& calls = out[w];
+      const std::vector<int> none;
+      const std::vector<int>& m = a.group >= 0 ? p.groups[a.group].members : none;
+      if (m.size() > 1) (*bytes)[w] += a.bytes;
+      switch (a.kind) {
+        case ActionKind::GroupStart: calls.push_back("group_start"); break;
+        case ActionKind::GroupEnd: calls.push_back("group_end"); break;
+        case ActionKind::Send:
+        case ActionKind::Recv:
+          index[a.id] = static_cast<int>(calls.size());
+          calls.push_back(call_str(a.kind == ActionKind::Send ? "send" : "recv", "", a.peer, a.count, m, -1));
+          break;
+        case ActionKind::Collective: calls.push_back(call_str("coll", coll_kind_name(a.coll), a.root, a.count, m, -1)); break;
+        case ActionKind::Wait:  // a transfer's wait is a call; a collective's (all_reduce's wait) is not observed
+          for (int id : a.waits)
+            if (index.count(id)) calls.push_back(call_str("wait", "", -1, 0, {}, index[id]));
+          break;
+        default: break;
+      }
+    }
+  }
+  return out;
+}
+
+TEST(PlanComm, EveryStrategysPlanMakesTheCallsItsStepMakes) {
+  int checked = 0;
+  for (const PlanCase& c : test::plan_cases()) {
+    SCOPED_TRACE(c.label());
+    StepStats stats;
+    const auto traced = traced_calls(c, &stats);
+    const Plan p = make_plan(c.strategy, test::plan_test_net(), test::plan_options(c), test::kPlanBatch);
+    ASSERT_EQ(p.workers, c.devices);
+    std::vector<int64_t> bytes;
+    const auto planned = planned_calls(p, &bytes);
+    for (int w = 0; w < c.devices; ++w) {
+      ASSERT_EQ(planned[w].size(), traced[w].size()) << "worker " << w << ": the plan has " << planned[w].size()
+                                                     << " calls, the step made " << traced[w].size();
+      for (std::size_t i = 0; i < traced[w].size(); ++i) {
+        ASSERT_EQ(planned[w][i], traced[w][i]) << "worker " << w << " call " << i;
+      }
+      if (w < static_cast<int>(stats.workers.size())) {
+        EXPECT_EQ(bytes[w], static_cast<int64_t>(stats.workers[w].comm_bytes)) << "worker " << w << "'s bytes";
+      }
+    }
+    ++checked;
+  }
+  EXPECT_GT(checked, 100);
+}
+
+// The comparison can fail: a plan of another shape (one micro-batch more) is told apart.
+TEST(PlanComm, APlanOfAnotherShapeDiffers) {
+  const PlanCase c{"pipeline-1f1b", 3, 2};
+  StepStats stats;
+  const auto traced = traced_calls(c, &stats);
+  StrategyOptions o = test::plan_options(c);
+  o.micro_batches = 4;
+  std::vector<int64_t> bytes;
+  const auto planned = planned_calls(make_plan(c.strategy, test::plan_test_net(), o, test::kPlanBatch), &bytes);
+  EXPECT_NE(planned, traced);
+}
+
+}  // namespace
+}  // namespace pb
