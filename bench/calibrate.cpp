@@ -112,23 +112,23 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   m.overlap = false;  // the worker's own thread moves the data (in-process) or progresses it (MPI)
   m.memory_bytes = static_cast<double>(available_ram_bytes());
   nlohmann::json record = nlohmann::json::object();
-  const std::vector<std::pair<pj::Coll, std::string>> colls = {
-      {pj::Coll::AllReduce, "ring"},     {pj::Coll::Broadcast, "ring"},     {pj::Coll::Reduce, "ring"},
-      {pj::Coll::AllGather, "ring"},     {pj::Coll::ReduceScatter, "ring"}, {pj::Coll::SendRecv, "direct"}};
+  const std::vector<std::pair<CollKind, std::string>> colls = {
+      {CollKind::AllReduce, "ring"},     {CollKind::Broadcast, "ring"},     {CollKind::Reduce, "ring"},
+      {CollKind::AllGather, "ring"},     {CollKind::ReduceScatter, "ring"}, {CollKind::SendRecv, "direct"}};
   // Every point -- a collective at a size over some workers (or in groups), a dispatch -- is timed
   // once per pass with a fresh set of worker threads, the passes going over all points in turn, and
   // a point's time is its median over the passes. A slow spell (a VM's core taken away for a
   // second, a set of threads placed badly) so sets a pass or two of any point, not every timing of
   // a few neighbouring points. Small messages: latency alone, microseconds; more calls per timing.
   std::vector<std::function<double()>> points;
-  auto collective = [&](pj::Coll c, int workers, int64_t bytes, double skew, std::optional<pj::AlphaBeta::Layout> layout, bool late = false) {
+  auto collective = [&](CollKind c, int workers, int64_t bytes, double skew, std::optional<pj::AlphaBeta::Layout> layout, bool late = false) {
     const int calls = bytes <= kSmall ? 20 * reps : reps;
     points.push_back([=] { return time_collective(c, workers, bytes / 4, calls, skew, layout ? &*layout : nullptr, late); });
     return points.size() - 1;
   };
   using Timed = std::vector<std::pair<pj::Sample, size_t>>;  // samples (their seconds: later) and their points
   struct Planned {
-    pj::Coll c;
+    CollKind c;
     std::string alg;
     Timed counts, late_counts;
     struct Group {
@@ -139,24 +139,24 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   };
   // Small messages in-process are timed a second way too: the last worker arriving late. Not
   // send/recv, whose pair meets as sender and receiver, not as peers.
-  auto times_late = [&](pj::Coll c, int64_t bytes) {
-    return !multi_process() && skew_s == 0 && c != pj::Coll::SendRecv && bytes <= kSmall;
+  auto times_late = [&](CollKind c, int64_t bytes) {
+    return !multi_process() && skew_s == 0 && c != CollKind::SendRecv && bytes <= kSmall;
   };
   std::vector<Planned> plan;
   for (const auto& [c, alg] : colls) {
     Planned p{c, alg, {}, {}, {}};
     for (int64_t r : ranks) {
-      if (c == pj::Coll::SendRecv && r != ranks.front()) continue;
+      if (c == CollKind::SendRecv && r != ranks.front()) continue;
       for (int64_t bytes : sizes) {
-        const int workers = static_cast<int>(c == pj::Coll::SendRecv && !multi_process() ? 2 : r);
-        const pj::Sample s{static_cast<int>(c == pj::Coll::SendRecv ? 2 : r), static_cast<double>(bytes), 0};
+        const int workers = static_cast<int>(c == CollKind::SendRecv && !multi_process() ? 2 : r);
+        const pj::Sample s{static_cast<int>(c == CollKind::SendRecv ? 2 : r), static_cast<double>(bytes), 0};
         p.counts.push_back({s, collective(c, workers, bytes, skew_s, {})});
         if (times_late(c, bytes)) p.late_counts.push_back({s, collective(c, workers, bytes, 0, {}, true)});
       }
     }
     // Bound one-thread workers outnumbering the cores, in groups meeting at once (dp x tp's
     // pairs): neither a fraction of all the workers' meeting nor a pair's alone.
-    for (const pj::AlphaBeta::Layout& l : group_layouts(ranks, cores, c == pj::Coll::SendRecv, skew_s)) {
+    for (const pj::AlphaBeta::Layout& l : group_layouts(ranks, cores, c == CollKind::SendRecv, skew_s)) {
       p.groups.push_back({l, {}, {}});
       for (int64_t bytes : sizes) {
         const pj::Sample s{l.size, static_cast<double>(bytes), 0};
@@ -199,10 +199,10 @@ int cmd_calibrate(const std::vector<std::string>& args) {
     for (auto& [s, k] : p.counts) {
       s.seconds = medians[k];
       samples.push_back(s);
-      record[pj::coll_name(p.c)].push_back({{"ranks", s.ranks}, {"bytes", s.bytes}, {"seconds", s.seconds}});
-      if (lead) fmt::print(stderr, "parbench calibrate: {} x{} {}: {:.3g} ms\n", pj::coll_name(p.c), s.ranks, size_text(s.bytes), s.seconds * 1e3);
+      record[coll_kind_name(p.c)].push_back({{"ranks", s.ranks}, {"bytes", s.bytes}, {"seconds", s.seconds}});
+      if (lead) fmt::print(stderr, "parbench calibrate: {} x{} {}: {:.3g} ms\n", coll_kind_name(p.c), s.ranks, size_text(s.bytes), s.seconds * 1e3);
     }
-    pj::AlphaBeta& fit = m.intra_node[pj::coll_name(p.c)][p.alg];
+    pj::AlphaBeta& fit = m.intra_node[coll_kind_name(p.c)][p.alg];
     fit = pj::fit_alpha_beta(p.c, p.alg, samples);
     for (int64_t r : ranks) {  // and each worker count alone, where several were timed
       std::vector<pj::Sample> one_count;
@@ -211,8 +211,8 @@ int cmd_calibrate(const std::vector<std::string>& args) {
       if (one_count.size() >= 2) {
         const pj::AlphaBeta one = pj::fit_alpha_beta(p.c, p.alg, one_count);
         fit.at_ranks[static_cast<int>(r)] = {one.alpha_s, one.bus_bytes_per_s, pj::monotone_points(one_count),
-                                             late_points(p.late_counts, static_cast<int>(r), fmt::format("{} x{}", pj::coll_name(p.c), r),
-                                                         record["late"][pj::coll_name(p.c)])};
+                                             late_points(p.late_counts, static_cast<int>(r), fmt::format("{} x{}", coll_kind_name(p.c), r),
+                                                         record["late"][coll_kind_name(p.c)])};
       }
     }
     for (auto& [l, in, late] : p.groups) {
@@ -220,13 +220,13 @@ int cmd_calibrate(const std::vector<std::string>& args) {
       for (auto& [s, k] : in) {
         s.seconds = medians[k];
         group.push_back(s);
-        record["groups"][pj::coll_name(p.c)][pj::layout_key(l)].push_back({{"bytes", s.bytes}, {"seconds", s.seconds}});
-        if (lead) fmt::print(stderr, "parbench calibrate: {} in groups of {} {}: {:.3g} ms\n", pj::coll_name(p.c), pj::layout_key(l), size_text(s.bytes), s.seconds * 1e3);
+        record["groups"][coll_kind_name(p.c)][pj::layout_key(l)].push_back({{"bytes", s.bytes}, {"seconds", s.seconds}});
+        if (lead) fmt::print(stderr, "parbench calibrate: {} in groups of {} {}: {:.3g} ms\n", coll_kind_name(p.c), pj::layout_key(l), size_text(s.bytes), s.seconds * 1e3);
       }
       const pj::AlphaBeta one = pj::fit_alpha_beta(p.c, p.alg, group);
       fit.in_groups[l] = {one.alpha_s, one.bus_bytes_per_s, pj::monotone_points(group),
-                          late_points(late, l.size, fmt::format("{} in groups of {}", pj::coll_name(p.c), pj::layout_key(l)),
-                                      record["late"]["groups"][pj::coll_name(p.c)][pj::layout_key(l)])};
+                          late_points(late, l.size, fmt::format("{} in groups of {}", coll_kind_name(p.c), pj::layout_key(l)),
+                                      record["late"]["groups"][coll_kind_name(p.c)][pj::layout_key(l)])};
     }
   }
   m.peak_flops = conv_flops(cores);

@@ -40,7 +40,7 @@ inline constexpr int64_t kSmall = 64 * 1024;  // messages up to this size: laten
 // (stride 1: {0, 1}, {2, 3}; stride 2: {0, 2}, {1, 3}), every group calling at once.
 // late (in-process, no skew): the last rank of each group computes about 1 us more before each call,
 // so arrives when its peers are already waiting.
-double time_collective(pj::Coll c, int ranks, int64_t n, int reps, double skew_s, const pj::AlphaBeta::Layout* layout = nullptr,
+double time_collective(CollKind c, int ranks, int64_t n, int reps, double skew_s, const pj::AlphaBeta::Layout* layout = nullptr,
                        bool late = false);
 
 // The group layouts calibrate times: in-process, without skew, for each worker count beyond the

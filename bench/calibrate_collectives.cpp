@@ -14,7 +14,7 @@ namespace pb::calibration {
 
 using reports::median;
 
-double time_collective(pj::Coll c, int ranks, int64_t n, int reps, double skew_s, const pj::AlphaBeta::Layout* layout,
+double time_collective(CollKind c, int ranks, int64_t n, int reps, double skew_s, const pj::AlphaBeta::Layout* layout,
                        bool late) {
   const bool mpi = multi_process();
   const int local = mpi ? 1 : ranks;
@@ -53,12 +53,12 @@ double time_collective(pj::Coll c, int ranks, int64_t n, int reps, double skew_s
     Communicator* comm = comms[comm_of[i]].get();
     float* b = bufs[i].data();
     switch (c) {
-      case pj::Coll::AllReduce: comm->all_reduce(r, b, n); break;
-      case pj::Coll::Broadcast: comm->broadcast(r, b, n, 0); break;
-      case pj::Coll::Reduce: comm->reduce(r, b, n, 0); break;
-      case pj::Coll::AllGather: comm->all_gather(r, b + r * piece, b, piece); break;  // in place, as fsdp
-      case pj::Coll::ReduceScatter: comm->reduce_scatter(r, b, pieces[i].data(), piece); break;
-      case pj::Coll::SendRecv:
+      case CollKind::AllReduce: comm->all_reduce(r, b, n); break;
+      case CollKind::Broadcast: comm->broadcast(r, b, n, 0); break;
+      case CollKind::Reduce: comm->reduce(r, b, n, 0); break;
+      case CollKind::AllGather: comm->all_gather(r, b + r * piece, b, piece); break;  // in place, as fsdp
+      case CollKind::ReduceScatter: comm->reduce_scatter(r, b, pieces[i].data(), piece); break;
+      case CollKind::SendRecv:
         if (r == 0) comm->send(r, b, n, 1);
         else if (r == 1) comm->recv(r, b, n, 0);
         break;

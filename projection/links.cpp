@@ -12,41 +12,15 @@
 
 namespace pb::projection {
 
-namespace {
-const std::vector<std::pair<Coll, std::string>>& coll_names() {
-  static const std::vector<std::pair<Coll, std::string>> v = {
-      {Coll::AllReduce, "all_reduce"}, {Coll::Broadcast, "broadcast"},           {Coll::Reduce, "reduce"},
-      {Coll::AllGather, "all_gather"}, {Coll::ReduceScatter, "reduce_scatter"}, {Coll::SendRecv, "send_recv"}};
-  return v;
-}
-
-}  // namespace
-
-const char* coll_name(Coll c) {
-  for (const auto& [k, n] : coll_names())
-    if (k == c) return n.c_str();
-  return "?";
-}
-
-double bus_factor(Coll c, int n) {
+double latency_steps(CollKind c, const std::string& algorithm, int n) {
   if (n <= 1) return 0;
-  switch (c) {
-    case Coll::AllReduce: return 2.0 * (n - 1) / n;
-    case Coll::AllGather:
-    case Coll::ReduceScatter: return static_cast<double>(n - 1) / n;
-    default: return 1;
-  }
-}
-
-double latency_steps(Coll c, const std::string& algorithm, int n) {
-  if (n <= 1) return 0;
-  if (c == Coll::SendRecv) return 1;
+  if (c == CollKind::SendRecv) return 1;
   const double log_n = std::ceil(std::log2(static_cast<double>(n)));
   const bool tree = algorithm == "tree";
   switch (c) {
-    case Coll::AllReduce: return tree ? 2 * log_n : 2.0 * (n - 1);  // reduce-scatter + all-gather, or up and down a tree
-    case Coll::AllGather:
-    case Coll::ReduceScatter: return tree ? log_n : n - 1.0;
+    case CollKind::AllReduce: return tree ? 2 * log_n : 2.0 * (n - 1);  // reduce-scatter + all-gather, or up and down a tree
+    case CollKind::AllGather:
+    case CollKind::ReduceScatter: return tree ? log_n : n - 1.0;
     default: return tree ? log_n : n - 1.0;  // broadcast, reduce: a pipelined chain or a tree
   }
 }
@@ -89,15 +63,15 @@ std::vector<std::pair<double, double>> monotone_points(std::vector<Sample> sampl
   return out;
 }
 
-CollCost collective_cost(const Machine& m, Coll c, double bytes, int ranks, bool spans_nodes, int fit_ranks,
+CollCost collective_cost(const Machine& m, CollKind c, double bytes, int ranks, bool spans_nodes, int fit_ranks,
                          const AlphaBeta::Layout* layout, bool late) {
   CollCost best;
   if (ranks <= 1) return best;
   const LinkCosts& level = spans_nodes ? m.inter_node : m.intra_node;
-  const auto it = level.find(coll_name(c));
+  const auto it = level.find(coll_kind_name(c));
   if (it == level.end())
     throw UsageError(fmt::format("{}: links.{}.{}: needed by this configuration, but the machine lists no cost for it",
-                                 m.source, spans_nodes ? "inter_node" : "intra_node", coll_name(c)));
+                                 m.source, spans_nodes ? "inter_node" : "intra_node", coll_kind_name(c)));
   best.seconds = std::numeric_limits<double>::infinity();
   for (const auto& [alg, ab] : it->second) {
     const auto at = ab.at_ranks.find(fit_ranks > 0 ? fit_ranks : ranks);
@@ -116,17 +90,18 @@ CollCost collective_cost(const Machine& m, Coll c, double bytes, int ranks, bool
   return best;
 }
 
-AlphaBeta fit_alpha_beta(Coll c, const std::string& algorithm, const std::vector<Sample>& samples) {
+AlphaBeta fit_alpha_beta(CollKind c, const std::string& algorithm, const std::vector<Sample>& samples) {
   // t = a * x1 + g * x2 with x1 = latency steps, x2 = bytes * factor; g = 1 / bandwidth. Least
   // squares weighted by 1/t, so small and large messages count alike (relative error).
   double s11 = 0, s12 = 0, s22 = 0, s1t = 0, s2t = 0;
   for (const Sample& s : samples) {
     const double w = 1.0 / (s.seconds * s.seconds);
-    const double x1 = latency_steps(c, algorithm, s.ranks), x2 = s.bytes * bus_factor(c, s.ranks);
+    // One rank moves nothing (engine/comm.h's bus_factor is 1 there for broadcast, reduce, send/recv).
+    const double x1 = latency_steps(c, algorithm, s.ranks), x2 = s.ranks > 1 ? s.bytes * bus_factor(c, s.ranks) : 0;
     s11 += w * x1 * x1, s12 += w * x1 * x2, s22 += w * x2 * x2, s1t += w * x1 * s.seconds, s2t += w * x2 * s.seconds;
   }
   const double det = s11 * s22 - s12 * s12;
-  PB_CHECK(det > 0, "calibration of {}: the samples do not determine alpha and bandwidth", coll_name(c));
+  PB_CHECK(det > 0, "calibration of {}: the samples do not determine alpha and bandwidth", coll_kind_name(c));
   double a = (s1t * s22 - s2t * s12) / det, g = (s11 * s2t - s12 * s1t) / det;
   if (a < 0) a = 0, g = s2t / s22;  // a negative latency is noise: refit the slope alone
   if (g <= 0) g = 1e-15, a = s1t / s11;

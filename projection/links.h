@@ -6,17 +6,15 @@
 #include <utility>
 #include <vector>
 
+#include "engine/comm.h"
 #include "projection/machine.h"
 
 namespace pb::projection {
 
-enum class Coll { AllReduce, Broadcast, Reduce, AllGather, ReduceScatter, SendRecv };
-const char* coll_name(Coll c);
-// nccl-tests' bus-bandwidth factor: all-reduce 2(N-1)/N, all-gather and reduce-scatter (N-1)/N,
-// broadcast / reduce / send-recv 1.
-double bus_factor(Coll c, int ranks);
+// The collectives are engine/comm.h's CollKind: their names coll_kind_name (the keys of a machine
+// file's links), their nccl-tests bus factor bus_factor.
 // Latency terms of one collective on `ranks` under an algorithm (ring, tree, direct).
-double latency_steps(Coll c, const std::string& algorithm, int ranks);
+double latency_steps(CollKind c, const std::string& algorithm, int ranks);
 
 struct CollCost {
   double seconds = 0;
@@ -28,7 +26,7 @@ struct CollCost {
 // fit_ranks: the worker count whose fit (`ranks`) applies, when not `ranks` itself (0); layout:
 // the group's place among the workers, whose fit (`groups`) applies first where listed.
 // late: the last participant arrives late (late_points apply where listed).
-CollCost collective_cost(const Machine& m, Coll c, double bytes, int ranks, bool spans_nodes, int fit_ranks = 0,
+CollCost collective_cost(const Machine& m, CollKind c, double bytes, int ranks, bool spans_nodes, int fit_ranks = 0,
                          const AlphaBeta::Layout* layout = nullptr, bool late = false);
 
 // Fits alpha and bus bandwidth to measured times by least squares on
@@ -37,7 +35,7 @@ struct Sample {
   int ranks = 0;
   double bytes = 0, seconds = 0;
 };
-AlphaBeta fit_alpha_beta(Coll c, const std::string& algorithm, const std::vector<Sample>& samples);
+AlphaBeta fit_alpha_beta(CollKind c, const std::string& algorithm, const std::vector<Sample>& samples);
 // The samples (one worker count or group) as AtRanks::points: bytes ascending, times made
 // non-decreasing in bytes by the least-squares monotone fit (neighbours that measured out of order
 // pooled to their mean), so that a larger message never reads as cheaper than a smaller one.

@@ -19,8 +19,8 @@ using nlohmann::json;
 
 namespace {
 // The collectives a machine file may list costs for, in the order they are read.
-constexpr Coll kLinkCollectives[] = {Coll::AllReduce, Coll::Broadcast,     Coll::Reduce,
-                                     Coll::AllGather, Coll::ReduceScatter, Coll::SendRecv};
+constexpr CollKind kLinkCollectives[] = {CollKind::AllReduce, CollKind::Broadcast,     CollKind::Reduce,
+                                         CollKind::AllGather, CollKind::ReduceScatter, CollKind::SendRecv};
 const std::set<std::string> kAlgorithms = {"ring", "tree", "direct"};
 }  // namespace
 
@@ -62,8 +62,8 @@ std::optional<AlphaBeta::Layout> parse_layout_key(const std::string& key) {
 LinkCosts parse_links(const json& j, const std::string& source, const std::string& path) {
   Obj o(j, source, path);
   LinkCosts out;
-  for (const Coll c : kLinkCollectives) {
-    const std::string name = coll_name(c);
+  for (const CollKind c : kLinkCollectives) {
+    const std::string name = coll_kind_name(c);
     if (!o.has(name)) continue;
     Obj algs(o.raw(name), source, o.at_path(name));
     for (auto it = algs.json_value().begin(); it != algs.json_value().end(); ++it) {

@@ -58,7 +58,7 @@ std::string dp_program(const Profile& p, const Config& c, StepBuilder& bl, StepP
   const std::vector<int64_t> ch = chunk_sizes(B, N);
   const int used = static_cast<int>(ch.size());
   const std::vector<int> group = StepBuilder::range(used);
-  const CollTime bcast = bl.coll(Coll::Broadcast, P * kFloat, group), reduce = bl.coll(Coll::Reduce, P * kFloat, group);
+  const CollTime bcast = bl.coll(CollKind::Broadcast, P * kFloat, group), reduce = bl.coll(CollKind::Reduce, P * kFloat, group);
   for (int i = 0; i < used; ++i) {
     Actor a;
     a.worker = i;
@@ -95,7 +95,7 @@ std::string ddp_program(const Profile& p, const Machine& m, const Config& c, Ste
   const std::vector<int> group = StepBuilder::range(used);
   const auto [closes, sizes] = buckets(p, c.bucket_bytes);
   std::vector<CollTime> cost;
-  for (double s : sizes) cost.push_back(bl.coll(Coll::AllReduce, s, group));
+  for (double s : sizes) cost.push_back(bl.coll(CollKind::AllReduce, s, group));
   for (int i = 0; i < used; ++i) {
     Actor a, comm;
     a.worker = comm.worker = i;

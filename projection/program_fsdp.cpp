@@ -45,9 +45,9 @@ std::string fsdp_program(const Profile& p, const Machine& m, const Config& c, St
   double shard = 0;
   for (int u = 0; u < U; ++u) {
     shard += unit_bytes[u] / N / kFloat;
-    ag[u] = unit_bytes[u] > 0 ? bl.coll(Coll::AllGather, unit_bytes[u], group) : CollTime{};
+    ag[u] = unit_bytes[u] > 0 ? bl.coll(CollKind::AllGather, unit_bytes[u], group) : CollTime{};
     if (reshard && unit_bytes[u] > 0) bl.comm_bytes += unit_bytes[u] * N;  // gathered again in backward
-    rs[u] = unit_bytes[u] > 0 ? bl.coll(Coll::ReduceScatter, unit_bytes[u], group) : CollTime{};
+    rs[u] = unit_bytes[u] > 0 ? bl.coll(CollKind::ReduceScatter, unit_bytes[u], group) : CollTime{};
   }
   for (int i = 0; i < N; ++i) {
     Actor a;

@@ -85,7 +85,7 @@ std::string pipeline_program(const Profile& p, const Config& c, StepBuilder& bl,
       const double sp = static_cast<double>(bl.params(b, e));
       if (D > 1) {
         const std::vector<int> group = StepBuilder::range(D, s, S);
-        a.ops.push_back(coll_op(bl.coll(Coll::AllReduce, sp * kFloat, group), 500 + s, D));
+        a.ops.push_back(coll_op(bl.coll(CollKind::AllReduce, sp * kFloat, group), 500 + s, D));
       }
       a.ops.push_back({Op::Compute, bl.opt(sp)});
       out.actors.push_back(a);

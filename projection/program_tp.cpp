@@ -59,8 +59,8 @@ std::string tp_program(const Profile& p, const Config& c, StepBuilder& bl, StepP
     for (int i = 0; i < T; ++i) group.push_back(d * T + i);
     std::vector<CollTime> ag(L), ar(L);
     for (int l = 0; l < L; ++l) {
-      if (gather_per_sample[l] > 0) ag[l] = bl.coll(Coll::AllGather, gather_per_sample[l] * b, group);
-      if (reduce_per_sample[l] > 0 && l > 0) ar[l] = bl.coll(Coll::AllReduce, reduce_per_sample[l] * b, group);
+      if (gather_per_sample[l] > 0) ag[l] = bl.coll(CollKind::AllGather, gather_per_sample[l] * b, group);
+      if (reduce_per_sample[l] > 0 && l > 0) ar[l] = bl.coll(CollKind::AllReduce, reduce_per_sample[l] * b, group);
     }
     for (int i = 0; i < T; ++i) {
       Actor a;
@@ -81,7 +81,7 @@ std::string tp_program(const Profile& p, const Config& c, StepBuilder& bl, StepP
       if (D > 1) {  // the tp rank's slices over the replicas
         std::vector<int> ranks;
         for (int e = 0; e < D; ++e) ranks.push_back(e * T + i);
-        a.ops.push_back(coll_op(bl.coll(Coll::AllReduce, slice_params[i] * kFloat, ranks), 1000000 + i, D));
+        a.ops.push_back(coll_op(bl.coll(CollKind::AllReduce, slice_params[i] * kFloat, ranks), 1000000 + i, D));
       }
       a.ops.push_back({Op::Compute, bl.opt(slice_params[i])});
       out.actors.push_back(a);

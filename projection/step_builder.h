@@ -51,7 +51,7 @@ class StepBuilder {
   // On a CPU whose workers share the cores, a collective among some of them takes the fit of all
   // the workers of the node: their number on the cores, not the group's, sets how long a meeting
   // of threads takes (dp2xtp2's pairs of 4 workers on 2 cores met 2.5x slower than 2 workers alone).
-  CollTime coll(Coll c, double bytes, const std::vector<int>& devices) {
+  CollTime coll(CollKind c, double bytes, const std::vector<int>& devices) {
     comm_bytes += bytes * static_cast<double>(devices.size() > 1 ? devices.size() : 0);
     const int g = static_cast<int>(devices.size());
     const int fit = m_.shared_cores > 0 ? std::max(g, std::min(c_.devices, m_.devices_per_node)) : 0;
@@ -62,7 +62,7 @@ class StepBuilder {
   double p2p(double bytes, int from, int to) {
     comm_bytes += bytes;
     const std::optional<AlphaBeta::Layout> l = layout({std::min(from, to), std::max(from, to)});
-    return collective_cost(m_, Coll::SendRecv, bytes, 2, node(from) != node(to), 0, l ? &*l : nullptr).seconds;
+    return collective_cost(m_, CollKind::SendRecv, bytes, 2, node(from) != node(to), 0, l ? &*l : nullptr).seconds;
   }
   // With one-thread workers outnumbering the cores (run binds them round robin), a group of some
   // of them, evenly spaced (a message's pair too), takes calibrate's fit of that layout where it

@@ -10,29 +10,29 @@ using namespace projection_test;
 TEST(Projection, AlphaBetaPerCollectiveAndAlgorithm) {
   const pj::Machine m = machine();
   // all-reduce ring over 4: 2(N-1) alpha + bytes * 2(N-1)/N / bandwidth.
-  const pj::CollCost c = pj::collective_cost(m, pj::Coll::AllReduce, 1e6, 4, false);
+  const pj::CollCost c = pj::collective_cost(m, CollKind::AllReduce, 1e6, 4, false);
   EXPECT_EQ(c.algorithm, "ring");
   EXPECT_NEAR(c.seconds, 6 * 1e-5 + 1e6 * 1.5 / 1e8, 1e-12);
-  EXPECT_NEAR(pj::collective_cost(m, pj::Coll::AllReduce, 1e6, 16, true).seconds, 30 * 1e-4 + 1e6 * 2 * 15 / 16 / 1e7, 1e-12);
-  EXPECT_EQ(pj::collective_cost(m, pj::Coll::AllReduce, 1e6, 1, false).seconds, 0);
+  EXPECT_NEAR(pj::collective_cost(m, CollKind::AllReduce, 1e6, 16, true).seconds, 30 * 1e-4 + 1e6 * 2 * 15 / 16 / 1e7, 1e-12);
+  EXPECT_EQ(pj::collective_cost(m, CollKind::AllReduce, 1e6, 1, false).seconds, 0);
   // With a tree listed, small messages over many ranks take it (log N latency terms).
   pj::Machine t = m;
   t.intra_node["all_reduce"]["tree"] = {1e-5, 5e7, {}, {}};
-  EXPECT_EQ(pj::collective_cost(t, pj::Coll::AllReduce, 1e3, 8, false).algorithm, "tree");
-  EXPECT_EQ(pj::collective_cost(t, pj::Coll::AllReduce, 1e8, 8, false).algorithm, "ring");
+  EXPECT_EQ(pj::collective_cost(t, CollKind::AllReduce, 1e3, 8, false).algorithm, "tree");
+  EXPECT_EQ(pj::collective_cost(t, CollKind::AllReduce, 1e8, 8, false).algorithm, "ring");
   // A fit at one worker count (calibrate's) is used for exactly that count; others keep the general fit.
   pj::Machine at = m;
   at.intra_node["all_reduce"]["ring"].at_ranks[2] = {3e-5, 2e8, {}, {}};
-  EXPECT_NEAR(pj::collective_cost(at, pj::Coll::AllReduce, 1e6, 2, false).seconds, 2 * 3e-5 + 1e6 * 1.0 / 2e8, 1e-12);
-  EXPECT_NEAR(pj::collective_cost(at, pj::Coll::AllReduce, 1e6, 4, false).seconds, c.seconds, 1e-12);
-  EXPECT_NEAR(pj::collective_cost(at, pj::Coll::AllReduce, 1e6, 2, true).seconds,
-              pj::collective_cost(m, pj::Coll::AllReduce, 1e6, 2, true).seconds, 1e-12);  // between nodes: its own level
+  EXPECT_NEAR(pj::collective_cost(at, CollKind::AllReduce, 1e6, 2, false).seconds, 2 * 3e-5 + 1e6 * 1.0 / 2e8, 1e-12);
+  EXPECT_NEAR(pj::collective_cost(at, CollKind::AllReduce, 1e6, 4, false).seconds, c.seconds, 1e-12);
+  EXPECT_NEAR(pj::collective_cost(at, CollKind::AllReduce, 1e6, 2, true).seconds,
+              pj::collective_cost(m, CollKind::AllReduce, 1e6, 2, true).seconds, 1e-12);  // between nodes: its own level
   const pj::Machine again = pj::parse_machine(pj::machine_json(at).dump(), "again");
   ASSERT_EQ(again.intra_node.at("all_reduce").at("ring").at_ranks.size(), 1u);
   EXPECT_DOUBLE_EQ(again.intra_node.at("all_reduce").at("ring").at_ranks.at(2).alpha_s, 3e-5);
   pj::Machine no_gather = m;
   no_gather.intra_node.erase("all_gather");
-  expect_usage_error([&] { pj::collective_cost(no_gather, pj::Coll::AllGather, 1e3, 4, false); }, {"links.intra_node.all_gather"});
+  expect_usage_error([&] { pj::collective_cost(no_gather, CollKind::AllGather, 1e3, 4, false); }, {"links.intra_node.all_gather"});
   // A strategy that needs it is refused for that configuration, with the reason.
   const pj::Prediction f = pj::predict(uniform(), no_gather, config("fsdp", 2, 2));
   EXPECT_FALSE(f.feasible);
@@ -46,7 +46,7 @@ TEST(Projection, MeasuredPointsAreReadOffBetweenTheSizesTimed) {
   pj::AlphaBeta& ab = m.intra_node["all_reduce"]["ring"];
   ab.at_ranks[2] = {3e-5, 2e8, {{64, 4e-6}, {1024, 5e-6}, {65536, 2e-5}}, {}};
   auto cost = [&](double bytes, int ranks, int fit = 0, const pj::AlphaBeta::Layout* l = nullptr) {
-    return pj::collective_cost(m, pj::Coll::AllReduce, bytes, ranks, false, fit, l).seconds;
+    return pj::collective_cost(m, CollKind::AllReduce, bytes, ranks, false, fit, l).seconds;
   };
   EXPECT_DOUBLE_EQ(cost(48, 2), 4e-6);
   EXPECT_DOUBLE_EQ(cost(64, 2), 4e-6);
@@ -64,10 +64,10 @@ TEST(Projection, MeasuredPointsAreReadOffBetweenTheSizesTimed) {
   EXPECT_DOUBLE_EQ(cost(544, 2, 4, &pairs), 2.5e-6);
   // The last participant arriving late: its late times up to the largest late size, the others' above.
   ab.at_ranks[2].late_points = {{64, 2.5e-6}, {1024, 3e-6}};
-  EXPECT_DOUBLE_EQ(pj::collective_cost(m, pj::Coll::AllReduce, 544, 2, false, 0, nullptr, true).seconds, 2.75e-6);
-  EXPECT_DOUBLE_EQ(pj::collective_cost(m, pj::Coll::AllReduce, 544, 2, false, 0, nullptr, false).seconds, 4.5e-6);
-  EXPECT_DOUBLE_EQ(pj::collective_cost(m, pj::Coll::AllReduce, 4096, 2, false, 0, nullptr, true).seconds,
-                   pj::collective_cost(m, pj::Coll::AllReduce, 4096, 2, false, 0, nullptr, false).seconds);
+  EXPECT_DOUBLE_EQ(pj::collective_cost(m, CollKind::AllReduce, 544, 2, false, 0, nullptr, true).seconds, 2.75e-6);
+  EXPECT_DOUBLE_EQ(pj::collective_cost(m, CollKind::AllReduce, 544, 2, false, 0, nullptr, false).seconds, 4.5e-6);
+  EXPECT_DOUBLE_EQ(pj::collective_cost(m, CollKind::AllReduce, 4096, 2, false, 0, nullptr, true).seconds,
+                   pj::collective_cost(m, CollKind::AllReduce, 4096, 2, false, 0, nullptr, false).seconds);
   // The machine file keeps them.
   const pj::Machine again = pj::parse_machine(pj::machine_json(m).dump(), "again");
   EXPECT_EQ(again.intra_node.at("all_reduce").at("ring").at_ranks.at(2).late_points, ab.at_ranks[2].late_points);
@@ -180,7 +180,7 @@ TEST(Projection, SharedCoreGroupsTakeTheFitOfTheNodesWorkers) {
     m.intra_node[c]["ring"].at_ranks[2] = {1e-6, 1e12, {}, {}};
     m.intra_node[c]["ring"].at_ranks[4] = {50e-6, 1e12, {}, {}};
   }
-  EXPECT_NEAR(pj::collective_cost(m, pj::Coll::AllGather, 64, 2, false, 4).seconds, 50e-6 + 64 * 0.5 / 1e12, 1e-12);
+  EXPECT_NEAR(pj::collective_cost(m, CollKind::AllGather, 64, 2, false, 4).seconds, 50e-6 + 64 * 0.5 / 1e12, 1e-12);
   pj::Options o;
   o.threads_per_worker = 1;
   pj::Machine own = m;  // each device its own cores (a GPU-like node): the group's own fit
@@ -254,8 +254,8 @@ TEST(Projection, FitRecoversAlphaAndBandwidth) {
   std::vector<pj::Sample> s;
   for (int r : {2, 4})
     for (double b : {4e3, 6.4e4, 1e6, 8e6})
-      s.push_back({r, b, 7e-6 * pj::latency_steps(pj::Coll::AllReduce, "ring", r) + b * pj::bus_factor(pj::Coll::AllReduce, r) / 3e9});
-  const pj::AlphaBeta ab = pj::fit_alpha_beta(pj::Coll::AllReduce, "ring", s);
+      s.push_back({r, b, 7e-6 * pj::latency_steps(CollKind::AllReduce, "ring", r) + b * bus_factor(CollKind::AllReduce, r) / 3e9});
+  const pj::AlphaBeta ab = pj::fit_alpha_beta(CollKind::AllReduce, "ring", s);
   EXPECT_NEAR(ab.alpha_s, 7e-6, 1e-10);
   EXPECT_NEAR(ab.bus_bytes_per_s, 3e9, 3e9 * 1e-6);
 }

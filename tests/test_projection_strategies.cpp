@@ -56,7 +56,7 @@ TEST(Projection, DdpOverlapHidesBucketsBehindBackward) {
   pj::Machine m = machine();
   pj::Config c = config("ddp", 2, 8);
   c.bucket_bytes = 148 * 4;  // one bucket per layer
-  const double ar = pj::collective_cost(m, pj::Coll::AllReduce, 148 * 4, 2, false).seconds;
+  const double ar = pj::collective_cost(m, CollKind::AllReduce, 148 * 4, 2, false).seconds;
   const double compute = 4 * (0.004 + 0.004);  // chunk 4 per worker
   m.overlap = false;  // every bucket on the critical path
   const pj::Prediction serial = pj::predict(uniform(), m, c);
@@ -71,12 +71,12 @@ TEST(Projection, DdpOverlapHidesBucketsBehindBackward) {
 TEST(Projection, DpSerialisesOnDeviceZero) {
   const pj::Machine m = machine();
   const pj::Prediction r = pj::predict(uniform(), m, config("dp", 2, 4));
-  auto cost = [&](pj::Coll c, double bytes, int n) { return pj::collective_cost(m, c, bytes, n, false).seconds; };
+  auto cost = [&](CollKind c, double bytes, int n) { return pj::collective_cost(m, c, bytes, n, false).seconds; };
   const double P = 4 * 148 * 4.0, sample = 4 * 8 * 8 * 4.0;
   // broadcast, scatter, forward, gather, send back output gradients, backward, reduce.
-  const double want = cost(pj::Coll::Broadcast, P, 2) + cost(pj::Coll::SendRecv, 2 * sample, 2) + 4 * 0.002 +
-                      cost(pj::Coll::SendRecv, 2 * sample, 2) + cost(pj::Coll::SendRecv, 2 * sample, 2) + 4 * 0.002 +
-                      cost(pj::Coll::Reduce, P, 2);
+  const double want = cost(CollKind::Broadcast, P, 2) + cost(CollKind::SendRecv, 2 * sample, 2) + 4 * 0.002 +
+                      cost(CollKind::SendRecv, 2 * sample, 2) + cost(CollKind::SendRecv, 2 * sample, 2) + 4 * 0.002 +
+                      cost(CollKind::Reduce, P, 2);
   EXPECT_NEAR(r.step_s, want, 1e-9);
 }
 
@@ -152,8 +152,8 @@ TEST(Projection, ProfileTimedByConcurrentWorkersIsTheirSpeed) {
 TEST(Projection, Zero2GathersOncePerUnitFsdpTwice) {
   const pj::Machine m = machine();
   // Four conv units of 148 parameters: over 4 workers 37 floats a shard, no padding.
-  const double ag = pj::collective_cost(m, pj::Coll::AllGather, 148 * 4, 4, false).seconds;
-  const double rs = pj::collective_cost(m, pj::Coll::ReduceScatter, 148 * 4, 4, false).seconds;
+  const double ag = pj::collective_cost(m, CollKind::AllGather, 148 * 4, 4, false).seconds;
+  const double rs = pj::collective_cost(m, CollKind::ReduceScatter, 148 * 4, 4, false).seconds;
   const pj::Prediction f = pj::predict(uniform(), m, config("fsdp", 4, 8)), z = pj::predict(uniform(), m, config("zero2", 4, 8));
   ASSERT_TRUE(f.feasible && z.feasible) << f.reason << z.reason;
   const double compute = 4 * (0.002 + 0.002);  // chunk of 2 per worker
@@ -182,8 +182,8 @@ TEST(Projection, TpSplitsChannelsAndPaysItsCollectives) {
   // Every layer all-gathers its output (4 samples x 4 x 8 x 8 floats); every layer but the first
   // all-reduces its input gradient (the same size).
   const double act = 4 * 4 * 8 * 8 * 4.0;
-  const double want = regular / 4 + 4 * pj::collective_cost(m, pj::Coll::AllGather, act, 4, false).seconds +
-                      3 * pj::collective_cost(m, pj::Coll::AllReduce, act, 4, false).seconds;
+  const double want = regular / 4 + 4 * pj::collective_cost(m, CollKind::AllGather, act, 4, false).seconds +
+                      3 * pj::collective_cost(m, CollKind::AllReduce, act, 4, false).seconds;
   EXPECT_NEAR(pj::predict(uniform(), m, config("tp", 4, 4)).step_s, want, 1e-9);
   // Eight workers: no layer has 8 channels to split.
   EXPECT_FALSE(pj::predict(uniform(), m, config("tp", 8, 8)).feasible);
@@ -228,7 +228,7 @@ TEST(Projection, DpTpIsReplicatedTpAndASliceAllReduce) {
   // ... plus one all-reduce of the tp rank's slices (half of each layer: 4 x 74 floats) over the
   // 2 replicas.
   const double slices = 4 * 74 * 4.0;
-  EXPECT_NEAR(h.step_s - tp, pj::collective_cost(m, pj::Coll::AllReduce, slices, 2, false).seconds, 1e-9);
+  EXPECT_NEAR(h.step_s - tp, pj::collective_cost(m, CollKind::AllReduce, slices, 2, false).seconds, 1e-9);
   EXPECT_FALSE(pj::predict(uniform(), m, config("dp2xtp2", 8, 8)).feasible);  // dp2xtp2 is 4 devices
   EXPECT_FALSE(pj::predict(uniform(), m, config("dp2xtp8", 16, 16)).feasible);  // no layer has 8 channels
 }
