@@ -90,7 +90,7 @@ int cmd_project(const std::vector<std::string>& args) {
               {"devices", "LIST", "device counts (default: 1,2,4,8,64,1024 up to the machine's devices)", ""},
               {"batch", "LIST", "batch per device (weak scaling) or global batch (strong scaling); several: a table each", "1"},
               {"scaling", "MODE", "weak, strong or both", "both"},
-              {"strategies", "LIST", "strategies to project, or all (regular,dp,ddp,mp,pipeline,fsdp,zero2,tp,dpxpp,dpxtp; dpxpp / dpxtp: every dp<D>xpp<P> / dp<D>xtp<T> with D x P = N, both >= 2; or one such name)", "all"},
+              {"strategies", "LIST", "strategies to project, or all (regular,dp,ddp,mp,pipeline,fsdp,zero2,tp,dpxpp,dpxtp; dpxpp / dpxtp: every dp<D>xpp<P> / dp<D>xtp<T> with D x P = N, both >= 2; or one such name; or a pipeline variant by run's name, pipeline-1f1b, pipeline-recompute, pipeline-1f1b-recompute: its schedule and recompute, whatever --schedules and --recompute say)", "all"},
               {"micro-batches", "LIST", "pipeline and dp<D>xpp<P> (per replica) micro-batch counts (those above the batch are left out)", "2,4,8,16"},
               {"schedules", "LIST", "pipeline schedules: gpipe, 1f1b", "gpipe,1f1b"},
               {"bucket-mb", "LIST", "ddp bucket sizes in MiB", "1,25"},

@@ -10,6 +10,7 @@
 #include "projection/programs.h"
 #include "projection/step_builder.h"
 #include "strategies/batch.h"
+#include "strategies/registry.h"
 #include "strategies/stages.h"
 #include "strategies/strategy.h"
 
@@ -55,9 +56,22 @@ const std::vector<std::string>& modelled_strategies() {
   return v;
 }
 
+namespace {
+// A registered pipeline variant by run's name for it (pipeline-1f1b, ...): its schedule, as
+// Config spells it, and whether it recomputes.
+bool pipeline_variant(const std::string& s, std::string* schedule, bool* recompute) {
+  Schedule sc = Schedule::GPipe;
+  if (!parse_pipeline_name(s, &sc, recompute)) return false;
+  *schedule = sc == Schedule::OneFOneB ? "1f1b" : "gpipe";
+  return true;
+}
+}  // namespace
+
 bool is_modelled(const std::string& s) {
   const auto& v = modelled_strategies();
-  return std::find(v.begin(), v.end(), s) != v.end() || hybrid_shape(s) || dptp_shape(s);
+  std::string schedule;
+  bool recompute = false;
+  return std::find(v.begin(), v.end(), s) != v.end() || hybrid_shape(s) || dptp_shape(s) || pipeline_variant(s, &schedule, &recompute);
 }
 
 std::vector<Config> configurations(const std::string& s, int n, int64_t global, const Sweep& sweep) {
@@ -70,7 +84,19 @@ std::vector<Config> configurations(const std::string& s, int n, int64_t global, 
     return c;
   };
   if (s == "regular" && n != 1) return out;
-  if (s == "ddp") {
+  std::string variant_schedule;
+  bool variant_recompute = false;
+  if (s != "pipeline" && pipeline_variant(s, &variant_schedule, &variant_recompute)) {
+    // A variant by name: its schedule and recompute, the sweep's micro-batch counts.
+    for (int64_t m : sweep.micro_batches) {
+      if (m > global) continue;  // more micro-batches than samples
+      Config c = base("pipeline");
+      c.micro_batches = static_cast<int>(m);
+      c.schedule = variant_schedule;
+      c.recompute = variant_recompute;
+      out.push_back(c);
+    }
+  } else if (s == "ddp") {
     for (double b : sweep.bucket_bytes) {
       Config c = base(s);
       c.bucket_bytes = b;
@@ -116,7 +142,7 @@ std::string no_configuration(const std::string& s, const std::vector<int64_t>& d
   const bool has = t && std::find(devices.begin(), devices.end(), t->first * t->second) != devices.end();
   std::string why;
   if (t && !has) why = fmt::format("{} runs on {} x {} = {} devices", s, t->first, t->second, t->first * t->second);
-  else if (h || s == "pipeline") why = fmt::format("every --micro-batches count ({}) is above the samples of a replica", micro);
+  else if (h || s.rfind("pipeline", 0) == 0) why = fmt::format("every --micro-batches count ({}) is above the samples of a replica", micro);
   else if (s == kHybridFamily || s == kDpTpFamily) why = fmt::format("{} needs a device count D x P with both at least 2 (4, 6, 8, ...)", s);
   else if (s == "regular") why = "regular runs on one device";
   else why = "no configuration of it is possible there";
@@ -163,16 +189,11 @@ StepProgram step_program(const Profile& p, const Machine& m, const Config& named
   StepProgram out;
   Config& c = out.priced;
   c = named;  // the registered pipeline variants: pipeline with their schedule and recompute
-  if (c.strategy.rfind("pipeline-", 0) == 0) {
-    const std::string v = c.strategy.substr(9);
-    if (v != "1f1b" && v != "recompute" && v != "1f1b-recompute") {
-      out.refused = fmt::format("no projection model for strategy {}", c.strategy);
-      return out;
-    }
-    c.strategy = "pipeline";
-    c.schedule = v.rfind("1f1b", 0) == 0 ? "1f1b" : "gpipe";
-    c.recompute = v.find("recompute") != std::string::npos;
+  if (!is_modelled(c.strategy) || c.strategy == kHybridFamily || c.strategy == kDpTpFamily) {
+    out.refused = fmt::format("no projection model for strategy {}", c.strategy);
+    return out;
   }
+  if (c.strategy != "pipeline" && pipeline_variant(c.strategy, &c.schedule, &c.recompute)) c.strategy = "pipeline";
   const int N = c.devices;
   auto refuse = [&](std::string why) {
     out.refused = std::move(why);

@@ -63,6 +63,38 @@ TEST_F(ProjectCli, BadInputExitsTwoNamingIt) {
   EXPECT_EQ(r.code, 2) << r.err;
 }
 
+// A pipeline variant by run's name is that variant: the same rows as pipeline with its schedule
+// and recompute chosen by flags; a name run does not register is refused.
+TEST_F(ProjectCli, TakesPipelineVariantsByRunsName) {
+  const std::string common = "project --profile " + fixture("uniform.json") + " --machine " + fixture("machine.json") +
+                             " --from-profile-peak 0.5 --devices 2,4 --batch 4 --micro-batches 2,4 --format json";
+  auto rows = [&](const std::string& flags, bool keep_recompute_only) {
+    const test::Result r = parbench(common + " " + flags);
+    EXPECT_EQ(r.code, 0) << flags << ": " << r.err;
+    std::vector<json> out;
+    if (r.code != 0) return out;
+    const json doc = json::parse(r.out);
+    for (const json& g : doc["groups"])
+      for (const json& row : g["rows"]) {
+        const json& o = row["options"];
+        const bool recompute = std::find(o.begin(), o.end(), "recompute:1") != o.end();
+        if (!keep_recompute_only || recompute) out.push_back(row);
+      }
+    return out;
+  };
+  const std::vector<json> named = rows("--strategies pipeline-1f1b", false);
+  ASSERT_FALSE(named.empty());
+  EXPECT_EQ(named, rows("--strategies pipeline --schedules 1f1b", false));
+  for (const json& row : named) EXPECT_NE(row["label"].get<std::string>().find(", 1f1b"), std::string::npos) << row.dump();
+  // The name fixes the schedule and recompute: --schedules and --recompute do not widen it.
+  EXPECT_EQ(rows("--strategies pipeline-1f1b-recompute --schedules gpipe", false),
+            rows("--strategies pipeline --schedules 1f1b --recompute", true));
+  EXPECT_EQ(rows("--strategies pipeline-recompute", false), rows("--strategies pipeline --schedules gpipe --recompute", true));
+  const test::Result bad = parbench(common + " --strategies pipeline-2f2b");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("no projection model for 'pipeline-2f2b'"), std::string::npos) << bad.err;
+}
+
 TEST_F(ProjectCli, ValidateTimesPipelinesStageByStage) {
   // mp and pipeline run each stage as a Sequential of its own: validate times them so, once per
   // stage count, and keeps that profile with --save-profile.
