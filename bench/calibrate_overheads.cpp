@@ -141,7 +141,7 @@ Overheads time_overheads(int threads, int rounds, const pj::Machine& m, nlohmann
     };
     for (int w : counts) {
       Timed& d = ddp[w];
-      d.threads = cpu_threads_for(bare, w, 0);
+      d.threads = bare.threads_per_worker(w, 0);
       StrategyOptions dso = so;
       dso.devices = w;
       dso.backend.threads = d.threads;

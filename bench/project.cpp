@@ -24,11 +24,6 @@ namespace pj = projection;
 using nlohmann::json;
 using pj::Projected;
 
-int cpu_threads_for(const projection::Machine& m, int devices, int fixed) {
-  if (m.shared_cores <= 0) return 1;
-  return fixed > 0 ? fixed : std::max(1, m.shared_cores / std::max(1, std::min(devices, m.devices_per_node)));
-}
-
 std::vector<std::string> split_list(const std::string& s) { return reports::split_commas(s); }
 
 const pj::Profile& profile_for(const std::vector<pj::Profile>& ps, int threads, int concurrent) {
@@ -222,7 +217,7 @@ int cmd_project(const std::vector<std::string>& args) {
         const int64_t global = mode == "weak" ? batch * d : batch;
         for (const std::string& s : strategies)
           for (const pj::Config& c : pj::configurations(s, static_cast<int>(d), global, sweep)) {
-            const int t = cpu_threads_for(m, c.devices, o.threads_per_worker);
+            const int t = m.threads_per_worker(c.devices, o.threads_per_worker);
             pj::Options oc = o;
             oc.threads_per_worker = t;
             pr.rows.push_back(pj::predict(profile_for(profiles, m.shared_cores > 0 ? t : profiles.front().threads), m, c, oc));

@@ -40,9 +40,6 @@ projection::Profile stagewise_profile(const projection::Profile& p, const NetPla
                                       const std::vector<std::pair<int, int>>& ranges, int reps, int rounds);
 
 // ---- project (bench/project.cpp) ------------------------------------------------------------
-// CPU threads per worker for `devices` workers on machine m: `fixed` when > 0, else its shared
-// cores divided among the workers of a node, as run shares them (1 off the CPU).
-int cpu_threads_for(const projection::Machine& m, int devices, int fixed);
 // The profile timed with `threads` threads per worker, by `concurrent` workers at once when there
 // is one, else by any number (the simulator scales from its own); else the only one given.
 const projection::Profile& profile_for(const std::vector<projection::Profile>& ps, int threads, int concurrent = 1);

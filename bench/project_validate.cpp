@@ -100,7 +100,7 @@ int project_validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profi
   if (meas.empty()) throw UsageError(fmt::format("--validate {}: no measured benchmark in the run", run.source));
   auto threads_of = [&](int devices) {
     if (world > 1) return std::max(1, (fixed_threads > 0 ? fixed_threads : std::max(1, cores / world)));
-    return cpu_threads_for(m, devices, fixed_threads);
+    return m.threads_per_worker(devices, fixed_threads);
   };
   // Workers computing side by side on this machine: the run's workers (in-process or MPI ranks),
   // at most as many as the cores run at once. Beyond that the simulator shares the cores among

@@ -1,6 +1,7 @@
 // machines/*.json read strictly and written back; the in-process workers' overhead per count.
 #include "projection/machine.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <cstring>
@@ -208,6 +209,11 @@ double Machine::workers_overhead_s(int local) const {
   const int n0 = hi == worker_overhead_at_s.begin() ? 1 : std::prev(hi)->first;
   const double t0 = hi == worker_overhead_at_s.begin() ? 0 : std::prev(hi)->second;
   return t0 + (hi->second - t0) * (local - n0) / (hi->first - n0);
+}
+
+int Machine::threads_per_worker(int devices, int fixed) const {
+  if (shared_cores <= 0) return 1;
+  return fixed > 0 ? fixed : std::max(1, shared_cores / std::max(1, std::min(devices, devices_per_node)));
 }
 
 Machine load_machine(const std::string& path) { return parse_machine(read_file(path), path); }

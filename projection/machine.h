@@ -83,6 +83,9 @@ struct Machine {
   LinkCosts intra_node, inter_node;
   nlohmann::json calibration;  // what calibrate measured, kept for the record
   int total_devices() const { return devices_per_node * nodes; }
+  // CPU threads per worker for `devices` workers: `fixed` when > 0, else the shared cores divided
+  // among the workers of a node, as run shares them; 1 off the CPU.
+  int threads_per_worker(int devices, int fixed) const;
 };
 
 Machine parse_machine(const std::string& text, const std::string& source);

@@ -15,10 +15,7 @@ Prediction predict_impl(const Profile& p, const Machine& m, const Config& named,
   Prediction r;
   r.config = named;
   const int N = named.devices;
-  const int threads = m.shared_cores > 0
-                          ? (o.threads_per_worker > 0 ? o.threads_per_worker
-                                                      : std::max(1, m.shared_cores / std::max(1, std::min(N, m.devices_per_node))))
-                          : 1;
+  const int threads = m.threads_per_worker(N, o.threads_per_worker);
   StepProgram prog = step_program(p, m, named, o, threads);
   if (!prog.refused.empty()) {
     r.feasible = false;
