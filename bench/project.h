@@ -5,11 +5,16 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "engine/net.h"
-#include "reports/projection.h"
+#include "projection/projection.h"
 
 namespace pb {
 
+class Flags;
+
+// ---- profiles timed here (bench/project_profile.cpp) ------------------------------------------
 // A per-layer profile of `plan` on the CPU backend with `threads` threads at each batch size,
 // timed as `parbench profile` times it (profile_net), in the profile.json format: what
 // `project --validate` uses when no --profile is given. `concurrent` workers time it at once
@@ -23,9 +28,41 @@ projection::Profile engine_profile(const NetPlan& plan, const std::string& workl
 // once (projection::Options::busy_seconds); empty without one of one worker alone and one of more.
 std::vector<double> busy_curve(const std::vector<projection::Profile>& ps, int threads);
 
-// CPU threads per worker for `devices` workers on machine m: `fixed` when > 0, else its shared
-// cores divided among the workers of a node, as run shares them (1 off the CPU).
-int cpu_threads_for(const projection::Machine& m, int devices, int fixed);
+// `more`'s one batch (above `p`'s) added to p; Adam's time per parameter: their mean.
+void append_batch(projection::Profile& p, const projection::Profile& more);
+// Per layer, pass and batch, the median of profiles of the same net timed in turn.
+projection::Profile median_of(const std::vector<projection::Profile>& v);
+// `p` with each conv / linear layer timed alone as worker 0 of an n-way tp runs it (n = 1: whole),
+// and with tp's ReLUs and layout copies when `tp` (projection::Timing::Layers).
+projection::Profile layerwise_profile(const projection::Profile& p, const NetPlan& plan, int n, int reps, int rounds, bool tp);
+// `p` with each stage [b, e) of `ranges` timed as a Sequential of its own (projection::Timing::Stages).
+projection::Profile stagewise_profile(const projection::Profile& p, const NetPlan& plan,
+                                      const std::vector<std::pair<int, int>>& ranges, int reps, int rounds);
+
+// ---- project (bench/project.cpp) ------------------------------------------------------------
+// The profile timed with `threads` threads per worker, by `concurrent` workers at once when there
+// is one, else by any number (the simulator scales from its own); else the only one given.
+const projection::Profile& profile_for(const std::vector<projection::Profile>& ps, int threads, int concurrent = 1);
+std::vector<std::string> split_list(const std::string& s);
+
+// ---- project --validate and --combine (bench/project_validate.cpp, bench/project_combine.cpp) ---
+int project_validate(const Flags& f, const projection::Machine& m, std::vector<projection::Profile> profiles);
+int project_combine(const Flags& f);
+// One configuration predicted against measured, as printed and written.
+struct Checked {
+  std::string name;
+  int threads = 0;
+  double measured_s = 0;
+  std::vector<double> times;
+  bool feasible = true;
+  std::string reason;
+  double predicted_s = 0, compute_s = 0, exposed_comm_s = 0, idle_s = 0;
+  bool anchor = false;  // --anchor's row: shown, not counted
+};
+// The table, the mean and worst error, the one-device spread; --out PREFIX.md/.json. `json_extra`
+// joins the JSON's top level.
+void report_validation(const Flags& f, std::string out, const std::vector<Checked>& got, const std::string& measured_note,
+                       const std::string& tail, nlohmann::json json_extra);
 
 int cmd_project(const std::vector<std::string>& args);
 int cmd_calibrate(const std::vector<std::string>& args);

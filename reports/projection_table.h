@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "reports/projection.h"
+#include "projection/projection.h"
 #include "reports/table.h"
 
 namespace pb::projection {

@@ -11,7 +11,7 @@
 
 #include "engine/fsutil.h"
 #include "engine/memory_estimate.h"
-#include "reports/projection.h"
+#include "projection/projection.h"
 #include "strategies/stages.h"
 #include "tests/cli_fixture.h"
 

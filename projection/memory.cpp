@@ -4,7 +4,7 @@
 #include <map>
 
 #include "engine/memory_estimate.h"
-#include "reports/projection.h"
+#include "projection/predict.h"
 
 namespace pb::projection {
 

@@ -1,0 +1,62 @@
+// A configuration (strategy, devices, batch and its options), how to price it, and what the
+// projection predicts for it: the step time and its parts, peak memory, bytes moved.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "projection/machine.h"
+#include "projection/profile.h"
+
+namespace pb::projection {
+
+struct Config {
+  // regular, dp, ddp, mp, pipeline, fsdp, zero2, tp, dp<D>xpp<P> (D x P = devices); also the
+  // registered pipeline variants pipeline-1f1b, pipeline-recompute, pipeline-1f1b-recompute
+  // (schedule and recompute from the name)
+  std::string strategy;
+  int devices = 1;
+  int64_t global_batch = 1;
+  int micro_batches = 1;  // pipeline, dp<D>xpp<P>: per replica
+  double bucket_bytes = 25.0 * (1 << 20);  // ddp
+  std::string schedule = "gpipe";          // pipeline: gpipe or 1f1b
+  bool recompute = false;                  // pipeline: stage activations recomputed in backward
+  std::string label() const;               // e.g. "pipeline (M=8, 1f1b)"
+  std::vector<std::string> options() const;  // benchmark-name options: micro_batches:8, ...
+};
+
+struct Options {
+  double compute_scale = 1;  // profile seconds x this (a profile from another device)
+  int threads_per_worker = 0;  // CPU: 0 = cores shared as run shares them: max(1, cores / N)
+  // CPU, measured: busy_seconds[b - 1] = the same work's seconds while b workers (of these
+  // threads) compute at once on the node. When given, a worker's speed with b busy is
+  // busy_seconds[k0 - 1] / busy_seconds[b - 1] (k0: the profile's concurrent workers) instead of
+  // the parallel_threads formula; beyond its end, time grows in proportion to b.
+  std::vector<double> busy_seconds;
+};
+
+struct Prediction {
+  Config config;
+  bool feasible = true;
+  std::string reason;      // why not, when infeasible
+  double step_s = 0;
+  double compute_s = 0;        // the busiest worker's compute
+  double exposed_comm_s = 0;   // its transfers while it is not computing
+  double idle_s = 0;           // the rest: waiting for peers (pipeline bubble), starting the step
+  double peak_bytes = 0;       // per device, the largest
+  bool fits = true;
+  double comm_bytes = 0;       // per step, sent by all workers together
+  double samples_per_s = 0;
+};
+
+Prediction predict(const Profile& p, const Machine& m, const Config& c, const Options& o = {});
+
+// The largest worker's peak memory for `c` (pipeline's schedule and recompute from its fields),
+// as engine/memory_estimate.h counts each strategy's buffers, with the profile's workspace of the
+// layers a worker runs (their largest: one backend's scratch serves them all). `stages`: mp,
+// pipeline, dp<D>xpp<P>: each stage's layers [begin, end). Prediction::peak_bytes.
+double memory_peak(const Profile& p, const Config& c, const std::vector<std::pair<int, int>>& stages);
+
+}  // namespace pb::projection
