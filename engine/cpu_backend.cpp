@@ -8,6 +8,7 @@
 #include <string>
 
 #include "engine/check.h"
+#include "engine/dnnl/dnnl_bf16.h"
 #include "engine/dnnl/dnnl_conv.h"
 #include "engine/dnnl/winograd.h"
 #ifdef _OPENMP
@@ -168,7 +169,9 @@ CpuBackend::CpuBackend(Device d, const BackendOptions& opts)
       fuse_relu_(use_fused_relu(opts)),
       blocked_(use_blocked(opts)),
       scratch_(3),
-      scratch_count_(d) {
+      scratch_count_(d),
+      precision_(opts.precision) {
+  if (precision_ == Precision::Bf16) bf16_ = make_cpu_bf16(threads_, d);
 #ifdef PARBENCH_HAVE_DNNL
   if (!opts.cpu_reference_conv) {
     dnnl_ = std::make_unique<DnnlConv>(threads_, use_winograd(opts), DnnlConv::kWinogradScratchCap, d);
@@ -183,6 +186,8 @@ struct DnnlConv::Impl {};
 DnnlConv::~DnnlConv() = default;
 struct Winograd2x3::Impl {};
 Winograd2x3::~Winograd2x3() = default;
+struct DnnlBf16::Impl {};
+DnnlBf16::~DnnlBf16() = default;
 #endif
 
 bool CpuBackend::own_winograd_forward([[maybe_unused]] const ConvGeom& g, [[maybe_unused]] bool bias) {

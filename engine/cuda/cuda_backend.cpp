@@ -47,6 +47,10 @@ class CudaBackend final : public Backend {
     cudaDeviceProp prop{};
     CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
     gpu_name_ = prop.name;
+    if (opts.precision == Precision::Bf16) {
+      const std::string why = cuda_bf16_refusal(prop.major, prop.minor, gpu_name_);
+      if (!why.empty()) throw Error(why);
+    }
     // MSE scratch: partial sums, then the completion counter, which starts at zero.
     mse_scratch_ = std::make_unique<Buffer>(dev(), cu::kMseMaxBlocks * sizeof(double) + sizeof(unsigned int));
     CUDA_CHECK(cudaMemsetAsync(mse_scratch_->data(), 0, mse_scratch_->bytes(), stream_));
