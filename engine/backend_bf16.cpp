@@ -39,10 +39,7 @@ std::string cuda_bf16_refusal(int cc_major, int cc_minor, const std::string& gpu
   if (cc_major < 8)
     return fmt::format("precision bf16 on CUDA needs compute capability 8.0 or newer (bf16 tensor cores); {} has {}.{}",
                        gpu_name, cc_major, cc_minor);
-  // Ampere and newer have the hardware; the engine's CUDA bf16 kernels are not written yet.
-  return fmt::format("precision bf16 on CUDA ({}, compute capability {}.{}): the CUDA backend has no bf16 path yet "
-                     "(CPU only, docs/bf16.md)",
-                     gpu_name, cc_major, cc_minor);
+  return {};
 }
 
 }  // namespace pb

@@ -282,15 +282,14 @@ TEST(Bf16Refusal, BackendRefusesAtConstructionNamingTheIsa) {
   EXPECT_EQ(make_backend(cpu())->precision(), Precision::Fp32);
 }
 
-// CUDA: compute capability below 8.0 is refused by name; 8.0 and newer are refused too, for
-// want of the engine's CUDA bf16 kernels (docs/bf16.md), never run in fp32 under bf16's name.
+// CUDA: compute capability below 8.0 is refused by name; 8.0 (Ampere) and newer run bf16.
 TEST(Bf16Refusal, CudaDecisionNamesTheComputeCapability) {
   const std::string old = cuda_bf16_refusal(7, 5, "Tesla T4");
   EXPECT_NE(old.find("Tesla T4 has 7.5"), std::string::npos) << old;
   EXPECT_NE(old.find("8.0 or newer"), std::string::npos) << old;
-  const std::string ampere = cuda_bf16_refusal(8, 0, "A100");
-  EXPECT_NE(ampere.find("no bf16 path yet"), std::string::npos) << ampere;
-  EXPECT_EQ(ampere.find("8.0 or newer"), std::string::npos) << ampere;
+  EXPECT_NE(cuda_bf16_refusal(7, 0, "Tesla V100").find("V100 has 7.0"), std::string::npos);
+  EXPECT_EQ(cuda_bf16_refusal(8, 0, "A100"), "");
+  EXPECT_EQ(cuda_bf16_refusal(9, 0, "H200"), "");
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "engine/check.h"
+#include "engine/cuda/cuda_bf16.h"
 #include "engine/cuda/cuda_conv.h"
 #include "engine/cuda/cuda_kernels.h"
 #include "engine/cuda/cuda_util.h"
@@ -50,6 +51,7 @@ class CudaBackend final : public Backend {
     if (opts.precision == Precision::Bf16) {
       const std::string why = cuda_bf16_refusal(prop.major, prop.minor, gpu_name_);
       if (!why.empty()) throw Error(why);
+      bf16_ = std::make_unique<cu::CudaBf16>(dev(), cudnn_, cublas_, stream_, opts.workspace_cap_bytes);
     }
     // MSE scratch: partial sums, then the completion counter, which starts at zero.
     mse_scratch_ = std::make_unique<Buffer>(dev(), cu::kMseMaxBlocks * sizeof(double) + sizeof(unsigned int));
@@ -111,6 +113,52 @@ class CudaBackend final : public Backend {
                              accumulate ? &kOne : &kZero, dw, I));
     if (db) cu::launch_column_sums(stream_, n, out, dy, db, accumulate);
   }
+
+  // bf16 (engine/cuda/cuda_bf16.cpp), on backends made for Precision::Bf16.
+  cu::CudaBf16& bf16() {
+    PB_CHECK(bf16_ != nullptr, "{}: a bf16 op on a backend made for {}", name(), precision_name(opts_.precision));
+    cu::use_device(device_);
+    return *bf16_;
+  }
+  void conv2d_forward_bf16(const ConvGeom& g, const Bf16* x, const Bf16* w, const Bf16* b, Bf16* y) override {
+    bf16().conv_forward(g, x, w, b, y);
+  }
+  void conv2d_backward_data_bf16(const ConvGeom& g, const Bf16* dy, const Bf16* w, Bf16* dx) override {
+    bf16().conv_backward_data(g, dy, w, dx);
+  }
+  void conv2d_backward_weights_bf16(const ConvGeom& g, const Bf16* x, const Bf16* dy, float* dw, float* db,
+                                    bool accumulate) override {
+    bf16().conv_backward_weights(g, x, dy, dw, db, accumulate);
+  }
+  void linear_forward_bf16(int64_t n, int64_t in, int64_t out, const Bf16* x, const Bf16* w, const Bf16* b,
+                           Bf16* y) override {
+    bf16().linear_forward(n, in, out, x, w, b, y);
+  }
+  void linear_backward_data_bf16(int64_t n, int64_t in, int64_t out, const Bf16* dy, const Bf16* w,
+                                 Bf16* dx) override {
+    bf16().linear_backward_data(n, in, out, dy, w, dx);
+  }
+  void linear_backward_weights_bf16(int64_t n, int64_t in, int64_t out, const Bf16* x, const Bf16* dy, float* dw,
+                                    float* db, bool accumulate) override {
+    bf16().linear_backward_weights(n, in, out, x, dy, dw, db, accumulate);
+  }
+  void relu_forward_bf16(int64_t n, const Bf16* x, Bf16* y) override {
+    cu::use_device(device_);
+    cu::launch_relu_bf16(stream_, n, x, y);
+  }
+  void relu_backward_bf16(int64_t n, const Bf16* y, const Bf16* dy, Bf16* dx) override {
+    cu::use_device(device_);
+    cu::launch_relu_backward_bf16(stream_, n, y, dy, dx);
+  }
+  void to_bf16(int64_t n, const float* src, Bf16* dst) override {
+    cu::use_device(device_);
+    cu::launch_to_bf16(stream_, n, src, dst);
+  }
+  void from_bf16(int64_t n, const Bf16* src, float* dst) override {
+    cu::use_device(device_);
+    cu::launch_from_bf16(stream_, n, src, dst);
+  }
+  Precision precision() const override { return opts_.precision; }
 
   void relu_forward(int64_t n, const float* x, float* y) override {
     cu::use_device(device_);
@@ -223,6 +271,7 @@ class CudaBackend final : public Backend {
   cu::Stream stream_;
   cu::CudnnHandle cudnn_;
   cu::CublasHandle cublas_;
+  std::unique_ptr<cu::CudaBf16> bf16_;  // Precision::Bf16 only; declared after the handles it uses
   std::string gpu_name_;
   cu::CudnnConv convs_;
   std::unique_ptr<Buffer> mse_scratch_;
