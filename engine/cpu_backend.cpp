@@ -186,8 +186,6 @@ struct DnnlConv::Impl {};
 DnnlConv::~DnnlConv() = default;
 struct Winograd2x3::Impl {};
 Winograd2x3::~Winograd2x3() = default;
-struct DnnlBf16::Impl {};
-DnnlBf16::~DnnlBf16() = default;
 #endif
 
 bool CpuBackend::own_winograd_forward([[maybe_unused]] const ConvGeom& g, [[maybe_unused]] bool bias) {
@@ -257,6 +255,7 @@ void CpuBackend::conv2d_forward(const ConvGeom& g, const float* x, const float* 
 
 void CpuBackend::conv2d_forward_in(const ConvGeom& g, ConvLayouts io, const float* x, const float* w,
                                    const float* b, float* y) {
+  fp32_only("convolution");
 #ifdef PARBENCH_HAVE_DNNL
   if (own_winograd_forward(g, b != nullptr)) {
     check_plain(io);
@@ -282,6 +281,7 @@ bool CpuBackend::conv2d_relu_forward(const ConvGeom& g, const float* x, const fl
 bool CpuBackend::conv2d_relu_forward_in([[maybe_unused]] const ConvGeom& g, [[maybe_unused]] ConvLayouts io,
                                         [[maybe_unused]] const float* x, [[maybe_unused]] const float* w,
                                         [[maybe_unused]] const float* b, [[maybe_unused]] float* y) {
+  fp32_only("convolution");
 #ifdef PARBENCH_HAVE_DNNL
   if (!fuse_relu_ || !dnnl_) return false;
   if (own_winograd_forward(g, b != nullptr)) {
@@ -302,6 +302,7 @@ void CpuBackend::conv2d_backward_data(const ConvGeom& g, const float* dy, const 
 
 void CpuBackend::conv2d_backward_data_in(const ConvGeom& g, ConvLayouts io, const float* dy, const float* w,
                                          float* dx) {
+  fp32_only("convolution");
 #ifdef PARBENCH_HAVE_DNNL
   if (own_winograd_backward_data(g)) {
     check_plain(io);
@@ -328,6 +329,7 @@ void CpuBackend::conv2d_backward_weights(const ConvGeom& g, const float* x, cons
 
 void CpuBackend::conv2d_backward_weights_in(const ConvGeom& g, ConvLayouts io, const float* x, const float* dy,
                                             float* dw, float* db, bool accumulate) {
+  fp32_only("convolution");
 #ifdef PARBENCH_HAVE_DNNL
   if (own_winograd_backward_weights(g, db != nullptr)) {
     check_plain(io);

@@ -85,6 +85,9 @@ class CpuBackend final : public Backend {
 
  private:
   float* scratch(std::size_t slot, std::size_t floats);
+  // Under bf16 the fp32 convolutions and linear layers refuse: a caller without autocast (tp
+  // across workers, for now) must not run fp32 as bf16.
+  void fp32_only(const char* op) const;
   // Whether a pass of g runs the engine's own Winograd: where oneDNN has none for this CPU and
   // the layer is wide enough for it to pay.
   bool own_winograd_forward(const ConvGeom& g, bool bias);

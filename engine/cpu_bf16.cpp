@@ -21,6 +21,18 @@ std::unique_ptr<DnnlBf16> make_cpu_bf16([[maybe_unused]] int threads, [[maybe_un
 #endif
 }
 
+void CpuBackend::fp32_only(const char* op) const {
+  if (precision_ == Precision::Bf16)
+    throw Error(fmt::format("{}: an fp32 {} on a backend made for bf16 (this caller has no autocast path yet)",
+                            name(), op));
+}
+
+#ifndef PARBENCH_HAVE_DNNL
+// Without oneDNN the member stays empty; only its destructor is needed.
+struct DnnlBf16::Impl {};
+DnnlBf16::~DnnlBf16() = default;
+#endif
+
 #ifdef PARBENCH_HAVE_DNNL
 #define PB_BF16(call)                                                                   \
   do {                                                                                  \

@@ -334,6 +334,22 @@ TEST(Bf16Refusal, BackendRefusesAtConstructionNamingTheIsa) {
   EXPECT_EQ(make_backend(cpu())->precision(), Precision::Fp32);
 }
 
+// A caller without an autocast path (tp across workers, for now) gets an error, not fp32 run as bf16.
+TEST(Bf16Refusal, Fp32ConvAndLinearRefuseOnABf16Backend) {
+  SKIP_WITHOUT_BF16();
+  auto be = bf16_backend();
+  ConvGeom g;
+  g.n = 1, g.c = g.k = 2, g.h = g.w = 4, g.r = g.s = 3, g.pad_h = g.pad_w = 1;
+  std::vector<float> x(32, 1.0f), w(36, 1.0f), b(2, 0.0f), y(32, 0.0f);
+  EXPECT_THROW(be->conv2d_forward(g, x.data(), w.data(), b.data(), y.data()), Error);
+  EXPECT_THROW(be->conv2d_backward_data(g, y.data(), w.data(), x.data()), Error);
+  EXPECT_THROW(be->linear_forward(2, 4, 2, x.data(), w.data(), b.data(), y.data()), Error);
+  EXPECT_EQ(y, std::vector<float>(32, 0.0f));  // nothing written
+  auto fp32 = make_backend(cpu());
+  fp32->conv2d_forward(g, x.data(), w.data(), b.data(), y.data());
+  EXPECT_EQ(y[5], 18.0f);  // an interior output: 2 channels x 9 taps of 1 x 1
+}
+
 // CUDA: compute capability below 8.0 is refused by name; 8.0 (Ampere) and newer run bf16.
 TEST(Bf16Refusal, CudaDecisionNamesTheComputeCapability) {
   const std::string old = cuda_bf16_refusal(7, 5, "Tesla T4");
