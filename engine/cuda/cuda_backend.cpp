@@ -72,15 +72,18 @@ class CudaBackend final : public Backend {
   }
 
   void conv2d_forward(const ConvGeom& g, const float* x, const float* w, const float* b, float* y) override {
+    fp32_only("convolution");
     cu::use_device(device_);
     convs_.forward(g, x, w, b, y);
   }
   void conv2d_backward_data(const ConvGeom& g, const float* dy, const float* w, float* dx) override {
+    fp32_only("convolution");
     cu::use_device(device_);
     convs_.backward_data(g, dy, w, dx);
   }
   void conv2d_backward_weights(const ConvGeom& g, const float* x, const float* dy, float* dw, float* db,
                                bool accumulate) override {
+    fp32_only("convolution");
     cu::use_device(device_);
     convs_.backward_weights(g, x, dy, dw, db, accumulate);
   }
@@ -90,6 +93,7 @@ class CudaBackend final : public Backend {
   // W'[in,out], y[n,out] is Y'[out,n]. So y = x w^T is Y' = W'^T X'.
   void linear_forward(int64_t n, int64_t in, int64_t out, const float* x, const float* w, const float* b,
                       float* y) override {
+    fp32_only("linear layer");
     cu::use_device(device_);
     const int N = to_int(n, "batch"), I = to_int(in, "in_features"), O = to_int(out, "out_features");
     if (b) cu::launch_broadcast_rows(stream_, n, out, b, y);
@@ -99,6 +103,7 @@ class CudaBackend final : public Backend {
   // dx = dy w: dX'[in,n] = W'[in,out] dY'[out,n].
   void linear_backward_data(int64_t n, int64_t in, int64_t out, const float* dy, const float* w,
                             float* dx) override {
+    fp32_only("linear layer");
     cu::use_device(device_);
     const int N = to_int(n, "batch"), I = to_int(in, "in_features"), O = to_int(out, "out_features");
     CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, I, N, O, &kOne, w, I, dy, O, &kZero, dx, I));
@@ -107,6 +112,7 @@ class CudaBackend final : public Backend {
   // dw = dy^T x: dW'[in,out] = X'[in,n] dY'^T[n,out].
   void linear_backward_weights(int64_t n, int64_t in, int64_t out, const float* x, const float* dy, float* dw,
                                float* db, bool accumulate) override {
+    fp32_only("linear layer");
     cu::use_device(device_);
     const int N = to_int(n, "batch"), I = to_int(in, "in_features"), O = to_int(out, "out_features");
     CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_T, I, O, N, &kOne, x, I, dy, O,
@@ -114,6 +120,13 @@ class CudaBackend final : public Backend {
     if (db) cu::launch_column_sums(stream_, n, out, dy, db, accumulate);
   }
 
+  // Under bf16 the fp32 convolutions and linear layers refuse: a caller without autocast (tp
+  // across workers, for now) must not run fp32 as bf16.
+  void fp32_only(const char* op) const {
+    if (opts_.precision == Precision::Bf16)
+      throw Error(fmt::format("{}: an fp32 {} on a backend made for bf16 (this caller has no autocast path yet)",
+                              name(), op));
+  }
   // bf16 (engine/cuda/cuda_bf16.cpp), on backends made for Precision::Bf16.
   cu::CudaBf16& bf16() {
     PB_CHECK(bf16_ != nullptr, "{}: a bf16 op on a backend made for {}", name(), precision_name(opts_.precision));
