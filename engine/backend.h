@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "engine/bf16.h"
 #include "engine/device.h"
 
 namespace pb {
@@ -47,9 +48,11 @@ struct ConvLayouts {
   bool plain() const { return x == ActLayout::Plain && y == ActLayout::Plain; }
 };
 
-enum class Precision { Fp32, Tf32 };
+// Bf16: autocast (docs/bf16.md): fp32 master parameters, Adam and loss; convolutions and linear
+// layers in bf16 with fp32 accumulation, bf16 activations between layers, fp32 weight gradients.
+enum class Precision { Fp32, Tf32, Bf16 };
 const char* precision_name(Precision p);
-Precision parse_precision(const std::string& s);  // "fp32" | "tf32", UsageError otherwise
+Precision parse_precision(const std::string& s);  // "fp32" | "tf32" | "bf16", UsageError otherwise
 
 struct BackendOptions {
   int threads = 0;                 // CPU: threads for this worker's ops; 0 = all cores
@@ -95,6 +98,8 @@ class Backend {
   // The algorithms this backend chose for a convolution shape already run, for failure
   // messages; empty where a backend does not choose (CPU).
   virtual std::string conv_algorithms(const ConvGeom&) const { return {}; }
+  // The precision this backend was made for; a Sequential runs its bf16 path under Bf16.
+  virtual Precision precision() const { return Precision::Fp32; }
 
   // y[n,k,p,q] = sum w[k,c,r,s] * x[n,c,p*sh+r-ph,q*sw+s-pw] + b[k]
   virtual void conv2d_forward(const ConvGeom& g, const float* x, const float* w, const float* b,
@@ -146,6 +151,25 @@ class Backend {
   virtual void adam_step(int64_t n, float* p, const float* g, float* m, float* v,
                          const AdamParams& a, int64_t step) = 0;
 
+  // bf16 ops (Precision::Bf16 only; the defaults refuse, naming the backend). Convolutions and
+  // linear layers read bf16 and accumulate in fp32; forward and backward-data round their output
+  // to bf16 once, backward-weights writes fp32 dw and db (overwritten, or added to when
+  // accumulate). Shapes and layouts as in the fp32 calls above; activations Plain only.
+  virtual void conv2d_forward_bf16(const ConvGeom& g, const Bf16* x, const Bf16* w, const Bf16* b, Bf16* y);
+  virtual void conv2d_backward_data_bf16(const ConvGeom& g, const Bf16* dy, const Bf16* w, Bf16* dx);
+  virtual void conv2d_backward_weights_bf16(const ConvGeom& g, const Bf16* x, const Bf16* dy, float* dw, float* db,
+                                            bool accumulate);
+  virtual void linear_forward_bf16(int64_t n, int64_t in, int64_t out, const Bf16* x, const Bf16* w, const Bf16* b,
+                                   Bf16* y);
+  virtual void linear_backward_data_bf16(int64_t n, int64_t in, int64_t out, const Bf16* dy, const Bf16* w, Bf16* dx);
+  virtual void linear_backward_weights_bf16(int64_t n, int64_t in, int64_t out, const Bf16* x, const Bf16* dy,
+                                            float* dw, float* db, bool accumulate);
+  virtual void relu_forward_bf16(int64_t n, const Bf16* x, Bf16* y);                   // may be in place
+  virtual void relu_backward_bf16(int64_t n, const Bf16* y, const Bf16* dy, Bf16* dx);  // may be in place
+  // dst = src rounded to nearest even (NaN stays NaN); the reverse is exact.
+  virtual void to_bf16(int64_t n, const float* src, Bf16* dst);
+  virtual void from_bf16(int64_t n, const Bf16* src, float* dst);
+
   // Blocks until all work queued on this backend is done (timing points, host reads).
   virtual void synchronize() = 0;
 
@@ -177,5 +201,9 @@ class Backend {
 };
 
 std::unique_ptr<Backend> make_backend(Device d, const BackendOptions& opts = {});
+
+// Why a CUDA GPU of compute capability major.minor cannot run precision bf16 (cuDNN's bf16
+// convolutions need 8.0), naming it; empty where it can. The CUDA backend refuses at construction.
+std::string cuda_bf16_refusal(int cc_major, int cc_minor, const std::string& gpu_name);
 
 }  // namespace pb

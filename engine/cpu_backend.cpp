@@ -8,6 +8,7 @@
 #include <string>
 
 #include "engine/check.h"
+#include "engine/dnnl/dnnl_bf16.h"
 #include "engine/dnnl/dnnl_conv.h"
 #include "engine/dnnl/winograd.h"
 #ifdef _OPENMP
@@ -168,7 +169,9 @@ CpuBackend::CpuBackend(Device d, const BackendOptions& opts)
       fuse_relu_(use_fused_relu(opts)),
       blocked_(use_blocked(opts)),
       scratch_(3),
-      scratch_count_(d) {
+      scratch_count_(d),
+      precision_(opts.precision) {
+  if (precision_ == Precision::Bf16) bf16_ = make_cpu_bf16(threads_, d);
 #ifdef PARBENCH_HAVE_DNNL
   if (!opts.cpu_reference_conv) {
     dnnl_ = std::make_unique<DnnlConv>(threads_, use_winograd(opts), DnnlConv::kWinogradScratchCap, d);
@@ -252,6 +255,7 @@ void CpuBackend::conv2d_forward(const ConvGeom& g, const float* x, const float* 
 
 void CpuBackend::conv2d_forward_in(const ConvGeom& g, ConvLayouts io, const float* x, const float* w,
                                    const float* b, float* y) {
+  fp32_only("convolution");
 #ifdef PARBENCH_HAVE_DNNL
   if (own_winograd_forward(g, b != nullptr)) {
     check_plain(io);
@@ -277,6 +281,7 @@ bool CpuBackend::conv2d_relu_forward(const ConvGeom& g, const float* x, const fl
 bool CpuBackend::conv2d_relu_forward_in([[maybe_unused]] const ConvGeom& g, [[maybe_unused]] ConvLayouts io,
                                         [[maybe_unused]] const float* x, [[maybe_unused]] const float* w,
                                         [[maybe_unused]] const float* b, [[maybe_unused]] float* y) {
+  fp32_only("convolution");
 #ifdef PARBENCH_HAVE_DNNL
   if (!fuse_relu_ || !dnnl_) return false;
   if (own_winograd_forward(g, b != nullptr)) {
@@ -297,6 +302,7 @@ void CpuBackend::conv2d_backward_data(const ConvGeom& g, const float* dy, const 
 
 void CpuBackend::conv2d_backward_data_in(const ConvGeom& g, ConvLayouts io, const float* dy, const float* w,
                                          float* dx) {
+  fp32_only("convolution");
 #ifdef PARBENCH_HAVE_DNNL
   if (own_winograd_backward_data(g)) {
     check_plain(io);
@@ -323,6 +329,7 @@ void CpuBackend::conv2d_backward_weights(const ConvGeom& g, const float* x, cons
 
 void CpuBackend::conv2d_backward_weights_in(const ConvGeom& g, ConvLayouts io, const float* x, const float* dy,
                                             float* dw, float* db, bool accumulate) {
+  fp32_only("convolution");
 #ifdef PARBENCH_HAVE_DNNL
   if (own_winograd_backward_weights(g, db != nullptr)) {
     check_plain(io);

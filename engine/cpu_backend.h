@@ -11,6 +11,7 @@ namespace pb {
 
 class DnnlConv;     // engine/dnnl/dnnl_conv.h
 class Winograd2x3;  // engine/dnnl/winograd.h
+class DnnlBf16;     // engine/dnnl/dnnl_bf16.h
 
 class CpuBackend final : public Backend {
  public:
@@ -19,6 +20,7 @@ class CpuBackend final : public Backend {
   Device device() const override { return device_; }
   std::string name() const override;
   int threads() const { return threads_; }
+  Precision precision() const override { return precision_; }
 
   void conv2d_forward(const ConvGeom& g, const float* x, const float* w, const float* b,
                       float* y) override;
@@ -50,6 +52,22 @@ class CpuBackend final : public Backend {
                      float* loss_sum) override;
   void adam_step(int64_t n, float* p, const float* g, float* m, float* v, const AdamParams& a,
                  int64_t step) override;
+  // bf16 (engine/cpu_bf16.cpp): oneDNN's bf16 kernels; the backend refuses bf16 at construction
+  // where this CPU has none (dnnl_bf16_refusal) or the build has no oneDNN.
+  void conv2d_forward_bf16(const ConvGeom& g, const Bf16* x, const Bf16* w, const Bf16* b, Bf16* y) override;
+  void conv2d_backward_data_bf16(const ConvGeom& g, const Bf16* dy, const Bf16* w, Bf16* dx) override;
+  void conv2d_backward_weights_bf16(const ConvGeom& g, const Bf16* x, const Bf16* dy, float* dw, float* db,
+                                    bool accumulate) override;
+  void linear_forward_bf16(int64_t n, int64_t in, int64_t out, const Bf16* x, const Bf16* w, const Bf16* b,
+                           Bf16* y) override;
+  void linear_backward_data_bf16(int64_t n, int64_t in, int64_t out, const Bf16* dy, const Bf16* w,
+                                 Bf16* dx) override;
+  void linear_backward_weights_bf16(int64_t n, int64_t in, int64_t out, const Bf16* x, const Bf16* dy, float* dw,
+                                    float* db, bool accumulate) override;
+  void relu_forward_bf16(int64_t n, const Bf16* x, Bf16* y) override;
+  void relu_backward_bf16(int64_t n, const Bf16* y, const Bf16* dy, Bf16* dx) override;
+  void to_bf16(int64_t n, const float* src, Bf16* dst) override;
+  void from_bf16(int64_t n, const Bf16* src, float* dst) override;
   void synchronize() override {}
   void fill(float* dst, int64_t n, float value, Stream* stream = nullptr) override;
   void copy_2d(float* dst, int64_t dst_pitch, const float* src, int64_t src_pitch, int64_t width, int64_t rows,
@@ -67,6 +85,9 @@ class CpuBackend final : public Backend {
 
  private:
   float* scratch(std::size_t slot, std::size_t floats);
+  // Under bf16 the fp32 convolutions and linear layers refuse: a caller without autocast (tp
+  // across workers, for now) must not run fp32 as bf16.
+  void fp32_only(const char* op) const;
   // Whether a pass of g runs the engine's own Winograd: where oneDNN has none for this CPU and
   // the layer is wide enough for it to pay.
   bool own_winograd_forward(const ConvGeom& g, bool bias);
@@ -81,7 +102,12 @@ class CpuBackend final : public Backend {
   WorkspaceCount scratch_count_;  // scratch_ as this device's workspace
   std::unique_ptr<DnnlConv> dnnl_;
   std::unique_ptr<Winograd2x3> winograd_;
+  Precision precision_;
+  std::unique_ptr<DnnlBf16> bf16_;  // set under Precision::Bf16 only
 };
+
+// The CPU backend's bf16 kernels, or an Error saying why this CPU (or build) has none.
+std::unique_ptr<DnnlBf16> make_cpu_bf16(int threads, Device d);
 
 // C[m x n] = A[m x k] * B[k x n] (+ C when accumulate); row-major, threaded.
 void cpu_gemm_nn(int64_t m, int64_t n, int64_t k, const float* a, const float* b, float* c,

@@ -5,6 +5,7 @@ namespace pb {
 
 void CpuBackend::linear_forward(int64_t n, int64_t in, int64_t out, const float* x, const float* w,
                                 const float* b, float* y) {
+  fp32_only("linear layer");
   float* wt = scratch(1, static_cast<std::size_t>(in * out));
   cpu_transpose(out, in, w, wt, threads_);
   for (int64_t i = 0; i < n; ++i)
@@ -14,11 +15,13 @@ void CpuBackend::linear_forward(int64_t n, int64_t in, int64_t out, const float*
 
 void CpuBackend::linear_backward_data(int64_t n, int64_t in, int64_t out, const float* dy,
                                       const float* w, float* dx) {
+  fp32_only("linear layer");
   cpu_gemm_nn(n, in, out, dy, w, dx, false, threads_);
 }
 
 void CpuBackend::linear_backward_weights(int64_t n, int64_t in, int64_t out, const float* x,
                                          const float* dy, float* dw, float* db, bool accumulate) {
+  fp32_only("linear layer");
   float* dyt = scratch(1, static_cast<std::size_t>(n * out));
   cpu_transpose(n, out, dy, dyt, threads_);
   cpu_gemm_nn(out, in, n, dyt, x, dw, accumulate, threads_);

@@ -242,12 +242,13 @@ void Backend::conv2d_backward_weights_in(const ConvGeom& g, ConvLayouts io, cons
   conv2d_backward_weights(g, x, dy, dw, db, accumulate);
 }
 
-const char* precision_name(Precision p) { return p == Precision::Fp32 ? "fp32" : "tf32"; }
+const char* precision_name(Precision p) { return p == Precision::Fp32 ? "fp32" : p == Precision::Tf32 ? "tf32" : "bf16"; }
 
 Precision parse_precision(const std::string& s) {
   if (s == "fp32") return Precision::Fp32;
   if (s == "tf32") return Precision::Tf32;
-  throw UsageError(fmt::format("unknown precision '{}': expected fp32 or tf32", s));
+  if (s == "bf16") return Precision::Bf16;
+  throw UsageError(fmt::format("unknown precision '{}': expected fp32, tf32 or bf16", s));
 }
 
 }  // namespace pb

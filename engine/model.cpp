@@ -2,41 +2,15 @@
 #include "engine/model.h"
 
 #include "engine/check.h"
+#include "engine/model_detail.h"
 
 namespace pb {
 
-namespace {
-// A span for the whole call (phase level), or for one layer when the tracer keeps detail.
-Tracer::Scope call_span(Tracer* t, Phase p, int micro) {
-  if (!t || t->detail()) return {};
-  return t->compute(p, micro, [&] { return std::string(phase_name(p)); });
-}
-Tracer::Scope layer_span(Tracer* t, Phase p, int micro, const LayerPlan& l) {
-  if (!t || !t->detail()) return {};
-  return t->compute(p, micro, [&] { return fmt::format("L{} {}", l.index, layer_type_name(l.spec.type)); });
-}
 
-// Runs one backend call of a layer, with the observer (when any) around it.
-template <class Call>
-void observed(LayerObserver* o, int layer, LayerPass pass, Call&& call) {
-  if (o) o->before(layer, pass);
-  call();
-  if (o) o->after(layer, pass);
-}
-
-ConvGeom geom(const LayerPlan& l, int64_t batch) {
-  ConvGeom g;
-  g.n = batch;
-  g.c = l.in[0], g.h = l.in[1], g.w = l.in[2];
-  g.k = l.spec.out_channels, g.r = l.spec.kernel_h, g.s = l.spec.kernel_w;
-  g.stride_h = l.spec.stride_h, g.stride_w = l.spec.stride_w;
-  g.pad_h = l.spec.pad_h, g.pad_w = l.spec.pad_w;
-  return g;
-}
-}  // namespace
+using namespace model_detail;
 
 Sequential::Sequential(const NetPlan& plan, int begin, int end, Backend& backend)
-    : plan_(plan), begin_(begin), end_(end), backend_(&backend) {
+    : plan_(plan), begin_(begin), end_(end), backend_(&backend), bf16_(backend.precision() == Precision::Bf16) {
   PB_CHECK(0 <= begin && begin < end && end <= static_cast<int>(plan.layers.size()),
            "stage [{}, {}) of a {}-layer net", begin, end, plan.layers.size());
   int64_t n = 0;
@@ -80,6 +54,7 @@ std::vector<ActLayout> Sequential::layouts(int64_t batch) const {
 }
 
 const float* Sequential::forward(const float* x, int64_t batch, int slot_id) {
+  if (bf16_) return forward_bf16(x, batch, slot_id);
   Slot& slot = slots_[slot_id];
   if (slot.batch != batch) {
     // Buffers kept: a slot that serves micro-batches of two sizes in turn (uneven splits) keeps
@@ -138,7 +113,7 @@ const float* Sequential::forward(const float* x, int64_t batch, int slot_id) {
 
 float* Sequential::grad_scratch(int i, int64_t floats) {
   Tensor& b = (*gbuf_)[i];
-  if (!b.defined() || b.numel() < floats) b = Tensor::empty({floats}, backend_->device());
+  if (!b.defined() || b.dtype() != DType::F32 || b.numel() < floats) b = Tensor::empty({floats}, backend_->device());
   return b.data();
 }
 
@@ -153,6 +128,7 @@ void Sequential::backward(const float* dy, float* dx, bool accumulate, int slot_
                           const std::function<void(int)>& grads_ready) {
   auto it = slots_.find(slot_id);
   PB_CHECK(it != slots_.end() && it->second.input != nullptr, "backward before forward in slot {}", slot_id);
+  if (bf16_) return backward_bf16(dy, dx, accumulate, slot_id, grads_ready);
   Slot& slot = it->second;
   const int64_t batch = slot.batch;
   Tracer::Scope span = call_span(tracer_, Phase::Backward, slot_id);

@@ -1,5 +1,7 @@
 // A Sequential stage: layers [begin, end) of a net on one device. Its parameters live in one
 // contiguous buffer and its gradients in another, so an all-reduce or an Adam step is one call.
+// On a backend made for Precision::Bf16 it runs autocast (docs/bf16.md): fp32 parameters,
+// gradients and stage edges (input, output and their gradients); bf16 inside.
 #pragma once
 
 #include <array>
@@ -77,7 +79,15 @@ class Sequential {
     // between two convolutions the backend keeps so, never for the stage's own output.
     std::vector<ActLayout> layout;
     std::vector<Tensor> storage;
+    // bf16 path: per layer its bf16 output (storage holds them); the stage's input rounded to
+    // bf16, and its output widened to fp32.
+    std::vector<const Bf16*> out16;
+    Tensor in16, out32;
   };
+  const float* forward_bf16(const float* x, int64_t batch, int slot);
+  void backward_bf16(const float* dy, float* dx, bool accumulate, int slot,
+                     const std::function<void(int layer)>& grads_ready);
+  Bf16* grad_scratch_bf16(int i, int64_t n);
   float* grad_scratch(int i, int64_t floats);
   std::vector<ActLayout> layouts(int64_t batch) const;
   ActLayout in_layout(const Slot& s, int j) const { return j == 0 ? ActLayout::Plain : s.layout[j - 1]; }
@@ -85,7 +95,9 @@ class Sequential {
   const NetPlan& plan_;
   int begin_, end_;
   Backend* backend_;
+  bool bf16_;
   Tensor params_, grads_;
+  Tensor params16_;  // bf16 path: params_ rounded to bf16 at every forward
   std::map<int, Slot> slots_;
   std::shared_ptr<std::array<Tensor, 2>> gbuf_ = std::make_shared<std::array<Tensor, 2>>();
   Tracer* tracer_ = nullptr;

@@ -23,16 +23,19 @@ std::string shape_str(const Shape& s) {
   return out + ")";
 }
 
+const char* dtype_name(DType t) { return t == DType::F32 ? "float32" : "bfloat16"; }
+
 Buffer::Buffer(Device dev, std::size_t bytes, MemoryPool pool)
     : dev_(dev), bytes_(bytes), pool_(pool), ptr_(allocator_for(dev).allocate(bytes, pool)) {}
 
 Buffer::~Buffer() { allocator_for(dev_).release(ptr_, bytes_, pool_); }
 
-Tensor Tensor::empty(const Shape& shape, Device dev) {
+Tensor Tensor::empty(const Shape& shape, Device dev, DType dtype) {
   Tensor t;
   for (int64_t d : shape) PB_CHECK(d >= 0, "negative dimension in {}", shape_str(shape));
-  t.buf_ = std::make_shared<Buffer>(dev, static_cast<std::size_t>(numel_of(shape)) * sizeof(float));
+  t.buf_ = std::make_shared<Buffer>(dev, static_cast<std::size_t>(numel_of(shape)) * dtype_size(dtype));
   t.shape_ = shape;
+  t.dtype_ = dtype;
   return t;
 }
 
@@ -61,27 +64,44 @@ Tensor Tensor::from_host(const Shape& shape, const std::vector<float>& values, D
   return t;
 }
 
+void* Tensor::raw() const {
+  return buf_ ? static_cast<char*>(buf_->data()) + static_cast<std::size_t>(offset_) * dtype_size(dtype_) : nullptr;
+}
+
 float* Tensor::data() const {
-  return buf_ ? static_cast<float*>(buf_->data()) + offset_ : nullptr;
+  PB_CHECK(dtype_ == DType::F32, "float data of a {} tensor", dtype_name(dtype_));
+  return static_cast<float*>(raw());
+}
+
+Bf16* Tensor::data_bf16() const {
+  PB_CHECK(dtype_ == DType::Bf16, "bf16 data of a {} tensor", dtype_name(dtype_));
+  return static_cast<Bf16*>(raw());
 }
 
 Device Tensor::device() const { return buf_ ? buf_->device() : Device{}; }
 
 Tensor Tensor::view(int64_t offset, const Shape& shape) const {
   PB_CHECK(buf_ != nullptr, "view of an undefined tensor");
-  PB_CHECK(offset >= 0 && static_cast<std::size_t>(offset_ + offset + numel_of(shape)) * sizeof(float) <=
+  PB_CHECK(offset >= 0 && static_cast<std::size_t>(offset_ + offset + numel_of(shape)) * dtype_size(dtype_) <=
                               buf_->bytes(),
            "view {} at offset {} exceeds storage of {} bytes", shape_str(shape), offset, buf_->bytes());
   Tensor t;
   t.buf_ = buf_;
   t.offset_ = offset_ + offset;
   t.shape_ = shape;
+  t.dtype_ = dtype_;
   return t;
 }
 
 std::vector<float> Tensor::to_host() const {
   std::vector<float> out(static_cast<std::size_t>(numel()));
-  copy_bytes(cpu(), out.data(), device(), data(), bytes());
+  if (dtype_ == DType::F32) {
+    copy_bytes(cpu(), out.data(), device(), data(), bytes());
+    return out;
+  }
+  std::vector<Bf16> b(out.size());
+  copy_bytes(cpu(), b.data(), device(), raw(), bytes());
+  for (std::size_t i = 0; i < b.size(); ++i) out[i] = from_bf16(b[i]);
   return out;
 }
 
@@ -93,7 +113,8 @@ void Tensor::copy_from_host(const float* src, int64_t n, int64_t offset) {
 
 void Tensor::copy_from(const Tensor& src) {
   PB_CHECK(src.numel() == numel(), "copy of {} elements into {}", src.numel(), numel());
-  copy_bytes(device(), data(), src.device(), src.data(), bytes());
+  PB_CHECK(src.dtype_ == dtype_, "copy of a {} tensor into a {} one", dtype_name(src.dtype_), dtype_name(dtype_));
+  copy_bytes(device(), raw(), src.device(), src.raw(), bytes());
 }
 
 }  // namespace pb

@@ -4,7 +4,9 @@
 Each net gets tests/fixtures/<name>/ with net.json, params/<key>.npy (initial),
 input.npy, target.npy (random targets only), expected.json (per-step Adam losses)
 and final/<key>.npy (parameters after --steps steps). The engine's tests replay
-them and compare.
+them and compare. BF16_NETS get the same files under <out>/bf16/<name>/, trained
+under torch.autocast("cpu", dtype=torch.bfloat16) with the loss in fp32 (the
+engine's --precision bf16, docs/bf16.md).
 
     /usr/bin/python3 scripts/make_fixtures.py [--out DIR] [--steps K]
 """
@@ -13,6 +15,7 @@ import os
 import shutil
 
 import torch
+from torch import nn
 
 import torchnet
 
@@ -56,17 +59,42 @@ NETS = [
 ]
 
 
-def make_fixture(net, batch, out_dir, steps):
-    directory = os.path.join(out_dir, net["name"])
+# Nets of NETS (same seed, so the same initial parameters and batch as their fp32 fixtures) that
+# also get an autocast bf16 trajectory; the tests compare the engine's bf16 run with both.
+BF16_NETS = ["conv_odd", "conv_linear", "conv_stride2"]
+
+
+def train_autocast(model, x, target, lr, weight_decay, steps):
+    """train() under CPU autocast bf16: fp32 parameters and Adam, the loss in fp32."""
+    opt = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.999), eps=1e-8,
+                           weight_decay=weight_decay)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = model(x)
+        if out.dtype != torch.bfloat16:
+            raise RuntimeError(f"autocast left the output in {out.dtype}")
+        loss = nn.functional.mse_loss(out.float(), target)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def make_fixture(net, batch, out_dir, steps, bf16=False):
+    directory = os.path.join(out_dir, "bf16" if bf16 else "", net["name"])
     shutil.rmtree(directory, ignore_errors=True)
     model, x, target, random_target = torchnet.setup(net, batch, SEED)
     torchnet.write_inputs(directory, net, model, x, target, random_target)
     lr, wd = net["lr"], net.get("weight_decay", 0.0)
-    losses = torchnet.train(model, x, target, lr, wd, steps)
+    losses = (train_autocast if bf16 else torchnet.train)(model, x, target, lr, wd, steps)
     torchnet.save_params(model, os.path.join(directory, "final"))
-    torchnet.write_json(os.path.join(directory, "expected.json"), {
-        "steps": steps, "lr": lr, "weight_decay": wd, "batch": batch, "seed": SEED,
-        "losses": losses, "torch_version": torch.__version__})
+    expected = {"steps": steps, "lr": lr, "weight_decay": wd, "batch": batch, "seed": SEED,
+                "losses": losses, "torch_version": torch.__version__}
+    if bf16:
+        expected["autocast"] = "cpu bfloat16"
+    torchnet.write_json(os.path.join(directory, "expected.json"), expected)
     return losses
 
 
@@ -80,6 +108,9 @@ def main():
     for net, batch in NETS:
         losses = make_fixture(net, batch, args.out, args.steps)
         print(f"{net['name']:16s} batch {batch:2d}  loss {losses[0]:.6g} -> {losses[-1]:.6g}")
+        if net["name"] in BF16_NETS:
+            losses = make_fixture(net, batch, args.out, args.steps, bf16=True)
+            print(f"{net['name']:16s} batch {batch:2d}  loss {losses[0]:.6g} -> {losses[-1]:.6g}  (autocast bf16)")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "engine/check.h"
+#include "engine/cuda/cuda_bf16.h"
 #include "engine/cuda/cuda_conv.h"
 #include "engine/cuda/cuda_kernels.h"
 #include "engine/cuda/cuda_util.h"
@@ -47,6 +48,11 @@ class CudaBackend final : public Backend {
     cudaDeviceProp prop{};
     CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
     gpu_name_ = prop.name;
+    if (opts.precision == Precision::Bf16) {
+      const std::string why = cuda_bf16_refusal(prop.major, prop.minor, gpu_name_);
+      if (!why.empty()) throw Error(why);
+      bf16_ = std::make_unique<cu::CudaBf16>(dev(), cudnn_, cublas_, stream_, opts.workspace_cap_bytes);
+    }
     // MSE scratch: partial sums, then the completion counter, which starts at zero.
     mse_scratch_ = std::make_unique<Buffer>(dev(), cu::kMseMaxBlocks * sizeof(double) + sizeof(unsigned int));
     CUDA_CHECK(cudaMemsetAsync(mse_scratch_->data(), 0, mse_scratch_->bytes(), stream_));
@@ -66,15 +72,18 @@ class CudaBackend final : public Backend {
   }
 
   void conv2d_forward(const ConvGeom& g, const float* x, const float* w, const float* b, float* y) override {
+    fp32_only("convolution");
     cu::use_device(device_);
     convs_.forward(g, x, w, b, y);
   }
   void conv2d_backward_data(const ConvGeom& g, const float* dy, const float* w, float* dx) override {
+    fp32_only("convolution");
     cu::use_device(device_);
     convs_.backward_data(g, dy, w, dx);
   }
   void conv2d_backward_weights(const ConvGeom& g, const float* x, const float* dy, float* dw, float* db,
                                bool accumulate) override {
+    fp32_only("convolution");
     cu::use_device(device_);
     convs_.backward_weights(g, x, dy, dw, db, accumulate);
   }
@@ -84,6 +93,7 @@ class CudaBackend final : public Backend {
   // W'[in,out], y[n,out] is Y'[out,n]. So y = x w^T is Y' = W'^T X'.
   void linear_forward(int64_t n, int64_t in, int64_t out, const float* x, const float* w, const float* b,
                       float* y) override {
+    fp32_only("linear layer");
     cu::use_device(device_);
     const int N = to_int(n, "batch"), I = to_int(in, "in_features"), O = to_int(out, "out_features");
     if (b) cu::launch_broadcast_rows(stream_, n, out, b, y);
@@ -93,6 +103,7 @@ class CudaBackend final : public Backend {
   // dx = dy w: dX'[in,n] = W'[in,out] dY'[out,n].
   void linear_backward_data(int64_t n, int64_t in, int64_t out, const float* dy, const float* w,
                             float* dx) override {
+    fp32_only("linear layer");
     cu::use_device(device_);
     const int N = to_int(n, "batch"), I = to_int(in, "in_features"), O = to_int(out, "out_features");
     CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, I, N, O, &kOne, w, I, dy, O, &kZero, dx, I));
@@ -101,12 +112,66 @@ class CudaBackend final : public Backend {
   // dw = dy^T x: dW'[in,out] = X'[in,n] dY'^T[n,out].
   void linear_backward_weights(int64_t n, int64_t in, int64_t out, const float* x, const float* dy, float* dw,
                                float* db, bool accumulate) override {
+    fp32_only("linear layer");
     cu::use_device(device_);
     const int N = to_int(n, "batch"), I = to_int(in, "in_features"), O = to_int(out, "out_features");
     CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_T, I, O, N, &kOne, x, I, dy, O,
                              accumulate ? &kOne : &kZero, dw, I));
     if (db) cu::launch_column_sums(stream_, n, out, dy, db, accumulate);
   }
+
+  // Under bf16 the fp32 convolutions and linear layers refuse: a caller without autocast (tp
+  // across workers, for now) must not run fp32 as bf16.
+  void fp32_only(const char* op) const {
+    if (opts_.precision == Precision::Bf16)
+      throw Error(fmt::format("{}: an fp32 {} on a backend made for bf16 (this caller has no autocast path yet)",
+                              name(), op));
+  }
+  // bf16 (engine/cuda/cuda_bf16.cpp), on backends made for Precision::Bf16.
+  cu::CudaBf16& bf16() {
+    PB_CHECK(bf16_ != nullptr, "{}: a bf16 op on a backend made for {}", name(), precision_name(opts_.precision));
+    cu::use_device(device_);
+    return *bf16_;
+  }
+  void conv2d_forward_bf16(const ConvGeom& g, const Bf16* x, const Bf16* w, const Bf16* b, Bf16* y) override {
+    bf16().conv_forward(g, x, w, b, y);
+  }
+  void conv2d_backward_data_bf16(const ConvGeom& g, const Bf16* dy, const Bf16* w, Bf16* dx) override {
+    bf16().conv_backward_data(g, dy, w, dx);
+  }
+  void conv2d_backward_weights_bf16(const ConvGeom& g, const Bf16* x, const Bf16* dy, float* dw, float* db,
+                                    bool accumulate) override {
+    bf16().conv_backward_weights(g, x, dy, dw, db, accumulate);
+  }
+  void linear_forward_bf16(int64_t n, int64_t in, int64_t out, const Bf16* x, const Bf16* w, const Bf16* b,
+                           Bf16* y) override {
+    bf16().linear_forward(n, in, out, x, w, b, y);
+  }
+  void linear_backward_data_bf16(int64_t n, int64_t in, int64_t out, const Bf16* dy, const Bf16* w,
+                                 Bf16* dx) override {
+    bf16().linear_backward_data(n, in, out, dy, w, dx);
+  }
+  void linear_backward_weights_bf16(int64_t n, int64_t in, int64_t out, const Bf16* x, const Bf16* dy, float* dw,
+                                    float* db, bool accumulate) override {
+    bf16().linear_backward_weights(n, in, out, x, dy, dw, db, accumulate);
+  }
+  void relu_forward_bf16(int64_t n, const Bf16* x, Bf16* y) override {
+    cu::use_device(device_);
+    cu::launch_relu_bf16(stream_, n, x, y);
+  }
+  void relu_backward_bf16(int64_t n, const Bf16* y, const Bf16* dy, Bf16* dx) override {
+    cu::use_device(device_);
+    cu::launch_relu_backward_bf16(stream_, n, y, dy, dx);
+  }
+  void to_bf16(int64_t n, const float* src, Bf16* dst) override {
+    cu::use_device(device_);
+    cu::launch_to_bf16(stream_, n, src, dst);
+  }
+  void from_bf16(int64_t n, const Bf16* src, float* dst) override {
+    cu::use_device(device_);
+    cu::launch_from_bf16(stream_, n, src, dst);
+  }
+  Precision precision() const override { return opts_.precision; }
 
   void relu_forward(int64_t n, const float* x, float* y) override {
     cu::use_device(device_);
@@ -219,6 +284,7 @@ class CudaBackend final : public Backend {
   cu::Stream stream_;
   cu::CudnnHandle cudnn_;
   cu::CublasHandle cublas_;
+  std::unique_ptr<cu::CudaBf16> bf16_;  // Precision::Bf16 only; declared after the handles it uses
   std::string gpu_name_;
   cu::CudnnConv convs_;
   std::unique_ptr<Buffer> mse_scratch_;

@@ -1,0 +1,45 @@
+// The bf16 ops' defaults: a backend without a bf16 path refuses by name, never computes in fp32
+// and calls that bf16.
+#include "engine/backend.h"
+#include "engine/check.h"
+
+namespace pb {
+
+namespace {
+[[noreturn]] void no_bf16(const Backend& be, const char* op) {
+  throw Error(fmt::format("{} has no bf16 {} (precision bf16 needs a backend with bf16 kernels)", be.name(), op));
+}
+}  // namespace
+
+void Backend::conv2d_forward_bf16(const ConvGeom&, const Bf16*, const Bf16*, const Bf16*, Bf16*) {
+  no_bf16(*this, "convolution");
+}
+void Backend::conv2d_backward_data_bf16(const ConvGeom&, const Bf16*, const Bf16*, Bf16*) {
+  no_bf16(*this, "convolution");
+}
+void Backend::conv2d_backward_weights_bf16(const ConvGeom&, const Bf16*, const Bf16*, float*, float*, bool) {
+  no_bf16(*this, "convolution");
+}
+void Backend::linear_forward_bf16(int64_t, int64_t, int64_t, const Bf16*, const Bf16*, const Bf16*, Bf16*) {
+  no_bf16(*this, "linear layer");
+}
+void Backend::linear_backward_data_bf16(int64_t, int64_t, int64_t, const Bf16*, const Bf16*, Bf16*) {
+  no_bf16(*this, "linear layer");
+}
+void Backend::linear_backward_weights_bf16(int64_t, int64_t, int64_t, const Bf16*, const Bf16*, float*, float*,
+                                           bool) {
+  no_bf16(*this, "linear layer");
+}
+void Backend::relu_forward_bf16(int64_t, const Bf16*, Bf16*) { no_bf16(*this, "ReLU"); }
+void Backend::relu_backward_bf16(int64_t, const Bf16*, const Bf16*, Bf16*) { no_bf16(*this, "ReLU"); }
+void Backend::to_bf16(int64_t, const float*, Bf16*) { no_bf16(*this, "conversion"); }
+void Backend::from_bf16(int64_t, const Bf16*, float*) { no_bf16(*this, "conversion"); }
+
+std::string cuda_bf16_refusal(int cc_major, int cc_minor, const std::string& gpu_name) {
+  if (cc_major < 8)
+    return fmt::format("precision bf16 on CUDA needs compute capability 8.0 or newer (bf16 tensor cores); {} has {}.{}",
+                       gpu_name, cc_major, cc_minor);
+  return {};
+}
+
+}  // namespace pb

@@ -1,0 +1,143 @@
+// cuDNN and cuBLAS calls of the CUDA backend's bf16 path. Convolution algorithms: cuDNN's
+// heuristics (the first that runs in tensor-op math within the workspace cap). Bias added by
+// the convolution itself (y filled with the bias, then beta = 1), so the output rounds once.
+#include "engine/cuda/cuda_bf16.h"
+
+#include "engine/check.h"
+
+namespace pb::cu {
+
+namespace {
+constexpr float kOne = 1.0f, kZero = 0.0f;
+}  // namespace
+
+struct CudaBf16::Plan {
+  TensorDesc x, y;
+  FilterDesc w;
+  ConvDesc conv;
+  cudnnConvolutionFwdAlgo_t fwd{};
+  cudnnConvolutionBwdDataAlgo_t bwd_data{};
+  cudnnConvolutionBwdFilterAlgo_t bwd_filter{};
+  std::size_t ws_fwd = 0, ws_data = 0, ws_filter = 0;
+};
+
+CudaBf16::CudaBf16(Device dev, cudnnHandle_t cudnn, cublasHandle_t cublas, cudaStream_t stream, std::size_t cap)
+    : dev_(dev), cudnn_(cudnn), cublas_(cublas), stream_(stream), cap_(cap) {}
+CudaBf16::~CudaBf16() = default;
+
+namespace {
+// The first ranked algorithm cuDNN says runs, within the cap.
+template <class Perf>
+const Perf& pick(const Perf* perf, int count, std::size_t cap, const char* what, const ConvGeom& g) {
+  for (int i = 0; i < count; ++i)
+    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= cap) return perf[i];
+  throw Error(fmt::format("cuDNN has no bf16 {} algorithm within {} bytes of workspace for conv x[{},{},{},{}] "
+                          "w[{},{},{},{}]",
+                          what, cap, g.n, g.c, g.h, g.w, g.k, g.c, g.r, g.s));
+}
+}  // namespace
+
+CudaBf16::Plan& CudaBf16::plan(const ConvGeom& g) {
+  const std::array<int64_t, 11> key{g.n, g.c, g.h, g.w, g.k, g.r, g.s, g.stride_h, g.stride_w, g.pad_h, g.pad_w};
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return *it->second;
+  auto p = std::make_unique<Plan>();
+  const int N = to_int(g.n, "batch"), C = to_int(g.c, "channels"), H = to_int(g.h, "height"),
+            W = to_int(g.w, "width"), K = to_int(g.k, "output channels");
+  CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_BFLOAT16, N, C, H, W));
+  CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_BFLOAT16, N, K,
+                                         to_int(g.p(), "output height"), to_int(g.q(), "output width")));
+  CUDNN_CHECK(cudnnSetFilter4dDescriptor(p->w, CUDNN_DATA_BFLOAT16, CUDNN_TENSOR_NCHW, K, C,
+                                         to_int(g.r, "kernel height"), to_int(g.s, "kernel width")));
+  // bf16 data, fp32 accumulation (the compute type), on tensor cores.
+  CUDNN_CHECK(cudnnSetConvolution2dDescriptor(p->conv, to_int(g.pad_h, "pad"), to_int(g.pad_w, "pad"),
+                                              to_int(g.stride_h, "stride"), to_int(g.stride_w, "stride"), 1, 1,
+                                              CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+  CUDNN_CHECK(cudnnSetConvolutionMathType(p->conv, CUDNN_TENSOR_OP_MATH));
+  constexpr int kMax = 16;
+  int n = 0;
+  cudnnConvolutionFwdAlgoPerf_t fp[kMax];
+  CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(cudnn_, p->x, p->w, p->conv, p->y, kMax, &n, fp));
+  const auto& f = pick(fp, n, cap_, "forward", g);
+  p->fwd = f.algo, p->ws_fwd = f.memory;
+  cudnnConvolutionBwdDataAlgoPerf_t dp[kMax];
+  CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(cudnn_, p->w, p->y, p->conv, p->x, kMax, &n, dp));
+  const auto& d = pick(dp, n, cap_, "backward data", g);
+  p->bwd_data = d.algo, p->ws_data = d.memory;
+  cudnnConvolutionBwdFilterAlgoPerf_t wp[kMax];
+  CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnn_, p->x, p->y, p->conv, p->w, kMax, &n, wp));
+  const auto& w = pick(wp, n, cap_, "backward weights", g);
+  p->bwd_filter = w.algo, p->ws_filter = w.memory;
+  return *plans_.emplace(key, std::move(p)).first->second;
+}
+
+void* CudaBf16::workspace(std::size_t bytes) {
+  if (bytes == 0) return nullptr;
+  if (!workspace_ || workspace_->bytes() < bytes) {
+    if (workspace_) outgrown_.push_back(std::move(workspace_));
+    workspace_ = std::make_unique<Buffer>(dev_, bytes, MemoryPool::Workspace);
+  }
+  return workspace_->data();
+}
+
+Bf16* CudaBf16::dw16(int64_t n) {
+  const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(Bf16);
+  if (!dw16_ || dw16_->bytes() < bytes) {
+    if (dw16_) outgrown_.push_back(std::move(dw16_));
+    dw16_ = std::make_unique<Buffer>(dev_, bytes, MemoryPool::Workspace);
+  }
+  return static_cast<Bf16*>(dw16_->data());
+}
+
+void CudaBf16::conv_forward(const ConvGeom& g, const Bf16* x, const Bf16* w, const Bf16* b, Bf16* y) {
+  Plan& p = plan(g);
+  const int64_t pq = g.p() * g.q();
+  launch_broadcast_bf16(stream_, g.n * g.k * pq, g.k, pq, b, y);
+  CUDNN_CHECK(cudnnConvolutionForward(cudnn_, &kOne, p.x, x, p.w, w, p.conv, p.fwd, workspace(p.ws_fwd), p.ws_fwd,
+                                      &kOne, p.y, y));
+}
+
+void CudaBf16::conv_backward_data(const ConvGeom& g, const Bf16* dy, const Bf16* w, Bf16* dx) {
+  Plan& p = plan(g);
+  CUDNN_CHECK(cudnnConvolutionBackwardData(cudnn_, &kOne, p.w, w, p.y, dy, p.conv, p.bwd_data, workspace(p.ws_data),
+                                           p.ws_data, &kZero, p.x, dx));
+}
+
+void CudaBf16::conv_backward_weights(const ConvGeom& g, const Bf16* x, const Bf16* dy, float* dw, float* db,
+                                     bool accumulate) {
+  Plan& p = plan(g);
+  // cuDNN writes the filter gradient in the filter's dtype (bf16, as PyTorch's autocast gets it);
+  // it is widened into the fp32 gradient, added there when accumulating.
+  const int64_t wn = g.k * g.c * g.r * g.s;
+  Bf16* d16 = dw16(wn);
+  CUDNN_CHECK(cudnnConvolutionBackwardFilter(cudnn_, &kOne, p.x, x, p.y, dy, p.conv, p.bwd_filter,
+                                             workspace(p.ws_filter), p.ws_filter, &kZero, p.w, d16));
+  launch_widen_bf16(stream_, wn, d16, dw, accumulate);
+  launch_channel_sums_bf16(stream_, g.n, g.k, g.p() * g.q(), dy, db, accumulate);
+}
+
+void CudaBf16::linear_forward(int64_t n, int64_t in, int64_t out, const Bf16* x, const Bf16* w, const Bf16* b,
+                              Bf16* y) {
+  const int N = to_int(n, "batch"), I = to_int(in, "in features"), O = to_int(out, "out features");
+  launch_broadcast_bf16(stream_, n * out, out, 1, b, y);
+  // Column-major view: y^T[O x N] = w^T... as the fp32 path: op(w) = w^T of the [I x O] column-major w.
+  CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, O, N, I, &kOne, w, CUDA_R_16BF, I, x, CUDA_R_16BF, I,
+                            &kOne, y, CUDA_R_16BF, O, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+void CudaBf16::linear_backward_data(int64_t n, int64_t in, int64_t out, const Bf16* dy, const Bf16* w, Bf16* dx) {
+  const int N = to_int(n, "batch"), I = to_int(in, "in features"), O = to_int(out, "out features");
+  CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, I, N, O, &kOne, w, CUDA_R_16BF, I, dy, CUDA_R_16BF, O,
+                            &kZero, dx, CUDA_R_16BF, I, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+void CudaBf16::linear_backward_weights(int64_t n, int64_t in, int64_t out, const Bf16* x, const Bf16* dy, float* dw,
+                                       float* db, bool accumulate) {
+  const int N = to_int(n, "batch"), I = to_int(in, "in features"), O = to_int(out, "out features");
+  // bf16 inputs, fp32 output and accumulation (beta = 1 adds to the fp32 gradient).
+  CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_N, CUBLAS_OP_T, I, O, N, &kOne, x, CUDA_R_16BF, I, dy, CUDA_R_16BF, O,
+                            accumulate ? &kOne : &kZero, dw, CUDA_R_32F, I, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  launch_channel_sums_bf16(stream_, n, out, 1, dy, db, accumulate);
+}
+
+}  // namespace pb::cu

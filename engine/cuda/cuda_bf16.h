@@ -1,0 +1,61 @@
+// The CUDA backend's bf16 (autocast) path: cuDNN convolutions on bf16 tensors with fp32 compute
+// (tensor-op math), cuBLAS GemmEx for linear layers (bf16 in, fp32 compute), and parbench's own
+// kernels (cuda_bf16_kernels.cu) for the rest. Compiled; not yet run on a GPU (docs/bf16.md).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+#include "engine/backend.h"
+#include "engine/cuda/cuda_util.h"
+#include "engine/tensor.h"
+
+namespace pb::cu {
+
+void launch_to_bf16(cudaStream_t s, int64_t n, const float* x, Bf16* y);
+void launch_from_bf16(cudaStream_t s, int64_t n, const Bf16* x, float* y);
+void launch_relu_bf16(cudaStream_t s, int64_t n, const Bf16* x, Bf16* y);
+void launch_relu_backward_bf16(cudaStream_t s, int64_t n, const Bf16* y, const Bf16* dy, Bf16* dx);
+// y[i] = b[(i / inner) % channels] for i < n.
+void launch_broadcast_bf16(cudaStream_t s, int64_t n, int64_t channels, int64_t inner, const Bf16* b, Bf16* y);
+// db[c] (+)= sum of dy[o, c, i] over o < outer, i < inner, in fp32.
+void launch_channel_sums_bf16(cudaStream_t s, int64_t outer, int64_t channels, int64_t inner, const Bf16* dy,
+                              float* db, bool accumulate);
+// y (+)= x widened to fp32.
+void launch_widen_bf16(cudaStream_t s, int64_t n, const Bf16* x, float* y, bool accumulate);
+
+class CudaBf16 {
+ public:
+  CudaBf16(Device dev, cudnnHandle_t cudnn, cublasHandle_t cublas, cudaStream_t stream, std::size_t workspace_cap);
+  ~CudaBf16();
+  void conv_forward(const ConvGeom& g, const Bf16* x, const Bf16* w, const Bf16* b, Bf16* y);
+  void conv_backward_data(const ConvGeom& g, const Bf16* dy, const Bf16* w, Bf16* dx);
+  void conv_backward_weights(const ConvGeom& g, const Bf16* x, const Bf16* dy, float* dw, float* db, bool accumulate);
+  void linear_forward(int64_t n, int64_t in, int64_t out, const Bf16* x, const Bf16* w, const Bf16* b, Bf16* y);
+  void linear_backward_data(int64_t n, int64_t in, int64_t out, const Bf16* dy, const Bf16* w, Bf16* dx);
+  void linear_backward_weights(int64_t n, int64_t in, int64_t out, const Bf16* x, const Bf16* dy, float* dw,
+                               float* db, bool accumulate);
+
+ private:
+  struct Plan;
+  Plan& plan(const ConvGeom& g);
+  void* workspace(std::size_t bytes);
+  Bf16* dw16(int64_t n);
+
+  Device dev_;
+  cudnnHandle_t cudnn_;
+  cublasHandle_t cublas_;
+  cudaStream_t stream_;
+  std::size_t cap_;
+  std::unique_ptr<Buffer> workspace_, dw16_;
+  std::vector<std::unique_ptr<Buffer>> outgrown_;  // kept until destruction: queued work may read them
+  std::map<std::array<int64_t, 11>, std::unique_ptr<Plan>> plans_;
+};
+
+}  // namespace pb::cu

@@ -1,0 +1,291 @@
+// oneDNN bf16 primitives: plain NCHW/OIHW (or row-major) user tensors, the primitive's preferred
+// layouts inside, with reorders through scratch buffers where the two differ.
+#include "engine/dnnl/dnnl_bf16.h"
+
+#include <array>
+#include <map>
+#include <unordered_map>
+#include <tuple>
+#include <vector>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "engine/check.h"
+#include "engine/dnnl/dnnl_conv_plan.h"
+#include "engine/dnnl/omp_threads.h"
+
+namespace pb {
+
+namespace {
+using dnnl::memory;
+using Dt = memory::data_type;
+using Tag = memory::format_tag;
+
+// dnnl_cpu_isa_t values are bit sets, each ISA holding the bits of those it extends.
+constexpr unsigned kIsaBf16 = dnnl_cpu_isa_avx512_core_bf16;
+}  // namespace
+
+std::string dnnl_isa_name(unsigned isa) {
+  switch (isa) {
+    case dnnl_cpu_isa_sse41: return "sse41";
+    case dnnl_cpu_isa_avx: return "avx";
+    case dnnl_cpu_isa_avx2: return "avx2";
+    case dnnl_cpu_isa_avx512_mic: return "avx512_mic";
+    case dnnl_cpu_isa_avx512_mic_4ops: return "avx512_mic_4ops";
+    case dnnl_cpu_isa_avx512_core: return "avx512_core";
+    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
+    case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
+    default: return fmt::format("isa 0x{:x}", isa);
+  }
+}
+
+unsigned dnnl_effective_isa() { return static_cast<unsigned>(dnnl_get_effective_cpu_isa()); }
+
+std::string dnnl_bf16_refusal(unsigned isa) {
+  if ((isa & kIsaBf16) == kIsaBf16) return {};
+  return fmt::format("precision bf16 on CPU needs oneDNN's bf16 kernels (AVX512-BF16 or AMX-BF16); oneDNN runs "
+                     "{} on this CPU, where bf16 would be emulated",
+                     dnnl_isa_name(isa));
+}
+
+namespace {
+
+memory::desc plain(const memory::dims& d, Dt t) {
+  return memory::desc(d, t, d.size() == 4 ? Tag::abcd : d.size() == 2 ? Tag::ab : Tag::a);
+}
+memory::desc any(const memory::dims& d, Dt t) { return memory::desc(d, t, Tag::any); }
+
+// The primitive's implementation name; oneDNN's reference kernels emulate bf16, slowly: refused.
+template <class Pd>
+std::string native_impl(const Pd& pd, const char* what) {
+  std::string impl = pd.impl_info_str();
+  if (impl.rfind("ref", 0) == 0)
+    throw Error(fmt::format("oneDNN has only its reference kernel ({}) for this bf16 {} on {}: refusing emulated bf16",
+                            impl, what, dnnl_isa_name(dnnl_effective_isa())));
+  return impl;
+}
+
+struct ConvPlan {
+  dnnl::convolution_forward::primitive_desc fpd;
+  dnnl::convolution_backward_data::primitive_desc dpd;
+  dnnl::convolution_backward_weights::primitive_desc wpd;
+  dnnl::convolution_forward fwd;
+  dnnl::convolution_backward_data bwd_data;
+  dnnl::convolution_backward_weights bwd_weights;
+  memory::desc x, w, b, y, dw, db;  // the user's
+  std::string impl[3];
+};
+
+struct MatPlan {
+  dnnl::matmul prim;
+  memory::desc src, wei, bias, dst;
+};
+
+}  // namespace
+
+struct DnnlBf16::Impl {
+  Impl(int t, Device d) : threads(t), eng(dnnl::engine::kind::cpu, 0), strm(eng), s{dnnl_plan::Scratch(d), dnnl_plan::Scratch(d), dnnl_plan::Scratch(d)} {}
+  int threads;
+  dnnl::engine eng;
+  dnnl::stream strm;
+  std::array<dnnl_plan::Scratch, 3> s;
+  std::vector<float> db_tmp;
+  std::map<dnnl_plan::Key, ConvPlan> convs;
+  std::map<std::tuple<int, int64_t, int64_t, int64_t, bool>, MatPlan> mats;
+
+  const ConvPlan& conv(const ConvGeom& g) {
+    const dnnl_plan::Key key = dnnl_plan::key_of(g, true);
+    auto it = convs.find(key);
+    if (it != convs.end()) return it->second;
+    const dnnl_plan::Dims d = dnnl_plan::dims(g);
+    ConvPlan p;
+    p.x = plain(d.src, Dt::bf16), p.w = plain(d.wei, Dt::bf16), p.b = plain(d.bias, Dt::bf16);
+    p.y = plain(d.dst, Dt::bf16), p.dw = plain(d.wei, Dt::f32), p.db = plain(d.bias, Dt::f32);
+    const auto alg = dnnl::algorithm::convolution_direct;
+    dnnl::convolution_forward::primitive_desc fpd(
+        dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, any(d.src, Dt::bf16),
+                                        any(d.wei, Dt::bf16), p.b, any(d.dst, Dt::bf16), d.strides, d.pad, d.pad),
+        eng);
+    dnnl::convolution_backward_data::primitive_desc dpd(
+        dnnl::convolution_backward_data::desc(alg, any(d.src, Dt::bf16), any(d.wei, Dt::bf16), any(d.dst, Dt::bf16),
+                                              d.strides, d.pad, d.pad),
+        eng, fpd);
+    dnnl::convolution_backward_weights::primitive_desc wpd(
+        dnnl::convolution_backward_weights::desc(alg, any(d.src, Dt::bf16), any(d.wei, Dt::f32), p.db,
+                                                 any(d.dst, Dt::bf16), d.strides, d.pad, d.pad),
+        eng, fpd);
+    p.impl[0] = native_impl(fpd, "convolution forward");
+    p.impl[1] = native_impl(dpd, "convolution backward data");
+    p.impl[2] = native_impl(wpd, "convolution backward weights");
+    p.fpd = fpd, p.dpd = dpd, p.wpd = wpd;
+    p.fwd = dnnl::convolution_forward(fpd);
+    p.bwd_data = dnnl::convolution_backward_data(dpd);
+    p.bwd_weights = dnnl::convolution_backward_weights(wpd);
+    return convs.emplace(key, std::move(p)).first->second;
+  }
+
+  // `user` at p in the layout `prim`: the user's memory itself, or a reorder of it into scratch i.
+  memory in(const memory::desc& prim, const memory::desc& user, const void* p, int i) {
+    memory u(user, eng, const_cast<void*>(p));
+    if (prim == user) return u;
+    memory m(prim, eng, s[i].get(prim.get_size()));
+    dnnl::reorder(u, m).execute(strm, u, m);
+    return m;
+  }
+  // Where a primitive writes an output meant for `user` at p: there, or scratch i (see out_done).
+  memory out(const memory::desc& prim, const memory::desc& user, void* p, int i) {
+    if (prim == user) return memory(user, eng, p);
+    return memory(prim, eng, s[i].get(prim.get_size()));
+  }
+  // Moves an output written to scratch into the user's buffer, adding to it when sum.
+  void out_done(memory m, const memory::desc& user, void* p, bool sum) {
+    memory u(user, eng, p);
+    if (m.get_data_handle() == p && !sum) return;
+    dnnl::primitive_attr a;
+    if (sum) {
+      dnnl::post_ops po;
+      po.append_sum(1.0f);
+      a.set_post_ops(po);
+    }
+    dnnl::reorder(dnnl::reorder::primitive_desc(eng, m.get_desc(), eng, user, a)).execute(strm, m, u);
+  }
+
+  const MatPlan& mat(int kind, int64_t n, int64_t in, int64_t out, bool sum) {
+    const auto key = std::make_tuple(kind, n, in, out, sum);
+    auto it = mats.find(key);
+    if (it != mats.end()) return it->second;
+    MatPlan p;
+    dnnl::primitive_attr attr;
+    if (kind == 0) {  // y[n,out] = x[n,in] w[out,in]^T + b
+      p.src = plain({n, in}, Dt::bf16), p.wei = memory::desc({in, out}, Dt::bf16, memory::dims{1, in});
+      p.bias = plain({1, out}, Dt::bf16), p.dst = plain({n, out}, Dt::bf16);
+    } else if (kind == 1) {  // dx[n,in] = dy[n,out] w[out,in]
+      p.src = plain({n, out}, Dt::bf16), p.wei = plain({out, in}, Dt::bf16), p.dst = plain({n, in}, Dt::bf16);
+    } else {  // dw[out,in] (+)= dy[n,out]^T x[n,in]
+      p.src = memory::desc({out, n}, Dt::bf16, memory::dims{1, out}), p.wei = plain({n, in}, Dt::bf16);
+      p.dst = plain({out, in}, Dt::f32);
+      if (sum) {
+        dnnl::post_ops po;
+        po.append_sum(1.0f);
+        attr.set_post_ops(po);
+      }
+    }
+    const auto pd = kind == 0 ? dnnl::matmul::primitive_desc(dnnl::matmul::desc(p.src, p.wei, p.bias, p.dst), attr, eng)
+                              : dnnl::matmul::primitive_desc(dnnl::matmul::desc(p.src, p.wei, p.dst), attr, eng);
+    native_impl(pd, "linear layer");
+    p.prim = dnnl::matmul(pd);
+    return mats.emplace(key, std::move(p)).first->second;
+  }
+  void run_mat(const MatPlan& p, const void* src, const void* wei, const void* bias, void* dst) {
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(p.src, eng, const_cast<void*>(src))},
+                                         {DNNL_ARG_WEIGHTS, memory(p.wei, eng, const_cast<void*>(wei))},
+                                         {DNNL_ARG_DST, memory(p.dst, eng, dst)}};
+    if (bias) args.emplace(DNNL_ARG_BIAS, memory(p.bias, eng, const_cast<void*>(bias)));
+    p.prim.execute(strm, args);
+    strm.wait();
+  }
+};
+
+namespace {
+template <class Body>
+void call(const char* what, Body&& body) {
+  try {
+    body();
+  } catch (const dnnl::error& e) {
+    throw Error(fmt::format("oneDNN bf16 {}: {} (status {})", what, e.what(), static_cast<int>(e.status)));
+  }
+}
+}  // namespace
+
+DnnlBf16::DnnlBf16(int threads, Device device) {
+  const std::string refusal = dnnl_bf16_refusal(dnnl_effective_isa());
+  if (!refusal.empty()) throw Error(refusal);
+  impl_ = std::make_unique<Impl>(threads, device);
+}
+DnnlBf16::~DnnlBf16() = default;
+
+std::string DnnlBf16::plan(const ConvGeom& g) {
+  OmpThreads omp(impl_->threads);
+  std::string s;
+  call("convolution plan", [&] {
+    const ConvPlan& p = impl_->conv(g);
+    s = fmt::format("forward {}, backward data {}, backward weights {}", p.impl[0], p.impl[1], p.impl[2]);
+  });
+  return s;
+}
+
+void DnnlBf16::conv_forward(const ConvGeom& g, const Bf16* x, const Bf16* w, const Bf16* b, Bf16* y) {
+  Impl& I = *impl_;
+  OmpThreads omp(I.threads);
+  call("convolution forward", [&] {
+    const ConvPlan& p = I.conv(g);
+    const auto& fpd = p.fpd;
+    memory mx = I.in(fpd.src_desc(), p.x, x, 0), mw = I.in(fpd.weights_desc(), p.w, w, 1);
+    memory my = I.out(fpd.dst_desc(), p.y, y, 2);
+    p.fwd.execute(I.strm, {{DNNL_ARG_SRC, mx}, {DNNL_ARG_WEIGHTS, mw},
+                           {DNNL_ARG_BIAS, memory(p.b, I.eng, const_cast<Bf16*>(b))}, {DNNL_ARG_DST, my}});
+    I.out_done(my, p.y, y, false);
+    I.strm.wait();
+  });
+}
+
+void DnnlBf16::conv_backward_data(const ConvGeom& g, const Bf16* dy, const Bf16* w, Bf16* dx) {
+  Impl& I = *impl_;
+  OmpThreads omp(I.threads);
+  call("convolution backward data", [&] {
+    const ConvPlan& p = I.conv(g);
+    const auto& pd = p.dpd;
+    memory mdy = I.in(pd.diff_dst_desc(), p.y, dy, 0), mw = I.in(pd.weights_desc(), p.w, w, 1);
+    memory mdx = I.out(pd.diff_src_desc(), p.x, dx, 2);
+    p.bwd_data.execute(I.strm, {{DNNL_ARG_DIFF_DST, mdy}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_DIFF_SRC, mdx}});
+    I.out_done(mdx, p.x, dx, false);
+    I.strm.wait();
+  });
+}
+
+void DnnlBf16::conv_backward_weights(const ConvGeom& g, const Bf16* x, const Bf16* dy, float* dw, float* db,
+                                     bool accumulate) {
+  Impl& I = *impl_;
+  OmpThreads omp(I.threads);
+  call("convolution backward weights", [&] {
+    const ConvPlan& p = I.conv(g);
+    const auto& pd = p.wpd;
+    memory mx = I.in(pd.src_desc(), p.x, x, 0), mdy = I.in(pd.diff_dst_desc(), p.y, dy, 1);
+    // Added to: the primitive overwrites, so it writes to scratch and a summing reorder adds.
+    memory mdw = accumulate ? memory(pd.diff_weights_desc(), I.eng, I.s[2].get(pd.diff_weights_desc().get_size()))
+                            : I.out(pd.diff_weights_desc(), p.dw, dw, 2);
+    float* dbp = db;
+    if (accumulate) {
+      I.db_tmp.resize(static_cast<std::size_t>(g.k));
+      dbp = I.db_tmp.data();
+    }
+    p.bwd_weights.execute(I.strm, {{DNNL_ARG_SRC, mx}, {DNNL_ARG_DIFF_DST, mdy}, {DNNL_ARG_DIFF_WEIGHTS, mdw},
+                                   {DNNL_ARG_DIFF_BIAS, memory(p.db, I.eng, dbp)}});
+    I.out_done(mdw, p.dw, dw, accumulate);
+    I.strm.wait();
+    if (accumulate)
+      for (int64_t k = 0; k < g.k; ++k) db[k] += dbp[k];
+  });
+}
+
+void DnnlBf16::linear_forward(int64_t n, int64_t in, int64_t out, const Bf16* x, const Bf16* w, const Bf16* b,
+                              Bf16* y) {
+  OmpThreads omp(impl_->threads);
+  call("linear forward", [&] { impl_->run_mat(impl_->mat(0, n, in, out, false), x, w, b, y); });
+}
+
+void DnnlBf16::linear_backward_data(int64_t n, int64_t in, int64_t out, const Bf16* dy, const Bf16* w, Bf16* dx) {
+  OmpThreads omp(impl_->threads);
+  call("linear backward data", [&] { impl_->run_mat(impl_->mat(1, n, in, out, false), dy, w, nullptr, dx); });
+}
+
+void DnnlBf16::linear_backward_weights(int64_t n, int64_t in, int64_t out, const Bf16* x, const Bf16* dy, float* dw,
+                                       bool accumulate) {
+  OmpThreads omp(impl_->threads);
+  call("linear backward weights",
+       [&] { impl_->run_mat(impl_->mat(2, n, in, out, accumulate), dy, x, nullptr, dw); });
+}
+
+}  // namespace pb

@@ -1,0 +1,41 @@
+// Helpers shared by Sequential's fp32 (model.cpp) and bf16 (model_bf16.cpp) paths.
+#pragma once
+
+#include <string>
+
+#include <fmt/format.h>
+
+#include "engine/backend.h"
+#include "engine/model.h"
+
+namespace pb::model_detail {
+
+// A span for the whole call (phase level), or for one layer when the tracer keeps detail.
+inline Tracer::Scope call_span(Tracer* t, Phase p, int micro) {
+  if (!t || t->detail()) return {};
+  return t->compute(p, micro, [&] { return std::string(phase_name(p)); });
+}
+inline Tracer::Scope layer_span(Tracer* t, Phase p, int micro, const LayerPlan& l) {
+  if (!t || !t->detail()) return {};
+  return t->compute(p, micro, [&] { return fmt::format("L{} {}", l.index, layer_type_name(l.spec.type)); });
+}
+
+// Runs one backend call of a layer, with the observer (when any) around it.
+template <class Call>
+void observed(LayerObserver* o, int layer, LayerPass pass, Call&& call) {
+  if (o) o->before(layer, pass);
+  call();
+  if (o) o->after(layer, pass);
+}
+
+inline ConvGeom geom(const LayerPlan& l, int64_t batch) {
+  ConvGeom g;
+  g.n = batch;
+  g.c = l.in[0], g.h = l.in[1], g.w = l.in[2];
+  g.k = l.spec.out_channels, g.r = l.spec.kernel_h, g.s = l.spec.kernel_w;
+  g.stride_h = l.spec.stride_h, g.stride_w = l.spec.stride_w;
+  g.pad_h = l.spec.pad_h, g.pad_w = l.spec.pad_w;
+  return g;
+}
+
+}  // namespace pb::model_detail
