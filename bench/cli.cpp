@@ -40,7 +40,7 @@ std::vector<Flag> training_flags() {
       {"balance", "L1,L2,..|time|seed", "mp/pipeline: layers per stage; time: balanced by per-layer time measured on the device; seed: the seed's 2-stage split of great_net after its 512-channel layer (default: balanced by FLOPs)", ""},
       {"schedule", "S", "pipeline: gpipe or 1f1b (selects the pipeline variant: pipeline, pipeline-1f1b)", ""},
       {"recompute", "", "pipeline: keep only stage inputs, recompute activations in backward (pipeline-recompute, ...)", ""},
-      {"precision", "P", "fp32 or tf32 (fp32 never uses TF32)", "fp32"},
+      {"precision", "P", "fp32, tf32 or bf16 (fp32 never uses TF32; bf16: autocast, fp32 master weights, docs/bf16.md)", "fp32"},
       {"threads", "N", "CPU threads per worker (0: share all cores among the workers)", "0"},
       {"comm-timeout", "SECONDS", "MPI: end the job when a rank waits longer than this in one communication call (0: never)", "300", FlagType::Number},
       {"memory-limit", "GIB", "memory a configuration may use: in all on CPU, per GPU on CUDA (default: available RAM / GPU memory)", "", FlagType::Number},

@@ -128,7 +128,7 @@ inline constexpr Key cudnn{"cudnn", "-", "CUDA builds: cuDNN version", M::Always
 inline constexpr Key nccl{"nccl", "-", "CUDA builds: NCCL version, or not built", M::Always};
 inline constexpr Key conv_search{"PARBENCH_CONV_SEARCH", "-", "the environment variable as set for the run, or unset", M::Always};
 inline constexpr Key cpu_winograd{"PARBENCH_CPU_WINOGRAD", "-", "the environment variable as set for the run, or unset", M::Always};
-inline constexpr Key precision{"precision", "-", "fp32 or tf32", M::Always};
+inline constexpr Key precision{"precision", "-", "fp32, tf32 or bf16", M::Always};
 inline constexpr Key scaling{"scaling", "-", "weak (batch per device fixed) or strong (global batch fixed)", M::Always};
 inline constexpr Key batch{"batch", "samples", "the --batch value (per device under weak scaling, global under strong)"};
 inline constexpr Key batch_meaning{"batch_meaning", "-", "per device or global"};
