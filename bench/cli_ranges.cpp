@@ -26,7 +26,7 @@ IntRange int_flag_range(const std::string& flag) {
       {"pp", {1, kDevices, false}},       {"tp", {1, kDevices, false}},
       {"ranks", {2, kDevices, false}},    {"device", {0, kDevices - 1, false}},
       {"repetitions", {1, kMillion, false}}, {"reps", {1, kMillion, false}},
-      {"pools", {1, kMillion, false}},    {"profile-reps", {1, kMillion, false}},
+      {"pools", {1, kMillion, false}},    {"data-size", {1, kMillion, false}},    {"profile-reps", {1, kMillion, false}},
       {"profile-rounds", {1, kMillion, false}}, {"pairs", {2, 1000, false}},
   };
   auto it = ranges.find(flag);

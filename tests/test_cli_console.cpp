@@ -172,24 +172,37 @@ TEST_F(ConsoleCli, ShowShapesGivesTheTutorialsPiecesFor2And3And8Devices) {
   const std::vector<Case> cases = {{2, {15, 15}, {5, 5}},
                                    {3, {10, 10, 10}, {4, 4, 2}},
                                    {8, {4, 4, 4, 4, 4, 4, 4, 2}, {2, 2, 2, 2, 2}}};
-  for (const Case& c : cases)
-    for (const int batch : {30, 10}) {
-      SCOPED_TRACE(fmt::format("{} devices, batch {}", c.devices, batch));
-      const int iterations = batch == 30 ? 3 : 1;
-      Result r = parbench(fmt::format("train --workload linear --strategy dp --devices {} --batch {} --iterations {} "
-                                      "--warmup 0 --device-kind cpu --threads 1 --show-shapes",
-                                      c.devices, batch, iterations));
-      ASSERT_EQ(r.code, 0) << r.out << r.err;
-      EXPECT_THAT(r.out, HasSubstr(fmt::format("Let's use {} devices!", c.devices)));
-      const std::vector<Step> steps = steps_of(r.out);
-      ASSERT_EQ(steps.size(), static_cast<std::size_t>(iterations)) << r.out;
+  // One pass over the tutorial's data: its four steps in one run, as its loop prints them.
+  for (const Case& c : cases) {
+    SCOPED_TRACE(fmt::format("{} devices", c.devices));
+    Result r = parbench(fmt::format("train --workload linear --strategy dp --devices {} --data-size 100 --batch 30 "
+                                    "--iterations 1 --warmup 0 --device-kind cpu --threads 1 --show-shapes",
+                                    c.devices));
+    ASSERT_EQ(r.code, 0) << r.out << r.err;
+    EXPECT_THAT(r.out, HasSubstr(fmt::format("Let's use {} devices!", c.devices)));
+    const std::vector<Step> steps = steps_of(r.out);
+    ASSERT_EQ(steps.size(), 4u) << r.out;
+    for (std::size_t k = 0; k < steps.size(); ++k) {
+      const int batch = k < 3 ? 30 : 10;
       const std::vector<int>& want = batch == 30 ? c.of30 : c.of10;
-      for (const Step& s : steps) {
-        EXPECT_EQ(s.pieces, want) << r.out;
-        EXPECT_EQ(s.idle, c.devices - static_cast<int>(want.size())) << r.out;
-        EXPECT_EQ(s.outside, fmt::format("Outside: input size [{}, 5] output size [{}, 2]", batch, batch));
-      }
+      EXPECT_EQ(steps[k].pieces, want) << r.out;
+      EXPECT_EQ(steps[k].idle, c.devices - static_cast<int>(want.size())) << r.out;
+      EXPECT_EQ(steps[k].outside, fmt::format("Outside: input size [{}, 5] output size [{}, 2]", batch, batch));
     }
+  }
+}
+
+TEST_F(ConsoleCli, DataSizeWalksTheDataInBatchesAndRefusesNone) {
+  Result r = parbench("train --workload linear --strategy ddp --devices 2 --data-size 7 --batch 3 --iterations 2 "
+                      "--warmup 0 --device-kind cpu --threads 1 --show-shapes");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  const std::vector<Step> steps = steps_of(r.out);
+  ASSERT_EQ(steps.size(), 6u) << r.out;  // two passes of batches 3, 3, 1
+  const std::vector<std::vector<int>> want = {{2, 1}, {2, 1}, {1}, {2, 1}, {2, 1}, {1}};
+  for (std::size_t k = 0; k < steps.size(); ++k) EXPECT_EQ(steps[k].pieces, want[k]) << r.out;
+  Result bad = parbench("train --workload linear --data-size 0 --device-kind cpu");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("--data-size"));
 }
 
 TEST_F(ConsoleCli, ReplayShowsShapesToo) {
