@@ -48,7 +48,7 @@ int cmd_plan(const std::vector<std::string>& args) {
   if (f.has("check")) {
     p = read_plan_file(f.str("check"));
   } else {
-    const NetSpec net = resolve_workload(f.str("workload"), workload_options(f));
+    const NetSpec net = resolve_workload(f.str("workload"), workload_options(f, DeviceKind::Cpu));
     const NetPlan plan = plan_net(net);
     const int64_t batch = f.integer("batch");
     if (batch < 1) throw UsageError(fmt::format("--batch must be at least 1, got {}", batch));
