@@ -55,7 +55,7 @@ class DataParallel final : public GroupStrategy {
     const float* y = nullptr;
     const std::vector<PlanBuffer>& bufs = plan_.buffers;
     PlanExecutor::Binding b;
-    b.at = [&](const Action& a, int buf) -> float* {
+    b.at = [&](const Action& a, int buf, bool) -> float* {
       const std::string& name = bufs[buf].name;
       // Device 0's piece of the batch for peer j: its chunk's samples.
       const int64_t at = i == 0 && a.peer > 0 ? offsets_[a.peer] : 0;

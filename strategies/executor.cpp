@@ -40,9 +40,10 @@ void PlanExecutor::run_through(const std::function<bool(const Action&)>& covered
   }
 }
 
-float* PlanExecutor::buf(const Action& a, const std::vector<int>& ids) {
-  PB_CHECK(!ids.empty(), "plan: {} names no buffer", describe(plan_, worker_, a.id));
-  return b_.at(a, ids[0]);
+float* PlanExecutor::buf(const Action& a, bool write) {
+  const std::vector<int>& ids = write ? a.writes : a.reads;
+  PB_CHECK(!ids.empty(), "plan: {} names no buffer it {}", describe(plan_, worker_, a.id), write ? "writes" : "reads");
+  return b_.at(a, ids[0], write);
 }
 
 void PlanExecutor::exec(const Action& a) {
@@ -58,7 +59,7 @@ void PlanExecutor::exec(const Action& a) {
       auto [c, rank] = b_.comm(a.group);
       const std::vector<int>& members = plan_.groups.at(a.group).members;
       const int peer = static_cast<int>(std::find(members.begin(), members.end(), a.peer) - members.begin());
-      float* p = buf(a, a.kind == ActionKind::Send ? a.reads : a.writes);
+      float* p = buf(a, a.kind != ActionKind::Send);
       if (a.async)
         transfer_[a.id] = a.kind == ActionKind::Send ? c->send_start(rank, p, a.count, peer)
                                                      : c->recv_start(rank, p, a.count, peer);
@@ -78,15 +79,15 @@ void PlanExecutor::collective(const Action& a) {
   auto [c, rank] = b_.comm(a.group);
   switch (a.coll) {
     case CollKind::AllReduce: {  // in place
-      float* p = buf(a, a.writes.empty() ? a.reads : a.writes);
+      float* p = buf(a, !a.writes.empty());
       if (a.async) c->all_reduce_start(rank, p, a.count);
       else c->all_reduce(rank, p, a.count);
       break;
     }
-    case CollKind::Broadcast: c->broadcast(rank, buf(a, a.writes.empty() ? a.reads : a.writes), a.count, a.root); break;
-    case CollKind::Reduce: c->reduce(rank, buf(a, a.reads), a.count, a.root); break;
-    case CollKind::AllGather: c->all_gather(rank, buf(a, a.reads), buf(a, a.writes), a.count); break;
-    case CollKind::ReduceScatter: c->reduce_scatter(rank, buf(a, a.reads), buf(a, a.writes), a.count); break;
+    case CollKind::Broadcast: c->broadcast(rank, buf(a, !a.writes.empty()), a.count, a.root); break;
+    case CollKind::Reduce: c->reduce(rank, buf(a, false), a.count, a.root); break;
+    case CollKind::AllGather: c->all_gather(rank, buf(a, false), buf(a, true), a.count); break;
+    case CollKind::ReduceScatter: c->reduce_scatter(rank, buf(a, false), buf(a, true), a.count); break;
     default: PB_CHECK(false, "plan: the executor cannot run {}", describe(plan_, worker_, a.id));
   }
 }

@@ -16,8 +16,9 @@ namespace pb {
 class PlanExecutor {
  public:
   struct Binding {
-    // Where plan buffer `buffer` of this worker lives for action `a` (a region: e.g. a bucket's range).
-    std::function<float*(const Action& a, int buffer)> at;
+    // Where plan buffer `buffer` of this worker lives for action `a` (a region: e.g. a bucket's
+    // range), as the action reads it or (`write`) writes it.
+    std::function<float*(const Action& a, int buffer, bool write)> at;
     // Plan group `group`'s communicator and this worker's rank in it.
     std::function<std::pair<Communicator*, int>(int group)> comm;
     // A computation: Forward, Recompute, BackwardData/Weights, Loss, Copy, Free, Optimizer.
@@ -37,7 +38,7 @@ class PlanExecutor {
   void exec(const Action& a);
   void collective(const Action& a);
   void wait(const Action& a);
-  float* buf(const Action& a, const std::vector<int>& ids);
+  float* buf(const Action& a, bool write);
 
   const Plan& plan_;
   int worker_;

@@ -136,7 +136,7 @@ class FullyShardedDataParallel final : public GroupStrategy {
     };
     auto grads_view = [&](int u) { models[u]->grads() = whole(s.grads, s.unit_grads, 0, c.size(), units_[u]); };
     PlanExecutor::Binding b;
-    b.at = [&](const Action& a, int buf) -> float* {
+    b.at = [&](const Action& a, int buf, bool) -> float* {
       const int u = unit_of(a);
       const Unit& unit = units_[u];
       const std::string& nm = plan_.buffers[buf].name;
