@@ -88,6 +88,7 @@ class DistributedDataParallel final : public GroupStrategy {
     bool backward_done = false;
     PlanExecutor* ex = nullptr;
     PlanExecutor::Binding b;
+    b.tracer = &w.tracer;
     b.at = [&](const Action&, int buf, bool) { return at.at(buf); };
     b.comm = [&](int) -> std::pair<Communicator*, int> { return {&g.comm(), i}; };
     b.compute = [&](const Action& a) {

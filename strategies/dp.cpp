@@ -55,6 +55,7 @@ class DataParallel final : public GroupStrategy {
     const float* y = nullptr;
     const std::vector<PlanBuffer>& bufs = plan_.buffers;
     PlanExecutor::Binding b;
+    b.tracer = &w.tracer;
     b.at = [&](const Action& a, int buf, bool) -> float* {
       const std::string& name = bufs[buf].name;
       // Device 0's piece of the batch for peer j: its chunk's samples.

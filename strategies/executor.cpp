@@ -28,15 +28,26 @@ PlanExecutor::PlanExecutor(const Plan& plan, int worker, Binding binding)
       transfer_(actions_.size(), kNone) {}
 
 void PlanExecutor::run() {
-  while (next_ < actions_.size()) exec(actions_[next_++]);  // a computation may move next_ on
+  while (next_ < actions_.size()) {  // a computation may move next_ on (run_through)
+    const Action& a = actions_[next_++];
+    mark(a.id);
+    exec(a);
+  }
+  mark(-1);
 }
 
 void PlanExecutor::run_through(const std::function<bool(const Action&)>& covered) {
   while (next_ < actions_.size()) {
     const Action& a = actions_[next_];
-    if (is_computation(a.kind) && !covered(a)) return;
+    if (is_computation(a.kind) && !covered(a)) {
+      mark(a.id);
+      return;
+    }
     ++next_;
-    if (!is_computation(a.kind)) exec(a);
+    if (!is_computation(a.kind)) {
+      mark(a.id);
+      exec(a);
+    }
   }
 }
 

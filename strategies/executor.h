@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/comm.h"
+#include "engine/trace.h"
 #include "plan/plan.h"
 
 namespace pb {
@@ -23,6 +24,8 @@ class PlanExecutor {
     std::function<std::pair<Communicator*, int>(int group)> comm;
     // A computation: Forward, Recompute, BackwardData/Weights, Loss, Copy, Free, Optimizer.
     std::function<void(const Action& a)> compute;
+    // Where the spans go: each carries the id of the action it ran for.
+    Tracer* tracer = nullptr;
   };
 
   PlanExecutor(const Plan& plan, int worker, Binding binding);
@@ -31,11 +34,15 @@ class PlanExecutor {
   void run();
   // From within a computation that covers several of the plan's computations in one call (ddp's
   // whole backward, its buckets closing as it goes): runs the actions after the cursor up to the
-  // first computation that `covered` says the call has not done yet, skipping those it has.
+  // first computation that `covered` says the call has not done yet, skipping those it has; the
+  // call's spans from then on carry that computation's id.
   void run_through(const std::function<bool(const Action&)>& covered);
 
  private:
   void exec(const Action& a);
+  void mark(int id) {
+    if (b_.tracer) b_.tracer->set_action(id);
+  }
   void collective(const Action& a);
   void wait(const Action& a);
   float* buf(const Action& a, bool write);

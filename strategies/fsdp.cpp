@@ -136,6 +136,7 @@ class FullyShardedDataParallel final : public GroupStrategy {
     };
     auto grads_view = [&](int u) { models[u]->grads() = whole(s.grads, s.unit_grads, 0, c.size(), units_[u]); };
     PlanExecutor::Binding b;
+    b.tracer = &w.tracer;
     b.at = [&](const Action& a, int buf, bool) -> float* {
       const int u = unit_of(a);
       const Unit& unit = units_[u];

@@ -125,6 +125,7 @@ class Staged final : public GroupStrategy {
     std::vector<const float*> out(sizes.size(), nullptr);  // per micro-batch: its output, in its slot
     bool accumulate = false;
     PlanExecutor::Binding b;
+    b.tracer = &w.tracer;
     b.at = [&](const Action& a, int buf, bool) {  // null: an activation, its slot's output
       return at[buf] ? at[buf] : const_cast<float*>(out.at(a.micro));
     };

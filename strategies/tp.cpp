@@ -165,6 +165,7 @@ class TensorParallel final : public GroupStrategy {
     State& st = state_[w.rank];
     const int64_t out = numel_of(plan().output);
     PlanExecutor::Binding bind;
+    bind.tracer = &w.tracer;
     bind.comm = [&](int group) -> std::pair<Communicator*, int> {
       if (group_part_[group].empty()) return {&g.comm(), w.rank};
       return {&g.part_comm(group_part_[group], w.rank), g.part_rank(group_part_[group], w.rank)};
@@ -208,17 +209,21 @@ class TensorParallel final : public GroupStrategy {
       PB_CHECK(std::sscanf(nm.c_str(), "dx[%d]", &k) == 1, "{}: worker {} has no buffer {}", name(), w.rank, nm);
       return st.dx[k].data();
     };
-    std::optional<Tracer::Scope> fwd_span(w.tracer.compute(Phase::Forward, 0, [] { return std::string("forward"); }));
-    std::optional<Tracer::Scope> bwd_span;
+    std::optional<Tracer::Scope> fwd_span, bwd_span;  // one span each over the layers' calls, as a Sequential's
     float* gout = w.dy.data();
     const float* dy = gout;
     int next = 0, copies = 0;  // which dx buffer the next input gradient goes to; the layer's piece copies so far
+    bool backward = false;     // past the loss
+    auto backward_span = [&] {  // opened by the first backward computation, so it carries its id
+      if (!bwd_span) bwd_span.emplace(w.tracer.compute(Phase::Backward, 0, [] { return std::string("backward"); }));
+    };
     bind.compute = [&](const Action& a) {
       const int i = a.layer_begin;
       const LayerPlan* l = i >= 0 ? &plan().layers[i] : nullptr;
       const Slice* s = i >= 0 ? &slices_[i] : nullptr;
       switch (a.kind) {
         case ActionKind::Forward: {
+          if (!fwd_span && !backward) fwd_span.emplace(w.tracer.compute(Phase::Forward, 0, [] { return std::string("forward"); }));
           const float* x = out_of(i - 1);
           float* y = st.acts[i].defined() ? st.acts[i].data() : nullptr;
           copies = 0;
@@ -232,11 +237,12 @@ class TensorParallel final : public GroupStrategy {
           break;
         }
         case ActionKind::Copy:
-          if (!bwd_span) {  // piece q of [worker][sample][its channels] into [sample][channel], on the compute stream
+          if (!backward) {  // piece q of [worker][sample][its channels] into [sample][channel], on the compute stream
             const int q = copies++;
             be.copy_2d(st.acts[i].data() + s->lo[q] * s->per_sample, s->channels * s->per_sample,
                        st.gathered.data() + q * piece_of(*s), s->k[q] * s->per_sample, s->k[q] * s->per_sample, b);
           } else {  // this worker's channels of the output gradient, [sample][its channels]
+            backward_span();
             const int64_t k = s->k[r];
             be.copy_2d(st.dy_local.data(), k * s->per_sample, gout + s->lo[r] * s->per_sample,
                        s->channels * s->per_sample, k * s->per_sample, b);
@@ -250,10 +256,11 @@ class TensorParallel final : public GroupStrategy {
             be.mse_loss_grad(b * out, out_of(static_cast<int>(slices_.size()) - 1), w.t.data(), grad_scale(),
                              w.dy.data(), w.loss.data());
           }
-          bwd_span.emplace(w.tracer.compute(Phase::Backward, 0, [] { return std::string("backward"); }));
+          backward = true;
           break;
         }
         case ActionKind::BackwardWeights: {
+          backward_span();
           float* gw = st.grads.data() + s->at[r];
           const int64_t k = s->k[r];
           if (!s->split) dy = gout;
@@ -262,6 +269,7 @@ class TensorParallel final : public GroupStrategy {
           break;
         }
         case ActionKind::BackwardData: {
+          backward_span();
           if (l->spec.type == LayerType::ReLU && i > 0) be.relu_backward(b * numel_of(l->out), out_of(i), gout, gout);
           if (l->spec.type == LayerType::Conv2d || l->spec.type == LayerType::Linear) {
             const int64_t k = s->k[r];
