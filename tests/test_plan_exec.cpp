@@ -1,4 +1,4 @@
-// The executor's trace: every span a step of a plan-run strategy records carries the id of the
+// The executor's trace: every span a strategy's step records carries the id of the
 // action it ran for, and the action is of the span's kind (a forward span: a forward action; a
 // transfer or wait: a communication), per layer (traced) and per call alike.
 #include <gtest/gtest.h>
@@ -31,7 +31,7 @@ bool span_fits(const Span& s, ActionKind k) {
 TEST(PlanExec, EverySpanOfAStepCarriesItsActionsId) {
   const NetPlan net = test::plan_test_net();
   const int64_t b = test::kPlanBatch;
-  const std::vector<PlanCase> cases = {{"ddp", 2, 1},     {"ddp", 3, 1},     {"dp", 3, 1},          {"fsdp", 2, 1},
+  const std::vector<PlanCase> cases = {{"regular", 1, 1}, {"ddp", 2, 1},     {"ddp", 3, 1},     {"dp", 3, 1},          {"fsdp", 2, 1},
                                        {"zero2", 3, 1},   {"tp", 2, 1},      {"dp2xtp1", 2, 1},     {"mp", 2, 1},
                                        {"pipeline-1f1b", 2, 4}, {"dp2xpp1", 2, 2}, {"dp1xtp2", 2, 1}};
   for (const PlanCase& c : cases)
