@@ -42,6 +42,7 @@ void Tracer::begin_step(Backend& be, clock::time_point origin) {
   nvtx_ = be.device().kind == DeviceKind::Cuda;
 #endif
   origin_ = origin;
+  action_ = -1;
   used_ = 0;
   open_ = false;
   pending_.clear();
@@ -59,18 +60,20 @@ void Tracer::open(Phase p, int micro, std::string name) {
   cur_.name = std::move(name);
   cur_.from = &record();
   cur_.suspended = false;
+  cur_.action = action_;
   open_ = true;
 }
 
 void Tracer::close() {
-  if (!cur_.suspended) pending_.push_back({cur_.phase, Lane::Compute, cur_.micro, std::move(cur_.name), cur_.from, &record(), {}, {}});
+  if (!cur_.suspended)
+    pending_.push_back({cur_.phase, Lane::Compute, cur_.micro, std::move(cur_.name), cur_.from, &record(), {}, {}, cur_.action});
   open_ = false;
   nvtx_pop();
 }
 
 void Tracer::suspend() {
   if (!be_ || !open_ || cur_.suspended) return;
-  pending_.push_back({cur_.phase, Lane::Compute, cur_.micro, cur_.name, cur_.from, &record(), {}, {}});
+  pending_.push_back({cur_.phase, Lane::Compute, cur_.micro, cur_.name, cur_.from, &record(), {}, {}, cur_.action});
   cur_.suspended = true;
 }
 
@@ -82,12 +85,12 @@ void Tracer::resume() {
 
 void Tracer::host_span(Phase p, Lane lane, std::string name, clock::time_point from, clock::time_point to) {
   if (!be_) return;
-  pending_.push_back({p, lane, open_ ? cur_.micro : -1, std::move(name), nullptr, nullptr, from, to});
+  pending_.push_back({p, lane, open_ ? cur_.micro : -1, std::move(name), nullptr, nullptr, from, to, action_});
 }
 
 void Tracer::device_span(Phase p, Lane lane, std::string name, Event& from, Event& to) {
   if (!be_) return;
-  pending_.push_back({p, lane, -1, std::move(name), &from, &to, {}, {}});
+  pending_.push_back({p, lane, -1, std::move(name), &from, &to, {}, {}, action_});
 }
 
 void Tracer::add(Span s) {
@@ -104,6 +107,7 @@ void Tracer::end_step() {
     s.phase = p.phase;
     s.lane = p.lane;
     s.micro = p.micro;
+    s.action = p.action;
     s.name = std::move(p.name);
     if (p.from) {
       s.start_s = started_s_ + be_->elapsed_s(*origin_event_, *p.from);
@@ -167,6 +171,7 @@ std::string chrome_trace(const std::vector<std::vector<Span>>& workers, const st
     for (const Span& s : workers[w]) {
       json args = {{"phase", phase_name(s.phase)}};
       if (s.micro >= 0) args["micro_batch"] = s.micro;
+      if (s.action >= 0) args["action"] = s.action;
       events.push_back({{"name", s.name.empty() ? phase_name(s.phase) : s.name},
                         {"cat", phase_name(s.phase)},
                         {"ph", "X"},

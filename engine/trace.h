@@ -31,6 +31,7 @@ struct Span {
   std::string name;      // "L3 conv2d", "all_reduce 4 MiB", "wait for peer"; empty unless named
   double start_s = 0;    // seconds since the group's step started
   double end_s = 0;
+  int action = -1;       // the id of the plan action it ran for (strategies/executor.h); -1: none
 };
 
 // One per worker, driven by that worker's thread only. Cheap when detail is off: one span per
@@ -49,6 +50,9 @@ class Tracer {
   bool detail() const { return detail_; }
   bool named() const { return detail_ || nvtx_; }
   bool active() const { return be_ != nullptr; }
+  // The plan action the spans from now on belong to (a compute span: the one current at its start).
+  void set_action(int id) { action_ = id; }
+  int action() const { return action_; }
 
   // Starts a step on be's compute queue; `origin` is the host time the whole group's step began.
   void begin_step(Backend& be, clock::time_point origin);
@@ -121,6 +125,7 @@ class Tracer {
     Event* from;  // events on a queue, or
     Event* to;
     clock::time_point host_from, host_to;  // host times when from == nullptr
+    int action;
   };
   void open(Phase p, int micro, std::string name);
   void close();
@@ -128,6 +133,7 @@ class Tracer {
 
   Backend* be_ = nullptr;
   bool detail_ = false, nvtx_ = false;
+  int action_ = -1;
   clock::time_point origin_, started_;
   double started_s_ = 0;
   Event* origin_event_ = nullptr;
@@ -139,6 +145,7 @@ class Tracer {
     std::string name;
     Event* from = nullptr;
     bool suspended = false;
+    int action = -1;
   };
   bool open_ = false;
   Open cur_;

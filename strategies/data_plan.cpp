@@ -154,14 +154,19 @@ Plan plan_fsdp(const NetPlan& net, const StrategyOptions& o, int64_t batch, cons
       return reshard ? s.buf("gathered", 0) : s.buf(fmt::format("gathered[{}]", u), n * units[u].shard);
     };
     auto act = [&](int u) { return u < 0 ? s.buf("x", c * numel_of(net.input)) : s.buf(fmt::format("acts[{}]", u), 0); };
+    // The unit's communication and Free carry its layers: the executor finds its shard's place by them.
+    auto of_unit = [&](Action& a, int u) {
+      a.layer_begin = units[u].begin, a.layer_end = units[u].end;
+    };
     auto gather = [&](int u) {
       Action& a = b.collective(r, CollKind::AllGather, world, units[u].shard, n * units[u].shard * kF, false);
       a.reads.push_back(shard_params), a.writes.push_back(gathered(u));
+      of_unit(a, u);
     };
     for (int u = 0; u < nu; ++u) {
       gather(u);
       if (c > 0) b.compute(r, ActionKind::Forward, units[u].begin, units[u].end, 0, {act(u - 1), gathered(u)}, {act(u)});
-      if (reshard) b.compute(r, ActionKind::Free, -1, -1, -1, {}, {gathered(u)});
+      if (reshard) of_unit(b.compute(r, ActionKind::Free, -1, -1, -1, {}, {gathered(u)}), u);
     }
     if (c > 0) s.loss(fmt::format("acts[{}]", nu - 1), c);
     int dy = s.dy();
@@ -176,7 +181,8 @@ Plan plan_fsdp(const NetPlan& net, const StrategyOptions& o, int64_t batch, cons
       }
       Action& rs = b.collective(r, CollKind::ReduceScatter, world, units[u].shard, n * units[u].shard * kF, false);
       rs.reads.push_back(ug), rs.writes.push_back(shard_grads);
-      b.compute(r, ActionKind::Free, -1, -1, -1, {}, {gathered(u)});
+      of_unit(rs, u);
+      of_unit(b.compute(r, ActionKind::Free, -1, -1, -1, {}, {gathered(u)}), u);
       dy = dx;
     }
     b.compute(r, ActionKind::Optimizer, -1, -1, -1, {shard_grads}, {shard_params, s.buf("adam", 2 * total)}).bytes =

@@ -2,9 +2,13 @@
 // buckets are all-reduced (sum) as soon as backward has finished them, and every replica steps.
 // Gradients are those of the global mean by default, or torch DDP's mean of the ranks' local
 // means (--grad-average local).
+#include <cstdio>
+
 #include "engine/check.h"
 #include "strategies/batch.h"
+#include "strategies/executor.h"
 #include "strategies/group.h"
+#include "strategies/plan_gen.h"
 #include "strategies/registry.h"
 #include "strategies/rules.h"
 
@@ -40,6 +44,8 @@ class DistributedDataParallel final : public GroupStrategy {
     const int used = static_cast<int>(chunks_.size());
     group().require_all_workers(used);
     for (int i = used; i < workers(); ++i) stale_[i] = true;  // sits out this batch's steps
+    plan_ = plan_ddp(plan(), opts_, batch);
+    ptrs_.assign(workers(), {});
     return used;
   }
 
@@ -62,39 +68,81 @@ class DistributedDataParallel final : public GroupStrategy {
       w.adam->copy_state_from(*first.adam);
       stale_[w.rank] = false;
     }
+    ptrs_[w.rank] = pointers(w);
   }
 
+  // The replica's plan (plan_ddp) run by the executor. Backward is one call; as it finishes each
+  // bucket's lowest layer, the executor starts that bucket's all-reduce (it overlaps the rest of
+  // backward on GPUs), and its Wait lands every sum before the optimizer reads them.
   void step(Worker& w, Group& g) override {
     const int i = w.rank;
     const int64_t n = chunks_[i], out = numel_of(plan().output);
     Sequential& m = *w.model;
-    Communicator& c = g.comm();
     // Local: d(local mean)/dy divided by the ranks that trained, folded into one scale.
     const int used = static_cast<int>(chunks_.size());
     const float scale = opts_.grad_average == StrategyOptions::GradAverage::Local
                             ? static_cast<float>(2.0 / (static_cast<double>(n) * out * used))
                             : grad_scale();
-    const float* y = m.forward(w.x.data(), n);
-    {
-      auto loss_span = w.tracer.compute(Phase::Loss, 0, [] { return std::string("mse loss"); });
-      w.be().mse_loss_grad(n * out, y, w.t.data(), scale, w.dy.data(), w.loss.data());
-    }
-    float* grads = m.grads().data();
-    m.backward(w.dy.data(), nullptr, false, 0, [&](int layer) {
-      if (closes_[layer] < 0) return;
-      const BucketLayout& b = buckets_[closes_[layer]];
-      c.all_reduce_start(i, grads + b.begin, b.end - b.begin);  // overlaps the rest of backward on GPUs
-    });
-    c.wait(i);  // every bucket's sum has landed before the optimizer reads it
-    w.adam->step(m.params(), m.grads());
+    const std::vector<float*>& at = ptrs_[i];
+    const float* y = nullptr;
+    bool backward_done = false;
+    PlanExecutor* ex = nullptr;
+    PlanExecutor::Binding b;
+    b.tracer = &w.tracer;
+    b.at = [&](const Action&, int buf, bool) { return at.at(buf); };
+    b.comm = [&](int) -> std::pair<Communicator*, int> { return {&g.comm(), i}; };
+    b.compute = [&](const Action& a) {
+      switch (a.kind) {
+        case ActionKind::Forward: y = m.forward(w.x.data(), n); break;
+        case ActionKind::Loss: {
+          auto loss_span = w.tracer.compute(Phase::Loss, 0, [] { return std::string("mse loss"); });
+          w.be().mse_loss_grad(n * out, y, w.t.data(), scale, w.dy.data(), w.loss.data());
+          break;
+        }
+        case ActionKind::BackwardWeights:
+        case ActionKind::BackwardData:  // the first runs the whole backward; the rest are done by then
+          if (backward_done) break;
+          backward_done = true;
+          m.backward(w.dy.data(), nullptr, false, 0, [&](int layer) {
+            if (closes_[layer] < 0) return;
+            ex->run_through([layer](const Action& c) {
+              return (c.kind == ActionKind::BackwardWeights || c.kind == ActionKind::BackwardData) &&
+                     c.layer_begin >= layer;
+            });
+          });
+          break;
+        case ActionKind::Optimizer: w.adam->step(m.params(), m.grads()); break;
+        default: PB_CHECK(false, "ddp: worker {} cannot run {}", i, describe(plan_, i, a.id));
+      }
+    };
+    PlanExecutor run(plan_, i, std::move(b));
+    ex = &run;
+    run.run();
     w.stats.samples = n;
   }
 
  private:
+  // Where each of the worker's plan buffers lives (a bucket: its range of the gradients).
+  std::vector<float*> pointers(Worker& w) const {
+    std::vector<float*> at(plan_.buffers.size(), nullptr);
+    for (std::size_t b = 0; b < plan_.buffers.size(); ++b) {
+      const PlanBuffer& buf = plan_.buffers[b];
+      if (buf.worker != w.rank) continue;
+      int k = 0;
+      if (std::sscanf(buf.name.c_str(), "grads[%d]", &k) == 1) at[b] = w.model->grads().data() + buckets_.at(k).begin;
+      else if (buf.name == "x") at[b] = w.x.data();
+      else if (buf.name == "dy") at[b] = w.dy.data();
+      else if (buf.name == "params") at[b] = w.model->params().data();
+    }
+    return at;
+  }
+
   std::vector<char> stale_;  // replica sat out steps (no chunk); char, not bool: workers write their own entry
   std::vector<BucketLayout> buckets_;
   std::vector<int> closes_;  // per layer: the bucket whose gradients are final after it, or -1
   std::vector<int64_t> chunks_, offsets_;
+  Plan plan_;                              // the step, every worker's actions
+  std::vector<std::vector<float*>> ptrs_;  // per local worker: its plan buffers' places
 };
 
 }  // namespace

@@ -3,7 +3,9 @@
 // loss is computed; gradients are reduced to device 0, which alone runs the optimizer.
 #include "engine/check.h"
 #include "strategies/batch.h"
+#include "strategies/executor.h"
 #include "strategies/group.h"
+#include "strategies/plan_gen.h"
 #include "strategies/registry.h"
 
 namespace pb {
@@ -26,6 +28,7 @@ class DataParallel final : public GroupStrategy {
   int plan_batch(int64_t batch) override {
     chunks_ = split_batch(batch, workers(), name());
     offsets_ = chunk_offsets(chunks_);
+    plan_ = plan_dp(plan(), opts_, batch);
     return static_cast<int>(chunks_.size());
   }
 
@@ -42,42 +45,55 @@ class DataParallel final : public GroupStrategy {
     }
   }
 
+  // The worker's plan (plan_dp) run by the executor: broadcast the parameters, scatter the input,
+  // forward, gather the outputs to device 0 for the loss, scatter its gradient, backward, reduce
+  // the gradients to device 0, which steps.
   void step(Worker& w, Group& g) override {
-    const int i = w.rank, used = static_cast<int>(chunks_.size());
+    const int i = w.rank;
     const int64_t in = numel_of(plan().input), out = numel_of(plan().output), n = chunks_[i];
     Sequential& m = *w.model;
-    const int64_t np = m.params().numel();
-    Communicator& c = g.comm();
-    Worker& root = g.worker(0);  // dp runs in one process: every worker is local
-    c.broadcast(i, m.params().data(), np, 0);  // replicate
-    // Scatter the input; then forward on the chunk.
-    if (i == 0)
-      for (int j = 1; j < used; ++j) c.send(0, root.x.data() + offsets_[j] * in, chunks_[j] * in, j);
-    else
-      c.recv(i, w.x.data(), n * in, 0);
-    const float* y = m.forward(w.x.data(), n);
-    // Gather the outputs to device 0, take the loss of the whole batch there, scatter its gradient.
-    if (i == 0) {
-      // On the compute queue after the forward that made y, before the loss reads it: no host wait.
-      w.be().copy(w.device, w.y.data(), w.device, y, static_cast<std::size_t>(n * out) * sizeof(float));
-      for (int j = 1; j < used; ++j) c.recv(0, w.y.data() + offsets_[j] * out, chunks_[j] * out, j);
-      {
-        auto loss_span = w.tracer.compute(Phase::Loss, 0, [] { return std::string("mse loss"); });
-        w.be().mse_loss_grad(batch() * out, w.y.data(), w.t.data(), grad_scale(), w.dy.data(), w.loss.data());
+    const float* y = nullptr;
+    const std::vector<PlanBuffer>& bufs = plan_.buffers;
+    PlanExecutor::Binding b;
+    b.tracer = &w.tracer;
+    b.at = [&](const Action& a, int buf, bool) -> float* {
+      const std::string& name = bufs[buf].name;
+      // Device 0's piece of the batch for peer j: its chunk's samples.
+      const int64_t at = i == 0 && a.peer > 0 ? offsets_[a.peer] : 0;
+      if (name == "params") return m.params().data();
+      if (name == "grads") return m.grads().data();
+      if (name == "x") return w.x.data() + at * in;
+      if (name == "y") return w.y.data() + at * out;
+      if (name == "dy") return w.dy.data() + at * out;
+      if (name == "acts") return const_cast<float*>(y);  // the forward's output
+      PB_CHECK(false, "dp: worker {} has no buffer {} for {}", i, name, describe(plan_, i, a.id));
+      return nullptr;
+    };
+    b.comm = [&](int) -> std::pair<Communicator*, int> { return {&g.comm(), i}; };
+    b.compute = [&](const Action& a) {
+      switch (a.kind) {
+        case ActionKind::Forward: y = m.forward(w.x.data(), n); break;
+        case ActionKind::Copy:  // on the compute queue after the forward that made y, before the loss reads it
+          w.be().copy(w.device, w.y.data(), w.device, y, static_cast<std::size_t>(n * out) * sizeof(float));
+          break;
+        case ActionKind::Loss: {
+          auto loss_span = w.tracer.compute(Phase::Loss, 0, [] { return std::string("mse loss"); });
+          w.be().mse_loss_grad(batch() * out, w.y.data(), w.t.data(), grad_scale(), w.dy.data(), w.loss.data());
+          break;
+        }
+        case ActionKind::BackwardWeights: break;  // one call computes both backwards
+        case ActionKind::BackwardData: m.backward(w.dy.data(), nullptr, false); break;
+        case ActionKind::Optimizer: w.adam->step(m.params(), m.grads()); break;
+        default: PB_CHECK(false, "dp: worker {} cannot run {}", i, describe(plan_, i, a.id));
       }
-      for (int j = 1; j < used; ++j) c.send(0, w.dy.data() + offsets_[j] * out, chunks_[j] * out, j);
-    } else {
-      c.send(i, y, n * out, 0);
-      c.recv(i, w.dy.data(), n * out, 0);
-    }
-    m.backward(w.dy.data(), nullptr, false);
-    c.reduce(i, m.grads().data(), np, 0);
-    if (i == 0) w.adam->step(m.params(), m.grads());
+    };
+    PlanExecutor(plan_, i, std::move(b)).run();
     w.stats.samples = n;
   }
 
  private:
   std::vector<int64_t> chunks_, offsets_;
+  Plan plan_;  // the step, every worker's actions
 };
 
 }  // namespace

@@ -11,7 +11,9 @@
 #include "engine/check.h"
 #include "engine/process.h"
 #include "strategies/batch.h"
+#include "strategies/executor.h"
 #include "strategies/group.h"
+#include "strategies/plan_gen.h"
 #include "strategies/registry.h"
 #include "strategies/rules.h"
 
@@ -44,6 +46,9 @@ class FullyShardedDataParallel final : public GroupStrategy {
  protected:
   void plan_workers() override {
     units_ = fsdp_units(plan(), workers());
+    unit_at_.assign(plan().layers.size(), 0);
+    for (std::size_t u = 0; u < units_.size(); ++u)
+      for (int l = units_[u].begin; l < units_[u].end; ++l) unit_at_[l] = static_cast<int>(u);
     shards_.clear();
     shards_.resize(workers());
     models_.clear();
@@ -93,6 +98,7 @@ class FullyShardedDataParallel final : public GroupStrategy {
     offsets_ = chunk_offsets(chunks_);
     chunks_.resize(workers(), 0);
     offsets_.resize(workers(), batch);
+    plan_ = plan_fsdp(plan(), opts_, batch, name(), reshard_);
     return workers();
   }
 
@@ -114,37 +120,60 @@ class FullyShardedDataParallel final : public GroupStrategy {
     if (n == 0 && s.unit_grads.defined()) w.be().fill(s.unit_grads.data(), s.unit_grads.numel(), 0.0f);
   }
 
+  // The worker's plan (plan_fsdp) run by the executor. A unit's all-gather makes its whole
+  // parameters the view its stage computes with; its reduce-scatter reads its whole gradients.
   void step(Worker& w, Group& g) override {
     const int r = w.rank;
     const int64_t n = chunks_[r], out = numel_of(plan().output);
     Communicator& c = g.comm();
     Shard& s = shards_[r];
     auto& models = models_[r];
-    const int units = static_cast<int>(units_.size());
     const float* cur = w.x.data();
-    for (int u = 0; u < units; ++u) {
-      Sequential& m = *models[u];
-      gather(c, w, m, units_[u]);
-      if (n > 0) cur = m.forward(cur, n);
-      if (reshard_) release(m);
-    }
-    if (n > 0) {
-      auto loss_span = w.tracer.compute(Phase::Loss, 0, [] { return std::string("mse loss"); });
-      w.be().mse_loss_grad(n * out, cur, w.t.data(), grad_scale(), w.dy.data(), w.loss.data());
-    }
     const float* dy = w.dy.data();
-    for (int u = units - 1; u >= 0; --u) {
-      Sequential& m = *models[u];
+    auto unit_of = [&](const Action& a) {
+      PB_CHECK(a.layer_begin >= 0, "{}: {} names no unit", name(), describe(plan_, r, a.id));
+      return unit_at_[a.layer_begin];
+    };
+    auto grads_view = [&](int u) { models[u]->grads() = whole(s.grads, s.unit_grads, 0, c.size(), units_[u]); };
+    PlanExecutor::Binding b;
+    b.tracer = &w.tracer;
+    b.at = [&](const Action& a, int buf, bool) -> float* {
+      const int u = unit_of(a);
       const Unit& unit = units_[u];
-      if (reshard_) gather(c, w, m, unit);
-      m.grads() = whole(s.grads, s.unit_grads, 0, c.size(), unit);
-      float* dx = u > 0 ? s.dx[u % 2].data() : nullptr;
-      if (n > 0) m.backward(dy, dx, false);
-      c.reduce_scatter(r, m.grads().data(), s.grads.data() + unit.at, unit.shard);
-      release(m);
-      dy = dx;
-    }
-    w.adam->step(s.params, s.grads);
+      const std::string& nm = plan_.buffers[buf].name;
+      if (nm == "shard_params") return s.params.data() + unit.at;
+      if (nm == "shard_grads") return s.grads.data() + unit.at;
+      if (nm == "unit_grads") {  // also without a chunk: then the zeros it holds
+        grads_view(u);
+        return models[u]->grads().data();
+      }
+      Sequential& m = *models[u];  // "gathered": the unit's whole parameters
+      m.params() = whole(s.params, s.gathered, reshard_ ? 0 : c.size() * unit.at, c.size(), unit);
+      return m.params().data();
+    };
+    b.comm = [&](int) -> std::pair<Communicator*, int> { return {&c, r}; };
+    b.compute = [&](const Action& a) {
+      switch (a.kind) {
+        case ActionKind::Forward: cur = models[unit_of(a)]->forward(cur, n); break;
+        case ActionKind::Loss: {
+          auto loss_span = w.tracer.compute(Phase::Loss, 0, [] { return std::string("mse loss"); });
+          w.be().mse_loss_grad(n * out, cur, w.t.data(), grad_scale(), w.dy.data(), w.loss.data());
+          break;
+        }
+        case ActionKind::BackwardWeights: grads_view(unit_of(a)); break;  // one call computes both backwards
+        case ActionKind::BackwardData: {
+          const int u = unit_of(a);
+          float* dx = u > 0 ? s.dx[u % 2].data() : nullptr;
+          models[u]->backward(dy, dx, false);
+          dy = dx;
+          break;
+        }
+        case ActionKind::Free: release(*models[unit_of(a)]); break;
+        case ActionKind::Optimizer: w.adam->step(s.params, s.grads); break;
+        default: PB_CHECK(false, "{}: worker {} cannot run {}", name(), r, describe(plan_, r, a.id));
+      }
+    };
+    PlanExecutor(plan_, r, std::move(b)).run();
     w.stats.samples = n;
   }
 
@@ -160,12 +189,6 @@ class FullyShardedDataParallel final : public GroupStrategy {
   Tensor whole(const Tensor& shard, const Tensor& buf, int64_t at, int n, const Unit& u) const {
     return n == 1 ? shard.view(u.at, {u.shard}) : buf.view(at, {n * u.shard});
   }
-  // The unit's whole parameters from every worker's shard.
-  void gather(Communicator& c, Worker& w, Sequential& m, const Unit& u) {
-    Shard& s = shards_[w.rank];
-    m.params() = whole(s.params, s.gathered, reshard_ ? 0 : c.size() * u.at, c.size(), u);
-    c.all_gather(w.rank, s.params.data() + u.at, m.params().data(), u.shard);
-  }
   // Drops the unit's views (the buffers stay, for the next unit and step).
   static void release(Sequential& m) {
     m.params() = Tensor();
@@ -177,6 +200,8 @@ class FullyShardedDataParallel final : public GroupStrategy {
   std::vector<Shard> shards_;  // per worker
   std::vector<std::vector<std::unique_ptr<Sequential>>> models_;  // per worker, per unit
   std::vector<int64_t> chunks_, offsets_;
+  std::vector<int> unit_at_;  // per layer: the unit it belongs to
+  Plan plan_;                 // the step, every worker's actions
 };
 
 }  // namespace

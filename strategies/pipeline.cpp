@@ -25,6 +25,7 @@
 
 #include "engine/check.h"
 #include "strategies/batch.h"
+#include "strategies/executor.h"
 #include "plan/plan.h"
 #include "strategies/group.h"
 #include "strategies/plan_gen.h"
@@ -35,8 +36,6 @@
 namespace pb {
 
 namespace {
-
-constexpr int kNone = -1;
 
 class Staged final : public GroupStrategy {
  public:
@@ -115,32 +114,27 @@ class Staged final : public GroupStrategy {
     ptrs_[w.rank] = pointers(w);
   }
 
-  // The executor of the stage's plan (strategies/pipeline_plan.cpp): each action is one call.
+  // The stage's plan (strategies/pipeline_plan.cpp) run by the executor; the computations here.
   void step(Worker& w, Group& g) override {
     const int rank = w.rank, d = replica_of(rank);  // rank: also the worker's rank in g.comm()
     const auto& sizes = micro_sizes_[d];
     const auto& offsets = offsets_[d];
     Sequential& m = *w.model;
-    Communicator& c = g.comm();
     const int64_t out_n = numel_of(m.out_sample());
-    const std::vector<Action>& actions = plan_.actions[rank];
     const std::vector<float*>& at = ptrs_[rank];
     std::vector<const float*> out(sizes.size(), nullptr);  // per micro-batch: its output, in its slot
-    std::vector<int64_t> ids(actions.size(), kNone);       // per action: its transfer
     bool accumulate = false;
-    for (const Action& a : actions) {
+    PlanExecutor::Binding b;
+    b.tracer = &w.tracer;
+    b.at = [&](const Action& a, int buf, bool) {  // null: an activation, its slot's output
+      return at[buf] ? at[buf] : const_cast<float*>(out.at(a.micro));
+    };
+    b.comm = [&](int group) -> std::pair<Communicator*, int> {
+      if (group == 0) return {&g.comm(), rank};  // the world
+      return {&g.part_comm("stage", rank), g.part_rank("stage", rank)};
+    };
+    b.compute = [&](const Action& a) {
       switch (a.kind) {
-        case ActionKind::GroupStart: c.group_start(rank); break;
-        case ActionKind::GroupEnd: c.group_end(rank); break;
-        case ActionKind::Recv: ids[a.id] = c.recv_start(rank, at[a.writes[0]], a.count, a.peer); break;
-        case ActionKind::Send: {
-          const float* from = at[a.reads[0]] ? at[a.reads[0]] : out[a.micro];  // an activation: its slot's output
-          ids[a.id] = c.send_start(rank, from, a.count, a.peer);
-          break;
-        }
-        case ActionKind::Wait:
-          for (int id : a.waits) c.wait_transfer(rank, ids[id]);
-          break;
         case ActionKind::Forward:
         case ActionKind::Recompute:
           out[a.micro] = m.forward(at[a.reads[0]], sizes[a.micro], slot_of(a.micro, in_flight(rank)));
@@ -157,15 +151,11 @@ class Staged final : public GroupStrategy {
           m.backward(w.dy.data(), a.writes.empty() ? nullptr : at[a.writes[0]], accumulate,
                      slot_of(a.micro, in_flight(rank)));
           break;
-        case ActionKind::Collective: {
-          Tensor& grads = m.grads();
-          g.part_comm("stage", rank).all_reduce(g.part_rank("stage", rank), grads.data(), grads.numel());
-          break;
-        }
         case ActionKind::Optimizer: w.adam->step(m.params(), m.grads()); break;
         default: PB_CHECK(false, "{}: worker {} cannot run {}", name(), rank, describe(plan_, rank, a.id));
       }
-    }
+    };
+    PlanExecutor(plan_, rank, std::move(b)).run();
     w.stats.samples = piece_[d];
   }
 
@@ -187,6 +177,7 @@ class Staged final : public GroupStrategy {
       else if (std::sscanf(buf.name.c_str(), "in[%d]", &j) == 1) at[b] = w.x.data() + j * most * in;
       else if (std::sscanf(buf.name.c_str(), "dx[%d]", &j) == 1) at[b] = w.dx.data() + j * most * in;
       else if (buf.name == "dy") at[b] = w.dy.data();
+      else if (buf.name == "grads") at[b] = w.model->grads().data();
     }
     return at;
   }

@@ -3,7 +3,9 @@
 // on the calling thread.
 #include "engine/check.h"
 #include "engine/process.h"
+#include "strategies/executor.h"
 #include "strategies/group.h"
+#include "strategies/plan_gen.h"
 #include "strategies/registry.h"
 
 namespace pb {
@@ -22,7 +24,10 @@ class Regular final : public GroupStrategy {
     w.loss = Tensor::zeros({1}, w.device);
   }
 
-  int plan_batch(int64_t) override { return 1; }
+  int plan_batch(int64_t batch) override {
+    plan_ = plan_regular(plan(), opts_, batch);
+    return 1;
+  }
 
   void load_worker(Worker& w, const std::vector<float>& x, const std::vector<float>& t) override {
     w.x = Tensor::from_host({static_cast<int64_t>(x.size())}, x, w.device);
@@ -30,17 +35,32 @@ class Regular final : public GroupStrategy {
     w.dy = Tensor::empty({w.model->out_numel(batch())}, w.device);
   }
 
+  // Its plan (plan_regular) run by the executor: forward, loss, backward, Adam; no communication.
   void step(Worker& w, Group&) override {
     Sequential& m = *w.model;
-    const float* y = m.forward(w.x.data(), batch());
-    {
-      auto loss_span = w.tracer.compute(Phase::Loss, 0, [] { return std::string("mse loss"); });
-      w.be().mse_loss_grad(m.out_numel(batch()), y, w.t.data(), grad_scale(), w.dy.data(), w.loss.data());
-    }
-    m.backward(w.dy.data(), nullptr, false);
-    w.adam->step(m.params(), m.grads());
+    const float* y = nullptr;
+    PlanExecutor::Binding b;
+    b.tracer = &w.tracer;
+    b.compute = [&](const Action& a) {
+      switch (a.kind) {
+        case ActionKind::Forward: y = m.forward(w.x.data(), batch()); break;
+        case ActionKind::Loss: {
+          auto loss_span = w.tracer.compute(Phase::Loss, 0, [] { return std::string("mse loss"); });
+          w.be().mse_loss_grad(m.out_numel(batch()), y, w.t.data(), grad_scale(), w.dy.data(), w.loss.data());
+          break;
+        }
+        case ActionKind::BackwardWeights: break;  // one call computes both backwards
+        case ActionKind::BackwardData: m.backward(w.dy.data(), nullptr, false); break;
+        case ActionKind::Optimizer: w.adam->step(m.params(), m.grads()); break;
+        default: PB_CHECK(false, "regular cannot run {}", describe(plan_, 0, a.id));
+      }
+    };
+    PlanExecutor(plan_, 0, std::move(b)).run();
     w.stats.samples = batch();
   }
+
+ private:
+  Plan plan_;  // the step
 };
 
 }  // namespace

@@ -16,7 +16,9 @@
 #include "engine/check.h"
 #include "engine/process.h"
 #include "strategies/batch.h"
+#include "strategies/executor.h"
 #include "strategies/group.h"
+#include "strategies/plan_gen.h"
 #include "strategies/registry.h"
 #include "strategies/rules.h"
 
@@ -117,6 +119,10 @@ class TensorParallel final : public GroupStrategy {
       group().connect_parts("tp", groups);
       group().connect_parts("dp", ranks);
     }
+    plan_ = plan_tp(plan(), opts_, batch, name(), replicas_);
+    group_part_.clear();
+    for (const PlanGroup& pg : plan_.groups)
+      group_part_.push_back(pg.name.rfind("tp ", 0) == 0 ? "tp" : pg.name.rfind("dp ", 0) == 0 ? "dp" : "");
     return workers();
   }
 
@@ -151,22 +157,41 @@ class TensorParallel final : public GroupStrategy {
     for (Tensor& g : st.dx) g = Tensor::empty({act}, w.device);
   }
 
+  // The worker's plan (plan_tp) run by the executor; each layer's computations here.
   void step(Worker& w, Group& g) override {
-    const int r = tp_rank(w.rank), n = ways();  // r: also the worker's rank in c
+    const int r = tp_rank(w.rank);  // also the worker's rank in its tp communicator
     const int64_t b = piece_[replica_of(w.rank)];
-    Communicator& c = replicas_ == 1 ? g.comm() : g.part_comm("tp", w.rank);
     Backend& be = w.be();
     State& st = state_[w.rank];
-    const int layers = static_cast<int>(slices_.size());
+    const int64_t out = numel_of(plan().output);
+    PlanExecutor::Binding bind;
+    bind.tracer = &w.tracer;
+    bind.comm = [&](int group) -> std::pair<Communicator*, int> {
+      if (group_part_[group].empty()) return {&g.comm(), w.rank};
+      return {&g.part_comm(group_part_[group], w.rank), g.part_rank(group_part_[group], w.rank)};
+    };
     if (w.model) {  // one worker: regular's step
       Sequential& m = *w.model;
-      const float* y = m.forward(w.x.data(), b);
-      {
-        auto loss_span = w.tracer.compute(Phase::Loss, 0, [] { return std::string("mse loss"); });
-        be.mse_loss_grad(m.out_numel(b), y, w.t.data(), grad_scale(), w.dy.data(), w.loss.data());
-      }
-      m.backward(w.dy.data(), nullptr, false);
-      w.adam->step(st.params, st.grads);
+      const float* y = nullptr;
+      bind.at = [&](const Action& a, int, bool) -> float* {
+        PB_CHECK(false, "{}: one worker does not communicate ({})", name(), describe(plan_, w.rank, a.id));
+        return nullptr;
+      };
+      bind.compute = [&](const Action& a) {
+        switch (a.kind) {
+          case ActionKind::Forward: y = m.forward(w.x.data(), b); break;
+          case ActionKind::Loss: {
+            auto loss_span = w.tracer.compute(Phase::Loss, 0, [] { return std::string("mse loss"); });
+            be.mse_loss_grad(m.out_numel(b), y, w.t.data(), grad_scale(), w.dy.data(), w.loss.data());
+            break;
+          }
+          case ActionKind::BackwardWeights: break;  // one call computes both backwards
+          case ActionKind::BackwardData: m.backward(w.dy.data(), nullptr, false); break;
+          case ActionKind::Optimizer: w.adam->step(st.params, st.grads); break;
+          default: PB_CHECK(false, "{}: worker {} cannot run {}", name(), w.rank, describe(plan_, w.rank, a.id));
+        }
+      };
+      PlanExecutor(plan_, w.rank, std::move(bind)).run();
       w.stats.samples = b;
       return;
     }
@@ -174,74 +199,97 @@ class TensorParallel final : public GroupStrategy {
       while (i >= 0 && !st.acts[i].defined()) --i;
       return i < 0 ? w.x.data() : st.acts[i].data();
     };
-    std::optional<Tracer::Scope> fwd_span(w.tracer.compute(Phase::Forward, 0, [] { return std::string("forward"); }));
-    for (int i = 0; i < layers; ++i) {
-      const LayerPlan& l = plan().layers[i];
-      const Slice& s = slices_[i];
-      const float* x = out_of(i - 1);
-      float* y = st.acts[i].defined() ? st.acts[i].data() : nullptr;
-      if (l.spec.type == LayerType::ReLU) be.relu_forward(b * numel_of(l.out), x, y ? y : out_of(i - 1));
-      if (s.channels == 0) continue;
-      const float* wt = st.params.data() + s.at[r];
-      const float* bias = wt + s.k[r] * s.fan;
-      // A split layer computes its channels into its piece of the gathered buffer, in place.
-      const int64_t piece = b * s.piece * s.per_sample;
-      float* mine = s.split ? st.gathered.data() + r * piece : y;
-      if (l.spec.type == LayerType::Conv2d) be.conv2d_forward(geom(l, b, s.k[r]), x, wt, bias, mine);
-      else be.linear_forward(b, l.in[0], s.k[r], x, wt, bias, mine);
-      if (!s.split) continue;
-      c.all_gather(r, mine, st.gathered.data(), piece);
-      // Pieces are [worker][sample][its channels]; the activation is [sample][channel]: one
-      // strided copy per piece, queued on the compute stream (no host round trip per sample).
-      for (int q = 0; q < n; ++q)
-        be.copy_2d(y + s.lo[q] * s.per_sample, s.channels * s.per_sample, st.gathered.data() + q * piece,
-                   s.k[q] * s.per_sample, s.k[q] * s.per_sample, b);
-    }
-    const int64_t out = numel_of(plan().output);
-    fwd_span.reset();
-    {
-      auto loss_span = w.tracer.compute(Phase::Loss, 0, [] { return std::string("mse loss"); });
-      be.mse_loss_grad(b * out, out_of(layers - 1), w.t.data(), grad_scale(), w.dy.data(), w.loss.data());
-    }
-    std::optional<Tracer::Scope> bwd_span(w.tracer.compute(Phase::Backward, 0, [] { return std::string("backward"); }));
+    // A split layer's piece of the gathered buffer: its channels of every sample, computed in place.
+    auto piece_of = [&](const Slice& s) { return b * s.piece * s.per_sample; };
+    bind.at = [&](const Action& a, int buf, bool write) -> float* {
+      const std::string& nm = plan_.buffers[buf].name;
+      if (nm == "gathered") return st.gathered.data() + (write ? 0 : r * piece_of(slices_.at(a.layer_begin)));
+      if (nm == "grads") return st.grads.data();
+      int k = 0;
+      PB_CHECK(std::sscanf(nm.c_str(), "dx[%d]", &k) == 1, "{}: worker {} has no buffer {}", name(), w.rank, nm);
+      return st.dx[k].data();
+    };
+    std::optional<Tracer::Scope> fwd_span, bwd_span;  // one span each over the layers' calls, as a Sequential's
     float* gout = w.dy.data();
-    int next = 0;  // which dx buffer the next input gradient goes to
-    for (int i = layers - 1; i >= 0; --i) {
-      const LayerPlan& l = plan().layers[i];
-      const Slice& s = slices_[i];
-      const float* x = out_of(i - 1);
-      if (l.spec.type == LayerType::Flatten) continue;  // same layout: the gradient passes through
-      if (l.spec.type == LayerType::ReLU) {
-        if (i > 0) be.relu_backward(b * numel_of(l.out), out_of(i), gout, gout);  // in place
-        continue;
+    const float* dy = gout;
+    int next = 0, copies = 0;  // which dx buffer the next input gradient goes to; the layer's piece copies so far
+    bool backward = false;     // past the loss
+    auto backward_span = [&] {  // opened by the first backward computation, so it carries its id
+      if (!bwd_span) bwd_span.emplace(w.tracer.compute(Phase::Backward, 0, [] { return std::string("backward"); }));
+    };
+    bind.compute = [&](const Action& a) {
+      const int i = a.layer_begin;
+      const LayerPlan* l = i >= 0 ? &plan().layers[i] : nullptr;
+      const Slice* s = i >= 0 ? &slices_[i] : nullptr;
+      switch (a.kind) {
+        case ActionKind::Forward: {
+          if (!fwd_span && !backward) fwd_span.emplace(w.tracer.compute(Phase::Forward, 0, [] { return std::string("forward"); }));
+          const float* x = out_of(i - 1);
+          float* y = st.acts[i].defined() ? st.acts[i].data() : nullptr;
+          copies = 0;
+          if (l->spec.type == LayerType::ReLU) be.relu_forward(b * numel_of(l->out), x, y ? y : out_of(i - 1));
+          if (s->channels == 0) break;
+          const float* wt = st.params.data() + s->at[r];
+          const float* bias = wt + s->k[r] * s->fan;
+          float* mine = s->split ? st.gathered.data() + r * piece_of(*s) : y;
+          if (l->spec.type == LayerType::Conv2d) be.conv2d_forward(geom(*l, b, s->k[r]), x, wt, bias, mine);
+          else be.linear_forward(b, l->in[0], s->k[r], x, wt, bias, mine);
+          break;
+        }
+        case ActionKind::Copy:
+          if (!backward) {  // piece q of [worker][sample][its channels] into [sample][channel], on the compute stream
+            const int q = copies++;
+            be.copy_2d(st.acts[i].data() + s->lo[q] * s->per_sample, s->channels * s->per_sample,
+                       st.gathered.data() + q * piece_of(*s), s->k[q] * s->per_sample, s->k[q] * s->per_sample, b);
+          } else {  // this worker's channels of the output gradient, [sample][its channels]
+            backward_span();
+            const int64_t k = s->k[r];
+            be.copy_2d(st.dy_local.data(), k * s->per_sample, gout + s->lo[r] * s->per_sample,
+                       s->channels * s->per_sample, k * s->per_sample, b);
+            dy = st.dy_local.data();
+          }
+          break;
+        case ActionKind::Loss: {
+          fwd_span.reset();
+          {
+            auto loss_span = w.tracer.compute(Phase::Loss, 0, [] { return std::string("mse loss"); });
+            be.mse_loss_grad(b * out, out_of(static_cast<int>(slices_.size()) - 1), w.t.data(), grad_scale(),
+                             w.dy.data(), w.loss.data());
+          }
+          backward = true;
+          break;
+        }
+        case ActionKind::BackwardWeights: {
+          backward_span();
+          float* gw = st.grads.data() + s->at[r];
+          const int64_t k = s->k[r];
+          if (!s->split) dy = gout;
+          if (l->spec.type == LayerType::Conv2d) be.conv2d_backward_weights(geom(*l, b, k), out_of(i - 1), dy, gw, gw + k * s->fan, false);
+          else be.linear_backward_weights(b, l->in[0], k, out_of(i - 1), dy, gw, gw + k * s->fan, false);
+          break;
+        }
+        case ActionKind::BackwardData: {
+          backward_span();
+          if (l->spec.type == LayerType::ReLU && i > 0) be.relu_backward(b * numel_of(l->out), out_of(i), gout, gout);
+          if (l->spec.type == LayerType::Conv2d || l->spec.type == LayerType::Linear) {
+            const int64_t k = s->k[r];
+            const float* wt = st.params.data() + s->at[r];
+            float* dx = i > 0 ? st.dx[next].data() : nullptr;
+            if (dx) {
+              if (l->spec.type == LayerType::Conv2d) be.conv2d_backward_data(geom(*l, b, k), dy, wt, dx);
+              else be.linear_backward_data(b, l->in[0], k, dy, wt, dx);
+              gout = dx;  // the partial sums' all-reduce, next in the plan, completes it
+              next = 1 - next;
+            }
+          }
+          if (i == 0) bwd_span.reset();
+          break;
+        }
+        case ActionKind::Optimizer: w.adam->step(st.params, st.grads); break;
+        default: PB_CHECK(false, "{}: worker {} cannot run {}", name(), w.rank, describe(plan_, w.rank, a.id));
       }
-      float* wt = st.params.data() + s.at[r];
-      float* gw = st.grads.data() + s.at[r];
-      const int64_t k = s.k[r];
-      // This worker's channels of the output gradient, [sample][its channels].
-      const float* dy = gout;
-      if (s.split) {
-        be.copy_2d(st.dy_local.data(), k * s.per_sample, gout + s.lo[r] * s.per_sample, s.channels * s.per_sample,
-                   k * s.per_sample, b);
-        dy = st.dy_local.data();
-      }
-      float* dx = i > 0 ? st.dx[next].data() : nullptr;
-      if (l.spec.type == LayerType::Conv2d) {
-        const ConvGeom gm = geom(l, b, k);
-        be.conv2d_backward_weights(gm, x, dy, gw, gw + k * s.fan, false);
-        if (dx) be.conv2d_backward_data(gm, dy, wt, dx);
-      } else {
-        be.linear_backward_weights(b, l.in[0], k, x, dy, gw, gw + k * s.fan, false);
-        if (dx) be.linear_backward_data(b, l.in[0], k, dy, wt, dx);
-      }
-      if (!dx) continue;
-      if (s.split) c.all_reduce(r, dx, b * numel_of(l.in));  // the partial sums over the channel slices
-      gout = dx;
-      next = 1 - next;
-    }
-    bwd_span.reset();
-    if (replicas_ > 1) g.part_comm("dp", w.rank).all_reduce(g.part_rank("dp", w.rank), st.grads.data(), st.grads.numel());
-    w.adam->step(st.params, st.grads);
+    };
+    PlanExecutor(plan_, w.rank, std::move(bind)).run();
     w.stats.samples = b;
   }
 
@@ -269,6 +317,8 @@ class TensorParallel final : public GroupStrategy {
   std::vector<Slice> slices_;  // per layer, over the ways() workers of a replica
   std::vector<State> state_;   // per worker
   std::vector<int64_t> piece_, piece_offset_;  // per replica: its samples, and where they start
+  Plan plan_;                                  // the step, every worker's actions
+  std::vector<std::string> group_part_;        // per plan group: its partition ("tp", "dp"; "": the world)
 };
 
 }  // namespace

@@ -86,7 +86,8 @@ Plan plan_tp(const NetPlan& net, const StrategyOptions& o, int64_t batch, const 
           bsz * s.k[r] * s.per_sample * kF;
       if (!s.split) continue;
       Action& ag = b.collective(w, CollKind::AllGather, c, piece, ways * piece * kF, false);
-      ag.reads.push_back(gathered), ag.writes.push_back(gathered);
+      ag.reads.push_back(gathered), ag.writes.push_back(gathered);  // its own piece, then the whole
+      ag.layer_begin = i, ag.layer_end = i + 1;  // whose slice: where the executor finds the piece
       for (int q = 0; q < ways; ++q)  // [worker][sample][its channels] -> [sample][channel]
         b.compute(w, ActionKind::Copy, i, i + 1, 0, {gathered}, {y}).bytes = bsz * s.k[q] * s.per_sample * kF;
     }

@@ -1,0 +1,124 @@
+// The executor of a worker's plan actions (see executor.h).
+#include "strategies/executor.h"
+
+#include <algorithm>
+
+#include "engine/check.h"
+
+namespace pb {
+
+namespace {
+constexpr int64_t kNone = -1;
+}
+
+bool is_computation(ActionKind k) {
+  switch (k) {
+    case ActionKind::Send:
+    case ActionKind::Recv:
+    case ActionKind::Collective:
+    case ActionKind::Wait:
+    case ActionKind::GroupStart:
+    case ActionKind::GroupEnd: return false;
+    default: return true;
+  }
+}
+
+PlanExecutor::PlanExecutor(const Plan& plan, int worker, Binding binding)
+    : plan_(plan), worker_(worker), b_(std::move(binding)), actions_(plan.actions.at(worker)),
+      transfer_(actions_.size(), kNone) {}
+
+void PlanExecutor::run() {
+  while (next_ < actions_.size()) {  // a computation may move next_ on (run_through)
+    const Action& a = actions_[next_++];
+    mark(a.id);
+    exec(a);
+  }
+  mark(-1);
+}
+
+void PlanExecutor::run_through(const std::function<bool(const Action&)>& covered) {
+  while (next_ < actions_.size()) {
+    const Action& a = actions_[next_];
+    if (is_computation(a.kind) && !covered(a)) {
+      mark(a.id);
+      return;
+    }
+    ++next_;
+    if (!is_computation(a.kind)) {
+      mark(a.id);
+      exec(a);
+    }
+  }
+}
+
+float* PlanExecutor::buf(const Action& a, bool write) {
+  const std::vector<int>& ids = write ? a.writes : a.reads;
+  PB_CHECK(!ids.empty(), "plan: {} names no buffer it {}", describe(plan_, worker_, a.id), write ? "writes" : "reads");
+  return b_.at(a, ids[0], write);
+}
+
+void PlanExecutor::exec(const Action& a) {
+  switch (a.kind) {
+    case ActionKind::GroupStart:
+    case ActionKind::GroupEnd: {  // without a group: the plan's first (its world)
+      auto [c, rank] = b_.comm(a.group < 0 ? 0 : a.group);
+      a.kind == ActionKind::GroupStart ? c->group_start(rank) : c->group_end(rank);
+      break;
+    }
+    case ActionKind::Send:
+    case ActionKind::Recv: {
+      auto [c, rank] = b_.comm(a.group);
+      const std::vector<int>& members = plan_.groups.at(a.group).members;
+      const int peer = static_cast<int>(std::find(members.begin(), members.end(), a.peer) - members.begin());
+      float* p = buf(a, a.kind != ActionKind::Send);
+      if (a.async)
+        transfer_[a.id] = a.kind == ActionKind::Send ? c->send_start(rank, p, a.count, peer)
+                                                     : c->recv_start(rank, p, a.count, peer);
+      else if (a.kind == ActionKind::Send)
+        c->send(rank, p, a.count, peer);
+      else
+        c->recv(rank, p, a.count, peer);
+      break;
+    }
+    case ActionKind::Collective: collective(a); break;
+    case ActionKind::Wait: wait(a); break;
+    default: b_.compute(a);
+  }
+}
+
+void PlanExecutor::collective(const Action& a) {
+  auto [c, rank] = b_.comm(a.group);
+  switch (a.coll) {
+    case CollKind::AllReduce: {  // in place
+      float* p = buf(a, !a.writes.empty());
+      if (a.async) c->all_reduce_start(rank, p, a.count);
+      else c->all_reduce(rank, p, a.count);
+      break;
+    }
+    case CollKind::Broadcast: c->broadcast(rank, buf(a, !a.writes.empty()), a.count, a.root); break;
+    case CollKind::Reduce: c->reduce(rank, buf(a, false), a.count, a.root); break;
+    case CollKind::AllGather: c->all_gather(rank, buf(a, false), buf(a, true), a.count); break;
+    case CollKind::ReduceScatter: c->reduce_scatter(rank, buf(a, false), buf(a, true), a.count); break;
+    default: PB_CHECK(false, "plan: the executor cannot run {}", describe(plan_, worker_, a.id));
+  }
+}
+
+// p2p transfers complete one by one; a group's all-reduce starts all at its communicator's wait.
+void PlanExecutor::wait(const Action& a) {
+  std::vector<int> groups;
+  for (int id : a.waits) {
+    const Action& w = actions_.at(id);
+    if (w.kind == ActionKind::Collective) {
+      if (std::find(groups.begin(), groups.end(), w.group) == groups.end()) groups.push_back(w.group);
+    } else {
+      auto [c, rank] = b_.comm(w.group);
+      c->wait_transfer(rank, transfer_.at(id));
+    }
+  }
+  for (int g : groups) {
+    auto [c, rank] = b_.comm(g);
+    c->wait(rank);
+  }
+}
+
+}  // namespace pb
