@@ -364,7 +364,7 @@ int cmd_run(const std::vector<std::string>& args) {
              ran, reporter.failed(), dir, chart ? ", throughput.png" : "",
              sw.traced.empty() ? "" : fmt::format(", {} trace-*.json", sw.traced.size()), timeline ? ", timeline.png" : "");
   if (write_run_html(dir))  // after timeline.png, which the page shows too
-    fmt::print("parbench run: open {}/report.html in a browser: tables, charts (pareto.png, breakdown.png too), "
+    fmt::print(text_out, "parbench run: open {}/report.html in a browser: tables, charts (pareto.png, breakdown.png too), "
                "context, traces\n", dir);
   warn_if_disturbed(disturbed, "parbench run", "during the run", "its timings are slower and noisier than the machine's own",
                     "run again");
