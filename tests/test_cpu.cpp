@@ -38,7 +38,7 @@ std::string output_of(const std::string& cmd) {
 #ifdef PARBENCH_HAVE_DNNL
 
 // Winograd F(2x2, 3x3) rounds differently from a direct sum but stays within the bound the
-// oneDNN paths are held to (tests/test_dnnl.cpp): atol + rtol * max|ref|.
+// oneDNN paths are held to (tests/test_dnnl_*.cpp): atol + rtol * max|ref|.
 constexpr double kAtol = 1e-5, kRtol = 1e-4;
 
 ::testing::AssertionResult close(const std::vector<float>& got, const ref::Vec& want) {
