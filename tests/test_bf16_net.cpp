@@ -17,6 +17,7 @@
 #include "engine/state_dict.h"
 #include "strategies/strategy.h"
 #include "tests/paths.h"
+#include "tests/bf16_skip.h"
 #include "tests/support.h"
 #include "workloads/workload.h"
 #ifdef PARBENCH_HAVE_DNNL
@@ -27,19 +28,6 @@ namespace pb {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string bf16_unavailable() {
-#ifdef PARBENCH_HAVE_DNNL
-  return dnnl_bf16_refusal(dnnl_effective_isa());
-#else
-  return "built without oneDNN";
-#endif
-}
-#define SKIP_WITHOUT_BF16()                                              \
-  do {                                                                   \
-    const std::string why_ = bf16_unavailable();                         \
-    if (!why_.empty()) GTEST_SKIP() << "no bf16 kernels here: " << why_; \
-  } while (0)
 
 BackendOptions bf16_options() {
   BackendOptions o;

@@ -16,6 +16,7 @@
 #include "engine/tensor.h"
 #include "reference.h"
 #include "tests/gpu_skip.h"
+#include "tests/bf16_skip.h"
 #include "tests/support.h"
 #ifdef PARBENCH_HAVE_DNNL
 #include <oneapi/dnnl/dnnl_types.h>
@@ -32,21 +33,6 @@ using test::random_geom;
 
 constexpr double kFp32 = 1.0 / (1 << 24);  // fp32's unit roundoff
 constexpr double kBf16 = 1.0 / (1 << 8);   // bf16's: 8 significant bits, round to nearest
-
-// Why this machine cannot run the bf16 ops; empty where it can.
-std::string bf16_unavailable() {
-#ifdef PARBENCH_HAVE_DNNL
-  return dnnl_bf16_refusal(dnnl_effective_isa());
-#else
-  return "built without oneDNN";
-#endif
-}
-
-#define SKIP_WITHOUT_BF16()                                            \
-  do {                                                                 \
-    const std::string why_ = bf16_unavailable();                       \
-    if (!why_.empty()) GTEST_SKIP() << "no bf16 kernels here: " << why_; \
-  } while (0)
 
 std::unique_ptr<Backend> bf16_backend() {
   BackendOptions o;
@@ -311,7 +297,7 @@ TEST(Bf16Refusal, DecisionNamesTheInstructionSet) {
 TEST(Bf16Refusal, BackendRefusesAtConstructionNamingTheIsa) {
   const char* cap = std::getenv("ONEDNN_MAX_CPU_ISA");
   const bool capped = cap && std::string(cap) == "AVX512_CORE_VNNI";
-  const std::string why = bf16_unavailable();
+  const std::string why = test::bf16_unavailable();
   if (why.empty()) {
     ASSERT_FALSE(capped) << "ONEDNN_MAX_CPU_ISA=AVX512_CORE_VNNI, yet oneDNN offers bf16 kernels";
     EXPECT_EQ(bf16_backend()->precision(), Precision::Bf16);
