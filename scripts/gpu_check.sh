@@ -18,15 +18,17 @@ longer fits is reported "not run: N s left"), each writing its log as soon as it
                   bundled binary and library resolved (ldd), GPU, CPU, the libraries loaded
   2 tests         the GPU tests of parbench_tests only (every test with "Gpu" in its name:
                   tests/gpu_skip.h), one process per test
-  3 torch         GreatNetwork 512x512 batch 1, engine vs PyTorch, tf32 then fp32,
-                  exhaustive convolution search on both sides
+  3 torch         GreatNetwork 512x512 batch 1, engine vs PyTorch, tf32, fp32 then bf16
+                  (autocast), exhaustive convolution search on both sides
+  3b profile      parbench profile of that net at fp32, tf32 and bf16: per-layer times, the
+                  input of `parbench project` (profile/*.json in run.tar.gz)
   4 run           parbench run on the one GPU, --oversubscribe: dp, ddp, mp and pipeline with
                   2 workers each; then every strategy (1F1B, recompute, fsdp, zero2, tp; and the
                   dp x pp / dp x tp hybrids at 4) with 2 and 4 workers on a small great_net
   5 sanitizer     compute-sanitizer --tool memcheck over a small parbench train (if present)
 At most 8 files land in OUTDIR (default gpu-check-<UTC time> in the current directory):
-gpu_check.log (everything printed), env.txt, tests.log, torch.log, run.log, run.tar.gz,
-sanitizer.log, summary.md. Commands run in a scratch folder, so nothing else lands anywhere.
+gpu_check.log (everything printed), env.txt, tests.log, torch.log, run.log, run.tar.gz (the
+run folders and the profiles), sanitizer.log, summary.md. Commands run in a scratch folder, so nothing else lands anywhere.
 
 Options:
   --dry-run        run what needs no GPU: bundle integrity, library resolution against a
@@ -91,14 +93,16 @@ result() {
 # Seconds per stage. They sum within hard_cap, so a stage is never cut short because those
 # before it used their whole budgets; a stage whose minimum no longer fits is not run, and says so.
 hard_cap=570             # the whole check ends before 10 minutes
-budget_env=60            # 1: found, integrity, libraries (or, in a dry run, stage 1 and the parse)
-budget_tests=150         # 2: the GPU tests, one process each
-budget_torch=160         # 3: engine and PyTorch at tf32 and fp32, at most torch_each each
-budget_run=130           # 4: 2 workers (at most run_two), then every strategy
-budget_sanitizer=60      # 5: memcheck over a small training run
+budget_env=30            # 1: found, integrity, libraries (or, in a dry run, stage 1 and the parse)
+budget_tests=110         # 2: the GPU tests, one process each
+budget_torch=210         # 3: engine and PyTorch at tf32, fp32 and bf16, at most torch_each each
+budget_profile=50        # 3b: per-layer profiles at fp32, tf32 and bf16
+budget_run=90            # 4: 2 workers (at most run_two), then every strategy
+budget_sanitizer=40      # 5: memcheck over a small training run
 reserve=10               # the summary and run.tar.gz
-min_tests=30 min_torch=40 min_run=40 min_sanitizer=30
-torch_each=40 run_two=55
+min_tests=30 min_torch=40 min_profile=20 min_run=40 min_sanitizer=30
+torch_each=35 run_two=40
+precisions="tf32 fp32 bf16"
 # stage_begin NAME BUDGET MINIMUM: the stage may run until stage_end (its budget, cut to what is
 # left of the cap); false, with NAME recorded "not run: N s left", when MINIMUM does not fit.
 stage_begin() {
@@ -176,7 +180,7 @@ if [ "$dry_run" = 1 ]; then
     stage_begin "dry run" "$budget_tests" "$min_tests" || exit 1
     env_lines=$(wc -l <"$env_log")
     (
-        echo "budgets (s): environment $budget_env, tests $budget_tests, torch $budget_torch, run $budget_run, sanitizer $budget_sanitizer, reserve $reserve: $((budget_env + budget_tests + budget_torch + budget_run + budget_sanitizer + reserve)) of $hard_cap"
+        echo "budgets (s): environment $budget_env, tests $budget_tests, torch $budget_torch, profile $budget_profile, run $budget_run, sanitizer $budget_sanitizer, reserve $reserve: $((budget_env + budget_tests + budget_torch + budget_profile + budget_run + budget_sanitizer + reserve)) of $hard_cap"
         n=$(gpu_tests | wc -l)
         echo "stage 2 would run $n GPU tests (filter $gpu_filter): $(gpu_tests | cut -d. -f1 | sort | uniq -c | awk '{printf "%s%s %s", (NR > 1 ? ", " : ""), $1, $2}')"
         [ "$n" -gt 0 ] || { echo "no test matches $gpu_filter"; exit 1; }
@@ -189,13 +193,15 @@ if [ "$dry_run" = 1 ]; then
             echo "parbench $args: parsed (stops at: $msg)"
         done <<EOF
 train --workload great_net --image 512 --width 1 --batch 1 --precision tf32 --device-kind cuda --iterations $iterations --warmup $warmup
+train --workload great_net --image 512 --width 1 --batch 1 --precision bf16 --device-kind cuda --iterations $iterations --warmup $warmup
+profile --workload great_net --image 512 --width 1 --batch 1 --precision bf16 --device-kind cuda --out $scratch/p.json
 run --device-kind cuda --oversubscribe --strategies dp,ddp,mp,pipeline --devices 2 --iterations 3 --warmup 1 --out $scratch/run
 run --device-kind cuda --oversubscribe --strategies all --devices 2,4 --workload great_net --image 64 --width 0.25 --batch 2 --iterations 2 --warmup 1 --out $scratch/run-all
 train --workload great_net --image 64 --width 0.25 --batch 2 --device-kind cuda --iterations 2 --warmup 1
 EOF
         if "$python" -c 'import torch' 2>/dev/null; then
             timeout "$(within 60)" "$python" "$bundle/scripts/torch_gpu_peer.py" --device cpu --image 16 --width 0.125 --batch 1 \
-                --precision fp32 --iterations 1 --warmup 0 >"$scratch/peer.txt" 2>&1 ||
+                --precision bf16 --iterations 1 --warmup 0 >"$scratch/peer.txt" 2>&1 ||
                 { cat "$scratch/peer.txt"; echo "the PyTorch peer failed on CPU"; exit 1; }
             echo "PyTorch peer: ran on CPU ($(grep -m1 '^median' "$scratch/peer.txt"))"
         else
@@ -253,7 +259,7 @@ tflop_per_image=$(awk 'BEGIN { split("3 16 32 64 128 256 512 1024 512 256 128 64
 median_of() { sed -n 's/^median \([0-9.]*\) ms\/iteration.*/\1/p' "$1" | tail -n 1; }
 stage3() {
     rows=()
-    for precision in tf32 fp32; do
+    for precision in $precisions; do
         echo "=== engine $precision" >>"$torch_log"
         PARBENCH_CONV_SEARCH=exhaustive timeout "$(within "$torch_each")" "$bundle/parbench" train --workload great_net --image 512 \
             --width 1 --batch 1 --precision "$precision" --device-kind cuda --iterations "$iterations" \
@@ -272,25 +278,49 @@ stage3() {
         ratio=n/a
         [ -n "$e" ] && [ -n "$t" ] && ratio=$(awk -v e="$e" -v t="$t" 'BEGIN {printf "%.2f", e / t}')
         rate() { [ -n "$1" ] && awk -v ms="$1" -v f="$tflop_per_image" 'BEGIN {printf "%.1f", f / (ms / 1e3)}' || echo n/a; }
-        rows+=("| $precision | ${e:-n/a} | ${t:-n/a} | $ratio | $(rate "$e") | $(rate "$t") |")
+        # The H200's dense peak at this precision (datasheet): what share of it the engine reached.
+        peak=$(case "$precision" in fp32) echo 67 ;; tf32) echo 494 ;; bf16) echo 989 ;; esac)
+        share=n/a
+        [ -n "$e" ] && share=$(awk -v ms="$e" -v f="$tflop_per_image" -v p="$peak" 'BEGIN {printf "%.0f%%", 100 * f / (ms / 1e3) / p}')
+        rows+=("| $precision | ${e:-n/a} | ${t:-n/a} | $ratio | $(rate "$e") | $(rate "$t") | $share of $peak |")
         [ "$erc" = 0 ] && [ "$trc" = 0 ] || stage3_failed=1
     done
     table=$(printf '%s\n' "GreatNetwork 512x512, width 1, batch 1, median of $iterations after $warmup warm-up, exhaustive search." \
             "Training FLOPs = 3 x forward = $tflop_per_image TFLOP per image (forward: the 14 convs, 2*Cin*Cout*9*512*512 each)." \
-            "Bars: engine/PyTorch <= 1.00 at each precision; tf32 engine >= 296 TFLOP/s (60% of H200 dense TF32, 494)." "" \
-            "| precision | engine ms/iteration | PyTorch ms/iteration | engine/PyTorch | engine TFLOP/s | PyTorch TFLOP/s |" \
-            "|---|---:|---:|---:|---:|---:|" "${rows[@]}")
+            "Bars: engine/PyTorch <= 1.00 at each precision; tf32 engine >= 247 TFLOP/s (50% of H200 dense TF32, 494)." \
+            "bf16 is autocast on both sides (fp32 master weights and Adam, bf16 convolutions, fp32 loss)." "" \
+            "| precision | engine ms/iteration | PyTorch ms/iteration | engine/PyTorch | engine TFLOP/s | PyTorch TFLOP/s | engine, % of H200 dense peak (TFLOP/s) |" \
+            "|---|---:|---:|---:|---:|---:|---:|" "${rows[@]}")
     [ -z "${stage3_failed:-}" ] && result "3 engine vs PyTorch" ok "table below" ||
         result "3 engine vs PyTorch" FAILED "see torch.log"
 }
 stage_begin "3 engine vs PyTorch" "$budget_torch" "$min_torch" && stage3
+
+# --- 3b. per-layer profiles, the projection's input --------------------------------------------
+section "3b parbench profile: GreatNetwork 512x512 batch 1, per layer, fp32, tf32 and bf16"
+stage3b() {
+    local precision prc done=() bad=()
+    mkdir -p "$scratch/profile"
+    for precision in fp32 tf32 bf16; do
+        echo "=== profile $precision" >>"$scratch/profile/profile.log"
+        PARBENCH_CONV_SEARCH=exhaustive timeout "$(within 25)" "$bundle/parbench" profile --workload great_net --image 512 \
+            --width 1 --batch 1 --precision "$precision" --device-kind cuda --warmup 2 --reps 5 \
+            --out "$scratch/profile/great_net-512-w1-h200-$precision.json" >>"$scratch/profile/profile.log" 2>&1
+        prc=$?
+        [ "$prc" = 0 ] && done+=("$precision") || bad+=("$precision (exit $prc)")
+    done
+    grep -A 20 '^=== profile fp32' "$scratch/profile/profile.log" | head -n 24
+    if [ "${#bad[@]}" = 0 ]; then result "3b profile" ok "profile/*.json in run.tar.gz"
+    else result "3b profile" FAILED "${bad[*]}; profile/profile.log in run.tar.gz"; fi
+}
+stage_begin "3b profile" "$budget_profile" "$min_profile" && stage3b
 
 # --- 4. every multi-worker strategy on the one GPU ------------------------------------------
 section "4 parbench run: dp, ddp, mp, pipeline with 2 workers on one GPU; every strategy with 2 and 4"
 stage4() {
     timeout "$(within "$run_two")" "$bundle/parbench" run --device-kind cuda --oversubscribe --strategies dp,ddp,mp,pipeline \
         --devices 2 --iterations 3 --warmup 1 --out "$scratch/run" >"$outdir/run.log" 2>&1
-    local rrc=$? arc r runs=()
+    local rrc=$? arc
     sed -n '/^## /,$p' "$outdir/run.log" | head -n 30
     # Every strategy's GPU code path (4 workers: dp2xpp2 and dp2xtp2 too), at a small size.
     echo "--- every strategy, 2 and 4 workers, great_net 64x64 width 0.25 ---" >>"$outdir/run.log"
@@ -299,8 +329,6 @@ stage4() {
         >>"$outdir/run.log" 2>&1
     arc=$?
     sed -n '/^## great_net (image 64/,$p' "$outdir/run.log" | head -n 20
-    for r in run run-all; do [ -d "$scratch/$r" ] && runs+=("$r"); done
-    [ "${#runs[@]}" -gt 0 ] && tar -C "$scratch" -czf "$outdir/run.tar.gz" "${runs[@]}"
     if [ "$rrc" = 0 ] && [ "$arc" = 0 ]; then result "4 run" ok "run.log, run.tar.gz"
     else result "4 run" FAILED "exit $rrc (2 workers), $arc (every strategy, 2 and 4 workers), see run.log"; fi
 }
@@ -308,18 +336,30 @@ stage_begin "4 run" "$budget_run" "$min_run" && stage4
 
 # --- 5. memcheck over a small training run --------------------------------------------------
 section "5 compute-sanitizer memcheck"
-sanitizer=$(command -v compute-sanitizer || ls "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer" 2>/dev/null)
+sanitizer=$(command -v compute-sanitizer || ls "${CUDA_HOME:-/usr/local/cuda}"/bin/compute-sanitizer \
+            /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -n 1)
 if [ -z "$sanitizer" ]; then
     result "5 sanitizer" "not run" "compute-sanitizer not found"
 elif stage_begin "5 sanitizer" "$budget_sanitizer" "$min_sanitizer"; then
-    timeout "$(within "$budget_sanitizer")" "$sanitizer" --tool memcheck --error-exitcode 3 "$bundle/parbench" train --workload great_net \
-        --image 64 --width 0.25 --batch 2 --device-kind cuda --iterations 2 --warmup 1 >"$outdir/sanitizer.log" 2>&1
-    src=$?
-    tail -n 5 "$outdir/sanitizer.log"
-    [ "$src" = 0 ] && result "5 sanitizer" ok "no memcheck error" || result "5 sanitizer" FAILED "exit $src, see sanitizer.log"
+    # fp32 first (the path every strategy takes), then bf16 (autocast: conversions, bf16 convolutions).
+    src=0 bad=()
+    for precision in fp32 bf16; do
+        echo "=== memcheck, train --precision $precision" >>"$outdir/sanitizer.log"
+        timeout "$(within "$budget_sanitizer")" "$sanitizer" --tool memcheck --error-exitcode 3 "$bundle/parbench" train \
+            --workload great_net --image 64 --width 0.25 --batch 2 --precision "$precision" --device-kind cuda \
+            --iterations 2 --warmup 1 >>"$outdir/sanitizer.log" 2>&1
+        src=$?
+        [ "$src" = 0 ] || bad+=("$precision: exit $src")
+    done
+    grep -E '^=== |ERROR SUMMARY' "$outdir/sanitizer.log"
+    [ "${#bad[@]}" = 0 ] && result "5 sanitizer" ok "no memcheck error (fp32, bf16)" ||
+        result "5 sanitizer" FAILED "${bad[*]}, see sanitizer.log"
 fi
 
 section "summary"
+runs=()
+for r in run run-all profile; do [ -d "$scratch/$r" ] && runs+=("$r"); done
+[ "${#runs[@]}" -gt 0 ] && tar -C "$scratch" -czf "$outdir/run.tar.gz" "${runs[@]}"
 stray=$(find "$scratch/cwd" -type f | sed "s|^$scratch/cwd/||" | head -n 5 | tr '\n' ' ')
 [ -z "$stray" ] || echo "gpu_check: files written where commands stood, not kept: $stray"
 cat "$outdir/summary.md"

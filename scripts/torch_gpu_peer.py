@@ -8,6 +8,9 @@ hidden channels scaled by --width), the same loss (MSE against the input image) 
   --precision fp32   TF32 off for matmul and cuDNN convolutions: fp32_precision = "ieee" where
                      PyTorch has it (>= 2.9), else allow_tf32 = False for both
   --precision tf32   TF32 on for both ("tf32", or allow_tf32 = True)
+  --precision bf16   torch.autocast(device, dtype=torch.bfloat16) around forward and loss:
+                     fp32 parameters and Adam (master weights), bf16 convolutions, the loss in
+                     fp32 (mse_loss is on autocast's fp32 list); TF32 off outside autocast
   --conv-search exhaustive   torch.backends.cudnn.benchmark = True  (PARBENCH_CONV_SEARCH=exhaustive)
   --conv-search heuristic    torch.backends.cudnn.benchmark = False (the engine's default)
 
@@ -38,7 +41,7 @@ def forward_flops_per_sample(chans, image):
 def pin_precision(precision, conv_search):
     """Returns which TF32 API was used. PyTorch >= 2.9 has per-backend fp32_precision settings
     and raises when they and the legacy allow_tf32 flags are mixed, so only one is touched."""
-    tf32 = precision == "tf32"
+    tf32 = precision == "tf32"  # bf16: autocast casts the convolutions; what stays fp32 is ieee
     cudnn_conv = getattr(torch.backends.cudnn, "conv", None)
     if hasattr(cudnn_conv, "fp32_precision") and hasattr(torch.backends.cuda.matmul, "fp32_precision"):
         mode = "tf32" if tf32 else "ieee"
@@ -64,7 +67,8 @@ def main():
     ap.add_argument("--image", type=int, default=512, help="image height and width (default 512)")
     ap.add_argument("--width", type=float, default=1.0, help="channel width scale (default 1)")
     ap.add_argument("--batch", type=int, default=1, help="batch size (default 1)")
-    ap.add_argument("--precision", choices=["fp32", "tf32"], default="fp32", help="default fp32")
+    ap.add_argument("--precision", choices=["fp32", "tf32", "bf16"], default="fp32",
+                    help="default fp32")
     ap.add_argument("--conv-search", choices=["exhaustive", "heuristic"], default="exhaustive",
                     help="cudnn.benchmark True or False (default exhaustive)")
     ap.add_argument("--iterations", type=int, default=10, help="timed iterations (default 10)")
@@ -106,7 +110,11 @@ def main():
 
     def step():
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x), x)
+        if args.precision == "bf16":
+            with torch.autocast(args.device, dtype=torch.bfloat16):
+                loss = loss_fn(model(x), x)
+        else:
+            loss = loss_fn(model(x), x)
         loss.backward()
         opt.step()
         return loss

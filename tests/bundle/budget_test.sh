@@ -32,12 +32,14 @@ for m in $(grep -oE '\bmin_[a-z_]+=' <<<"$block" | tr -d =); do
   [ -n "${!b:-}" ] || fail "$m has no $b"
   [ "${!m}" -le "${!b}" ] || fail "$m=${!m} exceeds $b=${!b}: the stage could never run"
 done
-[ $((4 * torch_each)) -le "$budget_torch" ] || fail "4 x torch_each ($torch_each) exceeds budget_torch $budget_torch"
+n_precisions=$(wc -w <<<"$precisions")
+[ $((2 * n_precisions * torch_each)) -le "$budget_torch" ] ||
+  fail "2 x $n_precisions precisions x torch_each ($torch_each) exceeds budget_torch $budget_torch"
 [ "$run_two" -lt "$budget_run" ] || fail "run_two ($run_two) leaves nothing of budget_run $budget_run"
 
 # Every stage starts with its own budget, and no command has a limit of its own making.
 grep -q '^stage_begin "1 environment" "$budget_env"' "$script" || fail "stage 1 does not start with budget_env"
-for s in tests torch run sanitizer; do
+for s in tests torch profile run sanitizer; do
   grep -qE "stage_begin \"[^\"]+\" \"\\\$budget_$s\" \"\\\$min_$s\"" "$script" ||
     fail "no stage starts with stage_begin NAME \"\$budget_$s\" \"\$min_$s\""
 done
