@@ -93,16 +93,20 @@ result() {
 # Seconds per stage. They sum within hard_cap, so a stage is never cut short because those
 # before it used their whole budgets; a stage whose minimum no longer fits is not run, and says so.
 hard_cap=570             # the whole check ends before 10 minutes
-budget_env=30            # 1: found, integrity, libraries (or, in a dry run, stage 1 and the parse)
-budget_tests=110         # 2: the GPU tests, one process each
-budget_torch=210         # 3: engine and PyTorch at tf32, fp32 and bf16, at most torch_each each
-budget_profile=50        # 3b: per-layer profiles at fp32, tf32 and bf16
-budget_run=90            # 4: 2 workers (at most run_two), then every strategy
-budget_sanitizer=40      # 5: memcheck over a small training run
-reserve=10               # the summary and run.tar.gz
-min_tests=30 min_torch=40 min_profile=20 min_run=40 min_sanitizer=30
-torch_each=35 run_two=40
+budget_env=20            # 1: found, integrity, libraries (or, in a dry run, stage 1 and the parse)
+budget_tests=100         # 2: the GPU tests, one process each
+budget_torch=225         # 3: engine (at most engine_each) and PyTorch (peer_each) at tf32, fp32 and bf16
+budget_profile=130       # 3b: per-layer profiles, engine (profile_each) and PyTorch (peer_layers_each)
+budget_run=60            # 4: 2 workers (at most run_two), then every strategy
+budget_sanitizer=30      # 5: memcheck over a small training run
+reserve=5                # the summary and run.tar.gz
+min_tests=30 min_torch=40 min_profile=20 min_run=30 min_sanitizer=20
+engine_each=25 peer_each=50 run_two=30
+profile_each=20 peer_layers_each=25
 precisions="tf32 fp32 bf16"
+# Stage 3b: the engine's per-layer profiles (PRECISION:CUDNN_API), then PyTorch's per layer.
+profiles="fp32:graph tf32:graph bf16:graph tf32:legacy"
+peer_profiles="tf32 bf16"
 # stage_begin NAME BUDGET MINIMUM: the stage may run until stage_end (its budget, cut to what is
 # left of the cap); false, with NAME recorded "not run: N s left", when MINIMUM does not fit.
 stage_begin() {
@@ -204,6 +208,10 @@ EOF
                 --precision bf16 --iterations 1 --warmup 0 >"$scratch/peer.txt" 2>&1 ||
                 { cat "$scratch/peer.txt"; echo "the PyTorch peer failed on CPU"; exit 1; }
             echo "PyTorch peer: ran on CPU ($(grep -m1 '^median' "$scratch/peer.txt"))"
+            timeout "$(within 60)" "$python" "$bundle/scripts/torch_layer_profile.py" --device cpu --image 8 --width 0.125 \
+                --precision bf16 --reps 1 >"$scratch/peer.txt" 2>&1 ||
+                { cat "$scratch/peer.txt"; echo "the PyTorch per-layer profile failed on CPU"; exit 1; }
+            echo "PyTorch per-layer profile: ran on CPU ($(grep -c '^ *[0-9]' "$scratch/peer.txt") layers)"
         else
             echo "PyTorch peer: '$python' has no torch; not tried"
         fi
@@ -261,14 +269,14 @@ stage3() {
     rows=()
     for precision in $precisions; do
         echo "=== engine $precision" >>"$torch_log"
-        PARBENCH_CONV_SEARCH=exhaustive timeout "$(within "$torch_each")" "$bundle/parbench" train --workload great_net --image 512 \
+        PARBENCH_CONV_SEARCH=exhaustive timeout "$(within "$engine_each")" "$bundle/parbench" train --workload great_net --image 512 \
             --width 1 --batch 1 --precision "$precision" --device-kind cuda --iterations "$iterations" \
             --warmup "$warmup" >"$scratch/e.txt" 2>&1
         erc=$?
         cat "$scratch/e.txt" >>"$torch_log"
         e=$(median_of "$scratch/e.txt")
         echo "=== PyTorch $precision" >>"$torch_log"
-        timeout "$(within "$torch_each")" "$python" "$bundle/scripts/torch_gpu_peer.py" --device cuda --image 512 --width 1 --batch 1 \
+        timeout "$(within "$peer_each")" "$python" "$bundle/scripts/torch_gpu_peer.py" --device cuda --image 512 --width 1 --batch 1 \
             --precision "$precision" --conv-search exhaustive --iterations "$iterations" --warmup "$warmup" \
             >"$scratch/t.txt" 2>&1
         trc=$?
@@ -297,20 +305,29 @@ stage3() {
 stage_begin "3 engine vs PyTorch" "$budget_torch" "$min_torch" && stage3
 
 # --- 3b. per-layer profiles, the projection's input --------------------------------------------
-section "3b parbench profile: GreatNetwork 512x512 batch 1, per layer, fp32, tf32 and bf16"
+section "3b per-layer profiles: GreatNetwork 512x512 batch 1, engine (cuDNN graph and legacy API) and PyTorch"
 stage3b() {
-    local precision prc done=() bad=()
+    local spec precision api prc bad=() log="$scratch/profile/profile.log"
     mkdir -p "$scratch/profile"
-    for precision in fp32 tf32 bf16; do
-        echo "=== profile $precision" >>"$scratch/profile/profile.log"
-        PARBENCH_CONV_SEARCH=exhaustive timeout "$(within 25)" "$bundle/parbench" profile --workload great_net --image 512 \
-            --width 1 --batch 1 --precision "$precision" --device-kind cuda --warmup 2 --reps 5 \
-            --out "$scratch/profile/great_net-512-w1-h200-$precision.json" >>"$scratch/profile/profile.log" 2>&1
+    # cuDNN's heuristics on both sides (an exhaustive search per layer would not fit the stage).
+    for spec in $profiles; do
+        precision=${spec%:*} api=${spec#*:}
+        echo "=== parbench profile $precision, cuDNN $api API" >>"$log"
+        PARBENCH_CUDNN_API=$api timeout "$(within "$profile_each")" "$bundle/parbench" profile --workload great_net \
+            --image 512 --width 1 --batch 1 --precision "$precision" --device-kind cuda --warmup 1 --reps 3 \
+            --out "$scratch/profile/great_net-512-w1-h200-$precision-$api.json" >>"$log" 2>&1
         prc=$?
-        [ "$prc" = 0 ] && done+=("$precision") || bad+=("$precision (exit $prc)")
+        [ "$prc" = 0 ] || bad+=("engine $precision $api (exit $prc)")
     done
-    grep -A 20 '^=== profile fp32' "$scratch/profile/profile.log" | head -n 24
-    if [ "${#bad[@]}" = 0 ]; then result "3b profile" ok "profile/*.json in run.tar.gz"
+    for precision in $peer_profiles; do
+        echo "=== PyTorch per layer, $precision" >>"$log"
+        timeout "$(within "$peer_layers_each")" "$python" "$bundle/scripts/torch_layer_profile.py" --image 512 --width 1 \
+            --batch 1 --precision "$precision" --reps 3 >>"$log" 2>&1
+        prc=$?
+        [ "$prc" = 0 ] || bad+=("PyTorch $precision (exit $prc)")
+    done
+    grep -E '^=== |^ *sum |^whole passes' "$log"
+    if [ "${#bad[@]}" = 0 ]; then result "3b profile" ok "profile/ in run.tar.gz"
     else result "3b profile" FAILED "${bad[*]}; profile/profile.log in run.tar.gz"; fi
 }
 stage_begin "3b profile" "$budget_profile" "$min_profile" && stage3b

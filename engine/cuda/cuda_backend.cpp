@@ -11,6 +11,7 @@
 #include "engine/check.h"
 #include "engine/cuda/cuda_bf16.h"
 #include "engine/cuda/cuda_conv.h"
+#include "engine/cuda/cudnn_graph.h"
 #include "engine/cuda/cuda_kernels.h"
 #include "engine/cuda/cuda_util.h"
 #include "engine/tensor.h"
@@ -51,7 +52,7 @@ class CudaBackend final : public Backend {
     if (opts.precision == Precision::Bf16) {
       const std::string why = cuda_bf16_refusal(prop.major, prop.minor, gpu_name_);
       if (!why.empty()) throw Error(why);
-      bf16_ = std::make_unique<cu::CudaBf16>(dev(), cudnn_, cublas_, stream_, opts.workspace_cap_bytes);
+      bf16_ = std::make_unique<cu::CudaBf16>(dev(), cudnn_, cublas_, stream_, opts.workspace_cap_bytes, exhaustive_);
     }
     // MSE scratch: partial sums, then the completion counter, which starts at zero.
     mse_scratch_ = std::make_unique<Buffer>(dev(), cu::kMseMaxBlocks * sizeof(double) + sizeof(unsigned int));
@@ -67,8 +68,9 @@ class CudaBackend final : public Backend {
 
   Device device() const override { return dev(); }
   std::string name() const override {
-    return fmt::format("{} {} ({}, conv algorithms: {})", dev().str(), gpu_name_, precision_name(opts_.precision),
-                       exhaustive_ ? "exhaustive search" : "cuDNN heuristics");
+    return fmt::format("{} {} ({}, conv algorithms: cuDNN {} API, {})", dev().str(), gpu_name_,
+                       precision_name(opts_.precision), cu::use_graph_api() ? "graph" : "legacy",
+                       exhaustive_ ? "exhaustive search" : "heuristics");
   }
 
   void conv2d_forward(const ConvGeom& g, const float* x, const float* w, const float* b, float* y) override {

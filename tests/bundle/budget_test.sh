@@ -33,8 +33,11 @@ for m in $(grep -oE '\bmin_[a-z_]+=' <<<"$block" | tr -d =); do
   [ "${!m}" -le "${!b}" ] || fail "$m=${!m} exceeds $b=${!b}: the stage could never run"
 done
 n_precisions=$(wc -w <<<"$precisions")
-[ $((2 * n_precisions * torch_each)) -le "$budget_torch" ] ||
-  fail "2 x $n_precisions precisions x torch_each ($torch_each) exceeds budget_torch $budget_torch"
+[ $((n_precisions * (engine_each + peer_each))) -le "$budget_torch" ] ||
+  fail "$n_precisions precisions x (engine_each $engine_each + peer_each $peer_each) exceeds budget_torch $budget_torch"
+n_profiles=$(wc -w <<<"$profiles") n_peer=$(wc -w <<<"$peer_profiles")
+[ $((n_profiles * profile_each + n_peer * peer_layers_each)) -le "$budget_profile" ] ||
+  fail "$n_profiles profiles x $profile_each + $n_peer x $peer_layers_each exceeds budget_profile $budget_profile"
 [ "$run_two" -lt "$budget_run" ] || fail "run_two ($run_two) leaves nothing of budget_run $budget_run"
 
 # Every stage starts with its own budget, and no command has a limit of its own making.
