@@ -4,6 +4,7 @@
 #include "engine/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -35,11 +36,27 @@ bool exhaustive_search(const BackendOptions& opts) {
   throw UsageError(fmt::format("PARBENCH_CONV_SEARCH must be 'exhaustive' or 'heuristic', got '{}'", v));
 }
 
+// The convolution workspace cap: PARBENCH_CONV_WORKSPACE_MIB, when set, overrides the option for
+// the whole process (PyTorch sets none: its searches take what the allocator can give).
+BackendOptions with_workspace_cap(BackendOptions opts) {
+  const char* env = std::getenv("PARBENCH_CONV_WORKSPACE_MIB");
+  if (env == nullptr || *env == '\0') return opts;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long mib = std::strtoull(env, &end, 10);
+  if (*end != '\0' || errno != 0 || env[0] == '-' || mib > (std::size_t(1) << 30))
+    throw UsageError(fmt::format("PARBENCH_CONV_WORKSPACE_MIB must be a whole number of MiB (0 to 2^30), got '{}'", env));
+  opts.workspace_cap_bytes = static_cast<std::size_t>(mib) << 20;
+  return opts;
+}
+
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, const BackendOptions& opts)
-      : device_(device), opts_(opts), exhaustive_(exhaustive_search(opts)), set_device_(device),
-        convs_(Device{DeviceKind::Cuda, device}, opts, exhaustive_, cudnn_) {
+  CudaBackend(int device, const BackendOptions& options)
+      : device_(device), opts_(with_workspace_cap(options)), exhaustive_(exhaustive_search(opts_)),
+        set_device_(device),
+        convs_(Device{DeviceKind::Cuda, device}, opts_, exhaustive_, cudnn_) {
+    const BackendOptions& opts = opts_;
     CUDNN_CHECK(cudnnSetStream(cudnn_, stream_));
     CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
     // fp32: cuBLAS's default math never uses TF32 for sgemm (TF32 has fewer mantissa bits than
