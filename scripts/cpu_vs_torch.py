@@ -43,7 +43,9 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-MEDIAN_RE = re.compile(r"^median ([0-9.]+) ms/iteration", re.MULTILINE)
+# parbench prints the unit that fits (ns, us, ms, s); the PyTorch peers print ms.
+MEDIAN_RE = re.compile(r"^median ([0-9.]+) (ns|us|ms|s)/iteration", re.MULTILINE)
+TO_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
 
 
 def fail(msg):
@@ -65,7 +67,7 @@ def run(cmd, env):
     m = MEDIAN_RE.search(text)
     if not m:
         fail(f"no 'median X ms/iteration' line in the output of {' '.join(cmd)}:\n{text[-2000:]}")
-    return float(m.group(1)), usage.ru_maxrss / 1024.0  # ru_maxrss is in KiB on Linux
+    return float(m.group(1)) * TO_MS[m.group(2)], usage.ru_maxrss / 1024.0  # ru_maxrss is in KiB on Linux
 
 
 def parse_configs(s):

@@ -272,7 +272,12 @@ torch_log="$outdir/torch.log"
 tflop_per_image=$(awk 'BEGIN { split("3 16 32 64 128 256 512 1024 512 256 128 64 32 16 3", c, " ");
                                for (i = 1; i < 15; i++) f += 2 * c[i] * c[i + 1] * 9 * 512 * 512;
                                printf "%.2f", 3 * f / 1e12 }')
-median_of() { sed -n 's/^median \([0-9.]*\) ms\/iteration.*/\1/p' "$1" | tail -n 1; }
+# The last "median X UNIT/iteration" line, in ms (parbench prints the unit that fits: 1.02 s).
+median_of() {
+    awk '$1 == "median" && $3 ~ /^(ns|us|ms|s)\/iteration/ {
+             u = substr($3, 1, index($3, "/") - 1); v = $2 * (u == "s" ? 1000 : u == "us" ? 0.001 : u == "ns" ? 1e-6 : 1) }
+         END { if (v != "") printf "%.4g\n", v }' "$1"
+}
 stage3() {
     local spec precision cap label e t erc trc ratio peak share
     declare -A peer_ms peer_rc
