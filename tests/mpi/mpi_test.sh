@@ -1,8 +1,9 @@
 #!/bin/bash
 # ctest driver for the multi-process (MPI) tests: runs parbench under `mpiexec -n 2` on CPU ranks.
 # usage: mpi_test.sh MPIEXEC PARBENCH CASE   (CASE: replay-ddp|replay-mp|replay-pipeline|replay-pipeline-1f1b|
-#   replay-pipeline-recompute|replay-pipeline-1f1b-recompute|replay-fsdp|replay-zero2|replay-tp|replay-hybrids|run|
-#   fail-rank|stopped-rank|mismatch)
+#   replay-pipeline-recompute|replay-pipeline-1f1b-recompute|replay-fsdp|replay-zero2|replay-tp|replay-hybrids|
+#   replay-bf16|run|fail-rank|stopped-rank|mismatch)
+# Exit 77 (ctest: skipped) where a case cannot run on this machine.
 # Open MPI as root in a container needs --allow-run-as-root; --oversubscribe lets 2 ranks share
 # fewer cores; btl self,vader keeps it to shared memory (no network interfaces probed).
 set -u
@@ -37,6 +38,20 @@ replay-ddp | replay-mp | replay-pipeline | replay-pipeline-1f1b | replay-pipelin
     grep -q '"world_size": 2' "$DIR/$S/losses.json" || fail "losses.json lacks world_size 2"
     rm -rf "$DIR/regular" "$DIR/$S"
   done
+  done
+  ;;
+replay-bf16)
+  # --precision bf16 (autocast) across processes follows regular's bf16 trajectory as closely as
+  # in one process (tests/test_bf16_net.cpp Bf16Strategies: 1e-5), uneven micro-batches included.
+  A="--workload $HERE/../fixtures/conv_odd/net.json --steps 5 --batch 7 --micro-batches 2 --device-kind cpu --precision bf16"
+  if ! out=$("$PARBENCH" replay --strategy regular $A --out "$DIR/regular" 2>&1); then
+    grep -q 'bf16' <<<"$out" && { echo "SKIP: no bf16 kernels here: $out"; exit 77; }
+    echo "$out"; fail "regular bf16 replay"
+  fi
+  for S in ddp mp pipeline-1f1b fsdp zero2; do
+    "${MPI[@]}" -n 2 "$PARBENCH" replay --strategy "$S" --devices 2 $A --out "$DIR/$S" || fail "mpiexec -n 2 replay $S bf16"
+    /usr/bin/python3 "$HERE/compare_replay.py" "$DIR/regular" "$DIR/$S" || fail "$S bf16 over MPI differs from regular's bf16"
+    grep -q '"world_size": 2' "$DIR/$S/losses.json" || fail "losses.json lacks world_size 2"
   done
   ;;
 replay-hybrids)
