@@ -15,6 +15,7 @@
 #include "engine/fsutil.h"
 #include "engine/layer_profile.h"
 #include "engine/memory_estimate.h"
+#include "engine/model_detail.h"
 #include "reports/schema.h"
 
 namespace pb {
@@ -123,6 +124,13 @@ int cmd_profile(const std::vector<std::string>& args) {
                p.forward_s * 1e3, 100 * sum.forward_s / p.forward_s, p.backward_s * 1e3,
                100 * (sum.backward_data_s + sum.backward_weights_s) / p.backward_s, p.loss_s * 1e3, p.optimizer_s * 1e3,
                4.0 * plan.param_count / kMiB);
+    // Which library algorithm ran each convolution (CUDA: cuDNN's algorithm or engine and its
+    // workspace; nothing on CPU).
+    for (int i = 0; i < L; ++i)
+      if (plan.layers[i].spec.type == LayerType::Conv2d) {
+        const std::string algos = be->conv_algorithms(model_detail::geom(plan.layers[i], p.batch));
+        if (!algos.empty()) fmt::print("  layer {}: {}\n", i, algos);
+      }
   }
 
   ojson j;
