@@ -89,6 +89,8 @@ int cmd_project(const std::vector<std::string>& args) {
               {"micro-batches", "LIST", "pipeline and dp<D>xpp<P> (per replica) micro-batch counts (those above the batch are left out)", "2,4,8,16"},
               {"schedules", "LIST", "pipeline schedules: gpipe, 1f1b", "gpipe,1f1b"},
               {"bucket-mb", "LIST", "ddp bucket sizes in MiB", "1,25"},
+              {"first-bucket-mb", "MB", "ddp: the first bucket's size (the last layers') in MiB, as run's", "1"},
+              {"balance", "L1,L2,..|time|seed", "mp/pipeline/dp<D>xpp<P>: the stages as run's --balance (time: by the profile's layer times; default: by FLOPs)", ""},
               {"recompute", "", "also the pipeline variants that recompute stage activations in backward", ""},
               {"threads", "N", "CPU threads per worker (0: the cores shared among the workers, as run does)", "0"},
               {"format", "FMT", "what to print: markdown or json", "markdown"},
@@ -198,6 +200,8 @@ int cmd_project(const std::vector<std::string>& args) {
     buckets.push_back(v * kMiB);
   }
   const pj::Sweep sweep{micro, schedules, buckets, f.on("recompute")};
+  const double first_mb = f.number("first-bucket-mb");
+  if (!(first_mb > 0) || !std::isfinite(first_mb)) throw UsageError(fmt::format("--first-bucket-mb expects a size in MiB > 0, got {}", first_mb));
   const std::string scaling = f.str("scaling");
   if (scaling != "weak" && scaling != "strong" && scaling != "both")
     throw UsageError(fmt::format("--scaling expects weak, strong or both, got '{}'", scaling));
@@ -216,7 +220,9 @@ int cmd_project(const std::vector<std::string>& args) {
       for (int64_t d : devices) {
         const int64_t global = mode == "weak" ? batch * d : batch;
         for (const std::string& s : strategies)
-          for (const pj::Config& c : pj::configurations(s, static_cast<int>(d), global, sweep)) {
+          for (pj::Config c : pj::configurations(s, static_cast<int>(d), global, sweep)) {
+            c.first_bucket_bytes = first_mb * kMiB;
+            pj::set_balance(c, f.str("balance"), "--balance");
             const int t = m.threads_per_worker(c.devices, o.threads_per_worker);
             pj::Options oc = o;
             oc.threads_per_worker = t;

@@ -79,6 +79,8 @@ int project_validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profi
   const std::string micro_ctx = run.context_value(ctx::micro_batches.name, "min(4, global batch)");
   const int fixed_micro = micro_ctx.rfind("min(", 0) == 0 ? 0 : count(ctx::micro_batches, "");
   const double bucket_mb = number(ctx::bucket_mb, "25");
+  const double first_bucket_mb = number(ctx::first_bucket_mb, "1");
+  const std::string balance = run.context_value(ctx::balance.name, "");
   const std::string threads_ctx = run.context_value(ctx::threads_per_worker.name, "auto");
   const int fixed_threads = threads_ctx == "auto" ? 0 : count(ctx::threads_per_worker, "");
   const int world = count(ctx::world_size, "1");
@@ -122,6 +124,9 @@ int project_validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profi
     c.global_batch = x.global;
     c.micro_batches = micro_of(x.global);
     c.bucket_bytes = bucket_mb * kMiB;
+    c.first_bucket_bytes = first_bucket_mb * kMiB;
+    c.cap_micro_batches = fixed_micro == 0;  // the run's default: min(4, batch), capped per replica
+    pj::set_balance(c, balance, run.source + ": context \"balance\"");
     return c;
   };
   // Layers are timed alone (or as slices) only when this command times the workload itself.
@@ -180,7 +185,7 @@ int project_validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profi
       const int t = threads_of(x.devices);
       auto& v = need[t];
       together[t].insert({1, concurrent_of(x.devices)});
-      for (int64_t c : pj::batch_pieces(config_of(x))) v.push_back(c);
+      for (int64_t c : pj::batch_pieces(plan, config_of(x))) v.push_back(c);
     }
     for (auto& [t, v] : need) {
       std::sort(v.begin(), v.end());
@@ -244,7 +249,7 @@ int project_validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profi
     if (staged && stages > 1 && timed_plan && !stagewise_profiles.count(skey)) {
       std::vector<std::pair<int, int>> ranges;
       try {
-        ranges = pj::stage_ranges(*timed_plan, c);
+        ranges = pj::stage_ranges(*timed_plan, c, &base);
       } catch (const UsageError&) {  // more stages than layers: the prediction says so
       }
       if (!ranges.empty()) {

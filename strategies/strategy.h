@@ -36,6 +36,9 @@ struct StrategyOptions {
   enum class BalanceBy { Flops, Time, Seed } balance_by = BalanceBy::Flops;
   int seed_first_stage = 0;    // BalanceBy::Seed: layers of the seed's first stage; 0: the workload has none
   int64_t profile_batch = 1;   // BalanceBy::Time: the global batch (profiled per micro-batch)
+  // BalanceBy::Time: each layer's forward + backward seconds at a micro-batch of n samples, when
+  // known without running (the projection's profile); empty: timed on the device at setup.
+  std::function<std::vector<double>(int64_t n)> layer_seconds;
   Schedule schedule = Schedule::GPipe;  // pipeline
   bool recompute = false;            // pipeline: keep only stage inputs, recompute in backward
   BackendOptions backend;

@@ -173,6 +173,30 @@ TEST_F(ProjectCli, ValidateComparesEveryMeasuredConfiguration) {
       }
     EXPECT_EQ(hybrid_rows, 1) << h.dump();
   }
+  // ddp's first bucket as the run recorded it (context first_bucket_mb): a first bucket of one
+  // layer (592 B) puts two all-reduces on the critical path where the default 1 MiB put one.
+  {
+    json run = json::parse(read_file(path("run/results.json")));
+    auto ddp_predicted = [&](const std::string& first_mb) {
+      run["context"]["first_bucket_mb"] = first_mb;
+      write_file_atomic(path("first_in.json"), run.dump());
+      const test::Result q = parbench("project --validate " + path("first_in.json") + " --machine " + path("cpu.json") +
+                                      " --profile " + fixture("uniform.json") + " --out " + path("first_out"));
+      EXPECT_EQ(q.code, 0) << q.err;
+      const json out = json::parse(read_file(path("first_out.json")));
+      for (const json& row : out["rows"])
+        if (row["name"].get<std::string>().find("linear/ddp/devices:2/") == 0) return row["predicted_s"].get<double>();
+      ADD_FAILURE() << "no ddp row";
+      return 0.0;
+    };
+    EXPECT_GT(ddp_predicted("0.0005"), ddp_predicted("1"));
+    run["context"]["balance"] = "1,x";  // read too: bad input naming the key
+    write_file_atomic(path("bad_balance.json"), run.dump());
+    r = parbench("project --validate " + path("bad_balance.json") + " --machine " + path("cpu.json") + " --profile " +
+                 fixture("uniform.json"));
+    EXPECT_EQ(r.code, 2);
+    EXPECT_NE(r.err.find("context \"balance\""), std::string::npos) << r.err;
+  }
   // A count in the run's context that an int cannot hold, or not whole: bad input naming the key.
   for (const char* bad : {"1e300", "2.5"}) {
     json run = json::parse(read_file(path("run/results.json")));
