@@ -104,7 +104,7 @@ Action& PlanBuilder::compute(int worker, ActionKind kind, int layer_begin, int l
   Action& a = add(worker, kind, PlanLane::Compute);
   a.layer_begin = layer_begin, a.layer_end = layer_end, a.micro = micro;
   a.reads = std::move(reads), a.writes = std::move(writes);
-  a.samples = samples_.at(worker);
+  if (kind != ActionKind::Optimizer && kind != ActionKind::Free) a.samples = samples_.at(worker);  // Adam: every parameter
   return a;
 }
 
