@@ -32,6 +32,7 @@ std::optional<std::pair<int, int>> dptp_shape(const std::string& s) {
 }
 
 std::string Config::label() const {
+  if (plan) return fmt::format("{} (plan file, M={})", strategy, micro_batches);
   if (strategy == "pipeline")
     return fmt::format("pipeline (M={}{}{})", micro_batches, schedule == "1f1b" ? ", 1f1b" : "", recompute ? ", recompute" : "");
   if (hybrid_shape(strategy)) return fmt::format("{} (M={})", strategy, micro_batches);
@@ -249,6 +250,13 @@ StepProgram step_program(const Profile& p, const Machine& m, const Config& named
     return refuse(e.what());
   }
   if (plan.workers != N) return refuse(fmt::format("the plan has {} workers, not {}", plan.workers, N));
+  if (c.plan && !plan.layer_params.empty()) {  // a plan file: of the profile's net
+    if (plan.layer_params.size() != p.layers.size())
+      return refuse(fmt::format("the plan's net has {} layers, the profile's {}", plan.layer_params.size(), p.layers.size()));
+    for (std::size_t i = 0; i < p.layers.size(); ++i)
+      if (plan.layer_params[i] != p.layers[i].params)
+        return refuse(fmt::format("the plan's layer {} has {} parameters, the profile's {}", i, plan.layer_params[i], p.layers[i].params));
+  }
   out.name = c.plan ? plan.strategy : run_name(c);
   out.micro_batches = plan.micro_batches;
   StepBuilder bl(p, m, c, o, threads);

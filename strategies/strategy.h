@@ -13,6 +13,7 @@
 #include "engine/comm.h"
 #include "engine/trace.h"
 #include "engine/net.h"
+#include "plan/plan.h"
 
 namespace pb {
 
@@ -43,6 +44,10 @@ struct StrategyOptions {
   bool recompute = false;            // pipeline: keep only stage inputs, recompute in backward
   BackendOptions backend;
   std::size_t first_bucket_bytes = 1u << 20;  // ddp: the first bucket (last layers), so its all-reduce starts early
+  // mp, pipeline, dp x pp: a plan someone wrote (--plan FILE), run as the step instead of the
+  // strategy's own once check_stage_plan accepts it; plan_source names it in errors.
+  std::shared_ptr<const Plan> plan;
+  std::string plan_source;
   // ddp: Global weights each rank by its samples (the global mean, as every strategy); Local is
   // torch DDP's mean over ranks of each rank's local mean (differs on uneven chunks).
   enum class GradAverage { Global, Local } grad_average = GradAverage::Global;

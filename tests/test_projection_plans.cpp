@@ -13,32 +13,6 @@ namespace {
 
 using namespace projection_test;
 
-// A profile of `net` whose times follow its FLOPs (every layer's backward-data and weights each
-// take its forward's time), for nets other than the fixture's.
-pj::Profile profile_of(const NetPlan& net) {
-  static const std::map<LayerType, std::string> names = {
-      {LayerType::Conv2d, "conv2d"}, {LayerType::Linear, "linear"}, {LayerType::ReLU, "relu"}, {LayerType::Flatten, "flatten"}};
-  pj::Profile p;
-  p.source = "flops-profile";
-  p.batches = {1, 2, 4, 8};
-  for (const LayerPlan& l : net.layers) {
-    pj::LayerProfile lp;
-    lp.index = l.index;
-    lp.type = names.at(l.spec.type);
-    lp.in = l.in, lp.out = l.out;
-    lp.params = l.weight_numel + l.bias_numel;
-    lp.forward_flops = l.forward_flops;
-    for (int64_t b : p.batches) {
-      const double t = 1e-6 + l.forward_flops * 1e-11 * static_cast<double>(b);
-      lp.forward_s.push_back(t), lp.backward_data_s.push_back(t), lp.backward_weights_s.push_back(t);
-    }
-    p.layers.push_back(lp);
-  }
-  p.loss_s.assign(p.batches.size(), 1e-6);
-  p.optimizer_s_per_param = 1e-9;
-  return p;
-}
-
 StrategyOptions options(int devices, int micro = 1) {
   StrategyOptions o;
   o.devices = devices;
