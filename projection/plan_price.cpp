@@ -216,6 +216,7 @@ PricedPlan price_plan(const Plan& plan, const Profile& p, const Machine& m, Step
         default:
           op = {Op::Compute, compute_seconds(plan, w, a, p, m, bl)};
       }
+      op.action = a.id;
       if (x == w) {
         comp.ops.push_back(op);
         continue;
