@@ -234,7 +234,7 @@ int project_validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profi
     o.busy_seconds = busy_curve(profiles, t);
     const pj::Profile& base = profile_for(profiles, t, concurrent_of(x.devices));
     // Layers or stages that the run runs apart are timed apart (projection::timing_of says which).
-    const pj::Timing timing = pj::timing_of(c);
+    const pj::Timing timing = pj::timing_of(timed_plan ? *timed_plan : pj::net_of(base), c);
     const bool layerwise = timing.kind == pj::Timing::Layers;
     const int slices = timing.slices;
     const bool tp = timing.tp;

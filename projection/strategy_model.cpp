@@ -193,22 +193,38 @@ std::vector<int64_t> batch_pieces(const NetPlan& net, const Config& c) {
   return v;
 }
 
-Timing timing_of(const Config& c) {
-  // tp (and dp x tp) runs every layer as its own slice; fsdp and zero2 every layer with its ReLU
-  // as its own Sequential: activations leave the library's blocked layout between layers, which
-  // the profile's one Sequential avoids. mp, pipeline and dp x pp run each stage as its own
-  // Sequential.
+Timing timing_of(const NetPlan& net, const Config& c) {
+  // Read off the plan: workers of one replica holding different layers are stages, each run as
+  // its own Sequential; a worker computing the net layer by layer (fsdp's and zero2's units, tp's
+  // slices) runs each layer apart, where activations leave the library's blocked layout between
+  // layers, which the profile's one Sequential avoids; tp's slices (a part of a layer's work) are
+  // timed as the worker's slice with its ReLUs and layout copies, over the workers a layer's
+  // output is gathered from.
   Timing t;
-  const auto dptp = dptp_shape(c.strategy);
-  const auto dppp = hybrid_shape(c.strategy);
-  if (c.strategy == "tp" || dptp || c.strategy == "fsdp" || c.strategy == "zero2") {
-    t.kind = Timing::Layers;
-    t.slices = c.strategy == "tp" ? c.devices : dptp ? dptp->second : 1;
-    t.tp = c.strategy == "tp" || dptp;
-  } else if (c.strategy == "mp" || c.strategy.rfind("pipeline", 0) == 0 || dppp) {
-    t.kind = Timing::Stages;
-    t.stages = dppp ? dppp->second : c.devices;
+  Plan plan;
+  try {
+    Config flops = c;
+    flops.balance_by = "flops";  // the split does not change how it is timed
+    plan = c.plan ? *c.plan : make_plan(run_name(flops), net, options_of(flops, nullptr), c.global_batch);
+  } catch (const UsageError&) {  // a configuration the run refuses: its prediction says why
+    return t;
   }
+  const int layers = static_cast<int>(net.layers.size());
+  int first_replica = 0;
+  for (int w = 0; w < plan.workers; ++w) first_replica += plan.replica[w] == 0;
+  if (first_replica > 1) {
+    t.kind = Timing::Stages;
+    t.stages = first_replica;
+    return t;
+  }
+  for (const Action& a : plan.actions.at(0)) {
+    if (a.kind == ActionKind::Forward && (a.layer_begin > 0 || a.layer_end < layers)) t.kind = Timing::Layers;
+    if (a.kind == ActionKind::Forward && a.part < 1) t.tp = true;
+    if (a.kind == ActionKind::Collective && a.coll == CollKind::AllGather && a.layer_begin >= 0 && t.slices == 1)
+      t.slices = static_cast<int>(plan.groups.at(a.group).members.size());
+  }
+  if (t.tp) t.kind = Timing::Layers;  // a slice of even a one-layer net
+  else t.slices = 1;
   return t;
 }
 
