@@ -257,7 +257,6 @@ StepProgram step_program(const Profile& p, const Machine& m, const Config& named
   const int N = c.devices;
   if (N < 1 || c.global_batch < 1) return refuse("needs at least one device and one sample");
   if (N > m.total_devices()) return refuse(fmt::format("{} has {} device(s)", m.name, m.total_devices()));
-  if (c.strategy == "dp" && N > m.devices_per_node) return refuse("dp runs in one process: one node's devices at most");
   // The plan the run would run (or the one given), refused where the run refuses it.
   Plan plan;
   try {
@@ -274,6 +273,10 @@ StepProgram step_program(const Profile& p, const Machine& m, const Config& named
         return refuse(fmt::format("the plan's layer {} has {} parameters, the profile's {}", i, plan.layer_params[i], p.layers[i].params));
   }
   out.name = c.plan ? plan.strategy : run_name(c);
+  // A strategy that cannot run as a process per worker (dp: one process scatters and gathers)
+  // stays within a node, as the registry says.
+  if (!strategy_info(out.name).multi_process && N > m.devices_per_node)
+    return refuse(fmt::format("{} runs in one process: one node's devices at most", out.name));
   out.micro_batches = plan.micro_batches;
   StepBuilder bl(p, m, c, o, threads);
   PricedPlan priced = price_plan(plan, p, m, bl);
