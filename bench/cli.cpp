@@ -16,6 +16,8 @@
 
 #include "engine/check.h"
 #include "engine/process.h"
+#include "plan/check.h"
+#include "strategies/plan_gen.h"
 #include "strategies/registry.h"
 
 namespace pb {
@@ -50,6 +52,39 @@ std::vector<Flag> training_flags() {
       {"pp", "P", "dp x pp hybrids: P pipeline stages per replica", ""},
       {"tp", "T", "dp x tp hybrids: a T-way tensor-parallel group per replica (with --dp: the strategy dp<D>xtp<T> on D*T devices)", ""},
   };
+}
+
+std::shared_ptr<const Plan> user_plan(const Flags& f, const std::vector<std::string>& others) {
+  if (!f.has("plan")) return nullptr;
+  for (const std::string& o : others)
+    if (f.has(o)) throw UsageError(fmt::format("--plan {} sets the strategy, workers, batch and micro-batches; --{} does not apply", f.str("plan"), o));
+  Plan p = read_plan_file(f.str("plan"));
+  const std::vector<PlanIssue> issues = validate_plan(p);
+  if (!issues.empty()) throw UsageError(fmt::format("--plan {}: refused: {}", f.str("plan"), issues_text(issues)));
+  return std::make_shared<const Plan>(std::move(p));
+}
+
+StrategyOptions plan_file_options(const Flags& f, const std::shared_ptr<const Plan>& user) {
+  StrategyOptions o = strategy_options(f, user->workers, user->batch);
+  o.plan = user;
+  o.plan_source = "--plan " + f.str("plan");
+  o.micro_batches = user->micro_batches;
+  o.cap_micro_batches = false;
+  return o;
+}
+
+std::shared_ptr<const Plan> run_plan_file(const Flags& f, const NetPlan& net) {
+  const std::shared_ptr<const Plan> user =
+      user_plan(f, {"strategies", "devices", "micro-batches", "schedule", "recompute", "dp", "pp", "tp", "scaling"});
+  if (!user) return user;
+  if (f.has("batch") && f.integer("batch") != user->batch)
+    throw UsageError(fmt::format("--plan {} is a step of batch {}; --batch {} does not apply", f.str("plan"), user->batch,
+                                 f.integer("batch")));
+  strategy_info(user->strategy);  // names the known ones when it is none
+  const StrategyOptions o = plan_file_options(f, user);
+  // --balance time splits by the device's times, known once a run sets up: checked then.
+  if (o.balance_by != StrategyOptions::BalanceBy::Time) check_plan_file(*user, net, o, o.plan_source);
+  return user;
 }
 
 WorkloadOptions workload_options(const Flags& f, DeviceKind kind) {

@@ -3,10 +3,12 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "plan/plan.h"
 #include "strategies/strategy.h"
 #include "workloads/workload.h"
 
@@ -113,6 +115,16 @@ struct HybridShape {
   bool given() const { return dp > 0 || pp > 0 || tp > 0; }
 };
 HybridShape hybrid_shape(const Flags& f);
+// --plan FILE (run, project): the plan file read and validated (plan/check.h); null without the
+// flag. UsageError naming the file and each wrong worker and action; or naming one of `others`
+// given beside it (the plan sets what they would).
+std::shared_ptr<const Plan> user_plan(const Flags& f, const std::vector<std::string>& others);
+// run --plan FILE: user_plan, its batch against --batch, and check_plan_file (strategies/plan_gen.h)
+// on `net` before anything runs; null without the flag.
+std::shared_ptr<const Plan> run_plan_file(const Flags& f, const NetPlan& net);
+// The options a run of that plan takes: strategy_options at its workers and batch, the plan, its
+// micro-batches.
+StrategyOptions plan_file_options(const Flags& f, const std::shared_ptr<const Plan>& user);
 // Workers of one --strategy run: --devices; by default the MPI job's processes, or D * P (D * T)
 // for --dp D --pp P (--tp T) or --strategy dp<D>xpp<P> (dp<D>xtp<T>).
 int worker_count(const Flags& f);

@@ -89,6 +89,9 @@ int cmd_project(const std::vector<std::string>& args) {
               {"micro-batches", "LIST", "pipeline and dp<D>xpp<P> (per replica) micro-batch counts (those above the batch are left out)", "2,4,8,16"},
               {"schedules", "LIST", "pipeline schedules: gpipe, 1f1b", "gpipe,1f1b"},
               {"bucket-mb", "LIST", "ddp bucket sizes in MiB", "1,25"},
+              {"plan", "FILE", "project this plan file (JSON, as parbench plan --format json writes; validated first) at its workers, batch and micro-batches instead of --strategies", ""},
+              {"first-bucket-mb", "MB", "ddp: the first bucket's size (the last layers') in MiB, as run's", "1"},
+              {"balance", "L1,L2,..|time|seed", "mp/pipeline/dp<D>xpp<P>: the stages as run's --balance (time: by the profile's layer times; default: by FLOPs)", ""},
               {"recompute", "", "also the pipeline variants that recompute stage activations in backward", ""},
               {"threads", "N", "CPU threads per worker (0: the cores shared among the workers, as run does)", "0"},
               {"format", "FMT", "what to print: markdown or json", "markdown"},
@@ -198,6 +201,8 @@ int cmd_project(const std::vector<std::string>& args) {
     buckets.push_back(v * kMiB);
   }
   const pj::Sweep sweep{micro, schedules, buckets, f.on("recompute")};
+  const double first_mb = f.number("first-bucket-mb");
+  if (!(first_mb > 0) || !std::isfinite(first_mb)) throw UsageError(fmt::format("--first-bucket-mb expects a size in MiB > 0, got {}", first_mb));
   const std::string scaling = f.str("scaling");
   if (scaling != "weak" && scaling != "strong" && scaling != "both")
     throw UsageError(fmt::format("--scaling expects weak, strong or both, got '{}'", scaling));
@@ -207,7 +212,24 @@ int cmd_project(const std::vector<std::string>& args) {
 
   std::vector<Projected> all;
   std::map<std::string, int> made;  // configurations per --strategies entry
-  for (const int64_t batch : batches) {
+  const std::shared_ptr<const Plan> user = user_plan(
+      f, {"strategies", "devices", "batch", "scaling", "micro-batches", "schedules", "bucket-mb", "first-bucket-mb", "recompute", "balance"});
+  if (user) {  // the plan file alone, priced as written
+    pj::Config c;
+    c.strategy = user->strategy;
+    c.devices = user->workers;
+    c.global_batch = user->batch;
+    c.micro_batches = user->micro_batches;
+    c.plan = user;
+    pj::Options oc = o;
+    oc.threads_per_worker = m.threads_per_worker(c.devices, o.threads_per_worker);
+    Projected pr;
+    pr.scaling = "strong";
+    pr.batch = user->batch;
+    pr.rows.push_back(pj::predict(profile_for(profiles, m.shared_cores > 0 ? oc.threads_per_worker : profiles.front().threads), m, c, oc));
+    all.push_back(std::move(pr));
+  }
+  for (const int64_t batch : user ? std::vector<int64_t>{} : batches) {
     for (const std::string& mode : {std::string("weak"), std::string("strong")}) {
       if (scaling != "both" && scaling != mode) continue;
       Projected pr;
@@ -216,7 +238,9 @@ int cmd_project(const std::vector<std::string>& args) {
       for (int64_t d : devices) {
         const int64_t global = mode == "weak" ? batch * d : batch;
         for (const std::string& s : strategies)
-          for (const pj::Config& c : pj::configurations(s, static_cast<int>(d), global, sweep)) {
+          for (pj::Config c : pj::configurations(s, static_cast<int>(d), global, sweep)) {
+            c.first_bucket_bytes = first_mb * kMiB;
+            pj::set_balance(c, f.str("balance"), "--balance");
             const int t = m.threads_per_worker(c.devices, o.threads_per_worker);
             pj::Options oc = o;
             oc.threads_per_worker = t;
@@ -228,7 +252,7 @@ int cmd_project(const std::vector<std::string>& args) {
     }
   }
   // A strategy asked for by name that no device count or batch can run: say why, not an empty table.
-  if (f.str("strategies") != "all")
+  if (f.str("strategies") != "all" && !user)
     for (const std::string& s : strategies)
       if (!made[s]) throw UsageError(pj::no_configuration(s, devices, f.str("micro-batches")));
   const pj::Profile& p0 = profiles.front();

@@ -17,6 +17,7 @@
 #include "bench/project.h"
 #include "engine/check.h"
 #include "engine/fsutil.h"
+#include "projection/plan_price.h"
 #include "reports/gbjson.h"
 #include "reports/schema.h"
 #include "reports/stats.h"
@@ -79,6 +80,8 @@ int project_validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profi
   const std::string micro_ctx = run.context_value(ctx::micro_batches.name, "min(4, global batch)");
   const int fixed_micro = micro_ctx.rfind("min(", 0) == 0 ? 0 : count(ctx::micro_batches, "");
   const double bucket_mb = number(ctx::bucket_mb, "25");
+  const double first_bucket_mb = number(ctx::first_bucket_mb, "1");
+  const std::string balance = run.context_value(ctx::balance.name, "");
   const std::string threads_ctx = run.context_value(ctx::threads_per_worker.name, "auto");
   const int fixed_threads = threads_ctx == "auto" ? 0 : count(ctx::threads_per_worker, "");
   const int world = count(ctx::world_size, "1");
@@ -122,6 +125,9 @@ int project_validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profi
     c.global_batch = x.global;
     c.micro_batches = micro_of(x.global);
     c.bucket_bytes = bucket_mb * kMiB;
+    c.first_bucket_bytes = first_bucket_mb * kMiB;
+    c.cap_micro_batches = fixed_micro == 0;  // the run's default: min(4, batch), capped per replica
+    pj::set_balance(c, balance, run.source + ": context \"balance\"");
     return c;
   };
   // Layers are timed alone (or as slices) only when this command times the workload itself.
@@ -180,7 +186,7 @@ int project_validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profi
       const int t = threads_of(x.devices);
       auto& v = need[t];
       together[t].insert({1, concurrent_of(x.devices)});
-      for (int64_t c : pj::batch_pieces(config_of(x))) v.push_back(c);
+      for (int64_t c : pj::batch_pieces(plan, config_of(x))) v.push_back(c);
     }
     for (auto& [t, v] : need) {
       std::sort(v.begin(), v.end());
@@ -216,6 +222,8 @@ int project_validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profi
     const Measured* x;
     int threads;
     pj::Prediction r;
+    pj::Config c;
+    const pj::Profile* use;
   };
   std::vector<Row> got;
   for (const Measured& x : meas) {
@@ -226,7 +234,7 @@ int project_validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profi
     o.busy_seconds = busy_curve(profiles, t);
     const pj::Profile& base = profile_for(profiles, t, concurrent_of(x.devices));
     // Layers or stages that the run runs apart are timed apart (projection::timing_of says which).
-    const pj::Timing timing = pj::timing_of(c);
+    const pj::Timing timing = pj::timing_of(timed_plan ? *timed_plan : pj::net_of(base), c);
     const bool layerwise = timing.kind == pj::Timing::Layers;
     const int slices = timing.slices;
     const bool tp = timing.tp;
@@ -244,7 +252,7 @@ int project_validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profi
     if (staged && stages > 1 && timed_plan && !stagewise_profiles.count(skey)) {
       std::vector<std::pair<int, int>> ranges;
       try {
-        ranges = pj::stage_ranges(*timed_plan, c);
+        ranges = pj::stage_ranges(*timed_plan, c, &base);
       } catch (const UsageError&) {  // more stages than layers: the prediction says so
       }
       if (!ranges.empty()) {
@@ -260,7 +268,7 @@ int project_validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profi
     const pj::Profile& use = layerwise && lw_it != layerwise_profiles.end() ? lw_it->second
                              : staged && sw_it != stagewise_profiles.end() ? sw_it->second
                                                                            : base;
-    got.push_back({&x, t, pj::predict(use, m, c, o)});
+    got.push_back({&x, t, pj::predict(use, m, c, o), c, &use});
   }
   // --anchor: the machine's speed while the run was measured against while the profile was timed,
   // from the one-device regular run; every prediction is scaled by it, and that row is left out.
@@ -293,8 +301,16 @@ int project_validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profi
                            "(the machine's speed while the run was measured against while the profile was timed); that row is "
                            "not counted.\n", scale)
              : "";
-  report_validation(f, out, checked, "measured = the run's median ms/iteration", tail,
-                    {{"run", run.source}, {"machine", m.source}, {"anchor_scale", scale}});
+  // Action by action where the run traced a step (run --trace).
+  std::vector<ActionCheck> actions;
+  for (const Row& g : got)
+    if (g.r.feasible && !g.r.actions.empty()) actions.push_back({g.x->name, pj::plan_for(*g.use, g.c), g.r.actions, scale});
+  json per_action = json::array();
+  const std::filesystem::path run_dir = std::filesystem::path(f.str("validate")).parent_path();
+  const std::string by_action = per_action_report(run_dir.empty() ? "." : run_dir.string(), actions, &per_action);
+  json extra = {{"run", run.source}, {"machine", m.source}, {"anchor_scale", scale}};
+  if (!per_action.empty()) extra["per_action"] = per_action;
+  report_validation(f, out, checked, "measured = the run's median ms/iteration", tail + by_action, extra);
   return 0;
 }
 

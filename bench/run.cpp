@@ -91,6 +91,9 @@ std::vector<Flag> run_flags() {
                                            "device; the tests check each equals regular's)", ""});
   flags.push_back({"gbench-console", "", "Google Benchmark's own console (every counter, per repetition and aggregate) "
                                          "instead of one line per configuration", ""});
+  flags.push_back({"plan", "FILE", "run this plan file (JSON, as parbench plan --format json writes; validated first) as its "
+                   "strategy's step instead of the strategy's own: mp, a pipeline or a dp<D>xpp<P>; its strategy, "
+                   "workers, batch and micro-batches set the run's", ""});
   flags.push_back({"trace", "", "per configuration, one more untimed step with per-layer spans, written as a Chrome "
                                 "trace (trace-<benchmark>.json, for Perfetto), and timeline.png", ""});
   return flags;
@@ -192,6 +195,10 @@ RunPlan plan_run(const Flags& f, Sweep& sw) {
   dedupe(strategies);
   if (strategies.empty()) throw UsageError("--strategies needs at least one strategy");
 
+  // --plan FILE: its strategy on its workers at its global batch, nothing else.
+  const std::shared_ptr<const Plan> user = run_plan_file(f, sw.plan);
+  if (user) strategies = {user->strategy}, device_counts = {user->workers}, p.scaling = "strong", p.batch = user->batch;
+
   // Configurations, registered with Google Benchmark in sweep order. A single-device strategy is
   // one device by definition: at N > 1 it is skipped, whether named or part of all.
   // At N = 1 every strategy runs regular's arithmetic: in a sweep that also has N > 1, one device
@@ -236,6 +243,7 @@ RunPlan plan_run(const Flags& f, Sweep& sw) {
         c.global_batch = p.scaling == "weak" ? p.batch * d : p.batch;
         c.name = reports::bench_name(config_name(sw, p.wo, m, c.devices, p.batch));
         c.options = strategy_options(f, c.devices, c.global_batch);
+        if (user) c.options = plan_file_options(f, user);
         c.index = static_cast<int>(p.configs.size() + 1);
         p.configs.push_back(std::move(c));
       }

@@ -52,6 +52,7 @@ PlanBuilder::PlanBuilder(std::string strategy, int workers, int64_t batch, int m
   plan_.micro_batches = micro_batches;
   plan_.actions.resize(workers);
   plan_.replica.assign(workers, -1);
+  samples_.assign(workers, 0);
 }
 
 int PlanBuilder::group(const std::string& name, const std::vector<int>& members) {
@@ -103,6 +104,7 @@ Action& PlanBuilder::compute(int worker, ActionKind kind, int layer_begin, int l
   Action& a = add(worker, kind, PlanLane::Compute);
   a.layer_begin = layer_begin, a.layer_end = layer_end, a.micro = micro;
   a.reads = std::move(reads), a.writes = std::move(writes);
+  if (kind != ActionKind::Optimizer && kind != ActionKind::Free) a.samples = samples_.at(worker);  // Adam: every parameter
   return a;
 }
 
@@ -118,6 +120,8 @@ std::string what(const Plan& p, const Action& a) {
   std::string s = action_kind_name(a.kind);
   if (a.layer_begin >= 0) s += fmt::format(" layers [{}, {})", a.layer_begin, a.layer_end);
   if (a.micro >= 0) s += fmt::format(" mb {}", a.micro);
+  if (a.samples) s += fmt::format(" x{}", a.samples);
+  if (a.part != 1) s += fmt::format(" part {:.4g}", a.part);
   if (a.kind == ActionKind::Send) s += fmt::format(" to {}", a.peer);
   if (a.kind == ActionKind::Recv) s += fmt::format(" from {}", a.peer);
   if (a.kind == ActionKind::Collective) {
@@ -156,15 +160,16 @@ void write_plan_text(std::ostream& os, const Plan& p) {
 }
 
 void write_plan_csv(std::ostream& os, const Plan& p) {
-  os << "worker,id,kind,lane,layer_begin,layer_end,micro,peer,group,coll,root,count,bytes,async,waits,reads,writes\n";
+  os << "worker,id,kind,lane,layer_begin,layer_end,micro,peer,group,coll,root,count,bytes,async,waits,reads,writes,"
+        "samples,part\n";
   for (int w = 0; w < p.workers; ++w)
     for (const Action& a : p.actions[w])
-      os << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", w, a.id, action_kind_name(a.kind),
+      os << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:g}\n", w, a.id, action_kind_name(a.kind),
                         lane_name(a.lane), a.layer_begin, a.layer_end, a.micro, a.peer,
                         a.group >= 0 ? p.groups[a.group].name : "",
                         a.kind == ActionKind::Collective ? coll_kind_name(a.coll) : "", a.root, a.count, a.bytes,
                         a.async ? 1 : 0, fmt::join(a.waits, " "), buffer_names(p, a.reads),
-                        buffer_names(p, a.writes));
+                        buffer_names(p, a.writes), a.samples, a.part);
 }
 
 std::string plan_to_json(const Plan& p) {
@@ -191,6 +196,8 @@ std::string plan_to_json(const Plan& p) {
       if (a.root >= 0) r["root"] = a.root;
       r["count"] = a.count;
       r["bytes"] = a.bytes;
+      if (a.samples) r["samples"] = a.samples;
+      if (a.part != 1) r["part"] = a.part;
       if (a.async) r["async"] = true;
       if (!a.waits.empty()) r["waits"] = a.waits;
       r["reads"] = a.reads;
@@ -269,6 +276,10 @@ Plan plan_from_json(const std::string& text, const std::string& source) {
     a.root = field<int>(r, "root", where, -1);
     a.count = field<int64_t>(r, "count", where, 0);
     a.bytes = field<int64_t>(r, "bytes", where, 0);
+    a.samples = field<int64_t>(r, "samples", where, 0);
+    a.part = field<double>(r, "part", where, 1.0);
+    if (a.samples < 0) throw UsageError(fmt::format("{}: 'samples' must be >= 0, got {}", where, a.samples));
+    if (!(a.part > 0 && a.part <= 1)) throw UsageError(fmt::format("{}: 'part' must be in (0, 1], got {}", where, a.part));
     a.async = field<bool>(r, "async", where, false);
     a.waits = field<std::vector<int>>(r, "waits", where, {});
     a.reads = field<std::vector<int>>(r, "reads", where, {});

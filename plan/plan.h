@@ -67,6 +67,8 @@ struct Action {
   int root = -1;      // broadcast, reduce: the root's rank in the group
   int64_t count = 0;  // values, as the communicator call's n
   int64_t bytes = 0;  // the payload (communication) or the values touched (compute)
+  int64_t samples = 0;  // compute: the samples it runs at (the simulator's batch for its layers)
+  double part = 1;      // compute: the share of its layers' work it does (tp: its channels of K)
   bool async = false; // completes at a later Wait
   std::vector<int> waits;              // Wait: action ids on this worker
   std::vector<int> reads, writes;      // buffer ids (Plan::buffers)
@@ -100,12 +102,15 @@ class PlanBuilder {
   Action& wait(int worker, std::vector<int> ids);
   Action& compute(int worker, ActionKind kind, int layer_begin, int layer_end, int micro, std::vector<int> reads,
                   std::vector<int> writes);
+  // Compute actions of `worker` added from now on run at `samples` samples (Action::samples).
+  void at(int worker, int64_t samples) { samples_.at(worker) = samples; }
   int next_id(int worker) const { return static_cast<int>(plan_.actions.at(worker).size()); }
   Plan take() { return std::move(plan_); }
   Plan& plan() { return plan_; }
 
  private:
   Plan plan_;
+  std::vector<int64_t> samples_;
 };
 
 // Writers: text (one line per action, readable), CSV (one row per action, a header) and JSON

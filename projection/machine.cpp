@@ -160,6 +160,7 @@ Machine parse_machine(const std::string& text, const std::string& source) {
   m.memory_bytes = dev.number("memory_bytes", 0, true);
   m.shared_cores = dev.has("shared_cores") ? dev.small_integer("shared_cores", 0) : (dev.number_or("shared_cores", 0), 0);
   m.parallel_threads = dev.number_or("parallel_threads", 0, 0);
+  m.copy_bytes_per_s = dev.number_or("copy_bytes_per_s", 0, 0);
   dev.done();
   m.devices_per_node = top.small_integer("devices_per_node", 1);
   m.nodes = top.small_integer("nodes", 1);
@@ -226,6 +227,7 @@ json machine_json(const Machine& m) {
   j["device"] = {{"kind", m.kind}, {"model", m.model}, {"peak_flops", m.peak_flops}, {"memory_bytes", m.memory_bytes}};
   if (m.shared_cores > 0) j["device"]["shared_cores"] = m.shared_cores;
   if (m.parallel_threads > 0) j["device"]["parallel_threads"] = m.parallel_threads;
+  if (m.copy_bytes_per_s > 0) j["device"]["copy_bytes_per_s"] = m.copy_bytes_per_s;
   j["devices_per_node"] = m.devices_per_node;
   j["nodes"] = m.nodes;
   j["overlap"] = m.overlap;

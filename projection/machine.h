@@ -58,6 +58,9 @@ struct Machine {
   // CPU: how many busy threads run at full speed together, as calibrate measured it (the cores,
   // on a machine nobody else loads; fewer while other work takes its share). 0: shared_cores.
   double parallel_threads = 0;
+  // A copy's bytes per second on a device (each byte read and written once: about half the memory
+  // bandwidth); prices a plan's Copy actions (tp's layout copies). 0: not known, copies cost nothing.
+  double copy_bytes_per_s = 0;
   int devices_per_node = 1, nodes = 1;
   bool overlap = false;        // collectives run beside compute (their own stream / engine)
   double step_overhead_s = 0;    // per step: starting the workers and waiting for them

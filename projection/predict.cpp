@@ -1,4 +1,4 @@
-// predict: a configuration's step program (projection/strategy_model.h) played by the simulator,
+// predict: a configuration's plan, priced (projection/plan_price.h) and played by the simulator,
 // with the machine's per-step overheads and the memory estimate.
 #include "projection/predict.h"
 
@@ -43,10 +43,11 @@ Prediction predict_impl(const Profile& p, const Machine& m, const Config& named,
   r.compute_s = sim.compute[busiest];
   r.exposed_comm_s = sim.exposed[busiest];
   r.idle_s = std::max(0.0, r.step_s - r.compute_s - r.exposed_comm_s);
-  r.peak_bytes = memory_peak(p, c, prog.stages);
+  r.peak_bytes = memory_peak(p, c, prog.name, prog.micro_batches, prog.stages);
   r.fits = r.peak_bytes <= m.memory_bytes / (m.shared_cores > 0 ? std::min(N, m.devices_per_node) : 1);
   r.comm_bytes = prog.comm_bytes;
   r.samples_per_s = static_cast<double>(c.global_batch) / r.step_s;
+  r.actions = sim.actions;
   return r;
 }
 }  // namespace

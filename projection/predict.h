@@ -3,12 +3,15 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "plan/plan.h"
 #include "projection/machine.h"
 #include "projection/profile.h"
+#include "projection/simulator.h"
 
 namespace pb::projection {
 
@@ -23,6 +26,11 @@ struct Config {
   double bucket_bytes = 25.0 * (1 << 20);  // ddp
   std::string schedule = "gpipe";          // pipeline: gpipe or 1f1b
   bool recompute = false;                  // pipeline: stage activations recomputed in backward
+  double first_bucket_bytes = 1.0 * (1 << 20);  // ddp: the first bucket (the last layers'), as run's --first-bucket-mb
+  std::vector<int> balance;                // mp, pipeline, dp x pp: layers per stage (run's --balance L1,L2,..)
+  std::string balance_by = "flops";        // without a list: flops, time (the profile's layer times) or seed
+  bool cap_micro_batches = false;          // dp x pp: at most a replica's samples (run's default micro-batches)
+  std::shared_ptr<const Plan> plan;        // --plan FILE: this plan priced as written, not the strategy's
   std::string label() const;               // e.g. "pipeline (M=8, 1f1b)"
   std::vector<std::string> options() const;  // benchmark-name options: micro_batches:8, ...
 };
@@ -49,14 +57,19 @@ struct Prediction {
   bool fits = true;
   double comm_bytes = 0;       // per step, sent by all workers together
   double samples_per_s = 0;
+  // Each action of its plan as the simulator played it (worker, action id, start and end in
+  // seconds from the step's start, before the per-step overheads): project --validate's per-action
+  // comparison.
+  std::vector<ActionSpan> actions;
 };
 
 Prediction predict(const Profile& p, const Machine& m, const Config& c, const Options& o = {});
 
-// The largest worker's peak memory for `c` (pipeline's schedule and recompute from its fields),
+// The largest worker's peak memory for `c` (its run name, micro-batches as its plan runs them),
 // as engine/memory_estimate.h counts each strategy's buffers, with the profile's workspace of the
 // layers a worker runs (their largest: one backend's scratch serves them all). `stages`: mp,
 // pipeline, dp<D>xpp<P>: each stage's layers [begin, end). Prediction::peak_bytes.
-double memory_peak(const Profile& p, const Config& c, const std::vector<std::pair<int, int>>& stages);
+double memory_peak(const Profile& p, const Config& c, const std::string& name, int micro_batches,
+                   const std::vector<std::pair<int, int>>& stages);
 
 }  // namespace pb::projection

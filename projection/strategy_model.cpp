@@ -7,9 +7,10 @@
 #include <fmt/ranges.h>
 
 #include "engine/check.h"
-#include "projection/programs.h"
+#include "projection/plan_price.h"
 #include "projection/step_builder.h"
 #include "strategies/batch.h"
+#include "strategies/plan_gen.h"
 #include "strategies/registry.h"
 #include "strategies/stages.h"
 #include "strategies/strategy.h"
@@ -20,8 +21,7 @@ std::optional<std::pair<int, int>> hybrid_shape(const std::string& s) {
   int d = 0, pp = 0;
   Schedule schedule = Schedule::GPipe;
   bool recompute = false;
-  if (!parse_hybrid_name(s, &d, &pp, &schedule, &recompute) || schedule != Schedule::GPipe || recompute)
-    return std::nullopt;
+  if (!parse_hybrid_name(s, &d, &pp, &schedule, &recompute)) return std::nullopt;
   return std::make_pair(d, pp);
 }
 
@@ -32,6 +32,7 @@ std::optional<std::pair<int, int>> dptp_shape(const std::string& s) {
 }
 
 std::string Config::label() const {
+  if (plan) return fmt::format("{} (plan file, M={})", strategy, micro_batches);
   if (strategy == "pipeline")
     return fmt::format("pipeline (M={}{}{})", micro_batches, schedule == "1f1b" ? ", 1f1b" : "", recompute ? ", recompute" : "");
   if (hybrid_shape(strategy)) return fmt::format("{} (M={})", strategy, micro_batches);
@@ -72,6 +73,25 @@ bool is_modelled(const std::string& s) {
   std::string schedule;
   bool recompute = false;
   return std::find(v.begin(), v.end(), s) != v.end() || hybrid_shape(s) || dptp_shape(s) || pipeline_variant(s, &schedule, &recompute);
+}
+
+void set_balance(Config& c, const std::string& b, const std::string& what) {
+  c.balance.clear();
+  c.balance_by = "flops";
+  if (b.empty()) return;
+  if (b == "time" || b == "seed") {
+    c.balance_by = b;
+    return;
+  }
+  std::size_t at = 0;
+  while (at <= b.size()) {
+    const std::size_t comma = std::min(b.find(',', at), b.size());
+    const std::string item = b.substr(at, comma - at);
+    if (item.empty() || item.find_first_not_of("0123456789") != std::string::npos || item.size() > 6)
+      throw UsageError(fmt::format("{}: expected layers per stage (e.g. 14,14), time or seed, got '{}'", what, b));
+    c.balance.push_back(std::stoi(item));
+    at = comma + 1;
+  }
 }
 
 std::vector<Config> configurations(const std::string& s, int n, int64_t global, const Sweep& sweep) {
@@ -116,16 +136,24 @@ std::vector<Config> configurations(const std::string& s, int n, int64_t global, 
         }
       }
   } else if (s == kHybridFamily || hybrid_shape(s)) {
-    // GPipe only; micro-batches per replica.
+    // The family: every schedule swept (and recompute); a member by its name: that variant alone.
+    // Micro-batches per replica.
     for (const auto& [d, pp] : hybrid_factorizations(n)) {
-      const std::string name = hybrid_name(d, pp, Schedule::GPipe, false);
-      if (s != kHybridFamily && s != name) continue;
-      for (int64_t m : sweep.micro_batches) {
-        if (m > global / d) continue;  // more micro-batches than a replica has samples
-        Config c = base(name);
-        c.micro_batches = static_cast<int>(m);
-        out.push_back(c);
+      std::vector<std::string> names;
+      if (s == kHybridFamily) {
+        for (const std::string& sch : sweep.schedules)
+          for (bool rc : {false, true})
+            if (!rc || sweep.recompute) names.push_back(hybrid_name(d, pp, sch == "1f1b" ? Schedule::OneFOneB : Schedule::GPipe, rc));
+      } else if (hybrid_shape(s) == std::make_pair(d, pp)) {
+        names.push_back(s);
       }
+      for (const std::string& name : names)
+        for (int64_t m : sweep.micro_batches) {
+          if (m > global / d) continue;  // more micro-batches than a replica has samples
+          Config c = base(name);
+          c.micro_batches = static_cast<int>(m);
+          out.push_back(c);
+        }
     }
   } else if (s == kDpTpFamily || dptp_shape(s)) {
     for (const auto& [d, t] : hybrid_factorizations(n))
@@ -149,80 +177,114 @@ std::string no_configuration(const std::string& s, const std::vector<int64_t>& d
   return fmt::format("--strategies {}: nothing to project at --devices {}: {}", s, fmt::join(devices, ","), why);
 }
 
-std::vector<int64_t> batch_pieces(const Config& c) {
-  std::vector<int64_t> v;
-  for (int64_t x : chunk_sizes(c.global_batch, c.devices)) v.push_back(x);
-  for (int64_t x : chunk_sizes(c.global_batch, c.micro_batches)) v.push_back(x);
-  if (const auto h = hybrid_shape(c.strategy))  // each replica's chunk in micro-batches
-    for (int64_t r : chunk_sizes(c.global_batch, h->first))
-      for (int64_t x : chunk_sizes(r, c.micro_batches)) v.push_back(x);
-  if (const auto h = dptp_shape(c.strategy))  // each replica's chunk, whole
-    for (int64_t r : chunk_sizes(c.global_batch, h->first)) v.push_back(r);
-  v.push_back(c.global_batch);
+std::vector<int64_t> batch_pieces(const NetPlan& net, const Config& c) {
+  std::vector<int64_t> v = {c.global_batch};
+  try {  // every batch a compute action of its plan runs at
+    Config flops = c;
+    flops.balance_by = "flops";  // the split does not change the pieces
+    const Plan plan = c.plan ? *c.plan : make_plan(run_name(flops), net, options_of(flops, nullptr), c.global_batch);
+    for (const auto& list : plan.actions)
+      for (const Action& a : list)
+        if (a.samples > 0) v.push_back(a.samples);
+  } catch (const UsageError&) {  // a configuration the run refuses: its prediction says why
+  }
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
   return v;
 }
 
-Timing timing_of(const Config& c) {
-  // tp (and dp x tp) runs every layer as its own slice; fsdp and zero2 every layer with its ReLU
-  // as its own Sequential: activations leave the library's blocked layout between layers, which
-  // the profile's one Sequential avoids. mp, pipeline and dp x pp run each stage as its own
-  // Sequential.
+Timing timing_of(const NetPlan& net, const Config& c) {
+  // Read off the plan: workers of one replica holding different layers are stages, each run as
+  // its own Sequential; a worker computing the net layer by layer (fsdp's and zero2's units, tp's
+  // slices) runs each layer apart, where activations leave the library's blocked layout between
+  // layers, which the profile's one Sequential avoids; tp's slices (a part of a layer's work) are
+  // timed as the worker's slice with its ReLUs and layout copies, over the workers a layer's
+  // output is gathered from.
   Timing t;
-  const auto dptp = dptp_shape(c.strategy);
-  const auto dppp = hybrid_shape(c.strategy);
-  if (c.strategy == "tp" || dptp || c.strategy == "fsdp" || c.strategy == "zero2") {
-    t.kind = Timing::Layers;
-    t.slices = c.strategy == "tp" ? c.devices : dptp ? dptp->second : 1;
-    t.tp = c.strategy == "tp" || dptp;
-  } else if (c.strategy == "mp" || c.strategy.rfind("pipeline", 0) == 0 || dppp) {
-    t.kind = Timing::Stages;
-    t.stages = dppp ? dppp->second : c.devices;
+  Plan plan;
+  try {
+    Config flops = c;
+    flops.balance_by = "flops";  // the split does not change how it is timed
+    plan = c.plan ? *c.plan : make_plan(run_name(flops), net, options_of(flops, nullptr), c.global_batch);
+  } catch (const UsageError&) {  // a configuration the run refuses: its prediction says why
+    return t;
   }
+  const int layers = static_cast<int>(net.layers.size());
+  int first_replica = 0;
+  for (int w = 0; w < plan.workers; ++w) first_replica += plan.replica[w] == 0;
+  if (first_replica > 1) {
+    t.kind = Timing::Stages;
+    t.stages = first_replica;
+    return t;
+  }
+  for (const Action& a : plan.actions.at(0)) {
+    if (a.kind == ActionKind::Forward && (a.layer_begin > 0 || a.layer_end < layers)) t.kind = Timing::Layers;
+    if (a.kind == ActionKind::Forward && a.part < 1) t.tp = true;
+    if (a.kind == ActionKind::Collective && a.coll == CollKind::AllGather && a.layer_begin >= 0 && t.slices == 1)
+      t.slices = static_cast<int>(plan.groups.at(a.group).members.size());
+  }
+  if (t.tp) t.kind = Timing::Layers;  // a slice of even a one-layer net
+  else t.slices = 1;
   return t;
 }
 
-std::vector<std::pair<int, int>> stage_ranges(const NetPlan& plan, const Config& c) {
-  return split_stages(plan, timing_of(c).stages, {}, c.strategy);
+std::vector<std::pair<int, int>> stage_ranges(const NetPlan& net, const Config& c, const Profile* p) {
+  const Plan plan = c.plan ? *c.plan : make_plan(run_name(c), net, options_of(c, p), c.global_batch);
+  std::vector<std::pair<int, int>> out;
+  for (int w = 0; w < plan.workers; ++w) {
+    if (plan.replica[w] != 0) continue;
+    int b = -1, e = -1;
+    for (const Action& a : plan.actions[w])
+      if (a.kind == ActionKind::Forward) b = b < 0 ? a.layer_begin : std::min(b, a.layer_begin), e = std::max(e, a.layer_end);
+    out.push_back({b, e});
+  }
+  return out;
 }
 
 StepProgram step_program(const Profile& p, const Machine& m, const Config& named, const Options& o, int threads) {
   StepProgram out;
   Config& c = out.priced;
   c = named;  // the registered pipeline variants: pipeline with their schedule and recompute
-  if (!is_modelled(c.strategy) || c.strategy == kHybridFamily || c.strategy == kDpTpFamily) {
-    out.refused = fmt::format("no projection model for strategy {}", c.strategy);
-    return out;
-  }
-  if (c.strategy != "pipeline" && pipeline_variant(c.strategy, &c.schedule, &c.recompute)) c.strategy = "pipeline";
-  const int N = c.devices;
   auto refuse = [&](std::string why) {
     out.refused = std::move(why);
     return out;
   };
+  if (!c.plan) {
+    if (!is_modelled(c.strategy) || c.strategy == kHybridFamily || c.strategy == kDpTpFamily)
+      return refuse(fmt::format("no projection model for strategy {}", c.strategy));
+    if (c.strategy != "pipeline" && pipeline_variant(c.strategy, &c.schedule, &c.recompute)) c.strategy = "pipeline";
+  }
+  const int N = c.devices;
   if (N < 1 || c.global_batch < 1) return refuse("needs at least one device and one sample");
-  // dp<D>xpp<P>: the pipeline program, D replicas of P stages (GPipe).
-  const std::optional<std::pair<int, int>> hybrid = hybrid_shape(c.strategy);
-  if (hybrid && hybrid->first * hybrid->second != N)
-    return refuse(fmt::format("{} needs {} devices", c.strategy, hybrid->first * hybrid->second));
-  if (hybrid) c.schedule = "gpipe", c.recompute = false;
-  const std::optional<std::pair<int, int>> dptp = dptp_shape(c.strategy);
-  if (dptp && dptp->first * dptp->second != N)
-    return refuse(fmt::format("{} needs {} devices", c.strategy, dptp->first * dptp->second));
   if (N > m.total_devices()) return refuse(fmt::format("{} has {} device(s)", m.name, m.total_devices()));
-  if (c.strategy == "regular" && N != 1) return refuse("runs on one device");
-  if (c.strategy == "dp" && N > m.devices_per_node) return refuse("dp runs in one process: one node's devices at most");
+  // The plan the run would run (or the one given), refused where the run refuses it.
+  Plan plan;
+  try {
+    plan = plan_for(p, c);
+  } catch (const UsageError& e) {
+    return refuse(e.what());
+  }
+  if (plan.workers != N) return refuse(fmt::format("the plan has {} workers, not {}", plan.workers, N));
+  if (c.plan && !plan.layer_params.empty()) {  // a plan file: of the profile's net
+    if (plan.layer_params.size() != p.layers.size())
+      return refuse(fmt::format("the plan's net has {} layers, the profile's {}", plan.layer_params.size(), p.layers.size()));
+    for (std::size_t i = 0; i < p.layers.size(); ++i)
+      if (plan.layer_params[i] != p.layers[i].params)
+        return refuse(fmt::format("the plan's layer {} has {} parameters, the profile's {}", i, plan.layer_params[i], p.layers[i].params));
+  }
+  out.name = c.plan ? plan.strategy : run_name(c);
+  // A strategy that cannot run as a process per worker (dp: one process scatters and gathers)
+  // stays within a node, as the registry says.
+  if (!strategy_info(out.name).multi_process && N > m.devices_per_node)
+    return refuse(fmt::format("{} runs in one process: one node's devices at most", out.name));
+  out.micro_batches = plan.micro_batches;
   StepBuilder bl(p, m, c, o, threads);
+  PricedPlan priced = price_plan(plan, p, m, bl);
+  out.actors = std::move(priced.actors);
   out.workers = N;
-  std::string why;
-  if (c.strategy == "regular") why = regular_program(p, c, bl, out);
-  else if (c.strategy == "dp") why = dp_program(p, c, bl, out);
-  else if (c.strategy == "ddp") why = ddp_program(p, m, c, bl, out);
-  else if (c.strategy == "mp" || c.strategy == "pipeline" || hybrid) why = pipeline_program(p, c, bl, out);
-  else if (c.strategy == "fsdp" || c.strategy == "zero2") why = fsdp_program(p, m, c, bl, out);
-  else if (c.strategy == "tp" || dptp) why = tp_program(p, c, bl, out);
-  else why = fmt::format("no projection model for strategy {}", c.strategy);
-  if (!why.empty()) return refuse(why);
-  out.comm_bytes = bl.comm_bytes;
+  out.stages = std::move(priced.stages);
+  if (const auto it = m.unit_overhead_s.find(out.name); it != m.unit_overhead_s.end()) out.bookkeeping_s = priced.freed_units * it->second;
+  out.comm_bytes = priced.comm_bytes;
   return out;
 }
 

@@ -1,9 +1,7 @@
-// The projection's one strategy-specific part, behind one narrow interface: which strategies it
-// models and by what names, the configurations `project` considers of each, what a configuration
-// needs timed, and each configuration's step as per-worker programs for the simulator. Everything
-// else (profile, machine, links, simulator, memory, tables) is strategy-blind, so a simulator of
-// the plans strategies/ generates can replace this interface's implementation
-// (projection/strategy_model.cpp, projection/program_*.cpp) alone.
+// What the projection knows of strategies, behind one narrow interface: their names, the
+// configurations `project` sweeps of each, what a configuration needs timed, and its step -- the
+// plan its generator makes (strategies/plan_gen.h) priced by projection/plan_price.h. No step is
+// written here: the simulator plays the plan the run runs.
 #pragma once
 
 #include <cstdint>
@@ -38,27 +36,32 @@ struct Sweep {
   std::vector<double> bucket_bytes;
   bool recompute = false;  // also the pipeline variants that recompute stage activations
 };
+// Config::balance / balance_by from run's --balance value (L1,L2,.. | time | seed; empty: by
+// FLOPs); UsageError naming `what` for anything else.
+void set_balance(Config& c, const std::string& balance, const std::string& what);
 // Every configuration of --strategies word `strategy` at n devices and a global batch.
 std::vector<Config> configurations(const std::string& strategy, int n, int64_t global, const Sweep& sweep);
 // Why `strategy` has no configuration at any of the device counts (`micro`: --micro-batches as given).
 std::string no_configuration(const std::string& strategy, const std::vector<int64_t>& devices, const std::string& micro);
 
 // ---- what a configuration needs timed (project --validate) -----------------------------------
-// The batch sizes its workers compute at, for the profile to hold (every split a step of it makes:
-// chunks over the devices, micro-batches, replicas and their micro-batches, the whole batch).
-std::vector<int64_t> batch_pieces(const Config& c);
-// How its layers must be timed to be priced as it runs them: in the profile's one Sequential, as
-// separate layers (tp, dp x tp: `slices` channel slices, with tp's ReLUs and layout copies; fsdp,
-// zero2: whole), or as separate stages (mp, pipeline, dp x pp: `stages` of them).
+// The batch sizes its workers compute at, for the profile to hold: the samples of every compute
+// action of its plan on `net`, and the whole batch.
+std::vector<int64_t> batch_pieces(const NetPlan& net, const Config& c);
+// How its layers must be timed to be priced as it runs them, read off its plan on `net`: in the
+// profile's one Sequential, as separate layers (a worker computing layer by layer: fsdp's and
+// zero2's units, whole; tp's slices, `slices` ways with its ReLUs and layout copies), or as
+// separate stages (workers of one replica holding different layers: `stages` of them).
 struct Timing {
   enum Kind { Whole, Layers, Stages } kind = Whole;
   int slices = 1;
   bool tp = false;
   int stages = 1;
 };
-Timing timing_of(const Config& c);
-// Timing::Stages: each stage's layers [begin, end) of `plan` as the run splits them (by FLOPs).
-std::vector<std::pair<int, int>> stage_ranges(const NetPlan& plan, const Config& c);
+Timing timing_of(const NetPlan& net, const Config& c);
+// Timing::Stages: each stage's layers [begin, end) of `net` as its plan splits them (its --balance;
+// `time` from `p`'s layer times, by FLOPs without one). UsageError where the run refuses it.
+std::vector<std::pair<int, int>> stage_ranges(const NetPlan& net, const Config& c, const Profile* p);
 
 // ---- the step --------------------------------------------------------------------------------
 // A configuration's step as the simulator plays it: one actor per worker (and per communication
@@ -66,6 +69,8 @@ std::vector<std::pair<int, int>> stage_ranges(const NetPlan& plan, const Config&
 struct StepProgram {
   std::string refused;
   Config priced;  // the configuration as priced: a named pipeline variant as pipeline + its schedule
+  std::string name;      // as run names it (pipeline-1f1b, dp2xpp2-recompute, ...; a plan file's strategy)
+  int micro_batches = 1; // as its plan runs them (dp x pp: capped at a replica's samples)
   std::vector<Actor> actors;
   int workers = 0;
   std::vector<std::pair<int, int>> stages;  // mp, pipeline, dp x pp: each stage's layers

@@ -32,8 +32,8 @@ struct Whole {
   }
   void loss(const std::string& y, int64_t samples) {
     const int64_t out = samples * numel_of(net.output);
-    b.compute(w, ActionKind::Loss, -1, -1, 0, {buf(y, out), buf("t", out)}, {buf("dy", out), buf("loss", 1)}).bytes =
-        out * kF;
+    Action& a = b.compute(w, ActionKind::Loss, -1, -1, 0, {buf(y, out), buf("t", out)}, {buf("dy", out), buf("loss", 1)});
+    a.bytes = out * kF, a.samples = samples;
   }
   // Backward over layers [lo, hi): the weight gradients into `grads`, the data gradient on.
   void backward(int lo, int hi, const std::vector<int>& grads) {
@@ -55,6 +55,7 @@ Plan plan_regular(const NetPlan& net, const StrategyOptions&, int64_t batch) {
   PlanBuilder b("regular", 1, batch, 1);
   b.plan().replica[0] = 0;
   Whole s{b, net, 0, batch};
+  b.at(0, batch);
   s.forward("x");
   s.loss("acts", batch);
   s.backward(0, s.layers(), {s.grads()});
@@ -71,6 +72,7 @@ Plan plan_dp(const NetPlan& net, const StrategyOptions& o, int64_t batch) {
   for (int i = 0; i < used; ++i) {
     b.plan().replica[i] = i;
     Whole s{b, net, i, chunks[i]};
+    b.at(i, chunks[i]);
     const int params = s.params();
     Action& bc = b.collective(i, CollKind::Broadcast, world, np, np * kF, false);
     bc.root = 0;
@@ -111,6 +113,7 @@ Plan plan_ddp(const NetPlan& net, const StrategyOptions& o, int64_t batch) {
   for (int i = 0; i < used; ++i) {
     b.plan().replica[i] = i;
     Whole s{b, net, i, chunks[i]};
+    b.at(i, chunks[i]);
     s.forward("x");
     s.loss("acts", chunks[i]);
     // Backward down to each bucket's lowest layer, then its all-reduce starts (ddp's callback).
@@ -148,6 +151,7 @@ Plan plan_fsdp(const NetPlan& net, const StrategyOptions& o, int64_t batch, cons
   for (int r = 0; r < n; ++r) {
     b.plan().replica[r] = chunks[r] > 0 ? r : -1;  // without a chunk: only the collectives
     Whole s{b, net, r, chunks[r]};
+    b.at(r, chunks[r]);
     const int64_t c = chunks[r];
     const int shard_params = s.buf("shard_params", total), shard_grads = s.buf("shard_grads", total);
     auto gathered = [&](int u) {

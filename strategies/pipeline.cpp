@@ -74,6 +74,12 @@ class Staged final : public GroupStrategy {
     micro_batches_ = static_cast<int>(micro_sizes_[0].size());
     bubble_fraction_ = static_cast<double>(stages() - 1) / (micro_batches_ + stages() - 1);
     plan_ = plan_stage_steps(plan(), opts_, batch, name(), ranges_, micro_sizes_);
+    if (opts_.plan) {  // a plan file: run instead, once it computes what this strategy's own plan does
+      std::vector<int> slots;
+      for (int r = 0; r < workers(); ++r) slots.push_back(in_flight(r));
+      check_stage_plan(*opts_.plan, plan_, ranges_, slots, opts_.recompute, opts_.plan_source.empty() ? "--plan" : opts_.plan_source);
+      plan_ = *opts_.plan;
+    }
     ptrs_.assign(workers(), {});
     if (replicas_ > 1) {  // the workers of each stage, for its gradients' all-reduce
       std::vector<std::vector<int>> parts(stages());

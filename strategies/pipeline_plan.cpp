@@ -64,6 +64,7 @@ struct StageEmitter {
   }
   void forward(int k) {
     const int64_t n = sizes[k];
+    b.at(w, n);
     if (s > 0) receive(input(k), n * in, w - 1, k);
     close();
     free_scratch();
@@ -77,6 +78,7 @@ struct StageEmitter {
   }
   void backward(int k, bool first, bool again) {
     const int64_t n = sizes[k];
+    b.at(w, n);
     const int dy = buf("dy", sizes[0] * out);
     if (!last) {
       receive(dy, n * out, w + 1, k);

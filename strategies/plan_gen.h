@@ -25,6 +25,17 @@ Plan plan_staged(const NetPlan& net, const StrategyOptions& o, int64_t batch, co
 Plan plan_stage_steps(const NetPlan& net, const StrategyOptions& o, int64_t batch, const std::string& name,
                       const std::vector<std::pair<int, int>>& ranges,
                       const std::vector<std::vector<int64_t>>& micro_sizes);
+// A plan someone wrote (`user`), to run as a staged strategy's step instead of its own plan `own`:
+// valid (plan/check.h), with own's workers, micro-batches, groups and buffer names; every stage
+// computation over its worker's layers (`ranges`, per stage); each micro-batch's input, output
+// gradient, activation slot (`slots` per worker; one with `recompute`) holding that micro-batch
+// where it is read; the first backward writing the gradients and later ones adding; one optimizer
+// step. UsageError naming `source`, the worker and the action otherwise.
+void check_stage_plan(const Plan& user, const Plan& own, const std::vector<std::pair<int, int>>& ranges,
+                      const std::vector<int>& slots, bool recompute, const std::string& source);
+// The same before a run, from the plan the strategy `user` names would make on `net` with `o`
+// (--balance time: as the options time it): what `parbench run --plan` checks before it starts.
+void check_plan_file(const Plan& user, const NetPlan& net, const StrategyOptions& o, const std::string& source);
 Plan plan_tp(const NetPlan& net, const StrategyOptions& o, int64_t batch, const std::string& name, int replicas);
 
 }  // namespace pb

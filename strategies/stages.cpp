@@ -95,6 +95,7 @@ std::vector<std::pair<int, int>> stage_ranges(const NetPlan& plan, int stages, c
   // By time, as torchgpipe's balance_by_time: each layer's forward + backward on the device a
   // stage runs on, at the size of batch a stage sees (one micro-batch).
   const int64_t micro = std::max<int64_t>(1, (o.profile_batch + micro_batches - 1) / std::max(1, micro_batches));
+  if (o.layer_seconds) return split_stages_by(plan, stages, o.layer_seconds(micro), strategy);
   std::vector<double> seconds;
   {
     std::unique_ptr<Backend> be = make_backend(device, o.backend);

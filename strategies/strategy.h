@@ -13,6 +13,7 @@
 #include "engine/comm.h"
 #include "engine/trace.h"
 #include "engine/net.h"
+#include "plan/plan.h"
 
 namespace pb {
 
@@ -36,10 +37,17 @@ struct StrategyOptions {
   enum class BalanceBy { Flops, Time, Seed } balance_by = BalanceBy::Flops;
   int seed_first_stage = 0;    // BalanceBy::Seed: layers of the seed's first stage; 0: the workload has none
   int64_t profile_batch = 1;   // BalanceBy::Time: the global batch (profiled per micro-batch)
+  // BalanceBy::Time: each layer's forward + backward seconds at a micro-batch of n samples, when
+  // known without running (the projection's profile); empty: timed on the device at setup.
+  std::function<std::vector<double>(int64_t n)> layer_seconds;
   Schedule schedule = Schedule::GPipe;  // pipeline
   bool recompute = false;            // pipeline: keep only stage inputs, recompute in backward
   BackendOptions backend;
   std::size_t first_bucket_bytes = 1u << 20;  // ddp: the first bucket (last layers), so its all-reduce starts early
+  // mp, pipeline, dp x pp: a plan someone wrote (--plan FILE), run as the step instead of the
+  // strategy's own once check_stage_plan accepts it; plan_source names it in errors.
+  std::shared_ptr<const Plan> plan;
+  std::string plan_source;
   // ddp: Global weights each rank by its samples (the global mean, as every strategy); Local is
   // torch DDP's mean over ranks of each rank's local mean (differs on uneven chunks).
   enum class GradAverage { Global, Local } grad_average = GradAverage::Global;

@@ -48,6 +48,7 @@ Plan plan_tp(const NetPlan& net, const StrategyOptions& o, int64_t batch, const 
     const int r = w % ways, d = w / ways, c = tp_group[d];
     const int64_t bsz = pieces[d];
     b.plan().replica[w] = w;
+    b.at(w, bsz);
     auto buf = [&](const std::string& n, int64_t values) { return b.buffer(w, n, values * kF); };
     int64_t total = 0;
     for (const TpSlice& s : slices)
@@ -82,8 +83,9 @@ Plan plan_tp(const NetPlan& net, const StrategyOptions& o, int64_t batch, const 
         continue;
       }
       const int64_t piece = bsz * s.piece * s.per_sample;
-      b.compute(w, ActionKind::Forward, i, i + 1, 0, {x, params}, {s.split ? gathered : y}).bytes =
-          bsz * s.k[r] * s.per_sample * kF;
+      const double part = static_cast<double>(s.k[r]) / static_cast<double>(s.channels);  // its slice's share
+      Action& f = b.compute(w, ActionKind::Forward, i, i + 1, 0, {x, params}, {s.split ? gathered : y});
+      f.bytes = bsz * s.k[r] * s.per_sample * kF, f.part = part;
       if (!s.split) continue;
       Action& ag = b.collective(w, CollKind::AllGather, c, piece, ways * piece * kF, false);
       ag.reads.push_back(gathered), ag.writes.push_back(gathered);  // its own piece, then the whole
@@ -113,8 +115,10 @@ Plan plan_tp(const NetPlan& net, const StrategyOptions& o, int64_t batch, const 
         dyk = dy_local;
       }
       const int dx = i > 0 ? buf(fmt::format("dx[{}]", next), 0) : -1;
-      b.compute(w, ActionKind::BackwardWeights, i, i + 1, 0, {x, dyk}, {grads});
-      b.compute(w, ActionKind::BackwardData, i, i + 1, 0, {dyk, params}, dx >= 0 ? std::vector<int>{dx} : std::vector<int>{});
+      const double part = static_cast<double>(s.k[r]) / static_cast<double>(s.channels);
+      b.compute(w, ActionKind::BackwardWeights, i, i + 1, 0, {x, dyk}, {grads}).part = part;
+      b.compute(w, ActionKind::BackwardData, i, i + 1, 0, {dyk, params}, dx >= 0 ? std::vector<int>{dx} : std::vector<int>{})
+          .part = part;
       if (dx < 0) continue;
       if (s.split) {  // the partial sums over the channel slices
         Action& ar = b.collective(w, CollKind::AllReduce, c, bsz * numel_of(l.in), bsz * numel_of(l.in) * kF, false);

@@ -60,6 +60,34 @@ inline pj::Config config(const std::string& s, int n, int64_t batch) {
   return c;
 }
 
+// A profile of `net` whose times follow its FLOPs (every layer's backward-data and weights each
+// take its forward's time), for nets other than the fixture's.
+inline pj::Profile profile_of(const NetPlan& net) {
+  static const std::map<LayerType, std::string> names = {
+      {LayerType::Conv2d, "conv2d"}, {LayerType::Linear, "linear"}, {LayerType::ReLU, "relu"}, {LayerType::Flatten, "flatten"}};
+  pj::Profile p;
+  p.source = "flops-profile";
+  p.device_kind = "cuda";  // the fixture machine's kind
+  p.context = {{"workload", "flops"}, {"device_kind", "cuda"}};
+  p.batches = {1, 2, 4, 8};
+  for (const LayerPlan& l : net.layers) {
+    pj::LayerProfile lp;
+    lp.index = l.index;
+    lp.type = names.at(l.spec.type);
+    lp.in = l.in, lp.out = l.out;
+    lp.params = l.weight_numel + l.bias_numel;
+    lp.forward_flops = l.forward_flops;
+    for (int64_t b : p.batches) {
+      const double t = 1e-6 + l.forward_flops * 1e-11 * static_cast<double>(b);
+      lp.forward_s.push_back(t), lp.backward_data_s.push_back(t), lp.backward_weights_s.push_back(t);
+    }
+    p.layers.push_back(lp);
+  }
+  p.loss_s.assign(p.batches.size(), 1e-6);
+  p.optimizer_s_per_param = 1e-9;
+  return p;
+}
+
 // Throws UsageError whose message contains every needle.
 template <class F>
 void expect_usage_error(F&& f, std::initializer_list<std::string> needles) {

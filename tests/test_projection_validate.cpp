@@ -173,6 +173,30 @@ TEST_F(ProjectCli, ValidateComparesEveryMeasuredConfiguration) {
       }
     EXPECT_EQ(hybrid_rows, 1) << h.dump();
   }
+  // ddp's first bucket as the run recorded it (context first_bucket_mb): a first bucket of one
+  // layer (592 B) puts two all-reduces on the critical path where the default 1 MiB put one.
+  {
+    json run = json::parse(read_file(path("run/results.json")));
+    auto ddp_predicted = [&](const std::string& first_mb) {
+      run["context"]["first_bucket_mb"] = first_mb;
+      write_file_atomic(path("first_in.json"), run.dump());
+      const test::Result q = parbench("project --validate " + path("first_in.json") + " --machine " + path("cpu.json") +
+                                      " --profile " + fixture("uniform.json") + " --out " + path("first_out"));
+      EXPECT_EQ(q.code, 0) << q.err;
+      const json out = json::parse(read_file(path("first_out.json")));
+      for (const json& row : out["rows"])
+        if (row["name"].get<std::string>().find("linear/ddp/devices:2/") == 0) return row["predicted_s"].get<double>();
+      ADD_FAILURE() << "no ddp row";
+      return 0.0;
+    };
+    EXPECT_GT(ddp_predicted("0.0005"), ddp_predicted("1"));
+    run["context"]["balance"] = "1,x";  // read too: bad input naming the key
+    write_file_atomic(path("bad_balance.json"), run.dump());
+    r = parbench("project --validate " + path("bad_balance.json") + " --machine " + path("cpu.json") + " --profile " +
+                 fixture("uniform.json"));
+    EXPECT_EQ(r.code, 2);
+    EXPECT_NE(r.err.find("context \"balance\""), std::string::npos) << r.err;
+  }
   // A count in the run's context that an int cannot hold, or not whole: bad input naming the key.
   for (const char* bad : {"1e300", "2.5"}) {
     json run = json::parse(read_file(path("run/results.json")));
@@ -286,6 +310,42 @@ TEST_F(ProjectCli, ValidateComparesEveryMeasuredConfiguration) {
   r = parbench("project --validate " + path("bad.json") + " --machine " + path("cpu.json"));
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("\"bucket_mb\" is \"lots\""), std::string::npos) << r.err;
+}
+
+// A run with --trace: each configuration's traced step against its prediction, action by action
+// (each span carries its plan action's id), per kind and the actions furthest off.
+TEST_F(ProjectCli, ValidateComparesTracedStepsActionByAction) {
+  test::Result r = parbench("run --workload " + example_net() + " --strategies ddp,pipeline-1f1b --devices 2 --batch 2 "
+                            "--iterations 2 --warmup 1 --trace --out " + path("run"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  json prof = pj::profile_json(profile_of(plan_net(resolve_workload(example_net(), WorkloadOptions{}))));
+  prof["context"]["device_kind"] = "cpu";
+  write_file_atomic(path("p.json"), prof.dump());
+  const std::string cmd = "project --validate " + path("run/results.json") + " --machine " +
+                          (test::source_dir() / "machines/this_cpu.json").string() + " --profile " + path("p.json");
+  r = parbench(cmd + " --out " + path("v"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const json v = json::parse(read_file(path("v.json")));
+  ASSERT_TRUE(v.contains("per_action")) << v.dump();
+  ASSERT_EQ(v["per_action"].size(), 2u);
+  for (const json& e : v["per_action"]) {
+    for (const char* kind : {"forward", "backward (weights + data)", "optimizer"}) {
+      ASSERT_TRUE(e["kinds"].contains(kind)) << e.dump();
+      EXPECT_GT(e["kinds"][kind]["measured_s"].get<double>(), 0) << kind;
+      EXPECT_GT(e["kinds"][kind]["predicted_s"].get<double>(), 0) << kind;
+    }
+    ASSERT_FALSE(e["worst"].empty());
+    EXPECT_EQ(e["worst"][0]["action"].get<std::string>().rfind("worker ", 0), 0u) << e.dump();
+  }
+  EXPECT_NE(r.out.find("### Per action: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Furthest off:"), std::string::npos);
+  // Without the traces: no per-action part.
+  for (const auto& entry : std::filesystem::directory_iterator(path("run")))
+    if (entry.path().filename().string().rfind("trace-", 0) == 0) std::filesystem::remove(entry.path());
+  r = parbench(cmd + " --out " + path("w"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_FALSE(json::parse(read_file(path("w.json"))).contains("per_action"));
+  EXPECT_EQ(r.out.find("Per action"), std::string::npos);
 }
 
 }  // namespace

@@ -1,0 +1,149 @@
+// A plan someone wrote, run as a staged strategy's step (mp, pipeline, dp x pp): what it must be
+// for pipeline.cpp's step to compute the same function -- beyond what the validator proves, the
+// places the strategy keeps each micro-batch's input, activations and gradients.
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <set>
+
+#include <fmt/ranges.h>
+
+#include "engine/check.h"
+#include "plan/check.h"
+#include "strategies/plan_gen.h"
+#include "strategies/registry.h"
+#include "strategies/rules.h"
+
+namespace pb {
+
+namespace {
+
+bool stage_compute(ActionKind k) {
+  return k == ActionKind::Forward || k == ActionKind::Recompute || k == ActionKind::BackwardData ||
+         k == ActionKind::BackwardWeights;
+}
+
+}  // namespace
+
+void check_stage_plan(const Plan& user, const Plan& own, const std::vector<std::pair<int, int>>& ranges,
+                      const std::vector<int>& slots, bool recompute, const std::string& source) {
+  const std::vector<PlanIssue> issues = validate_plan(user);
+  if (!issues.empty()) throw UsageError(fmt::format("{}: {}", source, issues_text(issues)));
+  auto refuse = [&](int w, int id, const std::string& why) {
+    throw UsageError(fmt::format("{}: {}: {}", source, describe(user, w, id), why));
+  };
+  if (user.workers != own.workers)
+    throw UsageError(fmt::format("{}: {} workers, but {} runs on {}", source, user.workers, own.strategy, own.workers));
+  if (user.micro_batches != own.micro_batches)
+    throw UsageError(fmt::format("{}: {} micro-batches, but {} cuts the batch into {}", source, user.micro_batches,
+                                 own.strategy, own.micro_batches));
+  if (user.groups.size() != own.groups.size())
+    throw UsageError(fmt::format("{}: {} groups, but {} has {}", source, user.groups.size(), own.strategy, own.groups.size()));
+  for (std::size_t g = 0; g < own.groups.size(); ++g)
+    if (user.groups[g].members != own.groups[g].members)
+      throw UsageError(fmt::format("{}: group {} '{}' is not {}'s group {} (workers {})", source, g, user.groups[g].name,
+                                   own.strategy, g, fmt::join(own.groups[g].members, ",")));
+  const int stages = static_cast<int>(ranges.size());
+  for (int w = 0; w < user.workers; ++w) {
+    std::set<std::string> places;  // the buffers the strategy keeps for this worker
+    for (const PlanBuffer& b : own.buffers)
+      if (b.worker == w) places.insert(b.name);
+    auto name = [&](int b) -> const std::string& { return user.buffers.at(b).name; };
+    const int s = w % stages, slot_count = recompute ? 1 : slots.at(w);
+    std::map<int, int> holds;     // buffer -> the micro-batch it holds
+    std::map<int, int> input_of;  // micro-batch -> the buffer its forward read
+    std::vector<int> act_slot(slot_count, -1);  // Sequential's activation slots: their micro-batch
+    int backwards = 0, steps = 0;
+    for (const PlanBuffer& b : user.buffers) {  // stage 0's inputs: x[j] is micro-batch j's
+      int j = 0;
+      if (b.worker == w && std::sscanf(b.name.c_str(), "x[%d", &j) == 1 && b.name == fmt::format("x[{}]", j))
+        holds[static_cast<int>(&b - user.buffers.data())] = j;
+    }
+    for (const Action& a : user.actions[w]) {
+      if (a.kind == ActionKind::Optimizer && ++steps > 1) refuse(w, a.id, "a second optimizer step");
+      for (const auto* ids : {&a.reads, &a.writes})
+        for (int b : *ids)
+          if (!places.count(name(b)))
+            refuse(w, a.id, fmt::format("buffer '{}' is none that {} keeps on worker {}", name(b), own.strategy, w));
+      const int k = a.micro;
+      if (stage_compute(a.kind) && (a.layer_begin != ranges[s].first || a.layer_end != ranges[s].second))
+        refuse(w, a.id, fmt::format("worker {} runs stage {}, layers [{}, {})", w, s, ranges[s].first, ranges[s].second));
+      if ((stage_compute(a.kind) || a.kind == ActionKind::Loss || a.kind == ActionKind::Send || a.kind == ActionKind::Recv) &&
+          (k < 0 || k >= user.micro_batches))
+        refuse(w, a.id, fmt::format("micro-batch {} is not one of 0..{}", k, user.micro_batches - 1));
+      const int slot = k >= 0 ? k % slot_count : 0;
+      auto expect = [&](int b, const char* what) {
+        if (holds.count(b) && holds[b] != k)
+          refuse(w, a.id, fmt::format("{} '{}' holds micro-batch {} here, not {}", what, name(b), holds[b], k));
+      };
+      switch (a.kind) {
+        case ActionKind::Recv:
+        case ActionKind::Loss:
+          for (int b : a.writes) holds[b] = k;
+          break;
+        case ActionKind::Forward:
+        case ActionKind::Recompute:
+          if (a.reads.empty()) refuse(w, a.id, "a forward reads its input first");
+          expect(a.reads[0], "its input");
+          input_of[k] = a.reads[0];
+          act_slot[slot] = k;
+          break;
+        case ActionKind::BackwardWeights:
+          if ((backwards++ > 0) != (a.reads.size() > 2))
+            refuse(w, a.id, backwards == 1 ? "the stage's first backward writes the gradients: it reads only dy and "
+                                             "the activations"
+                                           : "a later backward adds to the gradients: it reads them too");
+          [[fallthrough]];
+        case ActionKind::BackwardData:
+          if (act_slot[slot] != k)
+            refuse(w, a.id, fmt::format("the activation slot {} holds micro-batch {}, not {} (recompute it first)", slot,
+                                        act_slot[slot], k));
+          if (input_of.count(k)) expect(input_of[k], "the input its activations refer to");
+          for (int b : a.reads)
+            if (name(b) == "dy") expect(b, "the output gradient");
+          for (int b : a.writes) holds[b] = k;
+          break;
+        case ActionKind::Send:
+          for (int b : a.reads) {
+            if (name(b).rfind("acts", 0) == 0 && act_slot[slot] != k)
+              refuse(w, a.id, fmt::format("the activation slot {} holds micro-batch {}, not {}", slot, act_slot[slot], k));
+            if (name(b).rfind("acts", 0) != 0) expect(b, "what it sends");
+          }
+          break;
+        default:
+          break;
+      }
+    }
+    if (steps == 0) throw UsageError(fmt::format("{}: worker {} never steps its optimizer", source, w));
+  }
+}
+
+void check_plan_file(const Plan& user, const NetPlan& net, const StrategyOptions& o, const std::string& source) {
+  int dp = 0, pp = 0;
+  Schedule schedule = Schedule::GPipe;
+  bool recompute = false;
+  const std::string& name = user.strategy;
+  if (name != "mp" && !parse_pipeline_name(name, &schedule, &recompute) && !parse_hybrid_name(name, &dp, &pp, &schedule, &recompute))
+    throw UsageError(fmt::format("{}: strategy {} runs only the plan it makes; a plan file runs as mp, a pipeline "
+                                 "(pipeline, pipeline-1f1b, ...) or a dp<D>xpp<P>", source, name));
+  StrategyOptions own_options = o;
+  own_options.plan = nullptr;
+  own_options.micro_batches = user.micro_batches;
+  own_options.cap_micro_batches = false;
+  own_options.recompute = recompute = o.recompute || recompute;
+  if (name == "mp") schedule = Schedule::GPipe, recompute = false;
+  const Plan own = make_plan(name, net, own_options, user.batch);
+  std::vector<std::pair<int, int>> ranges;
+  std::vector<int> slots;
+  for (int w = 0; w < own.workers; ++w) {
+    int b = -1, e = -1;
+    for (const Action& a : own.actions[w])
+      if (a.kind == ActionKind::Forward) b = b < 0 ? a.layer_begin : std::min(b, a.layer_begin), e = std::max(e, a.layer_end);
+    if (own.replica[w] == 0) ranges.push_back({b, e});
+  }
+  const int stages = static_cast<int>(ranges.size());
+  for (int w = 0; w < own.workers; ++w) slots.push_back(pipeline_slots(schedule, stages, w % stages, own.micro_batches));
+  check_stage_plan(user, own, ranges, slots, recompute, source);
+}
+
+}  // namespace pb

@@ -1,0 +1,136 @@
+// --plan FILE: a plan written by hand (tests/fixtures/plans/) runs as its strategy's step, computes
+// what the strategy's own plan computes bit for bit, and projects to the same time; a plan that
+// would compute something else is refused naming the worker and the action.
+#include "projection/plan_price.h"
+#include "strategies/plan_gen.h"
+#include "tests/test_projection_support.h"
+#include "tests/test_strategies_support.h"
+
+namespace pb {
+namespace {
+
+using namespace projection_test;
+namespace st = strategies_test;
+
+std::string plan_fixture() { return (test::source_dir() / "tests/fixtures/plans/onefoneb_2stages.json").string(); }
+std::string example_net() { return (test::source_dir() / "workloads/examples/mixed_stride_pad.json").string(); }
+NetSpec net() { return resolve_workload(example_net(), WorkloadOptions{}); }
+
+StrategyOptions with_plan(const Plan& p) {
+  StrategyOptions o = st::options(2);
+  o.micro_batches = 2;
+  o.plan = std::make_shared<const Plan>(p);
+  o.plan_source = "test plan";
+  return o;
+}
+
+// The fixture with one action changed.
+Plan changed(const std::function<void(Plan&)>& edit) {
+  Plan p = read_plan_file(plan_fixture());
+  edit(p);
+  return p;
+}
+
+TEST(PlanFile, HandWrittenOneFOneBMatchesPipeline1f1bBitForBit) {
+  const Plan p = read_plan_file(plan_fixture());
+  StrategyOptions own = st::options(2);
+  own.micro_batches = 2;
+  const st::Trained a = st::train("pipeline-1f1b", own, net(), {4}, 4), b = st::train("pipeline-1f1b", with_plan(p), net(), {4}, 4);
+  EXPECT_EQ(a.losses, b.losses);
+  ASSERT_EQ(a.params.size(), b.params.size());
+  EXPECT_EQ(a.params, b.params);  // bit for bit
+  // It is not the generated plan: its waits are merged, its buffers in another order.
+  const Plan generated = make_plan("pipeline-1f1b", plan_net(net()), own, 4);
+  EXPECT_NE(plan_to_json(generated), plan_to_json(p));
+  EXPECT_LT(p.actions[0].size(), generated.actions[0].size());
+}
+
+TEST(PlanFile, HandWrittenOneFOneBProjectsToPipeline1f1bsTime) {
+  const pj::Profile prof = profile_of(plan_net(net()));
+  for (const pj::Machine& m : {machine(), free_links()}) {
+    pj::Config own = config("pipeline-1f1b", 2, 4), file = own;
+    own.micro_batches = file.micro_batches = 2;
+    file.plan = std::make_shared<const Plan>(read_plan_file(plan_fixture()));
+    const pj::Prediction a = pj::predict(prof, m, own), b = pj::predict(prof, m, file);
+    ASSERT_TRUE(a.feasible && b.feasible) << a.reason << b.reason;
+    EXPECT_NEAR(a.step_s, b.step_s, 1e-12);
+    EXPECT_NEAR(a.compute_s, b.compute_s, 1e-12);
+    EXPECT_EQ(a.comm_bytes, b.comm_bytes);
+    EXPECT_EQ(a.peak_bytes, b.peak_bytes);
+  }
+  // A plan of another net: refused, naming the layer.
+  pj::Config other = config("pipeline-1f1b", 2, 4);
+  other.plan = std::make_shared<const Plan>(read_plan_file(plan_fixture()));
+  const pj::Prediction r = pj::predict(uniform(), machine(), other);
+  EXPECT_FALSE(r.feasible);
+  EXPECT_NE(r.reason.find("the plan's net has 10 layers, the profile's 4"), std::string::npos) << r.reason;
+}
+
+TEST(PlanFile, APlanThatComputesSomethingElseIsRefusedNamingWorkerAndAction) {
+  auto refused = [&](const Plan& p, std::initializer_list<std::string> needles) {
+    SCOPED_TRACE(*needles.begin() + std::string(" ") + *(needles.end() - 1));
+    expect_usage_error([&] { st::train("pipeline-1f1b", with_plan(p), net(), {4}, 1); }, needles);
+  };
+  // Micro-batch 1's forward on micro-batch 0's input.
+  refused(changed([](Plan& p) { p.actions[0][4].reads[0] = 0; }),
+          {"test plan", "worker 0 action 4", "'x[0]' holds micro-batch 0 here, not 1"});
+  // The first backward adding to gradients that hold nothing yet.
+  refused(changed([](Plan& p) { p.actions[1][6].reads.push_back(10); }),
+          {"worker 1 action 6", "the stage's first backward writes the gradients"});
+  // A buffer the pipeline does not keep.
+  refused(changed([](Plan& p) {
+            p.buffers.push_back({1, "scratch", 8});
+            p.actions[1][16].writes = {static_cast<int>(p.buffers.size()) - 1};
+            p.actions[1][18].reads = {static_cast<int>(p.buffers.size()) - 1};
+          }),
+          {"worker 1 action 16", "buffer 'scratch' is none that pipeline-1f1b keeps on worker 1"});
+  // What the validator finds comes first: a wait deleted (the send's buffer is then reused unordered).
+  refused(changed([](Plan& p) { p.actions[1][20].waits = {18}; }), {"test plan", "worker 1"});
+  // Strategies other than the staged ones run only their own plans.
+  StrategyOptions o = with_plan(read_plan_file(plan_fixture()));
+  expect_usage_error([&] { make_strategy("ddp", o); }, {"test plan", "ddp runs only the plan it makes"});
+}
+
+TEST_F(ProjectCli, PlanFileRunsAndProjects) {
+  const std::string file = plan_fixture();
+  test::Result r = parbench("run --plan " + file + " --workload " + example_net() + " --iterations 1 --warmup 0 --out " + path("run"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(read_file(path("run/results.json")).find("pipeline-1f1b/devices:2/batch:4"), std::string::npos);
+  // Flags the plan sets are refused beside it, naming them.
+  r = parbench("run --plan " + file + " --workload " + example_net() + " --devices 4");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--devices does not apply"), std::string::npos) << r.err;
+  // A bad plan file: exit 2 naming the file, the worker and the action.
+  Plan bad = read_plan_file(file);
+  bad.actions[0][9].waits = {7};  // the send of micro-batch 0 never waited for
+  write_file_atomic(path("bad.json"), plan_to_json(bad));
+  r = parbench("run --plan " + path("bad.json") + " --workload " + example_net());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--plan " + path("bad.json") + ": refused"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("worker 0 action 2"), std::string::npos) << r.err;
+  // One the validator passes but the pipeline would compute wrong: refused before anything runs.
+  bad = read_plan_file(file);
+  bad.actions[0][4].reads[0] = 0;  // micro-batch 1's forward on micro-batch 0's samples
+  write_file_atomic(path("wrong_input.json"), plan_to_json(bad));
+  r = parbench("run --plan " + path("wrong_input.json") + " --workload " + example_net() + " --out " + path("never"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("worker 0 action 4 (forward layers [0, 2) mb 1 x2): its input 'x[0]' holds micro-batch 0"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(path("never")));
+  // project --plan: the plan's one configuration, at pipeline-1f1b's time.
+  write_file_atomic(path("p.json"), pj::profile_json(profile_of(plan_net(net()))).dump());
+  const std::string m = " --machine " + fixture("machine.json") + " --profile " + path("p.json") + " --format json";
+  r = parbench("project --plan " + file + m);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const json a = json::parse(r.out);
+  r = parbench("project --strategies pipeline-1f1b --devices 2 --batch 4 --scaling strong --micro-batches 2" + m);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const json b = json::parse(r.out);
+  ASSERT_EQ(a["groups"][0]["rows"].size(), 1u);
+  EXPECT_NEAR(a["groups"][0]["rows"][0]["step_s"].get<double>(), b["groups"][0]["rows"][0]["step_s"].get<double>(), 1e-12);
+  r = parbench("project --plan " + path("bad.json") + m);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("worker 0 action 2"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace pb
