@@ -43,6 +43,8 @@ std::vector<std::pair<std::string, std::string>> system_context(DeviceKind kind)
   // The backends read these at setup; they change which kernels run.
   put(ctx::conv_search, env_or_unset(ctx::conv_search.name));
   put(ctx::cpu_winograd, env_or_unset(ctx::cpu_winograd.name));
+  put(ctx::cudnn_api, env_or_unset(ctx::cudnn_api.name));
+  put(ctx::conv_workspace, env_or_unset(ctx::conv_workspace.name));
   if (!info.cuda_built) return out;
   std::vector<std::string> names;
   for (const GpuInfo& g : info.gpus)

@@ -79,6 +79,7 @@ double predicted_bytes(Sweep& sw, const Config& c, const StepStats& st) {
   mc.strategy = c.strategy;
   mc.devices = c.devices;
   mc.micro_batches = st.micro_batches;
+  mc.bf16 = c.options.backend.precision == Precision::Bf16;
   if (st.staged)
     for (const auto& w : st.workers) {
       const std::pair<int, int> range{w.layer_begin, w.layer_end};

@@ -54,6 +54,7 @@ struct Layers {
   const NetPlan& plan;
   const std::function<double(const std::vector<LayerPlan>&, int64_t)>& measured;  // may be empty
   const std::function<double(const std::vector<LayerPlan>&, int64_t)>& measured_seq;  // may be empty
+  bool bf16 = false;
   double params(int b, int e) const {
     double n = 0;
     for (int i = b; i < e; ++i) n += static_cast<double>(plan.layers[i].weight_numel + plan.layers[i].bias_numel);
@@ -79,6 +80,27 @@ struct Layers {
     for (int i = b; i < e; ++i) m = std::max(m, in(i));
     return 2 * m * n;
   }
+  // What a Sequential over [b, e) keeps per slot for a batch of n (model.cpp, model_bf16.cpp).
+  // bf16 (in floats; a bf16 value is half of one): every layer's output but the ReLUs (in place)
+  // and flatten views, its input rounded to bf16 and its output widened to fp32.
+  double seq_acts(int b, int e, double n) const {
+    if (!bf16) return acts(b, e, n);
+    double keep = 0;
+    for (int i = b; i < e; ++i) {
+      const LayerType t = plan.layers[i].spec.type;
+      if (t != LayerType::Flatten && t != LayerType::ReLU) keep += out(i);
+    }
+    return 0.5 * (keep + in(b)) * n + out(e - 1) * n;
+  }
+  // Its two input-gradient scratch buffers: bf16 ones also hold the output's gradient.
+  double seq_scratch(int b, int e, double n) const {
+    if (!bf16) return grad_scratch(b, e, n);
+    double m = out(e - 1);
+    for (int i = b; i < e; ++i) m = std::max(m, in(i));
+    return m * n;
+  }
+  // Its parameters: bf16 adds their bf16 copy, made at its first forward.
+  double seq_params(int b, int e) const { return (bf16 ? 1.5 : 1.0) * params(b, e); }
   // Library scratch (bytes) of a backend that runs `layers` at a batch of n.
   double workspace(const std::vector<LayerPlan>& layers, double n) const {
     if (n <= 0) return 0;
@@ -118,7 +140,7 @@ struct Worker {
 MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch, const MemoryConfig& c) {
   MemoryEstimate out = estimate_memory(plan, global_batch);
   const int N = std::max(1, c.devices), L = static_cast<int>(plan.layers.size());
-  const Layers ly{plan, c.workspace, c.sequential_workspace};
+  const Layers ly{plan, c.workspace, c.sequential_workspace, c.bf16};
   const double in = numel_d(plan.input), outn = numel_d(plan.output), P = ly.params(0, L);
   std::vector<Worker> w(N);
   auto hybrid = [&](const char* fmt_, int* d, int* t, std::string* rest) {
@@ -142,9 +164,10 @@ MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch, const 
       w[i].params = P;
       w[i].state = root ? 3 * P : P;  // gradients, and on a worker that steps Adam's moments
       if (n == 0) continue;                   // a worker without a chunk holds its replica alone
+      w[i].params = ly.seq_params(0, L);
       const double b = s == "dp" && i == 0 ? static_cast<double>(global_batch) : n;
-      w[i].acts = b * in + (s == "dp" ? (i == 0 ? 3 : 1) : 2) * b * outn + (root ? 1 : 0) + ly.acts(0, L, n) +
-                  ly.grad_scratch(0, L, n);
+      w[i].acts = b * in + (s == "dp" ? (i == 0 ? 3 : 1) : 2) * b * outn + (root ? 1 : 0) + ly.seq_acts(0, L, n) +
+                  ly.seq_scratch(0, L, n);
       w[i].workspace = ly.sequential_workspace(0, L, n);
     }
   } else if (s == "mp" || s.rfind("pipeline", 0) == 0 || dpxpp) {
@@ -165,10 +188,19 @@ MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch, const 
         Worker& x = w[d * S + k];
         const double sp = ly.params(b, e), sin = ly.in(b), sout = ly.out(e - 1);
         const int in_flight = one_f_one_b ? std::min(M, S - k) : M;
-        x.params = sp, x.state = 3 * sp;
+        // Micro-batch j runs in activation slot j % slots, each slot as large as the largest it
+        // serves; torch.chunk's sizes do not grow, so slot j's is micro-batch j's (pipeline.cpp slot_of).
+        const int slots = recompute ? 1 : in_flight;
+        double slot_samples = 0;
+        for (int j = 0; j < slots; ++j) slot_samples += static_cast<double>(mb[j]);
+        // GPipe's first backward is the last micro-batch: a shorter one sizes the input-gradient
+        // scratch, which the next backward outgrows, both alive for a moment.
+        const double last = static_cast<double>(mb[M - 1]);
+        const double regrow = !one_f_one_b && last < most ? ly.seq_scratch(b, e, last) / 2 : 0;
+        x.params = ly.seq_params(b, e), x.state = 3 * sp;
         x.acts = (k == 0 ? piece * sin : in_flight * most * sin + 2 * most * sin) + most * sout +
-                 (k == S - 1 ? piece * sout + M : 0) + (recompute ? 1 : in_flight) * ly.acts(b, e, most) +
-                 ly.grad_scratch(b, e, most);
+                 (k == S - 1 ? piece * sout + M : 0) + ly.seq_acts(b, e, slot_samples) + ly.seq_scratch(b, e, most) +
+                 regrow;
         x.workspace = ly.sequential_workspace(b, e, most);
       }
     }
@@ -195,15 +227,17 @@ MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch, const 
       const double n = static_cast<double>(ch[i]);
       double acts = 0, scratch = 0, max_in = 0;
       for (std::size_t u = 0; u < units.size(); ++u) {
-        acts += ly.acts(units[u].first, units[u].second, n);
-        scratch = std::max(scratch, ly.grad_scratch(units[u].first, units[u].second, n));
+        acts += ly.seq_acts(units[u].first, units[u].second, n);
+        scratch = std::max(scratch, ly.seq_scratch(units[u].first, units[u].second, n));
         if (u > 0) max_in = std::max(max_in, ly.in(units[u].first) * n);
       }
       const double ws = ly.workspace(0, L, n);  // one backend runs every unit
       // The shard's parameters, gradients and Adam moments, the gathered parameters (fsdp: one
       // unit's, zero2: every unit's from forward to backward) and one unit's full gradients, made
       // once at setup.
-      w[i].params = shard + (s == "fsdp" ? largest : all);
+      // bf16: each unit's Sequential also keeps a bf16 copy of the unit's parameters, made at its
+      // first forward (a worker without a chunk runs none).
+      w[i].params = shard + (s == "fsdp" ? largest : all) + (c.bf16 && n > 0 ? 0.5 * P : 0);
       w[i].state = 3 * shard + largest;
       w[i].acts = n * in + 2 * n * outn + 1 + acts + scratch + 2 * max_in;
       w[i].workspace = ws;

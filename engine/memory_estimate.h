@@ -43,6 +43,9 @@ struct MemoryConfig {
   // mp, pipeline, dp<D>xpp<P>: each stage's layers [begin, end), as the strategy split them
   // (strategies/stages.h); empty: as many equal runs of layers as stages.
   std::vector<std::pair<int, int>> stages;
+  // Precision::Bf16 (autocast): every Sequential also holds a bf16 copy of its parameters, keeps
+  // its activations and their gradients in bf16, and its input (bf16) and output (fp32) apart.
+  bool bf16 = false;
   // Optional: the library workspace (bytes) a worker's backend holds once it has run `layers`
   // (forward and backward, each layer's input gradient but the net's first) at `batch`, the layers
   // as the worker runs them (tp: its slices of the output channels). Unset: the largest

@@ -128,6 +128,8 @@ inline constexpr Key cudnn{"cudnn", "-", "CUDA builds: cuDNN version", M::Always
 inline constexpr Key nccl{"nccl", "-", "CUDA builds: NCCL version, or not built", M::Always};
 inline constexpr Key conv_search{"PARBENCH_CONV_SEARCH", "-", "the environment variable as set for the run, or unset", M::Always};
 inline constexpr Key cpu_winograd{"PARBENCH_CPU_WINOGRAD", "-", "the environment variable as set for the run, or unset", M::Always};
+inline constexpr Key cudnn_api{"PARBENCH_CUDNN_API", "-", "the environment variable as set for the run, or unset", M::Always};
+inline constexpr Key conv_workspace{"PARBENCH_CONV_WORKSPACE_MIB", "-", "the environment variable as set for the run, or unset", M::Always};
 inline constexpr Key precision{"precision", "-", "fp32, tf32 or bf16", M::Always};
 inline constexpr Key scaling{"scaling", "-", "weak (batch per device fixed) or strong (global batch fixed)", M::Always};
 inline constexpr Key batch{"batch", "samples", "the --batch value (per device under weak scaling, global under strong)"};
@@ -162,7 +164,8 @@ inline constexpr Key kContext[] = {
     context::timing, context::parbench_version, context::parbench_commit, context::device_kind,   context::cpu_model,
     context::cpu_threads,      context::conv_backend,    context::gpu_count,     context::gpu_names,
     context::cuda_driver,      context::cuda_runtime,    context::cudnn,         context::nccl,
-    context::conv_search,      context::cpu_winograd,    context::precision,     context::scaling,
+    context::conv_search,      context::cpu_winograd,    context::cudnn_api,     context::conv_workspace,
+    context::precision,        context::scaling,
     context::batch,            context::batch_meaning,   context::workload,      context::workload_source,
     context::workload_params,  context::input_shape,     context::param_count,   context::forward_flops_per_sample,
     context::strategies,       context::strategy_order,  context::single_device_strategies,

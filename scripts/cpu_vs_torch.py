@@ -7,7 +7,7 @@ two (and which goes first) so that background load hits both alike, --repeats ti
 the median over repeats of each run's median ms/iteration, the ratio engine/PyTorch and each
 peer's peak resident memory (from wait4's rusage of that very subprocess), as a markdown table.
 
-    /usr/bin/python3 scripts/cpu_vs_torch.py [--parbench build/parbench] [--threads 2]
+    /usr/bin/python3 scripts/cpu_vs_torch.py [--parbench build/parbench] [--threads 2] [--precision fp32|bf16]
         [--configs 64:1,128:0.25] [--batch 2] [--iterations 10] [--warmup 2] [--repeats 3]
         [--also-direct] [--contention] [--strategies] [--isa AVX2] [--out FILE] [--max-ratio 0.80]
 
@@ -43,7 +43,9 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-MEDIAN_RE = re.compile(r"^median ([0-9.]+) ms/iteration", re.MULTILINE)
+# parbench prints the unit that fits (ns, us, ms, s); the PyTorch peers print ms.
+MEDIAN_RE = re.compile(r"^median ([0-9.]+) (ns|us|ms|s)/iteration", re.MULTILINE)
+TO_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
 
 
 def fail(msg):
@@ -65,7 +67,7 @@ def run(cmd, env):
     m = MEDIAN_RE.search(text)
     if not m:
         fail(f"no 'median X ms/iteration' line in the output of {' '.join(cmd)}:\n{text[-2000:]}")
-    return float(m.group(1)), usage.ru_maxrss / 1024.0  # ru_maxrss is in KiB on Linux
+    return float(m.group(1)) * TO_MS[m.group(2)], usage.ru_maxrss / 1024.0  # ru_maxrss is in KiB on Linux
 
 
 def parse_configs(s):
@@ -162,6 +164,8 @@ def main():
                     help="great_net IMAGE:WIDTH pairs (default 64:1,128:0.25); empty: none")
     ap.add_argument("--batch", type=int, default=2, help="batch size (per worker with --strategies; default 2)")
     ap.add_argument("--threads", type=int, default=2, help="threads for both peers (default 2)")
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                    help="fp32, or bf16 (the engine's --precision bf16 against torch.autocast bf16; default fp32)")
     ap.add_argument("--iterations", type=int, default=10, help="timed iterations per run (default 10)")
     ap.add_argument("--warmup", type=int, default=2, help="untimed iterations per run (default 2)")
     ap.add_argument("--repeats", type=int, default=3, help="runs of each peer per config (default 3)")
@@ -201,16 +205,17 @@ def main():
 
     def single_peers(image, width, penv):
         shape = ["--image", str(image), "--width", f"{width:g}"]
-        engine = [args.parbench, "train", "--workload", "great_net", *shape, *common]
+        engine = [args.parbench, "train", "--workload", "great_net", *shape, *common, "--precision", args.precision]
         peers = {"engine": (engine, penv)}
         if args.also_direct:
             peers["engine, direct only"] = (engine, dict(penv, PARBENCH_CPU_WINOGRAD="0"))
-        peers["PyTorch"] = ([args.python, os.path.join(HERE, "torch_peer.py"), *shape, *common], penv)
+        peers["PyTorch"] = ([args.python, os.path.join(HERE, "torch_peer.py"), *shape, *common,
+                             "--precision", args.precision], penv)
         return peers
 
     isa_note = f", ONEDNN_MAX_CPU_ISA={args.isa.upper()} (emulated)" if args.isa else ""
     if args.configs:
-        t = Table(f"great_net, batch {args.batch}, {args.threads} threads each, fp32{isa_note}; median over "
+        t = Table(f"great_net, batch {args.batch}, {args.threads} threads each, {args.precision}{isa_note}; median over "
                   f"{args.repeats} runs of each run's median of {args.iterations} iterations (after {args.warmup} "
                   f"warm-up); peak RSS: the largest of the runs", rows_header)
         for image, width in args.configs:

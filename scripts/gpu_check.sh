@@ -18,17 +18,20 @@ longer fits is reported "not run: N s left"), each writing its log as soon as it
                   bundled binary and library resolved (ldd), GPU, CPU, the libraries loaded
   2 tests         the GPU tests of parbench_tests only (every test with "Gpu" in its name:
                   tests/gpu_skip.h), one process per test
-  3 torch         GreatNetwork 512x512 batch 1, engine vs PyTorch, tf32, fp32 then bf16
-                  (autocast), exhaustive convolution search on both sides
-  3b profile      parbench profile of that net at fp32, tf32 and bf16: per-layer times, the
-                  input of `parbench project` (profile/*.json in run.tar.gz)
+  3 torch         GreatNetwork 512x512 batch 1, engine at tf32, fp32 and bf16 (autocast) and at
+                  tf32 with a 64 GiB convolution workspace cap, PyTorch at tf32 and bf16;
+                  exhaustive convolution search on both sides
+  3b profile      per-layer times of that net: parbench profile at fp32 and tf32 (the input of
+                  `parbench project`; profile/*.json in run.tar.gz), PyTorch's at tf32 and bf16
   4 run           parbench run on the one GPU, --oversubscribe: dp, ddp, mp and pipeline with
-                  2 workers each; then every strategy (1F1B, recompute, fsdp, zero2, tp; and the
-                  dp x pp / dp x tp hybrids at 4) with 2 and 4 workers on a small great_net
+                  2 workers each; one traced step of regular (trace-*.json); then every
+                  strategy (1F1B, recompute, fsdp, zero2, tp; and the dp x pp / dp x tp hybrids
+                  at 4) with 2 and 4 workers on a small great_net
   5 sanitizer     compute-sanitizer --tool memcheck over a small parbench train (if present)
 At most 8 files land in OUTDIR (default gpu-check-<UTC time> in the current directory):
 gpu_check.log (everything printed), env.txt, tests.log, torch.log, run.log, run.tar.gz (the
-run folders and the profiles), sanitizer.log, summary.md. Commands run in a scratch folder, so nothing else lands anywhere.
+run folders and the profiles), sanitizer.log, summary.md. Commands run in a scratch folder,
+so nothing else lands anywhere.
 
 Options:
   --dry-run        run what needs no GPU: bundle integrity, library resolution against a
@@ -93,16 +96,24 @@ result() {
 # Seconds per stage. They sum within hard_cap, so a stage is never cut short because those
 # before it used their whole budgets; a stage whose minimum no longer fits is not run, and says so.
 hard_cap=570             # the whole check ends before 10 minutes
-budget_env=30            # 1: found, integrity, libraries (or, in a dry run, stage 1 and the parse)
-budget_tests=110         # 2: the GPU tests, one process each
-budget_torch=210         # 3: engine and PyTorch at tf32, fp32 and bf16, at most torch_each each
-budget_profile=50        # 3b: per-layer profiles at fp32, tf32 and bf16
-budget_run=90            # 4: 2 workers (at most run_two), then every strategy
-budget_sanitizer=40      # 5: memcheck over a small training run
-reserve=10               # the summary and run.tar.gz
-min_tests=30 min_torch=40 min_profile=20 min_run=40 min_sanitizer=30
-torch_each=35 run_two=40
-precisions="tf32 fp32 bf16"
+budget_env=20            # 1: found, integrity, libraries (or, in a dry run, stage 1 and the parse)
+budget_tests=90          # 2: the GPU tests, one process each
+budget_torch=200         # 3: engine rows (at most engine_each each) and PyTorch (peer_each each)
+budget_profile=130       # 3b: per-layer profiles, engine (profile_each) and PyTorch (peer_layers_each)
+budget_run=90            # 4: 2 workers (run_two), a traced one-device step (run_trace), every strategy
+budget_sanitizer=30      # 5: memcheck over a small training run
+reserve=5                # the summary and run.tar.gz
+min_tests=30 min_torch=40 min_profile=20 min_run=30 min_sanitizer=20
+engine_each=25 peer_each=50 run_two=40 run_trace=20
+profile_each=40 peer_layers_each=25
+# Stage 3: engine rows, PRECISION or PRECISION:MIB (under PARBENCH_CONV_WORKSPACE_MIB=MIB, the
+# convolution workspace cap; 1024 by default), and PyTorch at peer_precisions. PyTorch's fp32
+# exhaustive search did not finish within 50 s on an H200 (twice), so fp32 has no peer here.
+engine_rows="tf32 fp32 bf16 tf32:65536"
+peer_precisions="tf32 bf16"
+# Stage 3b: the engine's per-layer profiles (PRECISION:CUDNN_API), then PyTorch's per layer.
+profiles="fp32:graph tf32:graph"
+peer_profiles="tf32 bf16"
 # stage_begin NAME BUDGET MINIMUM: the stage may run until stage_end (its budget, cut to what is
 # left of the cap); false, with NAME recorded "not run: N s left", when MINIMUM does not fit.
 stage_begin() {
@@ -196,6 +207,7 @@ train --workload great_net --image 512 --width 1 --batch 1 --precision tf32 --de
 train --workload great_net --image 512 --width 1 --batch 1 --precision bf16 --device-kind cuda --iterations $iterations --warmup $warmup
 profile --workload great_net --image 512 --width 1 --batch 1 --precision bf16 --device-kind cuda --out $scratch/p.json
 run --device-kind cuda --oversubscribe --strategies dp,ddp,mp,pipeline --devices 2 --iterations 3 --warmup 1 --out $scratch/run
+run --device-kind cuda --strategies regular --devices 1 --precision tf32 --iterations 2 --warmup 1 --trace --out $scratch/run-trace
 run --device-kind cuda --oversubscribe --strategies all --devices 2,4 --workload great_net --image 64 --width 0.25 --batch 2 --iterations 2 --warmup 1 --out $scratch/run-all
 train --workload great_net --image 64 --width 0.25 --batch 2 --device-kind cuda --iterations 2 --warmup 1
 EOF
@@ -204,6 +216,10 @@ EOF
                 --precision bf16 --iterations 1 --warmup 0 >"$scratch/peer.txt" 2>&1 ||
                 { cat "$scratch/peer.txt"; echo "the PyTorch peer failed on CPU"; exit 1; }
             echo "PyTorch peer: ran on CPU ($(grep -m1 '^median' "$scratch/peer.txt"))"
+            timeout "$(within 60)" "$python" "$bundle/scripts/torch_layer_profile.py" --device cpu --image 8 --width 0.125 \
+                --precision bf16 --reps 1 >"$scratch/peer.txt" 2>&1 ||
+                { cat "$scratch/peer.txt"; echo "the PyTorch per-layer profile failed on CPU"; exit 1; }
+            echo "PyTorch per-layer profile: ran on CPU ($(grep -c '^ *[0-9]' "$scratch/peer.txt") layers)"
         else
             echo "PyTorch peer: '$python' has no torch; not tried"
         fi
@@ -256,34 +272,47 @@ torch_log="$outdir/torch.log"
 tflop_per_image=$(awk 'BEGIN { split("3 16 32 64 128 256 512 1024 512 256 128 64 32 16 3", c, " ");
                                for (i = 1; i < 15; i++) f += 2 * c[i] * c[i + 1] * 9 * 512 * 512;
                                printf "%.2f", 3 * f / 1e12 }')
-median_of() { sed -n 's/^median \([0-9.]*\) ms\/iteration.*/\1/p' "$1" | tail -n 1; }
+# The last "median X UNIT/iteration" line, in ms (parbench prints the unit that fits: 1.02 s).
+median_of() {
+    awk '$1 == "median" && $3 ~ /^(ns|us|ms|s)\/iteration/ {
+             u = substr($3, 1, index($3, "/") - 1); v = $2 * (u == "s" ? 1000 : u == "us" ? 0.001 : u == "ns" ? 1e-6 : 1) }
+         END { if (v != "") printf "%.4g\n", v }' "$1"
+}
 stage3() {
+    local spec precision cap label e t erc trc ratio peak share
+    declare -A peer_ms peer_rc
     rows=()
-    for precision in $precisions; do
-        echo "=== engine $precision" >>"$torch_log"
-        PARBENCH_CONV_SEARCH=exhaustive timeout "$(within "$torch_each")" "$bundle/parbench" train --workload great_net --image 512 \
-            --width 1 --batch 1 --precision "$precision" --device-kind cuda --iterations "$iterations" \
-            --warmup "$warmup" >"$scratch/e.txt" 2>&1
+    rate() { [ -n "$1" ] && awk -v ms="$1" -v f="$tflop_per_image" 'BEGIN {printf "%.1f", f / (ms / 1e3)}' || echo n/a; }
+    for precision in $peer_precisions; do
+        echo "=== PyTorch $precision" >>"$torch_log"
+        timeout "$(within "$peer_each")" "$python" "$bundle/scripts/torch_gpu_peer.py" --device cuda --image 512 --width 1 --batch 1 \
+            --precision "$precision" --conv-search exhaustive --iterations "$iterations" --warmup "$warmup" \
+            >"$scratch/t.txt" 2>&1
+        peer_rc[$precision]=$?
+        cat "$scratch/t.txt" >>"$torch_log"
+        peer_ms[$precision]=$(median_of "$scratch/t.txt")
+    done
+    for spec in $engine_rows; do
+        precision=${spec%%:*} cap=""
+        [ "$spec" = "$precision" ] || cap=${spec#*:}
+        label="$precision${cap:+, workspace cap $cap MiB}"
+        echo "=== engine $label" >>"$torch_log"
+        env ${cap:+PARBENCH_CONV_WORKSPACE_MIB=$cap} PARBENCH_CONV_SEARCH=exhaustive timeout "$(within "$engine_each")" \
+            "$bundle/parbench" train --workload great_net --image 512 --width 1 --batch 1 --precision "$precision" \
+            --device-kind cuda --iterations "$iterations" --warmup "$warmup" >"$scratch/e.txt" 2>&1
         erc=$?
         cat "$scratch/e.txt" >>"$torch_log"
         e=$(median_of "$scratch/e.txt")
-        echo "=== PyTorch $precision" >>"$torch_log"
-        timeout "$(within "$torch_each")" "$python" "$bundle/scripts/torch_gpu_peer.py" --device cuda --image 512 --width 1 --batch 1 \
-            --precision "$precision" --conv-search exhaustive --iterations "$iterations" --warmup "$warmup" \
-            >"$scratch/t.txt" 2>&1
-        trc=$?
-        cat "$scratch/t.txt" >>"$torch_log"
-        t=$(median_of "$scratch/t.txt")
-        echo "$precision: engine ${e:-n/a} ms/iteration (exit $erc), PyTorch ${t:-n/a} ms/iteration (exit $trc)"
+        t=${peer_ms[$precision]:-} trc=${peer_rc[$precision]:-not run}
+        echo "$label: engine ${e:-n/a} ms/iteration (exit $erc), PyTorch ${t:-n/a} ms/iteration (exit $trc)"
         ratio=n/a
         [ -n "$e" ] && [ -n "$t" ] && ratio=$(awk -v e="$e" -v t="$t" 'BEGIN {printf "%.2f", e / t}')
-        rate() { [ -n "$1" ] && awk -v ms="$1" -v f="$tflop_per_image" 'BEGIN {printf "%.1f", f / (ms / 1e3)}' || echo n/a; }
         # The H200's dense peak at this precision (datasheet): what share of it the engine reached.
         peak=$(case "$precision" in fp32) echo 67 ;; tf32) echo 494 ;; bf16) echo 989 ;; esac)
         share=n/a
         [ -n "$e" ] && share=$(awk -v ms="$e" -v f="$tflop_per_image" -v p="$peak" 'BEGIN {printf "%.0f%%", 100 * f / (ms / 1e3) / p}')
-        rows+=("| $precision | ${e:-n/a} | ${t:-n/a} | $ratio | $(rate "$e") | $(rate "$t") | $share of $peak |")
-        [ "$erc" = 0 ] && [ "$trc" = 0 ] || stage3_failed=1
+        rows+=("| $label | ${e:-n/a} | ${t:-n/a} | $ratio | $(rate "$e") | $(rate "$t") | $share of $peak |")
+        [ "$erc" = 0 ] && { [ "$trc" = 0 ] || [ "$trc" = "not run" ]; } || stage3_failed=1
     done
     table=$(printf '%s\n' "GreatNetwork 512x512, width 1, batch 1, median of $iterations after $warmup warm-up, exhaustive search." \
             "Training FLOPs = 3 x forward = $tflop_per_image TFLOP per image (forward: the 14 convs, 2*Cin*Cout*9*512*512 each)." \
@@ -297,20 +326,29 @@ stage3() {
 stage_begin "3 engine vs PyTorch" "$budget_torch" "$min_torch" && stage3
 
 # --- 3b. per-layer profiles, the projection's input --------------------------------------------
-section "3b parbench profile: GreatNetwork 512x512 batch 1, per layer, fp32, tf32 and bf16"
+section "3b per-layer profiles: GreatNetwork 512x512 batch 1, engine (cuDNN graph and legacy API) and PyTorch"
 stage3b() {
-    local precision prc done=() bad=()
+    local spec precision api prc bad=() log="$scratch/profile/profile.log"
     mkdir -p "$scratch/profile"
-    for precision in fp32 tf32 bf16; do
-        echo "=== profile $precision" >>"$scratch/profile/profile.log"
-        PARBENCH_CONV_SEARCH=exhaustive timeout "$(within 25)" "$bundle/parbench" profile --workload great_net --image 512 \
-            --width 1 --batch 1 --precision "$precision" --device-kind cuda --warmup 2 --reps 5 \
-            --out "$scratch/profile/great_net-512-w1-h200-$precision.json" >>"$scratch/profile/profile.log" 2>&1
+    # cuDNN's heuristics on both sides (an exhaustive search per layer would not fit the stage).
+    for spec in $profiles; do
+        precision=${spec%:*} api=${spec#*:}
+        echo "=== parbench profile $precision, cuDNN $api API" >>"$log"
+        PARBENCH_CUDNN_API=$api timeout "$(within "$profile_each")" "$bundle/parbench" profile --workload great_net \
+            --image 512 --width 1 --batch 1 --precision "$precision" --device-kind cuda --warmup 1 --reps 3 \
+            --out "$scratch/profile/great_net-512-w1-h200-$precision-$api.json" >>"$log" 2>&1
         prc=$?
-        [ "$prc" = 0 ] && done+=("$precision") || bad+=("$precision (exit $prc)")
+        [ "$prc" = 0 ] || bad+=("engine $precision $api (exit $prc)")
     done
-    grep -A 20 '^=== profile fp32' "$scratch/profile/profile.log" | head -n 24
-    if [ "${#bad[@]}" = 0 ]; then result "3b profile" ok "profile/*.json in run.tar.gz"
+    for precision in $peer_profiles; do
+        echo "=== PyTorch per layer, $precision" >>"$log"
+        timeout "$(within "$peer_layers_each")" "$python" "$bundle/scripts/torch_layer_profile.py" --image 512 --width 1 \
+            --batch 1 --precision "$precision" --reps 3 >>"$log" 2>&1
+        prc=$?
+        [ "$prc" = 0 ] || bad+=("PyTorch $precision (exit $prc)")
+    done
+    grep -E '^=== |^ *sum |^whole passes' "$log"
+    if [ "${#bad[@]}" = 0 ]; then result "3b profile" ok "profile/ in run.tar.gz"
     else result "3b profile" FAILED "${bad[*]}; profile/profile.log in run.tar.gz"; fi
 }
 stage_begin "3b profile" "$budget_profile" "$min_profile" && stage3b
@@ -320,8 +358,13 @@ section "4 parbench run: dp, ddp, mp, pipeline with 2 workers on one GPU; every 
 stage4() {
     timeout "$(within "$run_two")" "$bundle/parbench" run --device-kind cuda --oversubscribe --strategies dp,ddp,mp,pipeline \
         --devices 2 --iterations 3 --warmup 1 --out "$scratch/run" >"$outdir/run.log" 2>&1
-    local rrc=$? arc
+    local rrc=$? arc trc
     sed -n '/^## /,$p' "$outdir/run.log" | head -n 30
+    # One device, one step traced layer by layer (trace-*.json in run.tar.gz): where the time goes.
+    echo "--- regular on one GPU, traced ---" >>"$outdir/run.log"
+    timeout "$(within "$run_trace")" "$bundle/parbench" run --device-kind cuda --strategies regular --devices 1 --precision tf32 \
+        --iterations 2 --warmup 1 --trace --out "$scratch/run-trace" >>"$outdir/run.log" 2>&1
+    trc=$?
     # Every strategy's GPU code path (4 workers: dp2xpp2 and dp2xtp2 too), at a small size.
     echo "--- every strategy, 2 and 4 workers, great_net 64x64 width 0.25 ---" >>"$outdir/run.log"
     timeout "$(within "$budget_run")" "$bundle/parbench" run --device-kind cuda --oversubscribe --strategies all --devices 2,4 \
@@ -329,8 +372,8 @@ stage4() {
         >>"$outdir/run.log" 2>&1
     arc=$?
     sed -n '/^## great_net (image 64/,$p' "$outdir/run.log" | head -n 20
-    if [ "$rrc" = 0 ] && [ "$arc" = 0 ]; then result "4 run" ok "run.log, run.tar.gz"
-    else result "4 run" FAILED "exit $rrc (2 workers), $arc (every strategy, 2 and 4 workers), see run.log"; fi
+    if [ "$rrc" = 0 ] && [ "$trc" = 0 ] && [ "$arc" = 0 ]; then result "4 run" ok "run.log, run.tar.gz"
+    else result "4 run" FAILED "exit $rrc (2 workers), $trc (traced), $arc (every strategy, 2 and 4 workers), see run.log"; fi
 }
 stage_begin "4 run" "$budget_run" "$min_run" && stage4
 
@@ -358,7 +401,7 @@ fi
 
 section "summary"
 runs=()
-for r in run run-all profile; do [ -d "$scratch/$r" ] && runs+=("$r"); done
+for r in run run-trace run-all profile; do [ -d "$scratch/$r" ] && runs+=("$r"); done
 [ "${#runs[@]}" -gt 0 ] && tar -C "$scratch" -czf "$outdir/run.tar.gz" "${runs[@]}"
 stray=$(find "$scratch/cwd" -type f | sed "s|^$scratch/cwd/||" | head -n 5 | tr '\n' ' ')
 [ -z "$stray" ] || echo "gpu_check: files written where commands stood, not kept: $stray"

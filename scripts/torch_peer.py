@@ -3,8 +3,9 @@
 
 Trains the seed's GreatNetwork (14 conv3x3 pad 1 layers, each followed by ReLU, channels
 scaled by --width except the 3s at both ends) on one synthetic batch with MSE against the
-input and Adam (lr 1e-4), fp32, on the CPU with --threads threads, and prints every timed
-iteration and the line scripts/cpu_vs_torch.py parses:
+input and Adam (lr 1e-4), on the CPU with --threads threads, in fp32 or (--precision bf16) under
+torch.autocast("cpu", dtype=torch.bfloat16) with fp32 parameters and Adam, as `parbench train
+--precision bf16`, and prints every timed iteration and the line scripts/cpu_vs_torch.py parses:
 
     median X ms/iteration
 
@@ -30,6 +31,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=2, help="untimed iterations first (default 2)")
     ap.add_argument("--threads", type=int, default=2, help="torch.set_num_threads (default 2)")
     ap.add_argument("--seed", type=int, default=0, help="torch.manual_seed (default 0)")
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                    help="fp32, or bf16 autocast with fp32 master weights (default fp32)")
     args = ap.parse_args()
     if min(args.image, args.batch, args.iterations, args.threads) < 1 or args.warmup < 0 or args.width <= 0:
         ap.error("sizes, iterations and threads must be positive")
@@ -42,13 +45,17 @@ def main():
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
     loss_fn = nn.MSELoss()
     params = sum(p.numel() for p in model.parameters())
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, mkldnn "
+    print(f"torch {torch.__version__}, {args.precision}, {torch.get_num_threads()} threads, mkldnn "
           f"{torch.backends.mkldnn.is_available()}; great_net channels {'-'.join(map(str, chans))}, "
           f"input {args.batch} x 3x{args.image}x{args.image}, {params} parameters", flush=True)
 
     def step():
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x), x)
+        if args.precision == "bf16":
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = loss_fn(model(x).float(), x)
+        else:
+            loss = loss_fn(model(x), x)
         loss.backward()
         opt.step()
         return loss

@@ -66,10 +66,25 @@ void fill_device(const Tensor& t, float* p, int64_t n, float v) {
   }
 }
 
+// v * (-1)^(h + w) into an image of rows x cols (cols even) at p, staged a block of rows at a time.
+void fill_checkerboard(const Tensor& t, float* p, int64_t rows, int64_t cols, float v) {
+  const int64_t block = std::max<int64_t>(2, std::min<int64_t>(rows, (int64_t(1) << 26) / cols) / 2 * 2);
+  std::vector<float> host(static_cast<std::size_t>(block * cols));
+  for (int64_t h = 0; h < block; ++h)
+    for (int64_t w = 0; w < cols; ++w) host[static_cast<std::size_t>(h * cols + w)] = (h + w) % 2 ? -v : v;
+  for (int64_t done = 0; done < rows; done += block) {
+    const int64_t m = std::min(block, rows - done);
+    copy_bytes(t.device(), p + done * cols, cpu(), host.data(), static_cast<std::size_t>(m * cols) * sizeof(float));
+  }
+}
+
 // A convolution whose tensors hold 2^31 elements (8 images of 1x16384x16384), which one cuDNN
-// call refuses: the backend splits the batch. Image i holds the constant i + 1 in x and dy, so
-// every output is known in closed form (taps that fall on the padding contribute nothing) and
-// a part computed at the wrong offset, skipped or not accumulated shows up.
+// call refuses: the backend splits the batch. Image i holds the constant i + 1 in x and
+// (i + 1) * (-1)^(h + w) in dy, so every output is known in closed form (taps that fall on the
+// padding contribute nothing) and a part computed at the wrong offset, skipped or not
+// accumulated shows up. dy alternates in sign so that the weight and bias gradients, sums of
+// 2^31 products, stay small: a sum of like-signed terms that large stops growing in fp32 once
+// it passes 2^24 times the partial sums added to it (one H200 run gave 4.4e9 for 5.5e10).
 TEST(CudaGpu, ConvOverTheTensorLimitSplitsTheBatch) {
   PB_REQUIRE_GPU();
   ConvGeom g;
@@ -89,7 +104,7 @@ TEST(CudaGpu, ConvOverTheTensorLimitSplitsTheBatch) {
   Tensor gw = gpu(w), gb = gpu(b), dw = gpu(std::vector<float>(9, 1.0f)), db = gpu({1.0f});
   for (int64_t i = 0; i < g.n; ++i) {
     fill_device(x, x.data() + i * img, img, static_cast<float>(i + 1));
-    fill_device(dy, dy.data() + i * img, img, static_cast<float>(i + 1));
+    fill_checkerboard(dy, dy.data() + i * img, g.h, g.w, static_cast<float>(i + 1));
   }
   fill_device(y, y.data(), total, std::numeric_limits<float>::quiet_NaN());
   fill_device(dx, dx.data(), total, std::numeric_limits<float>::quiet_NaN());
@@ -99,13 +114,16 @@ TEST(CudaGpu, ConvOverTheTensorLimitSplitsTheBatch) {
   be->synchronize();
   SCOPED_TRACE(be->conv_algorithms(g));
 
-  // Sum of the taps (r, s) whose input (ph + r - 1, qw + s - 1) lies inside the image.
+  // Sum of the taps (r, s) whose input (ph + r - 1, qw + s - 1) lies inside the image; for the
+  // transposed convolution (sign -1) of the checkerboard dy, each tap weighted by the sign of
+  // the dy element it reads relative to (ph, qw): (-1)^(r + s).
   auto taps = [&](int64_t ph, int64_t qw, int sign) {
     double sum = 0;
     for (int64_t rr = 0; rr < 3; ++rr)
       for (int64_t ss = 0; ss < 3; ++ss) {
         const int64_t ih = ph + sign * (rr - 1), iw = qw + sign * (ss - 1);
-        if (ih >= 0 && ih < g.h && iw >= 0 && iw < g.w) sum += w[rr * 3 + ss];
+        const double checker = sign < 0 && (rr + ss) % 2 ? -1.0 : 1.0;
+        if (ih >= 0 && ih < g.h && iw >= 0 && iw < g.w) sum += checker * w[rr * 3 + ss];
       }
     return sum;
   };
@@ -116,22 +134,24 @@ TEST(CudaGpu, ConvOverTheTensorLimitSplitsTheBatch) {
     for (const auto& [ph, qw] : spots) {
       const int64_t e = i * img + ph * W + qw;
       const double want_y = (i + 1) * taps(ph, qw, 1) + b[0];
-      const double want_dx = (i + 1) * taps(ph, qw, -1);  // the transposed convolution of dy
+      const double want_dx = (i + 1) * ((ph + qw) % 2 ? -1 : 1) * taps(ph, qw, -1);  // transposed conv of dy
       EXPECT_NEAR(at(y, e), want_y, 1e-5 * (1 + std::fabs(want_y))) << "y image " << i << " at " << ph << "," << qw;
       EXPECT_NEAR(at(dx, e), want_dx, 1e-5 * (1 + std::fabs(want_dx))) << "dx image " << i << " at " << ph << "," << qw;
     }
-  // dw[r][s] = 1 (accumulated into) + sum_i (i+1)^2 * (positions where tap (r,s) is inside);
-  // db = 1 + sum_i (i+1) * H * W.
-  double sq = 0, lin = 0;
-  for (int64_t i = 0; i < g.n; ++i) sq += double(i + 1) * (i + 1), lin += double(i + 1);
+  // dw[r][s] = 1 (accumulated into) + sum_i (i+1)^2 * A(r) * A(s), A the sum of (-1)^p over the
+  // output rows p where tap r is inside: A(0) = -1 (p = 1..H-1), A(1) = 0, A(2) = 1 (p = 0..H-2),
+  // H and W even. db = 1 + sum of dy = 1. A part skipped, or one that overwrote instead of adding,
+  // leaves 0 at the centre tap and in db, or drops 30 or 174 of the corners' +-204. Every partial
+  // sum is an integer far below 2^24, so the result is exact.
+  ASSERT_TRUE(H % 2 == 0 && W % 2 == 0);
+  double sq = 0;
+  for (int64_t i = 0; i < g.n; ++i) sq += double(i + 1) * (i + 1);
+  const double A[3] = {-1, 0, 1};
   const auto got_dw = dw.to_host();
   for (int64_t rr = 0; rr < 3; ++rr)
-    for (int64_t ss = 0; ss < 3; ++ss) {
-      const double want = 1 + sq * double(H - std::abs(rr - 1)) * double(W - std::abs(ss - 1));
-      EXPECT_NEAR(got_dw[rr * 3 + ss], want, 1e-4 * want) << "dw[" << rr << "][" << ss << "]";
-    }
-  const double want_db = 1 + lin * double(H) * double(W);
-  EXPECT_NEAR(db.to_host()[0], want_db, 1e-4 * want_db);
+    for (int64_t ss = 0; ss < 3; ++ss)
+      EXPECT_EQ(got_dw[rr * 3 + ss], 1 + sq * A[rr] * A[ss]) << "dw[" << rr << "][" << ss << "]";
+  EXPECT_EQ(db.to_host()[0], 1.0f);
   const std::string algos = be->conv_algorithms(g);
   EXPECT_NE(algos.find("batch 0..3"), std::string::npos) << algos;
   EXPECT_NE(algos.find("batch 4..7"), std::string::npos) << algos;
@@ -145,6 +165,60 @@ TEST(CudaGpu, ConvSearchEnvironmentVariableIsValidated) {
   EXPECT_NE(make_backend(cuda())->name().find("exhaustive"), std::string::npos);
   ::unsetenv("PARBENCH_CONV_SEARCH");
   EXPECT_NE(make_backend(cuda())->name().find("heuristics"), std::string::npos);
+}
+
+
+// The tests above run through the default, cuDNN's graph API; this one through the legacy API,
+// which a shape the graph API has no engine for falls back to.
+TEST(CudaGpu, ConvThroughTheLegacyApiMatchesCpu) {
+  PB_REQUIRE_GPU();
+  test::ScopedEnv api("PARBENCH_CUDNN_API", "legacy");
+  Rand r;
+  auto c_be = make_backend(cpu());
+  for (Precision p : kPrecisions)
+    for (bool exhaustive : {false, true}) {
+      auto g_be = gpu_backend(p, exhaustive);
+      EXPECT_NE(g_be->name().find("legacy API"), std::string::npos) << g_be->name();
+      for (int trial = 0; trial < 4; ++trial) {
+        SCOPED_TRACE(fmt::format("seed {} {} exhaustive {} trial {}", r.seed, precision_name(p), exhaustive, trial));
+        check_conv(r, *g_be, *c_be, tol_for(p));
+      }
+    }
+}
+
+// By default every direction of an ordinary 3x3 convolution runs on a graph-API engine, and the
+// choice is named; PARBENCH_CUDNN_API takes graph or legacy and nothing else.
+TEST(CudaGpu, GraphApiIsTheDefaultAndItsVariableIsValidated) {
+  PB_REQUIRE_GPU();
+  {
+    test::ScopedEnv api("PARBENCH_CUDNN_API", "fastest");
+    try {
+      make_backend(cuda());
+      ADD_FAILURE() << "PARBENCH_CUDNN_API=fastest accepted";
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("PARBENCH_CUDNN_API"), std::string::npos) << e.what();
+    }
+  }
+  ::unsetenv("PARBENCH_CUDNN_API");
+  for (bool exhaustive : {false, true}) {
+    auto be = gpu_backend(Precision::Tf32, exhaustive);
+    EXPECT_NE(be->name().find("graph API"), std::string::npos) << be->name();
+    ConvGeom g;
+    g.n = 2, g.c = 32, g.k = 64, g.h = 24, g.w = 24, g.r = 3, g.s = 3, g.pad_h = 1, g.pad_w = 1;
+    Tensor x = gpu(std::vector<float>(static_cast<std::size_t>(g.n * g.c * g.h * g.w), 1.0f));
+    Tensor w = gpu(std::vector<float>(static_cast<std::size_t>(g.k * g.c * 9), 0.5f));
+    Tensor y = gpu_poisoned(g.n * g.k * g.h * g.w), dx = gpu_poisoned(g.n * g.c * g.h * g.w);
+    Tensor dw = gpu_poisoned(g.k * g.c * 9);
+    be->conv2d_forward(g, x.data(), w.data(), nullptr, y.data());
+    be->conv2d_backward_data(g, y.data(), w.data(), dx.data());
+    be->conv2d_backward_weights(g, x.data(), y.data(), dw.data(), nullptr, false);
+    be->synchronize();
+    const std::string algos = be->conv_algorithms(g);
+    for (const char* dir : {"forward graph engine", "backward-data graph engine", "backward-filter graph engine"})
+      EXPECT_NE(algos.find(dir), std::string::npos) << dir << " in: " << algos;
+    // The centre output sees all 9 taps of 32 channels of ones, weighted 0.5: 144.
+    EXPECT_FLOAT_EQ(at(y, g.h / 2 * g.w + g.w / 2), 144.0f);
+  }
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "engine/memory_estimate.h"
 #include "strategies/registry.h"
 #include "strategies/stages.h"
+#include "tests/bf16_skip.h"
 #include "tests/paths.h"
 #include "workloads/workload.h"
 
@@ -55,18 +56,22 @@ NetSpec example_net() { return load_net_json((test::source_dir() / "workloads/ex
 
 // Each worker's peak (tensors and workspace) and its tensors' own peak against the estimate's,
 // printed per worker; returns the worst error.
-double check_every_strategy(const NetSpec& net, int64_t batch) {
+double check_every_strategy(const NetSpec& net, int64_t batch, Precision precision = Precision::Fp32) {
   const NetPlan plan = plan_net(net);
   const int64_t in = numel_of(plan.input), out = numel_of(plan.output);
   const std::vector<float> x = synthetic_values(batch * in, 1), t = synthetic_values(batch * out, 2);
   BackendOptions bo;
   bo.threads = 1;  // as the workers below
+  bo.precision = precision;
+  const bool bf16 = precision == Precision::Bf16;
   const auto workspace = measured_workspace(bo, cpu(59));  // a slot no worker uses
   const auto sequential = measured_sequential_workspace(bo, cpu(59));
   double worst = 0;
   std::string report;
   for (const Case& c : cases()) {
-    SCOPED_TRACE(fmt::format("{}: {} x{}", net.name, c.strategy, c.devices));
+    // tp across workers has no bf16 path yet (it refuses).
+    if (bf16 && c.devices > 1 && (c.strategy == "tp" || c.strategy.find("xtp") != std::string::npos)) continue;
+    SCOPED_TRACE(fmt::format("{}: {} x{} {}", net.name, c.strategy, c.devices, precision_name(precision)));
     StrategyOptions o;
     o.devices = c.devices;
     o.backend = bo;
@@ -80,6 +85,7 @@ double check_every_strategy(const NetSpec& net, int64_t batch) {
     mc.strategy = c.strategy;
     mc.devices = c.devices;
     mc.micro_batches = o.micro_batches;
+    mc.bf16 = bf16;
     if (st.staged)
       for (int r = 0; r < c.devices; ++r) {
         const std::pair<int, int> range{st.workers[r].layer_begin, st.workers[r].layer_end};
@@ -100,8 +106,8 @@ double check_every_strategy(const NetSpec& net, int64_t batch) {
       const double tensors = static_cast<double>(allocator_for(Device{DeviceKind::Cpu, r}).peak_bytes(MemoryPool::Tensors));
       const double err = (predicted - measured) / measured, terr = (te.per_worker[r] - tensors) / tensors;
       worst = std::max(worst, std::abs(err));
-      report += fmt::format("{:>14} {:>24} x{} worker {}: predicted {:8.1f} KiB, measured {:8.1f} KiB, {:+5.1f}%; tensors {:+5.1f}%\n",
-                            net.name, c.strategy, c.devices, r, predicted / 1024, measured / 1024, err * 100, terr * 100);
+      report += fmt::format("{:>14} {:>4} {:>24} x{} worker {}: predicted {:8.1f} KiB, measured {:8.1f} KiB, {:+5.1f}%; tensors {:+5.1f}%\n",
+                            net.name, precision_name(precision), c.strategy, c.devices, r, predicted / 1024, measured / 1024, err * 100, terr * 100);
       EXPECT_LE(std::abs(err), 0.10) << "worker " << r << ": predicted " << predicted << " B, measured " << measured << " B";
       EXPECT_LE(std::abs(terr), 0.10) << "worker " << r << "'s tensors: predicted " << te.per_worker[r] << " B, measured "
                                       << tensors << " B";
@@ -113,6 +119,15 @@ double check_every_strategy(const NetSpec& net, int64_t batch) {
 
 TEST(MemoryEstimate, EveryStrategyWithinTenPercentOfTheAllocatorsPeak) {
   const double a = check_every_strategy(small_net(), 8), b = check_every_strategy(example_net(), 6);
+  std::printf("worst error %.1f%%\n", std::max(a, b) * 100);
+}
+
+// bf16 (autocast): each Sequential's bf16 parameter copy, bf16 activations and gradients, and
+// its input and output at the stage's edges, as the allocators see them.
+TEST(MemoryEstimate, Bf16EveryStrategyWithinTenPercentOfTheAllocatorsPeak) {
+  SKIP_WITHOUT_BF16();
+  const double a = check_every_strategy(small_net(), 8, Precision::Bf16),
+               b = check_every_strategy(example_net(), 6, Precision::Bf16);
   std::printf("worst error %.1f%%\n", std::max(a, b) * 100);
 }
 

@@ -125,6 +125,8 @@ TEST(Compare, RefusesRunsThatMeasureDifferentWork) {
       {"threads_per_worker", {"auto", "1"}},
       {"PARBENCH_CONV_SEARCH", {"unset", "exhaustive"}},
       {"PARBENCH_CPU_WINOGRAD", {"unset", "0"}},
+      {"PARBENCH_CUDNN_API", {"unset", "legacy"}},
+      {"PARBENCH_CONV_WORKSPACE_MIB", {"unset", "65536"}},
   };
   for (const auto& [key, values] : changes) {
     std::map<std::string, std::string> cb = {{"device_kind", "cpu"}, {key, values.first}};

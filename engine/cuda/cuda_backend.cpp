@@ -4,6 +4,7 @@
 #include "engine/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -11,6 +12,7 @@
 #include "engine/check.h"
 #include "engine/cuda/cuda_bf16.h"
 #include "engine/cuda/cuda_conv.h"
+#include "engine/cuda/cudnn_graph.h"
 #include "engine/cuda/cuda_kernels.h"
 #include "engine/cuda/cuda_util.h"
 #include "engine/tensor.h"
@@ -34,11 +36,27 @@ bool exhaustive_search(const BackendOptions& opts) {
   throw UsageError(fmt::format("PARBENCH_CONV_SEARCH must be 'exhaustive' or 'heuristic', got '{}'", v));
 }
 
+// The convolution workspace cap: PARBENCH_CONV_WORKSPACE_MIB, when set, overrides the option for
+// the whole process (PyTorch sets none: its searches take what the allocator can give).
+BackendOptions with_workspace_cap(BackendOptions opts) {
+  const char* env = std::getenv("PARBENCH_CONV_WORKSPACE_MIB");
+  if (env == nullptr || *env == '\0') return opts;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long mib = std::strtoull(env, &end, 10);
+  if (*end != '\0' || errno != 0 || env[0] == '-' || mib > (std::size_t(1) << 30))
+    throw UsageError(fmt::format("PARBENCH_CONV_WORKSPACE_MIB must be a whole number of MiB (0 to 2^30), got '{}'", env));
+  opts.workspace_cap_bytes = static_cast<std::size_t>(mib) << 20;
+  return opts;
+}
+
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, const BackendOptions& opts)
-      : device_(device), opts_(opts), exhaustive_(exhaustive_search(opts)), set_device_(device),
-        convs_(Device{DeviceKind::Cuda, device}, opts, exhaustive_, cudnn_) {
+  CudaBackend(int device, const BackendOptions& options)
+      : device_(device), opts_(with_workspace_cap(options)), exhaustive_(exhaustive_search(opts_)),
+        set_device_(device),
+        convs_(Device{DeviceKind::Cuda, device}, opts_, exhaustive_, cudnn_) {
+    const BackendOptions& opts = opts_;
     CUDNN_CHECK(cudnnSetStream(cudnn_, stream_));
     CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
     // fp32: cuBLAS's default math never uses TF32 for sgemm (TF32 has fewer mantissa bits than
@@ -51,7 +69,7 @@ class CudaBackend final : public Backend {
     if (opts.precision == Precision::Bf16) {
       const std::string why = cuda_bf16_refusal(prop.major, prop.minor, gpu_name_);
       if (!why.empty()) throw Error(why);
-      bf16_ = std::make_unique<cu::CudaBf16>(dev(), cudnn_, cublas_, stream_, opts.workspace_cap_bytes);
+      bf16_ = std::make_unique<cu::CudaBf16>(dev(), cudnn_, cublas_, stream_, opts.workspace_cap_bytes, exhaustive_);
     }
     // MSE scratch: partial sums, then the completion counter, which starts at zero.
     mse_scratch_ = std::make_unique<Buffer>(dev(), cu::kMseMaxBlocks * sizeof(double) + sizeof(unsigned int));
@@ -67,8 +85,9 @@ class CudaBackend final : public Backend {
 
   Device device() const override { return dev(); }
   std::string name() const override {
-    return fmt::format("{} {} ({}, conv algorithms: {})", dev().str(), gpu_name_, precision_name(opts_.precision),
-                       exhaustive_ ? "exhaustive search" : "cuDNN heuristics");
+    return fmt::format("{} {} ({}, conv algorithms: cuDNN {} API, {})", dev().str(), gpu_name_,
+                       precision_name(opts_.precision), cu::use_graph_api() ? "graph" : "legacy",
+                       exhaustive_ ? "exhaustive search" : "heuristics");
   }
 
   void conv2d_forward(const ConvGeom& g, const float* x, const float* w, const float* b, float* y) override {

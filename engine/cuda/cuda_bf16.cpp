@@ -1,6 +1,7 @@
-// cuDNN and cuBLAS calls of the CUDA backend's bf16 path. Convolution algorithms: cuDNN's
-// heuristics (the first that runs in tensor-op math within the workspace cap). Bias added by
-// the convolution itself (y filled with the bias, then beta = 1), so the output rounds once.
+// cuDNN and cuBLAS calls of the CUDA backend's bf16 path. Convolutions: cuDNN's graph API
+// (cudnn_graph.h), or the legacy API's heuristics (the first algorithm that runs in tensor-op
+// math within the workspace cap). Bias added by the convolution itself (y filled with the bias,
+// then beta = 1), so the output rounds once.
 #include "engine/cuda/cuda_bf16.h"
 
 #include "engine/check.h"
@@ -21,8 +22,10 @@ struct CudaBf16::Plan {
   std::size_t ws_fwd = 0, ws_data = 0, ws_filter = 0;
 };
 
-CudaBf16::CudaBf16(Device dev, cudnnHandle_t cudnn, cublasHandle_t cublas, cudaStream_t stream, std::size_t cap)
-    : dev_(dev), cudnn_(cudnn), cublas_(cublas), stream_(stream), cap_(cap) {}
+CudaBf16::CudaBf16(Device dev, cudnnHandle_t cudnn, cublasHandle_t cublas, cudaStream_t stream, std::size_t cap,
+                   bool exhaustive)
+    : dev_(dev), cudnn_(cudnn), cublas_(cublas), stream_(stream), cap_(cap), graph_api_(use_graph_api()),
+      graph_(cudnn, exhaustive, cap) {}
 CudaBf16::~CudaBf16() = default;
 
 namespace {
@@ -90,14 +93,25 @@ Bf16* CudaBf16::dw16(int64_t n) {
 }
 
 void CudaBf16::conv_forward(const ConvGeom& g, const Bf16* x, const Bf16* w, const Bf16* b, Bf16* y) {
-  Plan& p = plan(g);
   const int64_t pq = g.p() * g.q();
+  const auto ws = [this](std::size_t bytes) { return workspace(bytes); };
+  const GraphConvCall c{ConvDir::Forward, g, CUDNN_DATA_BFLOAT16, Precision::Bf16, 1.0f, x, w, y};
+  // A timed search writes y: the bias goes in after it.
+  if (graph_api_ && graph_.prepare(c, ws)) {
+    launch_broadcast_bf16(stream_, g.n * g.k * pq, g.k, pq, b, y);
+    graph_.run(c, ws);
+    return;
+  }
+  Plan& p = plan(g);
   launch_broadcast_bf16(stream_, g.n * g.k * pq, g.k, pq, b, y);
   CUDNN_CHECK(cudnnConvolutionForward(cudnn_, &kOne, p.x, x, p.w, w, p.conv, p.fwd, workspace(p.ws_fwd), p.ws_fwd,
                                       &kOne, p.y, y));
 }
 
 void CudaBf16::conv_backward_data(const ConvGeom& g, const Bf16* dy, const Bf16* w, Bf16* dx) {
+  const auto ws = [this](std::size_t bytes) { return workspace(bytes); };
+  const GraphConvCall c{ConvDir::BackwardData, g, CUDNN_DATA_BFLOAT16, Precision::Bf16, 0.0f, dy, w, dx};
+  if (graph_api_ && graph_.prepare(c, ws)) return graph_.run(c, ws);
   Plan& p = plan(g);
   CUDNN_CHECK(cudnnConvolutionBackwardData(cudnn_, &kOne, p.w, w, p.y, dy, p.conv, p.bwd_data, workspace(p.ws_data),
                                            p.ws_data, &kZero, p.x, dx));
@@ -105,13 +119,19 @@ void CudaBf16::conv_backward_data(const ConvGeom& g, const Bf16* dy, const Bf16*
 
 void CudaBf16::conv_backward_weights(const ConvGeom& g, const Bf16* x, const Bf16* dy, float* dw, float* db,
                                      bool accumulate) {
-  Plan& p = plan(g);
   // cuDNN writes the filter gradient in the filter's dtype (bf16, as PyTorch's autocast gets it);
   // it is widened into the fp32 gradient, added there when accumulating.
   const int64_t wn = g.k * g.c * g.r * g.s;
   Bf16* d16 = dw16(wn);
-  CUDNN_CHECK(cudnnConvolutionBackwardFilter(cudnn_, &kOne, p.x, x, p.y, dy, p.conv, p.bwd_filter,
-                                             workspace(p.ws_filter), p.ws_filter, &kZero, p.w, d16));
+  const auto ws = [this](std::size_t bytes) { return workspace(bytes); };
+  const GraphConvCall c{ConvDir::BackwardFilter, g, CUDNN_DATA_BFLOAT16, Precision::Bf16, 0.0f, x, dy, d16};
+  if (graph_api_ && graph_.prepare(c, ws)) {
+    graph_.run(c, ws);
+  } else {
+    Plan& p = plan(g);
+    CUDNN_CHECK(cudnnConvolutionBackwardFilter(cudnn_, &kOne, p.x, x, p.y, dy, p.conv, p.bwd_filter,
+                                               workspace(p.ws_filter), p.ws_filter, &kZero, p.w, d16));
+  }
   launch_widen_bf16(stream_, wn, d16, dw, accumulate);
   launch_channel_sums_bf16(stream_, g.n, g.k, g.p() * g.q(), dy, db, accumulate);
 }

@@ -1,6 +1,7 @@
 // The CUDA backend's bf16 (autocast) path: cuDNN convolutions on bf16 tensors with fp32 compute
 // (tensor-op math), cuBLAS GemmEx for linear layers (bf16 in, fp32 compute), and parbench's own
-// kernels (cuda_bf16_kernels.cu) for the rest. Compiled; not yet run on a GPU (docs/bf16.md).
+// kernels (cuda_bf16_kernels.cu) for the rest. Convolutions through cuDNN's graph API unless
+// PARBENCH_CUDNN_API=legacy (engine/cuda/cudnn_graph.h).
 #pragma once
 
 #include <array>
@@ -14,6 +15,7 @@
 
 #include "engine/backend.h"
 #include "engine/cuda/cuda_util.h"
+#include "engine/cuda/cudnn_graph.h"
 #include "engine/tensor.h"
 
 namespace pb::cu {
@@ -32,7 +34,8 @@ void launch_widen_bf16(cudaStream_t s, int64_t n, const Bf16* x, float* y, bool 
 
 class CudaBf16 {
  public:
-  CudaBf16(Device dev, cudnnHandle_t cudnn, cublasHandle_t cublas, cudaStream_t stream, std::size_t workspace_cap);
+  CudaBf16(Device dev, cudnnHandle_t cudnn, cublasHandle_t cublas, cudaStream_t stream, std::size_t workspace_cap,
+           bool exhaustive);
   ~CudaBf16();
   void conv_forward(const ConvGeom& g, const Bf16* x, const Bf16* w, const Bf16* b, Bf16* y);
   void conv_backward_data(const ConvGeom& g, const Bf16* dy, const Bf16* w, Bf16* dx);
@@ -56,6 +59,8 @@ class CudaBf16 {
   std::unique_ptr<Buffer> workspace_, dw16_;
   std::vector<std::unique_ptr<Buffer>> outgrown_;  // kept until destruction: queued work may read them
   std::map<std::array<int64_t, 11>, std::unique_ptr<Plan>> plans_;
+  bool graph_api_;
+  GraphConv graph_;
 };
 
 }  // namespace pb::cu

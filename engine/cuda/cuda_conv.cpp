@@ -20,10 +20,11 @@ struct AlgoChoice {
 
 // Descriptors for one convolution shape, built once, and the algorithms chosen for it.
 struct ConvPlan {
-  cu::TensorDesc x, y, bias;
+  cu::TensorDesc x, y, bias, w_as_tensor;
   cu::FilterDesc w;
   cu::ConvDesc conv;
   std::optional<AlgoChoice> fwd, bwd_data, bwd_filter;
+  std::string graph_fwd, graph_bwd_data, graph_bwd_filter;  // the graph API's choice, when it ran
 };
 
 
@@ -133,7 +134,23 @@ struct BwdFilterOps {
 }  // namespace
 
 CudnnConv::CudnnConv(Device dev, const BackendOptions& opts, bool exhaustive, cudnnHandle_t cudnn)
-    : dev_(dev), opts_(opts), exhaustive_(exhaustive), cudnn_(cudnn) {}
+    : dev_(dev), opts_(opts), exhaustive_(exhaustive), cudnn_(cudnn), graph_api_(use_graph_api()),
+      graph_(cudnn, exhaustive, opts.workspace_cap_bytes) {}
+
+bool CudnnConv::run_graph(const GraphConvCall& c, std::string& tag) {
+  if (!graph_api_) return false;
+  const auto ws = [this](std::size_t bytes) { return workspace(bytes); };
+  const bool ok = graph_.prepare(c, ws);
+  if (tag.empty()) tag = graph_.describe(c);
+  if (ok) graph_.run(c, ws);
+  return ok;
+}
+
+float* CudnnConv::dw_scratch(int64_t n) {
+  const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(float);
+  if (!dw_scratch_ || dw_scratch_->bytes() < bytes) dw_scratch_ = std::make_unique<Buffer>(dev_, bytes, MemoryPool::Workspace);
+  return static_cast<float*>(dw_scratch_->data());
+}
 
 CudnnConv::~CudnnConv() = default;
 
@@ -173,8 +190,12 @@ std::string CudnnConv::algorithms(const ConvGeom& g) const {
       continue;
     }
     const ConvPlan& p = *it->second;
-    out += fmt::format("{}; {}; {}", choice_str("forward", p.fwd), choice_str("backward-data", p.bwd_data),
-                       choice_str("backward-filter", p.bwd_filter));
+    const auto pick = [](const char* dir, const std::string& graph, const std::optional<AlgoChoice>& legacy) {
+      return legacy || graph.empty() ? choice_str(dir, legacy) : fmt::format("{} {}", dir, graph);
+    };
+    out += fmt::format("{}; {}; {}", pick("forward", p.graph_fwd, p.fwd),
+                       pick("backward-data", p.graph_bwd_data, p.bwd_data),
+                       pick("backward-filter", p.graph_bwd_filter, p.bwd_filter));
   }
   return fmt::format("{} on {}: {}", geom_str(g), dev_.str(), out);
 }
@@ -190,6 +211,8 @@ ConvPlan& CudnnConv::plan_for(const ConvGeom& g) {
   CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, N, C, H, W));
   CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, N, K, P, Q));
   CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->bias, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, K, 1, 1));
+  CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->w_as_tensor, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, K, C,
+                                         to_int(g.r, "kernel height"), to_int(g.s, "kernel width")));
   CUDNN_CHECK(cudnnSetFilter4dDescriptor(p->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, K, C,
                                          to_int(g.r, "kernel height"), to_int(g.s, "kernel width")));
   // PyTorch's Conv2d is a cross-correlation (no kernel flip).
@@ -276,6 +299,10 @@ AlgoChoice CudnnConv::choose(ConvPlan& p, const ConvGeom& g, const float* a, con
 
 void CudnnConv::forward_part(const ConvGeom& g, const float* x, const float* w, const float* b, float* y) {
   ConvPlan& p = plan_for(g);
+  if (!p.fwd && run_graph({ConvDir::Forward, g, CUDNN_DATA_FLOAT, opts_.precision, 0.0f, x, w, y}, p.graph_fwd)) {
+    if (b) CUDNN_CHECK(cudnnAddTensor(cudnn_, &kOne, p.bias, b, &kOne, p.y, y));
+    return;
+  }
   if (!p.fwd) p.fwd = choose<FwdOps>(p, g, x, w, y);
   void* ws = workspace(p.fwd->workspace);
   CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv, p.fwd->math));
@@ -287,6 +314,9 @@ void CudnnConv::forward_part(const ConvGeom& g, const float* x, const float* w, 
 
 void CudnnConv::backward_data_part(const ConvGeom& g, const float* dy, const float* w, float* dx) {
   ConvPlan& p = plan_for(g);
+  if (!p.bwd_data &&
+      run_graph({ConvDir::BackwardData, g, CUDNN_DATA_FLOAT, opts_.precision, 0.0f, dy, w, dx}, p.graph_bwd_data))
+    return;
   if (!p.bwd_data) p.bwd_data = choose<BwdDataOps>(p, g, w, dy, dx);
   void* ws = workspace(p.bwd_data->workspace);
   CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv, p.bwd_data->math));
@@ -298,6 +328,15 @@ void CudnnConv::backward_data_part(const ConvGeom& g, const float* dy, const flo
 void CudnnConv::backward_weights_part(const ConvGeom& g, const float* x, const float* dy, float* dw, float* db,
                                       bool accumulate) {
   ConvPlan& p = plan_for(g);
+  // The graph API overwrites (beta = 0, so a timed search can run on the real output); to
+  // accumulate, it writes a scratch gradient that is then added to dw.
+  float* out = accumulate ? dw_scratch(g.k * g.c * g.r * g.s) : dw;
+  if (!p.bwd_filter &&
+      run_graph({ConvDir::BackwardFilter, g, CUDNN_DATA_FLOAT, opts_.precision, 0.0f, x, dy, out}, p.graph_bwd_filter)) {
+    if (accumulate) CUDNN_CHECK(cudnnAddTensor(cudnn_, &kOne, p.w_as_tensor, out, &kOne, p.w_as_tensor, dw));
+    if (db) CUDNN_CHECK(cudnnConvolutionBackwardBias(cudnn_, &kOne, p.y, dy, accumulate ? &kOne : &kZero, p.bias, db));
+    return;
+  }
   if (!p.bwd_filter) {
     // The timed search writes its output: search into scratch, so gradients being
     // accumulated in dw survive it.

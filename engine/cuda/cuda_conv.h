@@ -12,6 +12,7 @@
 
 #include "engine/backend.h"
 #include "engine/cuda/cuda_util.h"
+#include "engine/cuda/cudnn_graph.h"
 #include "engine/device.h"
 #include "engine/tensor.h"
 
@@ -63,6 +64,10 @@ class CudnnConv {
   std::size_t workspace_limit() const;
   template <typename Ops>
   AlgoChoice choose(ConvPlan& p, const ConvGeom& g, const float* a, const float* b, float* out);
+  // Runs c through the graph API when it is on and has an engine for c; false: use the legacy API.
+  // `tag` keeps what was chosen, for algorithms().
+  bool run_graph(const GraphConvCall& c, std::string& tag);
+  float* dw_scratch(int64_t n);
 
   Device dev_;
   BackendOptions opts_;
@@ -71,6 +76,9 @@ class CudnnConv {
   std::unique_ptr<Buffer> workspace_;
   std::vector<std::unique_ptr<Buffer>> outgrown_;  // earlier workspaces, until release_outgrown()
   std::map<Key, std::unique_ptr<ConvPlan>> plans_;
+  bool graph_api_;
+  GraphConv graph_;
+  std::unique_ptr<Buffer> dw_scratch_;  // a filter gradient the graph API adds to dw (accumulate)
 };
 
 }  // namespace pb::cu

@@ -32,10 +32,14 @@ for m in $(grep -oE '\bmin_[a-z_]+=' <<<"$block" | tr -d =); do
   [ -n "${!b:-}" ] || fail "$m has no $b"
   [ "${!m}" -le "${!b}" ] || fail "$m=${!m} exceeds $b=${!b}: the stage could never run"
 done
-n_precisions=$(wc -w <<<"$precisions")
-[ $((2 * n_precisions * torch_each)) -le "$budget_torch" ] ||
-  fail "2 x $n_precisions precisions x torch_each ($torch_each) exceeds budget_torch $budget_torch"
-[ "$run_two" -lt "$budget_run" ] || fail "run_two ($run_two) leaves nothing of budget_run $budget_run"
+n_rows=$(wc -w <<<"$engine_rows") n_peers=$(wc -w <<<"$peer_precisions")
+[ $((n_rows * engine_each + n_peers * peer_each)) -le "$budget_torch" ] ||
+  fail "$n_rows engine rows x $engine_each + $n_peers PyTorch runs x $peer_each exceeds budget_torch $budget_torch"
+n_profiles=$(wc -w <<<"$profiles") n_peer=$(wc -w <<<"$peer_profiles")
+[ $((n_profiles * profile_each + n_peer * peer_layers_each)) -le "$budget_profile" ] ||
+  fail "$n_profiles profiles x $profile_each + $n_peer x $peer_layers_each exceeds budget_profile $budget_profile"
+[ $((run_two + run_trace)) -lt "$budget_run" ] ||
+  fail "run_two ($run_two) + run_trace ($run_trace) leave nothing of budget_run $budget_run"
 
 # Every stage starts with its own budget, and no command has a limit of its own making.
 grep -q '^stage_begin "1 environment" "$budget_env"' "$script" || fail "stage 1 does not start with budget_env"

@@ -1,0 +1,73 @@
+// Convolutions through cuDNN's graph (backend) API: one operation graph per shape and direction,
+// cuDNN's heuristics (mode A, then the fallback list) for the engines, and with exhaustive
+// search the fastest of the first few timed, as PyTorch's cuDNN v8 path does. The legacy API
+// (cudnnConvolutionForward and its algorithm enums) reaches only the engines behind those enums;
+// the graph API reaches every engine cuDNN has for the chip. PARBENCH_CUDNN_API=legacy|graph
+// picks one for the process; a shape no engine supports falls back to the legacy API.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+#include "engine/backend.h"
+
+namespace pb::cu {
+
+enum class ConvDir { Forward, BackwardData, BackwardFilter };
+
+// One convolution call. Inputs and output by direction: Forward x, w -> y; BackwardData dy, w -> dx;
+// BackwardFilter x, dy -> dw. Every tensor NCHW-packed of `data` type, fp32 accumulation.
+struct GraphConvCall {
+  ConvDir dir = ConvDir::Forward;
+  ConvGeom g;
+  cudnnDataType_t data = CUDNN_DATA_FLOAT;
+  Precision precision = Precision::Fp32;  // which engines' numerics are allowed
+  float beta = 0;                         // 0 overwrites the output, 1 adds to it
+  const void* a = nullptr;
+  const void* b = nullptr;
+  void* out = nullptr;
+};
+
+// PARBENCH_CUDNN_API: true for the graph API (the default), false for legacy; anything else is a
+// usage error naming the variable.
+bool use_graph_api();
+
+class GraphConv {
+ public:
+  using Workspace = std::function<void*(std::size_t)>;
+  // Runs on the stream the handle is bound to when a call comes.
+  GraphConv(cudnnHandle_t cudnn, bool exhaustive, std::size_t workspace_cap);
+  ~GraphConv();
+  GraphConv(const GraphConv&) = delete;
+  GraphConv& operator=(const GraphConv&) = delete;
+
+  // Chooses the engine for c's shape on first use (timing candidates on c's own buffers under
+  // exhaustive search, so the output holds garbage afterwards). False: no engine runs this shape
+  // within the workspace cap; the caller uses the legacy API.
+  bool prepare(const GraphConvCall& c, const Workspace& ws);
+  // Runs c through the engine prepare() chose.
+  void run(const GraphConvCall& c, const Workspace& ws);
+  // "graph engine 14 (3 of 7 timed), 1048576 B workspace", or why there is none; "" if unplanned.
+  std::string describe(const GraphConvCall& c) const;
+
+ private:
+  struct Entry;
+  using Key = std::array<int64_t, 16>;
+  static Key key_of(const GraphConvCall& c);
+  Entry& entry(const GraphConvCall& c, const Workspace& ws);
+
+  cudnnHandle_t cudnn_;
+  bool exhaustive_;
+  std::size_t cap_;
+  std::map<Key, std::unique_ptr<Entry>> entries_;
+};
+
+}  // namespace pb::cu
