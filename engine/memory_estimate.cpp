@@ -153,7 +153,9 @@ MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch, const 
   std::string variant;
   const bool dpxpp = hybrid("dp%dxpp%d%n", &D, &S, &variant);
   const bool dptp = !dpxpp && hybrid("dp%dxtp%d%n", &D, &S, &variant);
-  const std::string& s = c.strategy;
+  // The -prefetch variants keep fsdp's and zero2's buffers (fsdp-prefetch: a second unit gathered).
+  const bool prefetch = c.strategy == "fsdp-prefetch" || c.strategy == "zero2-prefetch";
+  const std::string s = prefetch ? c.strategy.substr(0, c.strategy.size() - std::string("-prefetch").size()) : c.strategy;
   // fsdp, zero2 and tp on one worker run the whole net as one Sequential: regular's buffers.
   const bool whole_net = N == 1 && (s == "fsdp" || s == "zero2" || s == "tp" || dptp);
   if (s == "regular" || s == "ddp" || s == "dp" || whole_net) {
@@ -233,11 +235,11 @@ MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch, const 
       }
       const double ws = ly.workspace(0, L, n);  // one backend runs every unit
       // The shard's parameters, gradients and Adam moments, the gathered parameters (fsdp: one
-      // unit's, zero2: every unit's from forward to backward) and one unit's full gradients, made
-      // once at setup.
+      // unit's, two with prefetch, the unit computing and the next; zero2: every unit's from
+      // forward to backward) and one unit's full gradients, made once at setup.
       // bf16: each unit's Sequential also keeps a bf16 copy of the unit's parameters, made at its
       // first forward (a worker without a chunk runs none).
-      w[i].params = shard + (s == "fsdp" ? largest : all) + (c.bf16 && n > 0 ? 0.5 * P : 0);
+      w[i].params = shard + (s == "fsdp" ? (prefetch ? 2 : 1) * largest : all) + (c.bf16 && n > 0 ? 0.5 * P : 0);
       w[i].state = 3 * shard + largest;
       w[i].acts = n * in + 2 * n * outn + 1 + acts + scratch + 2 * max_in;
       w[i].workspace = ws;

@@ -52,8 +52,9 @@ std::vector<std::string> Config::options() const {
 }
 
 const std::vector<std::string>& modelled_strategies() {
-  static const std::vector<std::string> v = {"regular", "dp",   "ddp", "mp",          "pipeline",
-                                             "fsdp",    "zero2", "tp", kHybridFamily, kDpTpFamily};
+  static const std::vector<std::string> v = {"regular", "dp",    "ddp",           "mp",           "pipeline",
+                                             "fsdp",    "zero2", "fsdp-prefetch", "zero2-prefetch", "tp",
+                                             kHybridFamily, kDpTpFamily};
   return v;
 }
 
@@ -201,7 +202,8 @@ Timing timing_of(const Config& c) {
   Timing t;
   const auto dptp = dptp_shape(c.strategy);
   const auto dppp = hybrid_shape(c.strategy);
-  if (c.strategy == "tp" || dptp || c.strategy == "fsdp" || c.strategy == "zero2") {
+  const bool sharded = c.strategy.rfind("fsdp", 0) == 0 || c.strategy.rfind("zero2", 0) == 0;  // and -prefetch
+  if (c.strategy == "tp" || dptp || sharded) {
     t.kind = Timing::Layers;
     t.slices = c.strategy == "tp" ? c.devices : dptp ? dptp->second : 1;
     t.tp = c.strategy == "tp" || dptp;
@@ -264,7 +266,12 @@ StepProgram step_program(const Profile& p, const Machine& m, const Config& named
   out.actors = std::move(priced.actors);
   out.workers = N;
   out.stages = std::move(priced.stages);
-  if (const auto it = m.unit_overhead_s.find(out.name); it != m.unit_overhead_s.end()) out.bookkeeping_s = priced.freed_units * it->second;
+  // Calibrated per strategy; the -prefetch variants free their units as fsdp and zero2 do.
+  std::string unit_key = out.name;
+  if (const auto at = unit_key.rfind("-prefetch"); at != std::string::npos && !m.unit_overhead_s.count(unit_key))
+    unit_key.erase(at);
+  if (const auto it = m.unit_overhead_s.find(unit_key); it != m.unit_overhead_s.end())
+    out.bookkeeping_s = priced.freed_units * it->second;
   out.comm_bytes = priced.comm_bytes;
   return out;
 }

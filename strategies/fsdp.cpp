@@ -4,7 +4,10 @@
 // parameters before its forward and again before its backward, dropping them after each; its
 // gradients are reduce-scattered, and each worker steps its own shard. zero2 (ZeRO-2, FSDP
 // SHARD_GRAD_OP) keeps the gathered parameters from forward to backward instead: one all-gather
-// per unit and step, for the memory of the whole parameters during the step. The gathered
+// per unit and step, for the memory of the whole parameters during the step. The -prefetch
+// variants (FSDP2's forward and backward prefetch) start each unit's all-gather before the previous
+// unit's compute, so the two overlap where the communicator runs apart from compute (NCCL, MPI);
+// fsdp-prefetch then holds two units' parameters, the one computing and the next. The gathered
 // parameters and whole gradients live in buffers made once (at setup): a step allocates nothing.
 #include <algorithm>
 
@@ -25,8 +28,9 @@ using Unit = FsdpUnit;
 
 class FullyShardedDataParallel final : public GroupStrategy {
  public:
-  FullyShardedDataParallel(const StrategyOptions& o, std::string name, bool reshard_after_forward)
-      : GroupStrategy(o, std::move(name), true, /*replicas=*/false), reshard_(reshard_after_forward) {}
+  FullyShardedDataParallel(const StrategyOptions& o, std::string name, bool reshard_after_forward, bool prefetch)
+      : GroupStrategy(o, std::move(name), true, /*replicas=*/false), reshard_(reshard_after_forward),
+        prefetch_(prefetch) {}
 
   // Each worker's shards, placed into the whole vector (zeros elsewhere) and summed over the job.
   std::vector<float> params() override {
@@ -47,8 +51,11 @@ class FullyShardedDataParallel final : public GroupStrategy {
   void plan_workers() override {
     units_ = fsdp_units(plan(), workers());
     unit_at_.assign(plan().layers.size(), 0);
-    for (std::size_t u = 0; u < units_.size(); ++u)
+    largest_ = 0;
+    for (std::size_t u = 0; u < units_.size(); ++u) {
       for (int l = units_[u].begin; l < units_[u].end; ++l) unit_at_[l] = static_cast<int>(u);
+      largest_ = std::max(largest_, workers() * units_[u].shard);
+    }
     shards_.clear();
     shards_.resize(workers());
     models_.clear();
@@ -82,13 +89,12 @@ class FullyShardedDataParallel final : public GroupStrategy {
     // One worker holds the whole of every unit: its shards serve as the whole parameters and
     // gradients (the gather and reduce-scatter are then no copies). Else one buffer for the whole
     // parameters of the largest unit (fsdp: one unit at a time) or of all units (zero2: kept from
-    // forward to backward), and one for the whole gradients of the largest unit.
+    // forward to backward; fsdp-prefetch: two units, the one computing and the next, in turn), and
+    // one for the whole gradients of the largest unit.
     const int n = workers();
-    int64_t largest = 0;
-    for (const Unit& u : units_) largest = std::max(largest, n * u.shard);
     if (n > 1) {
-      s.gathered = Tensor::empty({reshard_ ? largest : n * total}, w.device);
-      s.unit_grads = Tensor::empty({largest}, w.device);
+      s.gathered = Tensor::empty({reshard_ ? slots() * largest_ : n * total}, w.device);
+      s.unit_grads = Tensor::empty({largest_}, w.device);
     }
   }
 
@@ -98,7 +104,7 @@ class FullyShardedDataParallel final : public GroupStrategy {
     offsets_ = chunk_offsets(chunks_);
     chunks_.resize(workers(), 0);
     offsets_.resize(workers(), batch);
-    plan_ = plan_fsdp(plan(), opts_, batch, name(), reshard_);
+    plan_ = plan_fsdp(plan(), opts_, batch, name(), reshard_, prefetch_);
     return workers();
   }
 
@@ -147,8 +153,8 @@ class FullyShardedDataParallel final : public GroupStrategy {
         grads_view(u);
         return models[u]->grads().data();
       }
-      Sequential& m = *models[u];  // "gathered": the unit's whole parameters
-      m.params() = whole(s.params, s.gathered, reshard_ ? 0 : c.size() * unit.at, c.size(), unit);
+      Sequential& m = *models[u];  // "gathered": the unit's whole parameters (fsdp-prefetch: slot u % 2)
+      m.params() = whole(s.params, s.gathered, reshard_ ? (u % slots()) * largest_ : c.size() * unit.at, c.size(), unit);
       return m.params().data();
     };
     b.comm = [&](int) -> std::pair<Communicator*, int> { return {&c, r}; };
@@ -195,7 +201,11 @@ class FullyShardedDataParallel final : public GroupStrategy {
     m.grads() = Tensor();
   }
 
+  int slots() const { return prefetch_ ? 2 : 1; }  // fsdp: the units' gathered parameters held at once
+
   bool reshard_;  // drop a unit's parameters after its forward (ZeRO-3), gather them again for backward
+  bool prefetch_;  // start the next unit's all-gather before the current unit's compute
+  int64_t largest_ = 0;  // the largest unit's whole (padded) parameters
   std::vector<Unit> units_;
   std::vector<Shard> shards_;  // per worker
   std::vector<std::vector<std::unique_ptr<Sequential>>> models_;  // per worker, per unit
@@ -207,10 +217,16 @@ class FullyShardedDataParallel final : public GroupStrategy {
 }  // namespace
 
 std::unique_ptr<Strategy> make_fsdp(const StrategyOptions& o) {
-  return std::make_unique<FullyShardedDataParallel>(o, "fsdp", true);
+  return std::make_unique<FullyShardedDataParallel>(o, "fsdp", true, false);
 }
 std::unique_ptr<Strategy> make_zero2(const StrategyOptions& o) {
-  return std::make_unique<FullyShardedDataParallel>(o, "zero2", false);
+  return std::make_unique<FullyShardedDataParallel>(o, "zero2", false, false);
+}
+std::unique_ptr<Strategy> make_fsdp_prefetch(const StrategyOptions& o) {
+  return std::make_unique<FullyShardedDataParallel>(o, "fsdp-prefetch", true, true);
+}
+std::unique_ptr<Strategy> make_zero2_prefetch(const StrategyOptions& o) {
+  return std::make_unique<FullyShardedDataParallel>(o, "zero2-prefetch", false, true);
 }
 
 }  // namespace pb

@@ -17,7 +17,10 @@ Plan make_plan(const std::string& strategy, const NetPlan& net, const StrategyOp
 Plan plan_regular(const NetPlan& net, const StrategyOptions& o, int64_t batch);
 Plan plan_dp(const NetPlan& net, const StrategyOptions& o, int64_t batch);
 Plan plan_ddp(const NetPlan& net, const StrategyOptions& o, int64_t batch);
-Plan plan_fsdp(const NetPlan& net, const StrategyOptions& o, int64_t batch, const std::string& name, bool reshard);
+// fsdp, zero2 (`reshard`: gather again for backward); `prefetch`: each unit's all-gather started
+// before the previous unit's compute, on the communication lane (fsdp-prefetch, zero2-prefetch).
+Plan plan_fsdp(const NetPlan& net, const StrategyOptions& o, int64_t batch, const std::string& name, bool reshard,
+               bool prefetch = false);
 // mp, pipeline and its variants (replicas 1), dp x pp (replicas D): o.schedule, o.recompute.
 Plan plan_staged(const NetPlan& net, const StrategyOptions& o, int64_t batch, const std::string& name, int micro,
                  int replicas);

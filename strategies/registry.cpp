@@ -63,6 +63,13 @@ const std::vector<Entry>& registry() {
        make_fsdp, [](const NetPlan& n, const StrategyOptions& o, int64_t b) { return plan_fsdp(n, o, b, "fsdp", true); }},
       {{"zero2", "fsdp keeping the gathered parameters from forward to backward (ZeRO-2): one all-gather per layer", false, true},
        make_zero2, [](const NetPlan& n, const StrategyOptions& o, int64_t b) { return plan_fsdp(n, o, b, "zero2", false); }},
+      {{"fsdp-prefetch", "fsdp starting the next layer's all-gather before this layer's compute, forward and "
+                         "backward (FSDP2 prefetch): two layers' parameters held", false, true},
+       make_fsdp_prefetch,
+       [](const NetPlan& n, const StrategyOptions& o, int64_t b) { return plan_fsdp(n, o, b, "fsdp-prefetch", true, true); }},
+      {{"zero2-prefetch", "zero2 starting the next layer's all-gather before this layer's forward", false, true},
+       make_zero2_prefetch,
+       [](const NetPlan& n, const StrategyOptions& o, int64_t b) { return plan_fsdp(n, o, b, "zero2-prefetch", false, true); }},
       {{"tp", "tensor parallel: each worker computes a slice of every layer's output channels, activations all-gathered", false, true},
        make_tp, [](const NetPlan& n, const StrategyOptions& o, int64_t b) { return plan_tp(n, o, b, "tp", 1); }},
       // A family: its members are named dp<D>xpp<P> (hybrid_name); the sweep expands it.

@@ -39,7 +39,7 @@ inline std::vector<PlanCase> plan_cases() {
   const std::vector<std::string> pipelines = {"pipeline", "pipeline-1f1b", "pipeline-recompute",
                                               "pipeline-1f1b-recompute"};
   for (int n = 1; n <= 4; ++n) {
-    for (const char* s : {"dp", "ddp", "mp", "fsdp", "zero2", "tp"}) v.push_back({s, n, 1});
+    for (const char* s : {"dp", "ddp", "mp", "fsdp", "zero2", "fsdp-prefetch", "zero2-prefetch", "tp"}) v.push_back({s, n, 1});
     for (const std::string& p : pipelines)
       for (int m : {1, 2, 4}) v.push_back({p, n, m});
   }
