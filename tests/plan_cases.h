@@ -49,7 +49,8 @@ inline std::vector<PlanCase> plan_cases() {
       v.push_back({std::string("dp1xpp2") + suffix, 2, m});
       v.push_back({std::string("dp2xpp1") + suffix, 2, m});
     }
-  for (const auto& [name, n] : std::vector<std::pair<std::string, int>>{{"dp2xtp2", 4}, {"dp1xtp2", 2}, {"dp2xtp1", 2}})
+  for (const auto& [name, n] : std::vector<std::pair<std::string, int>>{
+           {"dp2xtp2", 4}, {"dp1xtp2", 2}, {"dp2xtp1", 2}, {"hsdp2x2", 4}, {"hsdp1x2", 2}, {"hsdp2x1", 2}, {"hsdp3x1", 3}})
     v.push_back({name, n, 1});
   return v;
 }

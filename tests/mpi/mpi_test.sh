@@ -46,11 +46,12 @@ replay-ddp | replay-mp | replay-pipeline | replay-pipeline-1f1b | replay-pipelin
   done
   ;;
 replay-hybrids)
-  # dp x pp and dp x tp hybrids across processes: their groups run on communicators split from
-  # the job's (one part of both ranks, or two parts of one), and 2 x 2 on 4 processes.
+  # dp x pp, dp x tp and hsdp hybrids across processes: their groups run on communicators split
+  # from the job's (one part of both ranks, or two parts of one), and 2 x 2 on 4 processes.
   A="--workload $HERE/../fixtures/conv_odd/net.json --steps 5 --batch 8 --micro-batches 2 --device-kind cpu"
   "$PARBENCH" replay --strategy regular $A --out "$DIR/regular" >/dev/null 2>&1 || fail "regular replay"
-  for NS in "2 dp2xpp1" "2 dp1xpp2" "4 dp2xpp2" "4 dp2xpp2-1f1b" "2 dp2xtp1" "2 dp1xtp2" "4 dp2xtp2"; do
+  for NS in "2 dp2xpp1" "2 dp1xpp2" "4 dp2xpp2" "4 dp2xpp2-1f1b" "2 dp2xtp1" "2 dp1xtp2" "4 dp2xtp2" "2 hsdp2x1" "2 hsdp1x2" \
+    "4 hsdp2x2"; do
     set -- $NS
     "${MPI[@]}" -n "$1" "$PARBENCH" replay --strategy "$2" $A --out "$DIR/$2" || fail "mpiexec -n $1 replay $2"
     /usr/bin/python3 "$HERE/compare_replay.py" "$DIR/regular" "$DIR/$2" || fail "$2 over MPI differs from regular"
