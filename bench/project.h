@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/net.h"
+#include "plan/plan.h"
 #include "projection/projection.h"
 
 namespace pb {
@@ -63,6 +64,20 @@ struct Checked {
 // joins the JSON's top level.
 void report_validation(const Flags& f, std::string out, const std::vector<Checked>& got, const std::string& measured_note,
                        const std::string& tail, nlohmann::json json_extra);
+
+// ---- project --validate, action by action (bench/project_actions.cpp) -------------------------
+// A configuration's prediction, action by action, with the plan it priced.
+struct ActionCheck {
+  std::string name;  // the benchmark
+  Plan plan;
+  std::vector<projection::ActionSpan> predicted;
+  double scale = 1;  // --anchor's
+};
+// Per configuration traced by the run (trace-<benchmark>.json in `run_dir`, run --trace): per
+// action kind the measured and predicted seconds over every worker (waiting left out), and the
+// five actions furthest off, named; markdown, and one JSON entry each pushed into `doc`. "" when
+// no configuration has a trace.
+std::string per_action_report(const std::string& run_dir, const std::vector<ActionCheck>& checks, nlohmann::json* doc);
 
 int cmd_project(const std::vector<std::string>& args);
 int cmd_calibrate(const std::vector<std::string>& args);

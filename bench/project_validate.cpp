@@ -17,6 +17,7 @@
 #include "bench/project.h"
 #include "engine/check.h"
 #include "engine/fsutil.h"
+#include "projection/plan_price.h"
 #include "reports/gbjson.h"
 #include "reports/schema.h"
 #include "reports/stats.h"
@@ -221,6 +222,8 @@ int project_validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profi
     const Measured* x;
     int threads;
     pj::Prediction r;
+    pj::Config c;
+    const pj::Profile* use;
   };
   std::vector<Row> got;
   for (const Measured& x : meas) {
@@ -231,7 +234,7 @@ int project_validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profi
     o.busy_seconds = busy_curve(profiles, t);
     const pj::Profile& base = profile_for(profiles, t, concurrent_of(x.devices));
     // Layers or stages that the run runs apart are timed apart (projection::timing_of says which).
-    const pj::Timing timing = pj::timing_of(c);
+    const pj::Timing timing = pj::timing_of(timed_plan ? *timed_plan : pj::net_of(base), c);
     const bool layerwise = timing.kind == pj::Timing::Layers;
     const int slices = timing.slices;
     const bool tp = timing.tp;
@@ -265,7 +268,7 @@ int project_validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profi
     const pj::Profile& use = layerwise && lw_it != layerwise_profiles.end() ? lw_it->second
                              : staged && sw_it != stagewise_profiles.end() ? sw_it->second
                                                                            : base;
-    got.push_back({&x, t, pj::predict(use, m, c, o)});
+    got.push_back({&x, t, pj::predict(use, m, c, o), c, &use});
   }
   // --anchor: the machine's speed while the run was measured against while the profile was timed,
   // from the one-device regular run; every prediction is scaled by it, and that row is left out.
@@ -298,8 +301,16 @@ int project_validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profi
                            "(the machine's speed while the run was measured against while the profile was timed); that row is "
                            "not counted.\n", scale)
              : "";
-  report_validation(f, out, checked, "measured = the run's median ms/iteration", tail,
-                    {{"run", run.source}, {"machine", m.source}, {"anchor_scale", scale}});
+  // Action by action where the run traced a step (run --trace).
+  std::vector<ActionCheck> actions;
+  for (const Row& g : got)
+    if (g.r.feasible && !g.r.actions.empty()) actions.push_back({g.x->name, pj::plan_for(*g.use, g.c), g.r.actions, scale});
+  json per_action = json::array();
+  const std::filesystem::path run_dir = std::filesystem::path(f.str("validate")).parent_path();
+  const std::string by_action = per_action_report(run_dir.empty() ? "." : run_dir.string(), actions, &per_action);
+  json extra = {{"run", run.source}, {"machine", m.source}, {"anchor_scale", scale}};
+  if (!per_action.empty()) extra["per_action"] = per_action;
+  report_validation(f, out, checked, "measured = the run's median ms/iteration", tail + by_action, extra);
   return 0;
 }
 

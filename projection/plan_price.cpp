@@ -170,7 +170,7 @@ PricedPlan price_plan(const Plan& plan, const Profile& p, const Machine& m, Step
   // Collective instances: the k-th collective over a group on each of its members.
   std::map<std::pair<int, int>, std::pair<int, CollTime>> instances;  // (group, k) -> tag, cost
   int next_tag = 1;
-  std::map<std::pair<int, int>, int> started, done;  // (worker, action) -> signal tags
+  std::map<std::pair<int, int>, int> done;  // (worker, action) -> the signal of its end
   for (int w = 0; w < W; ++w) {
     std::map<int, int> per_group;
     Actor& comp = out.actors[w];
@@ -216,13 +216,14 @@ PricedPlan price_plan(const Plan& plan, const Profile& p, const Machine& m, Step
         default:
           op = {Op::Compute, compute_seconds(plan, w, a, p, m, bl)};
       }
+      op.action = a.id;
       if (x == w) {
         comp.ops.push_back(op);
         continue;
       }
       // Started from the compute lane, in its order; its end is what a Wait waits for.
       const int s = next_tag++, d = next_tag++;
-      started[{w, a.id}] = s, done[{w, a.id}] = d;
+      done[{w, a.id}] = d;
       comp.ops.push_back({Op::Signal, 0, -1, s});
       Actor& lane = out.actors[x];
       lane.ops.push_back({Op::Wait, 0, -1, s});

@@ -47,6 +47,7 @@ Prediction predict_impl(const Profile& p, const Machine& m, const Config& named,
   r.fits = r.peak_bytes <= m.memory_bytes / (m.shared_cores > 0 ? std::min(N, m.devices_per_node) : 1);
   r.comm_bytes = prog.comm_bytes;
   r.samples_per_s = static_cast<double>(c.global_batch) / r.step_s;
+  r.actions = sim.actions;
   return r;
 }
 }  // namespace

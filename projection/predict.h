@@ -11,6 +11,7 @@
 #include "plan/plan.h"
 #include "projection/machine.h"
 #include "projection/profile.h"
+#include "projection/simulator.h"
 
 namespace pb::projection {
 
@@ -56,6 +57,10 @@ struct Prediction {
   bool fits = true;
   double comm_bytes = 0;       // per step, sent by all workers together
   double samples_per_s = 0;
+  // Each action of its plan as the simulator played it (worker, action id, start and end in
+  // seconds from the step's start, before the per-step overheads): project --validate's per-action
+  // comparison.
+  std::vector<ActionSpan> actions;
 };
 
 Prediction predict(const Profile& p, const Machine& m, const Config& c, const Options& o = {});

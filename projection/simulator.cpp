@@ -28,7 +28,7 @@ SimResult simulate(const std::vector<Actor>& actors, int workers, const Machine&
   const int A = static_cast<int>(actors.size());
   std::vector<std::size_t> pc(A, 0);
   std::vector<St> st(A, Ready);
-  std::vector<double> remaining(A, 0), end(A, 0);
+  std::vector<double> remaining(A, 0), end(A, 0), began(A, 0);
   std::set<int> signaled;
   std::map<int, std::vector<int>> arrived;
   std::map<int, std::vector<double>> arrived_at;
@@ -54,8 +54,13 @@ SimResult simulate(const std::vector<Actor>& actors, int workers, const Machine&
         const Op& op = actors[a].ops[pc[a]];
         switch (op.kind) {
           case Op::Compute:
-            if (op.s <= 0) ++pc[a], st[a] = Ready;
-            else st[a] = Computing, remaining[a] = op.s;
+            began[a] = now;
+            if (op.s <= 0) {
+              if (op.action >= 0) r.actions.push_back({actors[a].worker, op.action, now, now});
+              ++pc[a], st[a] = Ready;
+            } else {
+              st[a] = Computing, remaining[a] = op.s;
+            }
             progress = true;
             break;
           case Op::Signal:
@@ -73,13 +78,13 @@ SimResult simulate(const std::vector<Actor>& actors, int workers, const Machine&
             if (op.eager) {
               if (op.kind == Op::Send) {  // busy while its data goes out, then free
                 mail[{a, op.peer}].push_back(now + op.s);
-                st[a] = Moving, end[a] = now + op.s, progress = true;
+                st[a] = Moving, end[a] = now + op.s, began[a] = now, progress = true;
               } else {
                 auto& box = mail[{op.peer, a}];
                 if (box.empty()) {
                   st[a] = Blocked;
                 } else {
-                  st[a] = Moving, end[a] = std::max(now, box.front()), progress = true;
+                  st[a] = Moving, end[a] = std::max(now, box.front()), began[a] = now, progress = true;
                   box.erase(box.begin());
                 }
               }
@@ -92,6 +97,7 @@ SimResult simulate(const std::vector<Actor>& actors, int workers, const Machine&
             if (bo && bo->kind == want && bo->peer == a && !bo->eager) {
               const double d = op.kind == Op::Send ? op.s : bo->s;
               st[a] = st[b] = Moving;
+              began[a] = began[b] = now;
               end[a] = end[b] = now + d;
               end[op.kind == Op::Recv ? a : b] = now + std::max(0.0, d - m.sender_trails_s);  // the receiver goes on first
               progress = true;
@@ -113,7 +119,7 @@ SimResult simulate(const std::vector<Actor>& actors, int workers, const Machine&
                 const Op& o = actors[x].ops[pc[x]];
                 d = std::max(d, late && o.late >= 0 ? o.late : o.s);
               }
-              for (int x : who) st[x] = Moving, end[x] = now + d;
+              for (int x : who) st[x] = Moving, end[x] = now + d, began[x] = now;
               arrived.erase(op.tag);
               arrived_at.erase(op.tag);
               progress = true;
@@ -171,8 +177,11 @@ SimResult simulate(const std::vector<Actor>& actors, int workers, const Machine&
     }
     now = next;
     for (int a = 0; a < A; ++a) {
-      if (st[a] == Computing && remaining[a] <= eps * std::max(1.0, now)) ++pc[a], st[a] = Ready;
-      if ((st[a] == Moving || st[a] == Lagging) && end[a] <= now + eps) ++pc[a], st[a] = Ready, in_coll[a] = 0;
+      const bool ends = (st[a] == Computing && remaining[a] <= eps * std::max(1.0, now)) ||
+                        ((st[a] == Moving || st[a] == Lagging) && end[a] <= now + eps);
+      if (!ends) continue;
+      if (const int id = actors[a].ops[pc[a]].action; id >= 0) r.actions.push_back({actors[a].worker, id, began[a], now});
+      ++pc[a], st[a] = Ready, in_coll[a] = 0;
     }
   }
   r.end = now;

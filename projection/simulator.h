@@ -18,6 +18,7 @@ struct Op {
   int count = 0;      // Coll: participants
   bool eager = false; // Send/Recv: the sender goes on once its data is out (a buffer per message)
   double late = -1;   // Coll: its seconds when the last participant arrives late (< 0: s)
+  int action = -1;    // the plan action it plays (an id on its actor's worker); -1: none
 };
 
 // A collective's seconds: its participants arriving together, or the last one late (its peers
@@ -34,9 +35,16 @@ struct Actor {
   std::vector<Op> ops;
 };
 
+// An op of a plan action as played: from when it began to work (computing, moving data) to its end.
+struct ActionSpan {
+  int worker = 0, action = 0;
+  double start = 0, end = 0;
+};
+
 struct SimResult {
   double end = 0;
   std::vector<double> compute, exposed;  // per worker
+  std::vector<ActionSpan> actions;       // every op with an action, in the order they ended
 };
 
 // One-thread CPU workers of a node beyond its cores are bound to them round robin

@@ -199,24 +199,38 @@ std::vector<int64_t> batch_pieces(const NetPlan& net, const Config& c) {
   return v;
 }
 
-Timing timing_of(const Config& c) {
-  // tp (and dp x tp) runs every layer as its own slice; fsdp and zero2 every layer with its ReLU
-  // as its own Sequential: activations leave the library's blocked layout between layers, which
-  // the profile's one Sequential avoids. mp, pipeline and dp x pp run each stage as its own
-  // Sequential.
+Timing timing_of(const NetPlan& net, const Config& c) {
+  // Read off the plan: workers of one replica holding different layers are stages, each run as
+  // its own Sequential; a worker computing the net layer by layer (fsdp's and zero2's units, tp's
+  // slices) runs each layer apart, where activations leave the library's blocked layout between
+  // layers, which the profile's one Sequential avoids; tp's slices (a part of a layer's work) are
+  // timed as the worker's slice with its ReLUs and layout copies, over the workers a layer's
+  // output is gathered from.
   Timing t;
-  const auto dptp = dptp_shape(c.strategy);
-  const auto dppp = hybrid_shape(c.strategy);
-  const bool sharded = c.strategy.rfind("fsdp", 0) == 0 || c.strategy.rfind("zero2", 0) == 0 ||  // and -prefetch
-                       c.strategy.rfind("hsdp", 0) == 0;
-  if (c.strategy == "tp" || dptp || sharded) {
-    t.kind = Timing::Layers;
-    t.slices = c.strategy == "tp" ? c.devices : dptp ? dptp->second : 1;
-    t.tp = c.strategy == "tp" || dptp;
-  } else if (c.strategy == "mp" || c.strategy.rfind("pipeline", 0) == 0 || dppp) {
-    t.kind = Timing::Stages;
-    t.stages = dppp ? dppp->second : c.devices;
+  Plan plan;
+  try {
+    Config flops = c;
+    flops.balance_by = "flops";  // the split does not change how it is timed
+    plan = c.plan ? *c.plan : make_plan(run_name(flops), net, options_of(flops, nullptr), c.global_batch);
+  } catch (const UsageError&) {  // a configuration the run refuses: its prediction says why
+    return t;
   }
+  const int layers = static_cast<int>(net.layers.size());
+  int first_replica = 0;
+  for (int w = 0; w < plan.workers; ++w) first_replica += plan.replica[w] == 0;
+  if (first_replica > 1) {
+    t.kind = Timing::Stages;
+    t.stages = first_replica;
+    return t;
+  }
+  for (const Action& a : plan.actions.at(0)) {
+    if (a.kind == ActionKind::Forward && (a.layer_begin > 0 || a.layer_end < layers)) t.kind = Timing::Layers;
+    if (a.kind == ActionKind::Forward && a.part < 1) t.tp = true;
+    if (a.kind == ActionKind::Collective && a.coll == CollKind::AllGather && a.layer_begin >= 0 && t.slices == 1)
+      t.slices = static_cast<int>(plan.groups.at(a.group).members.size());
+  }
+  if (t.tp) t.kind = Timing::Layers;  // a slice of even a one-layer net
+  else t.slices = 1;
   return t;
 }
 
@@ -249,7 +263,6 @@ StepProgram step_program(const Profile& p, const Machine& m, const Config& named
   const int N = c.devices;
   if (N < 1 || c.global_batch < 1) return refuse("needs at least one device and one sample");
   if (N > m.total_devices()) return refuse(fmt::format("{} has {} device(s)", m.name, m.total_devices()));
-  if (c.strategy == "dp" && N > m.devices_per_node) return refuse("dp runs in one process: one node's devices at most");
   // The plan the run would run (or the one given), refused where the run refuses it.
   Plan plan;
   try {
@@ -266,6 +279,10 @@ StepProgram step_program(const Profile& p, const Machine& m, const Config& named
         return refuse(fmt::format("the plan's layer {} has {} parameters, the profile's {}", i, plan.layer_params[i], p.layers[i].params));
   }
   out.name = c.plan ? plan.strategy : run_name(c);
+  // A strategy that cannot run as a process per worker (dp: one process scatters and gathers)
+  // stays within a node, as the registry says.
+  if (!strategy_info(out.name).multi_process && N > m.devices_per_node)
+    return refuse(fmt::format("{} runs in one process: one node's devices at most", out.name));
   out.micro_batches = plan.micro_batches;
   StepBuilder bl(p, m, c, o, threads);
   PricedPlan priced = price_plan(plan, p, m, bl);

@@ -48,16 +48,17 @@ std::string no_configuration(const std::string& strategy, const std::vector<int6
 // The batch sizes its workers compute at, for the profile to hold: the samples of every compute
 // action of its plan on `net`, and the whole batch.
 std::vector<int64_t> batch_pieces(const NetPlan& net, const Config& c);
-// How its layers must be timed to be priced as it runs them: in the profile's one Sequential, as
-// separate layers (tp, dp x tp: `slices` channel slices, with tp's ReLUs and layout copies; fsdp,
-// zero2: whole), or as separate stages (mp, pipeline, dp x pp: `stages` of them).
+// How its layers must be timed to be priced as it runs them, read off its plan on `net`: in the
+// profile's one Sequential, as separate layers (a worker computing layer by layer: fsdp's and
+// zero2's units, whole; tp's slices, `slices` ways with its ReLUs and layout copies), or as
+// separate stages (workers of one replica holding different layers: `stages` of them).
 struct Timing {
   enum Kind { Whole, Layers, Stages } kind = Whole;
   int slices = 1;
   bool tp = false;
   int stages = 1;
 };
-Timing timing_of(const Config& c);
+Timing timing_of(const NetPlan& net, const Config& c);
 // Timing::Stages: each stage's layers [begin, end) of `net` as its plan splits them (its --balance;
 // `time` from `p`'s layer times, by FLOPs without one). UsageError where the run refuses it.
 std::vector<std::pair<int, int>> stage_ranges(const NetPlan& net, const Config& c, const Profile* p);

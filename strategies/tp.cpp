@@ -214,16 +214,24 @@ class TensorParallel final : public GroupStrategy {
     const float* dy = gout;
     int next = 0, copies = 0;  // which dx buffer the next input gradient goes to; the layer's piece copies so far
     bool backward = false;     // past the loss
+    // A traced step (detail): a span per computation, each with its action's id, for project
+    // --validate's comparison action by action; else one per phase (fewer spans in a timed step).
+    const bool each = w.tracer.detail();
     auto backward_span = [&] {  // opened by the first backward computation, so it carries its id
-      if (!bwd_span) bwd_span.emplace(w.tracer.compute(Phase::Backward, 0, [] { return std::string("backward"); }));
+      if (!bwd_span && !each) bwd_span.emplace(w.tracer.compute(Phase::Backward, 0, [] { return std::string("backward"); }));
     };
     bind.compute = [&](const Action& a) {
       const int i = a.layer_begin;
+      std::optional<Tracer::Scope> own;
+      if (each && a.kind != ActionKind::Loss && a.kind != ActionKind::Optimizer)
+        own.emplace(w.tracer.compute(backward ? Phase::Backward : Phase::Forward, 0,
+                                     [&] { return fmt::format("{} layer {}", action_kind_name(a.kind), i); }));
       const LayerPlan* l = i >= 0 ? &plan().layers[i] : nullptr;
       const Slice* s = i >= 0 ? &slices_[i] : nullptr;
       switch (a.kind) {
         case ActionKind::Forward: {
-          if (!fwd_span && !backward) fwd_span.emplace(w.tracer.compute(Phase::Forward, 0, [] { return std::string("forward"); }));
+          if (!fwd_span && !backward && !each)
+            fwd_span.emplace(w.tracer.compute(Phase::Forward, 0, [] { return std::string("forward"); }));
           const float* x = out_of(i - 1);
           float* y = st.acts[i].defined() ? st.acts[i].data() : nullptr;
           copies = 0;

@@ -201,5 +201,34 @@ TEST(ProjectionPlans, DpxppVariantsAreProjected) {
   EXPECT_EQ(pj::configurations("dp2xpp2-1f1b", 4, 8, sweep).size(), 1u);
 }
 
+TEST(ProjectionPlans, WhatValidateTimesIsReadOffThePlan) {
+  // --validate times layers as the plan runs them: one Sequential, layer by layer (fsdp's units,
+  // tp's slices with their ReLUs and copies), or stage by stage. One worker of tp or fsdp runs the
+  // whole net as one Sequential: timed so (the old name-based rule timed it layer by layer).
+  const NetPlan net = test::plan_test_net();
+  struct Want {
+    const char* strategy;
+    int devices;
+    pj::Timing::Kind kind;
+    int slices, stages;
+    bool tp;
+  };
+  using K = pj::Timing::Kind;
+  for (const Want& w : std::vector<Want>{{"regular", 1, K::Whole, 1, 1, false},  {"ddp", 2, K::Whole, 1, 1, false},
+                                         {"fsdp", 1, K::Whole, 1, 1, false},     {"fsdp", 3, K::Layers, 1, 1, false},
+                                         {"zero2", 2, K::Layers, 1, 1, false},   {"tp", 1, K::Whole, 1, 1, false},
+                                         {"tp", 3, K::Layers, 3, 1, true},       {"dp2xtp2", 4, K::Layers, 2, 1, true},
+                                         {"mp", 1, K::Whole, 1, 1, false},       {"pipeline-1f1b", 3, K::Stages, 1, 3, false},
+                                         {"dp2xpp2-recompute", 4, K::Stages, 1, 2, false}}) {
+    pj::Config c = config(w.strategy, w.devices, test::kPlanBatch);
+    c.micro_batches = 2;
+    const pj::Timing t = pj::timing_of(net, c);
+    EXPECT_EQ(t.kind, w.kind) << w.strategy << " x" << w.devices;
+    EXPECT_EQ(t.slices, w.slices) << w.strategy << " x" << w.devices;
+    EXPECT_EQ(t.stages, w.stages) << w.strategy << " x" << w.devices;
+    EXPECT_EQ(t.tp, w.tp) << w.strategy << " x" << w.devices;
+  }
+}
+
 }  // namespace
 }  // namespace pb

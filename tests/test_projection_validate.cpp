@@ -312,5 +312,41 @@ TEST_F(ProjectCli, ValidateComparesEveryMeasuredConfiguration) {
   EXPECT_NE(r.err.find("\"bucket_mb\" is \"lots\""), std::string::npos) << r.err;
 }
 
+// A run with --trace: each configuration's traced step against its prediction, action by action
+// (each span carries its plan action's id), per kind and the actions furthest off.
+TEST_F(ProjectCli, ValidateComparesTracedStepsActionByAction) {
+  test::Result r = parbench("run --workload " + example_net() + " --strategies ddp,pipeline-1f1b --devices 2 --batch 2 "
+                            "--iterations 2 --warmup 1 --trace --out " + path("run"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  json prof = pj::profile_json(profile_of(plan_net(resolve_workload(example_net(), WorkloadOptions{}))));
+  prof["context"]["device_kind"] = "cpu";
+  write_file_atomic(path("p.json"), prof.dump());
+  const std::string cmd = "project --validate " + path("run/results.json") + " --machine " +
+                          (test::source_dir() / "machines/this_cpu.json").string() + " --profile " + path("p.json");
+  r = parbench(cmd + " --out " + path("v"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const json v = json::parse(read_file(path("v.json")));
+  ASSERT_TRUE(v.contains("per_action")) << v.dump();
+  ASSERT_EQ(v["per_action"].size(), 2u);
+  for (const json& e : v["per_action"]) {
+    for (const char* kind : {"forward", "backward (weights + data)", "optimizer"}) {
+      ASSERT_TRUE(e["kinds"].contains(kind)) << e.dump();
+      EXPECT_GT(e["kinds"][kind]["measured_s"].get<double>(), 0) << kind;
+      EXPECT_GT(e["kinds"][kind]["predicted_s"].get<double>(), 0) << kind;
+    }
+    ASSERT_FALSE(e["worst"].empty());
+    EXPECT_EQ(e["worst"][0]["action"].get<std::string>().rfind("worker ", 0), 0u) << e.dump();
+  }
+  EXPECT_NE(r.out.find("### Per action: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Furthest off:"), std::string::npos);
+  // Without the traces: no per-action part.
+  for (const auto& entry : std::filesystem::directory_iterator(path("run")))
+    if (entry.path().filename().string().rfind("trace-", 0) == 0) std::filesystem::remove(entry.path());
+  r = parbench(cmd + " --out " + path("w"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_FALSE(json::parse(read_file(path("w.json"))).contains("per_action"));
+  EXPECT_EQ(r.out.find("Per action"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace pb
