@@ -163,7 +163,7 @@ void Communicator::timed(int rank, std::size_t bytes, F&& f, CollKind kind, int 
     const bool named = tr->named();
     const std::string what =
         !named ? std::string()
-        : kind == CollKind::AllReduce && n <= 0 ? std::string("all_reduce completion")
+        : (kind == CollKind::AllReduce || kind == CollKind::AllGather) && n <= 0 ? fmt::format("{} completion", coll_kind_name(kind))
         : fmt::format("{} {}{}", coll_kind_name(kind), size_str(static_cast<double>(n > 0 ? n : 0) * sizeof(float)),
                             peer >= 0 ? fmt::format(" peer {}", peer) : "");
     const std::string idle = named ? (peer >= 0 ? fmt::format("wait for peer {}", peer) : std::string("wait for peers")) : std::string();
