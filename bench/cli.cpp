@@ -23,8 +23,8 @@
 namespace pb {
 
 std::string strategy_names_help() {
-  return fmt::format("{} ({} and {} by a member: dp<D>xpp<P>, dp<D>xtp<T>, e.g. dp2xpp2)", fmt::join(strategy_names(), ", "),
-                     kHybridFamily, kDpTpFamily);
+  return fmt::format("{} ({}, {} and {} by a member: dp<D>xpp<P>, dp<D>xtp<T>, hsdp<R>x<S>, e.g. dp2xpp2)",
+                     fmt::join(strategy_names(), ", "), kHybridFamily, kDpTpFamily, kHsdpFamily);
 }
 
 std::vector<Flag> training_flags() {
@@ -146,7 +146,7 @@ int worker_count(const Flags& f) {
   Schedule schedule = Schedule::GPipe;
   bool recompute = false;
   if (f.has("strategy") && (parse_hybrid_name(f.str("strategy"), &dp, &side, &schedule, &recompute) ||
-                            parse_dptp_name(f.str("strategy"), &dp, &side)))
+                            parse_dptp_name(f.str("strategy"), &dp, &side) || parse_hsdp_name(f.str("strategy"), &dp, &side)))
     return dp * side;
   return static_cast<int>(f.integer("devices"));
 }

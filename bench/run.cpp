@@ -164,14 +164,14 @@ RunPlan plan_run(const Flags& f, Sweep& sw) {
     int dp = 0, side = 0;
     Schedule sc = Schedule::GPipe;
     bool rc = false;
-    return s == kHybridFamily || s == kDpTpFamily || parse_hybrid_name(s, &dp, &side, &sc, &rc) ||
-           parse_dptp_name(s, &dp, &side);
+    return s == kHybridFamily || s == kDpTpFamily || s == kHsdpFamily || parse_hybrid_name(s, &dp, &side, &sc, &rc) ||
+           parse_dptp_name(s, &dp, &side) || parse_hsdp_name(s, &dp, &side);
   };
   for (const std::string& s : strategies)
     if (std::find(known.begin(), known.end(), s) == known.end() && !is_hybrid(s))
       throw UsageError(fmt::format("unknown strategy '{}' in --strategies: expected all or some of {} (members of {} "
-                                   "as dp<D>xpp<P>, of {} as dp<D>xtp<T>)", s, fmt::join(known, ", "), kHybridFamily,
-                                   kDpTpFamily));
+                                   "as dp<D>xpp<P>, of {} as dp<D>xtp<T>, of {} as hsdp<R>x<S>)", s, fmt::join(known, ", "),
+                                   kHybridFamily, kDpTpFamily, kHsdpFamily));
   auto has = [&](const std::string& s) { return std::find(strategies.begin(), strategies.end(), s) != strategies.end(); };
   if (shape.given() && !has(kHybridFamily) && !has(kDpTpFamily))
     throw UsageError(fmt::format("--dp/--pp/--tp choose among the hybrids: add {} or {} to --strategies", kHybridFamily,
@@ -232,7 +232,11 @@ RunPlan plan_run(const Flags& f, Sweep& sw) {
         members.clear();
         for (const auto& [D, S] : hybrid_factorizations(static_cast<int>(d), shape.dp, want))
           members.push_back(tp ? dptp_name(D, S) : strategy_name(f, hybrid_name(D, S, Schedule::GPipe, false), false));
-      } else if ((parse_hybrid_name(s, &dp, &side, &sc, &rc) || parse_dptp_name(s, &dp, &side)) && dp * side != d) {
+      } else if (s == kHsdpFamily) {  // every R x S = d, both at least 2
+        members.clear();
+        for (const auto& [R, S] : hybrid_factorizations(static_cast<int>(d))) members.push_back(hsdp_name(R, S));
+      } else if ((parse_hybrid_name(s, &dp, &side, &sc, &rc) || parse_dptp_name(s, &dp, &side) ||
+                  parse_hsdp_name(s, &dp, &side)) && dp * side != d) {
         members.clear();
       }
       if (members.empty()) unshaped.push_back(fmt::format("{} x{}", s, d));

@@ -89,7 +89,7 @@ void add_run_context(const RunPlan& p, const Flags& f, const Sweep& sw) {
   // strategy is the one-device reference.
   std::vector<std::string> order, single;
   for (const StrategyInfo& i : strategy_infos()) {
-    if (i.name == kHybridFamily || i.name == kDpTpFamily) {  // a family: its members in the run, in sweep order
+    if (i.name == kHybridFamily || i.name == kDpTpFamily || i.name == kHsdpFamily) {  // a family: its members in the run, in sweep order
       for (const Config& c : p.configs)
         if (strategy_info(c.strategy).name == i.name && std::find(order.begin(), order.end(), c.strategy) == order.end())
           order.push_back(c.strategy);

@@ -57,7 +57,8 @@ Communicator::Communicator(std::vector<Backend*> ranks)
       tracers_(ranks_.size(), nullptr),
       waits_(ranks_.size()),
       calls_(ranks_.size()),
-      grouped_(ranks_.size(), 0) {
+      grouped_(ranks_.size(), 0),
+      started_(ranks_.size(), CollKind::AllReduce) {
   PB_CHECK(!ranks_.empty(), "a communicator needs at least one rank");
   bool any = false;
   for (Backend* b : ranks_) any = any || b != nullptr;
@@ -162,7 +163,7 @@ void Communicator::timed(int rank, std::size_t bytes, F&& f, CollKind kind, int 
     const bool named = tr->named();
     const std::string what =
         !named ? std::string()
-        : kind == CollKind::AllReduce && n <= 0 ? std::string("all_reduce completion")
+        : (kind == CollKind::AllReduce || kind == CollKind::AllGather) && n <= 0 ? fmt::format("{} completion", coll_kind_name(kind))
         : fmt::format("{} {}{}", coll_kind_name(kind), size_str(static_cast<double>(n > 0 ? n : 0) * sizeof(float)),
                             peer >= 0 ? fmt::format(" peer {}", peer) : "");
     const std::string idle = named ? (peer >= 0 ? fmt::format("wait for peer {}", peer) : std::string("wait for peers")) : std::string();
@@ -210,11 +211,13 @@ void Communicator::all_reduce_start(int rank, float* buf, int64_t n) {
   timed(rank, n * sizeof(float), [&] {
     if (n > 0) do_all_reduce(rank, buf, n);
   }, CollKind::AllReduce, -1, n);
+  started_.at(rank) = CollKind::AllReduce;
   observed(rank, {CommCall::Collective, CollKind::AllReduce, -1, n});
 }
 
-// Started all-reduces complete here (MPI): the call's transfer time is theirs.
-void Communicator::wait(int rank) { timed(rank, 0, [&] { do_wait(rank); }, CollKind::AllReduce); }
+// Started collectives complete here (MPI): the call's transfer time is theirs, booked under the
+// kind last started (ddp starts only all-reduces, the prefetching fsdp only all-gathers).
+void Communicator::wait(int rank) { timed(rank, 0, [&] { do_wait(rank); }, started_.at(rank)); }
 
 void Communicator::broadcast(int rank, float* buf, int64_t n, int root) {
   PB_CHECK(n >= 0 && 0 <= root && root < size(), "broadcast of {} values from root {} of {}", n, root, size());
@@ -278,6 +281,15 @@ void Communicator::all_gather(int rank, const float* send, float* recv, int64_t 
   timed(rank, static_cast<std::size_t>(n) * size() * sizeof(float), [&] {
     if (n > 0) do_all_gather(rank, send, recv, n);
   }, CollKind::AllGather, -1, n * size());
+  observed(rank, {CommCall::Collective, CollKind::AllGather, -1, n});
+}
+
+void Communicator::all_gather_start(int rank, const float* send, float* recv, int64_t n) {
+  PB_CHECK(n >= 0, "all_gather of {} values per rank", n);
+  timed(rank, static_cast<std::size_t>(n) * size() * sizeof(float), [&] {
+    if (n > 0) do_all_gather_start(rank, send, recv, n);
+  }, CollKind::AllGather, -1, n * size());
+  started_.at(rank) = CollKind::AllGather;
   observed(rank, {CommCall::Collective, CollKind::AllGather, -1, n});
 }
 

@@ -93,6 +93,10 @@ class Communicator {
   void all_gather(int rank, const float* send, float* recv, int64_t n);
   // reduce_scatter: recv (n values) = the sum over ranks of their send[rank*n, (rank+1)*n).
   void reduce_scatter(int rank, const float* send, float* recv, int64_t n);
+  // all_gather that returns at once, its result ordered by wait() as all_reduce_start's: the
+  // prefetching fsdp variants gather the next unit while the current one computes. recv must stay
+  // untouched, and send unchanged, until then. A host-side communicator may complete it in the call.
+  void all_gather_start(int rank, const float* send, float* recv, int64_t n);
 
   // Point-to-point transfers that return at once, so a pipeline stage can start its next
   // micro-batch while its output travels. The send's buffer must stay unchanged, and the recv's
@@ -139,6 +143,10 @@ class Communicator {
   virtual void do_group_end(int) {}
   virtual void do_all_gather(int rank, const float* send, float* recv, int64_t n) = 0;
   virtual void do_reduce_scatter(int rank, const float* send, float* recv, int64_t n) = 0;
+  // Completes by do_wait; by default at once, as do_all_gather.
+  virtual void do_all_gather_start(int rank, const float* send, float* recv, int64_t n) {
+    do_all_gather(rank, send, recv, n);
+  }
 
   Backend& backend(int rank) const { return *ranks_.at(rank); }  // a local rank's
   // Implementations that order themselves after the rank's queued compute with events return
@@ -176,6 +184,7 @@ class Communicator {
   std::vector<std::vector<std::pair<std::chrono::steady_clock::time_point, std::chrono::steady_clock::time_point>>> waits_;
   std::vector<std::vector<Call>> calls_;
   std::vector<char> grouped_;  // per rank: inside group_start .. group_end
+  std::vector<CollKind> started_;  // per rank: the kind of the last start, whose time wait() books
 };
 
 // A call as a communicator's front end saw it, for checking on CPU the order of the calls NCCL

@@ -153,9 +153,14 @@ MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch, const 
   std::string variant;
   const bool dpxpp = hybrid("dp%dxpp%d%n", &D, &S, &variant);
   const bool dptp = !dpxpp && hybrid("dp%dxtp%d%n", &D, &S, &variant);
-  const std::string& s = c.strategy;
+  // hsdp<R>x<S>: fsdp's buffers, sharded over the S workers of a group.
+  const bool hsdp = !dpxpp && !dptp && hybrid("hsdp%dx%d%n", &D, &S, &variant) && variant.empty();
+  // The -prefetch variants keep fsdp's and zero2's buffers (fsdp-prefetch: a second unit gathered).
+  const bool prefetch = c.strategy == "fsdp-prefetch" || c.strategy == "zero2-prefetch";
+  const std::string s = prefetch ? c.strategy.substr(0, c.strategy.size() - std::string("-prefetch").size()) : c.strategy;
   // fsdp, zero2 and tp on one worker run the whole net as one Sequential: regular's buffers.
-  const bool whole_net = N == 1 && (s == "fsdp" || s == "zero2" || s == "tp" || dptp);
+  // hsdp<R>x1 shards over groups of one: every worker holds the whole state, as ddp's replicas.
+  const bool whole_net = (N == 1 && (s == "fsdp" || s == "zero2" || s == "tp" || dptp || hsdp)) || (hsdp && S == 1);
   if (s == "regular" || s == "ddp" || s == "dp" || whole_net) {
     const std::vector<int64_t> ch = chunks(global_batch, s == "regular" ? 1 : N);
     for (int i = 0; i < N; ++i) {
@@ -204,23 +209,26 @@ MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch, const 
         x.workspace = ly.sequential_workspace(b, e, most);
       }
     }
-  } else if (s == "fsdp" || s == "zero2") {
+  } else if (s == "fsdp" || s == "zero2" || hsdp) {
     // Units: a layer with parameters and the parameterless ones after it (strategies/fsdp.cpp),
-    // each padded to N equal shards.
+    // each padded to W equal shards (the workers it is sharded over: hsdp's S, else N).
+    PB_CHECK(!hsdp || D * S == N, "memory estimate: {} on {} devices", s, N);
+    const int W = hsdp ? S : N;
     std::vector<std::pair<int, int>> units;
     std::vector<double> padded;
     for (int i = 0; i < L; ++i) {
       const double n = ly.params(i, i + 1);
       if (units.empty() || (n > 0 && padded.back() > 0)) {
         units.push_back({i, i + 1});
-        padded.push_back(std::ceil(n / N) * N);
+        padded.push_back(std::ceil(n / W) * W);
       } else {
         units.back().second = i + 1;
-        if (n > 0) padded.back() = std::ceil(n / N) * N;
+        if (n > 0) padded.back() = std::ceil(n / W) * W;
       }
     }
     double shard = 0, all = 0, largest = 0;
-    for (double u : padded) shard += u / N, all += u, largest = std::max(largest, u);
+    for (double u : padded) shard += u / W, all += u, largest = std::max(largest, u);
+    const double whole = W > 1 ? 1 : 0;  // a group of one computes in its shards: no whole buffers
     std::vector<int64_t> ch = chunks(global_batch, N);
     ch.resize(N, 0);
     for (int i = 0; i < N; ++i) {
@@ -233,12 +241,12 @@ MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch, const 
       }
       const double ws = ly.workspace(0, L, n);  // one backend runs every unit
       // The shard's parameters, gradients and Adam moments, the gathered parameters (fsdp: one
-      // unit's, zero2: every unit's from forward to backward) and one unit's full gradients, made
-      // once at setup.
+      // unit's, two with prefetch, the unit computing and the next; zero2: every unit's from
+      // forward to backward; hsdp as fsdp) and one unit's full gradients, made once at setup.
       // bf16: each unit's Sequential also keeps a bf16 copy of the unit's parameters, made at its
       // first forward (a worker without a chunk runs none).
-      w[i].params = shard + (s == "fsdp" ? largest : all) + (c.bf16 && n > 0 ? 0.5 * P : 0);
-      w[i].state = 3 * shard + largest;
+      w[i].params = shard + whole * (s == "zero2" ? all : (prefetch ? 2 : 1) * largest) + (c.bf16 && n > 0 ? 0.5 * P : 0);
+      w[i].state = 3 * shard + whole * largest;
       w[i].acts = n * in + 2 * n * outn + 1 + acts + scratch + 2 * max_in;
       w[i].workspace = ws;
     }

@@ -35,7 +35,8 @@ struct MemoryEstimate {
 MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch);
 
 // One configuration, for the per-worker estimate below. `strategy` as registered: regular, dp,
-// ddp, mp, pipeline[-1f1b][-recompute], fsdp, zero2, tp, dp<D>xpp<P>[-1f1b][-recompute], dp<D>xtp<T>.
+// ddp, mp, pipeline[-1f1b][-recompute], fsdp[-prefetch], zero2[-prefetch], tp, dp<D>xpp<P>[-1f1b][-recompute],
+// dp<D>xtp<T>, hsdp<R>x<S> (fsdp's buffers with shards of 1/S).
 struct MemoryConfig {
   std::string strategy = "regular";
   int devices = 1;
@@ -72,7 +73,8 @@ std::function<double(const std::vector<LayerPlan>&, int64_t)> measured_sequentia
 // workspace; not the runtime beside them), from the buffers the strategy keeps: in `per_worker`,
 // the largest worker's parts in params ... workspace (their total() is its peak). Beyond one worker
 // fsdp and zero2 hold the buffers they gather into, made once at setup (the largest unit's
-// parameters and gradients; zero2: every unit's parameters). Formulas: docs/projection.md.
+// parameters and gradients; zero2: every unit's parameters; fsdp-prefetch: two units' parameters,
+// the one computing and the next). Formulas: docs/projection.md.
 MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch, const MemoryConfig& c);
 
 // What a configuration holds, measured after its steps: the engine's tensors and the libraries'

@@ -52,8 +52,9 @@ std::vector<std::string> Config::options() const {
 }
 
 const std::vector<std::string>& modelled_strategies() {
-  static const std::vector<std::string> v = {"regular", "dp",   "ddp", "mp",          "pipeline",
-                                             "fsdp",    "zero2", "tp", kHybridFamily, kDpTpFamily};
+  static const std::vector<std::string> v = {"regular", "dp",    "ddp",           "mp",           "pipeline",
+                                             "fsdp",    "zero2", "fsdp-prefetch", "zero2-prefetch", "tp",
+                                             kHybridFamily, kDpTpFamily, kHsdpFamily};
   return v;
 }
 
@@ -72,7 +73,9 @@ bool is_modelled(const std::string& s) {
   const auto& v = modelled_strategies();
   std::string schedule;
   bool recompute = false;
-  return std::find(v.begin(), v.end(), s) != v.end() || hybrid_shape(s) || dptp_shape(s) || pipeline_variant(s, &schedule, &recompute);
+  int r = 0, sh = 0;
+  return std::find(v.begin(), v.end(), s) != v.end() || hybrid_shape(s) || dptp_shape(s) || parse_hsdp_name(s, &r, &sh) ||
+         pipeline_variant(s, &schedule, &recompute);
 }
 
 void set_balance(Config& c, const std::string& b, const std::string& what) {
@@ -158,6 +161,9 @@ std::vector<Config> configurations(const std::string& s, int n, int64_t global, 
   } else if (s == kDpTpFamily || dptp_shape(s)) {
     for (const auto& [d, t] : hybrid_factorizations(n))
       if (s == kDpTpFamily || s == dptp_name(d, t)) out.push_back(base(dptp_name(d, t)));
+  } else if (int r = 0, sh = 0; s == kHsdpFamily || parse_hsdp_name(s, &r, &sh)) {
+    for (const auto& [d, t] : hybrid_factorizations(n))
+      if (s == kHsdpFamily || s == hsdp_name(d, t)) out.push_back(base(hsdp_name(d, t)));
   } else {
     out.push_back(base(s));
   }
@@ -171,7 +177,7 @@ std::string no_configuration(const std::string& s, const std::vector<int64_t>& d
   std::string why;
   if (t && !has) why = fmt::format("{} runs on {} x {} = {} devices", s, t->first, t->second, t->first * t->second);
   else if (h || s.rfind("pipeline", 0) == 0) why = fmt::format("every --micro-batches count ({}) is above the samples of a replica", micro);
-  else if (s == kHybridFamily || s == kDpTpFamily) why = fmt::format("{} needs a device count D x P with both at least 2 (4, 6, 8, ...)", s);
+  else if (s == kHybridFamily || s == kDpTpFamily || s == kHsdpFamily) why = fmt::format("{} needs a device count D x P with both at least 2 (4, 6, 8, ...)", s);
   else if (s == "regular") why = "regular runs on one device";
   else why = "no configuration of it is possible there";
   return fmt::format("--strategies {}: nothing to project at --devices {}: {}", s, fmt::join(devices, ","), why);
@@ -250,7 +256,7 @@ StepProgram step_program(const Profile& p, const Machine& m, const Config& named
     return out;
   };
   if (!c.plan) {
-    if (!is_modelled(c.strategy) || c.strategy == kHybridFamily || c.strategy == kDpTpFamily)
+    if (!is_modelled(c.strategy) || c.strategy == kHybridFamily || c.strategy == kDpTpFamily || c.strategy == kHsdpFamily)
       return refuse(fmt::format("no projection model for strategy {}", c.strategy));
     if (c.strategy != "pipeline" && pipeline_variant(c.strategy, &c.schedule, &c.recompute)) c.strategy = "pipeline";
   }
@@ -283,7 +289,13 @@ StepProgram step_program(const Profile& p, const Machine& m, const Config& named
   out.actors = std::move(priced.actors);
   out.workers = N;
   out.stages = std::move(priced.stages);
-  if (const auto it = m.unit_overhead_s.find(out.name); it != m.unit_overhead_s.end()) out.bookkeeping_s = priced.freed_units * it->second;
+  // Calibrated per strategy; the -prefetch variants and hsdp free their units as fsdp and zero2 do.
+  std::string unit_key = out.name;
+  if (const auto at = unit_key.rfind("-prefetch"); at != std::string::npos && !m.unit_overhead_s.count(unit_key))
+    unit_key.erase(at);
+  if (unit_key.rfind(kHsdpFamily, 0) == 0 && !m.unit_overhead_s.count(unit_key)) unit_key = "fsdp";
+  if (const auto it = m.unit_overhead_s.find(unit_key); it != m.unit_overhead_s.end())
+    out.bookkeeping_s = priced.freed_units * it->second;
   out.comm_bytes = priced.comm_bytes;
   return out;
 }

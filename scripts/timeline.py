@@ -16,7 +16,7 @@ import sys
 COLOURS = {"forward": "#4c72b0", "backward": "#dd8452", "loss": "#8172b3", "optimizer": "#55a868",
            "transfer": "#c44e52", "idle": "#d9d9d9"}
 ORDER = ["regular", "dp", "ddp", "mp", "pipeline", "pipeline-1f1b", "pipeline-recompute", "pipeline-1f1b-recompute",
-         "fsdp", "zero2", "tp"]  # the registry's display order
+         "fsdp", "zero2", "fsdp-prefetch", "zero2-prefetch", "tp"]  # the registry's display order
 
 
 def load(run_dir):

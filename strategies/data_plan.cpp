@@ -138,13 +138,34 @@ Plan plan_ddp(const NetPlan& net, const StrategyOptions& o, int64_t batch) {
   return b.take();
 }
 
-Plan plan_fsdp(const NetPlan& net, const StrategyOptions& o, int64_t batch, const std::string& name, bool reshard) {
+// fsdp and zero2; with `prefetch` (FSDP2's forward and backward prefetch) each unit's all-gather
+// starts on the communication lane before the previous unit's compute and is waited for after it,
+// fsdp gathering into two buffers used in turn (the unit computing and the next). hsdp (replicas
+// R > 1): worker r shards with the S workers of its group r / S and all-reduces its shard with the
+// workers r % S of the other groups.
+Plan plan_fsdp(const NetPlan& net, const StrategyOptions& o, int64_t batch, const std::string& name, bool reshard,
+               bool prefetch, int replicas) {
   const int n = o.devices;
+  PB_CHECK(replicas >= 1 && n % replicas == 0, "{}: {} groups over {} workers", name, replicas, n);
+  const int S = n / replicas;  // the workers a unit is sharded over
   std::vector<int64_t> chunks = chunk_sizes(batch, n);
   chunks.resize(n, 0);  // every worker takes part: each holds shards the others need
-  const std::vector<FsdpUnit> units = fsdp_units(net, n);
+  const std::vector<FsdpUnit> units = fsdp_units(net, S);
   PlanBuilder b(name, n, batch, 1);
   const int world = b.group("world", first_workers(n));
+  std::vector<int> shard_group(replicas, world), replicate_group(S, -1);
+  if (replicas > 1) {
+    for (int d = 0; d < replicas; ++d) {
+      std::vector<int> members;
+      for (int t = 0; t < S; ++t) members.push_back(d * S + t);
+      shard_group[d] = b.group(fmt::format("shard {}", d), members);
+    }
+    for (int t = 0; t < S; ++t) {
+      std::vector<int> members;
+      for (int d = 0; d < replicas; ++d) members.push_back(d * S + t);
+      replicate_group[t] = b.group(fmt::format("replicate {}", t), members);
+    }
+  }
   const int nu = static_cast<int>(units.size());
   int64_t total = 0;
   for (const FsdpUnit& u : units) total += u.shard;
@@ -153,29 +174,43 @@ Plan plan_fsdp(const NetPlan& net, const StrategyOptions& o, int64_t batch, cons
     Whole s{b, net, r, chunks[r]};
     b.at(r, chunks[r]);
     const int64_t c = chunks[r];
+    const int group = shard_group[r / S];
     const int shard_params = s.buf("shard_params", total), shard_grads = s.buf("shard_grads", total);
     auto gathered = [&](int u) {
-      return reshard ? s.buf("gathered", 0) : s.buf(fmt::format("gathered[{}]", u), n * units[u].shard);
+      if (!reshard) return s.buf(fmt::format("gathered[{}]", u), S * units[u].shard);
+      return prefetch ? s.buf(fmt::format("gathered@{}", u % 2), 0) : s.buf("gathered", 0);
     };
     auto act = [&](int u) { return u < 0 ? s.buf("x", c * numel_of(net.input)) : s.buf(fmt::format("acts[{}]", u), 0); };
     // The unit's communication and Free carry its layers: the executor finds its shard's place by them.
     auto of_unit = [&](Action& a, int u) {
       a.layer_begin = units[u].begin, a.layer_end = units[u].end;
     };
-    auto gather = [&](int u) {
-      Action& a = b.collective(r, CollKind::AllGather, world, units[u].shard, n * units[u].shard * kF, false);
+    // An all-gather of unit u; started (async), the id its Wait names.
+    auto gather = [&](int u, bool async = false) {
+      Action& a = b.collective(r, CollKind::AllGather, group, units[u].shard, S * units[u].shard * kF, async);
       a.reads.push_back(shard_params), a.writes.push_back(gathered(u));
       of_unit(a, u);
+      return a.id;
+    };
+    int pending = -1;  // a started all-gather not yet waited for
+    auto settle = [&] {
+      if (pending >= 0) b.wait(r, {pending});
+      pending = -1;
     };
     for (int u = 0; u < nu; ++u) {
-      gather(u);
+      if (!prefetch || u == 0) gather(u);
+      if (prefetch && u + 1 < nu) pending = gather(u + 1, true);
       if (c > 0) b.compute(r, ActionKind::Forward, units[u].begin, units[u].end, 0, {act(u - 1), gathered(u)}, {act(u)});
       if (reshard) of_unit(b.compute(r, ActionKind::Free, -1, -1, -1, {}, {gathered(u)}), u);
+      settle();
     }
+    if (prefetch && reshard) pending = gather(nu - 1, true);  // backward's first unit, under the loss
     if (c > 0) s.loss(fmt::format("acts[{}]", nu - 1), c);
     int dy = s.dy();
     for (int u = nu - 1; u >= 0; --u) {
-      if (reshard) gather(u);
+      settle();
+      if (reshard && !prefetch) gather(u);
+      if (reshard && prefetch && u > 0) pending = gather(u - 1, true);
       const int ug = s.buf("unit_grads", 0);
       const int dx = u > 0 ? s.buf(fmt::format("dx[{}]", u % 2), 0) : -1;
       if (c > 0) {
@@ -183,9 +218,14 @@ Plan plan_fsdp(const NetPlan& net, const StrategyOptions& o, int64_t batch, cons
         b.compute(r, ActionKind::BackwardData, units[u].begin, units[u].end, 0, {dy, gathered(u)},
                   dx >= 0 ? std::vector<int>{dx} : std::vector<int>{});
       }
-      Action& rs = b.collective(r, CollKind::ReduceScatter, world, units[u].shard, n * units[u].shard * kF, false);
+      Action& rs = b.collective(r, CollKind::ReduceScatter, group, units[u].shard, S * units[u].shard * kF, false);
       rs.reads.push_back(ug), rs.writes.push_back(shard_grads);
       of_unit(rs, u);
+      if (replicas > 1) {  // the group's sum of this shard, summed over the groups
+        Action& ar = b.collective(r, CollKind::AllReduce, replicate_group[r % S], units[u].shard, units[u].shard * kF, false);
+        ar.reads.push_back(shard_grads), ar.writes.push_back(shard_grads);
+        of_unit(ar, u);
+      }
       of_unit(b.compute(r, ActionKind::Free, -1, -1, -1, {}, {gathered(u)}), u);
       dy = dx;
     }

@@ -97,13 +97,17 @@ void PlanExecutor::collective(const Action& a) {
     }
     case CollKind::Broadcast: c->broadcast(rank, buf(a, !a.writes.empty()), a.count, a.root); break;
     case CollKind::Reduce: c->reduce(rank, buf(a, false), a.count, a.root); break;
-    case CollKind::AllGather: c->all_gather(rank, buf(a, false), buf(a, true), a.count); break;
+    case CollKind::AllGather:  // async: a prefetch, complete at its Wait
+      if (a.async) c->all_gather_start(rank, buf(a, false), buf(a, true), a.count);
+      else c->all_gather(rank, buf(a, false), buf(a, true), a.count);
+      break;
     case CollKind::ReduceScatter: c->reduce_scatter(rank, buf(a, false), buf(a, true), a.count); break;
     default: PB_CHECK(false, "plan: the executor cannot run {}", describe(plan_, worker_, a.id));
   }
 }
 
-// p2p transfers complete one by one; a group's all-reduce starts all at its communicator's wait.
+// p2p transfers complete one by one; a group's started collectives (all-reduces, prefetched
+// all-gathers) all at its communicator's wait.
 void PlanExecutor::wait(const Action& a) {
   std::vector<int> groups;
   for (int id : a.waits) {

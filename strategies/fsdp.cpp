@@ -4,9 +4,18 @@
 // parameters before its forward and again before its backward, dropping them after each; its
 // gradients are reduce-scattered, and each worker steps its own shard. zero2 (ZeRO-2, FSDP
 // SHARD_GRAD_OP) keeps the gathered parameters from forward to backward instead: one all-gather
-// per unit and step, for the memory of the whole parameters during the step. The gathered
+// per unit and step, for the memory of the whole parameters during the step. The -prefetch
+// variants (FSDP2's forward and backward prefetch) start each unit's all-gather before the previous
+// unit's compute, so the two overlap where the communicator runs apart from compute (NCCL, MPI);
+// fsdp-prefetch then holds two units' parameters, the one computing and the next. The gathered
 // parameters and whole gradients live in buffers made once (at setup): a step allocates nothing.
+// hsdp<R>x<S> (hybrid sharded data parallel, FSDP HYBRID_SHARD) is fsdp within each of R groups of
+// S workers (worker r: shard r % S of group r / S), each reduced shard then all-reduced over the R
+// workers that hold it, on communicators of their own.
 #include <algorithm>
+#include <cstdio>
+
+#include <fmt/format.h>
 
 #include "engine/check.h"
 #include "engine/process.h"
@@ -25,13 +34,18 @@ using Unit = FsdpUnit;
 
 class FullyShardedDataParallel final : public GroupStrategy {
  public:
-  FullyShardedDataParallel(const StrategyOptions& o, std::string name, bool reshard_after_forward)
-      : GroupStrategy(o, std::move(name), true, /*replicas=*/false), reshard_(reshard_after_forward) {}
+  FullyShardedDataParallel(const StrategyOptions& o, std::string name, bool reshard_after_forward, bool prefetch,
+                           int replicas = 1)
+      : GroupStrategy(o, std::move(name), true, /*replicas=*/false), reshard_(reshard_after_forward),
+        prefetch_(prefetch), replicas_(replicas) {
+    PB_CHECK(replicas_ >= 1 && o.devices % replicas_ == 0, "{}: {} groups over {} workers", name, replicas_, o.devices);
+  }
 
-  // Each worker's shards, placed into the whole vector (zeros elsewhere) and summed over the job.
+  // Each worker's shards, placed into the whole vector (zeros elsewhere) and summed over the job;
+  // hsdp: the first group's (the others hold the same).
   std::vector<float> params() override {
     std::vector<float> full(static_cast<std::size_t>(plan().param_count), 0.0f);
-    for (int r = 0; r < workers(); ++r) {
+    for (int r = 0; r < ways(); ++r) {
       if (!group().is_local(r)) continue;
       const std::vector<float> mine = shards_.at(r).params.to_host();
       for (const Unit& u : units_) {
@@ -45,10 +59,13 @@ class FullyShardedDataParallel final : public GroupStrategy {
 
  protected:
   void plan_workers() override {
-    units_ = fsdp_units(plan(), workers());
+    units_ = fsdp_units(plan(), ways());
     unit_at_.assign(plan().layers.size(), 0);
-    for (std::size_t u = 0; u < units_.size(); ++u)
+    largest_ = 0;
+    for (std::size_t u = 0; u < units_.size(); ++u) {
       for (int l = units_[u].begin; l < units_[u].end; ++l) unit_at_[l] = static_cast<int>(u);
+      largest_ = std::max(largest_, ways() * units_[u].shard);
+    }
     shards_.clear();
     shards_.resize(workers());
     models_.clear();
@@ -56,7 +73,7 @@ class FullyShardedDataParallel final : public GroupStrategy {
   }
 
   void setup_worker(Worker& w, const std::vector<float>& params, const AdamParams& adam) override {
-    const int r = w.rank;
+    const int r = w.rank % ways();  // the shard it holds
     int64_t total = 0;
     for (const Unit& u : units_) total += u.shard;
     std::vector<float> mine(static_cast<std::size_t>(total), 0.0f);  // padding stays 0 (its gradient too)
@@ -67,7 +84,7 @@ class FullyShardedDataParallel final : public GroupStrategy {
     // One stage per unit; its whole parameters and gradients are views of the buffers below, set
     // only around its own compute. The units' backwards share one pair of gradient scratch. The
     // stages come first: their own parameters (made and dropped) then never add to the shards'.
-    auto& models = models_[r];
+    auto& models = models_[w.rank];
     models.clear();
     for (const Unit& u : units_) {
       models.push_back(std::make_unique<Sequential>(plan(), u.begin, u.end, w.be()));
@@ -75,20 +92,19 @@ class FullyShardedDataParallel final : public GroupStrategy {
       models.back()->share_scratch(*models.front());
       release(*models.back());
     }
-    Shard& s = shards_[r];
+    Shard& s = shards_[w.rank];
     s.params = Tensor::from_host({total}, mine, w.device);
     s.grads = Tensor::zeros({total}, w.be());
     w.adam = std::make_unique<Adam>(w.be(), total, adam);
-    // One worker holds the whole of every unit: its shards serve as the whole parameters and
-    // gradients (the gather and reduce-scatter are then no copies). Else one buffer for the whole
+    // One worker (hsdp: a group of one) holds the whole of every unit: its shards serve as the
+    // whole parameters and gradients (the gather and reduce-scatter are then no copies). Else one buffer for the whole
     // parameters of the largest unit (fsdp: one unit at a time) or of all units (zero2: kept from
-    // forward to backward), and one for the whole gradients of the largest unit.
-    const int n = workers();
-    int64_t largest = 0;
-    for (const Unit& u : units_) largest = std::max(largest, n * u.shard);
+    // forward to backward; fsdp-prefetch: two units, the one computing and the next, in turn), and
+    // one for the whole gradients of the largest unit.
+    const int n = ways();
     if (n > 1) {
-      s.gathered = Tensor::empty({reshard_ ? largest : n * total}, w.device);
-      s.unit_grads = Tensor::empty({largest}, w.device);
+      s.gathered = Tensor::empty({reshard_ ? slots() * largest_ : n * total}, w.device);
+      s.unit_grads = Tensor::empty({largest_}, w.device);
     }
   }
 
@@ -98,7 +114,19 @@ class FullyShardedDataParallel final : public GroupStrategy {
     offsets_ = chunk_offsets(chunks_);
     chunks_.resize(workers(), 0);
     offsets_.resize(workers(), batch);
-    plan_ = plan_fsdp(plan(), opts_, batch, name(), reshard_);
+    if (replicas_ > 1) {  // each group's shard communicator, and the workers of each shard
+      std::vector<std::vector<int>> groups(replicas_), holders(ways());
+      for (int r = 0; r < workers(); ++r) {
+        groups[r / ways()].push_back(r);
+        holders[r % ways()].push_back(r);
+      }
+      group().connect_parts("shard", groups);
+      group().connect_parts("replicate", holders);
+    }
+    plan_ = plan_fsdp(plan(), opts_, batch, name(), reshard_, prefetch_, replicas_);
+    group_part_.clear();
+    for (const PlanGroup& pg : plan_.groups)
+      group_part_.push_back(pg.name.rfind("shard ", 0) == 0 ? "shard" : pg.name.rfind("replicate ", 0) == 0 ? "replicate" : "");
     return workers();
   }
 
@@ -125,7 +153,7 @@ class FullyShardedDataParallel final : public GroupStrategy {
   void step(Worker& w, Group& g) override {
     const int r = w.rank;
     const int64_t n = chunks_[r], out = numel_of(plan().output);
-    Communicator& c = g.comm();
+    const int ways_ = ways();
     Shard& s = shards_[r];
     auto& models = models_[r];
     const float* cur = w.x.data();
@@ -134,7 +162,7 @@ class FullyShardedDataParallel final : public GroupStrategy {
       PB_CHECK(a.layer_begin >= 0, "{}: {} names no unit", name(), describe(plan_, r, a.id));
       return unit_at_[a.layer_begin];
     };
-    auto grads_view = [&](int u) { models[u]->grads() = whole(s.grads, s.unit_grads, 0, c.size(), units_[u]); };
+    auto grads_view = [&](int u) { models[u]->grads() = whole(s.grads, s.unit_grads, 0, ways_, units_[u]); };
     PlanExecutor::Binding b;
     b.tracer = &w.tracer;
     b.at = [&](const Action& a, int buf, bool) -> float* {
@@ -145,13 +173,18 @@ class FullyShardedDataParallel final : public GroupStrategy {
       if (nm == "shard_grads") return s.grads.data() + unit.at;
       if (nm == "unit_grads") {  // also without a chunk: then the zeros it holds
         grads_view(u);
+        // hsdp<R>x1: the shard is the whole, and last step's all-reduce left its sum there.
+        if (n == 0 && !s.unit_grads.defined()) w.be().fill(models[u]->grads().data(), models[u]->grads().numel(), 0.0f);
         return models[u]->grads().data();
       }
-      Sequential& m = *models[u];  // "gathered": the unit's whole parameters
-      m.params() = whole(s.params, s.gathered, reshard_ ? 0 : c.size() * unit.at, c.size(), unit);
+      Sequential& m = *models[u];  // "gathered": the unit's whole parameters (fsdp-prefetch: slot u % 2)
+      m.params() = whole(s.params, s.gathered, reshard_ ? (u % slots()) * largest_ : ways_ * unit.at, ways_, unit);
       return m.params().data();
     };
-    b.comm = [&](int) -> std::pair<Communicator*, int> { return {&c, r}; };
+    b.comm = [&](int group) -> std::pair<Communicator*, int> {
+      if (group_part_.at(group).empty()) return {&g.comm(), r};
+      return {&g.part_comm(group_part_[group], r), g.part_rank(group_part_[group], r)};
+    };
     b.compute = [&](const Action& a) {
       switch (a.kind) {
         case ActionKind::Forward: cur = models[unit_of(a)]->forward(cur, n); break;
@@ -195,7 +228,14 @@ class FullyShardedDataParallel final : public GroupStrategy {
     m.grads() = Tensor();
   }
 
+  int slots() const { return prefetch_ ? 2 : 1; }  // fsdp: the units' gathered parameters held at once
+  int ways() const { return workers() / replicas_; }  // the workers a unit is sharded over
+
   bool reshard_;  // drop a unit's parameters after its forward (ZeRO-3), gather them again for backward
+  bool prefetch_;  // start the next unit's all-gather before the current unit's compute
+  int replicas_;   // hsdp: the groups (1: fsdp, zero2)
+  std::vector<std::string> group_part_;  // per plan group: its partition ("shard", "replicate"; "": the world)
+  int64_t largest_ = 0;  // the largest unit's whole (padded) parameters
   std::vector<Unit> units_;
   std::vector<Shard> shards_;  // per worker
   std::vector<std::vector<std::unique_ptr<Sequential>>> models_;  // per worker, per unit
@@ -207,10 +247,34 @@ class FullyShardedDataParallel final : public GroupStrategy {
 }  // namespace
 
 std::unique_ptr<Strategy> make_fsdp(const StrategyOptions& o) {
-  return std::make_unique<FullyShardedDataParallel>(o, "fsdp", true);
+  return std::make_unique<FullyShardedDataParallel>(o, "fsdp", true, false);
 }
 std::unique_ptr<Strategy> make_zero2(const StrategyOptions& o) {
-  return std::make_unique<FullyShardedDataParallel>(o, "zero2", false);
+  return std::make_unique<FullyShardedDataParallel>(o, "zero2", false, false);
+}
+std::unique_ptr<Strategy> make_fsdp_prefetch(const StrategyOptions& o) {
+  return std::make_unique<FullyShardedDataParallel>(o, "fsdp-prefetch", true, true);
+}
+std::unique_ptr<Strategy> make_zero2_prefetch(const StrategyOptions& o) {
+  return std::make_unique<FullyShardedDataParallel>(o, "zero2-prefetch", false, true);
+}
+
+std::string hsdp_name(int replicas, int shards) { return fmt::format("hsdp{}x{}", replicas, shards); }
+
+bool parse_hsdp_name(const std::string& name, int* replicas, int* shards) {
+  int r = 0, s = 0, used = 0;
+  if (std::sscanf(name.c_str(), "hsdp%dx%d%n", &r, &s, &used) != 2 || r < 1 || s < 1) return false;
+  if (name != hsdp_name(r, s)) return false;  // "hsdp02x2", trailing text: not a name this program writes
+  *replicas = r, *shards = s;
+  return true;
+}
+
+std::unique_ptr<Strategy> make_hsdp(const StrategyOptions& o, int replicas, int shards) {
+  const std::string name = hsdp_name(replicas, shards);
+  if (o.devices != replicas * shards)
+    throw UsageError(fmt::format("{}: {} groups of {} sharding workers run on {} devices, got --devices {}", name,
+                                 replicas, shards, replicas * shards, o.devices));
+  return std::make_unique<FullyShardedDataParallel>(o, name, true, false, replicas);
 }
 
 }  // namespace pb

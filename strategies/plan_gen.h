@@ -17,7 +17,12 @@ Plan make_plan(const std::string& strategy, const NetPlan& net, const StrategyOp
 Plan plan_regular(const NetPlan& net, const StrategyOptions& o, int64_t batch);
 Plan plan_dp(const NetPlan& net, const StrategyOptions& o, int64_t batch);
 Plan plan_ddp(const NetPlan& net, const StrategyOptions& o, int64_t batch);
-Plan plan_fsdp(const NetPlan& net, const StrategyOptions& o, int64_t batch, const std::string& name, bool reshard);
+// fsdp, zero2 (`reshard`: gather again for backward); `prefetch`: each unit's all-gather started
+// before the previous unit's compute, on the communication lane (fsdp-prefetch, zero2-prefetch);
+// `replicas` R > 1: hsdp<R>x<S>, fsdp within each group of S = workers / R, each unit's reduced
+// shard then all-reduced over the R workers holding that shard.
+Plan plan_fsdp(const NetPlan& net, const StrategyOptions& o, int64_t batch, const std::string& name, bool reshard,
+               bool prefetch = false, int replicas = 1);
 // mp, pipeline and its variants (replicas 1), dp x pp (replicas D): o.schedule, o.recompute.
 Plan plan_staged(const NetPlan& net, const StrategyOptions& o, int64_t batch, const std::string& name, int micro,
                  int replicas);

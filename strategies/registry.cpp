@@ -63,6 +63,13 @@ const std::vector<Entry>& registry() {
        make_fsdp, [](const NetPlan& n, const StrategyOptions& o, int64_t b) { return plan_fsdp(n, o, b, "fsdp", true); }},
       {{"zero2", "fsdp keeping the gathered parameters from forward to backward (ZeRO-2): one all-gather per layer", false, true},
        make_zero2, [](const NetPlan& n, const StrategyOptions& o, int64_t b) { return plan_fsdp(n, o, b, "zero2", false); }},
+      {{"fsdp-prefetch", "fsdp starting the next layer's all-gather before this layer's compute, forward and "
+                         "backward (FSDP2 prefetch): two layers' parameters held", false, true},
+       make_fsdp_prefetch,
+       [](const NetPlan& n, const StrategyOptions& o, int64_t b) { return plan_fsdp(n, o, b, "fsdp-prefetch", true, true); }},
+      {{"zero2-prefetch", "zero2 starting the next layer's all-gather before this layer's forward", false, true},
+       make_zero2_prefetch,
+       [](const NetPlan& n, const StrategyOptions& o, int64_t b) { return plan_fsdp(n, o, b, "zero2-prefetch", false, true); }},
       {{"tp", "tensor parallel: each worker computes a slice of every layer's output channels, activations all-gathered", false, true},
        make_tp, [](const NetPlan& n, const StrategyOptions& o, int64_t b) { return plan_tp(n, o, b, "tp", 1); }},
       // A family: its members are named dp<D>xpp<P> (hybrid_name); the sweep expands it.
@@ -71,6 +78,9 @@ const std::vector<Entry>& registry() {
        nullptr, nullptr},
       {{kDpTpFamily, "dp x tp: D replicas of a T-way tp group, each tp rank's slice gradients all-reduced among its "
                      "D workers (dp<D>xtp<T>; --dp D --tp T)", false, true},
+       nullptr, nullptr},
+      {{kHsdpFamily, "hybrid sharded data parallel: fsdp within R groups of S workers, each shard's reduced gradients "
+                     "all-reduced across the groups (hsdp<R>x<S>)", false, true},
        nullptr, nullptr},
   };
   return r;
@@ -107,11 +117,13 @@ const StrategyInfo& strategy_info(const std::string& name) {
   bool recompute = false;
   const std::string& key = parse_hybrid_name(name, &dp, &pp, &schedule, &recompute) ? kHybridFamily
                            : parse_dptp_name(name, &dp, &pp)                         ? kDpTpFamily
+                           : parse_hsdp_name(name, &dp, &pp)                         ? kHsdpFamily
                                                                                      : name;
   for (const Entry& e : registry())
     if (e.info.name == key) return e.info;
   throw UsageError(fmt::format("unknown strategy '{}': expected one of {} (members of {} as dp<D>xpp<P>, of {} as "
-                               "dp<D>xtp<T>)", name, fmt::join(strategy_names(), ", "), kHybridFamily, kDpTpFamily));
+                               "dp<D>xtp<T>, of {} as hsdp<R>x<S>)", name, fmt::join(strategy_names(), ", "),
+                               kHybridFamily, kDpTpFamily, kHsdpFamily));
 }
 
 std::unique_ptr<Strategy> make_strategy(const std::string& name, const StrategyOptions& opts) {
@@ -130,6 +142,9 @@ std::unique_ptr<Strategy> make_strategy(const std::string& name, const StrategyO
     return make_hybrid(o, dp, pp);
   }
   if (parse_dptp_name(name, &dp, &pp)) return make_dptp(opts, dp, pp);
+  if (parse_hsdp_name(name, &dp, &pp)) return make_hsdp(opts, dp, pp);
+  if (name == kHsdpFamily)
+    throw UsageError(fmt::format("{} names a family of strategies: pick one as hsdp<R>x<S> (e.g. hsdp2x2)", name));
   if (name == kHybridFamily)
     throw UsageError(fmt::format("{} names a family of strategies: pick one as dp<D>xpp<P> (e.g. dp2xpp2), or use "
                                  "--dp D --pp P", name));
@@ -163,6 +178,12 @@ Plan plan_of(const std::string& name, const NetPlan& net, const StrategyOptions&
       throw UsageError(fmt::format("{}: {} replicas of a {}-way tp group run on {} devices, got --devices {}", name, dp,
                                    pp, dp * pp, opts.devices));
     return plan_tp(net, opts, batch, name, dp);
+  }
+  if (parse_hsdp_name(name, &dp, &pp)) {
+    if (opts.devices != dp * pp)
+      throw UsageError(fmt::format("{}: {} groups of {} sharding workers run on {} devices, got --devices {}", name, dp,
+                                   pp, dp * pp, opts.devices));
+    return plan_fsdp(net, opts, batch, name, true, false, dp);
   }
   for (const Entry& e : registry())
     if (e.info.name == name && e.plan) {

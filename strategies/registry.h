@@ -26,6 +26,11 @@ std::unique_ptr<Strategy> make_tp(const StrategyOptions& o);
 // A dp x tp hybrid (tp.cpp): D replicas of a T-way tp group on D * T devices.
 std::unique_ptr<Strategy> make_dptp(const StrategyOptions& o, int dp, int tp);
 std::unique_ptr<Strategy> make_zero2(const StrategyOptions& o);
+// fsdp and zero2 with the next unit's all-gather started before the current unit's compute.
+std::unique_ptr<Strategy> make_fsdp_prefetch(const StrategyOptions& o);
+std::unique_ptr<Strategy> make_zero2_prefetch(const StrategyOptions& o);
+// hsdp<R>x<S> (fsdp.cpp): fsdp over each of R groups of S workers, shards all-reduced across groups.
+std::unique_ptr<Strategy> make_hsdp(const StrategyOptions& o, int replicas, int shards);
 // ddp's gradient buckets over a replica's flat gradients, [begin, end) each, in the order
 // backward completes them (rules.cpp).
 class Sequential;

@@ -137,6 +137,11 @@ bool parse_hybrid_name(const std::string& name, int* dp, int* pp, Schedule* sche
 inline const std::string kDpTpFamily = "dpxtp";
 std::string dptp_name(int dp, int tp);
 bool parse_dptp_name(const std::string& name, int* dp, int* tp);
+// Hybrid sharded data parallel's family: members hsdp<R>x<S>, fsdp within each of R groups of S
+// workers and the shards' gradients all-reduced across the groups, on R * S devices (fsdp.cpp).
+inline const std::string kHsdpFamily = "hsdp";
+std::string hsdp_name(int replicas, int shards);
+bool parse_hsdp_name(const std::string& name, int* replicas, int* shards);
 // The hybrids of a family at `devices`: every D x S = devices (S: stages or tp ways), D ascending,
 // both sides at least 2 unless `dp` or `side` (> 0) fix one.
 std::vector<std::pair<int, int>> hybrid_factorizations(int devices, int dp = 0, int side = 0);

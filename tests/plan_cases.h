@@ -39,7 +39,7 @@ inline std::vector<PlanCase> plan_cases() {
   const std::vector<std::string> pipelines = {"pipeline", "pipeline-1f1b", "pipeline-recompute",
                                               "pipeline-1f1b-recompute"};
   for (int n = 1; n <= 4; ++n) {
-    for (const char* s : {"dp", "ddp", "mp", "fsdp", "zero2", "tp"}) v.push_back({s, n, 1});
+    for (const char* s : {"dp", "ddp", "mp", "fsdp", "zero2", "fsdp-prefetch", "zero2-prefetch", "tp"}) v.push_back({s, n, 1});
     for (const std::string& p : pipelines)
       for (int m : {1, 2, 4}) v.push_back({p, n, m});
   }
@@ -49,7 +49,8 @@ inline std::vector<PlanCase> plan_cases() {
       v.push_back({std::string("dp1xpp2") + suffix, 2, m});
       v.push_back({std::string("dp2xpp1") + suffix, 2, m});
     }
-  for (const auto& [name, n] : std::vector<std::pair<std::string, int>>{{"dp2xtp2", 4}, {"dp1xtp2", 2}, {"dp2xtp1", 2}})
+  for (const auto& [name, n] : std::vector<std::pair<std::string, int>>{
+           {"dp2xtp2", 4}, {"dp1xtp2", 2}, {"dp2xtp1", 2}, {"hsdp2x2", 4}, {"hsdp1x2", 2}, {"hsdp2x1", 2}, {"hsdp3x1", 3}})
     v.push_back({name, n, 1});
   return v;
 }

@@ -132,6 +132,35 @@ TEST(Comm, AllGatherPlacesEachRanksPieceInRankOrder) {
   });
 }
 
+// all_gather_start (the prefetching fsdp's): the same values as all_gather once waited for, booked
+// as an all-gather (its bytes at the start, the wait's time under all_gather, not all_reduce).
+TEST(Comm, StartedAllGatherCompletesAtTheWaitAsAnAllGather) {
+  for_each_group([](Group& g) {
+    const int n = g.comm->size();
+    const int64_t len = 5;
+    std::vector<std::vector<float>> out(n);
+    g.run([&](int r) {
+      Tensor mine = Tensor::from_host({len}, rank_values(r, len), g.comm->device(r));
+      Tensor all = Tensor::zeros({n * len}, g.comm->device(r));
+      g.comm->all_gather_start(r, mine.data(), all.data(), len);
+      g.comm->wait(r);
+      out[r] = all.to_host();
+    });
+    std::vector<float> want;
+    for (int k = 0; k < n; ++k)
+      for (float v : rank_values(k, len)) want.push_back(v);
+    for (int r = 0; r < n; ++r) {
+      EXPECT_EQ(out[r], want) << "rank " << r;
+      const CommStats& st = g.comm->stats(r);
+      const auto& ag = st.kinds[static_cast<int>(CollKind::AllGather)];
+      EXPECT_EQ(ag.bytes, n > 1 ? static_cast<std::size_t>(n * len) * sizeof(float) : 0) << "rank " << r;
+      EXPECT_EQ(ag.calls, n > 1 ? 1 : 0) << "rank " << r;
+      EXPECT_EQ(st.kinds[static_cast<int>(CollKind::AllReduce)].seconds, 0.0) << "rank " << r << ": the wait booked as an all-reduce";
+      g.comm->reset_stats(r);
+    }
+  });
+}
+
 TEST(Comm, ReduceScatterGivesEachRankTheSumOfItsPiece) {
   for_each_group([](Group& g) {
     const int n = g.comm->size();

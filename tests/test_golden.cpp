@@ -175,6 +175,16 @@ TEST_P(Golden, FsdpReproducesPyTorchTrajectory) {
   }
 }
 
+// The prefetching variants and every hsdp<R>x<S> factorization: the same trajectory.
+TEST_P(Golden, FsdpPrefetchAndHsdpReproducePyTorchTrajectory) {
+  for (int n = 2; n <= 4; ++n) {
+    expect_pytorch_trajectory(dir(), "fsdp-prefetch", n);
+    expect_pytorch_trajectory(dir(), "zero2-prefetch", n);
+    for (int r = 1; r <= n; ++r)
+      if (n % r == 0) expect_pytorch_trajectory(dir(), hsdp_name(r, n / r), n);
+  }
+}
+
 // Channel slices of every layer, the whole batch on each worker; nets whose layers all have
 // fewer outputs than workers are refused (nothing to split).
 TEST_P(Golden, TpReproducesPyTorchTrajectory) {

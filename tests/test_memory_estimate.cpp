@@ -39,6 +39,10 @@ std::vector<Case> cases() {
       out.push_back({dptp_name(2, 2), 4});
       continue;
     }
+    if (s == kHsdpFamily) {
+      for (const auto& [r, sh] : std::vector<std::pair<int, int>>{{2, 2}, {2, 1}, {1, 2}, {3, 1}}) out.push_back({hsdp_name(r, sh), r * sh});
+      continue;
+    }
     for (int n = 1; n <= (strategy_info(s).single_device ? 1 : 4); ++n) out.push_back({s, n});
   }
   return out;

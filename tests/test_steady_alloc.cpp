@@ -24,6 +24,9 @@ std::vector<std::string> strategies_at(int n, int layers) {
           for (bool rc : {false, true}) out.push_back(hybrid_name(dp, pp, sc, rc));
     } else if (s.name == kDpTpFamily) {
       for (auto [dp, tp] : hybrid_factorizations(n)) out.push_back(dptp_name(dp, tp));
+    } else if (s.name == kHsdpFamily) {  // every R x S = n, groups of one and a single group too
+      for (int r = 1; r <= n; ++r)
+        if (n % r == 0) out.push_back(hsdp_name(r, n / r));
     } else if (!(s.name == "mp" || s.name.rfind("pipeline", 0) == 0) || n <= layers) {
       out.push_back(s.name);
     }

@@ -134,6 +134,7 @@ TEST(GroupStrategy, EveryStrategyRefusesAStepBeforeItsSetup) {
   for (std::string name : strategy_names()) {
     if (name == kHybridFamily) name = "dp1xpp1";  // a family: its members are the strategies
     if (name == kDpTpFamily) name = "dp1xtp1";
+    if (name == kHsdpFamily) name = "hsdp1x1";
     SCOPED_TRACE(name);
     StrategyOptions o;
     o.backend.threads = 1;

@@ -182,6 +182,15 @@ class MpiComm final : public Communicator {
     }
     stage_out(recv, n * size());
   }
+  // MPI_Iallgather on host buffers, completed by wait() with the started all-reduces; a GPU's
+  // through the staged, blocking gather above.
+  void do_all_gather_start(int rank, const float* send, float* recv, int64_t n) override {
+    if (!on_host()) return do_all_gather(rank, send, recv, n);
+    check(rank);
+    const void* in = send == recv + rank * n ? MPI_IN_PLACE : send;
+    pending_.emplace_back();
+    MPI_CHECK(MPI_Iallgather(in, count(n), MPI_FLOAT, recv, count(n), MPI_FLOAT, comm_, &pending_.back()));
+  }
   void do_reduce_scatter(int rank, const float* send, float* recv, int64_t n) override {
     check(rank);
     const float* h = stage_in(const_cast<float*>(send), n * size());

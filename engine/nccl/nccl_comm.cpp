@@ -134,11 +134,12 @@ class NcclComm final : public Communicator {
     l.free_events.push_back(it->second);
     l.pending.erase(it);
   }
-  void do_all_gather(int rank, const float* send, float* recv, int64_t n) override {
-    collective(rank, true, "all_gather", [&](ncclComm_t c, cudaStream_t s) {
-      NCCL_CHECK(ncclAllGather(send, recv, count(n), ncclFloat, c, s));
-    });
+  // complete false: started; the compute queued later waits for it only at do_wait, as for do_all_reduce.
+  void gather_on(int rank, const float* send, float* recv, int64_t n, bool complete) {
+    collective(rank, complete, "all_gather", [&](ncclComm_t c, cudaStream_t s) { NCCL_CHECK(ncclAllGather(send, recv, count(n), ncclFloat, c, s)); });
   }
+  void do_all_gather(int rank, const float* send, float* recv, int64_t n) override { gather_on(rank, send, recv, n, true); }
+  void do_all_gather_start(int rank, const float* send, float* recv, int64_t n) override { gather_on(rank, send, recv, n, false); }
   void do_reduce_scatter(int rank, const float* send, float* recv, int64_t n) override {
     collective(rank, true, "reduce_scatter", [&](ncclComm_t c, cudaStream_t s) {
       NCCL_CHECK(ncclReduceScatter(send, recv, count(n), ncclFloat, ncclSum, c, s));

@@ -1,8 +1,8 @@
 #!/bin/bash
 # ctest driver for the multi-process (MPI) tests: runs parbench under `mpiexec -n 2` on CPU ranks.
 # usage: mpi_test.sh MPIEXEC PARBENCH CASE   (CASE: replay-ddp|replay-mp|replay-pipeline|replay-pipeline-1f1b|
-#   replay-pipeline-recompute|replay-pipeline-1f1b-recompute|replay-fsdp|replay-zero2|replay-tp|replay-hybrids|
-#   replay-bf16|run|fail-rank|stopped-rank|mismatch)
+#   replay-pipeline-recompute|replay-pipeline-1f1b-recompute|replay-fsdp|replay-zero2|replay-fsdp-prefetch|
+#   replay-zero2-prefetch|replay-tp|replay-hybrids|replay-bf16|run|fail-rank|stopped-rank|mismatch)
 # Exit 77 (ctest: skipped) where a case cannot run on this machine.
 # Open MPI as root in a container needs --allow-run-as-root; --oversubscribe lets 2 ranks share
 # fewer cores; btl self,vader keeps it to shared memory (no network interfaces probed).
@@ -21,12 +21,13 @@ fail() { echo "FAIL: $*"; exit 1; }
 
 case $CASE in
 replay-ddp | replay-mp | replay-pipeline | replay-pipeline-1f1b | replay-pipeline-recompute | replay-pipeline-1f1b-recompute | \
-  replay-fsdp | replay-zero2 | replay-tp)
+  replay-fsdp | replay-zero2 | replay-fsdp-prefetch | replay-zero2-prefetch | replay-tp)
   S=${CASE#replay-}
   # A 4-conv net (the conv_odd fixture): well conditioned, so Adam does not amplify rounding noise.
-  # fsdp also on 3 samples (chunks 2,1) and the linear net (12 parameters: shards of 6).
+  # fsdp also on 3 samples (chunks 2,1) and the linear net (12 parameters: shards of 6); the
+  # -prefetch variants (their gathers MPI_Iallgather, waited for a unit later) also on 4 processes.
   BATCHES=4
-  [[ $S == fsdp || $S == zero2 ]] && BATCHES="4 3"
+  [[ $S == fsdp* || $S == zero2* ]] && BATCHES="4 3"
   for B in $BATCHES; do
   for W in "--workload $HERE/../fixtures/conv_odd/net.json" "--workload linear"; do
     [[ ($S == mp || $S == pipeline*) && $W == *linear* ]] && continue  # one layer: no two stages
@@ -36,7 +37,11 @@ replay-ddp | replay-mp | replay-pipeline | replay-pipeline-1f1b | replay-pipelin
     "${MPI[@]}" -n 2 "$PARBENCH" replay --strategy "$S" --devices 2 $A --out "$DIR/$S" || fail "mpiexec -n 2 replay $S"
     /usr/bin/python3 "$HERE/compare_replay.py" "$DIR/regular" "$DIR/$S" || fail "$S over MPI differs from regular ($W)"
     grep -q '"world_size": 2' "$DIR/$S/losses.json" || fail "losses.json lacks world_size 2"
-    rm -rf "$DIR/regular" "$DIR/$S"
+    if [[ $S == *-prefetch ]]; then  # over 4 processes; at batch 3 one holds shards only
+      "${MPI[@]}" -n 4 "$PARBENCH" replay --strategy "$S" --devices 4 $A --out "$DIR/$S-4" || fail "mpiexec -n 4 replay $S"
+      /usr/bin/python3 "$HERE/compare_replay.py" "$DIR/regular" "$DIR/$S-4" || fail "$S over 4 processes differs ($W)"
+    fi
+    rm -rf "$DIR/regular" "$DIR/$S" "$DIR/$S-4"
   done
   done
   ;;
@@ -55,11 +60,12 @@ replay-bf16)
   done
   ;;
 replay-hybrids)
-  # dp x pp and dp x tp hybrids across processes: their groups run on communicators split from
-  # the job's (one part of both ranks, or two parts of one), and 2 x 2 on 4 processes.
+  # dp x pp, dp x tp and hsdp hybrids across processes: their groups run on communicators split
+  # from the job's (one part of both ranks, or two parts of one), and 2 x 2 on 4 processes.
   A="--workload $HERE/../fixtures/conv_odd/net.json --steps 5 --batch 8 --micro-batches 2 --device-kind cpu"
   "$PARBENCH" replay --strategy regular $A --out "$DIR/regular" >/dev/null 2>&1 || fail "regular replay"
-  for NS in "2 dp2xpp1" "2 dp1xpp2" "4 dp2xpp2" "4 dp2xpp2-1f1b" "2 dp2xtp1" "2 dp1xtp2" "4 dp2xtp2"; do
+  for NS in "2 dp2xpp1" "2 dp1xpp2" "4 dp2xpp2" "4 dp2xpp2-1f1b" "2 dp2xtp1" "2 dp1xtp2" "4 dp2xtp2" "2 hsdp2x1" "2 hsdp1x2" \
+    "4 hsdp2x2"; do
     set -- $NS
     "${MPI[@]}" -n "$1" "$PARBENCH" replay --strategy "$2" $A --out "$DIR/$2" || fail "mpiexec -n $1 replay $2"
     /usr/bin/python3 "$HERE/compare_replay.py" "$DIR/regular" "$DIR/$2" || fail "$2 over MPI differs from regular"
