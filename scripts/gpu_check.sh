@@ -190,39 +190,7 @@ if [ "$dry_run" = 1 ]; then
     section "dry run: command lines of stages 2-5"
     stage_begin "dry run" "$budget_tests" "$min_tests" || exit 1
     env_lines=$(wc -l <"$env_log")
-    (
-        echo "budgets (s): environment $budget_env, tests $budget_tests, torch $budget_torch, profile $budget_profile, run $budget_run, sanitizer $budget_sanitizer, reserve $reserve: $((budget_env + budget_tests + budget_torch + budget_profile + budget_run + budget_sanitizer + reserve)) of $hard_cap"
-        n=$(gpu_tests | wc -l)
-        echo "stage 2 would run $n GPU tests (filter $gpu_filter): $(gpu_tests | cut -d. -f1 | sort | uniq -c | awk '{printf "%s%s %s", (NR > 1 ? ", " : ""), $1, $2}')"
-        [ "$n" -gt 0 ] || { echo "no test matches $gpu_filter"; exit 1; }
-        # Each parbench command must get past flag parsing and stop only for want of a GPU.
-        while read -r args; do
-            msg=$(timeout "$(within 30)" "$bundle/parbench" $args 2>&1 >/dev/null)
-            if ! grep -q 'no CUDA device' <<<"$msg"; then
-                echo "parbench $args: expected 'no CUDA device', got: $msg"; exit 1
-            fi
-            echo "parbench $args: parsed (stops at: $msg)"
-        done <<EOF
-train --workload great_net --image 512 --width 1 --batch 1 --precision tf32 --device-kind cuda --iterations $iterations --warmup $warmup
-train --workload great_net --image 512 --width 1 --batch 1 --precision bf16 --device-kind cuda --iterations $iterations --warmup $warmup
-profile --workload great_net --image 512 --width 1 --batch 1 --precision bf16 --device-kind cuda --out $scratch/p.json
-run --device-kind cuda --oversubscribe --strategies dp,ddp,mp,pipeline --devices 2 --iterations 3 --warmup 1 --out $scratch/run
-run --device-kind cuda --strategies regular --devices 1 --precision tf32 --iterations 2 --warmup 1 --trace --out $scratch/run-trace
-run --device-kind cuda --oversubscribe --strategies all --devices 2,4 --workload great_net --image 64 --width 0.25 --batch 2 --iterations 2 --warmup 1 --out $scratch/run-all
-train --workload great_net --image 64 --width 0.25 --batch 2 --device-kind cuda --iterations 2 --warmup 1
-EOF
-        if "$python" -c 'import torch' 2>/dev/null; then
-            timeout "$(within 60)" "$python" "$bundle/scripts/torch_gpu_peer.py" --device cpu --image 16 --width 0.125 --batch 1 \
-                --precision bf16 --iterations 1 --warmup 0 >"$scratch/peer.txt" 2>&1 ||
-                { cat "$scratch/peer.txt"; echo "the PyTorch peer failed on CPU"; exit 1; }
-            echo "PyTorch peer: ran on CPU ($(grep -m1 '^median' "$scratch/peer.txt"))"
-            timeout "$(within 60)" "$python" "$bundle/scripts/torch_layer_profile.py" --device cpu --image 8 --width 0.125 \
-                --precision bf16 --reps 1 >"$scratch/peer.txt" 2>&1 ||
-                { cat "$scratch/peer.txt"; echo "the PyTorch per-layer profile failed on CPU"; exit 1; }
-            echo "PyTorch per-layer profile: ran on CPU ($(grep -c '^ *[0-9]' "$scratch/peer.txt") layers)"
-        else
-            echo "PyTorch peer: '$python' has no torch; not tried"
-        fi
+    ( dry_run_commands
     ) >>"$env_log" 2>&1
     rc=$?
     tail -n "+$((env_lines + 1))" "$env_log"
