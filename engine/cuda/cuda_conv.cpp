@@ -330,12 +330,13 @@ void CudnnConv::backward_weights_part(const ConvGeom& g, const float* x, const f
   ConvPlan& p = plan_for(g);
   // The graph API overwrites (beta = 0, so a timed search can run on the real output); to
   // accumulate, it writes a scratch gradient that is then added to dw.
-  float* out = accumulate ? dw_scratch(g.k * g.c * g.r * g.s) : dw;
-  if (!p.bwd_filter &&
-      run_graph({ConvDir::BackwardFilter, g, CUDNN_DATA_FLOAT, opts_.precision, 0.0f, x, dy, out}, p.graph_bwd_filter)) {
-    if (accumulate) CUDNN_CHECK(cudnnAddTensor(cudnn_, &kOne, p.w_as_tensor, out, &kOne, p.w_as_tensor, dw));
-    if (db) CUDNN_CHECK(cudnnConvolutionBackwardBias(cudnn_, &kOne, p.y, dy, accumulate ? &kOne : &kZero, p.bias, db));
-    return;
+  if (!p.bwd_filter && graph_api_) {
+    float* out = accumulate ? dw_scratch(g.k * g.c * g.r * g.s) : dw;
+    if (run_graph({ConvDir::BackwardFilter, g, CUDNN_DATA_FLOAT, opts_.precision, 0.0f, x, dy, out}, p.graph_bwd_filter)) {
+      if (accumulate) CUDNN_CHECK(cudnnAddTensor(cudnn_, &kOne, p.w_as_tensor, out, &kOne, p.w_as_tensor, dw));
+      if (db) CUDNN_CHECK(cudnnConvolutionBackwardBias(cudnn_, &kOne, p.y, dy, accumulate ? &kOne : &kZero, p.bias, db));
+      return;
+    }
   }
   if (!p.bwd_filter) {
     // The timed search writes its output: search into scratch, so gradients being
