@@ -20,6 +20,10 @@ using nlohmann::json;
 namespace {
 constexpr double kMiB = 1024.0 * 1024.0;
 constexpr double kGiB = kMiB * 1024.0;
+// Rows within this share of the fastest are tied: a projection's own error (docs/projection.md's
+// validation: tens of percent on a shared CPU) is far larger, so it cannot rank them.
+constexpr double kTie = 0.01;
+bool within_tie(double fastest, double v) { return v >= fastest * (1 - kTie); }
 }  // namespace
 
 reports::Group as_report_group(const Projected& pr, const Profile& p, const Machine& m, bool family,
@@ -94,7 +98,14 @@ reports::Group as_report_group(const Projected& pr, const Profile& p, const Mach
   for (std::size_t i = 0; i < g.rows.size(); ++i)
     if (fits[i] && (!best.count(g.rows[i].devices) || *g.rows[i].samples_per_s > *g.rows[best[g.rows[i].devices]].samples_per_s))
       best[g.rows[i].devices] = i;
-  for (auto& [d, i] : best) g.rows[i].best = true;
+  for (auto& [d, i] : best) {
+    const double top = *g.rows[i].samples_per_s;
+    bool tie = false;
+    for (std::size_t k = 0; k < g.rows.size(); ++k)
+      if (k != i && fits[k] && g.rows[k].devices == d && within_tie(top, *g.rows[k].samples_per_s)) g.rows[k].tied = tie = true;
+    g.rows[i].best = !tie;
+    g.rows[i].tied = tie;
+  }
   if (regular1 > 0) g.ideal_base_samples_per_s = regular1;
   g.baseline = regular1 > 0 ? "regular" : "";
   return g;
@@ -129,13 +140,25 @@ std::string best_markdown(const std::vector<Projected>& all) {
       if (r.feasible && r.fits) by[r.config.devices].push_back(&r);
     for (auto& [d, v] : by) {
       std::sort(v.begin(), v.end(), [](auto* a, auto* b) { return a->samples_per_s > b->samples_per_s; });
+      // The strategies tied with the fastest (each by its fastest variant), and the next one outside.
+      std::vector<std::string> tied = {v[0]->config.label()}, seen = {v[0]->config.strategy};
       const Prediction* second = nullptr;
-      for (auto* x : v)
-        if (x->config.strategy != v[0]->config.strategy) {
+      for (auto* x : v) {
+        if (std::find(seen.begin(), seen.end(), x->config.strategy) != seen.end()) continue;
+        seen.push_back(x->config.strategy);
+        if (!within_tie(v[0]->samples_per_s, x->samples_per_s)) {
           second = x;
           break;
         }
-      out += fmt::format("| {} | {} | {} | {} | {:.4g} | {:.4g} | {} | {} |\n", pr.scaling, pr.batch, d, v[0]->config.label(),
+        tied.push_back(x->config.label());
+      }
+      std::string best = tied[0];
+      if (tied.size() > 1) {
+        best = "tied: " + tied[0];
+        for (std::size_t k = 1; k < std::min<std::size_t>(tied.size(), 4); ++k) best += ", " + tied[k];
+        if (tied.size() > 4) best += fmt::format(" (+{} more)", tied.size() - 4);
+      }
+      out += fmt::format("| {} | {} | {} | {} | {:.4g} | {:.4g} | {} | {} |\n", pr.scaling, pr.batch, d, best,
                          v[0]->samples_per_s, v[0]->step_s * 1e3, second ? second->config.label() : "-",
                          second ? fmt::format("{:.4g}", second->samples_per_s) : "-");
     }
@@ -180,7 +203,7 @@ std::string projected_markdown(const reports::Report& rep) {
            "| predicted " + std::string(reports::schema::figure::allocated_worker_max.heading) +
            " | compute | exposed comm | idle / bubble | comm MiB/step | best |\n"
            "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|:-:|\n";
-    bool other_base = false, implausible = false;
+    bool other_base = false, implausible = false, tied = false;
     for (const reports::Row& r : g.rows) {
       if (r.error || !r.median_ms) {
         out += fmt::format("| {} | {} | not possible: {} | | | | | | | | | | |\n", reports::md_escape(r.strategy), r.devices,
@@ -198,7 +221,8 @@ std::string projected_markdown(const reports::Report& rep) {
                          r.flop_per_s ? num(*r.flop_per_s / 1e9) : "-", speed, eff,
                          r.peak_mib_max ? num(*r.peak_mib_max) : "-", pct(r.compute_share), pct(r.exposed_comm_share),
                          pct(r.idle_share), r.comm_mib_per_iteration ? num(*r.comm_mib_per_iteration) : "-",
-                         r.best ? "**best**" : "");
+                         r.best ? "**best**" : r.tied ? "tied" : "");
+      tied |= r.tied;
     }
     out += "\nEvery figure projected from the profile and the machine file, none measured. ";
     out += g.scaling == "weak" ? "Scaling efficiency (weak) = thr(N) / (N x thr(1))"
@@ -206,6 +230,9 @@ std::string projected_markdown(const reports::Report& rep) {
     out += ", relative to the same strategy on one device; compute, exposed comm and idle are shares of the busiest "
            "worker's step. Formulas: docs/projection.md.\n";
     if (other_base) out += "+ no one-device row of this strategy: efficiency relative to regular on one device.\n";
+    if (tied)
+      out += fmt::format("tied: within {:g}% of the fastest at that device count, closer than a projection can rank "
+                         "(docs/projection.md), so no best there.\n", kTie * 100);
     if (implausible)
       out += "! above 100% efficiency, or a speedup above the device count: the profile's time per sample falls as "
              "the batch grows within its measured batches, and a device with a larger or thinner share looks faster "

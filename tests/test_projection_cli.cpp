@@ -1,5 +1,7 @@
 // parbench project end to end: every strategy projected and marked so, the profiler's own output
 // read, bad input, and --validate timing stages, tp's layers and side-by-side workers as run does.
+#include <sstream>
+
 #include "tests/test_projection_support.h"
 
 namespace pb {
@@ -25,6 +27,32 @@ TEST_F(ProjectCli, ProjectsEveryStrategyAndMarksItProjected) {
         EXPECT_NEAR(parts, row["step_s"].get<double>(), 1e-9 * row["step_s"].get<double>()) << row.dump();
       }
   for (const char* s : {"regular", "dp", "ddp", "mp", "pipeline", "fsdp", "zero2", "tp", "dp2xpp2"}) EXPECT_TRUE(seen.count(s)) << s;
+}
+
+// On one device every strategy projects to the same step: no best among them, every row tied, and
+// the summary says which are tied; at 4 devices any row marked best is more than 1% ahead of the rest.
+TEST_F(ProjectCli, RowsWithinOnePercentOfTheFastestAreTiedNotBest) {
+  const test::Result r = parbench("project --profile " + fixture("uniform.json") + " --machine " + fixture("machine.json") +
+                                  " --from-profile-peak 0.5 --devices 1,4 --batch 4 --out " + path("t"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string md = read_file(path("t.md"));
+  EXPECT_NE(md.find("| weak | 4 | 1 | tied: "), std::string::npos) << md;
+  EXPECT_NE(md.find("tied: within 1% of the fastest"), std::string::npos) << md;
+  std::map<int, std::vector<std::pair<double, std::string>>> by;  // devices -> (samples/s, best cell)
+  std::istringstream lines(md);
+  for (std::string line; std::getline(lines, line);) {
+    std::vector<std::string> cells;
+    std::istringstream cs(line);
+    for (std::string c; std::getline(cs, c, '|');) cells.push_back(c);
+    if (cells.size() != 14 || cells[2].find_first_not_of(" 0123456789") != std::string::npos || cells[2] == " ") continue;
+    by[std::stoi(cells[2])].push_back({std::stod(cells[4]), cells[13]});
+  }
+  ASSERT_TRUE(by.count(1) && by.count(4)) << md;
+  for (const auto& [v, mark] : by[1]) EXPECT_EQ(mark, " tied ") << "one device, " << v << " samples/s";
+  for (const auto& [v, mark] : by[4])
+    if (mark == " **best** ")
+      for (const auto& [w, other] : by[4])
+        if (other != " **best** ") EXPECT_LT(w, v * 0.99) << "a best row within 1% of another";
 }
 
 // What `parbench profile` writes is what `project` reads: the profiler's own extra fields too.
