@@ -151,13 +151,19 @@ TEST(Breakdown, BalancedPipelineBubbleTracksTheFormula) {
     r.s->step();
     const double cpu = process_cpu_s() - cpu0;
     const StepStats st = r.s->stats();
-    double busy = 0;
-    for (const WorkerStats& w : st.workers) busy += w.compute_s + w.transfer_s;
-    if (cpu >= 0.9 * busy) bubble.push_back(*breakdown(st).measured_bubble);
+    double busy = 0, least = 0, most = 0;
+    for (const WorkerStats& w : st.workers) {
+      busy += w.compute_s + w.transfer_s;
+      least = least == 0 ? w.compute_s : std::min(least, w.compute_s), most = std::max(most, w.compute_s);
+    }
+    // The formula is for stages of equal time; two vCPUs that run at different speeds (the VM's
+    // cores do, docs/PERFORMANCE.md) make equal work unequal time, and another bubble.
+    const bool equal_stages = most <= 1.1 * least;
+    if (cpu >= 0.9 * busy && equal_stages) bubble.push_back(*breakdown(st).measured_bubble);
   }
   if (bubble.size() < 3)
-    GTEST_SKIP() << "the machine is too loaded for two stages to run at once (" << bubble.size() << " of " << tried
-                 << " steps had their busy time on a CPU)";
+    GTEST_SKIP() << "the machine is too loaded, or its cores too unequal, for two equal stages to run at once ("
+                 << bubble.size() << " of " << tried << " steps had their busy time on a CPU and stage times within 10%)";
   const double formula = r.s->stats().bubble_fraction;
   EXPECT_DOUBLE_EQ(formula, 0.2);
   EXPECT_NEAR(median(bubble), formula, 0.05) << "measured bubble, median of " << bubble.size() << " steps";
