@@ -59,16 +59,20 @@ def pin_precision(precision, conv_search):
     return api
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog=__doc__.split("\n\n", 1)[1])
+def net_arguments(doc, precision):
+    """The parser both GPU peers start from: device, great_net's size, batch, precision."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=doc.split("\n\n", 1)[1])
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="default cuda")
     ap.add_argument("--image", type=int, default=512, help="image height and width (default 512)")
     ap.add_argument("--width", type=float, default=1.0, help="channel width scale (default 1)")
     ap.add_argument("--batch", type=int, default=1, help="batch size (default 1)")
-    ap.add_argument("--precision", choices=["fp32", "tf32", "bf16"], default="fp32",
-                    help="default fp32")
+    ap.add_argument("--precision", choices=["fp32", "tf32", "bf16"], default=precision, help=f"default {precision}")
+    return ap
+
+
+def main():
+    ap = net_arguments(__doc__, "fp32")
     ap.add_argument("--conv-search", choices=["exhaustive", "heuristic"], default="exhaustive",
                     help="cudnn.benchmark True or False (default exhaustive)")
     ap.add_argument("--iterations", type=int, default=10, help="timed iterations (default 10)")

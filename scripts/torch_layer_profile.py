@@ -9,25 +9,17 @@ on bf16 tensors, as autocast runs it). Prints a table in milliseconds, the media
 
     python3 scripts/torch_layer_profile.py --image 512 --width 1 --precision tf32
 """
-import argparse
 import statistics
 import sys
 
 import torch
 
-from torch_gpu_peer import pin_precision
+from torch_gpu_peer import net_arguments, pin_precision
 from torchnet import great_net
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog=__doc__.split("\n\n", 1)[1])
-    ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="default cuda")
-    ap.add_argument("--image", type=int, default=512, help="image height and width (default 512)")
-    ap.add_argument("--width", type=float, default=1.0, help="channel width scale (default 1)")
-    ap.add_argument("--batch", type=int, default=1, help="batch size (default 1)")
-    ap.add_argument("--precision", choices=["fp32", "tf32", "bf16"], default="tf32", help="default tf32")
+    ap = net_arguments(__doc__, "tf32")
     ap.add_argument("--conv-search", choices=["exhaustive", "heuristic"], default="heuristic",
                     help="cudnn.benchmark True or False (default heuristic, as parbench profile)")
     ap.add_argument("--reps", type=int, default=5, help="timed repetitions (default 5)")

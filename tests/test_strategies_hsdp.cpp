@@ -23,16 +23,10 @@ std::vector<std::pair<int, int>> every_factorization(int n) {
 // hsdp sums a gradient in two stages (within a group, then across groups): another rounding than
 // regular's, which plain Adam (eps 1e-8) amplifies on small_great_net's near-zero gradients, as
 // TpMatchesRegular explains (seen: hsdp2x2 at batch 7, 7e-5 beyond the bound). With eps 1e-6, as
-// there; the linear nets and the SGD-like ones keep theirs.
-std::vector<NetSpec> hsdp_workloads() {
-  std::vector<NetSpec> nets = workloads();
-  for (NetSpec& net : nets)
-    if (net.adam.eps < 1e-6) net.adam.eps = 1e-6, net.name += "/eps:1e-6";
-  return nets;
-}
+// there (workloads_eps_1e6); the linear nets and the SGD-like ones keep theirs.
 
 TEST(Strategies, HsdpMatchesRegular) {
-  for (const NetSpec& net : hsdp_workloads())
+  for (const NetSpec& net : workloads_eps_1e6())
     for (const std::vector<int64_t>& batches : std::vector<std::vector<int64_t>>{{7}, {2}})
       for (int n = 1; n <= 4; ++n)
         for (const auto& [r, s] : every_factorization(n)) {

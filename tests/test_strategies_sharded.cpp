@@ -67,17 +67,11 @@ TEST(Strategies, FsdpWorkersHoldAShardOfTheState) {
 // gradient by its own magnitude, and many of small_great_net's gradients are near 1e-8: over five
 // steps some cross zero at rounding level and take a direction of up to lr from it (seen on an AMD
 // EPYC: 8e-5 apart). With eps 1e-6 the larger layers' gradients are still normalized by v and the
-// small ones move by lr g / eps, which rounding cannot turn.
-std::vector<NetSpec> tp_workloads() {
-  std::vector<NetSpec> nets = workloads();
-  for (NetSpec& net : nets)
-    if (net.adam.eps < 1e-6) net.adam.eps = 1e-6, net.name += "/eps:1e-6";
-  return nets;
-}
+// small ones move by lr g / eps, which rounding cannot turn: workloads_eps_1e6().
 
 TEST(Strategies, TpMatchesRegular) {
   // great_net's last conv has 3 output channels: at N = 4 it stays whole on every worker.
-  for (const NetSpec& net : tp_workloads()) {
+  for (const NetSpec& net : workloads_eps_1e6()) {
     for (int n = 1; n <= 4; ++n) {
       SCOPED_TRACE(fmt::format("tp on {} workers, {}", n, net.name));
       if (net.layers.size() == 1 && n > 2) continue;  // Linear(5, 2): refused, below
