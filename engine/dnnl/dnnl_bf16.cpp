@@ -80,17 +80,20 @@ struct ConvPlan {
 
 struct MatPlan {
   dnnl::matmul prim;
-  memory::desc src, wei, bias, dst;
+  memory::desc src, wei, bias, dst, pad;
 };
 
 }  // namespace
 
 struct DnnlBf16::Impl {
-  Impl(int t, Device d) : threads(t), eng(dnnl::engine::kind::cpu, 0), strm(eng), s{dnnl_plan::Scratch(d), dnnl_plan::Scratch(d), dnnl_plan::Scratch(d)} {}
+  Impl(int t, Device d) : threads(t), eng(dnnl::engine::kind::cpu, 0), strm(eng), s{dnnl_plan::Scratch(d), dnnl_plan::Scratch(d), dnnl_plan::Scratch(d)}, pad(d) {}
   int threads;
   dnnl::engine eng;
   dnnl::stream strm;
   std::array<dnnl_plan::Scratch, 3> s;
+  // The primitives' scratchpad, ours: oneDNN's own is per creating thread and outlives a primitive
+  // destroyed on another thread (a leak with workers >= 2).
+  dnnl_plan::Scratch pad;
   std::vector<float> db_tmp;
   std::map<dnnl_plan::Key, ConvPlan> convs;
   std::map<std::tuple<int, int64_t, int64_t, int64_t, bool>, MatPlan> mats;
@@ -104,18 +107,20 @@ struct DnnlBf16::Impl {
     p.x = plain(d.src, Dt::bf16), p.w = plain(d.wei, Dt::bf16), p.b = plain(d.bias, Dt::bf16);
     p.y = plain(d.dst, Dt::bf16), p.dw = plain(d.wei, Dt::f32), p.db = plain(d.bias, Dt::f32);
     const auto alg = dnnl::algorithm::convolution_direct;
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     dnnl::convolution_forward::primitive_desc fpd(
         dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, any(d.src, Dt::bf16),
                                         any(d.wei, Dt::bf16), p.b, any(d.dst, Dt::bf16), d.strides, d.pad, d.pad),
-        eng);
+        attr, eng);
     dnnl::convolution_backward_data::primitive_desc dpd(
         dnnl::convolution_backward_data::desc(alg, any(d.src, Dt::bf16), any(d.wei, Dt::bf16), any(d.dst, Dt::bf16),
                                               d.strides, d.pad, d.pad),
-        eng, fpd);
+        attr, eng, fpd);
     dnnl::convolution_backward_weights::primitive_desc wpd(
         dnnl::convolution_backward_weights::desc(alg, any(d.src, Dt::bf16), any(d.wei, Dt::f32), p.db,
                                                  any(d.dst, Dt::bf16), d.strides, d.pad, d.pad),
-        eng, fpd);
+        attr, eng, fpd);
     p.impl[0] = native_impl(fpd, "convolution forward");
     p.impl[1] = native_impl(dpd, "convolution backward data");
     p.impl[2] = native_impl(wpd, "convolution backward weights");
@@ -139,6 +144,7 @@ struct DnnlBf16::Impl {
     if (prim == user) return memory(user, eng, p);
     return memory(prim, eng, s[i].get(prim.get_size()));
   }
+  memory scratchpad(const memory::desc& d) { return memory(d, eng, pad.get(d.get_size())); }
   // Moves an output written to scratch into the user's buffer, adding to it when sum.
   void out_done(memory m, const memory::desc& user, void* p, bool sum) {
     memory u(user, eng, p);
@@ -158,6 +164,7 @@ struct DnnlBf16::Impl {
     if (it != mats.end()) return it->second;
     MatPlan p;
     dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     if (kind == 0) {  // y[n,out] = x[n,in] w[out,in]^T + b
       p.src = plain({n, in}, Dt::bf16), p.wei = memory::desc({in, out}, Dt::bf16, memory::dims{1, in});
       p.bias = plain({1, out}, Dt::bf16), p.dst = plain({n, out}, Dt::bf16);
@@ -175,6 +182,7 @@ struct DnnlBf16::Impl {
     const auto pd = kind == 0 ? dnnl::matmul::primitive_desc(dnnl::matmul::desc(p.src, p.wei, p.bias, p.dst), attr, eng)
                               : dnnl::matmul::primitive_desc(dnnl::matmul::desc(p.src, p.wei, p.dst), attr, eng);
     native_impl(pd, "linear layer");
+    p.pad = pd.scratchpad_desc();
     p.prim = dnnl::matmul(pd);
     return mats.emplace(key, std::move(p)).first->second;
   }
@@ -183,6 +191,7 @@ struct DnnlBf16::Impl {
                                          {DNNL_ARG_WEIGHTS, memory(p.wei, eng, const_cast<void*>(wei))},
                                          {DNNL_ARG_DST, memory(p.dst, eng, dst)}};
     if (bias) args.emplace(DNNL_ARG_BIAS, memory(p.bias, eng, const_cast<void*>(bias)));
+    args.emplace(DNNL_ARG_SCRATCHPAD, scratchpad(p.pad));
     p.prim.execute(strm, args);
     strm.wait();
   }
@@ -225,7 +234,8 @@ void DnnlBf16::conv_forward(const ConvGeom& g, const Bf16* x, const Bf16* w, con
     memory mx = I.in(fpd.src_desc(), p.x, x, 0), mw = I.in(fpd.weights_desc(), p.w, w, 1);
     memory my = I.out(fpd.dst_desc(), p.y, y, 2);
     p.fwd.execute(I.strm, {{DNNL_ARG_SRC, mx}, {DNNL_ARG_WEIGHTS, mw},
-                           {DNNL_ARG_BIAS, memory(p.b, I.eng, const_cast<Bf16*>(b))}, {DNNL_ARG_DST, my}});
+                           {DNNL_ARG_BIAS, memory(p.b, I.eng, const_cast<Bf16*>(b))}, {DNNL_ARG_DST, my},
+                           {DNNL_ARG_SCRATCHPAD, I.scratchpad(fpd.scratchpad_desc())}});
     I.out_done(my, p.y, y, false);
     I.strm.wait();
   });
@@ -239,7 +249,8 @@ void DnnlBf16::conv_backward_data(const ConvGeom& g, const Bf16* dy, const Bf16*
     const auto& pd = p.dpd;
     memory mdy = I.in(pd.diff_dst_desc(), p.y, dy, 0), mw = I.in(pd.weights_desc(), p.w, w, 1);
     memory mdx = I.out(pd.diff_src_desc(), p.x, dx, 2);
-    p.bwd_data.execute(I.strm, {{DNNL_ARG_DIFF_DST, mdy}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_DIFF_SRC, mdx}});
+    p.bwd_data.execute(I.strm, {{DNNL_ARG_DIFF_DST, mdy}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_DIFF_SRC, mdx},
+                                {DNNL_ARG_SCRATCHPAD, I.scratchpad(pd.scratchpad_desc())}});
     I.out_done(mdx, p.x, dx, false);
     I.strm.wait();
   });
@@ -262,7 +273,8 @@ void DnnlBf16::conv_backward_weights(const ConvGeom& g, const Bf16* x, const Bf1
       dbp = I.db_tmp.data();
     }
     p.bwd_weights.execute(I.strm, {{DNNL_ARG_SRC, mx}, {DNNL_ARG_DIFF_DST, mdy}, {DNNL_ARG_DIFF_WEIGHTS, mdw},
-                                   {DNNL_ARG_DIFF_BIAS, memory(p.db, I.eng, dbp)}});
+                                   {DNNL_ARG_DIFF_BIAS, memory(p.db, I.eng, dbp)},
+                                   {DNNL_ARG_SCRATCHPAD, I.scratchpad(pd.scratchpad_desc())}});
     I.out_done(mdw, p.dw, dw, accumulate);
     I.strm.wait();
     if (accumulate)
