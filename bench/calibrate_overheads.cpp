@@ -159,7 +159,7 @@ Overheads time_overheads(int threads, int rounds, const pj::Machine& m, nlohmann
     (*record)["unit_overhead_rounds_s"][names[i + 1]] = unit[i];
   }
   // The worker overhead that makes the prediction meet the measured step: the start lag the
-  // simulator puts in is min(start lag, worker overhead), so settled in a few passes.
+  // simulator puts in is min(start lag, worker overhead), found below.
   pj::Machine mw = m;
   mw.step_overhead_s = out.step_s;
   mw.worker_overhead_at_s.clear();
@@ -180,12 +180,23 @@ Overheads time_overheads(int threads, int rounds, const pj::Machine& m, nlohmann
       }
       return steps;
     };
-    double over = 0;
-    for (int pass = 0; pass < 4; ++pass) {
+    // The residual's median falls as the overhead grows, but not linearly (the start lag is capped
+    // by it): bisected, where a fixed-point step can overshoot to 0 and stay short of the step.
+    auto residual_at = [&](double over) {
       const std::vector<double> steps = predicted(over);
       std::vector<double> residual;
       for (std::size_t r = 0; r < steps.size(); ++r) residual.push_back(d.measured[r] - steps[r]);
-      over = std::max(0.0, over + median(residual));
+      return median(residual);
+    };
+    double over = 0;
+    if (residual_at(0) > 0) {
+      double lo = 0, hi = std::max(1e-9, median(d.measured));
+      for (int i = 0; i < 40 && residual_at(hi) > 0; ++i) hi *= 2;
+      for (int i = 0; i < 40; ++i) {
+        const double mid = 0.5 * (lo + hi);
+        (residual_at(mid) > 0 ? lo : hi) = mid;
+      }
+      over = hi;
     }
     out.workers_s[w] = over;
     (*record)["ddp_step_rounds_s"][std::to_string(w)] = d.measured;
