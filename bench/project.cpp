@@ -81,6 +81,8 @@ int cmd_project(const std::vector<std::string>& args) {
               {"machine", "FILE", "machine description (machines/*.json)", ""},
               {"from-machine", "FILE", "the machine the profile was measured on: compute times scale by its peak FLOP/s over --machine's (this or --from-profile-peak is needed when the profile's device kind is not --machine's)", ""},
               {"scale-image", "FROM:TO", "project the net at TO-pixel images from a profile at FROM (times x (TO/FROM)^2; conv nets)", ""},
+              {"precision", "P", "fp32, tf32 or bf16: the precision to price compute in (default: the profile's, context.precision; fp32 when not recorded)", ""},
+              {"scale-precision", "", "project a profile timed in one precision to --precision: compute times scale by the machines' peaks of the two (device.peak_flops_by_precision), labelled as scaled", ""},
               {"from-profile-peak", "FRACTION", "scale compute times so that the profile's fastest layer runs at FRACTION of --machine's peak (a profile from another device)", ""},
               {"devices", "LIST", "device counts (default: 1,2,4,8,64,1024 up to the machine's devices)", ""},
               {"batch", "LIST", "batch per device (weak scaling) or global batch (strong scaling); several: a table each", "1"},
@@ -139,25 +141,42 @@ int cmd_project(const std::vector<std::string>& args) {
   o.threads_per_worker = static_cast<int>(f.integer("threads"));
   if (o.threads_per_worker < 0) throw UsageError("--threads must be >= 0");
   std::string scale_note, scaled, unscaled;
+  // Precision: the profile's, or another one only on purpose, by the peaks of the two.
+  const std::string have = profiles.front().precision, want = f.has("precision") ? f.str("precision") : have;
+  if (want != "fp32" && want != "tf32" && want != "bf16")
+    throw UsageError(fmt::format("--precision expects fp32, tf32 or bf16, got '{}'", want));
+  for (const pj::Profile& p : profiles)
+    if (p.precision != have)
+      throw UsageError(fmt::format("--profile: {} was timed in {} and {} in {}: give profiles of one precision",
+                                   profiles.front().source, have, p.source, p.precision));
+  const bool cross = want != have;
+  if (cross && !f.on("scale-precision"))
+    throw UsageError(fmt::format("--precision {}: --profile {} was timed in {}; give a {} profile (parbench profile --precision {}), "
+                                 "or --scale-precision to scale its compute times by the machines' {} over {} peaks",
+                                 want, profiles.front().source, have, want, want, have, want));
+  if (!cross && f.on("scale-precision"))
+    throw UsageError(fmt::format("--scale-precision: --profile {} is already {} (nothing to scale)", profiles.front().source, want));
+  const std::string cross_note = cross ? fmt::format(", {} scaled from {} by peaks", want, have) : "";
   if (f.has("from-machine") && f.has("from-profile-peak"))
     throw UsageError("--from-machine and --from-profile-peak both scale compute times: give one");
   if (f.has("from-machine")) {
     const pj::Machine from = pj::load_machine(f.str("from-machine"));
-    o.compute_scale = from.peak_flops / m.peak_flops;
-    scale_note = fmt::format("Compute times scaled from {} ({:.3g} TFLOP/s) to {} ({:.3g} TFLOP/s): x{:.3g}.", from.name,
-                             from.peak_flops / 1e12, m.name, m.peak_flops / 1e12, o.compute_scale);
-    scaled = fmt::format("compute x{:.3g} from {} (--from-machine)", o.compute_scale, from.name);
+    o.compute_scale = from.peak(have) / m.peak(want);
+    scale_note = fmt::format("Compute times scaled from {} ({:.3g} TFLOP/s {}) to {} ({:.3g} TFLOP/s {}): x{:.3g}.", from.name,
+                             from.peak(have) / 1e12, have, m.name, m.peak(want) / 1e12, want, o.compute_scale);
+    scaled = fmt::format("compute x{:.3g} from {} (--from-machine{})", o.compute_scale, from.name, cross_note);
   } else if (f.has("from-profile-peak")) {
     const double frac = f.number("from-profile-peak");
     if (!(frac > 0 && frac <= 1)) throw UsageError(fmt::format("--from-profile-peak expects a fraction in (0, 1], got {}", frac));
     const double best = profiles.front().best_forward_flops_per_s();
     if (!(best > 0)) throw UsageError(fmt::format("--from-profile-peak: {} has no layer with FLOPs and time", profiles.front().source));
-    o.compute_scale = best / (frac * m.peak_flops);
-    scale_note = fmt::format("Compute times scaled so that the profile's fastest layer ({:.3g} GFLOP/s forward on {}) runs at {:g}% of "
-                             "{}'s peak ({:.3g} TFLOP/s); every other layer keeps its speed relative to it: x{:.3g}.",
-                             best / 1e9, profiles.front().device_kind.empty() ? "its device" : profiles.front().device_kind,
-                             frac * 100, m.name, m.peak_flops / 1e12, o.compute_scale);
-    scaled = fmt::format("compute x{:.3g}, fastest layer at {:g}% of peak (--from-profile-peak)", o.compute_scale, frac * 100);
+    o.compute_scale = best / (frac * m.peak(want));
+    scale_note = fmt::format("Compute times scaled so that the profile's fastest layer ({:.3g} GFLOP/s forward on {}, {}) runs at {:g}% of "
+                             "{}'s {} peak ({:.3g} TFLOP/s); every other layer keeps its speed relative to it: x{:.3g}.",
+                             best / 1e9, profiles.front().device_kind.empty() ? "its device" : profiles.front().device_kind, have,
+                             frac * 100, m.name, want, m.peak(want) / 1e12, o.compute_scale);
+    scaled = fmt::format("compute x{:.3g}, fastest layer at {:g}% of {} peak (--from-profile-peak{})", o.compute_scale, frac * 100,
+                         want, cross_note);
   } else if (const std::string& pk = profiles.front().device_kind; pk.substr(0, pk.find(':')) != m.kind) {
     // Times measured on one kind of device say nothing of another's speed: unscaled, a CPU
     // profile "on H200" runs at the CPU's pace. Refused once the other flags are checked.
@@ -166,9 +185,15 @@ int cmd_project(const std::vector<std::string>& args) {
         "the profile was measured on) or --from-profile-peak FRACTION to scale its compute times",
         profiles.front().source, profiles.front().device_kind.empty() ? "a device it does not record" : profiles.front().device_kind,
         m.source, m.kind);
+  } else if (cross) {
+    o.compute_scale = m.peak(have) / m.peak(want);
+    scale_note = fmt::format("Compute times scaled from {} to {} by {}'s peaks ({:.3g} and {:.3g} TFLOP/s): x{:.3g}.", have, want,
+                             m.name, m.peak(have) / 1e12, m.peak(want) / 1e12, o.compute_scale);
+    scaled = fmt::format("compute x{:.3g} from the profile's {} speed (--scale-precision)", o.compute_scale, have);
   } else {
     scaled = fmt::format("compute at the profile's measured {} speed", m.kind);
   }
+  for (pj::Profile& p : profiles) p.precision = want;  // what is priced: memory and titles follow
   const std::vector<int64_t> batches = int_items("batch", f.str("batch"), 1);
   if (batches.empty()) throw UsageError("--batch needs at least one batch size");
   std::vector<int64_t> devices;
@@ -262,14 +287,15 @@ int cmd_project(const std::vector<std::string>& args) {
     full.groups.push_back(pj::as_report_group(pr, p0, m, false, scaled));
     chart.groups.push_back(pj::as_report_group(pr, p0, m, true, scaled));
   }
-  std::string md = fmt::format("# Projected, not measured: {} on {}\n\nProfile {} ({}); machine {}{}. {}\n\n", p0.context.value("workload", std::string("profile")),
-                               m.name, p0.source, p0.device_kind.empty() ? "device not recorded" : p0.device_kind, m.source,
+  std::string md = fmt::format("# Projected, not measured: {} on {}, {}\n\nProfile {} ({}); machine {}{}. {}\n\n", p0.context.value("workload", std::string("profile")),
+                               m.name, want, p0.source, p0.device_kind.empty() ? "device not recorded" : p0.device_kind, m.source,
                                m.description.empty() ? "" : " (" + m.description + ")", scale_note + image_note);
   md += pj::projected_markdown(full);
   for (const Projected& pr : all) md += pj::parts_markdown(pr, m);
   md += pj::best_markdown(all);
   json doc = {{"parbench_projection", 1}, {"projected", true}, {"profile", p0.source}, {"machine", pj::machine_json(m)},
-              {"compute_scale", o.compute_scale}, {"groups", json::array()}};
+              {"compute_scale", o.compute_scale}, {"precision", want},
+              {"profile_precision", have}, {"groups", json::array()}};
   for (const Projected& pr : all) {
     json g = {{"scaling", pr.scaling}, {"batch", pr.batch}, {"rows", json::array()}};
     for (const pj::Prediction& r : pr.rows) g["rows"].push_back(pj::prediction_json(r));

@@ -157,6 +157,12 @@ Machine parse_machine(const std::string& text, const std::string& source) {
   if (m.kind != "cpu" && m.kind != "cuda") dev.fail("device.kind", "cpu or cuda");
   m.model = dev.str("model");
   m.peak_flops = dev.number("peak_flops", 0, true);
+  if (dev.has("peak_flops_by_precision")) {
+    Obj by(dev.raw("peak_flops_by_precision"), source, "device.peak_flops_by_precision");
+    for (const char* k : {"tf32", "bf16"})
+      if (by.has(k)) m.peak_flops_by_precision[k] = by.number(k, 0, true);
+    by.done();
+  }
   m.memory_bytes = dev.number("memory_bytes", 0, true);
   m.shared_cores = dev.has("shared_cores") ? dev.small_integer("shared_cores", 0) : (dev.number_or("shared_cores", 0), 0);
   m.parallel_threads = dev.number_or("parallel_threads", 0, 0);
@@ -212,6 +218,15 @@ double Machine::workers_overhead_s(int local) const {
   return t0 + (hi->second - t0) * (local - n0) / (hi->first - n0);
 }
 
+double Machine::peak(const std::string& precision) const {
+  if (precision == "fp32") return peak_flops;
+  const auto it = peak_flops_by_precision.find(precision);
+  if (it == peak_flops_by_precision.end())
+    throw UsageError(fmt::format("{}: device.peak_flops_by_precision.{}: missing (the device's {} rate, FLOP/s, to price {} compute)",
+                                 source, precision, precision, precision));
+  return it->second;
+}
+
 int Machine::threads_per_worker(int devices, int fixed) const {
   if (shared_cores <= 0) return 1;
   return fixed > 0 ? fixed : std::max(1, shared_cores / std::max(1, std::min(devices, devices_per_node)));
@@ -225,6 +240,7 @@ json machine_json(const Machine& m) {
   j["name"] = m.name;
   if (!m.description.empty()) j["description"] = m.description;
   j["device"] = {{"kind", m.kind}, {"model", m.model}, {"peak_flops", m.peak_flops}, {"memory_bytes", m.memory_bytes}};
+  if (!m.peak_flops_by_precision.empty()) j["device"]["peak_flops_by_precision"] = m.peak_flops_by_precision;
   if (m.shared_cores > 0) j["device"]["shared_cores"] = m.shared_cores;
   if (m.parallel_threads > 0) j["device"]["parallel_threads"] = m.parallel_threads;
   if (m.copy_bytes_per_s > 0) j["device"]["copy_bytes_per_s"] = m.copy_bytes_per_s;

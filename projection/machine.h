@@ -52,7 +52,12 @@ struct Machine {
   std::string source, name, description;
   std::string kind;            // cpu or cuda: the device the costs describe
   std::string model;
-  double peak_flops = 0;       // per device: the rate compute times scale with
+  double peak_flops = 0;       // per device: the rate compute times scale with (fp32)
+  // device.peak_flops_by_precision: the rate in tf32 / bf16 where the file gives one.
+  std::map<std::string, double> peak_flops_by_precision;
+  // The rate for `precision` (fp32: peak_flops); UsageError naming the machine file and the field
+  // where it has none.
+  double peak(const std::string& precision) const;
   double memory_bytes = 0;     // per device (CPU: all workers together)
   int shared_cores = 0;        // CPU: cores all workers of a node share (0: each device its own)
   // CPU: how many busy threads run at full speed together, as calibrate measured it (the cores,

@@ -15,6 +15,7 @@ double memory_peak(const Profile& p, const Config& c, const std::string& name, i
   mc.devices = c.devices;
   mc.micro_batches = micro_batches;
   mc.stages = stages;
+  mc.bf16 = p.precision == "bf16";
   mc.workspace = [&p](const std::vector<LayerPlan>& layers, int64_t) {
     double w = 0;
     for (const LayerPlan& l : layers) w = std::max(w, p.layers[static_cast<std::size_t>(l.index)].workspace_bytes);

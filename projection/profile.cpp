@@ -79,6 +79,12 @@ Profile parse_profile(const std::string& text, const std::string& source) {
   if (ctx.contains("concurrent_workers")) p.concurrent = Obj(ctx, source, "context").small_integer("concurrent_workers", 1);
   for (const char* k : {"device_kind", "device"})
     if (p.device_kind.empty() && ctx.contains(k) && ctx[k].is_string()) p.device_kind = ctx[k].get<std::string>();
+  if (ctx.contains("precision")) {
+    const std::string prec = Obj(ctx, source, "context").str("precision");
+    if (prec != "fp32" && prec != "tf32" && prec != "bf16")
+      throw UsageError(fmt::format("{}: context.precision: expected fp32, tf32 or bf16, got '{}'", source, prec));
+    p.precision = prec;
+  }
   p.batches = top.ints("batches", 1);
   if (p.batches.empty()) top.fail("batches", "at least one batch size");
   for (std::size_t i = 1; i < p.batches.size(); ++i)

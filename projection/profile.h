@@ -43,6 +43,9 @@ struct Profile {
   // speed of that many busy workers on a node and scales from there.
   int concurrent = 1;
   std::string device_kind;  // context.device_kind or context.device ("cpu", "cuda", ...)
+  // context.precision: fp32, tf32 or bf16, what the layers were timed in (fp32 when not recorded).
+  // The memory estimate follows it (bf16: activations and a parameter copy in bf16).
+  std::string precision = "fp32";
 
   int64_t param_count() const;
   double forward_flops() const;  // per sample

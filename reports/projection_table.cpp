@@ -35,6 +35,7 @@ reports::Group as_report_group(const Projected& pr, const Profile& p, const Mach
                           : "";
   g.scaling = pr.scaling;
   g.batch = pr.batch;
+  g.precision = p.precision;
   g.device_kind = "projected on " + m.name + (scaled.empty() ? "" : ", " + scaled);
   g.distinction = family ? "fastest variant" : "";
   std::map<std::string, double> one;  // label -> samples/s at one device
