@@ -123,6 +123,9 @@ TEST_F(Harness, ScheduleFlagsNameThePipelineVariant) {
   r = parbench("run --workload linear --strategies pipeline --schedule fifo --devices 1 --device-kind cpu --out " + path("bad"));
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("--schedule expects gpipe or 1f1b, got 'fifo'"));
+  r = parbench("replay --workload linear --strategy pipeline-zb --recompute --device-kind cpu --out " + path("zb"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--recompute: pipeline-zb is a schedule of its own, without recompute"));
 }
 
 }  // namespace
