@@ -182,8 +182,12 @@ std::string strategy_name(const Flags& f, const std::string& given, bool strict)
   }
   if (!parse_pipeline_name(name, &schedule, &recompute)) {
     if (strict && (f.has("schedule") || f.on("recompute")))
-      throw UsageError(fmt::format("--{} applies to the pipeline strategies only, not {}",
-                                   f.has("schedule") ? "schedule" : "recompute", name));
+      throw UsageError(name == pipeline_name(Schedule::ZeroBubble, false)
+                           ? fmt::format("--{}: {} is a schedule of its own, without recompute; leave --{} out",
+                                         f.has("schedule") ? "schedule" : "recompute", name,
+                                         f.has("schedule") ? "schedule" : "recompute")
+                           : fmt::format("--{} applies to the pipeline strategies only, not {}",
+                                         f.has("schedule") ? "schedule" : "recompute", name));
     return name;
   }
   if (f.has("schedule")) schedule = pipeline_schedule(f.str("schedule"));

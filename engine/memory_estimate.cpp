@@ -179,6 +179,7 @@ MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch, const 
     if (!dpxpp) S = N, variant = s == "mp" ? "" : s.substr(8);
     PB_CHECK(D * S == N, "memory estimate: {} on {} devices", s, N);
     const bool one_f_one_b = variant.find("-1f1b") != std::string::npos, recompute = variant.find("-recompute") != std::string::npos;
+    const bool zb = variant == "-zb";  // ZB-H1: P slots; stage k > 0 keeps up to k + 1 B's output gradients for W
     std::vector<std::pair<int, int>> st = c.stages;
     if (st.empty())
       for (int k = 0; k < S; ++k) st.push_back({k * L / S, (k + 1) * L / S});
@@ -192,7 +193,10 @@ MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch, const 
         const auto [b, e] = st[k];
         Worker& x = w[d * S + k];
         const double sp = ly.params(b, e), sin = ly.in(b), sout = ly.out(e - 1);
-        const int in_flight = one_f_one_b ? std::min(M, S - k) : M;
+        const int in_flight = zb ? std::min(M, S) : one_f_one_b ? std::min(M, S - k) : M;
+        double kept = 0;  // per sample: the weighted layers' outputs (model.cpp backward_data)
+        for (int i = b; i < e && zb && k > 0 && M > 1; ++i)
+          if (ly.params(i, i + 1) > 0) kept += ly.out(i) * static_cast<double>(std::min(M, k + 1));
         // Micro-batch j runs in activation slot j % slots, each slot as large as the largest it
         // serves; torch.chunk's sizes do not grow, so slot j's is micro-batch j's (pipeline.cpp slot_of).
         const int slots = recompute ? 1 : in_flight;
@@ -201,11 +205,11 @@ MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch, const 
         // GPipe's first backward is the last micro-batch: a shorter one sizes the input-gradient
         // scratch, which the next backward outgrows, both alive for a moment.
         const double last = static_cast<double>(mb[M - 1]);
-        const double regrow = !one_f_one_b && last < most ? ly.seq_scratch(b, e, last) / 2 : 0;
+        const double regrow = !one_f_one_b && !zb && last < most ? ly.seq_scratch(b, e, last) / 2 : 0;
         x.params = ly.seq_params(b, e), x.state = 3 * sp;
         x.acts = (k == 0 ? piece * sin : in_flight * most * sin + 2 * most * sin) + most * sout +
                  (k == S - 1 ? piece * sout + M : 0) + ly.seq_acts(b, e, slot_samples) + ly.seq_scratch(b, e, most) +
-                 regrow;
+                 regrow + kept * most;
         x.workspace = ly.sequential_workspace(b, e, most);
       }
     }

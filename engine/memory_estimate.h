@@ -35,7 +35,7 @@ struct MemoryEstimate {
 MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch);
 
 // One configuration, for the per-worker estimate below. `strategy` as registered: regular, dp,
-// ddp, mp, pipeline[-1f1b][-recompute], fsdp[-prefetch], zero2[-prefetch], tp, dp<D>xpp<P>[-1f1b][-recompute],
+// ddp, mp, pipeline[-1f1b][-recompute], pipeline-zb, fsdp[-prefetch], zero2[-prefetch], tp, dp<D>xpp<P>[-1f1b][-recompute],
 // dp<D>xtp<T>, hsdp<R>x<S> (fsdp's buffers with shards of 1/S).
 struct MemoryConfig {
   std::string strategy = "regular";

@@ -126,34 +126,73 @@ std::pair<int64_t, int64_t> Sequential::layer_grad_range(int i) const {
 
 void Sequential::backward(const float* dy, float* dx, bool accumulate, int slot_id,
                           const std::function<void(int)>& grads_ready) {
+  backward_pass(dy, dx, accumulate, slot_id, grads_ready, Pass::Both);
+}
+
+void Sequential::backward_data(const float* dy, float* dx, int slot_id) {
+  backward_pass(dy, dx, false, slot_id, {}, Pass::Data);
+}
+
+void Sequential::backward_weights(bool accumulate, int slot_id) {
+  backward_pass(nullptr, nullptr, accumulate, slot_id, {}, Pass::Weights);
+}
+
+void Sequential::backward_pass(const float* dy, float* dx, bool accumulate, int slot_id,
+                               const std::function<void(int)>& grads_ready, Pass pass) {
   auto it = slots_.find(slot_id);
   PB_CHECK(it != slots_.end() && it->second.input != nullptr, "backward before forward in slot {}", slot_id);
+  PB_CHECK(!bf16_ || pass == Pass::Both, "a split backward runs in fp32 only");
   if (bf16_) return backward_bf16(dy, dx, accumulate, slot_id, grads_ready);
   Slot& slot = it->second;
   const int64_t batch = slot.batch;
   Tracer::Scope span = call_span(tracer_, Phase::Backward, slot_id);
   Backend& be = *backend_;
   const int64_t base = plan_.layers[begin_].param_offset;
+  const bool data = pass != Pass::Weights, weights = pass != Pass::Data;
+  std::vector<Tensor>* kept = nullptr;  // the output gradients W reads, kept from B
+  if (pass == Pass::Data) {
+    PB_CHECK(slot.kept < 0, "backward_data twice in slot {} without backward_weights", slot_id);
+    if (kept_free_.empty()) kept_free_.push_back(static_cast<int>(kept_.size())), kept_.emplace_back(end_ - begin_);
+    slot.kept = kept_free_.back();
+    kept_free_.pop_back();
+    kept = &kept_[slot.kept];
+  } else if (pass == Pass::Weights) {
+    PB_CHECK(slot.kept >= 0, "backward_weights before backward_data in slot {}", slot_id);
+    kept = &kept_[slot.kept];
+  }
   int64_t max_act = 0;
   for (int i = begin_; i < end_; ++i) max_act = std::max(max_act, batch * numel_of(plan_.layers[i].in));
-  float* bufs[2] = {grad_scratch(0, max_act), grad_scratch(1, max_act)};
+  float* bufs[2] = {nullptr, nullptr};
+  if (data) bufs[0] = grad_scratch(0, max_act), bufs[1] = grad_scratch(1, max_act);
   const float* gout = dy;
   for (int i = end_ - 1; i >= begin_; --i) {
     const LayerPlan& l = plan_.layers[i];
     const int j = i - begin_;
     const float* xin = j == 0 ? slot.input : slot.out[j - 1];
-    const bool need_dx = i > begin_ || dx != nullptr;
+    const bool need_dx = data && (i > begin_ || dx != nullptr);
     float* gin = nullptr;
     if (need_dx) gin = i == begin_ ? dx : (gout == bufs[0] ? bufs[1] : bufs[0]);
     float* w = params_.data() + (l.param_offset - base);
     float* gw = grads_.data() + (l.param_offset - base);
     Tracer::Scope layer = layer_span(tracer_, Phase::Backward, slot_id, l);
+    const bool weighted = l.spec.type == LayerType::Conv2d || l.spec.type == LayerType::Linear;
+    if (weighted && kept) {
+      Tensor& k = (*kept)[j];
+      const int64_t n = batch * numel_of(l.out);
+      if (pass == Pass::Data) {  // a copy: gout lives in scratch (or the caller's dy) that later layers reuse
+        if (!k.defined() || k.numel() < n) k = Tensor::empty({n}, be.device());
+        be.copy(be.device(), k.data(), be.device(), gout, static_cast<std::size_t>(n) * sizeof(float));
+      } else {
+        gout = k.data();
+      }
+    }
     switch (l.spec.type) {
       case LayerType::Conv2d: {
         const ConvGeom g = geom(l, batch);
         const ConvLayouts io{in_layout(slot, j), slot.layout[j]};
-        observed(observer_, i, LayerPass::BackwardWeights,
-                 [&] { be.conv2d_backward_weights_in(g, io, xin, gout, gw, gw + l.weight_numel, accumulate); });
+        if (weights)
+          observed(observer_, i, LayerPass::BackwardWeights,
+                   [&] { be.conv2d_backward_weights_in(g, io, xin, gout, gw, gw + l.weight_numel, accumulate); });
         // Weight gradients first and announced before dx: a bucket's all-reduce can then run
         // alongside the rest of backward.
         if (grads_ready) grads_ready(i);
@@ -162,9 +201,10 @@ void Sequential::backward(const float* dy, float* dx, bool accumulate, int slot_
         break;
       }
       case LayerType::Linear:
-        observed(observer_, i, LayerPass::BackwardWeights, [&] {
-          be.linear_backward_weights(batch, l.in[0], l.out[0], xin, gout, gw, gw + l.weight_numel, accumulate);
-        });
+        if (weights)
+          observed(observer_, i, LayerPass::BackwardWeights, [&] {
+            be.linear_backward_weights(batch, l.in[0], l.out[0], xin, gout, gw, gw + l.weight_numel, accumulate);
+          });
         if (grads_ready) grads_ready(i);
         if (need_dx)
           observed(observer_, i, LayerPass::BackwardData,
@@ -187,6 +227,7 @@ void Sequential::backward(const float* dy, float* dx, bool accumulate, int slot_
     }
     gout = gin;
   }
+  if (pass == Pass::Weights) kept_free_.push_back(slot.kept), slot.kept = -1;
 }
 
 Adam::Adam(Backend& backend, int64_t n, const AdamParams& p)

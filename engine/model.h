@@ -58,6 +58,11 @@ class Sequential {
   // final for this call, last layer first: ddp starts its bucket all-reduces from it.
   void backward(const float* dy, float* dx, bool accumulate, int slot = 0,
                 const std::function<void(int layer)>& grads_ready = {});
+  // The same in two calls (zero-bubble pipelines): backward_data writes dx and keeps each weighted
+  // layer's output gradient in the slot; backward_weights computes the weight gradients from them
+  // later, then hands the kept gradients back for the next backward_data. fp32 only.
+  void backward_data(const float* dy, float* dx, int slot = 0);
+  void backward_weights(bool accumulate, int slot = 0);
   // The flat grads() range [begin, end) of layer i (global index; empty for ReLU/Flatten).
   std::pair<int64_t, int64_t> layer_grad_range(int i) const;
   // Where forward and backward record their spans (one per call, or per layer with detail).
@@ -83,7 +88,11 @@ class Sequential {
     // bf16, and its output widened to fp32.
     std::vector<const Bf16*> out16;
     Tensor in16, out32;
+    int kept = -1;  // backward_data's kept output gradients (kept_), until backward_weights
   };
+  enum class Pass { Both, Data, Weights };
+  void backward_pass(const float* dy, float* dx, bool accumulate, int slot, const std::function<void(int)>& grads_ready,
+                     Pass pass);
   const float* forward_bf16(const float* x, int64_t batch, int slot);
   void backward_bf16(const float* dy, float* dx, bool accumulate, int slot,
                      const std::function<void(int layer)>& grads_ready);
@@ -99,6 +108,9 @@ class Sequential {
   Tensor params_, grads_;
   Tensor params16_;  // bf16 path: params_ rounded to bf16 at every forward
   std::map<int, Slot> slots_;
+  // Sets of per-layer output gradients kept from backward_data to backward_weights; reused.
+  std::vector<std::vector<Tensor>> kept_;
+  std::vector<int> kept_free_;
   std::shared_ptr<std::array<Tensor, 2>> gbuf_ = std::make_shared<std::array<Tensor, 2>>();
   Tracer* tracer_ = nullptr;
   LayerObserver* observer_ = nullptr;

@@ -35,14 +35,14 @@ std::string Config::label() const {
   if (plan) return fmt::format("{} (plan file, M={})", strategy, micro_batches);
   if (strategy == "pipeline")
     return fmt::format("pipeline (M={}{}{})", micro_batches, schedule == "1f1b" ? ", 1f1b" : "", recompute ? ", recompute" : "");
-  if (hybrid_shape(strategy)) return fmt::format("{} (M={})", strategy, micro_batches);
+  if (hybrid_shape(strategy) || strategy == "pipeline-zb") return fmt::format("{} (M={})", strategy, micro_batches);
   if (strategy == "ddp") return fmt::format("ddp ({:g} MiB buckets)", bucket_bytes / (1 << 20));
   return strategy;
 }
 
 std::vector<std::string> Config::options() const {
   std::vector<std::string> o;
-  if (strategy == "pipeline" || hybrid_shape(strategy)) {
+  if (strategy == "pipeline" || strategy == "pipeline-zb" || hybrid_shape(strategy)) {
     o.push_back(fmt::format("micro_batches:{}", micro_batches));
     if (schedule != "gpipe") o.push_back("schedule:" + schedule);
     if (recompute) o.push_back("recompute:1");
@@ -53,7 +53,7 @@ std::vector<std::string> Config::options() const {
 
 const std::vector<std::string>& modelled_strategies() {
   static const std::vector<std::string> v = {"regular", "dp",    "ddp",           "mp",           "pipeline",
-                                             "fsdp",    "zero2", "fsdp-prefetch", "zero2-prefetch", "tp",
+                                             "pipeline-zb", "fsdp",    "zero2", "fsdp-prefetch", "zero2-prefetch", "tp",
                                              kHybridFamily, kDpTpFamily, kHsdpFamily};
   return v;
 }
@@ -109,7 +109,10 @@ std::vector<Config> configurations(const std::string& s, int n, int64_t global, 
   if (s == "regular" && n != 1) return out;
   std::string variant_schedule;
   bool variant_recompute = false;
-  if (s != "pipeline" && pipeline_variant(s, &variant_schedule, &variant_recompute)) {
+  if (s == "pipeline-zb") {  // its own schedule: the sweep's micro-batch counts
+    for (int64_t m : sweep.micro_batches)
+      if (m <= global) out.push_back(base(s)), out.back().micro_batches = static_cast<int>(m);
+  } else if (s != "pipeline" && pipeline_variant(s, &variant_schedule, &variant_recompute)) {
     // A variant by name: its schedule and recompute, the sweep's micro-batch counts.
     for (int64_t m : sweep.micro_batches) {
       if (m > global) continue;  // more micro-batches than samples

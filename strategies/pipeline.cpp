@@ -4,7 +4,9 @@
 // (PipeDream-flush, as Megatron: stage s runs min(P-1-s, M) warm-up forwards, then one forward
 // and one backward alternately, then the remaining backwards), which holds at most P-s
 // micro-batches' activations where GPipe holds M. With recompute a stage keeps only its inputs
-// and runs each micro-batch's forward again just before its backward.
+// and runs each micro-batch's forward again just before its backward. ZB-H1 (pipeline-zb) runs
+// each backward as two actions, the input gradient (B) and later the weight gradients (W), from
+// the output gradients B keeps (Sequential::backward_data / backward_weights).
 //
 // A step runs the stage's plan (strategies/pipeline_plan.cpp, made at load_batch), one call per
 // action. Sends are started and waited for only when their buffer is needed again, so a stage
@@ -40,8 +42,12 @@ namespace {
 class Staged final : public GroupStrategy {
  public:
   Staged(const StrategyOptions& o, const std::string& name, int micro_batches, int replicas)
-      : GroupStrategy(o, name, true, /*replicas=*/false), micro_(micro_batches), replicas_(replicas) {
+      : GroupStrategy(o, name, true, /*replicas=*/false), micro_(micro_batches), replicas_(replicas),
+        split_(o.schedule == Schedule::ZeroBubble) {
     if (micro_ < 1) throw UsageError(fmt::format("{}: --micro-batches must be at least 1, got {}", name, micro_));
+    if (split_ && o.backend.precision == Precision::Bf16)
+      throw UsageError(fmt::format("{}: --precision bf16 is not supported (its backward is not split into input and "
+                                   "weight gradients); use fp32 or tf32", name));
     PB_CHECK(replicas_ >= 1 && o.devices % replicas_ == 0, "{}: {} replicas over {} workers", name, replicas_, o.devices);
   }
 
@@ -72,7 +78,8 @@ class Staged final : public GroupStrategy {
     offsets_.clear();
     for (const auto& sizes : micro_sizes_) offsets_.push_back(chunk_offsets(sizes));
     micro_batches_ = static_cast<int>(micro_sizes_[0].size());
-    bubble_fraction_ = static_cast<double>(stages() - 1) / (micro_batches_ + stages() - 1);
+    // ZB-H1 with forward, B and W of equal time: (P-1)(F+B-W) / (M(F+B+W) + (P-1)(F+B-W)).
+    bubble_fraction_ = static_cast<double>(stages() - 1) / ((split_ ? 3 : 1) * micro_batches_ + stages() - 1);
     plan_ = plan_stage_steps(plan(), opts_, batch, name(), ranges_, micro_sizes_);
     if (opts_.plan) {  // a plan file: run instead, once it computes what this strategy's own plan does
       std::vector<int> slots;
@@ -152,11 +159,17 @@ class Staged final : public GroupStrategy {
                                w.loss.data() + k);
           break;
         }
-        case ActionKind::BackwardWeights: accumulate = a.reads.size() > 2; break;  // it reads the gradients it adds to
-        case ActionKind::BackwardData:
-          m.backward(w.dy.data(), a.writes.empty() ? nullptr : at[a.writes[0]], accumulate,
-                     slot_of(a.micro, in_flight(rank)));
+        case ActionKind::BackwardWeights:
+          accumulate = a.reads.size() > 2;  // it reads the gradients it adds to
+          if (kept(a.reads)) m.backward_weights(accumulate, slot_of(a.micro, in_flight(rank)));  // ZB-H1's W
+          break;                                                                          // else: with the data's
+        case ActionKind::BackwardData: {
+          // Its first write: dx[j] on later stages; none, or B's kept gradients (no place here), on stage 0.
+          float* dx = a.writes.empty() ? nullptr : at[a.writes[0]];
+          if (kept(a.writes)) m.backward_data(w.dy.data(), dx, slot_of(a.micro, in_flight(rank)));  // ZB-H1's B
+          else m.backward(w.dy.data(), dx, accumulate, slot_of(a.micro, in_flight(rank)));
           break;
+        }
         case ActionKind::Optimizer: w.adam->step(m.params(), m.grads()); break;
         default: PB_CHECK(false, "{}: worker {} cannot run {}", name(), rank, describe(plan_, rank, a.id));
       }
@@ -166,6 +179,11 @@ class Staged final : public GroupStrategy {
   }
 
  private:
+  // Whether the buffers name B's kept output gradients: a split backward (ZB-H1's B or W).
+  bool kept(const std::vector<int>& bufs) const {
+    return split_ && std::any_of(bufs.begin(), bufs.end(), [&](int b) { return plan_.buffers[b].name.rfind("keep[", 0) == 0; });
+  }
+
   // Activation slots of Sequential: one per micro-batch in flight, or with recompute a single
   // scratch slot for every forward and recomputation.
   int slot_of(int k, int slots) const { return opts_.recompute ? 0 : k % slots; }
@@ -190,6 +208,7 @@ class Staged final : public GroupStrategy {
 
   int micro_;
   int replicas_;
+  bool split_;  // ZB-H1: backward as B and W, two actions
   std::vector<std::pair<int, int>> ranges_;  // per stage: its layers [begin, end)
   std::vector<int64_t> piece_, piece_offset_;  // per replica: its samples, and where they start
   std::vector<std::vector<int64_t>> micro_sizes_, offsets_;  // per replica: its micro-batches
@@ -204,6 +223,7 @@ std::unique_ptr<Strategy> make_staged(const StrategyOptions& o, const std::strin
 }
 
 std::string pipeline_name(Schedule schedule, bool recompute) {
+  if (schedule == Schedule::ZeroBubble) return "pipeline-zb";  // a schedule of its own: no recompute, no dp x pp
   return std::string("pipeline") + (schedule == Schedule::OneFOneB ? "-1f1b" : "") + (recompute ? "-recompute" : "");
 }
 

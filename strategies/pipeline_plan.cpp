@@ -1,4 +1,4 @@
-// The plans of mp, pipeline (GPipe, 1F1B, -recompute) and dp x pp: the calls of pipeline.cpp's
+// The plans of mp, pipeline (GPipe, 1F1B, ZB-H1, -recompute) and dp x pp: the calls of pipeline.cpp's
 // step in the same order, from the same rules (stage split, micro-batches, slots, schedule,
 // recompute decisions).
 #include <fmt/format.h>
@@ -76,7 +76,17 @@ struct StageEmitter {
     act_send[k] = a.id;
     if (recompute) last_scratch_send = k;
   }
-  void backward(int k, bool first, bool again) {
+  int keep(int k) { return buf(fmt::format("keep[{}]", k % slots), 0); }  // B's output gradients, for W
+  // ZB-H1's W: the weight gradients from what B kept.
+  void weights(int k, bool first) {
+    b.at(w, sizes[k]);
+    close();
+    std::vector<int> reads = {keep(k), acts(k)};
+    if (!first) reads.push_back(grads());
+    b.compute(w, ActionKind::BackwardWeights, begin, end, k, reads, {grads()});
+  }
+  // A whole backward, or (`split`) ZB-H1's B: the input gradient alone, keeping what W reads.
+  void backward(int k, bool first, bool again, bool split = false) {
     const int64_t n = sizes[k];
     b.at(w, n);
     const int dy = buf("dy", sizes[0] * out);
@@ -100,9 +110,11 @@ struct StageEmitter {
     }
     std::vector<int> reads = {dy, acts(k)};
     if (!first) reads.push_back(grads());  // later micro-batches add to the gradients
-    b.compute(w, ActionKind::BackwardWeights, begin, end, k, reads, {grads()});
-    b.compute(w, ActionKind::BackwardData, begin, end, k, {dy, acts(k), params()},
-              dx == kNone ? std::vector<int>{} : std::vector<int>{dx});
+    if (!split) b.compute(w, ActionKind::BackwardWeights, begin, end, k, reads, {grads()});
+    std::vector<int> writes;
+    if (dx != kNone) writes.push_back(dx);
+    if (split) writes.push_back(keep(k));
+    b.compute(w, ActionKind::BackwardData, begin, end, k, {dy, acts(k), params()}, writes);
     if (s > 0) {
       open();
       Action& a = b.p2p(w, ActionKind::Send, world, w - 1, n * in, dx, true);
@@ -154,8 +166,11 @@ Plan plan_stage_steps(const NetPlan& net, const StrategyOptions& o, int64_t batc
                    std::vector<int>(sizes.size(), kNone)};
     b.buffer(r, "params", np * kF);
     b.buffer(r, "grads", np * kF);
-    for (const PipeOp& op : pipeline_ops(schedule, o.recompute, stages, s, m))
-      op.forward ? e.forward(op.micro) : e.backward(op.micro, op.first_backward, op.recompute);
+    for (const PipeOp& op : pipeline_ops(schedule, o.recompute, stages, s, m)) {
+      if (op.forward) e.forward(op.micro);
+      else if (op.part == PipeOp::Part::Weights) e.weights(op.micro, op.first_backward);
+      else e.backward(op.micro, op.first_backward, op.recompute, op.part == PipeOp::Part::Data);
+    }
     e.close();
     for (int k = 0; k < m; ++k) e.wait_send(k);
     for (int id : e.grad_send)

@@ -55,6 +55,9 @@ const std::vector<Entry>& registry() {
       {{"pipeline", "mp with micro-batches in a GPipe fill-drain schedule", false, true}, make_pipeline, pipeline_plan(Schedule::GPipe, false)},
       {{"pipeline-1f1b", "pipeline in a 1F1B schedule (PipeDream-flush): at most P micro-batches in flight", false, true},
        pipeline_variant(Schedule::OneFOneB, false), pipeline_plan(Schedule::OneFOneB, false)},
+      {{"pipeline-zb", "zero-bubble ZB-H1: 1F1B with backward split into input and weight gradients, weight "
+                       "gradients deferred into the drain; at most P micro-batches in flight", false, true},
+       pipeline_variant(Schedule::ZeroBubble, false), pipeline_plan(Schedule::ZeroBubble, false)},
       {{"pipeline-recompute", "GPipe pipeline keeping only stage inputs, recomputing activations in backward", false, true},
        pipeline_variant(Schedule::GPipe, true), pipeline_plan(Schedule::GPipe, true)},
       {{"pipeline-1f1b-recompute", "1F1B pipeline with recomputed activations", false, true},

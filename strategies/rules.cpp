@@ -87,6 +87,7 @@ std::vector<std::vector<int64_t>> replica_micro_batches(const std::vector<int64_
 }
 
 int pipeline_slots(Schedule schedule, int stages, int stage, int micro) {
+  if (schedule == Schedule::ZeroBubble) return std::min(micro, stages);
   return schedule == Schedule::GPipe ? micro : std::min(micro, stages - stage);
 }
 
@@ -94,6 +95,32 @@ std::vector<PipeOp> pipeline_ops(Schedule schedule, bool recompute, int stages, 
   std::vector<PipeOp> ops;
   auto fwd = [&](int k) { ops.push_back({true, k, false, false}); };
   auto bwd = [&](int k, bool first) { ops.push_back({false, k, first, false}); };
+  if (schedule == Schedule::ZeroBubble) {
+    // ZB-H1 (Qi et al., ICLR 2024): 1F1B's forwards and B's; stage s keeps s W's waiting (its
+    // memory then P micro-batches, stage 0's under 1F1B) and runs them in the drain, where 1F1B
+    // waits for the next stage's backward: B's chain runs without W's time in it.
+    PB_CHECK(!recompute, "ZB-H1 does not recompute");
+    using Part = PipeOp::Part;
+    const int warmup = std::min(stages - 1 - stage, micro);
+    int bs = 0, ws = 0;
+    auto b = [&](int k) { ops.push_back({false, k, false, false, Part::Data}), ++bs; };
+    auto w = [&](int waiting) {  // W's in micro-batch order while more than `waiting` wait
+      for (; bs - ws > waiting; ++ws) ops.push_back({false, ws, ws == 0, false, Part::Weights});
+    };
+    for (int k = 0; k < warmup; ++k) fwd(k);
+    for (int i = 0; i + warmup < micro; ++i) fwd(warmup + i), b(i), w(stage);
+    for (int i = std::max(0, micro - warmup); i < micro; ++i) b(i), w(stage);
+    w(0);
+    // A W right after its own B (stage 0's, every one on one stage) defers nothing: a whole
+    // backward, which keeps no output gradients for it.
+    std::vector<PipeOp> out;
+    for (const PipeOp& op : ops)
+      if (op.part == Part::Weights && out.back().part == Part::Data && out.back().micro == op.micro)
+        out.back().part = Part::Whole, out.back().first_backward = op.first_backward;
+      else
+        out.push_back(op);
+    return out;
+  }
   if (schedule == Schedule::GPipe) {
     for (int k = 0; k < micro; ++k) fwd(k);
     for (int k = micro - 1; k >= 0; --k) bwd(k, k == micro - 1);

@@ -20,15 +20,19 @@ std::vector<BucketLayout> ddp_bucket_layout(const NetPlan& plan, std::size_t fir
 std::vector<std::vector<int64_t>> replica_micro_batches(const std::vector<int64_t>& pieces, int micro, bool cap,
                                                         int64_t batch, const std::string& strategy);
 
-// Micro-batches whose activations stage `stage` holds at once: all M under GPipe, P - s under 1F1B.
+// Micro-batches whose activations stage `stage` holds at once: all M under GPipe, P - s under 1F1B,
+// P under ZB-H1 (P - s in flight before B, s more waiting for their W); never more than M.
 int pipeline_slots(Schedule schedule, int stages, int stage, int micro);
 
 // One stage's computations of a step, in order: a forward or a backward of a micro-batch.
 struct PipeOp {
   bool forward = true;
   int micro = 0;
-  bool first_backward = false;  // the stage's first backward: it writes the gradients, later ones add
+  bool first_backward = false;  // the stage's first backward (W): it writes the gradients, later ones add
   bool recompute = false;       // a backward whose forward runs again first (the scratch slot holds another)
+  // A backward: whole, or (ZB-H1, where W waits for later B's) only its input gradient (B) or
+  // only its weight gradients (W).
+  enum class Part : uint8_t { Whole, Data, Weights } part = Part::Whole;
 };
 std::vector<PipeOp> pipeline_ops(Schedule schedule, bool recompute, int stages, int stage, int micro);
 

@@ -19,8 +19,10 @@ namespace pb {
 
 // Pipeline schedules: GPipe fill-drain (every forward, then every backward) or 1F1B
 // (PipeDream-flush / Megatron: P-1-s warm-up forwards on stage s, then one forward and one
-// backward alternately, then the remaining backwards).
-enum class Schedule { GPipe, OneFOneB };
+// backward alternately, then the remaining backwards), or zero-bubble ZB-H1 (1F1B's order with
+// each backward split into B, the input gradient, and W, the weight gradients, stage s deferring
+// s of its W's to fill the drain; pipeline-zb, strategies/rules.cpp).
+enum class Schedule { GPipe, OneFOneB, ZeroBubble };
 
 struct StrategyOptions {
   int devices = 1;

@@ -1,14 +1,17 @@
 // Where a step's time goes: per worker, forward + backward + loss + optimizer + transfer + idle
 // add up to the step for every strategy on CPU; a starved mp stage shows as idle, not as
-// communication; a balanced pipeline's measured bubble tracks (P-1)/(M+P-1); the in-process
-// all-reduce's bus bandwidth is its bytes over its time, times 2(N-1)/N; the Chrome trace of a
-// step validates.
+// communication; a balanced pipeline's measured bubble tracks (P-1)/(M+P-1), ZB-H1's
+// (P-1)/(3M+P-1); the in-process all-reduce's bus bandwidth is its bytes over its time, times
+// 2(N-1)/N; the Chrome trace of a step validates.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <ctime>
+#include <functional>
 #include <map>
+#include <optional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -17,6 +20,7 @@
 #include "engine/trace.h"
 #include "strategies/breakdown.h"
 #include "strategies/group.h"
+#include "strategies/plan_gen.h"
 #include "strategies/pool.h"
 #include "workloads/workload.h"
 
@@ -119,12 +123,9 @@ TEST(Breakdown, StarvedStageIsIdleNotCommunicating) {
 
 // Eight equal Linear(512) + ReLU pairs in two stages of equal work, four micro-batches: the
 // stages' idle share is the fill-drain bubble, (P-1)/(M+P-1) = 1/5.
-TEST(Breakdown, BalancedPipelineBubbleTracksTheFormula) {
-#if defined(__SANITIZE_ADDRESS__)
-  // Its instrumentation changes what the stages' compute and hand-offs cost relative to each
-  // other; the unsanitized build checks the schedule's bubble (where two stages get a core each).
-  GTEST_SKIP() << "timing under AddressSanitizer";
-#endif
+// Eight equal Linear + ReLU layers (forward, input gradient and weight gradients each one
+// 512 x 512 product per sample), in two stages of four.
+NetSpec equal_linear() {
   NetSpec net;
   net.name = "equal_linear";
   net.input = {512};
@@ -137,10 +138,13 @@ TEST(Breakdown, BalancedPipelineBubbleTracksTheFormula) {
     relu.type = LayerType::ReLU;
     net.layers.push_back(relu);
   }
-  StrategyOptions o = options(2);
-  o.micro_batches = 4;
-  o.balance = {8, 8};
-  Ready r = ready("pipeline", o, net, 128);
+  return net;
+}
+
+// The measured bubble of the steps that ran as the formula assumes, or none when fewer than 3 did;
+// `counted` sees each of those steps.
+std::optional<double> balanced_bubble(Ready& r, std::string* why,
+                                      const std::function<void(const StepStats&)>& counted = {}) {
   // The formula assumes the stages compute at the same time. On a machine whose other load takes
   // the cores away the threads wait for a CPU inside their spans, and the bubble grows with it:
   // steps where the process got less CPU time than its workers were busy do not count.
@@ -159,14 +163,65 @@ TEST(Breakdown, BalancedPipelineBubbleTracksTheFormula) {
     // The formula is for stages of equal time; two vCPUs that run at different speeds (the VM's
     // cores do, docs/PERFORMANCE.md) make equal work unequal time, and another bubble.
     const bool equal_stages = most <= 1.1 * least;
-    if (cpu >= 0.9 * busy && equal_stages) bubble.push_back(*breakdown(st).measured_bubble);
+    if (cpu >= 0.9 * busy && equal_stages) {
+      bubble.push_back(*breakdown(st).measured_bubble);
+      if (counted) counted(st);
+    }
   }
-  if (bubble.size() < 3)
-    GTEST_SKIP() << "the machine is too loaded, or its cores too unequal, for two equal stages to run at once ("
-                 << bubble.size() << " of " << tried << " steps had their busy time on a CPU and stage times within 10%)";
+  if (bubble.size() >= 3) return median(bubble);
+  *why = fmt::format("the machine is too loaded, or its cores too unequal, for two equal stages to run at once ({} of {} "
+                     "steps had their busy time on a CPU and stage times within 10%)", bubble.size(), tried);
+  return std::nullopt;
+}
+
+TEST(Breakdown, BalancedPipelineBubbleTracksTheFormula) {
+#if defined(__SANITIZE_ADDRESS__)
+  // Its instrumentation changes what the stages' compute and hand-offs cost relative to each
+  // other; the unsanitized build checks the schedule's bubble (where two stages get a core each).
+  GTEST_SKIP() << "timing under AddressSanitizer";
+#endif
+  StrategyOptions o = options(2);
+  o.micro_batches = 4;
+  o.balance = {8, 8};
+  Ready r = ready("pipeline", o, equal_linear(), 128);
+  std::string why;
+  const std::optional<double> bubble = balanced_bubble(r, &why);
+  if (!bubble) GTEST_SKIP() << why;
   const double formula = r.s->stats().bubble_fraction;
   EXPECT_DOUBLE_EQ(formula, 0.2);
-  EXPECT_NEAR(median(bubble), formula, 0.05) << "measured bubble, median of " << bubble.size() << " steps";
+  EXPECT_NEAR(*bubble, formula, 0.05) << "measured bubble, median of the steps";
+}
+
+// ZB-H1 on the same net: its bubble (P-1)(F+B-W) / (M(F+B+W) + (P-1)(F+B-W)) from the times its
+// last stage's forwards, B's and W's took (stage 0 runs whole backwards), against the measured
+// one; with F, B and W equal it is (P-1) / (3M+P-1), 1/13 here against 1F1B's 0.2.
+TEST(Breakdown, BalancedZeroBubbleTracksItsFormula) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "timing under AddressSanitizer";
+#endif
+  StrategyOptions o = options(2);
+  o.micro_batches = 4;
+  o.balance = {8, 8};
+  Ready r = ready("pipeline-zb", o, equal_linear(), 128);
+  const Plan plan = make_plan("pipeline-zb", r.plan, o, 128);
+  std::map<ActionKind, double> took;  // the last stage's compute seconds per kind, over the counted steps
+  int steps = 0;
+  std::string why;
+  const std::optional<double> bubble = balanced_bubble(r, &why, [&](const StepStats& st) {
+    ++steps;
+    for (const Span& sp : st.workers.at(1).spans)
+      if (sp.lane == Lane::Compute && sp.action >= 0) took[plan.actions[1].at(sp.action).kind] += sp.end_s - sp.start_s;
+  });
+  if (!bubble) GTEST_SKIP() << why;
+  EXPECT_DOUBLE_EQ(r.s->stats().bubble_fraction, 1.0 / 13);
+  const double m = 4, f = took[ActionKind::Forward] / (m * steps), b = took[ActionKind::BackwardData] / (m * steps),
+               w = took[ActionKind::BackwardWeights] / (m * steps);
+  ASSERT_GT(w, 0) << "no W spans on the last stage";
+  const double formula = (f + b - w) / (m * (f + b + w) + (f + b - w));
+  std::printf("ZB-H1 bubble measured %.3f, formula %.3f (F %.2f ms, B %.2f ms, W %.2f ms; equal: %.3f)\n", *bubble,
+              formula, f * 1e3, b * 1e3, w * 1e3, 1.0 / 13);
+  EXPECT_NEAR(*bubble, formula, 0.05) << "measured bubble, median of the steps; F " << f * 1e3 << " ms, B " << b * 1e3
+                                      << " ms, W " << w * 1e3 << " ms per micro-batch";
 }
 
 // N in-process ranks all-reduce 1 MiB three times: the bytes are the nccl-tests size (the buffer,

@@ -105,7 +105,7 @@ TEST_P(Golden, PipelineSchedulesReproducePyTorchTrajectory) {
   }
   const auto want = expected["losses"].get<std::vector<double>>();
   const std::vector<float> final = read_state_dict(plan, (dir() / "final").string());
-  for (const char* name : {"pipeline", "pipeline-1f1b", "pipeline-recompute", "pipeline-1f1b-recompute"}) {
+  for (const char* name : {"pipeline", "pipeline-1f1b", "pipeline-zb", "pipeline-recompute", "pipeline-1f1b-recompute"}) {
     for (int n = 2; n <= std::min(4, layers); ++n) {
       SCOPED_TRACE(fmt::format("{} on {} stages", name, n));
       StrategyOptions o;

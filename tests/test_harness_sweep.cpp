@@ -49,7 +49,7 @@ TEST_F(Harness, SweepEnumeratesHybridFactorizations) {
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_THAT(slurp(path("run/report.md")), HasSubstr("| dp2xpp2 | 4 |"));
   EXPECT_EQ(load(path("run/results.json"))["context"]["strategy_order"], "regular,dp,ddp,mp,pipeline,pipeline-1f1b,"
-            "pipeline-recompute,pipeline-1f1b-recompute,fsdp,zero2,fsdp-prefetch,zero2-prefetch,tp,dp2xpp2");
+            "pipeline-zb,pipeline-recompute,pipeline-1f1b-recompute,fsdp,zero2,fsdp-prefetch,zero2-prefetch,tp,dp2xpp2");
   r = parbench("replay --workload linear --dp 2 --tp 2 --batch 4 --steps 1 --device-kind cpu --out " + path("rt"));
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(load(path("rt/losses.json"))["strategy"], "dp2xtp2");
@@ -123,6 +123,9 @@ TEST_F(Harness, ScheduleFlagsNameThePipelineVariant) {
   r = parbench("run --workload linear --strategies pipeline --schedule fifo --devices 1 --device-kind cpu --out " + path("bad"));
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("--schedule expects gpipe or 1f1b, got 'fifo'"));
+  r = parbench("replay --workload linear --strategy pipeline-zb --recompute --device-kind cpu --out " + path("zb"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--recompute: pipeline-zb is a schedule of its own, without recompute"));
 }
 
 }  // namespace

@@ -127,7 +127,7 @@ struct Case {
 
 std::vector<Case> pipelines() {
   std::vector<Case> cases;
-  for (const char* s : {"pipeline", "pipeline-1f1b", "pipeline-recompute", "pipeline-1f1b-recompute"})
+  for (const char* s : {"pipeline", "pipeline-1f1b", "pipeline-zb", "pipeline-recompute", "pipeline-1f1b-recompute"})
     for (int p = 2; p <= 4; ++p) cases.push_back({s, p});
   for (const char* s : {"dp2xpp2", "dp2xpp2-1f1b", "dp2xpp2-recompute", "dp2xpp2-1f1b-recompute"}) cases.push_back({s, 4});
   cases.push_back({"dp2xpp3-1f1b", 6});

@@ -148,7 +148,7 @@ TEST(ProjectionPlans, PipelineWaitsAndMemoryAreTheRunsSlots) {
   // its lane, and compute waits for it exactly where the plan waits.
   const pj::Profile p = uniform();
   const pj::Machine m = machine();
-  for (const char* name : {"pipeline", "pipeline-1f1b", "pipeline-1f1b-recompute"}) {
+  for (const char* name : {"pipeline", "pipeline-1f1b", "pipeline-zb", "pipeline-1f1b-recompute"}) {
     pj::Config c = config(name, 4, 8);
     c.micro_batches = 4;
     const Plan plan = pj::plan_for(p, c);
@@ -167,6 +167,14 @@ TEST(ProjectionPlans, PipelineWaitsAndMemoryAreTheRunsSlots) {
   pj::Config g = config("pipeline", 4, 8), f = config("pipeline-1f1b", 4, 8);
   g.micro_batches = f.micro_batches = 8;
   EXPECT_LT(pj::predict(p, m, f).peak_bytes, pj::predict(p, m, g).peak_bytes);
+  // ZB-H1 from its plan: B's chain without W's time, so a shorter step than 1F1B's; P slots on
+  // every stage (stage 0's under 1F1B) and the kept output gradients, more than 1F1B's peak.
+  pj::Config z = config("pipeline-zb", 4, 8);
+  z.micro_batches = 8;
+  const pj::Prediction pz = pj::predict(p, m, z), pf = pj::predict(p, m, f);
+  EXPECT_LT(pz.step_s, pf.step_s);
+  EXPECT_GE(pz.peak_bytes, pf.peak_bytes);
+  EXPECT_LT(pz.peak_bytes, pj::predict(p, m, g).peak_bytes);
 }
 
 TEST(ProjectionPlans, TpLayoutCopiesArePriced) {
