@@ -196,7 +196,7 @@ MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch, const 
         const int in_flight = zb ? std::min(M, S) : one_f_one_b ? std::min(M, S - k) : M;
         double kept = 0;  // per sample: the weighted layers' outputs (model.cpp backward_data)
         for (int i = b; i < e && zb && k > 0 && M > 1; ++i)
-          if (ly.params(i, i + 1) > 0) kept += ly.out(i) * static_cast<double>(std::min(M, k + 1));
+          if (ly.params(i, i + 1) > 0) kept += (c.bf16 ? 0.5 : 1) * ly.out(i) * static_cast<double>(std::min(M, k + 1));
         // Micro-batch j runs in activation slot j % slots, each slot as large as the largest it
         // serves; torch.chunk's sizes do not grow, so slot j's is micro-batch j's (pipeline.cpp slot_of).
         const int slots = recompute ? 1 : in_flight;

@@ -141,25 +141,14 @@ void Sequential::backward_pass(const float* dy, float* dx, bool accumulate, int 
                                const std::function<void(int)>& grads_ready, Pass pass) {
   auto it = slots_.find(slot_id);
   PB_CHECK(it != slots_.end() && it->second.input != nullptr, "backward before forward in slot {}", slot_id);
-  PB_CHECK(!bf16_ || pass == Pass::Both, "a split backward runs in fp32 only");
-  if (bf16_) return backward_bf16(dy, dx, accumulate, slot_id, grads_ready);
+  std::vector<Tensor>* kept = kept_set(it->second, slot_id, pass);  // the output gradients W reads, kept from B
+  if (bf16_) return backward_bf16(dy, dx, accumulate, slot_id, grads_ready, pass, kept);
   Slot& slot = it->second;
   const int64_t batch = slot.batch;
   Tracer::Scope span = call_span(tracer_, Phase::Backward, slot_id);
   Backend& be = *backend_;
   const int64_t base = plan_.layers[begin_].param_offset;
   const bool data = pass != Pass::Weights, weights = pass != Pass::Data;
-  std::vector<Tensor>* kept = nullptr;  // the output gradients W reads, kept from B
-  if (pass == Pass::Data) {
-    PB_CHECK(slot.kept < 0, "backward_data twice in slot {} without backward_weights", slot_id);
-    if (kept_free_.empty()) kept_free_.push_back(static_cast<int>(kept_.size())), kept_.emplace_back(end_ - begin_);
-    slot.kept = kept_free_.back();
-    kept_free_.pop_back();
-    kept = &kept_[slot.kept];
-  } else if (pass == Pass::Weights) {
-    PB_CHECK(slot.kept >= 0, "backward_weights before backward_data in slot {}", slot_id);
-    kept = &kept_[slot.kept];
-  }
   int64_t max_act = 0;
   for (int i = begin_; i < end_; ++i) max_act = std::max(max_act, batch * numel_of(plan_.layers[i].in));
   float* bufs[2] = {nullptr, nullptr};
@@ -228,6 +217,18 @@ void Sequential::backward_pass(const float* dy, float* dx, bool accumulate, int 
     gout = gin;
   }
   if (pass == Pass::Weights) kept_free_.push_back(slot.kept), slot.kept = -1;
+}
+
+std::vector<Tensor>* Sequential::kept_set(Slot& slot, int slot_id, Pass pass) {
+  if (pass == Pass::Data) {
+    PB_CHECK(slot.kept < 0, "backward_data twice in slot {} without backward_weights", slot_id);
+    if (kept_free_.empty()) kept_free_.push_back(static_cast<int>(kept_.size())), kept_.emplace_back(end_ - begin_);
+    slot.kept = kept_free_.back();
+    kept_free_.pop_back();
+  } else if (pass == Pass::Weights) {
+    PB_CHECK(slot.kept >= 0, "backward_weights before backward_data in slot {}", slot_id);
+  }
+  return pass == Pass::Both ? nullptr : &kept_[slot.kept];
 }
 
 Adam::Adam(Backend& backend, int64_t n, const AdamParams& p)

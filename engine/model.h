@@ -60,7 +60,8 @@ class Sequential {
                 const std::function<void(int layer)>& grads_ready = {});
   // The same in two calls (zero-bubble pipelines): backward_data writes dx and keeps each weighted
   // layer's output gradient in the slot; backward_weights computes the weight gradients from them
-  // later, then hands the kept gradients back for the next backward_data. fp32 only.
+  // later, then hands the kept gradients back for the next backward_data. Under bf16 the kept
+  // gradients are bf16, as the whole backward passes them.
   void backward_data(const float* dy, float* dx, int slot = 0);
   void backward_weights(bool accumulate, int slot = 0);
   // The flat grads() range [begin, end) of layer i (global index; empty for ReLU/Flatten).
@@ -93,9 +94,12 @@ class Sequential {
   enum class Pass { Both, Data, Weights };
   void backward_pass(const float* dy, float* dx, bool accumulate, int slot, const std::function<void(int)>& grads_ready,
                      Pass pass);
+  // The slot's set of kept output gradients for a split pass (taken at Data, held until Weights
+  // hands it back); nullptr for a whole backward.
+  std::vector<Tensor>* kept_set(Slot& slot, int slot_id, Pass pass);
   const float* forward_bf16(const float* x, int64_t batch, int slot);
   void backward_bf16(const float* dy, float* dx, bool accumulate, int slot,
-                     const std::function<void(int layer)>& grads_ready);
+                     const std::function<void(int layer)>& grads_ready, Pass pass, std::vector<Tensor>* kept);
   Bf16* grad_scratch_bf16(int i, int64_t n);
   float* grad_scratch(int i, int64_t floats);
   std::vector<ActLayout> layouts(int64_t batch) const;

@@ -68,41 +68,59 @@ const float* Sequential::forward_bf16(const float* x, int64_t batch, int slot_id
 }
 
 void Sequential::backward_bf16(const float* dy, float* dx, bool accumulate, int slot_id,
-                               const std::function<void(int)>& grads_ready) {
+                               const std::function<void(int)>& grads_ready, Pass pass, std::vector<Tensor>* kept) {
   Slot& slot = slots_.at(slot_id);
+  const bool data = pass != Pass::Weights, weights = pass != Pass::Data;
   const int64_t batch = slot.batch;
   Tracer::Scope span = call_span(tracer_, Phase::Backward, slot_id);
   Backend& be = *backend_;
   const int64_t base = plan_.layers[begin_].param_offset;
   int64_t max_act = out_numel(batch);
   for (int i = begin_; i < end_; ++i) max_act = std::max(max_act, batch * numel_of(plan_.layers[i].in));
-  Bf16* bufs[2] = {grad_scratch_bf16(0, max_act), grad_scratch_bf16(1, max_act)};
-  // The loss gradient arrives in fp32 and is rounded once, as autocast's cast back to bf16 does.
-  be.to_bf16(out_numel(batch), dy, bufs[0]);
-  const Bf16* gout = bufs[0];
+  Bf16* bufs[2] = {nullptr, nullptr};
+  const Bf16* gout = nullptr;
+  if (data) {
+    bufs[0] = grad_scratch_bf16(0, max_act), bufs[1] = grad_scratch_bf16(1, max_act);
+    // The loss gradient arrives in fp32 and is rounded once, as autocast's cast back to bf16 does.
+    be.to_bf16(out_numel(batch), dy, bufs[0]);
+    gout = bufs[0];
+  }
   for (int i = end_ - 1; i >= begin_; --i) {
     const LayerPlan& l = plan_.layers[i];
     const int j = i - begin_;
     const Bf16* xin = j == 0 ? slot.in16.data_bf16() : slot.out16[j - 1];
-    const bool need_dx = i > begin_ || dx != nullptr;
+    const bool need_dx = data && (i > begin_ || dx != nullptr);
     Bf16* gin = gout == bufs[0] ? bufs[1] : bufs[0];
     const Bf16* w = params16_.data_bf16() + (l.param_offset - base);
     float* gw = grads_.data() + (l.param_offset - base);
     Tracer::Scope layer = layer_span(tracer_, Phase::Backward, slot_id, l);
+    const bool weighted = l.spec.type == LayerType::Conv2d || l.spec.type == LayerType::Linear;
+    if (weighted && kept) {
+      Tensor& k = (*kept)[j];
+      const int64_t n = batch * numel_of(l.out);
+      if (pass == Pass::Data) {  // a copy: gout lives in scratch that later layers reuse
+        if (!k.defined() || k.dtype() != DType::Bf16 || k.numel() < n) k = Tensor::empty({n}, be.device(), DType::Bf16);
+        be.copy(be.device(), k.data_bf16(), be.device(), gout, static_cast<std::size_t>(n) * sizeof(Bf16));
+      } else {
+        gout = k.data_bf16();
+      }
+    }
     switch (l.spec.type) {
       case LayerType::Conv2d: {
         const ConvGeom g = geom(l, batch);
-        observed(observer_, i, LayerPass::BackwardWeights,
-                 [&] { be.conv2d_backward_weights_bf16(g, xin, gout, gw, gw + l.weight_numel, accumulate); });
+        if (weights)
+          observed(observer_, i, LayerPass::BackwardWeights,
+                   [&] { be.conv2d_backward_weights_bf16(g, xin, gout, gw, gw + l.weight_numel, accumulate); });
         if (grads_ready) grads_ready(i);
         if (need_dx)
           observed(observer_, i, LayerPass::BackwardData, [&] { be.conv2d_backward_data_bf16(g, gout, w, gin); });
         break;
       }
       case LayerType::Linear:
-        observed(observer_, i, LayerPass::BackwardWeights, [&] {
-          be.linear_backward_weights_bf16(batch, l.in[0], l.out[0], xin, gout, gw, gw + l.weight_numel, accumulate);
-        });
+        if (weights)
+          observed(observer_, i, LayerPass::BackwardWeights, [&] {
+            be.linear_backward_weights_bf16(batch, l.in[0], l.out[0], xin, gout, gw, gw + l.weight_numel, accumulate);
+          });
         if (grads_ready) grads_ready(i);
         if (need_dx)
           observed(observer_, i, LayerPass::BackwardData,
@@ -122,7 +140,8 @@ void Sequential::backward_bf16(const float* dy, float* dx, bool accumulate, int 
     gout = gin;
   }
   // The stage's input gradient leaves in fp32 (exact: a bf16 value widened).
-  if (dx != nullptr) be.from_bf16(in_numel(batch), gout, dx);
+  if (data && dx != nullptr) be.from_bf16(in_numel(batch), gout, dx);
+  if (pass == Pass::Weights) kept_free_.push_back(slot.kept), slot.kept = -1;
 }
 
 }  // namespace pb

@@ -45,9 +45,6 @@ class Staged final : public GroupStrategy {
       : GroupStrategy(o, name, true, /*replicas=*/false), micro_(micro_batches), replicas_(replicas),
         split_(o.schedule == Schedule::ZeroBubble) {
     if (micro_ < 1) throw UsageError(fmt::format("{}: --micro-batches must be at least 1, got {}", name, micro_));
-    if (split_ && o.backend.precision == Precision::Bf16)
-      throw UsageError(fmt::format("{}: --precision bf16 is not supported (its backward is not split into input and "
-                                   "weight gradients); use fp32 or tf32", name));
     PB_CHECK(replicas_ >= 1 && o.devices % replicas_ == 0, "{}: {} replicas over {} workers", name, replicas_, o.devices);
   }
 

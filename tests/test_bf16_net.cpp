@@ -140,7 +140,8 @@ TEST(Bf16Strategies, FollowRegularOrRefuse) {
   std::vector<double> want;
   const std::vector<float> p_want = run("regular", 1, want);
   for (const auto& [name, devices] : std::vector<std::pair<std::string, int>>{
-           {"dp", 2}, {"ddp", 2}, {"mp", 2}, {"pipeline", 2}, {"pipeline-1f1b-recompute", 3}, {"fsdp", 2},
+           {"dp", 2}, {"ddp", 2}, {"mp", 2}, {"pipeline", 2}, {"pipeline-1f1b-recompute", 3}, {"pipeline-zb", 2},
+           {"pipeline-zb", 3}, {"fsdp", 2},
            {"zero2", 2}, {"dp2xpp2", 4}}) {
     SCOPED_TRACE(fmt::format("{} on {} workers", name, devices));
     std::vector<double> got;

@@ -60,17 +60,6 @@ TEST(Strategies, ZeroBubbleMatchesRegular) {
   check_equivalence("pipeline-zb", o, {7}, false);
 }
 
-TEST(Strategies, ZeroBubbleRefusesBf16) {
-  StrategyOptions o = options(2);
-  o.backend.precision = Precision::Bf16;
-  try {
-    make_strategy("pipeline-zb", o);
-    ADD_FAILURE() << "no UsageError";
-  } catch (const UsageError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("pipeline-zb: --precision bf16 is not supported"));
-  }
-}
-
 // Peak memory per worker at M = 8 (great_net, whose parameters and Adam state dominate the later
 // stages): stage 0 runs whole backwards in 1F1B's order and holds what it holds under 1F1B;
 // stage s > 0 holds P slots where 1F1B holds P - s, and s + 1 sets of kept output gradients (W
