@@ -172,8 +172,8 @@ std::string run_name(const Setting& s) {
     return f->family.member(d, n, sc != Schedule::GPipe ? sc : s.schedule, rc || s.recompute);
   for (const ProjectionFacts& v : projection_facts()) {  // the variant registered for these options
     const ProjectionRule& p = v.projected;
-    if ((p.variant_of.empty() ? v.name : p.variant_of) == s.strategy && p.schedule == s.schedule && p.recompute == s.recompute)
-      return v.name;
+    const std::string& base = p.variant_of.empty() ? v.name : p.variant_of;
+    if (base == s.strategy && p.schedule == s.schedule && p.recompute == s.recompute) return v.name;
   }
   return s.strategy;
 }
@@ -181,7 +181,8 @@ std::string run_name(const Setting& s) {
 std::string setting_label(const Setting& s) {
   const ProjectionFacts* f = projection_facts_of(s.strategy);
   if (!f || is_family(s.strategy)) return s.strategy;
-  if (f->projected.axes == ProjectionRule::Axes::Buckets) return fmt::format("{} ({:g} MiB buckets)", s.strategy, s.bucket_bytes / (1 << 20));
+  if (f->projected.axes == ProjectionRule::Axes::Buckets)
+    return fmt::format("{} ({:g} MiB buckets)", s.strategy, s.bucket_bytes / (1 << 20));
   if (f->projected.axes != ProjectionRule::Axes::Schedules) return s.strategy;
   if (f->family) return fmt::format("{} (M={})", s.strategy, s.micro_batches);  // schedule and recompute in the name
   return fmt::format("{} (M={}{}{})", s.strategy, s.micro_batches,
@@ -197,7 +198,8 @@ std::vector<std::string> setting_options(const Setting& s) {
     if (s.schedule != Schedule::GPipe) o.push_back("schedule:" + schedule_name(s.schedule));
     if (s.recompute) o.push_back("recompute:1");
   }
-  if (f->projected.axes == ProjectionRule::Axes::Buckets) o.push_back(fmt::format("bucket_mb:{:g}", s.bucket_bytes / (1 << 20)));
+  if (f->projected.axes == ProjectionRule::Axes::Buckets)
+    o.push_back(fmt::format("bucket_mb:{:g}", s.bucket_bytes / (1 << 20)));
   return o;
 }
 
