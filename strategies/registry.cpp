@@ -196,10 +196,10 @@ std::unique_ptr<Strategy> make_strategy(const std::string& name, const StrategyO
   int dp = 0, pp = 0;
   Schedule schedule = Schedule::GPipe;
   bool recompute = false;
-  if (opts.plan && name != "mp" && !parse_pipeline_name(name, &schedule, &recompute) &&
+  if (opts.plan && name != "mp" && name != "ddp" && !parse_pipeline_name(name, &schedule, &recompute) &&
       !parse_hybrid_name(name, &dp, &pp, &schedule, &recompute))
     throw UsageError(fmt::format("{}: strategy {} runs only the plan it makes; a plan file runs as mp, a pipeline "
-                                 "(pipeline, pipeline-1f1b, ...) or a dp<D>xpp<P>", opts.plan_source, name));
+                                 "(pipeline, pipeline-1f1b, ...), a dp<D>xpp<P> or ddp", opts.plan_source, name));
   if (parse_hybrid_name(name, &dp, &pp, &schedule, &recompute)) {  // a suffix selects as the options do
     StrategyOptions o = opts;
     if (schedule != Schedule::GPipe) o.schedule = schedule;
