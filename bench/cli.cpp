@@ -19,6 +19,7 @@
 #include "plan/check.h"
 #include "strategies/plan_gen.h"
 #include "strategies/registry.h"
+#include "strategies/sweep.h"
 
 namespace pb {
 
@@ -120,9 +121,9 @@ int micro_batches(const Flags& f, int64_t global_batch) {
 }
 
 Schedule pipeline_schedule(const std::string& s) {
-  if (s == "gpipe") return Schedule::GPipe;
-  if (s == "1f1b") return Schedule::OneFOneB;
-  throw UsageError(fmt::format("--schedule expects gpipe or 1f1b, got '{}'", s));
+  Schedule sc = Schedule::GPipe;
+  if (parse_schedule(s, &sc)) return sc;
+  throw UsageError(fmt::format("--schedule expects {}, got '{}'", fmt::join(schedule_names(), " or "), s));
 }
 
 HybridShape hybrid_shape(const Flags& f) {

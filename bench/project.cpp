@@ -17,6 +17,7 @@
 #include "engine/fsutil.h"
 #include "reports/projection_table.h"
 #include "reports/table.h"
+#include "strategies/sweep.h"
 
 namespace pb {
 
@@ -213,7 +214,8 @@ int cmd_project(const std::vector<std::string>& args) {
   const std::vector<int64_t> micro = int_items("micro-batches", f.str("micro-batches"), 1);
   std::vector<std::string> schedules = split_list(f.str("schedules"));
   for (const std::string& s : schedules)
-    if (s != "gpipe" && s != "1f1b") throw UsageError(fmt::format("--schedules: expected gpipe and/or 1f1b, got '{}'", s));
+    if (Schedule sc; !parse_schedule(s, &sc))
+      throw UsageError(fmt::format("--schedules: expected {}, got '{}'", fmt::join(schedule_names(), " and/or "), s));
   std::vector<double> buckets;
   for (const std::string& s : split_list(f.str("bucket-mb"))) {
     double v = 0;

@@ -92,7 +92,7 @@ std::vector<Flag> run_flags() {
   flags.push_back({"gbench-console", "", "Google Benchmark's own console (every counter, per repetition and aggregate) "
                                          "instead of one line per configuration", ""});
   flags.push_back({"plan", "FILE", "run this plan file (JSON, as parbench plan --format json writes; validated first) as its "
-                   "strategy's step instead of the strategy's own: mp, a pipeline or a dp<D>xpp<P>; its strategy, "
+                   "strategy's step instead of the strategy's own: mp, a pipeline, a dp<D>xpp<P> or ddp; its strategy, "
                    "workers, batch and micro-batches set the run's", ""});
   flags.push_back({"trace", "", "per configuration, one more untimed step with per-layer spans, written as a Chrome "
                                 "trace (trace-<benchmark>.json, for Perfetto), and timeline.png", ""});

@@ -12,7 +12,7 @@
 
 #include "engine/check.h"
 #include "engine/fsutil.h"
-#include "engine/memory_estimate.h"
+#include "strategies/memory_estimate.h"
 #include "engine/process.h"
 #include "engine/trace.h"
 #include "strategies/breakdown.h"

@@ -13,6 +13,7 @@
 #include "engine/json_input.h"
 #include "projection/links.h"
 #include "projection/strict_json.h"
+#include "strategies/sweep.h"
 
 namespace pb::projection {
 
@@ -189,7 +190,7 @@ Machine parse_machine(const std::string& text, const std::string& source) {
   m.sender_trails_s = top.number_or("sender_trails_s", m.sender_trails_s, 0);
   if (top.has("unit_overhead_s")) {
     Obj u(top.raw("unit_overhead_s"), source, "unit_overhead_s");
-    for (const char* k : {"fsdp", "zero2"})
+    for (const std::string& k : unit_classes())  // the classes the registry's strategies declare
       if (u.has(k)) m.unit_overhead_s[k] = u.number(k, 0);
     u.done();
   }

@@ -85,8 +85,9 @@ struct Machine {
   // A blocking send/recv (in-process: the sender waits until the receiver has its copy): the
   // receiver goes on at once, the sender this much later. The pair's time is the sender's.
   double sender_trails_s = 0;
-  // fsdp / zero2: per unit and step, what the strategy's own bookkeeping costs beyond the unit's
-  // layers and collectives (gathering into fresh buffers, freeing them, zeroed gradients).
+  // Per unit class a registry line declares (strategies/sweep.h: the sharded strategies'), per unit
+  // and step: the strategy's own bookkeeping beyond the unit's layers and collectives (gathering
+  // into fresh buffers, freeing them, zeroed gradients).
   std::map<std::string, double> unit_overhead_s;
   LinkCosts intra_node, inter_node;
   nlohmann::json calibration;  // what calibrate measured, kept for the record

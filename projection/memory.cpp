@@ -1,8 +1,8 @@
-// The projection's memory per device: engine/memory_estimate.h's per-worker estimate (the same
+// The projection's memory per device: strategies/memory_estimate.h's per-worker estimate (the same
 // count of each strategy's buffers that a run's peak is checked against) on the profile's net.
 #include <algorithm>
 
-#include "engine/memory_estimate.h"
+#include "strategies/memory_estimate.h"
 #include "projection/plan_price.h"
 #include "projection/predict.h"
 

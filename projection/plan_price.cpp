@@ -11,7 +11,6 @@
 
 #include "engine/check.h"
 #include "strategies/plan_gen.h"
-#include "strategies/registry.h"
 #include "workloads/workload.h"
 
 namespace pb::projection {
@@ -41,16 +40,17 @@ NetPlan net_of(const Profile& p) {
   return plan;
 }
 
-std::string run_name(const Config& c) {
-  const Schedule sc = c.schedule == "1f1b" ? Schedule::OneFOneB : Schedule::GPipe;
-  if (c.strategy == "pipeline") return pipeline_name(sc, c.recompute);
-  int d = 0, pp = 0;
-  Schedule named = Schedule::GPipe;
-  bool recompute = false;
-  if (parse_hybrid_name(c.strategy, &d, &pp, &named, &recompute))
-    return hybrid_name(d, pp, named == Schedule::OneFOneB ? named : sc, recompute || c.recompute);
-  return c.strategy;
+Setting setting_of(const Config& c) {
+  Setting s;
+  s.strategy = c.strategy;
+  s.micro_batches = c.micro_batches;
+  parse_schedule(c.schedule, &s.schedule);
+  s.recompute = c.recompute;
+  s.bucket_bytes = c.bucket_bytes;
+  return s;
 }
+
+std::string run_name(const Config& c) { return pb::run_name(setting_of(c)); }
 
 StrategyOptions options_of(const Config& c, const Profile* p) {
   StrategyOptions o;
@@ -61,7 +61,8 @@ StrategyOptions options_of(const Config& c, const Profile* p) {
   o.first_bucket_bytes = static_cast<std::size_t>(c.first_bucket_bytes);
   o.balance = c.balance;
   o.profile_batch = c.global_batch;
-  o.schedule = c.schedule == "1f1b" ? Schedule::OneFOneB : Schedule::GPipe;
+  o.schedule = Schedule::GPipe;
+  parse_schedule(c.schedule, &o.schedule);
   o.recompute = c.recompute;
   using By = StrategyOptions::BalanceBy;
   if (c.balance_by == "time" && p) {

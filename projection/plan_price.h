@@ -11,6 +11,7 @@
 #include "plan/plan.h"
 #include "projection/step_builder.h"
 #include "strategies/strategy.h"
+#include "strategies/sweep.h"
 
 namespace pb::projection {
 
@@ -22,8 +23,9 @@ NetPlan net_of(const Profile& p);
 // per-layer forward + backward times instead of timing a device (without a profile: by FLOPs).
 StrategyOptions options_of(const Config& c, const Profile* p);
 
-// The name run gives `c`'s configuration: pipeline with its schedule and recompute as the
-// registered variant (pipeline-1f1b), dp<D>xpp<P> with its suffix.
+// `c` as the registry reads a configuration (strategies/sweep.h), and the name run gives it
+// (a strategy with its schedule and recompute as the registered variant, a member with its suffix).
+Setting setting_of(const Config& c);
 std::string run_name(const Config& c);
 
 // The plan `c` runs: Config::plan when given, else its strategy's generator (UsageError where

@@ -16,22 +16,21 @@
 namespace pb::projection {
 
 struct Config {
-  // regular, dp, ddp, mp, pipeline, fsdp, zero2, tp, dp<D>xpp<P> (D x P = devices); also the
-  // registered pipeline variants pipeline-1f1b, pipeline-recompute, pipeline-1f1b-recompute
-  // (schedule and recompute from the name)
+  // A registered strategy or family member (strategies/registry.cpp); a registered variant
+  // (pipeline-1f1b) is priced as its base with the variant's options (strategies/sweep.h).
   std::string strategy;
   int devices = 1;
   int64_t global_batch = 1;
   int micro_batches = 1;  // pipeline, dp<D>xpp<P>: per replica
   double bucket_bytes = 25.0 * (1 << 20);  // ddp
-  std::string schedule = "gpipe";          // pipeline: gpipe or 1f1b
+  std::string schedule = "gpipe";          // pipeline: gpipe or 1f1b (strategies/sweep.h schedule_name)
   bool recompute = false;                  // pipeline: stage activations recomputed in backward
   double first_bucket_bytes = 1.0 * (1 << 20);  // ddp: the first bucket (the last layers'), as run's --first-bucket-mb
   std::vector<int> balance;                // mp, pipeline, dp x pp: layers per stage (run's --balance L1,L2,..)
   std::string balance_by = "flops";        // without a list: flops, time (the profile's layer times) or seed
   bool cap_micro_batches = false;          // dp x pp: at most a replica's samples (run's default micro-batches)
   std::shared_ptr<const Plan> plan;        // --plan FILE: this plan priced as written, not the strategy's
-  std::string label() const;               // e.g. "pipeline (M=8, 1f1b)"
+  std::string label() const;               // its row's label, as the registry words it (strategies/sweep.h)
   std::vector<std::string> options() const;  // benchmark-name options: micro_batches:8, ...
 };
 
@@ -66,7 +65,7 @@ struct Prediction {
 Prediction predict(const Profile& p, const Machine& m, const Config& c, const Options& o = {});
 
 // The largest worker's peak memory for `c` (its run name, micro-batches as its plan runs them),
-// as engine/memory_estimate.h counts each strategy's buffers, with the profile's workspace of the
+// as strategies/memory_estimate.h counts each strategy's buffers, with the profile's workspace of the
 // layers a worker runs (their largest: one backend's scratch serves them all). `stages`: mp,
 // pipeline, dp<D>xpp<P>: each stage's layers [begin, end). Prediction::peak_bytes.
 double memory_peak(const Profile& p, const Config& c, const std::string& name, int micro_batches,

@@ -1,5 +1,5 @@
-// The strategy model (projection/strategy_model.h): names, configurations, timing needs, and the
-// dispatch of a configuration to its family's step program (projection/program_*.cpp).
+// The strategy model (projection/strategy_model.h): the registry's configurations of each
+// strategy (strategies/sweep.h), what they need timed, and their plans priced.
 #include "projection/strategy_model.h"
 
 #include <algorithm>
@@ -9,74 +9,36 @@
 #include "engine/check.h"
 #include "projection/plan_price.h"
 #include "projection/step_builder.h"
-#include "strategies/batch.h"
 #include "strategies/plan_gen.h"
 #include "strategies/registry.h"
-#include "strategies/stages.h"
-#include "strategies/strategy.h"
+#include "strategies/sweep.h"
 
 namespace pb::projection {
 
-std::optional<std::pair<int, int>> hybrid_shape(const std::string& s) {
-  int d = 0, pp = 0;
-  Schedule schedule = Schedule::GPipe;
-  bool recompute = false;
-  if (!parse_hybrid_name(s, &d, &pp, &schedule, &recompute)) return std::nullopt;
-  return std::make_pair(d, pp);
-}
-
-std::optional<std::pair<int, int>> dptp_shape(const std::string& s) {
-  int d = 0, t = 0;
-  if (!parse_dptp_name(s, &d, &t)) return std::nullopt;
-  return std::make_pair(d, t);
-}
-
-std::string Config::label() const {
-  if (plan) return fmt::format("{} (plan file, M={})", strategy, micro_batches);
-  if (strategy == "pipeline")
-    return fmt::format("pipeline (M={}{}{})", micro_batches, schedule == "1f1b" ? ", 1f1b" : "", recompute ? ", recompute" : "");
-  if (hybrid_shape(strategy) || strategy == "pipeline-zb") return fmt::format("{} (M={})", strategy, micro_batches);
-  if (strategy == "ddp") return fmt::format("ddp ({:g} MiB buckets)", bucket_bytes / (1 << 20));
-  return strategy;
-}
-
-std::vector<std::string> Config::options() const {
-  std::vector<std::string> o;
-  if (strategy == "pipeline" || strategy == "pipeline-zb" || hybrid_shape(strategy)) {
-    o.push_back(fmt::format("micro_batches:{}", micro_batches));
-    if (schedule != "gpipe") o.push_back("schedule:" + schedule);
-    if (recompute) o.push_back("recompute:1");
-  }
-  if (strategy == "ddp") o.push_back(fmt::format("bucket_mb:{:g}", bucket_bytes / (1 << 20)));
-  return o;
-}
-
-const std::vector<std::string>& modelled_strategies() {
-  static const std::vector<std::string> v = {"regular", "dp",    "ddp",           "mp",           "pipeline",
-                                             "pipeline-zb", "fsdp",    "zero2", "fsdp-prefetch", "zero2-prefetch", "tp",
-                                             kHybridFamily, kDpTpFamily, kHsdpFamily};
-  return v;
-}
-
 namespace {
-// A registered pipeline variant by run's name for it (pipeline-1f1b, ...): its schedule, as
-// Config spells it, and whether it recomputes.
-bool pipeline_variant(const std::string& s, std::string* schedule, bool* recompute) {
-  Schedule sc = Schedule::GPipe;
-  if (!parse_pipeline_name(s, &sc, recompute)) return false;
-  *schedule = sc == Schedule::OneFOneB ? "1f1b" : "gpipe";
-  return true;
+// A setting's strategy and options into a configuration.
+void apply(Config& c, const Setting& s) {
+  c.strategy = s.strategy;
+  c.micro_batches = s.micro_batches;
+  c.schedule = schedule_name(s.schedule);
+  c.recompute = s.recompute;
+  c.bucket_bytes = s.bucket_bytes;
 }
 }  // namespace
 
-bool is_modelled(const std::string& s) {
-  const auto& v = modelled_strategies();
-  std::string schedule;
-  bool recompute = false;
-  int r = 0, sh = 0;
-  return std::find(v.begin(), v.end(), s) != v.end() || hybrid_shape(s) || dptp_shape(s) || parse_hsdp_name(s, &r, &sh) ||
-         pipeline_variant(s, &schedule, &recompute);
+std::string Config::label() const {
+  if (plan) return fmt::format("{} (plan file, M={})", strategy, micro_batches);
+  return setting_label(setting_of(*this));
 }
+
+std::vector<std::string> Config::options() const { return setting_options(setting_of(*this)); }
+
+const std::vector<std::string>& modelled_strategies() {
+  static const std::vector<std::string> v = swept_strategies();
+  return v;
+}
+
+bool is_modelled(const std::string& s) { return is_swept(s); }
 
 void set_balance(Config& c, const std::string& b, const std::string& what) {
   c.balance.clear();
@@ -98,92 +60,25 @@ void set_balance(Config& c, const std::string& b, const std::string& what) {
 }
 
 std::vector<Config> configurations(const std::string& s, int n, int64_t global, const Sweep& sweep) {
+  SweepAxes axes{sweep.micro_batches, {}, sweep.bucket_bytes, sweep.recompute};
+  for (const std::string& name : sweep.schedules) {
+    Schedule sc = Schedule::GPipe;
+    parse_schedule(name, &sc);
+    axes.schedules.push_back(sc);
+  }
   std::vector<Config> out;
-  auto base = [&](const std::string& name) {
+  for (const Setting& set : sweep_settings(s, n, global, axes)) {
     Config c;
-    c.strategy = name;
+    apply(c, set);
     c.devices = n;
     c.global_batch = global;
-    return c;
-  };
-  if (s == "regular" && n != 1) return out;
-  std::string variant_schedule;
-  bool variant_recompute = false;
-  if (s == "pipeline-zb") {  // its own schedule: the sweep's micro-batch counts
-    for (int64_t m : sweep.micro_batches)
-      if (m <= global) out.push_back(base(s)), out.back().micro_batches = static_cast<int>(m);
-  } else if (s != "pipeline" && pipeline_variant(s, &variant_schedule, &variant_recompute)) {
-    // A variant by name: its schedule and recompute, the sweep's micro-batch counts.
-    for (int64_t m : sweep.micro_batches) {
-      if (m > global) continue;  // more micro-batches than samples
-      Config c = base("pipeline");
-      c.micro_batches = static_cast<int>(m);
-      c.schedule = variant_schedule;
-      c.recompute = variant_recompute;
-      out.push_back(c);
-    }
-  } else if (s == "ddp") {
-    for (double b : sweep.bucket_bytes) {
-      Config c = base(s);
-      c.bucket_bytes = b;
-      out.push_back(c);
-    }
-  } else if (s == "pipeline") {
-    for (int64_t m : sweep.micro_batches)
-      for (const std::string& sch : sweep.schedules) {
-        if (m > global) continue;  // more micro-batches than samples
-        Config c = base(s);
-        c.micro_batches = static_cast<int>(m);
-        c.schedule = sch;
-        out.push_back(c);
-        if (sweep.recompute) {
-          c.recompute = true;
-          out.push_back(c);
-        }
-      }
-  } else if (s == kHybridFamily || hybrid_shape(s)) {
-    // The family: every schedule swept (and recompute); a member by its name: that variant alone.
-    // Micro-batches per replica.
-    for (const auto& [d, pp] : hybrid_factorizations(n)) {
-      std::vector<std::string> names;
-      if (s == kHybridFamily) {
-        for (const std::string& sch : sweep.schedules)
-          for (bool rc : {false, true})
-            if (!rc || sweep.recompute) names.push_back(hybrid_name(d, pp, sch == "1f1b" ? Schedule::OneFOneB : Schedule::GPipe, rc));
-      } else if (hybrid_shape(s) == std::make_pair(d, pp)) {
-        names.push_back(s);
-      }
-      for (const std::string& name : names)
-        for (int64_t m : sweep.micro_batches) {
-          if (m > global / d) continue;  // more micro-batches than a replica has samples
-          Config c = base(name);
-          c.micro_batches = static_cast<int>(m);
-          out.push_back(c);
-        }
-    }
-  } else if (s == kDpTpFamily || dptp_shape(s)) {
-    for (const auto& [d, t] : hybrid_factorizations(n))
-      if (s == kDpTpFamily || s == dptp_name(d, t)) out.push_back(base(dptp_name(d, t)));
-  } else if (int r = 0, sh = 0; s == kHsdpFamily || parse_hsdp_name(s, &r, &sh)) {
-    for (const auto& [d, t] : hybrid_factorizations(n))
-      if (s == kHsdpFamily || s == hsdp_name(d, t)) out.push_back(base(hsdp_name(d, t)));
-  } else {
-    out.push_back(base(s));
+    out.push_back(c);
   }
   return out;
 }
 
 std::string no_configuration(const std::string& s, const std::vector<int64_t>& devices, const std::string& micro) {
-  const auto h = hybrid_shape(s);
-  const auto t = h ? h : dptp_shape(s);
-  const bool has = t && std::find(devices.begin(), devices.end(), t->first * t->second) != devices.end();
-  std::string why;
-  if (t && !has) why = fmt::format("{} runs on {} x {} = {} devices", s, t->first, t->second, t->first * t->second);
-  else if (h || s.rfind("pipeline", 0) == 0) why = fmt::format("every --micro-batches count ({}) is above the samples of a replica", micro);
-  else if (s == kHybridFamily || s == kDpTpFamily || s == kHsdpFamily) why = fmt::format("{} needs a device count D x P with both at least 2 (4, 6, 8, ...)", s);
-  else if (s == "regular") why = "regular runs on one device";
-  else why = "no configuration of it is possible there";
-  return fmt::format("--strategies {}: nothing to project at --devices {}: {}", s, fmt::join(devices, ","), why);
+  return no_setting(s, devices, micro);
 }
 
 std::vector<int64_t> batch_pieces(const NetPlan& net, const Config& c) {
@@ -253,15 +148,15 @@ std::vector<std::pair<int, int>> stage_ranges(const NetPlan& net, const Config& 
 StepProgram step_program(const Profile& p, const Machine& m, const Config& named, const Options& o, int threads) {
   StepProgram out;
   Config& c = out.priced;
-  c = named;  // the registered pipeline variants: pipeline with their schedule and recompute
+  c = named;  // a registered variant: its base strategy with the variant's options
   auto refuse = [&](std::string why) {
     out.refused = std::move(why);
     return out;
   };
   if (!c.plan) {
-    if (!is_modelled(c.strategy) || c.strategy == kHybridFamily || c.strategy == kDpTpFamily || c.strategy == kHsdpFamily)
+    if (!is_modelled(c.strategy) || is_family(c.strategy))
       return refuse(fmt::format("no projection model for strategy {}", c.strategy));
-    if (c.strategy != "pipeline" && pipeline_variant(c.strategy, &c.schedule, &c.recompute)) c.strategy = "pipeline";
+    apply(c, as_swept(setting_of(c)));
   }
   const int N = c.devices;
   if (N < 1 || c.global_batch < 1) return refuse("needs at least one device and one sample");
@@ -292,11 +187,8 @@ StepProgram step_program(const Profile& p, const Machine& m, const Config& named
   out.actors = std::move(priced.actors);
   out.workers = N;
   out.stages = std::move(priced.stages);
-  // Calibrated per strategy; the -prefetch variants and hsdp free their units as fsdp and zero2 do.
-  std::string unit_key = out.name;
-  if (const auto at = unit_key.rfind("-prefetch"); at != std::string::npos && !m.unit_overhead_s.count(unit_key))
-    unit_key.erase(at);
-  if (unit_key.rfind(kHsdpFamily, 0) == 0 && !m.unit_overhead_s.count(unit_key)) unit_key = "fsdp";
+  // Calibrated per strategy, or for its class as the registry gives it (fsdp, zero2).
+  const std::string unit_key = m.unit_overhead_s.count(out.name) ? out.name : unit_class_of(out.name);
   if (const auto it = m.unit_overhead_s.find(unit_key); it != m.unit_overhead_s.end())
     out.bookkeeping_s = priced.freed_units * it->second;
   out.comm_bytes = priced.comm_bytes;

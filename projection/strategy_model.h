@@ -17,24 +17,21 @@
 namespace pb::projection {
 
 // ---- names -----------------------------------------------------------------------------------
-// The hybrids the model knows (names: strategies/strategy.h): hybrid_shape gives {D, P} of a
-// dp<D>xpp<P> in the GPipe schedule, as modelled; dptp_shape {D, T} of a dp<D>xtp<T>; nothing
-// for any other name.
-std::optional<std::pair<int, int>> hybrid_shape(const std::string& strategy);
-std::optional<std::pair<int, int>> dptp_shape(const std::string& strategy);
-// The words `project --strategies` takes (all of them: `all`): every modelled strategy, and the
-// families dpxpp / dpxtp (every dp<D>xpp<P> / dp<D>xtp<T> whose D x T is the device count).
+// All of it asked of the registry (strategies/sweep.h): each strategy's line says what is swept.
+// The words `project --strategies all` stands for: every registered strategy and family the
+// registry sweeps by default (a family: each member whose D x S is the device count).
 const std::vector<std::string>& modelled_strategies();
-// A word of modelled_strategies() or one hybrid's own name (dp2xpp2).
+// A registered strategy, family or member (dp2xpp2), as strategies/sweep.h's is_swept.
 bool is_modelled(const std::string& strategy);
 
 // ---- configurations --------------------------------------------------------------------------
-// The options `project` sweeps: pipeline micro-batch counts and schedules, ddp bucket sizes.
+// The options `project` sweeps (--micro-batches, --schedules, --bucket-mb, --recompute); which a
+// strategy takes its registry line says.
 struct Sweep {
   std::vector<int64_t> micro_batches;
   std::vector<std::string> schedules;
   std::vector<double> bucket_bytes;
-  bool recompute = false;  // also the pipeline variants that recompute stage activations
+  bool recompute = false;  // also the variants that recompute stage activations
 };
 // Config::balance / balance_by from run's --balance value (L1,L2,.. | time | seed; empty: by
 // FLOPs); UsageError naming `what` for anything else.

@@ -59,7 +59,7 @@ inline constexpr Key tensor_bytes{"tensor_bytes", "bytes", "the engine's tensors
 inline constexpr Key workspace_bytes{"workspace_bytes", "bytes", "library workspace at the allocator's peak since setup: oneDNN scratch and reorder buffers, im2col, Winograd transforms, cuDNN workspace (CUDA: that GPU's; CPU: summed over the workers)"};
 inline constexpr Key runtime_bytes{"runtime_bytes", "bytes", "after the timed steps, CUDA: this process's growth of the bytes in use on that GPU (cudaMemGetInfo) since before its first allocation there, less the allocator's -- cuDNN/cuBLAS handles, NCCL buffers, loaded kernels (not the CUDA context, nor other processes as long as theirs stays put); CPU: the process's resident memory (VmRSS) before its first configuration -- the program and its libraries, the same for every configuration (what earlier configurations leave resident would make it depend on the sweep's order)"};
 inline constexpr Key worker_threads{"worker_threads", "count", "CPU: the threads each worker's backend runs (--threads, or the cores shared among the workers)"};
-inline constexpr Key predicted_bytes{"predicted_bytes", "bytes", "the memory estimate (engine/memory_estimate.h) of the engine's tensors and library workspace over all the workers, made before the configuration's setup"};
+inline constexpr Key predicted_bytes{"predicted_bytes", "bytes", "the memory estimate (strategies/memory_estimate.h) of the engine's tensors and library workspace over all the workers, made before the configuration's setup"};
 inline constexpr Key allocated_bytes{"allocated_bytes", "bytes", "the allocators' peak since setup (tensors + workspace), summed over the workers and ranks: what predicted_bytes estimates"};
 }  // namespace counter
 

@@ -45,6 +45,10 @@ class DistributedDataParallel final : public GroupStrategy {
     group().require_all_workers(used);
     for (int i = used; i < workers(); ++i) stale_[i] = true;  // sits out this batch's steps
     plan_ = plan_ddp(plan(), opts_, batch);
+    if (opts_.plan) {  // a plan file: run instead, once it makes the calls and computations this plan does
+      check_replica_plan(*opts_.plan, plan_, opts_.plan_source.empty() ? "--plan" : opts_.plan_source);
+      plan_ = *opts_.plan;
+    }
     ptrs_.assign(workers(), {});
     return used;
   }

@@ -38,6 +38,10 @@ Plan plan_stage_steps(const NetPlan& net, const StrategyOptions& o, int64_t batc
 // step. UsageError naming `source`, the worker and the action otherwise.
 void check_stage_plan(const Plan& user, const Plan& own, const std::vector<std::pair<int, int>>& ranges,
                       const std::vector<int>& slots, bool recompute, const std::string& source);
+// A plan someone wrote, to run as ddp's step instead of its own plan `own`: valid, with own's
+// workers, batch, groups and buffers, own's computations in own's order and each of own's
+// communication calls once (placed as the writer likes, as the validator's ordering allows).
+void check_replica_plan(const Plan& user, const Plan& own, const std::string& source);
 // The same before a run, from the plan the strategy `user` names would make on `net` with `o`
 // (--balance time: as the options time it): what `parbench run --plan` checks before it starts.
 void check_plan_file(const Plan& user, const NetPlan& net, const StrategyOptions& o, const std::string& source);

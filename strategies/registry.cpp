@@ -6,7 +6,9 @@
 #include <fmt/ranges.h>
 
 #include "engine/check.h"
+#include "strategies/memory_estimate.h"
 #include "strategies/plan_gen.h"
+#include "strategies/sweep.h"
 
 namespace pb {
 
@@ -17,7 +19,67 @@ struct Entry {
   StrategyInfo info;
   StrategyFactory make;
   PlanFactory plan;  // one step of it as data (strategies/*_plan.cpp)
+  MemoryModel memory = {};   // how it lays out a worker's buffers (strategies/memory_estimate.h)
+  ProjectionRule projected = {};  // what project sweeps of it (strategies/sweep.h)
+  Family family = {};        // a family: its members' names
 };
+
+MemoryModel laid_out(MemoryModel::Layout layout) {
+  MemoryModel m;
+  m.layout = layout;
+  return m;
+}
+MemoryModel replicas(bool root = false) {
+  MemoryModel m;
+  m.root = root;
+  return m;
+}
+MemoryModel stages(bool one_micro = false) {
+  MemoryModel m = laid_out(MemoryModel::Layout::Stages);
+  m.one_micro = one_micro;
+  return m;
+}
+MemoryModel shards(int gathered) {
+  MemoryModel m = laid_out(MemoryModel::Layout::Shards);
+  m.gathered = gathered;
+  return m;
+}
+
+ProjectionRule swept(ProjectionRule::Axes axes) {
+  ProjectionRule p;
+  p.axes = axes;
+  return p;
+}
+
+// A pipeline variant: projected by its name only, its rows pipeline's with its schedule and recompute.
+ProjectionRule pipeline_projected(Schedule schedule, bool recompute) {
+  ProjectionRule p = swept(ProjectionRule::Axes::MicroBatches);
+  p.in_all = false;
+  p.variant_of = "pipeline";
+  p.schedule = schedule;
+  p.recompute = recompute;
+  return p;
+}
+
+// A schedule of its own (no GPipe / 1F1B form): projected under its name, over micro-batch counts.
+ProjectionRule own_schedule(Schedule schedule) {
+  ProjectionRule p = swept(ProjectionRule::Axes::MicroBatches);
+  p.schedule = schedule;
+  return p;
+}
+
+// Sharded strategies pay the machine's bookkeeping per unit they free, by class.
+ProjectionRule units(const std::string& unit_class) {
+  ProjectionRule p;
+  p.unit_class = unit_class;
+  return p;
+}
+
+const Family dpxpp_members = {hybrid_name, parse_hybrid_name};
+const Family dptp_members = {[](int d, int t, Schedule, bool) { return dptp_name(d, t); },
+                             [](const std::string& n, int* d, int* t, Schedule*, bool*) { return parse_dptp_name(n, d, t); }};
+const Family hsdp_members = {[](int r, int s, Schedule, bool) { return hsdp_name(r, s); },
+                             [](const std::string& n, int* r, int* s, Schedule*, bool*) { return parse_hsdp_name(n, r, s); }};
 
 StrategyFactory pipeline_variant(Schedule schedule, bool recompute) {
   return [=](const StrategyOptions& o) {
@@ -49,42 +111,53 @@ const std::vector<Entry>& registry() {
   static const std::vector<Entry> r = {
       {{"regular", "one device, the whole batch", true, false}, make_regular, plan_regular},
       {{"dp", "torch.nn.DataParallel: scatter from device 0, replicate, gather, step on device 0", false, false},
-       make_dp, plan_dp},
-      {{"ddp", "a replica per worker, bucketed gradient all-reduce overlapped with backward", false, true}, make_ddp, plan_ddp},
-      {{"mp", "layers split into contiguous stages, one per worker", false, true}, make_mp, mp_plan},
-      {{"pipeline", "mp with micro-batches in a GPipe fill-drain schedule", false, true}, make_pipeline, pipeline_plan(Schedule::GPipe, false)},
+       make_dp, plan_dp, replicas(true)},
+      {{"ddp", "a replica per worker, bucketed gradient all-reduce overlapped with backward", false, true}, make_ddp, plan_ddp,
+       replicas(), swept(ProjectionRule::Axes::Buckets)},
+      {{"mp", "layers split into contiguous stages, one per worker", false, true}, make_mp, mp_plan, stages(true)},
+      {{"pipeline", "mp with micro-batches in a GPipe fill-drain schedule", false, true}, make_pipeline,
+       pipeline_plan(Schedule::GPipe, false), stages(), swept(ProjectionRule::Axes::Schedules)},
       {{"pipeline-1f1b", "pipeline in a 1F1B schedule (PipeDream-flush): at most P micro-batches in flight", false, true},
-       pipeline_variant(Schedule::OneFOneB, false), pipeline_plan(Schedule::OneFOneB, false)},
+       pipeline_variant(Schedule::OneFOneB, false), pipeline_plan(Schedule::OneFOneB, false),
+       stages(), pipeline_projected(Schedule::OneFOneB, false)},
       {{"pipeline-zb", "zero-bubble ZB-H1: 1F1B with backward split into input and weight gradients, weight "
                        "gradients deferred into the drain; at most P micro-batches in flight", false, true},
-       pipeline_variant(Schedule::ZeroBubble, false), pipeline_plan(Schedule::ZeroBubble, false)},
+       pipeline_variant(Schedule::ZeroBubble, false), pipeline_plan(Schedule::ZeroBubble, false),
+       stages(), own_schedule(Schedule::ZeroBubble)},
       {{"pipeline-recompute", "GPipe pipeline keeping only stage inputs, recomputing activations in backward", false, true},
-       pipeline_variant(Schedule::GPipe, true), pipeline_plan(Schedule::GPipe, true)},
+       pipeline_variant(Schedule::GPipe, true), pipeline_plan(Schedule::GPipe, true),
+       stages(), pipeline_projected(Schedule::GPipe, true)},
       {{"pipeline-1f1b-recompute", "1F1B pipeline with recomputed activations", false, true},
-       pipeline_variant(Schedule::OneFOneB, true), pipeline_plan(Schedule::OneFOneB, true)},
+       pipeline_variant(Schedule::OneFOneB, true), pipeline_plan(Schedule::OneFOneB, true),
+       stages(), pipeline_projected(Schedule::OneFOneB, true)},
       {{"fsdp", "ddp with parameters, gradients and Adam state sharded (ZeRO-3): all-gather per layer, reduce-scatter", false, true},
-       make_fsdp, [](const NetPlan& n, const StrategyOptions& o, int64_t b) { return plan_fsdp(n, o, b, "fsdp", true); }},
+       make_fsdp, [](const NetPlan& n, const StrategyOptions& o, int64_t b) { return plan_fsdp(n, o, b, "fsdp", true); },
+       shards(1), units("fsdp")},
       {{"zero2", "fsdp keeping the gathered parameters from forward to backward (ZeRO-2): one all-gather per layer", false, true},
-       make_zero2, [](const NetPlan& n, const StrategyOptions& o, int64_t b) { return plan_fsdp(n, o, b, "zero2", false); }},
+       make_zero2, [](const NetPlan& n, const StrategyOptions& o, int64_t b) { return plan_fsdp(n, o, b, "zero2", false); },
+       shards(0), units("zero2")},
       {{"fsdp-prefetch", "fsdp starting the next layer's all-gather before this layer's compute, forward and "
                          "backward (FSDP2 prefetch): two layers' parameters held", false, true},
        make_fsdp_prefetch,
-       [](const NetPlan& n, const StrategyOptions& o, int64_t b) { return plan_fsdp(n, o, b, "fsdp-prefetch", true, true); }},
+       [](const NetPlan& n, const StrategyOptions& o, int64_t b) { return plan_fsdp(n, o, b, "fsdp-prefetch", true, true); },
+       shards(2), units("fsdp")},
       {{"zero2-prefetch", "zero2 starting the next layer's all-gather before this layer's forward", false, true},
        make_zero2_prefetch,
-       [](const NetPlan& n, const StrategyOptions& o, int64_t b) { return plan_fsdp(n, o, b, "zero2-prefetch", false, true); }},
+       [](const NetPlan& n, const StrategyOptions& o, int64_t b) { return plan_fsdp(n, o, b, "zero2-prefetch", false, true); },
+       shards(0), units("zero2")},
       {{"tp", "tensor parallel: each worker computes a slice of every layer's output channels, activations all-gathered", false, true},
-       make_tp, [](const NetPlan& n, const StrategyOptions& o, int64_t b) { return plan_tp(n, o, b, "tp", 1); }},
+       make_tp, [](const NetPlan& n, const StrategyOptions& o, int64_t b) { return plan_tp(n, o, b, "tp", 1); },
+       laid_out(MemoryModel::Layout::Slices)},
       // A family: its members are named dp<D>xpp<P> (hybrid_name); the sweep expands it.
       {{kHybridFamily, "dp x pp: D replicas of a P-stage pipeline, each stage's gradients all-reduced among its D "
                        "workers (dp<D>xpp<P>; --dp D --pp P)", false, true},
-       nullptr, nullptr},
+       nullptr, nullptr, stages(), swept(ProjectionRule::Axes::Schedules), dpxpp_members},
       {{kDpTpFamily, "dp x tp: D replicas of a T-way tp group, each tp rank's slice gradients all-reduced among its "
                      "D workers (dp<D>xtp<T>; --dp D --tp T)", false, true},
-       nullptr, nullptr},
+       nullptr, nullptr, laid_out(MemoryModel::Layout::Slices), {}, dptp_members},
       {{kHsdpFamily, "hybrid sharded data parallel: fsdp within R groups of S workers, each shard's reduced gradients "
                      "all-reduced across the groups (hsdp<R>x<S>)", false, true},
-       nullptr, nullptr},
+       nullptr, nullptr, shards(1), units("fsdp"), hsdp_members},
   };
   return r;
 }
@@ -134,10 +207,10 @@ std::unique_ptr<Strategy> make_strategy(const std::string& name, const StrategyO
   int dp = 0, pp = 0;
   Schedule schedule = Schedule::GPipe;
   bool recompute = false;
-  if (opts.plan && name != "mp" && !parse_pipeline_name(name, &schedule, &recompute) &&
+  if (opts.plan && name != "mp" && name != "ddp" && !parse_pipeline_name(name, &schedule, &recompute) &&
       !parse_hybrid_name(name, &dp, &pp, &schedule, &recompute))
     throw UsageError(fmt::format("{}: strategy {} runs only the plan it makes; a plan file runs as mp, a pipeline "
-                                 "(pipeline, pipeline-1f1b, ...) or a dp<D>xpp<P>", opts.plan_source, name));
+                                 "(pipeline, pipeline-1f1b, ...), a dp<D>xpp<P> or ddp", opts.plan_source, name));
   if (parse_hybrid_name(name, &dp, &pp, &schedule, &recompute)) {  // a suffix selects as the options do
     StrategyOptions o = opts;
     if (schedule != Schedule::GPipe) o.schedule = schedule;
@@ -198,6 +271,33 @@ Plan plan_of(const std::string& name, const NetPlan& net, const StrategyOptions&
   throw UsageError(fmt::format("no plan for strategy '{}'", name));
 }
 }  // namespace
+
+const std::vector<ProjectionFacts>& projection_facts() {
+  static const std::vector<ProjectionFacts> facts = [] {
+    std::vector<ProjectionFacts> v;
+    for (const Entry& e : registry()) v.push_back({e.info.name, e.info.single_device, e.projected, e.family});
+    return v;
+  }();
+  return facts;
+}
+
+const ProjectionFacts* projection_facts_of(const std::string& name) {
+  int d = 0, s = 0;
+  Schedule schedule = Schedule::GPipe;
+  bool recompute = false;
+  for (const ProjectionFacts& f : projection_facts())
+    if (f.name == name || (f.family && f.family.parse(name, &d, &s, &schedule, &recompute))) return &f;
+  return nullptr;
+}
+
+const MemoryModel& memory_model_of(const std::string& name) {
+  int d = 0, s = 0;
+  Schedule schedule = Schedule::GPipe;
+  bool recompute = false;
+  for (const Entry& e : registry())
+    if (e.info.name == name || (e.family && e.family.parse(name, &d, &s, &schedule, &recompute))) return e.memory;
+  throw UsageError(fmt::format("memory estimate: no model for strategy '{}'", name));
+}
 
 Plan make_plan(const std::string& name, const NetPlan& net, const StrategyOptions& opts, int64_t batch) {
   Plan p = plan_of(name, net, opts, batch);

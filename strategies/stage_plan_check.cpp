@@ -123,9 +123,15 @@ void check_plan_file(const Plan& user, const NetPlan& net, const StrategyOptions
   Schedule schedule = Schedule::GPipe;
   bool recompute = false;
   const std::string& name = user.strategy;
+  if (name == "ddp") {  // a replica's step: its own plan at these options
+    StrategyOptions own_options = o;
+    own_options.plan = nullptr;
+    check_replica_plan(user, make_plan(name, net, own_options, user.batch), source);
+    return;
+  }
   if (name != "mp" && !parse_pipeline_name(name, &schedule, &recompute) && !parse_hybrid_name(name, &dp, &pp, &schedule, &recompute))
     throw UsageError(fmt::format("{}: strategy {} runs only the plan it makes; a plan file runs as mp, a pipeline "
-                                 "(pipeline, pipeline-1f1b, ...) or a dp<D>xpp<P>", source, name));
+                                 "(pipeline, pipeline-1f1b, ...), a dp<D>xpp<P> or ddp", source, name));
   StrategyOptions own_options = o;
   own_options.plan = nullptr;
   own_options.micro_batches = user.micro_batches;

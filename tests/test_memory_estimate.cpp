@@ -12,7 +12,7 @@
 #include <fmt/format.h>
 
 #include "engine/check.h"
-#include "engine/memory_estimate.h"
+#include "strategies/memory_estimate.h"
 #include "strategies/registry.h"
 #include "strategies/stages.h"
 #include "tests/bf16_skip.h"

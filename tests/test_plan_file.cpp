@@ -88,7 +88,50 @@ TEST(PlanFile, APlanThatComputesSomethingElseIsRefusedNamingWorkerAndAction) {
   refused(changed([](Plan& p) { p.actions[1][20].waits = {18}; }), {"test plan", "worker 1"});
   // Strategies other than the staged ones run only their own plans.
   StrategyOptions o = with_plan(read_plan_file(plan_fixture()));
-  expect_usage_error([&] { make_strategy("ddp", o); }, {"test plan", "ddp runs only the plan it makes"});
+  expect_usage_error([&] { make_strategy("fsdp", o); }, {"test plan", "fsdp runs only the plan it makes"});
+}
+
+TEST(PlanFile, DdpPlanFileRunsAsDdpBitForBitAndOnlyItsOwnCalls) {
+  StrategyOptions own = st::options(2);
+  own.first_bucket_bytes = 2 << 10;  // several buckets on the small net
+  own.bucket_bytes = 8 << 10;
+  const Plan made = make_plan("ddp", plan_net(net()), own, 4);
+  const Plan file = plan_from_json(plan_to_json(made), "test plan");  // as parbench plan --format json writes it
+  StrategyOptions with = own;
+  with.plan = std::make_shared<const Plan>(file);
+  with.plan_source = "test plan";
+  const st::Trained a = st::train("ddp", own, net(), {4}, 4), b = st::train("ddp", with, net(), {4}, 4);
+  EXPECT_EQ(a.losses, b.losses);
+  EXPECT_EQ(a.params, b.params);  // bit for bit
+  // A bucket's all-reduce over fewer values than its own plan's (on every member alike, so the
+  // validator sees nothing wrong) is refused, naming the worker and the action.
+  Plan wrong = file;
+  int first = -1;
+  for (auto& list : wrong.actions)
+    for (Action& x : list)
+      if (x.kind == ActionKind::Collective) {
+        first = x.id;
+        x.count -= 1, x.bytes -= 4;
+        break;
+      }
+  ASSERT_GE(first, 0);
+  expect_usage_error([&] { check_replica_plan(wrong, made, "test plan"); },
+                     {"test plan", fmt::format("worker 0 action {}", first), "ddp makes no such call"});
+  expect_usage_error([&] { check_replica_plan(file, make_plan("ddp", plan_net(net()), st::options(2), 4), "test plan"); },
+                     {"test plan", "is none that ddp keeps"});  // other bucket sizes
+}
+
+TEST_F(ProjectCli, DdpPlanFileFromParbenchPlanRuns) {
+  test::Result r = parbench("plan --strategy ddp --devices 2 --batch 4 --workload " + example_net() +
+                            " --format json --out " + path("ddp.json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = parbench("run --plan " + path("ddp.json") + " --workload " + example_net() + " --iterations 1 --warmup 0 --out " + path("run"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(read_file(path("run/results.json")).find("ddp/devices:2/batch:4"), std::string::npos);
+  // Another bucket size than the file's: refused before the run, naming the buffer.
+  r = parbench("run --plan " + path("ddp.json") + " --workload " + example_net() + " --bucket-mb 0.001 --first-bucket-mb 0.001 --iterations 1 --out " + path("run2"));
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("none that ddp keeps"), std::string::npos) << r.err;
 }
 
 TEST_F(ProjectCli, PlanFileRunsAndProjects) {

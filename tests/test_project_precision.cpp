@@ -3,7 +3,7 @@
 // scale it to another by the peaks of the two, saying so.
 #include "tests/test_projection_support.h"
 
-#include "engine/memory_estimate.h"
+#include "strategies/memory_estimate.h"
 #include "projection/plan_price.h"
 
 namespace pb::projection_test {

@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/fsutil.h"
-#include "engine/memory_estimate.h"
+#include "strategies/memory_estimate.h"
 #include "projection/projection.h"
 #include "strategies/stages.h"
 #include "tests/cli_fixture.h"
@@ -61,7 +61,7 @@ TEST(ProjectionTrust, TimePerSampleNeverFallsBeyondTheProfiledBatches) {
 
 // project's memory per device ("fits") is the run's per-worker estimate, not a second model: on
 // uniform.json's net (four 3x3 convolutions of 4 channels, 8x8, no workspace) every strategy's
-// peak equals engine/memory_estimate.h's, which the allocators are checked against.
+// peak equals strategies/memory_estimate.h's, which the allocators are checked against.
 TEST(ProjectionTrust, MemoryPerDeviceIsTheEstimateRunsAreCheckedAgainst) {
   NetSpec net;
   net.input = {4, 8, 8};

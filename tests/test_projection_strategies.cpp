@@ -198,11 +198,18 @@ TEST(Projection, HybridNamesAndFactorizations) {
   EXPECT_EQ(hybrid_factorizations(4, 1), (F{{1, 4}}));
   EXPECT_TRUE(hybrid_factorizations(4, 0, 4).empty());  // D = 1 only when asked for
   for (int n : {1, 2, 3, 5, 7}) EXPECT_TRUE(hybrid_factorizations(n).empty()) << n;
-  EXPECT_EQ(pj::hybrid_shape("dp2xpp4"), std::make_optional(std::make_pair(2, 4)));
-  EXPECT_EQ(pj::dptp_shape("dp2xtp4"), std::make_optional(std::make_pair(2, 4)));
-  EXPECT_EQ(pj::hybrid_shape("dp2xpp2-1f1b-recompute"), std::make_optional(std::make_pair(2, 2)));  // variants too
+  auto hybrid_shape = [](const std::string& name) {  // a dp<D>xpp<P>'s shape, as the registry reads it
+    int d = 0, p = 0;
+    Schedule sc = Schedule::GPipe;
+    bool rc = false;
+    return parse_hybrid_name(name, &d, &p, &sc, &rc) ? std::make_optional(std::make_pair(d, p)) : std::nullopt;
+  };
+  EXPECT_EQ(hybrid_shape("dp2xpp4"), std::make_optional(std::make_pair(2, 4)));
+  int d = 0, t = 0;
+  EXPECT_TRUE(parse_dptp_name("dp2xtp4", &d, &t) && d == 2 && t == 4);
+  EXPECT_EQ(hybrid_shape("dp2xpp2-1f1b-recompute"), std::make_optional(std::make_pair(2, 2)));  // variants too
   for (const char* bad : {"dp_pp", "dp2xpp", "dp02xpp2", "dp2xpp2x", "pipeline", "dp-1xpp2", "dp2xpp2-zigzag", "dp2xtp2"})
-    EXPECT_FALSE(pj::hybrid_shape(bad)) << bad;
+    EXPECT_FALSE(hybrid_shape(bad)) << bad;
 }
 
 TEST(Projection, HybridIsReplicatedPipelinesAndAStageAllReduce) {

@@ -5,7 +5,7 @@
 // measured; the projection prices the same plan and hides the gathers behind compute.
 #include "tests/test_strategies_support.h"
 
-#include "engine/memory_estimate.h"
+#include "strategies/memory_estimate.h"
 #include "plan/check.h"
 #include "projection/predict.h"
 #include "strategies/breakdown.h"
