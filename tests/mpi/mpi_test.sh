@@ -55,7 +55,7 @@ replay-bf16)
     grep -q 'bf16' <<<"$out" && { echo "SKIP: no bf16 kernels here: $out"; exit 77; }
     echo "$out"; fail "regular bf16 replay"
   fi
-  for S in ddp mp pipeline-1f1b fsdp zero2; do
+  for S in ddp mp pipeline-1f1b pipeline-zb fsdp zero2; do
     "${MPI[@]}" -n 2 "$PARBENCH" replay --strategy "$S" --devices 2 $A --out "$DIR/$S" || fail "mpiexec -n 2 replay $S bf16"
     /usr/bin/python3 "$HERE/compare_replay.py" "$DIR/regular" "$DIR/$S" || fail "$S bf16 over MPI differs from regular's bf16"
     grep -q '"world_size": 2' "$DIR/$S/losses.json" || fail "losses.json lacks world_size 2"
