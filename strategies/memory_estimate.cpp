@@ -8,16 +8,13 @@
 #include <fmt/format.h>
 
 #include "engine/check.h"
+#include "engine/tensor.h"
 #include "strategies/sweep.h"
 
 namespace pb {
 
 namespace {
-double numel_d(const Shape& s) {
-  double n = 1;
-  for (int64_t d : s) n *= static_cast<double>(d);
-  return n;
-}
+double numel_d(const Shape& s) { return static_cast<double>(numel_of(s)); }
 }  // namespace
 
 namespace {

@@ -174,16 +174,21 @@ std::optional<double> balanced_bubble(Ready& r, std::string* why,
   return std::nullopt;
 }
 
+// Two equal stages of equal_linear() and 4 micro-batches: the nets the bubble formulas are checked on.
+StrategyOptions two_equal_stages() {
+  StrategyOptions o = options(2);
+  o.micro_batches = 4;
+  o.balance = {8, 8};
+  return o;
+}
+
 TEST(Breakdown, BalancedPipelineBubbleTracksTheFormula) {
 #if defined(__SANITIZE_ADDRESS__)
   // Its instrumentation changes what the stages' compute and hand-offs cost relative to each
   // other; the unsanitized build checks the schedule's bubble (where two stages get a core each).
   GTEST_SKIP() << "timing under AddressSanitizer";
 #endif
-  StrategyOptions o = options(2);
-  o.micro_batches = 4;
-  o.balance = {8, 8};
-  Ready r = ready("pipeline", o, equal_linear(), 128);
+  Ready r = ready("pipeline", two_equal_stages(), equal_linear(), 128);
   std::string why;
   const std::optional<double> bubble = balanced_bubble(r, &why);
   if (!bubble) GTEST_SKIP() << why;
@@ -199,9 +204,7 @@ TEST(Breakdown, BalancedZeroBubbleTracksItsFormula) {
 #if defined(__SANITIZE_ADDRESS__)
   GTEST_SKIP() << "timing under AddressSanitizer";
 #endif
-  StrategyOptions o = options(2);
-  o.micro_batches = 4;
-  o.balance = {8, 8};
+  const StrategyOptions o = two_equal_stages();
   Ready r = ready("pipeline-zb", o, equal_linear(), 128);
   const Plan plan = make_plan("pipeline-zb", r.plan, o, 128);
   std::map<ActionKind, double> took;  // the last stage's compute seconds per kind, over the counted steps

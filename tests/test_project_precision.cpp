@@ -28,13 +28,7 @@ class ProjectPrecision : public test::CliTest {
     write_file_atomic(path(kind + "-peaks.json"), m.dump());
     return path(kind + "-peaks.json");
   }
-  std::string cpu_machine() {
-    json m = fixture_json("machine.json");
-    m["name"] = "test cpu";
-    m["device"]["kind"] = "cpu";
-    write_file_atomic(path("cpu.json"), m.dump());
-    return path("cpu.json");
-  }
+  std::string cpu_machine() { return write_cpu_machine(path("cpu.json")); }
   // `project ... --format json` for regular and ddp at 1 and 2 devices, batch 4: its document.
   json project(const std::string& flags, test::Result* out = nullptr) {
     test::Result r = parbench("project --strategies regular,ddp --devices 1,2 --batch 4 --format json " + flags);

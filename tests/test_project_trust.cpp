@@ -14,6 +14,7 @@
 #include "projection/projection.h"
 #include "strategies/stages.h"
 #include "tests/cli_fixture.h"
+#include "tests/test_projection_support.h"
 
 namespace pb {
 namespace {
@@ -101,13 +102,7 @@ TEST(ProjectionTrust, MemoryPerDeviceIsTheEstimateRunsAreCheckedAgainst) {
 class ProjectTrust : public test::CliTest {
  protected:
   ProjectTrust() : CliTest("parbench_project_trust_") {}
-  std::string cpu_machine() {
-    json m = fixture_json("machine.json");
-    m["name"] = "test cpu";
-    m["device"]["kind"] = "cpu";
-    write_file_atomic(path("cpu.json"), m.dump());
-    return path("cpu.json");
-  }
+  std::string cpu_machine() { return projection_test::write_cpu_machine(path("cpu.json")); }
 };
 
 TEST_F(ProjectTrust, AProfileFromAnotherKindOfDeviceIsScaledOnPurposeOrRefused) {

@@ -33,6 +33,15 @@ inline std::string fixture(const std::string& name) { return (test::source_dir()
 
 inline json fixture_json(const std::string& name) { return json::parse(read_file(fixture(name))); }
 
+// The fixture machine as CPUs named "test cpu", written to `path`; returns it.
+inline std::string write_cpu_machine(const std::string& path) {
+  json m = fixture_json("machine.json");
+  m["name"] = "test cpu";
+  m["device"]["kind"] = "cpu";
+  write_file_atomic(path, m.dump());
+  return path;
+}
+
 inline pj::Profile uniform() { return pj::load_profile(fixture("uniform.json")); }
 inline pj::Machine machine() { return pj::load_machine(fixture("machine.json")); }
 

@@ -49,11 +49,7 @@ TEST(Strategies, OneFOneBAndRecomputeHoldLessThanGPipe) {
     SCOPED_TRACE(fmt::format("{} stages", p));
     StrategyOptions o = options(p);
     o.micro_batches = 8;
-    std::map<std::string, std::vector<std::size_t>> peak;
-    for (const char* s : {"pipeline", "pipeline-1f1b", "pipeline-recompute", "pipeline-1f1b-recompute"}) {
-      const Trained t = train(s, o, net, {16}, 1);
-      for (const WorkerStats& w : t.stats.workers) peak[s].push_back(w.peak_bytes);
-    }
+    auto peak = peaks_per_worker({"pipeline", "pipeline-1f1b", "pipeline-recompute", "pipeline-1f1b-recompute"}, o, net);
     for (int st = 0; st < p; ++st) {
       SCOPED_TRACE(fmt::format("stage {}", st));
       EXPECT_LT(peak["pipeline-1f1b"][st], peak["pipeline"][st]);

@@ -71,6 +71,17 @@ inline Trained train(const std::string& strategy, const StrategyOptions& o, cons
   return r;
 }
 
+// Each strategy's peak bytes per worker after one step of a batch of 16 on `net`.
+inline std::map<std::string, std::vector<std::size_t>> peaks_per_worker(const std::vector<std::string>& strategies,
+                                                                        const StrategyOptions& o, const NetSpec& net) {
+  std::map<std::string, std::vector<std::size_t>> peak;
+  for (const std::string& s : strategies) {
+    const Trained t = train(s, o, net, {16}, 1);
+    for (const WorkerStats& w : t.stats.workers) peak[s].push_back(w.peak_bytes);
+  }
+  return peak;
+}
+
 inline const Trained& reference(const NetSpec& net, const std::vector<int64_t>& batches, int steps = 5) {
   static std::map<std::string, Trained> cache;
   std::string key = fmt::format("{} {} {} {}", net.name, net.input.back(), fmt::join(batches, ","), steps);

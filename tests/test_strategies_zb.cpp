@@ -71,11 +71,7 @@ TEST(Strategies, ZeroBubbleHoldsBetweenOneFOneBAndGPipe) {
     SCOPED_TRACE(fmt::format("{} stages", p));
     StrategyOptions o = options(p);
     o.micro_batches = 8;
-    std::map<std::string, std::vector<std::size_t>> peak;
-    for (const char* s : {"pipeline", "pipeline-1f1b", "pipeline-zb"}) {
-      const Trained t = train(s, o, net, {16}, 1);
-      for (const WorkerStats& w : t.stats.workers) peak[s].push_back(w.peak_bytes);
-    }
+    auto peak = peaks_per_worker({"pipeline", "pipeline-1f1b", "pipeline-zb"}, o, net);
     for (int st = 0; st < p; ++st) {
       SCOPED_TRACE(fmt::format("stage {}: zb {} 1f1b {} gpipe {}", st, peak["pipeline-zb"][st], peak["pipeline-1f1b"][st],
                                peak["pipeline"][st]));
