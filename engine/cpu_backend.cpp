@@ -8,6 +8,7 @@
 #include <string>
 
 #include "engine/check.h"
+#include "engine/cpu_parallel.h"
 #include "engine/dnnl/dnnl_bf16.h"
 #include "engine/dnnl/dnnl_conv.h"
 #include "engine/dnnl/winograd.h"
@@ -54,16 +55,10 @@ int default_threads() {
 // transforms cost more than the multiplies it saves.
 constexpr int64_t kOwnWinogradMinChannels = 32;
 
-// Work below this many elements is not worth waking a thread team for.
-constexpr int64_t kParallelGrain = 1 << 15;
-
-int team(int64_t work, int threads) { return work < kParallelGrain ? 1 : threads; }
-
 void im2col(const ConvGeom& g, const float* x, float* col, int threads) {
   const int64_t P = g.p(), Q = g.q();
   const int64_t rows = g.c * g.r * g.s;
-#pragma omp parallel for num_threads(team(rows * P * Q, threads)) schedule(static)
-  for (int64_t row = 0; row < rows; ++row) {
+  parallel_for(rows * P * Q, threads, rows, [&](int64_t row) {
     const int64_t c = row / (g.r * g.s), r = (row / g.s) % g.r, s = row % g.s;
     float* out = col + row * P * Q;
     const float* xc = x + c * g.h * g.w;
@@ -79,15 +74,14 @@ void im2col(const ConvGeom& g, const float* x, float* col, int threads) {
         o[q] = (iw >= 0 && iw < g.w) ? xc[ih * g.w + iw] : 0.0f;
       }
     }
-  }
+  });
 }
 
 // dx (one image, zeroed by the caller) += col2im(col); parallel over channels, which never
 // write to the same dx element.
 void col2im(const ConvGeom& g, const float* col, float* dx, int threads) {
   const int64_t P = g.p(), Q = g.q();
-#pragma omp parallel for num_threads(team(g.c * g.r * g.s * P * Q, threads)) schedule(static)
-  for (int64_t c = 0; c < g.c; ++c) {
+  parallel_for(g.c * g.r * g.s * P * Q, threads, g.c, [&](int64_t c) {
     float* dxc = dx + c * g.h * g.w;
     for (int64_t r = 0; r < g.r; ++r)
       for (int64_t s = 0; s < g.s; ++s) {
@@ -101,18 +95,19 @@ void col2im(const ConvGeom& g, const float* col, float* dx, int threads) {
           }
         }
       }
-  }
+  });
 }
 
 }  // namespace
 
 void cpu_transpose(int64_t rows, int64_t cols, const float* src, float* dst, int threads) {
   constexpr int64_t B = 32;
-#pragma omp parallel for num_threads(team(rows * cols, threads)) schedule(static)
-  for (int64_t i0 = 0; i0 < rows; i0 += B)
+  parallel_for(rows * cols, threads, (rows + B - 1) / B, [&](int64_t ib) {
+    const int64_t i0 = ib * B;
     for (int64_t j0 = 0; j0 < cols; j0 += B)
       for (int64_t i = i0; i < std::min(rows, i0 + B); ++i)
         for (int64_t j = j0; j < std::min(cols, j0 + B); ++j) dst[j * rows + i] = src[i * cols + j];
+  });
 }
 
 void cpu_gemm_nn(int64_t m, int64_t n, int64_t k, const float* a, const float* b, float* c,
@@ -120,8 +115,7 @@ void cpu_gemm_nn(int64_t m, int64_t n, int64_t k, const float* a, const float* b
   // Blocks of 4 rows of C share each streamed row of B; the j loop vectorises.
   constexpr int64_t KB = 256, NB = 1024;
   const int64_t row_blocks = (m + 3) / 4;
-#pragma omp parallel for num_threads(team(m * n * k / 64, threads)) schedule(static)
-  for (int64_t rb = 0; rb < row_blocks; ++rb) {
+  parallel_for(m * n * k / 64, threads, row_blocks, [&](int64_t rb) {
     const int64_t i0 = rb * 4, rows = std::min<int64_t>(4, m - i0);
     if (!accumulate)
       for (int64_t i = 0; i < rows; ++i) std::fill(c + (i0 + i) * n, c + (i0 + i + 1) * n, 0.0f);
@@ -160,7 +154,7 @@ void cpu_gemm_nn(int64_t m, int64_t n, int64_t k, const float* a, const float* b
         }
       }
     }
-  }
+  });
 }
 
 CpuBackend::CpuBackend(Device d, const BackendOptions& opts)
@@ -360,23 +354,27 @@ void CpuBackend::conv2d_backward_weights_in(const ConvGeom& g, ConvLayouts io, c
 }
 
 void CpuBackend::relu_forward(int64_t n, const float* x, float* y) {
-#pragma omp parallel for simd num_threads(team(n, threads_)) schedule(static)
-  for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+  parallel_for_simd(n, threads_, [&](int64_t i) { y[i] = x[i] > 0.0f ? x[i] : 0.0f; });
 }
 
 void CpuBackend::relu_backward(int64_t n, const float* y, const float* dy, float* dx) {
-#pragma omp parallel for simd num_threads(team(n, threads_)) schedule(static)
-  for (int64_t i = 0; i < n; ++i) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+  parallel_for_simd(n, threads_, [&](int64_t i) { dx[i] = y[i] > 0.0f ? dy[i] : 0.0f; });
 }
 
 void CpuBackend::mse_loss_grad(int64_t n, const float* y, const float* t, float grad_scale,
                                float* dy, float* loss_sum) {
   double sum = 0;
-#pragma omp parallel for simd num_threads(team(n, threads_)) schedule(static) reduction(+ : sum)
-  for (int64_t i = 0; i < n; ++i) {
+  auto at = [&](int64_t i) {
     const float d = y[i] - t[i];
-    sum += static_cast<double>(d) * d;
     dy[i] = grad_scale * d;
+    return static_cast<double>(d) * d;
+  };
+  if (team(n, threads_) <= 1) {  // no parallel region: see cpu_parallel.h
+#pragma omp simd reduction(+ : sum)
+    for (int64_t i = 0; i < n; ++i) sum += at(i);
+  } else {
+#pragma omp parallel for simd num_threads(threads_) schedule(static) reduction(+ : sum)
+    for (int64_t i = 0; i < n; ++i) sum += at(i);
   }
   *loss_sum = static_cast<float>(sum);
 }
@@ -387,14 +385,13 @@ void CpuBackend::adam_step(int64_t n, float* p, const float* g, float* m, float*
   const AdamStepScalars s = adam_step_scalars(a, step);
   const float step_size = s.step_size, bc2_sqrt = s.bc2_sqrt, b1 = s.beta1, b2 = s.beta2;
   const float one_b1 = s.one_minus_beta1, one_b2 = s.one_minus_beta2, eps = s.eps, wd = s.weight_decay;
-#pragma omp parallel for simd num_threads(team(n, threads_)) schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
+  parallel_for_simd(n, threads_, [&](int64_t i) {
     const float gi = wd != 0.0f ? g[i] + wd * p[i] : g[i];
     m[i] = m[i] * b1 + gi * one_b1;
     v[i] = v[i] * b2 + one_b2 * gi * gi;
     const float denom = std::sqrt(v[i]) / bc2_sqrt + eps;
     p[i] = p[i] + -step_size * m[i] / denom;  // addcdiv: value * t1 / t2
-  }
+  });
 }
 
 }  // namespace pb

@@ -4,14 +4,10 @@
 
 #include "engine/check.h"
 #include "engine/cpu_backend.h"
+#include "engine/cpu_parallel.h"
 #include "engine/dnnl/dnnl_bf16.h"
 
 namespace pb {
-
-namespace {
-constexpr int64_t kGrain = 1 << 15;  // element-wise work below this runs on one thread
-int team(int64_t n, int threads) { return n < kGrain ? 1 : threads; }
-}  // namespace
 
 std::unique_ptr<DnnlBf16> make_cpu_bf16([[maybe_unused]] int threads, [[maybe_unused]] Device d) {
 #ifdef PARBENCH_HAVE_DNNL
@@ -78,23 +74,20 @@ void CpuBackend::linear_backward_weights_bf16(int64_t n, int64_t in, int64_t out
 }
 
 void CpuBackend::relu_forward_bf16(int64_t n, const Bf16* x, Bf16* y) {
-#pragma omp parallel for num_threads(team(n, threads_)) schedule(static)
-  for (int64_t i = 0; i < n; ++i) y[i] = pb::from_bf16(x[i]) > 0.0f ? x[i] : Bf16{0};  // as the fp32 ReLU
+  // As the fp32 ReLU.
+  parallel_for(n, threads_, n, [&](int64_t i) { y[i] = pb::from_bf16(x[i]) > 0.0f ? x[i] : Bf16{0}; });
 }
 
 void CpuBackend::relu_backward_bf16(int64_t n, const Bf16* y, const Bf16* dy, Bf16* dx) {
-#pragma omp parallel for num_threads(team(n, threads_)) schedule(static)
-  for (int64_t i = 0; i < n; ++i) dx[i] = pb::from_bf16(y[i]) > 0.0f ? dy[i] : Bf16{0};
+  parallel_for(n, threads_, n, [&](int64_t i) { dx[i] = pb::from_bf16(y[i]) > 0.0f ? dy[i] : Bf16{0}; });
 }
 
 void CpuBackend::to_bf16(int64_t n, const float* src, Bf16* dst) {
-#pragma omp parallel for num_threads(team(n, threads_)) schedule(static)
-  for (int64_t i = 0; i < n; ++i) dst[i] = pb::to_bf16(src[i]);
+  parallel_for(n, threads_, n, [&](int64_t i) { dst[i] = pb::to_bf16(src[i]); });
 }
 
 void CpuBackend::from_bf16(int64_t n, const Bf16* src, float* dst) {
-#pragma omp parallel for num_threads(team(n, threads_)) schedule(static)
-  for (int64_t i = 0; i < n; ++i) dst[i] = pb::from_bf16(src[i]);
+  parallel_for(n, threads_, n, [&](int64_t i) { dst[i] = pb::from_bf16(src[i]); });
 }
 
 }  // namespace pb
