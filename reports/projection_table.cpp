@@ -12,6 +12,7 @@
 #include "engine/check.h"
 #include "reports/schema.h"
 #include "reports/table.h"
+#include "strategies/sweep.h"
 
 namespace pb::projection {
 
@@ -39,17 +40,18 @@ reports::Group as_report_group(const Projected& pr, const Profile& p, const Mach
   g.device_kind = "projected on " + m.name + (scaled.empty() ? "" : ", " + scaled);
   g.distinction = family ? "fastest variant" : "";
   std::map<std::string, double> one;  // label -> samples/s at one device
-  double regular1 = 0, regular_t1 = 0;
+  double regular1 = 0, regular_t1 = 0;  // the one-device baseline's
+  std::string baseline;
   for (const Prediction& r : pr.rows)
     if (r.feasible && r.config.devices == 1) {
       one[r.config.label()] = r.samples_per_s;
-      if (r.config.strategy == "regular") regular1 = r.samples_per_s, regular_t1 = r.step_s;
+      if (is_baseline(r.config.strategy)) regular1 = r.samples_per_s, regular_t1 = r.step_s, baseline = r.config.strategy;
     }
   std::map<std::pair<std::string, int>, const Prediction*> keep;
   for (const Prediction& r : pr.rows) {
     if (!family) continue;
     if (!r.feasible || !r.fits) continue;
-    const std::string fam = r.config.strategy == "mp" ? "pipeline" : r.config.strategy;
+    const std::string fam = shown_with(r.config.strategy);
     auto& k = keep[{fam, r.config.devices}];
     if (!k || r.samples_per_s > k->samples_per_s) k = &r;
   }
@@ -57,11 +59,11 @@ reports::Group as_report_group(const Projected& pr, const Profile& p, const Mach
   for (const Prediction& r : pr.rows) {
     if (family && !r.feasible) continue;
     if (family) {
-      const std::string fam = r.config.strategy == "mp" ? "pipeline" : r.config.strategy;
+      const std::string fam = shown_with(r.config.strategy);
       if (keep[{fam, r.config.devices}] != &r) continue;
     }
     reports::Row row;
-    row.strategy = family ? (r.config.strategy == "mp" ? "pipeline" : r.config.strategy) : r.config.label();
+    row.strategy = family ? shown_with(r.config.strategy) : r.config.label();
     row.devices = r.config.devices;
     row.name = row.strategy;
     if (!r.feasible) {
@@ -108,7 +110,7 @@ reports::Group as_report_group(const Projected& pr, const Profile& p, const Mach
     g.rows[i].tied = tie;
   }
   if (regular1 > 0) g.ideal_base_samples_per_s = regular1;
-  g.baseline = regular1 > 0 ? "regular" : "";
+  g.baseline = regular1 > 0 ? baseline : "";
   return g;
 }
 

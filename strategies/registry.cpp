@@ -68,6 +68,13 @@ ProjectionRule own_schedule(Schedule schedule) {
   return p;
 }
 
+// Shown among `strategy`'s rows in a table of fastest variants.
+ProjectionRule shown_among(const std::string& strategy) {
+  ProjectionRule p;
+  p.shown_with = strategy;
+  return p;
+}
+
 // Sharded strategies pay the machine's bookkeeping per unit they free, by class.
 ProjectionRule units(const std::string& unit_class) {
   ProjectionRule p;
@@ -114,7 +121,8 @@ const std::vector<Entry>& registry() {
        make_dp, plan_dp, replicas(true)},
       {{"ddp", "a replica per worker, bucketed gradient all-reduce overlapped with backward", false, true}, make_ddp, plan_ddp,
        replicas(), swept(ProjectionRule::Axes::Buckets)},
-      {{"mp", "layers split into contiguous stages, one per worker", false, true}, make_mp, mp_plan, stages(true)},
+      {{"mp", "layers split into contiguous stages, one per worker", false, true}, make_mp, mp_plan, stages(true),
+       shown_among("pipeline")},
       {{"pipeline", "mp with micro-batches in a GPipe fill-drain schedule", false, true}, make_pipeline,
        pipeline_plan(Schedule::GPipe, false), stages(), swept(ProjectionRule::Axes::Schedules)},
       {{"pipeline-1f1b", "pipeline in a 1F1B schedule (PipeDream-flush): at most P micro-batches in flight", false, true},

@@ -219,4 +219,14 @@ std::string unit_class_of(const std::string& name) {
   return f ? f->projected.unit_class : "";
 }
 
+std::string shown_with(const std::string& strategy) {
+  const ProjectionFacts* f = projection_facts_of(strategy);
+  return f && !f->projected.shown_with.empty() ? f->projected.shown_with : strategy;
+}
+
+bool is_baseline(const std::string& strategy) {
+  const ProjectionFacts* f = projection_facts_of(strategy);
+  return f && f->single_device;
+}
+
 }  // namespace pb

@@ -25,6 +25,9 @@ struct ProjectionRule {
   bool recompute = false;
   // The machine's unit_overhead_s key of the bookkeeping it pays per unit it frees ("": none).
   std::string unit_class;
+  // A table of fastest variants shows its rows among that strategy's ("": its own; mp: pipeline,
+  // of which it is the one-micro-batch case).
+  std::string shown_with;
 };
 
 // A family of hybrids (dp<D>xpp<P>, ...): its member of shape D x S, and the reverse.
@@ -91,5 +94,9 @@ std::vector<std::string> setting_options(const Setting& s);
 // The unit_overhead_s classes the registry declares (fsdp, zero2), and the one `run_name` pays.
 std::vector<std::string> unit_classes();
 std::string unit_class_of(const std::string& run_name);
+// The strategy a table of fastest variants shows `strategy`'s rows under (ProjectionRule::shown_with).
+std::string shown_with(const std::string& strategy);
+// Whether `strategy` is the one-device baseline speedups are measured against.
+bool is_baseline(const std::string& strategy);
 
 }  // namespace pb

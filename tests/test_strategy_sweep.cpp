@@ -83,6 +83,20 @@ TEST(StrategySweep, UnitClassesAreTheLinesOwn) {
   EXPECT_EQ(unit_class_of("ddp"), "");
 }
 
+TEST(StrategySweep, TablesGroupAndMeasureSpeedupsAsTheLinesSay) {
+  int baselines = 0;
+  for (const ProjectionFacts& f : projection_facts()) {
+    baselines += is_baseline(f.name) ? 1 : 0;
+    EXPECT_EQ(is_baseline(f.name), f.single_device) << f.name;
+    EXPECT_TRUE(is_swept(shown_with(f.name))) << f.name << " shown with " << shown_with(f.name);
+  }
+  EXPECT_EQ(baselines, 1);  // one strategy every speedup is measured against
+  EXPECT_TRUE(is_baseline("regular"));
+  EXPECT_EQ(shown_with("mp"), "pipeline");  // its one-micro-batch case
+  EXPECT_EQ(shown_with("ddp"), "ddp");
+  EXPECT_EQ(shown_with("no-such"), "no-such");
+}
+
 TEST(StrategySweep, EveryRegisteredStrategyHasAMemoryLayout) {
   const NetPlan plan = plan_net(great_net(16, 0.25));
   for (const StrategyInfo& i : strategy_infos()) {
