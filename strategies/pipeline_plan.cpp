@@ -1,4 +1,4 @@
-// The plans of mp, pipeline (GPipe, 1F1B, ZB-H1, -recompute) and dp x pp: the calls of pipeline.cpp's
+// The plans of mp, pipeline (GPipe, 1F1B, ZB-H1, interleaved 1F1B, -recompute) and dp x pp: the calls of pipeline.cpp's
 // step in the same order, from the same rules (stage split, micro-batches, slots, schedule,
 // recompute decisions).
 #include <fmt/format.h>
@@ -27,9 +27,18 @@ struct StageEmitter {
   std::vector<int> act_send;
   int grad_send[2] = {kNone, kNone};
   int backwards = 0, last_scratch_send = kNone;
-  bool grouped = false;
+  bool own_group = false;
+  bool* grouped = nullptr;  // the worker's open p2p group, shared by its chunks
+  // Interleaved chunks: the previous and next stages' workers, the group gradients travel in (its
+  // own, so a pair of workers that exchanges both keeps each kind in order) and the buffer prefix.
+  int prev = w - 1, next = w + 1, back = world;
+  std::string pre;
+  // One worker of several chunks: its neighbouring chunks hand over by a copy, not a message.
+  StageEmitter* before = nullptr;  // whose output is this chunk's input
+  StageEmitter* after = nullptr;   // whose input gradient is this chunk's output gradient
+  std::vector<int> dx_of;          // per micro-batch: the input-gradient buffer its backward wrote
 
-  int buf(const std::string& name, int64_t values) { return b.buffer(w, name, values * kF); }
+  int buf(const std::string& name, int64_t values) { return b.buffer(w, pre + name, values * kF); }
   int input(int k) {
     return s == 0 ? buf(fmt::format("x[{}]", k), sizes[k] * in) : buf(fmt::format("in[{}]", k % slots), sizes[0] * in);
   }
@@ -37,16 +46,18 @@ struct StageEmitter {
   int params() { return buf("params", 0); }
   int grads() { return buf("grads", 0); }
   void open() {
-    if (!grouped) b.add(w, ActionKind::GroupStart);
-    grouped = true;
+    if (!grouped) grouped = &own_group;
+    if (!*grouped) b.add(w, ActionKind::GroupStart);
+    *grouped = true;
   }
   void close() {
-    if (grouped) b.add(w, ActionKind::GroupEnd);
-    grouped = false;
+    if (!grouped) grouped = &own_group;
+    if (*grouped) b.add(w, ActionKind::GroupEnd);
+    *grouped = false;
   }
-  void receive(int into, int64_t n, int peer, int micro) {
+  void receive(int into, int64_t n, int peer, int micro, int group) {
     open();
-    Action& a = b.p2p(w, ActionKind::Recv, world, peer, n, into, true);
+    Action& a = b.p2p(w, ActionKind::Recv, group, peer, n, into, true);
     a.micro = micro;
     const int id = a.id;
     close();
@@ -65,13 +76,18 @@ struct StageEmitter {
   void forward(int k) {
     const int64_t n = sizes[k];
     b.at(w, n);
-    if (s > 0) receive(input(k), n * in, w - 1, k);
+    if (before) {
+      close();
+      b.compute(w, ActionKind::Copy, -1, -1, k, {before->acts(k)}, {input(k)}).bytes = n * in * kF;
+    } else if (s > 0) {
+      receive(input(k), n * in, prev, k, world);
+    }
     close();
     free_scratch();
     b.compute(w, ActionKind::Forward, begin, end, k, {input(k), params()}, {acts(k)}).bytes = n * out * kF;
-    if (last) return;
+    if (last || after) return;
     open();
-    Action& a = b.p2p(w, ActionKind::Send, world, w + 1, n * out, acts(k), true);
+    Action& a = b.p2p(w, ActionKind::Send, world, next, n * out, acts(k), true);
     a.micro = k;
     act_send[k] = a.id;
     if (recompute) last_scratch_send = k;
@@ -90,8 +106,11 @@ struct StageEmitter {
     const int64_t n = sizes[k];
     b.at(w, n);
     const int dy = buf("dy", sizes[0] * out);
-    if (!last) {
-      receive(dy, n * out, w + 1, k);
+    if (after) {
+      close();
+      b.compute(w, ActionKind::Copy, -1, -1, k, {after->dx_of.at(k)}, {dy}).bytes = n * out * kF;
+    } else if (!last) {
+      receive(dy, n * out, next, k, back);
       if (!recompute) wait_send(k);
     }
     close();
@@ -115,14 +134,64 @@ struct StageEmitter {
     if (dx != kNone) writes.push_back(dx);
     if (split) writes.push_back(keep(k));
     b.compute(w, ActionKind::BackwardData, begin, end, k, {dy, acts(k), params()}, writes);
-    if (s > 0) {
+    if (before) {
+      dx_of.resize(sizes.size(), kNone);
+      dx_of[k] = dx;
+    } else if (s > 0) {
       open();
-      Action& a = b.p2p(w, ActionKind::Send, world, w - 1, n * in, dx, true);
+      Action& a = b.p2p(w, ActionKind::Send, back, prev, n * in, dx, true);
       a.micro = k;
       grad_send[slot] = a.id;
     }
   }
 };
+
+// Interleaved 1F1B: worker r's chunk c is stage c * P + r, each chunk a stage's emitter (buffers
+// "c<c>/..."), all of a worker's sharing its open p2p group; activations travel in the world
+// group, gradients in "grads".
+Plan plan_interleaved(const NetPlan& net, const StrategyOptions& o, int64_t batch, const std::string& name,
+                      const std::vector<std::pair<int, int>>& ranges, const std::vector<int64_t>& sizes) {
+  const int V = o.virtual_stages, S = static_cast<int>(ranges.size()), P = S / V, m = static_cast<int>(sizes.size());
+  PB_CHECK(V >= 1 && P * V == S, "{}: {} stages for {} chunks per worker", name, S, V);
+  PlanBuilder b(name, P, batch, m);
+  std::vector<int> all(P);
+  for (int r = 0; r < P; ++r) all[r] = r;
+  const int world = b.group("world", all), grads = b.group("grads", all);
+  for (int r = 0; r < P; ++r) {
+    const std::vector<PipeOp> ops = interleaved_ops(P, V, r, m, name);
+    b.plan().replica[r] = 0;
+    bool grouped = false;
+    std::vector<StageEmitter> e;
+    e.reserve(V);
+    std::vector<int64_t> np(V, 0);
+    for (int c = 0; c < V; ++c) {
+      const int s = c * P + r;
+      const auto [begin, end] = ranges[s];
+      for (int i = begin; i < end; ++i) np[c] += net.layers[i].weight_numel + net.layers[i].bias_numel;
+      e.push_back({b, r, world, s, s == S - 1, false, interleaved_slots(ops, c), begin, end,
+                   numel_of(net.layers[begin].in), numel_of(net.layers[end - 1].out), sizes, std::vector<int>(m, kNone)});
+      StageEmitter& x = e.back();
+      x.grouped = &grouped, x.prev = (r + P - 1) % P, x.next = (r + 1) % P, x.back = grads;
+      x.pre = fmt::format("c{}/", c);
+      x.buf("params", np[c]), x.buf("grads", np[c]);
+    }
+    if (P == 1)
+      for (int c = 1; c < V; ++c) e[c].before = &e[c - 1], e[c - 1].after = &e[c];
+    for (const PipeOp& op : ops)
+      if (op.forward) e[op.chunk].forward(op.micro);
+      else e[op.chunk].backward(op.micro, op.first_backward, false);
+    e[0].close();
+    for (StageEmitter& x : e) {
+      for (int k = 0; k < m; ++k) x.wait_send(k);
+      for (int id : x.grad_send)
+        if (id != kNone) b.wait(r, {id});
+    }
+    for (int c = 0; c < V; ++c)
+      b.compute(r, ActionKind::Optimizer, -1, -1, -1, {e[c].grads()}, {e[c].params(), e[c].buf("adam", 2 * np[c])}).bytes =
+          np[c] * kF;
+  }
+  return b.take();
+}
 
 }  // namespace
 
@@ -131,7 +200,10 @@ Plan plan_staged(const NetPlan& net, const StrategyOptions& o, int64_t batch, co
   if (micro < 1) throw UsageError(fmt::format("{}: --micro-batches must be at least 1, got {}", name, micro));
   PB_CHECK(replicas >= 1 && o.devices % replicas == 0, "{}: {} replicas over {} workers", name, replicas, o.devices);
   const int stages = o.devices / replicas;
-  const auto ranges = stage_ranges(net, stages, o, micro * replicas, cpu(0), name);
+  const bool interleaved = o.schedule == Schedule::Interleaved;
+  PB_CHECK(!interleaved || replicas == 1, "{}: interleaved 1F1B has no dp x pp form", name);
+  if (interleaved) interleaved_ops(stages, o.virtual_stages, 0, micro, name);  // refuses an M or V it cannot run
+  const auto ranges = stage_ranges(net, stages * (interleaved ? o.virtual_stages : 1), o, micro * replicas, cpu(0), name);
   const std::vector<int64_t> pieces = replica_pieces(batch, replicas, name);
   return plan_stage_steps(net, o, batch, name, ranges, replica_micro_batches(pieces, micro, o.cap_micro_batches, batch, name));
 }
@@ -139,6 +211,7 @@ Plan plan_staged(const NetPlan& net, const StrategyOptions& o, int64_t batch, co
 Plan plan_stage_steps(const NetPlan& net, const StrategyOptions& o, int64_t batch, const std::string& name,
                       const std::vector<std::pair<int, int>>& ranges,
                       const std::vector<std::vector<int64_t>>& micro_sizes) {
+  if (o.schedule == Schedule::Interleaved) return plan_interleaved(net, o, batch, name, ranges, micro_sizes.at(0));
   const int replicas = static_cast<int>(micro_sizes.size()), stages = static_cast<int>(ranges.size());
   const int workers = replicas * stages;
   PlanBuilder b(name, workers, batch, static_cast<int>(micro_sizes[0].size()));
