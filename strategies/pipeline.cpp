@@ -115,11 +115,6 @@ class Staged final : public GroupStrategy {
       int c = 0;
       chunk_of_.push_back(std::sscanf(buf.name.c_str(), "c%d/", &c) == 1 ? c : 0);
     }
-    if (chunks_ > 1) {  // gradients travel in their own communicator (pipeline_plan.cpp)
-      std::vector<int> all(workers());
-      for (int r = 0; r < workers(); ++r) all[r] = r;
-      group().connect_parts("grads", {all});
-    }
     if (opts_.plan) {  // a plan file: run instead, once it computes what this strategy's own plan does
       std::vector<int> slots;
       for (int r = 0; r < workers(); ++r) slots.push_back(in_flight(r));
@@ -192,8 +187,7 @@ class Staged final : public GroupStrategy {
     b.at = [&](const Action& a, int buf, bool) { return where(a, buf); };
     b.comm = [&](int group) -> std::pair<Communicator*, int> {
       if (group == 0) return {&g.comm(), rank};  // the world
-      const std::string& key = plan_.groups[group].name == "grads" ? "grads" : "stage";
-      return {&g.part_comm(key, rank), g.part_rank(key, rank)};
+      return {&g.part_comm("stage", rank), g.part_rank("stage", rank)};
     };
     b.compute = [&](const Action& a) {
       // The chunk an action computes on: its first buffer's (the optimizer's: its gradients).

@@ -29,9 +29,8 @@ struct StageEmitter {
   int backwards = 0, last_scratch_send = kNone;
   bool own_group = false;
   bool* grouped = nullptr;  // the worker's open p2p group, shared by its chunks
-  // Interleaved chunks: the previous and next stages' workers, the group gradients travel in (its
-  // own, so a pair of workers that exchanges both keeps each kind in order) and the buffer prefix.
-  int prev = w - 1, next = w + 1, back = world;
+  // Interleaved chunks: the previous and next stages' workers, and the buffer prefix.
+  int prev = w - 1, next = w + 1;
   std::string pre;
   // One worker of several chunks: its neighbouring chunks hand over by a copy, not a message.
   StageEmitter* before = nullptr;  // whose output is this chunk's input
@@ -110,7 +109,7 @@ struct StageEmitter {
       close();
       b.compute(w, ActionKind::Copy, -1, -1, k, {after->dx_of.at(k)}, {dy}).bytes = n * out * kF;
     } else if (!last) {
-      receive(dy, n * out, next, k, back);
+      receive(dy, n * out, next, k, world);
       if (!recompute) wait_send(k);
     }
     close();
@@ -139,7 +138,7 @@ struct StageEmitter {
       dx_of[k] = dx;
     } else if (s > 0) {
       open();
-      Action& a = b.p2p(w, ActionKind::Send, back, prev, n * in, dx, true);
+      Action& a = b.p2p(w, ActionKind::Send, world, prev, n * in, dx, true);
       a.micro = k;
       grad_send[slot] = a.id;
     }
@@ -147,16 +146,22 @@ struct StageEmitter {
 };
 
 // Interleaved 1F1B: worker r's chunk c is stage c * P + r, each chunk a stage's emitter (buffers
-// "c<c>/..."), all of a worker's sharing its open p2p group; activations travel in the world
-// group, gradients in "grads".
+// "c<c>/..."), all of a worker's sharing its open p2p group. Activations and gradients share the
+// world group: Megatron's order has each worker receive a peer's messages in the order sent
+// (PipelineSchedule.InterleavedRunsEveryChunkWithoutDeadlock), so no tags are needed.
 Plan plan_interleaved(const NetPlan& net, const StrategyOptions& o, int64_t batch, const std::string& name,
                       const std::vector<std::pair<int, int>>& ranges, const std::vector<int64_t>& sizes) {
   const int V = o.virtual_stages, S = static_cast<int>(ranges.size()), P = S / V, m = static_cast<int>(sizes.size());
   PB_CHECK(V >= 1 && P * V == S, "{}: {} stages for {} chunks per worker", name, S, V);
+  // Past the warm-up a lone send (a gradient before a stage-0 forward) holds NCCL's in-order
+  // stream while the peer's send waits for this worker's next launch (NcclOrder.Interleaved*).
+  if (o.kind == DeviceKind::Cuda && P > 1 && m > P)
+    throw UsageError(fmt::format("{}: on GPUs only with as many micro-batches as workers ({}), got {}: with more, "
+                                 "its sends and receives deadlock on NCCL's in-order stream", name, P, m));
   PlanBuilder b(name, P, batch, m);
   std::vector<int> all(P);
   for (int r = 0; r < P; ++r) all[r] = r;
-  const int world = b.group("world", all), grads = b.group("grads", all);
+  const int world = b.group("world", all);
   for (int r = 0; r < P; ++r) {
     const std::vector<PipeOp> ops = interleaved_ops(P, V, r, m, name);
     b.plan().replica[r] = 0;
@@ -171,7 +176,7 @@ Plan plan_interleaved(const NetPlan& net, const StrategyOptions& o, int64_t batc
       e.push_back({b, r, world, s, s == S - 1, false, interleaved_slots(ops, c), begin, end,
                    numel_of(net.layers[begin].in), numel_of(net.layers[end - 1].out), sizes, std::vector<int>(m, kNone)});
       StageEmitter& x = e.back();
-      x.grouped = &grouped, x.prev = (r + P - 1) % P, x.next = (r + 1) % P, x.back = grads;
+      x.grouped = &grouped, x.prev = (r + P - 1) % P, x.next = (r + 1) % P;
       x.pre = fmt::format("c{}/", c);
       x.buf("params", np[c]), x.buf("grads", np[c]);
     }

@@ -1,5 +1,8 @@
 // Interleaved 1F1B (pipeline-interleaved): Megatron's order of each worker's chunks, the same
 // function as `regular`, and what it holds against 1F1B.
+#include <map>
+
+#include "strategies/plan_gen.h"
 #include "strategies/rules.h"
 #include "tests/test_strategies_support.h"
 
@@ -76,6 +79,20 @@ TEST(PipelineSchedule, InterleavedRunsEveryChunkWithoutDeadlock) {
             }
         }
         for (int r = 0; r < p; ++r) EXPECT_EQ(next[r], ops[r].size()) << "worker " << r << " stuck";
+        // Between two workers activations and gradients share one channel (the plan's world group, a
+        // communicator without tags): each worker receives them in the order its peer sends them.
+        if (p == 1) continue;  // one worker's chunks hand over by copies
+        std::map<std::pair<int, int>, std::vector<std::string>> sent, received;  // (from, to) -> messages
+        for (int r = 0; r < p; ++r)
+          for (const PipeOp& o : ops[r]) {
+            const int s = o.chunk * p + r, up = (r + 1) % p, down = (r + p - 1) % p;
+            const std::string act = fmt::format("act {} of {}", o.micro, s), grad = fmt::format("grad {} of {}", o.micro, s);
+            if (o.forward && s + 1 < stages) sent[{r, up}].push_back(fmt::format("act {} of {}", o.micro, s + 1));
+            if (o.forward && s > 0) received[{down, r}].push_back(act);
+            if (!o.forward && s > 0) sent[{r, down}].push_back(fmt::format("grad {} of {}", o.micro, s - 1));
+            if (!o.forward && s + 1 < stages) received[{up, r}].push_back(grad);
+          }
+        EXPECT_EQ(sent, received);
       }
 }
 
@@ -111,6 +128,18 @@ TEST(Strategies, InterleavedRefusesMicroBatchesNotAMultipleOfTheWorkers) {
   o.micro_batches = 4;
   EXPECT_THAT([&] { train("pipeline-interleaved", o, small_great_net(), {8}, 1); },
               ::testing::ThrowsMessage<UsageError>(HasSubstr("--micro-batches")));
+}
+
+// GPUs (NCCL) only at M = P, where its transfers meet (tests/test_nccl_order.cpp).
+TEST(Strategies, InterleavedOnGpusOnlyWithMEqualsP) {
+  StrategyOptions o = options(2);
+  o.kind = DeviceKind::Cuda;
+  o.micro_batches = 2;
+  const NetPlan net = plan_net(small_great_net());
+  EXPECT_EQ(make_plan("pipeline-interleaved", net, o, 8).workers, 2);
+  o.micro_batches = 4;
+  EXPECT_THAT([&] { make_plan("pipeline-interleaved", net, o, 8); },
+              ::testing::ThrowsMessage<UsageError>(HasSubstr("deadlock on NCCL")));
 }
 
 // Eight equal Linear(64) + ReLU pairs: every stage holds the same parameters under both schedules,
