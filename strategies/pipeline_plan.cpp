@@ -1,6 +1,8 @@
 // The plans of mp, pipeline (GPipe, 1F1B, ZB-H1, interleaved 1F1B, -recompute) and dp x pp: the calls of pipeline.cpp's
 // step in the same order, from the same rules (stage split, micro-batches, slots, schedule,
 // recompute decisions).
+#include <map>
+
 #include <fmt/format.h>
 
 #include "engine/check.h"
@@ -36,6 +38,15 @@ struct StageEmitter {
   StageEmitter* before = nullptr;  // whose output is this chunk's input
   StageEmitter* after = nullptr;   // whose input gradient is this chunk's output gradient
   std::vector<int> dx_of;          // per micro-batch: the input-gradient buffer its backward wrote
+  // Megatron's batches (interleaved): receives posted a step ahead (post_*), a step's sends held
+  // until its computations are done (flush), each step's transfers one group.
+  bool batched = false;
+  std::map<int, int> posted_in, posted_dy;  // micro-batch -> its receive
+  struct Pending {
+    bool act;
+    int micro, buffer, slot;
+  };
+  std::vector<Pending> pending;
 
   int buf(const std::string& name, int64_t values) { return b.buffer(w, pre + name, values * kF); }
   int input(int k) {
@@ -72,12 +83,36 @@ struct StageEmitter {
     wait_send(last_scratch_send);
     last_scratch_send = kNone;
   }
+  void post_forward(int k) {
+    if (s == 0 || before) return;
+    open();
+    Action& a = b.p2p(w, ActionKind::Recv, world, prev, sizes[k] * in, input(k), true);
+    a.micro = k, posted_in[k] = a.id;
+  }
+  void post_backward(int k) {
+    if (last || after) return;
+    open();
+    Action& a = b.p2p(w, ActionKind::Recv, world, next, sizes[k] * out, buf("dy", sizes[0] * out), true);
+    a.micro = k, posted_dy[k] = a.id;
+  }
+  void flush() {
+    for (const Pending& p : pending) {
+      open();
+      Action& a = b.p2p(w, ActionKind::Send, world, p.act ? next : prev, sizes[p.micro] * (p.act ? out : in), p.buffer, true);
+      a.micro = p.micro;
+      (p.act ? act_send[p.micro] : grad_send[p.slot]) = a.id;
+    }
+    pending.clear();
+  }
   void forward(int k) {
     const int64_t n = sizes[k];
     b.at(w, n);
     if (before) {
       close();
       b.compute(w, ActionKind::Copy, -1, -1, k, {before->acts(k)}, {input(k)}).bytes = n * in * kF;
+    } else if (s > 0 && batched) {
+      close();
+      b.wait(w, {posted_in.at(k)});
     } else if (s > 0) {
       receive(input(k), n * in, prev, k, world);
     }
@@ -85,6 +120,7 @@ struct StageEmitter {
     free_scratch();
     b.compute(w, ActionKind::Forward, begin, end, k, {input(k), params()}, {acts(k)}).bytes = n * out * kF;
     if (last || after) return;
+    if (batched) return pending.push_back({true, k, acts(k), -1});
     open();
     Action& a = b.p2p(w, ActionKind::Send, world, next, n * out, acts(k), true);
     a.micro = k;
@@ -109,7 +145,8 @@ struct StageEmitter {
       close();
       b.compute(w, ActionKind::Copy, -1, -1, k, {after->dx_of.at(k)}, {dy}).bytes = n * out * kF;
     } else if (!last) {
-      receive(dy, n * out, next, k, world);
+      if (batched) close(), b.wait(w, {posted_dy.at(k)});
+      else receive(dy, n * out, next, k, world);
       if (!recompute) wait_send(k);
     }
     close();
@@ -136,6 +173,8 @@ struct StageEmitter {
     if (before) {
       dx_of.resize(sizes.size(), kNone);
       dx_of[k] = dx;
+    } else if (s > 0 && batched) {
+      pending.push_back({false, k, dx, slot});
     } else if (s > 0) {
       open();
       Action& a = b.p2p(w, ActionKind::Send, world, prev, n * in, dx, true);
@@ -148,16 +187,13 @@ struct StageEmitter {
 // Interleaved 1F1B: worker r's chunk c is stage c * P + r, each chunk a stage's emitter (buffers
 // "c<c>/..."), all of a worker's sharing its open p2p group. Activations and gradients share the
 // world group: Megatron's order has each worker receive a peer's messages in the order sent
-// (PipelineSchedule.InterleavedRunsEveryChunkWithoutDeadlock), so no tags are needed.
+// (PipelineSchedule.InterleavedRunsEveryChunkWithoutDeadlock), so no tags are needed. Transfers go
+// in Megatron's batches: on NCCL's in-order stream a lone send may wait on a peer whose send
+// waits for this worker's next launch (tests/test_nccl_order.cpp).
 Plan plan_interleaved(const NetPlan& net, const StrategyOptions& o, int64_t batch, const std::string& name,
                       const std::vector<std::pair<int, int>>& ranges, const std::vector<int64_t>& sizes) {
   const int V = o.virtual_stages, S = static_cast<int>(ranges.size()), P = S / V, m = static_cast<int>(sizes.size());
   PB_CHECK(V >= 1 && P * V == S, "{}: {} stages for {} chunks per worker", name, S, V);
-  // Past the warm-up a lone send (a gradient before a stage-0 forward) holds NCCL's in-order
-  // stream while the peer's send waits for this worker's next launch (NcclOrder.Interleaved*).
-  if (o.kind == DeviceKind::Cuda && P > 1 && m > P)
-    throw UsageError(fmt::format("{}: on GPUs only with as many micro-batches as workers ({}), got {}: with more, "
-                                 "its sends and receives deadlock on NCCL's in-order stream", name, P, m));
   PlanBuilder b(name, P, batch, m);
   std::vector<int> all(P);
   for (int r = 0; r < P; ++r) all[r] = r;
@@ -182,10 +218,29 @@ Plan plan_interleaved(const NetPlan& net, const StrategyOptions& o, int64_t batc
     }
     if (P == 1)
       for (int c = 1; c < V; ++c) e[c].before = &e[c - 1], e[c - 1].after = &e[c];
-    for (const PipeOp& op : ops)
-      if (op.forward) e[op.chunk].forward(op.micro);
-      else e[op.chunk].backward(op.micro, op.first_backward, false);
-    e[0].close();
+    // Megatron's steps: each warm-up forward, each steady forward with its backward, each cool-down
+    // backward; after a step one group sends its outputs and receives the next step's inputs.
+    const std::size_t total = ops.size() / 2;
+    std::size_t lead = 0, i = 0;
+    while (lead < ops.size() && ops[lead].forward) ++lead;
+    std::vector<std::vector<PipeOp>> steps;
+    for (; i < (lead == total ? total : lead - 1); ++i) steps.push_back({ops[i]});
+    for (; i + 1 < ops.size() && ops[i].forward; i += 2) steps.push_back({ops[i], ops[i + 1]});
+    for (; i < ops.size(); ++i) steps.push_back({ops[i]});
+    auto post = [&](const std::vector<PipeOp>& step) {
+      for (const PipeOp& op : step) op.forward ? e[op.chunk].post_forward(op.micro) : e[op.chunk].post_backward(op.micro);
+      e[0].close();
+    };
+    for (StageEmitter& x : e) x.batched = true;
+    post(steps[0]);
+    for (std::size_t j = 0; j < steps.size(); ++j) {
+      for (const PipeOp& op : steps[j])
+        if (op.forward) e[op.chunk].forward(op.micro);
+        else e[op.chunk].backward(op.micro, op.first_backward, false);
+      for (const PipeOp& op : steps[j]) e[op.chunk].flush();
+      if (j + 1 < steps.size()) post(steps[j + 1]);
+      e[0].close();
+    }
     for (StageEmitter& x : e) {
       for (int k = 0; k < m; ++k) x.wait_send(k);
       for (int id : x.grad_send)

@@ -2,7 +2,6 @@
 // function as `regular`, and what it holds against 1F1B.
 #include <map>
 
-#include "strategies/plan_gen.h"
 #include "strategies/rules.h"
 #include "tests/test_strategies_support.h"
 
@@ -128,18 +127,6 @@ TEST(Strategies, InterleavedRefusesMicroBatchesNotAMultipleOfTheWorkers) {
   o.micro_batches = 4;
   EXPECT_THAT([&] { train("pipeline-interleaved", o, small_great_net(), {8}, 1); },
               ::testing::ThrowsMessage<UsageError>(HasSubstr("--micro-batches")));
-}
-
-// GPUs (NCCL) only at M = P, where its transfers meet (tests/test_nccl_order.cpp).
-TEST(Strategies, InterleavedOnGpusOnlyWithMEqualsP) {
-  StrategyOptions o = options(2);
-  o.kind = DeviceKind::Cuda;
-  o.micro_batches = 2;
-  const NetPlan net = plan_net(small_great_net());
-  EXPECT_EQ(make_plan("pipeline-interleaved", net, o, 8).workers, 2);
-  o.micro_batches = 4;
-  EXPECT_THAT([&] { make_plan("pipeline-interleaved", net, o, 8); },
-              ::testing::ThrowsMessage<UsageError>(HasSubstr("deadlock on NCCL")));
 }
 
 // Eight equal Linear(64) + ReLU pairs: every stage holds the same parameters under both schedules,
