@@ -145,11 +145,12 @@ MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch, const 
     }
   } else if (layout == MemoryModel::Layout::Stages) {
     PB_CHECK(D * S == N, "memory estimate: {} on {} devices", s, N);
-    const bool one_f_one_b = schedule == Schedule::OneFOneB;
+    const bool one_f_one_b = schedule == Schedule::OneFOneB || schedule == Schedule::Interleaved;  // its one stage
     const bool zb = schedule == Schedule::ZeroBubble;  // ZB-H1: P slots; stage k > 0 keeps up to k + 1 B's output gradients for W
     // Interleaved 1F1B: worker k holds stages k, S + k, ... (V chunks), each its own buffers; one
-    // backward scratch (shared) and one workspace serve them all.
-    const int V = schedule == Schedule::Interleaved ? std::max(1, c.virtual_stages) : 1;
+    // backward scratch serves them all, and the backend's workspace what the chunks' layers need
+    // run apart (several Sequentials on one backend: measured as the layers alone).
+    const int V = schedule == Schedule::Interleaved && S > 1 ? std::max(1, c.virtual_stages) : 1;  // pipeline_chunks
     std::vector<std::pair<int, int>> st = c.stages;
     if (st.empty())
       for (int k = 0; k < V * S; ++k) st.push_back({k * L / (V * S), (k + 1) * L / (V * S)});
@@ -163,6 +164,7 @@ MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch, const 
         Worker& x = w[d * S + k];
         const std::vector<PipeOp> ops = V > 1 ? interleaved_ops(S, V, k, M, s) : std::vector<PipeOp>{};
         double scratch = 0, workspace = 0;
+        std::vector<LayerPlan> mine;  // every chunk's layers
         for (int chunk = 0; chunk < V; ++chunk) {
           const int g = chunk * S + k;  // the chunk's stage
           const auto [b, e] = st[g];
@@ -186,9 +188,10 @@ MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch, const 
                     (g == V * S - 1 ? piece * sout + M : 0) + ly.seq_acts(b, e, slot_samples) + regrow + kept * most;
           scratch = std::max(scratch, ly.seq_scratch(b, e, most));
           workspace = std::max(workspace, ly.sequential_workspace(b, e, most));
+          for (int i = b; i < e; ++i) mine.push_back(plan.layers[i]);
         }
         x.acts += scratch;
-        x.workspace = workspace;
+        x.workspace = V > 1 ? std::max(workspace, ly.workspace(mine, most)) : workspace;
       }
     }
   } else if (layout == MemoryModel::Layout::Shards) {

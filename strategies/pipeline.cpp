@@ -50,7 +50,8 @@ class Staged final : public GroupStrategy {
         split_(o.schedule == Schedule::ZeroBubble), chunks_(o.schedule == Schedule::Interleaved ? o.virtual_stages : 1) {
     if (o.schedule == Schedule::Interleaved && o.plan)
       throw UsageError(fmt::format("{}: runs its own plan (--plan takes mp, GPipe, 1F1B and dp x pp plans)", name));
-    if (chunks_ < 1) throw UsageError(fmt::format("{}: --virtual-stages must be at least 2, got {}", name, chunks_));
+    if (o.schedule == Schedule::Interleaved && chunks_ < 2)
+      throw UsageError(fmt::format("{}: --virtual-stages must be at least 2, got {}", name, chunks_));
     if (micro_ < 1) throw UsageError(fmt::format("{}: --micro-batches must be at least 1, got {}", name, micro_));
     PB_CHECK(replicas_ >= 1 && o.devices % replicas_ == 0, "{}: {} replicas over {} workers", name, replicas_, o.devices);
   }
@@ -60,6 +61,7 @@ class Staged final : public GroupStrategy {
  protected:
   void plan_workers() override {
     // By time: profiled at one micro-batch of one replica's piece.
+    chunks_ = pipeline_chunks(opts_, stages());  // one worker: nothing to interleave
     ranges_ = stage_ranges(plan(), stages() * chunks_, opts_, micro_ * replicas_, group().first_local().device, name());
     chunk_.clear();
     chunk_.resize(workers());
@@ -181,10 +183,9 @@ class Staged final : public GroupStrategy {
     bool accumulate = false;
     PlanExecutor::Binding b;
     b.tracer = &w.tracer;
-    auto where = [&](const Action& a, int buf) {  // null: an activation, its slot's output
+    b.at = [&](const Action& a, int buf, bool) {  // null: an activation, its slot's output
       return at[buf] ? at[buf] : const_cast<float*>(out[chunk_of_[buf]].at(a.micro));
     };
-    b.at = [&](const Action& a, int buf, bool) { return where(a, buf); };
     b.comm = [&](int group) -> std::pair<Communicator*, int> {
       if (group == 0) return {&g.comm(), rank};  // the world
       return {&g.part_comm("stage", rank), g.part_rank("stage", rank)};
@@ -219,9 +220,6 @@ class Staged final : public GroupStrategy {
           break;
         }
         case ActionKind::Optimizer: ch.adam->step(m.params(), m.grads()); break;
-        case ActionKind::Copy:  // one worker's chunks: the next one's input, or the previous one's output gradient
-          w.be().copy(w.device, at[a.writes.at(0)], w.device, where(a, a.reads.at(0)), static_cast<std::size_t>(a.bytes));
-          break;
         default: PB_CHECK(false, "{}: worker {} cannot run {}", name(), rank, describe(plan_, rank, a.id));
       }
     };

@@ -34,10 +34,6 @@ struct StageEmitter {
   // Interleaved chunks: the previous and next stages' workers, and the buffer prefix.
   int prev = w - 1, next = w + 1;
   std::string pre;
-  // One worker of several chunks: its neighbouring chunks hand over by a copy, not a message.
-  StageEmitter* before = nullptr;  // whose output is this chunk's input
-  StageEmitter* after = nullptr;   // whose input gradient is this chunk's output gradient
-  std::vector<int> dx_of;          // per micro-batch: the input-gradient buffer its backward wrote
   // Megatron's batches (interleaved): receives posted a step ahead (post_*), a step's sends held
   // until its computations are done (flush), each step's transfers one group.
   bool batched = false;
@@ -84,13 +80,13 @@ struct StageEmitter {
     last_scratch_send = kNone;
   }
   void post_forward(int k) {
-    if (s == 0 || before) return;
+    if (s == 0) return;
     open();
     Action& a = b.p2p(w, ActionKind::Recv, world, prev, sizes[k] * in, input(k), true);
     a.micro = k, posted_in[k] = a.id;
   }
   void post_backward(int k) {
-    if (last || after) return;
+    if (last) return;
     open();
     Action& a = b.p2p(w, ActionKind::Recv, world, next, sizes[k] * out, buf("dy", sizes[0] * out), true);
     a.micro = k, posted_dy[k] = a.id;
@@ -107,10 +103,7 @@ struct StageEmitter {
   void forward(int k) {
     const int64_t n = sizes[k];
     b.at(w, n);
-    if (before) {
-      close();
-      b.compute(w, ActionKind::Copy, -1, -1, k, {before->acts(k)}, {input(k)}).bytes = n * in * kF;
-    } else if (s > 0 && batched) {
+    if (s > 0 && batched) {
       close();
       b.wait(w, {posted_in.at(k)});
     } else if (s > 0) {
@@ -119,7 +112,7 @@ struct StageEmitter {
     close();
     free_scratch();
     b.compute(w, ActionKind::Forward, begin, end, k, {input(k), params()}, {acts(k)}).bytes = n * out * kF;
-    if (last || after) return;
+    if (last) return;
     if (batched) return pending.push_back({true, k, acts(k), -1});
     open();
     Action& a = b.p2p(w, ActionKind::Send, world, next, n * out, acts(k), true);
@@ -141,10 +134,7 @@ struct StageEmitter {
     const int64_t n = sizes[k];
     b.at(w, n);
     const int dy = buf("dy", sizes[0] * out);
-    if (after) {
-      close();
-      b.compute(w, ActionKind::Copy, -1, -1, k, {after->dx_of.at(k)}, {dy}).bytes = n * out * kF;
-    } else if (!last) {
+    if (!last) {
       if (batched) close(), b.wait(w, {posted_dy.at(k)});
       else receive(dy, n * out, next, k, world);
       if (!recompute) wait_send(k);
@@ -170,10 +160,7 @@ struct StageEmitter {
     if (dx != kNone) writes.push_back(dx);
     if (split) writes.push_back(keep(k));
     b.compute(w, ActionKind::BackwardData, begin, end, k, {dy, acts(k), params()}, writes);
-    if (before) {
-      dx_of.resize(sizes.size(), kNone);
-      dx_of[k] = dx;
-    } else if (s > 0 && batched) {
+    if (s > 0 && batched) {
       pending.push_back({false, k, dx, slot});
     } else if (s > 0) {
       open();
@@ -193,7 +180,7 @@ struct StageEmitter {
 Plan plan_interleaved(const NetPlan& net, const StrategyOptions& o, int64_t batch, const std::string& name,
                       const std::vector<std::pair<int, int>>& ranges, const std::vector<int64_t>& sizes) {
   const int V = o.virtual_stages, S = static_cast<int>(ranges.size()), P = S / V, m = static_cast<int>(sizes.size());
-  PB_CHECK(V >= 1 && P * V == S, "{}: {} stages for {} chunks per worker", name, S, V);
+  PB_CHECK(V >= 2 && P >= 2 && P * V == S, "{}: {} stages for {} chunks per worker", name, S, V);
   PlanBuilder b(name, P, batch, m);
   std::vector<int> all(P);
   for (int r = 0; r < P; ++r) all[r] = r;
@@ -216,8 +203,6 @@ Plan plan_interleaved(const NetPlan& net, const StrategyOptions& o, int64_t batc
       x.pre = fmt::format("c{}/", c);
       x.buf("params", np[c]), x.buf("grads", np[c]);
     }
-    if (P == 1)
-      for (int c = 1; c < V; ++c) e[c].before = &e[c - 1], e[c - 1].after = &e[c];
     // Megatron's steps: each warm-up forward, each steady forward with its backward, each cool-down
     // backward; after a step one group sends its outputs and receives the next step's inputs.
     const std::size_t total = ops.size() / 2;
@@ -263,7 +248,7 @@ Plan plan_staged(const NetPlan& net, const StrategyOptions& o, int64_t batch, co
   const bool interleaved = o.schedule == Schedule::Interleaved;
   PB_CHECK(!interleaved || replicas == 1, "{}: interleaved 1F1B has no dp x pp form", name);
   if (interleaved) interleaved_ops(stages, o.virtual_stages, 0, micro, name);  // refuses an M or V it cannot run
-  const auto ranges = stage_ranges(net, stages * (interleaved ? o.virtual_stages : 1), o, micro * replicas, cpu(0), name);
+  const auto ranges = stage_ranges(net, stages * pipeline_chunks(o, stages), o, micro * replicas, cpu(0), name);
   const std::vector<int64_t> pieces = replica_pieces(batch, replicas, name);
   return plan_stage_steps(net, o, batch, name, ranges, replica_micro_batches(pieces, micro, o.cap_micro_batches, batch, name));
 }
@@ -271,7 +256,8 @@ Plan plan_staged(const NetPlan& net, const StrategyOptions& o, int64_t batch, co
 Plan plan_stage_steps(const NetPlan& net, const StrategyOptions& o, int64_t batch, const std::string& name,
                       const std::vector<std::pair<int, int>>& ranges,
                       const std::vector<std::vector<int64_t>>& micro_sizes) {
-  if (o.schedule == Schedule::Interleaved) return plan_interleaved(net, o, batch, name, ranges, micro_sizes.at(0));
+  if (o.schedule == Schedule::Interleaved && ranges.size() > 1)  // one worker: 1F1B on one stage, below
+    return plan_interleaved(net, o, batch, name, ranges, micro_sizes.at(0));
   const int replicas = static_cast<int>(micro_sizes.size()), stages = static_cast<int>(ranges.size());
   const int workers = replicas * stages;
   PlanBuilder b(name, workers, batch, static_cast<int>(micro_sizes[0].size()));

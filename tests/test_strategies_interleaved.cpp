@@ -80,7 +80,7 @@ TEST(PipelineSchedule, InterleavedRunsEveryChunkWithoutDeadlock) {
         for (int r = 0; r < p; ++r) EXPECT_EQ(next[r], ops[r].size()) << "worker " << r << " stuck";
         // Between two workers activations and gradients share one channel (the plan's world group, a
         // communicator without tags): each worker receives them in the order its peer sends them.
-        if (p == 1) continue;  // one worker's chunks hand over by copies
+        if (p == 1) continue;  // one worker runs it as 1F1B on one stage (pipeline_chunks)
         std::map<std::pair<int, int>, std::vector<std::string>> sent, received;  // (from, to) -> messages
         for (int r = 0; r < p; ++r)
           for (const PipeOp& o : ops[r]) {
@@ -111,7 +111,7 @@ TEST(Strategies, InterleavedMatchesRegular) {
         const Trained t = train("pipeline-interleaved", o, net, batches);
         EXPECT_EQ(t.stats.micro_batches, m);
         EXPECT_DOUBLE_EQ(t.stats.bubble_fraction, (n - 1.0) / (2 * m + n - 1));
-        EXPECT_EQ(static_cast<int>(t.stats.chunk_stages.size()), 2 * n);
+        EXPECT_EQ(static_cast<int>(t.stats.chunk_stages.size()), n > 1 ? 2 * n : 0);  // one worker: one stage
         expect_matches(t, reference(net, batches));
       }
   }
