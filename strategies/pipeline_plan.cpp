@@ -61,9 +61,9 @@ struct StageEmitter {
     if (*grouped) b.add(w, ActionKind::GroupEnd);
     *grouped = false;
   }
-  void receive(int into, int64_t n, int peer, int micro, int group) {
+  void receive(int into, int64_t n, int peer, int micro) {
     open();
-    Action& a = b.p2p(w, ActionKind::Recv, group, peer, n, into, true);
+    Action& a = b.p2p(w, ActionKind::Recv, world, peer, n, into, true);
     a.micro = micro;
     const int id = a.id;
     close();
@@ -107,7 +107,7 @@ struct StageEmitter {
       close();
       b.wait(w, {posted_in.at(k)});
     } else if (s > 0) {
-      receive(input(k), n * in, prev, k, world);
+      receive(input(k), n * in, prev, k);
     }
     close();
     free_scratch();
@@ -136,7 +136,7 @@ struct StageEmitter {
     const int dy = buf("dy", sizes[0] * out);
     if (!last) {
       if (batched) close(), b.wait(w, {posted_dy.at(k)});
-      else receive(dy, n * out, next, k, world);
+      else receive(dy, n * out, next, k);
       if (!recompute) wait_send(k);
     }
     close();

@@ -237,8 +237,12 @@ TEST(Breakdown, BalancedInterleavedTracksItsFormula) {
   StrategyOptions o = two_equal_stages();
   o.balance = {4, 4, 4, 4};
   Ready r = ready("pipeline-interleaved", o, equal_linear(), 128);
+  // Twice 1F1B's hand-offs, each one a peer thread that a loaded machine may have descheduled:
+  // idle the CPU-time filter cannot see. Load only adds idle, so the least of three medians.
   std::string why;
-  const std::optional<double> bubble = balanced_bubble(r, &why);
+  std::optional<double> bubble;
+  for (int k = 0; k < 3; ++k)
+    if (const std::optional<double> b = balanced_bubble(r, &why); b && (!bubble || *b < *bubble)) bubble = b;
   if (!bubble) GTEST_SKIP() << why;
   const double formula = r.s->stats().bubble_fraction;
   EXPECT_DOUBLE_EQ(formula, 1.0 / 9);

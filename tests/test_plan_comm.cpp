@@ -59,7 +59,7 @@ std::vector<std::vector<std::string>> traced_calls(const PlanCase& c, StepStats*
     m[l.rank] = l.worker;
   }
   std::vector<std::vector<std::string>> out(c.devices);
-  // per worker: (communicator, its transfer id) -> its call's index; interleaved 1F1B sends over two
+  // per worker: (communicator, its transfer id) -> its call's index (ids are per communicator)
   std::vector<std::map<std::pair<const Communicator*, int64_t>, int>> open(c.devices);
   for (const Logged& l : log) {
     const CommCall& k = l.call;
