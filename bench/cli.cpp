@@ -43,6 +43,7 @@ std::vector<Flag> training_flags() {
       {"balance", "L1,L2,..|time|seed", "mp/pipeline: layers per stage; time: balanced by per-layer time measured on the device; seed: the seed's 2-stage split of great_net after its 512-channel layer (default: balanced by FLOPs)", ""},
       {"schedule", "S", "pipeline: gpipe or 1f1b (selects the pipeline variant: pipeline, pipeline-1f1b)", ""},
       {"recompute", "", "pipeline: keep only stage inputs, recompute activations in backward (pipeline-recompute, ...)", ""},
+      {"virtual-stages", "V", "pipeline-interleaved: model chunks per worker (the net in V x P stages)", "2"},
       {"precision", "P", "fp32, tf32 or bf16 (fp32 never uses TF32; bf16: autocast, fp32 master weights, docs/bf16.md)", "fp32"},
       {"threads", "N", "CPU threads per worker (0: share all cores among the workers)", "0"},
       {"comm-timeout", "SECONDS", "MPI: end the job when a rank waits longer than this in one communication call (0: never)", "300", FlagType::Number},
@@ -202,6 +203,7 @@ StrategyOptions strategy_options(const Flags& f, int devices, int64_t global_bat
   o.oversubscribe = f.on("oversubscribe");
   o.micro_batches = micro_batches(f, global_batch);
   o.cap_micro_batches = !f.has("micro-batches");
+  o.virtual_stages = static_cast<int>(f.integer("virtual-stages"));
   // Sizes become byte counts: beyond 2^20 MiB (1 TiB) a cast would overflow, and no bucket is so large.
   constexpr double kMaxMib = 1 << 20;
   const double mb = f.number("bucket-mb");

@@ -80,7 +80,9 @@ double predicted_bytes(Sweep& sw, const Config& c, const StepStats& st) {
   mc.devices = c.devices;
   mc.micro_batches = st.micro_batches;
   mc.bf16 = c.options.backend.precision == Precision::Bf16;
-  if (st.staged)
+  mc.virtual_stages = c.options.virtual_stages;
+  if (!st.chunk_stages.empty()) mc.stages = st.chunk_stages;
+  else if (st.staged)
     for (const auto& w : st.workers) {
       const std::pair<int, int> range{w.layer_begin, w.layer_end};
       if (mc.stages.empty() || range.first > mc.stages.back().first) mc.stages.push_back(range);

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "engine/check.h"
+#include "strategies/memory_estimate.h"
 #include "strategies/plan_gen.h"
 #include "workloads/workload.h"
 
@@ -240,7 +241,14 @@ PricedPlan price_plan(const Plan& plan, const Profile& p, const Machine& m, Step
   std::vector<int> first;
   for (int w = 0; w < W; ++w)
     if (plan.replica[w] == 0) first.push_back(w);
-  if (first.size() > 1)
+  std::set<std::pair<int, int>> chunk_stages;  // a worker computing several stages: interleaved chunks
+  for (int w : first)
+    for (const Action& a : plan.actions[w])
+      if (a.kind == ActionKind::Forward && a.layer_begin >= 0) chunk_stages.insert({a.layer_begin, a.layer_end});
+  if (first.size() > 1 && chunk_stages.size() > first.size() &&
+      memory_model_of(plan.strategy).layout == MemoryModel::Layout::Stages)
+    out.stages.assign(chunk_stages.begin(), chunk_stages.end());
+  else if (first.size() > 1)
     for (int w : first) {
       int b = -1, e = -1;
       for (const Action& a : plan.actions[w])

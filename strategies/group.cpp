@@ -292,7 +292,10 @@ std::vector<float> Group::params_of(int owner, int64_t count) {
 std::vector<float> Group::params_from_pieces(int64_t count, int holders) {
   std::vector<float> full(static_cast<std::size_t>(count), 0.0f);
   for (int i : local_)
-    if (holders < 0 || i < holders) workers_[i]->model->store_params(full);
+    if (holders < 0 || i < holders) {
+      workers_[i]->model->store_params(full);
+      for (const auto& c : workers_[i]->chunks) c->store_params(full);
+    }
   world_sum(full.data(), count);  // each value is one process's piece plus zeros: exact
   return full;
 }

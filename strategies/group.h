@@ -26,6 +26,7 @@ struct Worker {
   Device device;
   std::unique_ptr<Backend> backend;   // local workers only; made on the thread that drives it
   std::unique_ptr<Sequential> model;  // its stage: layers [model->begin(), model->end())
+  std::vector<std::unique_ptr<Sequential>> chunks;  // interleaved pipelines: its further stages
   std::unique_ptr<Adam> adam;
   // Buffers, as the strategy uses them: input, target, output, output gradient, input gradient,
   // loss sum(s).
@@ -167,6 +168,7 @@ class GroupStrategy : public Strategy {
   int micro_batches_ = 1;      // reported in stats (pipeline)
   double bubble_fraction_ = 0;  // reported in stats (mp, pipeline)
   bool staged_ = false;         // reported in stats (mp, pipeline)
+  std::vector<std::pair<int, int>> chunk_stages_;  // reported in stats (pipeline-interleaved)
   std::vector<BucketLayout> bucket_layout_;  // reported in stats (ddp)
 
  private:

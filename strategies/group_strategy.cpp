@@ -60,6 +60,7 @@ StepStats GroupStrategy::stats() const {
   s.micro_batches = micro_batches_;
   s.bubble_fraction = bubble_fraction_;
   s.staged = staged_;
+  s.chunk_stages = chunk_stages_;
   s.buckets = bucket_layout_;
   return s;
 }

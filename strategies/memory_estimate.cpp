@@ -9,6 +9,7 @@
 
 #include "engine/check.h"
 #include "engine/tensor.h"
+#include "strategies/rules.h"
 #include "strategies/sweep.h"
 
 namespace pb {
@@ -144,39 +145,53 @@ MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch, const 
     }
   } else if (layout == MemoryModel::Layout::Stages) {
     PB_CHECK(D * S == N, "memory estimate: {} on {} devices", s, N);
-    const bool one_f_one_b = schedule == Schedule::OneFOneB;
+    const bool one_f_one_b = schedule == Schedule::OneFOneB || schedule == Schedule::Interleaved;  // its one stage
     const bool zb = schedule == Schedule::ZeroBubble;  // ZB-H1: P slots; stage k > 0 keeps up to k + 1 B's output gradients for W
+    // Interleaved 1F1B: worker k holds stages k, S + k, ... (V chunks), each its own buffers; one
+    // backward scratch serves them all, and the backend's workspace what the chunks' layers need
+    // run apart (several Sequentials on one backend: measured as the layers alone).
+    const int V = schedule == Schedule::Interleaved && S > 1 ? std::max(1, c.virtual_stages) : 1;  // pipeline_chunks
     std::vector<std::pair<int, int>> st = c.stages;
     if (st.empty())
-      for (int k = 0; k < S; ++k) st.push_back({k * L / S, (k + 1) * L / S});
-    PB_CHECK(static_cast<int>(st.size()) == S, "memory estimate: {} stages for {}", st.size(), s);
+      for (int k = 0; k < V * S; ++k) st.push_back({k * L / (V * S), (k + 1) * L / (V * S)});
+    PB_CHECK(static_cast<int>(st.size()) == V * S, "memory estimate: {} stages for {}", st.size(), s);
     const std::vector<int64_t> pieces = chunks(global_batch, D);
     for (int d = 0; d < D && d < static_cast<int>(pieces.size()); ++d) {
       const std::vector<int64_t> mb = chunks(pieces[d], model.one_micro ? 1 : c.micro_batches);
       const int M = static_cast<int>(mb.size());
       const double most = static_cast<double>(mb[0]), piece = static_cast<double>(pieces[d]);
       for (int k = 0; k < S; ++k) {
-        const auto [b, e] = st[k];
         Worker& x = w[d * S + k];
-        const double sp = ly.params(b, e), sin = ly.in(b), sout = ly.out(e - 1);
-        const int in_flight = zb ? std::min(M, S) : one_f_one_b ? std::min(M, S - k) : M;
-        double kept = 0;  // per sample: the weighted layers' outputs (model.cpp backward_data)
-        for (int i = b; i < e && zb && k > 0 && M > 1; ++i)
-          if (ly.params(i, i + 1) > 0) kept += (c.bf16 ? 0.5 : 1) * ly.out(i) * static_cast<double>(std::min(M, k + 1));
-        // Micro-batch j runs in activation slot j % slots, each slot as large as the largest it
-        // serves; torch.chunk's sizes do not grow, so slot j's is micro-batch j's (pipeline.cpp slot_of).
-        const int slots = recompute ? 1 : in_flight;
-        double slot_samples = 0;
-        for (int j = 0; j < slots; ++j) slot_samples += static_cast<double>(mb[j]);
-        // GPipe's first backward is the last micro-batch: a shorter one sizes the input-gradient
-        // scratch, which the next backward outgrows, both alive for a moment.
-        const double last = static_cast<double>(mb[M - 1]);
-        const double regrow = !one_f_one_b && !zb && last < most ? ly.seq_scratch(b, e, last) / 2 : 0;
-        x.params = ly.seq_params(b, e), x.state = 3 * sp;
-        x.acts = (k == 0 ? piece * sin : in_flight * most * sin + 2 * most * sin) + most * sout +
-                 (k == S - 1 ? piece * sout + M : 0) + ly.seq_acts(b, e, slot_samples) + ly.seq_scratch(b, e, most) +
-                 regrow + kept * most;
-        x.workspace = ly.sequential_workspace(b, e, most);
+        const std::vector<PipeOp> ops = V > 1 ? interleaved_ops(S, V, k, M, s) : std::vector<PipeOp>{};
+        double scratch = 0, workspace = 0;
+        std::vector<LayerPlan> mine;  // every chunk's layers
+        for (int chunk = 0; chunk < V; ++chunk) {
+          const int g = chunk * S + k;  // the chunk's stage
+          const auto [b, e] = st[g];
+          const double sp = ly.params(b, e), sin = ly.in(b), sout = ly.out(e - 1);
+          const int in_flight = V > 1 ? interleaved_slots(ops, chunk)
+                                      : zb ? std::min(M, S) : one_f_one_b ? std::min(M, S - k) : M;
+          double kept = 0;  // per sample: the weighted layers' outputs (model.cpp backward_data)
+          for (int i = b; i < e && zb && k > 0 && M > 1; ++i)
+            if (ly.params(i, i + 1) > 0) kept += (c.bf16 ? 0.5 : 1) * ly.out(i) * static_cast<double>(std::min(M, k + 1));
+          // Micro-batch j runs in activation slot j % slots, each slot as large as the largest it
+          // serves; torch.chunk's sizes do not grow, so slot j's is micro-batch j's (pipeline.cpp).
+          const int slots = recompute ? 1 : in_flight;
+          double slot_samples = 0;
+          for (int j = 0; j < slots; ++j) slot_samples += static_cast<double>(mb[j]);
+          // GPipe's first backward is the last micro-batch: a shorter one sizes the input-gradient
+          // scratch, which the next backward outgrows, both alive for a moment.
+          const double last = static_cast<double>(mb[M - 1]);
+          const double regrow = V == 1 && !one_f_one_b && !zb && last < most ? ly.seq_scratch(b, e, last) / 2 : 0;
+          x.params += ly.seq_params(b, e), x.state += 3 * sp;
+          x.acts += (g == 0 ? piece * sin : in_flight * most * sin + 2 * most * sin) + most * sout +
+                    (g == V * S - 1 ? piece * sout + M : 0) + ly.seq_acts(b, e, slot_samples) + regrow + kept * most;
+          scratch = std::max(scratch, ly.seq_scratch(b, e, most));
+          workspace = std::max(workspace, ly.sequential_workspace(b, e, most));
+          for (int i = b; i < e; ++i) mine.push_back(plan.layers[i]);
+        }
+        x.acts += scratch;
+        x.workspace = V > 1 ? std::max(workspace, ly.workspace(mine, most)) : workspace;
       }
     }
   } else if (layout == MemoryModel::Layout::Shards) {

@@ -37,7 +37,8 @@ struct MemoryConfig {
   int micro_batches = 4;  // pipeline, dp<D>xpp<P>: per replica
   // mp, pipeline, dp<D>xpp<P>: each stage's layers [begin, end), as the strategy split them
   // (strategies/stages.h); empty: as many equal runs of layers as stages.
-  std::vector<std::pair<int, int>> stages;
+  std::vector<std::pair<int, int>> stages;  // pipeline-interleaved: V x P of them, stage c * P + r on worker r
+  int virtual_stages = 2;                      // pipeline-interleaved: chunks per worker
   // Precision::Bf16 (autocast): every Sequential also holds a bf16 copy of its parameters, keeps
   // its activations and their gradients in bf16, and its input (bf16) and output (fp32) apart.
   bool bf16 = false;

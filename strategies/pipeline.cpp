@@ -18,6 +18,10 @@
 // which on one NCCL stream in any other grouping would wait on each other
 // (tests/test_nccl_order.cpp).
 //
+// Interleaved 1F1B (pipeline-interleaved, Megatron's virtual stages): the net in V * P stages,
+// worker r holding stages r, P + r, ... as V chunks (w.model and w.chunks), each with its own
+// slots, buffers and Adam, the plan naming a chunk's buffers "c<c>/...".
+//
 // dp x pp hybrids (dp<D>xpp<P>): D replicas of the P-stage pipeline, worker r being stage r % P
 // of replica r / P. Each replica takes its torch.chunk piece of the batch and cuts it into
 // micro-batches; after its last backward, each stage's gradients are all-reduced (summed) among
@@ -43,7 +47,11 @@ class Staged final : public GroupStrategy {
  public:
   Staged(const StrategyOptions& o, const std::string& name, int micro_batches, int replicas)
       : GroupStrategy(o, name, true, /*replicas=*/false), micro_(micro_batches), replicas_(replicas),
-        split_(o.schedule == Schedule::ZeroBubble) {
+        split_(o.schedule == Schedule::ZeroBubble), chunks_(o.schedule == Schedule::Interleaved ? o.virtual_stages : 1) {
+    if (o.schedule == Schedule::Interleaved && o.plan)
+      throw UsageError(fmt::format("{}: runs its own plan (--plan takes mp, GPipe, 1F1B and dp x pp plans)", name));
+    if (o.schedule == Schedule::Interleaved && chunks_ < 2)
+      throw UsageError(fmt::format("{}: --virtual-stages must be at least 2, got {}", name, chunks_));
     if (micro_ < 1) throw UsageError(fmt::format("{}: --micro-batches must be at least 1, got {}", name, micro_));
     PB_CHECK(replicas_ >= 1 && o.devices % replicas_ == 0, "{}: {} replicas over {} workers", name, replicas_, o.devices);
   }
@@ -53,8 +61,13 @@ class Staged final : public GroupStrategy {
  protected:
   void plan_workers() override {
     // By time: profiled at one micro-batch of one replica's piece.
-    ranges_ = stage_ranges(plan(), stages(), opts_, micro_ * replicas_, group().first_local().device, name());
+    chunks_ = pipeline_chunks(opts_, stages());  // one worker: nothing to interleave
+    ranges_ = stage_ranges(plan(), stages() * chunks_, opts_, micro_ * replicas_, group().first_local().device, name());
+    chunk_.clear();
+    chunk_.resize(workers());
+    for (auto& ch : chunk_) ch.resize(chunks_);
     staged_ = true;
+    if (chunks_ > 1) chunk_stages_ = ranges_;
     for (int r = 0; r < workers(); ++r) {
       group().worker(r).stats.layer_begin = ranges_[stage_of(r)].first;
       group().worker(r).stats.layer_end = ranges_[stage_of(r)].second;
@@ -63,9 +76,24 @@ class Staged final : public GroupStrategy {
 
   void setup_worker(Worker& w, const std::vector<float>& params, const AdamParams& adam) override {
     const auto [begin, end] = ranges_[stage_of(w.rank)];
+    w.chunks.clear();
+    auto& ch = chunk_[w.rank];
+    for (Chunk& c : ch) c = Chunk{};
     w.model = std::make_unique<Sequential>(plan(), begin, end, w.be());
     w.model->load_params(params);
     w.adam = std::make_unique<Adam>(w.be(), w.model->params().numel(), adam);  // its own slice
+    ch[0].model = w.model.get(), ch[0].adam = w.adam.get();
+    for (int c = 1; c < chunks_; ++c) {
+      const auto [b, e] = ranges_[c * stages() + stage_of(w.rank)];
+      w.chunks.push_back(std::make_unique<Sequential>(plan(), b, e, w.be()));
+      Sequential& m = *w.chunks.back();
+      m.load_params(params);
+      m.share_scratch(*w.model);  // one chunk's backward at a time
+      m.set_tracer(&w.tracer);
+      ch[c].own_adam = std::make_unique<Adam>(w.be(), m.params().numel(), adam);
+      ch[c].own_adam->set_tracer(&w.tracer);
+      ch[c].model = &m, ch[c].adam = ch[c].own_adam.get();
+    }
   }
 
   int plan_batch(int64_t batch) override {
@@ -75,9 +103,20 @@ class Staged final : public GroupStrategy {
     offsets_.clear();
     for (const auto& sizes : micro_sizes_) offsets_.push_back(chunk_offsets(sizes));
     micro_batches_ = static_cast<int>(micro_sizes_[0].size());
-    // ZB-H1 with forward, B and W of equal time: (P-1)(F+B-W) / (M(F+B+W) + (P-1)(F+B-W)).
-    bubble_fraction_ = static_cast<double>(stages() - 1) / ((split_ ? 3 : 1) * micro_batches_ + stages() - 1);
+    // ZB-H1 with forward, B and W of equal time: (P-1)(F+B-W) / (M(F+B+W) + (P-1)(F+B-W)); interleaved
+    // (P-1) / (VM + P-1): the fill and drain are of chunks, a V-th of a stage.
+    bubble_fraction_ = static_cast<double>(stages() - 1) / ((split_ ? 3 : chunks_) * micro_batches_ + stages() - 1);
     plan_ = plan_stage_steps(plan(), opts_, batch, name(), ranges_, micro_sizes_);
+    for (int r = 0; r < workers(); ++r) {
+      const std::vector<PipeOp> ops = chunks_ > 1 ? interleaved_ops(stages(), chunks_, r, micro_batches_, name())
+                                                  : std::vector<PipeOp>{};
+      for (int c = 0; c < chunks_; ++c) chunk_[r][c].slots = chunks_ > 1 ? interleaved_slots(ops, c) : in_flight(r);
+    }
+    chunk_of_.clear();
+    for (const PlanBuffer& buf : plan_.buffers) {
+      int c = 0;
+      chunk_of_.push_back(std::sscanf(buf.name.c_str(), "c%d/", &c) == 1 ? c : 0);
+    }
     if (opts_.plan) {  // a plan file: run instead, once it computes what this strategy's own plan does
       std::vector<int> slots;
       for (int r = 0; r < workers(); ++r) slots.push_back(in_flight(r));
@@ -106,18 +145,26 @@ class Staged final : public GroupStrategy {
   // flight (the slot of its activations refers to it until its backward); two input-gradient
   // buffers, so one can travel while the next is written.
   void load_worker(Worker& w, const std::vector<float>& x, const std::vector<float>& t) override {
-    const Sequential& m = *w.model;
     const int d = replica_of(w.rank);
     const int64_t b = piece_[d], at = piece_offset_[d], most = micro_sizes_[d][0];
-    const bool first = stage_of(w.rank) == 0, last = stage_of(w.rank) == stages() - 1;
     auto piece = [&](const std::vector<float>& v, int64_t per_sample) {  // the replica's samples
       return replicas_ == 1 ? v : std::vector<float>(v.begin() + at * per_sample, v.begin() + (at + b) * per_sample);
     };
-    w.x = first ? Tensor::from_host({m.in_numel(b)}, piece(x, m.in_numel(1)), w.device)
-                : Tensor::empty({in_flight(w.rank) * m.in_numel(most)}, w.device);
-    if (!first) w.dx = Tensor::empty({2 * m.in_numel(most)}, w.device);
-    w.dy = Tensor::empty({m.out_numel(most)}, w.device);  // one micro-batch's output gradient
-    if (last) {  // the loss of every micro-batch, on the last stage
+    for (int c = 0; c < chunks_; ++c) {
+      Chunk& ch = chunk_[w.rank][c];
+      const Sequential& m = *ch.model;
+      Tensor& cx = c == 0 ? w.x : ch.x;
+      Tensor& cdx = c == 0 ? w.dx : ch.dx;
+      Tensor& cdy = c == 0 ? w.dy : ch.dy;
+      const bool first = c == 0 && stage_of(w.rank) == 0;
+      cx = first ? Tensor::from_host({m.in_numel(b)}, piece(x, m.in_numel(1)), w.device)
+                 : Tensor::empty({ch.slots * m.in_numel(most)}, w.device);
+      if (!first) cdx = Tensor::empty({2 * m.in_numel(most)}, w.device);
+      cdy = Tensor::empty({m.out_numel(most)}, w.device);  // one micro-batch's output gradient
+      ch.x_ = &cx, ch.dx_ = &cdx, ch.dy_ = &cdy;
+    }
+    const Sequential& m = *chunk_[w.rank][chunks_ - 1].model;
+    if (stage_of(w.rank) == stages() - 1) {  // the loss of every micro-batch, on the last stage
       w.t = Tensor::from_host({m.out_numel(b)}, piece(t, m.out_numel(1)), w.device);
       w.loss = Tensor::zeros({static_cast<int64_t>(micro_sizes_[d].size())}, w.device);
     }
@@ -129,45 +176,50 @@ class Staged final : public GroupStrategy {
     const int rank = w.rank, d = replica_of(rank);  // rank: also the worker's rank in g.comm()
     const auto& sizes = micro_sizes_[d];
     const auto& offsets = offsets_[d];
-    Sequential& m = *w.model;
-    const int64_t out_n = numel_of(m.out_sample());
+    const int64_t out_n = numel_of(plan().output);
     const std::vector<float*>& at = ptrs_[rank];
-    std::vector<const float*> out(sizes.size(), nullptr);  // per micro-batch: its output, in its slot
+    // per chunk and micro-batch: its output, in its slot
+    std::vector<std::vector<const float*>> out(chunks_, std::vector<const float*>(sizes.size(), nullptr));
     bool accumulate = false;
     PlanExecutor::Binding b;
     b.tracer = &w.tracer;
     b.at = [&](const Action& a, int buf, bool) {  // null: an activation, its slot's output
-      return at[buf] ? at[buf] : const_cast<float*>(out.at(a.micro));
+      return at[buf] ? at[buf] : const_cast<float*>(out[chunk_of_[buf]].at(a.micro));
     };
     b.comm = [&](int group) -> std::pair<Communicator*, int> {
       if (group == 0) return {&g.comm(), rank};  // the world
       return {&g.part_comm("stage", rank), g.part_rank("stage", rank)};
     };
     b.compute = [&](const Action& a) {
+      // The chunk an action computes on: its first buffer's (the optimizer's: its gradients).
+      const int c = chunk_of_[a.reads.empty() ? a.writes.at(0) : a.reads[0]];
+      Chunk& ch = chunk_[rank][c];
+      Sequential& m = *ch.model;
+      const int slot = opts_.recompute ? 0 : a.micro % ch.slots;
       switch (a.kind) {
         case ActionKind::Forward:
         case ActionKind::Recompute:
-          out[a.micro] = m.forward(at[a.reads[0]], sizes[a.micro], slot_of(a.micro, in_flight(rank)));
+          out[c][a.micro] = m.forward(at[a.reads[0]], sizes[a.micro], slot);
           break;
         case ActionKind::Loss: {
           const int k = a.micro;
           auto loss_span = w.tracer.compute(Phase::Loss, k, [] { return std::string("mse loss"); });
-          w.be().mse_loss_grad(sizes[k] * out_n, out[k], w.t.data() + offsets[k] * out_n, grad_scale(), w.dy.data(),
-                               w.loss.data() + k);
+          w.be().mse_loss_grad(sizes[k] * out_n, out[c][k], w.t.data() + offsets[k] * out_n, grad_scale(),
+                               ch.dy_->data(), w.loss.data() + k);
           break;
         }
         case ActionKind::BackwardWeights:
           accumulate = a.reads.size() > 2;  // it reads the gradients it adds to
-          if (kept(a.reads)) m.backward_weights(accumulate, slot_of(a.micro, in_flight(rank)));  // ZB-H1's W
+          if (kept(a.reads)) m.backward_weights(accumulate, slot);  // ZB-H1's W
           break;                                                                          // else: with the data's
         case ActionKind::BackwardData: {
           // Its first write: dx[j] on later stages; none, or B's kept gradients (no place here), on stage 0.
           float* dx = a.writes.empty() ? nullptr : at[a.writes[0]];
-          if (kept(a.writes)) m.backward_data(w.dy.data(), dx, slot_of(a.micro, in_flight(rank)));  // ZB-H1's B
-          else m.backward(w.dy.data(), dx, accumulate, slot_of(a.micro, in_flight(rank)));
+          if (kept(a.writes)) m.backward_data(ch.dy_->data(), dx, slot);  // ZB-H1's B
+          else m.backward(ch.dy_->data(), dx, accumulate, slot);
           break;
         }
-        case ActionKind::Optimizer: w.adam->step(m.params(), m.grads()); break;
+        case ActionKind::Optimizer: ch.adam->step(m.params(), m.grads()); break;
         default: PB_CHECK(false, "{}: worker {} cannot run {}", name(), rank, describe(plan_, rank, a.id));
       }
     };
@@ -181,36 +233,50 @@ class Staged final : public GroupStrategy {
     return split_ && std::any_of(bufs.begin(), bufs.end(), [&](int b) { return plan_.buffers[b].name.rfind("keep[", 0) == 0; });
   }
 
-  // Activation slots of Sequential: one per micro-batch in flight, or with recompute a single
-  // scratch slot for every forward and recomputation.
-  int slot_of(int k, int slots) const { return opts_.recompute ? 0 : k % slots; }
-
   // Where each of the worker's plan buffers lives (null: an activation, known once made).
   std::vector<float*> pointers(Worker& w) const {
     const int d = replica_of(w.rank);
-    const int64_t in = numel_of(w.model->in_sample()), most = micro_sizes_[d][0];
+    const int64_t most = micro_sizes_[d][0];
     std::vector<float*> at(plan_.buffers.size(), nullptr);
     for (std::size_t b = 0; b < plan_.buffers.size(); ++b) {
       const PlanBuffer& buf = plan_.buffers[b];
       if (buf.worker != w.rank) continue;
+      const Chunk& ch = chunk_[w.rank].at(chunk_of_[b]);
+      const int64_t in = numel_of(ch.model->in_sample());
+      const std::size_t slash = buf.name.find('/');
+      const char* name = buf.name.c_str() + (slash == std::string::npos ? 0 : slash + 1);
       int j = 0;
-      if (std::sscanf(buf.name.c_str(), "x[%d]", &j) == 1) at[b] = w.x.data() + offsets_[d][j] * in;
-      else if (std::sscanf(buf.name.c_str(), "in[%d]", &j) == 1) at[b] = w.x.data() + j * most * in;
-      else if (std::sscanf(buf.name.c_str(), "dx[%d]", &j) == 1) at[b] = w.dx.data() + j * most * in;
-      else if (buf.name == "dy") at[b] = w.dy.data();
-      else if (buf.name == "grads") at[b] = w.model->grads().data();
+      if (std::sscanf(name, "x[%d]", &j) == 1) at[b] = ch.x_->data() + offsets_[d][j] * in;
+      else if (std::sscanf(name, "in[%d]", &j) == 1) at[b] = ch.x_->data() + j * most * in;
+      else if (std::sscanf(name, "dx[%d]", &j) == 1) at[b] = ch.dx_->data() + j * most * in;
+      else if (std::string(name) == "dy") at[b] = ch.dy_->data();
+      else if (std::string(name) == "grads") at[b] = ch.model->grads().data();
     }
     return at;
   }
 
+  // One of a worker's model chunks (one, but for interleaved 1F1B): chunk 0 is the worker's own
+  // model, Adam and buffers; a later one's are here.
+  struct Chunk {
+    Sequential* model = nullptr;
+    Adam* adam = nullptr;
+    std::unique_ptr<Adam> own_adam;
+    Tensor x, dx, dy;  // chunks > 0: input slots, input-gradient pair, output gradient
+    Tensor *x_ = nullptr, *dx_ = nullptr, *dy_ = nullptr;  // where the chunk's are
+    int slots = 1;     // micro-batches it holds at once
+  };
+
   int micro_;
   int replicas_;
   bool split_;  // ZB-H1: backward as B and W, two actions
+  int chunks_;  // interleaved 1F1B: V
   std::vector<std::pair<int, int>> ranges_;  // per stage: its layers [begin, end)
   std::vector<int64_t> piece_, piece_offset_;  // per replica: its samples, and where they start
   std::vector<std::vector<int64_t>> micro_sizes_, offsets_;  // per replica: its micro-batches
   Plan plan_;                                 // the step, every worker's actions
   std::vector<std::vector<float*>> ptrs_;     // per local worker: its plan buffers' places
+  std::vector<std::vector<Chunk>> chunk_;     // per worker: its chunks
+  std::vector<int> chunk_of_;                 // per plan buffer: its chunk
 };
 
 }  // namespace
@@ -221,6 +287,7 @@ std::unique_ptr<Strategy> make_staged(const StrategyOptions& o, const std::strin
 
 std::string pipeline_name(Schedule schedule, bool recompute) {
   if (schedule == Schedule::ZeroBubble) return "pipeline-zb";  // a schedule of its own: no recompute, no dp x pp
+  if (schedule == Schedule::Interleaved) return "pipeline-interleaved";
   return std::string("pipeline") + (schedule == Schedule::OneFOneB ? "-1f1b" : "") + (recompute ? "-recompute" : "");
 }
 

@@ -1,6 +1,8 @@
-// The plans of mp, pipeline (GPipe, 1F1B, ZB-H1, -recompute) and dp x pp: the calls of pipeline.cpp's
+// The plans of mp, pipeline (GPipe, 1F1B, ZB-H1, interleaved 1F1B, -recompute) and dp x pp: the calls of pipeline.cpp's
 // step in the same order, from the same rules (stage split, micro-batches, slots, schedule,
 // recompute decisions).
+#include <map>
+
 #include <fmt/format.h>
 
 #include "engine/check.h"
@@ -27,9 +29,22 @@ struct StageEmitter {
   std::vector<int> act_send;
   int grad_send[2] = {kNone, kNone};
   int backwards = 0, last_scratch_send = kNone;
-  bool grouped = false;
+  bool own_group = false;
+  bool* grouped = nullptr;  // the worker's open p2p group, shared by its chunks
+  // Interleaved chunks: the previous and next stages' workers, and the buffer prefix.
+  int prev = w - 1, next = w + 1;
+  std::string pre;
+  // Megatron's batches (interleaved): receives posted a step ahead (post_*), a step's sends held
+  // until its computations are done (flush), each step's transfers one group.
+  bool batched = false;
+  std::map<int, int> posted_in, posted_dy;  // micro-batch -> its receive
+  struct Pending {
+    bool act;
+    int micro, buffer, slot;
+  };
+  std::vector<Pending> pending;
 
-  int buf(const std::string& name, int64_t values) { return b.buffer(w, name, values * kF); }
+  int buf(const std::string& name, int64_t values) { return b.buffer(w, pre + name, values * kF); }
   int input(int k) {
     return s == 0 ? buf(fmt::format("x[{}]", k), sizes[k] * in) : buf(fmt::format("in[{}]", k % slots), sizes[0] * in);
   }
@@ -37,12 +52,14 @@ struct StageEmitter {
   int params() { return buf("params", 0); }
   int grads() { return buf("grads", 0); }
   void open() {
-    if (!grouped) b.add(w, ActionKind::GroupStart);
-    grouped = true;
+    if (!grouped) grouped = &own_group;
+    if (!*grouped) b.add(w, ActionKind::GroupStart);
+    *grouped = true;
   }
   void close() {
-    if (grouped) b.add(w, ActionKind::GroupEnd);
-    grouped = false;
+    if (!grouped) grouped = &own_group;
+    if (*grouped) b.add(w, ActionKind::GroupEnd);
+    *grouped = false;
   }
   void receive(int into, int64_t n, int peer, int micro) {
     open();
@@ -62,16 +79,43 @@ struct StageEmitter {
     wait_send(last_scratch_send);
     last_scratch_send = kNone;
   }
+  void post_forward(int k) {
+    if (s == 0) return;
+    open();
+    Action& a = b.p2p(w, ActionKind::Recv, world, prev, sizes[k] * in, input(k), true);
+    a.micro = k, posted_in[k] = a.id;
+  }
+  void post_backward(int k) {
+    if (last) return;
+    open();
+    Action& a = b.p2p(w, ActionKind::Recv, world, next, sizes[k] * out, buf("dy", sizes[0] * out), true);
+    a.micro = k, posted_dy[k] = a.id;
+  }
+  void flush() {
+    for (const Pending& p : pending) {
+      open();
+      Action& a = b.p2p(w, ActionKind::Send, world, p.act ? next : prev, sizes[p.micro] * (p.act ? out : in), p.buffer, true);
+      a.micro = p.micro;
+      (p.act ? act_send[p.micro] : grad_send[p.slot]) = a.id;
+    }
+    pending.clear();
+  }
   void forward(int k) {
     const int64_t n = sizes[k];
     b.at(w, n);
-    if (s > 0) receive(input(k), n * in, w - 1, k);
+    if (s > 0 && batched) {
+      close();
+      b.wait(w, {posted_in.at(k)});
+    } else if (s > 0) {
+      receive(input(k), n * in, prev, k);
+    }
     close();
     free_scratch();
     b.compute(w, ActionKind::Forward, begin, end, k, {input(k), params()}, {acts(k)}).bytes = n * out * kF;
     if (last) return;
+    if (batched) return pending.push_back({true, k, acts(k), -1});
     open();
-    Action& a = b.p2p(w, ActionKind::Send, world, w + 1, n * out, acts(k), true);
+    Action& a = b.p2p(w, ActionKind::Send, world, next, n * out, acts(k), true);
     a.micro = k;
     act_send[k] = a.id;
     if (recompute) last_scratch_send = k;
@@ -91,7 +135,8 @@ struct StageEmitter {
     b.at(w, n);
     const int dy = buf("dy", sizes[0] * out);
     if (!last) {
-      receive(dy, n * out, w + 1, k);
+      if (batched) close(), b.wait(w, {posted_dy.at(k)});
+      else receive(dy, n * out, next, k);
       if (!recompute) wait_send(k);
     }
     close();
@@ -115,14 +160,83 @@ struct StageEmitter {
     if (dx != kNone) writes.push_back(dx);
     if (split) writes.push_back(keep(k));
     b.compute(w, ActionKind::BackwardData, begin, end, k, {dy, acts(k), params()}, writes);
-    if (s > 0) {
+    if (s > 0 && batched) {
+      pending.push_back({false, k, dx, slot});
+    } else if (s > 0) {
       open();
-      Action& a = b.p2p(w, ActionKind::Send, world, w - 1, n * in, dx, true);
+      Action& a = b.p2p(w, ActionKind::Send, world, prev, n * in, dx, true);
       a.micro = k;
       grad_send[slot] = a.id;
     }
   }
 };
+
+// Interleaved 1F1B: worker r's chunk c is stage c * P + r, each chunk a stage's emitter (buffers
+// "c<c>/..."), all of a worker's sharing its open p2p group. Activations and gradients share the
+// world group: Megatron's order has each worker receive a peer's messages in the order sent
+// (PipelineSchedule.InterleavedRunsEveryChunkWithoutDeadlock), so no tags are needed. Transfers go
+// in Megatron's batches: on NCCL's in-order stream a lone send may wait on a peer whose send
+// waits for this worker's next launch (tests/test_nccl_order.cpp).
+Plan plan_interleaved(const NetPlan& net, const StrategyOptions& o, int64_t batch, const std::string& name,
+                      const std::vector<std::pair<int, int>>& ranges, const std::vector<int64_t>& sizes) {
+  const int V = o.virtual_stages, S = static_cast<int>(ranges.size()), P = S / V, m = static_cast<int>(sizes.size());
+  PB_CHECK(V >= 2 && P >= 2 && P * V == S, "{}: {} stages for {} chunks per worker", name, S, V);
+  PlanBuilder b(name, P, batch, m);
+  std::vector<int> all(P);
+  for (int r = 0; r < P; ++r) all[r] = r;
+  const int world = b.group("world", all);
+  for (int r = 0; r < P; ++r) {
+    const std::vector<PipeOp> ops = interleaved_ops(P, V, r, m, name);
+    b.plan().replica[r] = 0;
+    bool grouped = false;
+    std::vector<StageEmitter> e;
+    e.reserve(V);
+    std::vector<int64_t> np(V, 0);
+    for (int c = 0; c < V; ++c) {
+      const int s = c * P + r;
+      const auto [begin, end] = ranges[s];
+      for (int i = begin; i < end; ++i) np[c] += net.layers[i].weight_numel + net.layers[i].bias_numel;
+      e.push_back({b, r, world, s, s == S - 1, false, interleaved_slots(ops, c), begin, end,
+                   numel_of(net.layers[begin].in), numel_of(net.layers[end - 1].out), sizes, std::vector<int>(m, kNone)});
+      StageEmitter& x = e.back();
+      x.grouped = &grouped, x.prev = (r + P - 1) % P, x.next = (r + 1) % P;
+      x.pre = fmt::format("c{}/", c);
+      x.buf("params", np[c]), x.buf("grads", np[c]);
+    }
+    // Megatron's steps: each warm-up forward, each steady forward with its backward, each cool-down
+    // backward; after a step one group sends its outputs and receives the next step's inputs.
+    const std::size_t total = ops.size() / 2;
+    std::size_t lead = 0, i = 0;
+    while (lead < ops.size() && ops[lead].forward) ++lead;
+    std::vector<std::vector<PipeOp>> steps;
+    for (; i < (lead == total ? total : lead - 1); ++i) steps.push_back({ops[i]});
+    for (; i + 1 < ops.size() && ops[i].forward; i += 2) steps.push_back({ops[i], ops[i + 1]});
+    for (; i < ops.size(); ++i) steps.push_back({ops[i]});
+    auto post = [&](const std::vector<PipeOp>& step) {
+      for (const PipeOp& op : step) op.forward ? e[op.chunk].post_forward(op.micro) : e[op.chunk].post_backward(op.micro);
+      e[0].close();
+    };
+    for (StageEmitter& x : e) x.batched = true;
+    post(steps[0]);
+    for (std::size_t j = 0; j < steps.size(); ++j) {
+      for (const PipeOp& op : steps[j])
+        if (op.forward) e[op.chunk].forward(op.micro);
+        else e[op.chunk].backward(op.micro, op.first_backward, false);
+      for (const PipeOp& op : steps[j]) e[op.chunk].flush();
+      if (j + 1 < steps.size()) post(steps[j + 1]);
+      e[0].close();
+    }
+    for (StageEmitter& x : e) {
+      for (int k = 0; k < m; ++k) x.wait_send(k);
+      for (int id : x.grad_send)
+        if (id != kNone) b.wait(r, {id});
+    }
+    for (int c = 0; c < V; ++c)
+      b.compute(r, ActionKind::Optimizer, -1, -1, -1, {e[c].grads()}, {e[c].params(), e[c].buf("adam", 2 * np[c])}).bytes =
+          np[c] * kF;
+  }
+  return b.take();
+}
 
 }  // namespace
 
@@ -131,7 +245,10 @@ Plan plan_staged(const NetPlan& net, const StrategyOptions& o, int64_t batch, co
   if (micro < 1) throw UsageError(fmt::format("{}: --micro-batches must be at least 1, got {}", name, micro));
   PB_CHECK(replicas >= 1 && o.devices % replicas == 0, "{}: {} replicas over {} workers", name, replicas, o.devices);
   const int stages = o.devices / replicas;
-  const auto ranges = stage_ranges(net, stages, o, micro * replicas, cpu(0), name);
+  const bool interleaved = o.schedule == Schedule::Interleaved;
+  PB_CHECK(!interleaved || replicas == 1, "{}: interleaved 1F1B has no dp x pp form", name);
+  if (interleaved) interleaved_ops(stages, o.virtual_stages, 0, micro, name);  // refuses an M or V it cannot run
+  const auto ranges = stage_ranges(net, stages * pipeline_chunks(o, stages), o, micro * replicas, cpu(0), name);
   const std::vector<int64_t> pieces = replica_pieces(batch, replicas, name);
   return plan_stage_steps(net, o, batch, name, ranges, replica_micro_batches(pieces, micro, o.cap_micro_batches, batch, name));
 }
@@ -139,6 +256,8 @@ Plan plan_staged(const NetPlan& net, const StrategyOptions& o, int64_t batch, co
 Plan plan_stage_steps(const NetPlan& net, const StrategyOptions& o, int64_t batch, const std::string& name,
                       const std::vector<std::pair<int, int>>& ranges,
                       const std::vector<std::vector<int64_t>>& micro_sizes) {
+  if (o.schedule == Schedule::Interleaved && ranges.size() > 1)  // one worker: 1F1B on one stage, below
+    return plan_interleaved(net, o, batch, name, ranges, micro_sizes.at(0));
   const int replicas = static_cast<int>(micro_sizes.size()), stages = static_cast<int>(ranges.size());
   const int workers = replicas * stages;
   PlanBuilder b(name, workers, batch, static_cast<int>(micro_sizes[0].size()));

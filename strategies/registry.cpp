@@ -132,6 +132,10 @@ const std::vector<Entry>& registry() {
                        "gradients deferred into the drain; at most P micro-batches in flight", false, true},
        pipeline_variant(Schedule::ZeroBubble, false), pipeline_plan(Schedule::ZeroBubble, false),
        stages(), own_schedule(Schedule::ZeroBubble)},
+      {{"pipeline-interleaved", "interleaved 1F1B (Megatron's virtual stages): V model chunks per worker "
+                                "(--virtual-stages), bubble (P-1)/(VM) of the ideal step; M a multiple of P", false, true},
+       pipeline_variant(Schedule::Interleaved, false), pipeline_plan(Schedule::Interleaved, false),
+       stages(), own_schedule(Schedule::Interleaved)},
       {{"pipeline-recompute", "GPipe pipeline keeping only stage inputs, recomputing activations in backward", false, true},
        pipeline_variant(Schedule::GPipe, true), pipeline_plan(Schedule::GPipe, true),
        stages(), pipeline_projected(Schedule::GPipe, true)},

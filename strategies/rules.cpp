@@ -147,6 +147,44 @@ std::vector<PipeOp> pipeline_ops(Schedule schedule, bool recompute, int stages, 
   return ops;
 }
 
+std::vector<PipeOp> interleaved_ops(int workers, int chunks, int rank, int micro, const std::string& strategy) {
+  if (chunks < 2)
+    throw UsageError(fmt::format("{}: --virtual-stages must be at least 2, got {}", strategy, chunks));
+  if (micro % workers != 0)
+    throw UsageError(fmt::format("{}: --micro-batches must be a multiple of the {} pipeline workers (Megatron's "
+                                 "interleaved order runs them in groups of P), got {}", strategy, workers, micro));
+  const int P = workers, V = chunks, total = micro * V;
+  // Megatron (forward_backward_pipelining_with_interleaving): virtual micro-batch i is micro-batch
+  // (i / PV) * P + i % P of chunk (i % PV) / P, backwards taking the chunks last first; enough
+  // warm-up forwards that the last chunk's first backward has its gradient coming.
+  const int warmup = micro == P ? total : std::min(total, (P - rank - 1) * 2 + (V - 1) * P);
+  std::vector<bool> first(V, true);
+  std::vector<PipeOp> ops;
+  auto op = [&](int i, bool forward) {
+    PipeOp o;
+    o.forward = forward;
+    o.micro = (i / (P * V)) * P + i % P;
+    o.chunk = (i % (P * V)) / P;
+    if (!forward) o.chunk = V - 1 - o.chunk, o.first_backward = first[o.chunk], first[o.chunk] = false;
+    ops.push_back(o);
+  };
+  for (int i = 0; i < warmup; ++i) op(i, true);
+  for (int i = 0; i + warmup < total; ++i) op(warmup + i, true), op(i, false);
+  for (int i = std::max(0, total - warmup); i < total; ++i) op(i, false);
+  return ops;
+}
+
+int pipeline_chunks(const StrategyOptions& o, int stages) {
+  return o.schedule == Schedule::Interleaved && stages > 1 ? o.virtual_stages : 1;
+}
+
+int interleaved_slots(const std::vector<PipeOp>& ops, int chunk) {
+  int held = 0, most = 0;
+  for (const PipeOp& o : ops)
+    if (o.chunk == chunk) most = std::max(most, held += o.forward ? 1 : -1);
+  return most;
+}
+
 std::vector<FsdpUnit> fsdp_units(const NetPlan& plan, int workers) {
   std::vector<FsdpUnit> units;
   const int layers = static_cast<int>(plan.layers.size());

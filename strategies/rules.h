@@ -33,8 +33,19 @@ struct PipeOp {
   // A backward: whole, or (ZB-H1, where W waits for later B's) only its input gradient (B) or
   // only its weight gradients (W).
   enum class Part : uint8_t { Whole, Data, Weights } part = Part::Whole;
+  int chunk = 0;  // interleaved 1F1B: the worker's model chunk (stage chunk * P + worker)
 };
 std::vector<PipeOp> pipeline_ops(Schedule schedule, bool recompute, int stages, int stage, int micro);
+
+// Interleaved 1F1B (Megatron's virtual stages, torch's ScheduleInterleaved1F1B): worker `rank` of
+// `workers` holds `chunks` model chunks; its forwards and backwards of every chunk in Megatron's
+// order. UsageError naming `strategy` unless micro is a multiple of workers (as Megatron).
+std::vector<PipeOp> interleaved_ops(int workers, int chunks, int rank, int micro, const std::string& strategy);
+// Model chunks per worker: V for interleaved 1F1B over several workers; one worker has nothing to
+// interleave (its chunks would hand over to themselves) and runs 1F1B on one stage.
+int pipeline_chunks(const StrategyOptions& o, int stages);
+// Micro-batches chunk `chunk` of that worker holds at once (its activation and input slots).
+int interleaved_slots(const std::vector<PipeOp>& ops, int chunk);
 
 // fsdp / zero2: each layer with parameters with the parameterless ones after it; leading
 // parameterless layers join the first unit; one worker: the whole net as one unit.

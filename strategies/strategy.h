@@ -21,8 +21,9 @@ namespace pb {
 // (PipeDream-flush / Megatron: P-1-s warm-up forwards on stage s, then one forward and one
 // backward alternately, then the remaining backwards), or zero-bubble ZB-H1 (1F1B's order with
 // each backward split into B, the input gradient, and W, the weight gradients, stage s deferring
-// s of its W's to fill the drain; pipeline-zb, strategies/rules.cpp).
-enum class Schedule { GPipe, OneFOneB, ZeroBubble };
+// s of its W's to fill the drain; pipeline-zb, strategies/rules.cpp), or interleaved 1F1B (Megatron's
+// virtual stages: V model chunks per worker; pipeline-interleaved).
+enum class Schedule { GPipe, OneFOneB, ZeroBubble, Interleaved };
 
 struct StrategyOptions {
   int devices = 1;
@@ -44,6 +45,7 @@ struct StrategyOptions {
   std::function<std::vector<double>(int64_t n)> layer_seconds;
   Schedule schedule = Schedule::GPipe;  // pipeline
   bool recompute = false;            // pipeline: keep only stage inputs, recompute in backward
+  int virtual_stages = 2;            // pipeline-interleaved: model chunks per worker (V)
   BackendOptions backend;
   std::size_t first_bucket_bytes = 1u << 20;  // ddp: the first bucket (last layers), so its all-reduce starts early
   // mp, pipeline, dp x pp: a plan someone wrote (--plan FILE), run as the step instead of the
@@ -93,6 +95,9 @@ struct StepStats {
   int micro_batches = 1;       // pipeline: micro-batches the last step ran (torch.chunk may give fewer)
   std::string communicator = "none";  // "none" (one worker), "inproc" or "nccl"
   bool staged = false;         // mp/pipeline: workers hold stages (layer_begin/end)
+  // pipeline-interleaved: every stage's layers [begin, end), stage c * P + r on worker r (a worker's
+  // layer_begin/end are its first chunk's); empty otherwise.
+  std::vector<std::pair<int, int>> chunk_stages;
   std::vector<BucketLayout> buckets;  // ddp, in all-reduce order
 };
 

@@ -111,6 +111,7 @@ std::vector<Setting> sweep_settings(const std::string& word, int n, int64_t glob
     case ProjectionRule::Axes::MicroBatches:  // a variant by name: its schedule and recompute
       for (int64_t m : axes.micro_batches) {
         if (m > global) continue;  // more micro-batches than samples
+        if (p.schedule == Schedule::Interleaved && m % n != 0) continue;  // Megatron's groups of P micro-batches
         Setting c = as_swept(base(word));
         c.micro_batches = static_cast<int>(m);
         out.push_back(c);

@@ -1,5 +1,6 @@
 // The strategies and shapes the plan tests cover: every strategy and variant at 1-4 workers, the
-// pipelines at 1, 2 and 4 micro-batches, on a small net and an uneven batch.
+// pipelines at 1, 2 and 4 micro-batches (interleaved 1F1B at multiples of its workers), on a small
+// net and an uneven batch.
 #pragma once
 
 #include <string>
@@ -43,6 +44,9 @@ inline std::vector<PlanCase> plan_cases() {
     for (const std::string& p : pipelines)
       for (int m : {1, 2, 4}) v.push_back({p, n, m});
   }
+  // Interleaved 1F1B: M a multiple of the workers, and torch.chunk cutting the batch into M pieces.
+  for (const auto& [n, m] : std::vector<std::pair<int, int>>{{1, 1}, {1, 2}, {2, 2}, {2, 4}, {3, 3}, {4, 4}})
+    v.push_back({"pipeline-interleaved", n, m});
   for (const char* suffix : {"", "-1f1b", "-recompute", "-1f1b-recompute"})
     for (int m : {1, 2, 4}) {
       v.push_back({std::string("dp2xpp2") + suffix, 4, m});

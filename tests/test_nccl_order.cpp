@@ -148,6 +148,21 @@ TEST(NcclOrder, EveryPipelineVariantMeetsAndCompletes) {
     }
 }
 
+// Interleaved 1F1B: activations and gradients on the communicator over every worker, the last
+// worker's activations wrapping to the first, in Megatron's batches (a step's sends with the next
+// step's receives, one group): every send meets its receive. Sent as 1F1B sends (each output with
+// the next computation's input), a lone gradient send before a stage-0 forward would hold the
+// in-order stream while the peer's send waits for this rank's next launch.
+TEST(NcclOrder, InterleavedMeetsAndCompletes) {
+  for (int p = 2; p <= 4; ++p)
+    for (int micro : {p, 2 * p}) {
+      SCOPED_TRACE(fmt::format("pipeline-interleaved on {} workers, {} micro-batches", p, micro));
+      const Recorded r = record("pipeline-interleaved", p, micro, 24);
+      EXPECT_EQ(r.comms.size(), 1u);
+      EXPECT_EQ(check_today(r), "");
+    }
+}
+
 // Today's code's choice, on the same recordings: a send and its receive land on different
 // communicators, and a single stream without groups deadlocks under 1F1B.
 TEST(NcclOrder, PerDirectionCommunicatorsAndUngroupedStartsFail) {

@@ -59,7 +59,8 @@ std::vector<std::vector<std::string>> traced_calls(const PlanCase& c, StepStats*
     m[l.rank] = l.worker;
   }
   std::vector<std::vector<std::string>> out(c.devices);
-  std::vector<std::map<int64_t, int>> open(c.devices);  // per worker: transfer id -> its call's index
+  // per worker: (communicator, its transfer id) -> its call's index (ids are per communicator)
+  std::vector<std::map<std::pair<const Communicator*, int64_t>, int>> open(c.devices);
   for (const Logged& l : log) {
     const CommCall& k = l.call;
     const std::vector<int>& m = members[l.comm];
@@ -70,10 +71,10 @@ std::vector<std::vector<std::string>> traced_calls(const PlanCase& c, StepStats*
       case CommCall::GroupEnd: calls.push_back("group_end"); break;
       case CommCall::Send:
       case CommCall::Recv:
-        if (k.id >= 0) open[l.worker][k.id] = index;
+        if (k.id >= 0) open[l.worker][{l.comm, k.id}] = index;
         calls.push_back(call_str(k.op == CommCall::Send ? "send" : "recv", "", m.at(k.peer), k.n, m, -1));
         break;
-      case CommCall::WaitTransfer: calls.push_back(call_str("wait", "", -1, 0, {}, open[l.worker].at(k.id))); break;
+      case CommCall::WaitTransfer: calls.push_back(call_str("wait", "", -1, 0, {}, open[l.worker].at({l.comm, k.id}))); break;
       case CommCall::Collective: calls.push_back(call_str("coll", coll_kind_name(k.kind), k.peer, k.n, m, -1)); break;
     }
   }

@@ -45,6 +45,7 @@ TEST_F(ProjectCli, RowsWithinOnePercentOfTheFastestAreTiedNotBest) {
     std::istringstream cs(line);
     for (std::string c; std::getline(cs, c, '|');) cells.push_back(c);
     if (cells.size() != 14 || cells[2].find_first_not_of(" 0123456789") != std::string::npos || cells[2] == " ") continue;
+    if (cells[3].find("not possible") != std::string::npos) continue;  // pipeline-interleaved: 8 stages of 4 layers
     by[std::stoi(cells[2])].push_back({std::stod(cells[4]), cells[13]});
   }
   ASSERT_TRUE(by.count(1) && by.count(4)) << md;

@@ -177,6 +177,24 @@ TEST(ProjectionPlans, PipelineWaitsAndMemoryAreTheRunsSlots) {
   EXPECT_LT(pz.peak_bytes, pj::predict(p, m, g).peak_bytes);
 }
 
+// Interleaved 1F1B from its plan: two workers of two one-layer chunks each (the memory estimate's
+// stages read off the plan); on free links a shorter step than 1F1B's, the bubble (P-1)/(VM) of
+// the ideal step against (P-1)/M, and a higher peak (more micro-batches' chunks in flight).
+TEST(ProjectionPlans, InterleavedShortensOneFOneBsBubble) {
+  const pj::Profile p = uniform();
+  const pj::Machine m = free_links();
+  pj::Config i = config("pipeline-interleaved", 2, 8), f = config("pipeline-1f1b", 2, 8);
+  i.micro_batches = f.micro_batches = 4;
+  const Plan plan = pj::plan_for(p, i);
+  pj::Options o;
+  pj::StepBuilder bl(p, m, i, o, 1);
+  EXPECT_EQ(pj::price_plan(plan, p, m, bl).stages, (std::vector<std::pair<int, int>>{{0, 1}, {1, 2}, {2, 3}, {3, 4}}));
+  const pj::Prediction pi = pj::predict(p, m, i), pf = pj::predict(p, m, f);
+  ASSERT_TRUE(pi.feasible);
+  EXPECT_LT(pi.step_s, pf.step_s);
+  EXPECT_GT(pi.peak_bytes, pf.peak_bytes);
+}
+
 TEST(ProjectionPlans, TpLayoutCopiesArePriced) {
   pj::Machine m = free_links();
   const pj::Config c = config("tp", 4, 4);
