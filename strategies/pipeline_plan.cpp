@@ -33,16 +33,16 @@ struct StageEmitter {
   bool* grouped = nullptr;  // the worker's open p2p group, shared by its chunks
   // Interleaved chunks: the previous and next stages' workers, and the buffer prefix.
   int prev = w - 1, next = w + 1;
-  std::string pre;
+  std::string pre{};
   // Megatron's batches (interleaved): receives posted a step ahead (post_*), a step's sends held
   // until its computations are done (flush), each step's transfers one group.
   bool batched = false;
-  std::map<int, int> posted_in, posted_dy;  // micro-batch -> its receive
+  std::map<int, int> posted_in{}, posted_dy{};  // micro-batch -> its receive
   struct Pending {
     bool act;
     int micro, buffer, slot;
   };
-  std::vector<Pending> pending;
+  std::vector<Pending> pending{};
 
   int buf(const std::string& name, int64_t values) { return b.buffer(w, pre + name, values * kF); }
   int input(int k) {
