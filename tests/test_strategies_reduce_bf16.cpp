@@ -4,6 +4,7 @@
 #include "engine/model.h"
 #include "strategies/plan_gen.h"
 #include "tests/bf16_skip.h"
+#include "tests/test_projection_support.h"
 #include "tests/test_strategies_support.h"
 
 namespace pb::strategies_test {
@@ -168,6 +169,29 @@ TEST(ReduceBf16, RefusedWhereTheyDoNotApplyNamingTheFlag) {
     o.reduce_dtype = DType::Bf16;
     return o;
   }(), 4), UsageError);
+}
+
+// The projection prices the plan's bytes: ddp's all-reduces and fsdp's reduce-scatters halve, its
+// all-gathers stay fp32; a pipeline reduces nothing and keeps its bytes.
+TEST(ReduceBf16, ProjectionPricesTheHalvedBytes) {
+  using namespace projection_test;
+  const pj::Profile p = uniform();
+  const pj::Machine m = machine();
+  for (const std::string& s : {"ddp", "fsdp", "pipeline"}) {
+    SCOPED_TRACE(s);
+    pj::Config c = config(s, 4, 8);
+    const pj::Prediction fp32 = pj::predict(p, m, c, {});
+    c.reduce_dtype = "bf16";
+    const pj::Prediction bf16 = pj::predict(p, m, c, {});
+    ASSERT_GT(fp32.comm_bytes, 0);
+    if (s == "ddp") EXPECT_DOUBLE_EQ(2 * bf16.comm_bytes, fp32.comm_bytes);
+    if (s == "fsdp") {
+      EXPECT_LT(bf16.comm_bytes, fp32.comm_bytes);
+      EXPECT_GT(bf16.comm_bytes, fp32.comm_bytes / 2);
+    }
+    if (s == "pipeline") EXPECT_EQ(bf16.comm_bytes, fp32.comm_bytes);
+    if (s != "pipeline") EXPECT_GT(bf16.peak_bytes, fp32.peak_bytes) << "the wire's staging";
+  }
 }
 
 }  // namespace
