@@ -146,5 +146,48 @@ TEST(CommBf16, WireStagingIsReused) {
   EXPECT_EQ(buf[0][0], 4.0f);  // 1 + 1, twice
 }
 
+// On GPUs: the wire's rounding and widening are CUDA kernels and its staging device memory.
+// In-process ranks sharing a GPU sum in rank order as on the CPU (bit for bit); NCCL in its own
+// order, each partial sum rounded: within (N-1) 2^-8 sum|x| of the exact sum, a bf16 value.
+TEST(CommBf16, OnGpusInProcessAndNccl) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  test::Rand r;
+  const int64_t n = 3001;
+  for (bool nccl : {false, true}) {
+    const int ranks = nccl ? std::min(4, cuda_device_count()) : 3;
+#ifndef PARBENCH_HAVE_NCCL
+    if (nccl) GTEST_SKIP() << "built without NCCL";
+#endif
+    if (nccl && ranks < 2) GTEST_SKIP() << "NCCL needs 2 GPUs";
+    SCOPED_TRACE(fmt::format("{} ranks, {}, seed {}", ranks, nccl ? "nccl" : "in process", r.seed));
+    std::vector<Device> devs;
+    for (int k = 0; k < ranks; ++k) devs.push_back(cuda(nccl ? k : 0));
+    Group g(devs, nccl ? CommKind::Nccl : CommKind::InProcess);
+    std::vector<std::vector<float>> in;
+    for (int k = 0; k < ranks; ++k) in.push_back(r.vec(n));
+    std::vector<std::vector<float>> rounded = in, got(ranks);
+    for (auto& v : rounded)
+      for (float& x : v) x = round_bf16(x);
+    const std::vector<float> want = ring_sum(rounded);
+    g.run([&](int k) {
+      Tensor t = Tensor::from_host({n}, in[k], g.comm->device(k));
+      g.comm->all_reduce_start(k, t.data(), 1000, DType::Bf16);
+      g.comm->all_reduce_start(k, t.data() + 1000, n - 1000, DType::Bf16);
+      g.comm->wait(k);
+      got[k] = t.to_host();
+    });
+    for (int k = 0; k < ranks; ++k) {
+      EXPECT_EQ(g.comm->stats(k).bytes, static_cast<std::size_t>(n) * 2);
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(got[k][i], round_bf16(got[k][i])) << "rank " << k << " [" << i << "] is not a bf16 value";
+        if (!nccl) ASSERT_EQ(got[k][i], want[i]) << "rank " << k << " [" << i << "]";
+        double exact = 0, mag = 0;
+        for (const auto& v : rounded) exact += v[i], mag += std::abs(v[i]);
+        ASSERT_LE(std::abs(got[k][i] - exact), (ranks - 1) * std::ldexp(mag, -8)) << "rank " << k << " [" << i << "]";
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace pb::comm_test
