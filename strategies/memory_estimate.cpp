@@ -226,9 +226,9 @@ MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch, const 
       // The shard's parameters, gradients and Adam moments, the gathered parameters (fsdp: one
       // unit's, two with prefetch, the unit computing and the next; zero2: every unit's from
       // forward to backward; hsdp as fsdp) and one unit's full gradients, made once at setup.
-      // bf16: each unit's Sequential also keeps a bf16 copy of the unit's parameters, made at its
+      // bf16: the units share one bf16 copy of their parameters, the largest unit's, made at the
       // first forward (a worker without a chunk runs none).
-      w[i].params = shard + whole * (model.gathered == 0 ? all : model.gathered * largest) + (c.bf16 && n > 0 ? 0.5 * P : 0);
+      w[i].params = shard + whole * (model.gathered == 0 ? all : model.gathered * largest) + (c.bf16 && n > 0 ? 0.5 * largest : 0);
       w[i].state = 3 * shard + whole * largest + shard_staging(largest, W);
       w[i].acts = n * in + 2 * n * outn + 1 + acts + scratch + 2 * max_in;
       w[i].workspace = ws;
