@@ -50,6 +50,8 @@ std::vector<Flag> training_flags() {
       {"memory-limit", "GIB", "memory a configuration may use: in all on CPU, per GPU on CUDA (default: available RAM / GPU memory)", "", FlagType::Number},
       {"first-bucket-mb", "MB", "ddp: size of the first gradient bucket (the last layers') in MiB", "1", FlagType::Number},
       {"grad-average", "MODE", "ddp: global (the global batch mean, as every strategy) or local (torch DDP: mean of the ranks' local means)", "global"},
+      {"reduce-dtype", "D", "fp32 or bf16: the dtype gradients are all-reduced / reduce-scattered in (dp, ddp, fsdp, zero2, hsdp, dp x pp, dp x tp; docs/bf16.md)", "fp32"},
+      {"param-dtype", "D", "fp32 or bf16: the dtype fsdp, zero2 and hsdp all-gather parameters in (bf16 needs --precision bf16)", "fp32"},
       {"dp", "D", "dp x pp / dp x tp hybrids: D data-parallel replicas (with --pp: the strategy dp<D>xpp<P> on D*P devices)", ""},
       {"pp", "P", "dp x pp hybrids: P pipeline stages per replica", ""},
       {"tp", "T", "dp x tp hybrids: a T-way tensor-parallel group per replica (with --dp: the strategy dp<D>xtp<T> on D*T devices)", ""},
@@ -239,6 +241,8 @@ StrategyOptions strategy_options(const Flags& f, int devices, int64_t global_bat
   if (f.has("schedule")) o.schedule = pipeline_schedule(f.str("schedule"));
   o.recompute = f.on("recompute");
   o.backend.precision = parse_precision(f.str("precision"));
+  o.reduce_dtype = parse_dtype_label(f.str("reduce-dtype"), "--reduce-dtype");
+  o.param_dtype = parse_dtype_label(f.str("param-dtype"), "--param-dtype");
   const double comm_timeout = f.number("comm-timeout");
   if (comm_timeout < 0) throw UsageError(fmt::format("--comm-timeout must be >= 0 seconds, got {}", comm_timeout));
   set_comm_timeout(comm_timeout);

@@ -94,6 +94,8 @@ int cmd_project(const std::vector<std::string>& args) {
               {"bucket-mb", "LIST", "ddp bucket sizes in MiB", "1,25"},
               {"plan", "FILE", "project this plan file (JSON, as parbench plan --format json writes; validated first) at its workers, batch and micro-batches instead of --strategies", ""},
               {"first-bucket-mb", "MB", "ddp: the first bucket's size (the last layers') in MiB, as run's", "1"},
+              {"reduce-dtype", "D", "fp32 or bf16: the dtype gradients are reduced in, as run's (priced at its bytes; strategies that reduce none unchanged)", "fp32"},
+              {"param-dtype", "D", "fp32 or bf16: the dtype fsdp, zero2 and hsdp gather parameters in, as run's (bf16 needs --precision bf16)", "fp32"},
               {"balance", "L1,L2,..|time|seed", "mp/pipeline/dp<D>xpp<P>: the stages as run's --balance (time: by the profile's layer times; default: by FLOPs)", ""},
               {"recompute", "", "also the pipeline variants that recompute stage activations in backward", ""},
               {"threads", "N", "CPU threads per worker (0: the cores shared among the workers, as run does)", "0"},
@@ -256,6 +258,10 @@ int cmd_project(const std::vector<std::string>& args) {
     pr.rows.push_back(pj::predict(profile_for(profiles, m.shared_cores > 0 ? oc.threads_per_worker : profiles.front().threads), m, c, oc));
     all.push_back(std::move(pr));
   }
+  const std::string reduce_dtype = dtype_label(parse_dtype_label(f.str("reduce-dtype"), "--reduce-dtype"));
+  const std::string param_dtype = dtype_label(parse_dtype_label(f.str("param-dtype"), "--param-dtype"));
+  if (param_dtype == "bf16" && profiles.front().precision != "bf16")
+    throw UsageError(fmt::format("--param-dtype bf16 needs --precision bf16 (the projection prices {})", profiles.front().precision));
   for (const int64_t batch : user ? std::vector<int64_t>{} : batches) {
     for (const std::string& mode : {std::string("weak"), std::string("strong")}) {
       if (scaling != "both" && scaling != mode) continue;
@@ -267,6 +273,7 @@ int cmd_project(const std::vector<std::string>& args) {
         for (const std::string& s : strategies)
           for (pj::Config c : pj::configurations(s, static_cast<int>(d), global, sweep)) {
             c.first_bucket_bytes = first_mb * kMiB;
+            c.reduce_dtype = reduce_dtype, c.param_dtype = param_dtype;
             pj::set_balance(c, f.str("balance"), "--balance");
             const int t = m.threads_per_worker(c.devices, o.threads_per_worker);
             pj::Options oc = o;

@@ -115,6 +115,9 @@ void add_run_context(const RunPlan& p, const Flags& f, const Sweep& sw) {
   put(ctx::recompute, f.on("recompute") ? "true" : "per strategy");
   put(ctx::first_bucket_mb, f.str("first-bucket-mb"));
   if (f.str("grad-average") != "global") put(ctx::grad_average, f.str("grad-average"));  // the default is unnamed
+  // Absent = fp32: runs from before the flags compare with fp32 ones.
+  if (f.str("reduce-dtype") != "fp32") put(ctx::reduce_dtype, f.str("reduce-dtype"));
+  if (f.str("param-dtype") != "fp32") put(ctx::param_dtype, f.str("param-dtype"));
 }
 
 }  // namespace pb

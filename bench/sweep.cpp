@@ -80,6 +80,8 @@ double predicted_bytes(Sweep& sw, const Config& c, const StepStats& st) {
   mc.devices = c.devices;
   mc.micro_batches = st.micro_batches;
   mc.bf16 = c.options.backend.precision == Precision::Bf16;
+  mc.reduce_bf16 = c.options.reduce_dtype == DType::Bf16;
+  mc.param_bf16 = c.options.param_dtype == DType::Bf16;
   mc.virtual_stages = c.options.virtual_stages;
   if (!st.chunk_stages.empty()) mc.stages = st.chunk_stages;
   else if (st.staged)

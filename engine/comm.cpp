@@ -58,7 +58,10 @@ Communicator::Communicator(std::vector<Backend*> ranks)
       waits_(ranks_.size()),
       calls_(ranks_.size()),
       grouped_(ranks_.size(), 0),
-      started_(ranks_.size(), CollKind::AllReduce) {
+      started_(ranks_.size(), CollKind::AllReduce),
+      staging_(ranks_.size()),
+      staged_(ranks_.size(), 0),
+      widen_(ranks_.size()) {
   PB_CHECK(!ranks_.empty(), "a communicator needs at least one rank");
   bool any = false;
   for (Backend* b : ranks_) any = any || b != nullptr;
@@ -126,7 +129,8 @@ void Communicator::waited(int rank, std::chrono::steady_clock::time_point from, 
 // compute span (the worker's thread is busy here) and leaves its idle and transfer spans where
 // they happened.
 template <class F>
-void Communicator::timed(int rank, std::size_t bytes, F&& f, CollKind kind, int peer, int64_t n, bool blocking) {
+void Communicator::timed(int rank, std::size_t bytes, F&& f, CollKind kind, int peer, int64_t n, bool blocking,
+                         std::size_t elem) {
   PB_CHECK(0 <= rank && rank < size(), "rank {} of {}", rank, size());
   PB_CHECK(is_local(rank), "rank {} of {} belongs to another process", rank, size());
   PB_CHECK(!grouped_[rank] || (kind == CollKind::SendRecv && peer >= 0 && !blocking),
@@ -164,7 +168,7 @@ void Communicator::timed(int rank, std::size_t bytes, F&& f, CollKind kind, int 
     const std::string what =
         !named ? std::string()
         : (kind == CollKind::AllReduce || kind == CollKind::AllGather) && n <= 0 ? fmt::format("{} completion", coll_kind_name(kind))
-        : fmt::format("{} {}{}", coll_kind_name(kind), size_str(static_cast<double>(n > 0 ? n : 0) * sizeof(float)),
+        : fmt::format("{} {}{}", coll_kind_name(kind), size_str(static_cast<double>(n > 0 ? n : 0) * elem),
                             peer >= 0 ? fmt::format(" peer {}", peer) : "");
     const std::string idle = named ? (peer >= 0 ? fmt::format("wait for peer {}", peer) : std::string("wait for peers")) : std::string();
     if (ranks_[rank]->device().kind != DeviceKind::Cpu && t1 > t0)  // a CPU backend never queues
@@ -201,23 +205,24 @@ void Communicator::group_end(int rank) {
   observed(rank, {CommCall::GroupEnd});
 }
 
-void Communicator::all_reduce(int rank, float* buf, int64_t n) {
-  all_reduce_start(rank, buf, n);
-  wait(rank);
+// Started collectives complete here (MPI): the call's transfer time is theirs, booked under the
+// kind last started (ddp starts only all-reduces, the prefetching fsdp only all-gathers). Bf16
+// wire results are widened after it, on the rank's compute queue.
+void Communicator::wait(int rank) {
+  timed(rank, 0, [&] { do_wait(rank); }, started_.at(rank));
+  for (const Widen& w : widen_[rank]) backend(rank).from_bf16(w.n, w.from, w.to);
+  widen_[rank].clear();
+  staged_[rank] = 0;
 }
 
-void Communicator::all_reduce_start(int rank, float* buf, int64_t n) {
+void Communicator::all_reduce_typed(int rank, void* buf, int64_t n, DType t) {
   PB_CHECK(n >= 0, "all_reduce of {} values", n);
-  timed(rank, n * sizeof(float), [&] {
-    if (n > 0) do_all_reduce(rank, buf, n);
-  }, CollKind::AllReduce, -1, n);
+  timed(rank, n * dtype_size(t), [&] {
+    if (n > 0) do_all_reduce(rank, buf, n, t);
+  }, CollKind::AllReduce, -1, n, false, dtype_size(t));
   started_.at(rank) = CollKind::AllReduce;
   observed(rank, {CommCall::Collective, CollKind::AllReduce, -1, n});
 }
-
-// Started collectives complete here (MPI): the call's transfer time is theirs, booked under the
-// kind last started (ddp starts only all-reduces, the prefetching fsdp only all-gathers).
-void Communicator::wait(int rank) { timed(rank, 0, [&] { do_wait(rank); }, started_.at(rank)); }
 
 void Communicator::broadcast(int rank, float* buf, int64_t n, int root) {
   PB_CHECK(n >= 0 && 0 <= root && root < size(), "broadcast of {} values from root {} of {}", n, root, size());
@@ -227,11 +232,11 @@ void Communicator::broadcast(int rank, float* buf, int64_t n, int root) {
   observed(rank, {CommCall::Collective, CollKind::Broadcast, root, n});
 }
 
-void Communicator::reduce(int rank, float* buf, int64_t n, int root) {
+void Communicator::reduce_typed(int rank, void* buf, int64_t n, int root, DType t) {
   PB_CHECK(n >= 0 && 0 <= root && root < size(), "reduce of {} values to root {} of {}", n, root, size());
-  timed(rank, n * sizeof(float), [&] {
-    if (n > 0) do_reduce(rank, buf, n, root);
-  }, CollKind::Reduce, -1, n);
+  timed(rank, n * dtype_size(t), [&] {
+    if (n > 0) do_reduce(rank, buf, n, root, t);
+  }, CollKind::Reduce, -1, n, false, dtype_size(t));
   observed(rank, {CommCall::Collective, CollKind::Reduce, root, n});
 }
 
@@ -276,28 +281,21 @@ void Communicator::wait_transfer(int rank, int64_t id) {
   observed(rank, {CommCall::WaitTransfer, CollKind::SendRecv, -1, 0, id});
 }
 
-void Communicator::all_gather(int rank, const float* send, float* recv, int64_t n) {
+void Communicator::all_gather_typed(int rank, const void* send, void* recv, int64_t n, DType t, bool start) {
   PB_CHECK(n >= 0, "all_gather of {} values per rank", n);
-  timed(rank, static_cast<std::size_t>(n) * size() * sizeof(float), [&] {
-    if (n > 0) do_all_gather(rank, send, recv, n);
-  }, CollKind::AllGather, -1, n * size());
+  timed(rank, static_cast<std::size_t>(n) * size() * dtype_size(t), [&] {
+    if (n > 0 && start) do_all_gather_start(rank, send, recv, n, t);
+    else if (n > 0) do_all_gather(rank, send, recv, n, t);
+  }, CollKind::AllGather, -1, n * size(), false, dtype_size(t));
+  if (start) started_.at(rank) = CollKind::AllGather;
   observed(rank, {CommCall::Collective, CollKind::AllGather, -1, n});
 }
 
-void Communicator::all_gather_start(int rank, const float* send, float* recv, int64_t n) {
-  PB_CHECK(n >= 0, "all_gather of {} values per rank", n);
-  timed(rank, static_cast<std::size_t>(n) * size() * sizeof(float), [&] {
-    if (n > 0) do_all_gather_start(rank, send, recv, n);
-  }, CollKind::AllGather, -1, n * size());
-  started_.at(rank) = CollKind::AllGather;
-  observed(rank, {CommCall::Collective, CollKind::AllGather, -1, n});
-}
-
-void Communicator::reduce_scatter(int rank, const float* send, float* recv, int64_t n) {
+void Communicator::reduce_scatter_typed(int rank, const void* send, void* recv, int64_t n, DType t) {
   PB_CHECK(n >= 0, "reduce_scatter of {} values per rank", n);
-  timed(rank, static_cast<std::size_t>(n) * size() * sizeof(float), [&] {
-    if (n > 0) do_reduce_scatter(rank, send, recv, n);
-  }, CollKind::ReduceScatter, -1, n * size());
+  timed(rank, static_cast<std::size_t>(n) * size() * dtype_size(t), [&] {
+    if (n > 0) do_reduce_scatter(rank, send, recv, n, t);
+  }, CollKind::ReduceScatter, -1, n * size(), false, dtype_size(t));
   observed(rank, {CommCall::Collective, CollKind::ReduceScatter, -1, n});
 }
 
@@ -311,20 +309,22 @@ class SoloComm final : public Communicator {
   void abort() noexcept override {}
 
  protected:
-  void do_all_reduce(int, float*, int64_t) override {}
+  void do_all_reduce(int, void*, int64_t, DType) override {}
   void do_wait(int) override {}
   void do_broadcast(int, float*, int64_t, int) override {}
-  void do_reduce(int, float*, int64_t, int) override {}
+  void do_reduce(int, void*, int64_t, int, DType) override {}
   void do_send(int, const float*, int64_t, int) override {}  // unreachable: peer != rank is checked
   void do_recv(int, float*, int64_t, int) override {}
   int64_t do_send_start(int, const float*, int64_t, int) override { return 0; }  // unreachable, as do_send
   int64_t do_recv_start(int, float*, int64_t, int) override { return 0; }
   void do_wait_transfer(int, int64_t) override {}
   // The one piece is the whole buffer: a copy on the rank's device (queued after its work).
-  void do_all_gather(int rank, const float* send, float* recv, int64_t n) override { copy(rank, send, recv, n); }
-  void do_reduce_scatter(int rank, const float* send, float* recv, int64_t n) override { copy(rank, send, recv, n); }
-  void copy(int rank, const float* src, float* dst, int64_t n) {
-    if (src != dst) backend(rank).copy(device(rank), dst, device(rank), src, static_cast<std::size_t>(n) * sizeof(float));
+  void do_all_gather(int rank, const void* send, void* recv, int64_t n, DType t) override { copy(rank, send, recv, n, t); }
+  void do_reduce_scatter(int rank, const void* send, void* recv, int64_t n, DType t) override {
+    copy(rank, send, recv, n, t);
+  }
+  void copy(int rank, const void* src, void* dst, int64_t n, DType t) {
+    if (src != dst) backend(rank).copy(device(rank), dst, device(rank), src, static_cast<std::size_t>(n) * dtype_size(t));
   }
   bool orders_with_events() const override { return true; }  // nothing to order
 };

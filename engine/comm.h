@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/backend.h"
+#include "engine/tensor.h"
 #include "engine/trace.h"
 
 namespace pb {
@@ -80,23 +81,38 @@ class Communicator {
   // after the work already queued on the rank's backend, and the backend's later work after it
   // (a host-side communicator completes it before returning; NCCL orders the streams with events
   // and returns at once) -- except all_reduce_start, whose result is ordered by wait().
-  void all_reduce(int rank, float* buf, int64_t n);  // sum, in place: all_reduce_start + wait
-  void all_reduce_start(int rank, float* buf, int64_t n);
+  //
+  // wire (all-reduce, reduce, all-gather, reduce-scatter): the dtype on the wire. Bf16 rounds the
+  // fp32 values to bf16 on the rank's compute queue into staging the communicator keeps, runs the
+  // bf16 collective below and widens the result back into the fp32 buffer (a started one at
+  // wait()); the bytes booked are the bf16 payload's (--reduce-dtype, --param-dtype; docs/bf16.md).
+  void all_reduce(int rank, float* buf, int64_t n, DType wire = DType::F32);  // sum, in place: start + wait
+  void all_reduce_start(int rank, float* buf, int64_t n, DType wire = DType::F32);
   void wait(int rank);
   void broadcast(int rank, float* buf, int64_t n, int root);
-  void reduce(int rank, float* buf, int64_t n, int root);  // sum into root's buf; others keep theirs
+  void reduce(int rank, float* buf, int64_t n, int root, DType wire = DType::F32);  // sum into root's buf; others keep theirs
   void send(int rank, const float* buf, int64_t n, int peer);
   void recv(int rank, float* buf, int64_t n, int peer);
   // Equal pieces of n values per rank, as NCCL takes them (callers pad uneven shards); bytes
   // booked: the whole gathered buffer, size() * n values (the nccl-tests size of both).
   // all_gather: recv[r*n, (r+1)*n) = rank r's send (n values); recv holds size() * n.
-  void all_gather(int rank, const float* send, float* recv, int64_t n);
+  void all_gather(int rank, const float* send, float* recv, int64_t n, DType wire = DType::F32);
   // reduce_scatter: recv (n values) = the sum over ranks of their send[rank*n, (rank+1)*n).
-  void reduce_scatter(int rank, const float* send, float* recv, int64_t n);
+  void reduce_scatter(int rank, const float* send, float* recv, int64_t n, DType wire = DType::F32);
   // all_gather that returns at once, its result ordered by wait() as all_reduce_start's: the
   // prefetching fsdp variants gather the next unit while the current one computes. recv must stay
   // untouched, and send unchanged, until then. A host-side communicator may complete it in the call.
-  void all_gather_start(int rank, const float* send, float* recv, int64_t n);
+  void all_gather_start(int rank, const float* send, float* recv, int64_t n, DType wire = DType::F32);
+
+  // The same collectives on bf16 buffers. A bf16 sum adds two bf16 values in fp32 and rounds the
+  // result to bf16 at every partial sum, as NCCL's ncclBfloat16 sum does: in-process in rank order
+  // (every rank gets the same bits), NCCL and MPI in their own algorithm's order.
+  void all_reduce(int rank, Bf16* buf, int64_t n);
+  void all_reduce_start(int rank, Bf16* buf, int64_t n);
+  void reduce(int rank, Bf16* buf, int64_t n, int root);
+  void all_gather(int rank, const Bf16* send, Bf16* recv, int64_t n);
+  void all_gather_start(int rank, const Bf16* send, Bf16* recv, int64_t n);
+  void reduce_scatter(int rank, const Bf16* send, Bf16* recv, int64_t n);
 
   // Point-to-point transfers that return at once, so a pipeline stage can start its next
   // micro-batch while its output travels. The send's buffer must stay unchanged, and the recv's
@@ -129,10 +145,11 @@ class Communicator {
   void set_tracer(int rank, Tracer* t) { tracers_.at(rank) = t; }
 
  protected:
-  virtual void do_all_reduce(int rank, float* buf, int64_t n) = 0;  // may return before done
+  // The reductions and gathers take their buffers' dtype t (F32: float, Bf16: Bf16 values).
+  virtual void do_all_reduce(int rank, void* buf, int64_t n, DType t) = 0;  // may return before done
   virtual void do_wait(int rank) = 0;
   virtual void do_broadcast(int rank, float* buf, int64_t n, int root) = 0;
-  virtual void do_reduce(int rank, float* buf, int64_t n, int root) = 0;
+  virtual void do_reduce(int rank, void* buf, int64_t n, int root, DType t) = 0;
   virtual void do_send(int rank, const float* buf, int64_t n, int peer) = 0;
   virtual void do_recv(int rank, float* buf, int64_t n, int peer) = 0;
   // Return an id, unique among the rank's transfers not yet waited for.
@@ -141,11 +158,11 @@ class Communicator {
   virtual void do_wait_transfer(int rank, int64_t id) = 0;
   virtual void do_group_start(int) {}
   virtual void do_group_end(int) {}
-  virtual void do_all_gather(int rank, const float* send, float* recv, int64_t n) = 0;
-  virtual void do_reduce_scatter(int rank, const float* send, float* recv, int64_t n) = 0;
+  virtual void do_all_gather(int rank, const void* send, void* recv, int64_t n, DType t) = 0;
+  virtual void do_reduce_scatter(int rank, const void* send, void* recv, int64_t n, DType t) = 0;
   // Completes by do_wait; by default at once, as do_all_gather.
-  virtual void do_all_gather_start(int rank, const float* send, float* recv, int64_t n) {
-    do_all_gather(rank, send, recv, n);
+  virtual void do_all_gather_start(int rank, const void* send, void* recv, int64_t n, DType t) {
+    do_all_gather(rank, send, recv, n, t);
   }
 
   Backend& backend(int rank) const { return *ranks_.at(rank); }  // a local rank's
@@ -166,9 +183,23 @@ class Communicator {
  private:
   // A call's bookkeeping: bytes and time, split into idle and transfer, per kind, into the tracer.
   // blocking: a send or recv that returns complete (refused inside a group).
+  // elem: the bytes of one of the n values (a span's name gives the payload).
   template <class F>
   void timed(int rank, std::size_t bytes, F&& f, CollKind kind = CollKind::Other, int peer = -1, int64_t n = 0,
-             bool blocking = false);
+             bool blocking = false, std::size_t elem = sizeof(float));
+  // The typed collectives behind the float and bf16 entry points.
+  void all_reduce_typed(int rank, void* buf, int64_t n, DType t);
+  void reduce_typed(int rank, void* buf, int64_t n, int root, DType t);
+  void all_gather_typed(int rank, const void* send, void* recv, int64_t n, DType t, bool start);
+  void reduce_scatter_typed(int rank, const void* send, void* recv, int64_t n, DType t);
+  // Bf16 wire staging (engine/comm_wire.cpp): slot k of the rank's grow-only staging, holding at
+  // least n bf16 values on its device; a started all-reduce's slots stay taken until wait().
+  Bf16* staging(int rank, int64_t n);
+  struct Widen {  // a started bf16 all-reduce's result, widened into `to` at wait()
+    const Bf16* from;
+    float* to;
+    int64_t n;
+  };
   void observed(int rank, const CommCall& c) const;
   struct Call {  // a call that moved data, for event-ordered per-kind times
     CollKind kind;
@@ -185,6 +216,9 @@ class Communicator {
   std::vector<std::vector<Call>> calls_;
   std::vector<char> grouped_;  // per rank: inside group_start .. group_end
   std::vector<CollKind> started_;  // per rank: the kind of the last start, whose time wait() books
+  std::vector<std::vector<Tensor>> staging_;  // per rank: its slots
+  std::vector<int> staged_;                   // per rank: slots taken
+  std::vector<std::vector<Widen>> widen_;     // per rank
 };
 
 // A call as a communicator's front end saw it, for checking on CPU the order of the calls NCCL

@@ -31,9 +31,9 @@ class InProcComm final : public Communicator {
   }
 
  protected:
-  void do_all_reduce(int rank, float* buf, int64_t n) override { sum(rank, buf, n, -1); }
+  void do_all_reduce(int rank, void* buf, int64_t n, DType t) override { sum(rank, buf, n, -1, t); }
   void do_wait(int) override {}  // every call above completes before returning
-  void do_reduce(int rank, float* buf, int64_t n, int root) override { sum(rank, buf, n, root); }
+  void do_reduce(int rank, void* buf, int64_t n, int root, DType t) override { sum(rank, buf, n, root, t); }
 
   void do_broadcast(int rank, float* buf, int64_t n, int root) override {
     if (rank == root) src_[root] = buf, ready_[root] = mark(rank);
@@ -77,30 +77,29 @@ class InProcComm final : public Communicator {
   }
 
   // Each rank copies every piece from its publisher (a host copy when on a GPU).
-  void do_all_gather(int rank, const float* send, float* recv, int64_t n) override {
+  void do_all_gather(int rank, const void* send, void* recv, int64_t n, DType t) override {
     Event* mine = mark(rank);
-    src_[rank] = publish(rank, send, n, mine);
+    src_[rank] = publish(rank, send, bytes(n, t), mine);
     meet(rank);  // every piece is published
     // Host pieces, ordered by the meet: only recv's earlier users to wait for. In place: no copy.
-    for (int k = 0; k < size(); ++k)
-      if (src_[k] != recv + k * n) copy(rank, device(rank), recv + k * n, cpu(), src_[k], bytes(n), {mine});
+    for (int k = 0; k < size(); ++k) {
+      char* to = static_cast<char*>(recv) + k * bytes(n, t);
+      if (src_[k] != to) copy(rank, device(rank), to, cpu(), src_[k], bytes(n, t), {mine});
+    }
     meet(rank);  // the pieces stay untouched until every rank has its copies
   }
 
   // Each rank sums its own piece over ranks in rank order, as sum() does: the values equal an
   // all-reduce's bit for bit.
-  void do_reduce_scatter(int rank, const float* send, float* recv, int64_t n) override {
+  void do_reduce_scatter(int rank, const void* send, void* recv, int64_t n, DType t) override {
     Event* mine = mark(rank);
-    src_[rank] = publish(rank, send, size() * n, mine);
+    src_[rank] = publish(rank, send, size() * bytes(n, t), mine);
     meet(rank);  // every input is published
     std::vector<float>& out = piece_[rank];
-    out.assign(src_[0] + rank * n, src_[0] + (rank + 1) * n);
-    for (int k = 1; k < size(); ++k) {
-      const float* in = src_[k] + rank * n;
-      for (int64_t i = 0; i < n; ++i) out[i] += in[i];
-    }
+    out.resize(static_cast<std::size_t>(n));
+    add_ranks(out.data(), rank * n, (rank + 1) * n, rank * n, t);
     meet(rank);  // nobody reads the inputs any more
-    copy(rank, device(rank), recv, cpu(), out.data(), bytes(n), {mine});
+    copy(rank, device(rank), recv, cpu(), out.data(), bytes(n, t), {mine});
   }
 
   // Non-blocking transfers: a channel per (sender, receiver) pair queues the sends and recvs not
@@ -179,10 +178,10 @@ class InProcComm final : public Communicator {
 
   // The host address of a rank's n input values: the buffer itself on the CPU, else a copy
   // (ordered after `written`, the rank's mark).
-  const float* publish(int rank, const float* buf, int64_t n, Event* written) {
+  const void* publish(int rank, const void* buf, std::size_t bytes, Event* written) {
     if (device(rank).kind == DeviceKind::Cpu) return buf;
-    host_[rank].resize(static_cast<std::size_t>(n));
-    copy(rank, cpu(), host_[rank].data(), device(rank), buf, bytes(n), {written});
+    host_[rank].resize((bytes + sizeof(float) - 1) / sizeof(float));
+    copy(rank, cpu(), host_[rank].data(), device(rank), buf, bytes, {written});
     return host_[rank].data();
   }
 
@@ -230,7 +229,7 @@ class InProcComm final : public Communicator {
     bool posted = false, taken = false;
   };
 
-  static std::size_t bytes(int64_t n) { return static_cast<std::size_t>(n) * sizeof(float); }
+  static std::size_t bytes(int64_t n, DType t = DType::F32) { return static_cast<std::size_t>(n) * dtype_size(t); }
 
   void throw_if_aborted() const {
     if (aborted_) throw Error("communicator aborted: another worker failed");
@@ -263,23 +262,37 @@ class InProcComm final : public Communicator {
 
   // Sum over ranks in rank order (so every rank gets bit-identical values); each rank adds up
   // its own slice of the elements. root < 0: every rank receives the sum; else only root.
-  void sum(int rank, float* buf, int64_t n, int root) {
+  void sum(int rank, void* buf, int64_t n, int root, DType t) {
     const Device dev = device(rank);
     Event* mine = mark(rank);
-    src_[rank] = publish(rank, buf, n, mine);
+    src_[rank] = publish(rank, buf, bytes(n, t), mine);
     // Only rank 0 resizes, and nobody reads sum_ between the previous call's last meet and this one.
     if (rank == 0 && static_cast<int64_t>(sum_.size()) < n) sum_.resize(static_cast<std::size_t>(n));
     meet(rank);  // every rank's input is published
-    const int64_t lo = n * rank / size(), hi = n * (rank + 1) / size();
-    float* out = sum_.data();
-    for (int64_t i = lo; i < hi; ++i) out[i] = src_[0][i];
-    for (int k = 1; k < size(); ++k) {
-      const float* in = src_[k];
-      for (int64_t i = lo; i < hi; ++i) out[i] += in[i];
-    }
+    add_ranks(sum_.data(), n * rank / size(), n * (rank + 1) / size(), 0, t);
     meet(rank);  // the sum is complete, and nobody reads the inputs any more
-    if (root < 0 || root == rank) copy(rank, dev, buf, cpu(), sum_.data(), bytes(n), {mine});
+    if (root < 0 || root == rank) copy(rank, dev, buf, cpu(), sum_.data(), bytes(n, t), {mine});
     meet(rank);  // sum_ and host_ are free for the next call
+  }
+
+  // Elements [lo, hi) of the ranks' published inputs summed in rank order into out[i - base].
+  // Bf16 rounds every partial sum to bf16, as one hop of NCCL's ring does; out then holds Bf16s.
+  void add_ranks(float* out, int64_t lo, int64_t hi, int64_t base, DType t) const {
+    const int64_t at = base;
+    if (t == DType::F32) {
+      for (int64_t i = lo; i < hi; ++i) out[i - at] = static_cast<const float*>(src_[0])[i];
+      for (int k = 1; k < size(); ++k) {
+        const float* in = static_cast<const float*>(src_[k]);
+        for (int64_t i = lo; i < hi; ++i) out[i - at] += in[i];
+      }
+      return;
+    }
+    Bf16* o = reinterpret_cast<Bf16*>(out);
+    for (int64_t i = lo; i < hi; ++i) o[i - at] = static_cast<const Bf16*>(src_[0])[i];
+    for (int k = 1; k < size(); ++k) {
+      const Bf16* in = static_cast<const Bf16*>(src_[k]);
+      for (int64_t i = lo; i < hi; ++i) o[i - at] = to_bf16(from_bf16(o[i - at]) + from_bf16(in[i]));
+    }
   }
 
   // Each on a cache line of its own: sharing one with whatever the allocator put beside them, two
@@ -289,10 +302,10 @@ class InProcComm final : public Communicator {
   alignas(64) int arrived_ = 0;
   uint64_t generation_ = 0;
   bool aborted_ = false;
-  std::vector<const float*> src_;          // per rank, published before a meet()
+  std::vector<const void*> src_;           // per rank, published before a meet()
   std::vector<Event*> ready_;              // per rank, published with src_: its mark
   std::vector<std::vector<float>> host_;   // per rank: host copy of a device buffer
-  std::vector<float> sum_;
+  std::vector<float> sum_;                 // float or (its first half) Bf16 values
   std::vector<Mail> mail_;                 // [sender * size + receiver]
   std::vector<Channel> channels_;          // [sender * size + receiver], under mu_
   std::vector<std::map<int64_t, std::shared_ptr<Transfer>>> started_;  // per rank, its own thread's

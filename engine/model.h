@@ -75,6 +75,12 @@ class Sequential {
   // Uses other's scratch from now on: stages on one device whose backwards never overlap
   // (fsdp's units) hold one pair, the largest any needs, instead of one each.
   void share_scratch(Sequential& other) { gbuf_ = other.gbuf_; }
+  // The same for the bf16 copy of the parameters (autocast's weight cast): one buffer, the largest
+  // any needs, instead of one per stage (fsdp's units); each backward then rounds it again.
+  void share_params16(Sequential& other) {
+    params16_ = other.params16_;
+    params16_shared_ = other.params16_shared_ = true;
+  }
 
  private:
   struct Slot {
@@ -110,7 +116,9 @@ class Sequential {
   Backend* backend_;
   bool bf16_;
   Tensor params_, grads_;
-  Tensor params16_;  // bf16 path: params_ rounded to bf16 at every forward
+  // bf16 path: params_ rounded to bf16 at every forward (shared: also at every backward).
+  std::shared_ptr<Tensor> params16_ = std::make_shared<Tensor>();
+  bool params16_shared_ = false;
   std::map<int, Slot> slots_;
   // Sets of per-layer output gradients kept from backward_data to backward_weights; reused.
   std::vector<std::vector<Tensor>> kept_;

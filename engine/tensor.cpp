@@ -24,6 +24,13 @@ std::string shape_str(const Shape& s) {
 }
 
 const char* dtype_name(DType t) { return t == DType::F32 ? "float32" : "bfloat16"; }
+const char* dtype_label(DType t) { return t == DType::F32 ? "fp32" : "bf16"; }
+
+DType parse_dtype_label(const std::string& s, const std::string& what) {
+  if (s == "fp32") return DType::F32;
+  if (s == "bf16") return DType::Bf16;
+  throw UsageError(fmt::format("{}: unknown dtype '{}': expected fp32 or bf16", what, s));
+}
 
 Buffer::Buffer(Device dev, std::size_t bytes, MemoryPool pool)
     : dev_(dev), bytes_(bytes), pool_(pool), ptr_(allocator_for(dev).allocate(bytes, pool)) {}

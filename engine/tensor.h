@@ -22,6 +22,9 @@ std::string shape_str(const Shape& s);
 
 enum class DType { F32, Bf16 };
 const char* dtype_name(DType t);
+// The words flags, plans and reports use: "fp32", "bf16" (--reduce-dtype, --param-dtype).
+const char* dtype_label(DType t);
+DType parse_dtype_label(const std::string& s, const std::string& what);  // UsageError naming `what`
 inline std::size_t dtype_size(DType t) { return t == DType::F32 ? sizeof(float) : sizeof(Bf16); }
 
 class Buffer {

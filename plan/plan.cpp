@@ -129,6 +129,7 @@ std::string what(const Plan& p, const Action& a) {
     if (a.root >= 0) s += fmt::format(" root {}", a.root);
   }
   if (a.count) s += fmt::format(" {} values", a.count);
+  if (a.dtype != DType::F32) s += fmt::format(" {}", dtype_label(a.dtype));
   if (a.async) s += " (start)";
   if (!a.waits.empty()) s += fmt::format(" for {}", fmt::join(a.waits, ","));
   if (a.bytes) s += fmt::format(", {} B", a.bytes);
@@ -196,6 +197,7 @@ std::string plan_to_json(const Plan& p) {
       if (a.root >= 0) r["root"] = a.root;
       r["count"] = a.count;
       r["bytes"] = a.bytes;
+      if (a.dtype != DType::F32) r["dtype"] = dtype_label(a.dtype);
       if (a.samples) r["samples"] = a.samples;
       if (a.part != 1) r["part"] = a.part;
       if (a.async) r["async"] = true;
@@ -276,6 +278,7 @@ Plan plan_from_json(const std::string& text, const std::string& source) {
     a.root = field<int>(r, "root", where, -1);
     a.count = field<int64_t>(r, "count", where, 0);
     a.bytes = field<int64_t>(r, "bytes", where, 0);
+    a.dtype = parse_dtype_label(field<std::string>(r, "dtype", where, "fp32"), where + ": 'dtype'");
     a.samples = field<int64_t>(r, "samples", where, 0);
     a.part = field<double>(r, "part", where, 1.0);
     if (a.samples < 0) throw UsageError(fmt::format("{}: 'samples' must be >= 0, got {}", where, a.samples));

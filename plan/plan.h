@@ -67,6 +67,9 @@ struct Action {
   int root = -1;      // broadcast, reduce: the root's rank in the group
   int64_t count = 0;  // values, as the communicator call's n
   int64_t bytes = 0;  // the payload (communication) or the values touched (compute)
+  // Collective: the dtype its values travel in (bytes = the payload in it). Bf16 over fp32
+  // buffers: rounded on the way in, widened on the way out (Communicator's wire, docs/bf16.md).
+  DType dtype = DType::F32;
   int64_t samples = 0;  // compute: the samples it runs at (the simulator's batch for its layers)
   double part = 1;      // compute: the share of its layers' work it does (tp: its channels of K)
   bool async = false; // completes at a later Wait

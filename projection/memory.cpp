@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "strategies/memory_estimate.h"
+#include "strategies/registry.h"
 #include "projection/plan_price.h"
 #include "projection/predict.h"
 
@@ -16,6 +17,8 @@ double memory_peak(const Profile& p, const Config& c, const std::string& name, i
   mc.micro_batches = micro_batches;
   mc.stages = stages;
   mc.bf16 = p.precision == "bf16";
+  mc.reduce_bf16 = c.reduce_dtype == "bf16" && takes_reduce_dtype(c.strategy);
+  mc.param_bf16 = mc.bf16 && c.param_dtype == "bf16" && takes_param_dtype(c.strategy);
   mc.workspace = [&p](const std::vector<LayerPlan>& layers, int64_t) {
     double w = 0;
     for (const LayerPlan& l : layers) w = std::max(w, p.layers[static_cast<std::size_t>(l.index)].workspace_bytes);

@@ -12,6 +12,7 @@
 #include "engine/check.h"
 #include "strategies/memory_estimate.h"
 #include "strategies/plan_gen.h"
+#include "strategies/registry.h"
 #include "workloads/workload.h"
 
 namespace pb::projection {
@@ -65,6 +66,9 @@ StrategyOptions options_of(const Config& c, const Profile* p) {
   o.schedule = Schedule::GPipe;
   parse_schedule(c.schedule, &o.schedule);
   o.recompute = c.recompute;
+  if (takes_reduce_dtype(c.strategy)) o.reduce_dtype = parse_dtype_label(c.reduce_dtype, "--reduce-dtype");
+  if (takes_param_dtype(c.strategy)) o.param_dtype = parse_dtype_label(c.param_dtype, "--param-dtype");
+  if (p && p->precision != "bf16") o.param_dtype = DType::F32;  // fp32 compute gathers fp32 (project refuses the flag)
   using By = StrategyOptions::BalanceBy;
   if (c.balance_by == "time" && p) {
     o.balance_by = By::Time;

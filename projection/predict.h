@@ -30,6 +30,8 @@ struct Config {
   std::string balance_by = "flops";        // without a list: flops, time (the profile's layer times) or seed
   bool cap_micro_batches = false;          // dp x pp: at most a replica's samples (run's default micro-batches)
   std::shared_ptr<const Plan> plan;        // --plan FILE: this plan priced as written, not the strategy's
+  // --reduce-dtype / --param-dtype: fp32 or bf16, where the strategy takes them (strategies/registry.h).
+  std::string reduce_dtype = "fp32", param_dtype = "fp32";
   std::string label() const;               // its row's label, as the registry words it (strategies/sweep.h)
   std::vector<std::string> options() const;  // benchmark-name options: micro_batches:8, ...
 };

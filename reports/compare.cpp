@@ -33,8 +33,11 @@ std::vector<EnvDiff> environment_diffs(const RunFile& baseline, const RunFile& c
   auto check = [&](const std::string& key) {
     const bool hb = baseline.context.count(key) > 0, hc = contender.context.count(key) > 0;
     if (!hb && !hc) return;
-    const std::string vb = hb ? baseline.context.at(key) : "(not recorded)";
-    const std::string vc = hc ? contender.context.at(key) : "(not recorded)";
+    // The dtypes are recorded only when not fp32.
+    const bool dtype = key == schema::context::reduce_dtype.name || key == schema::context::param_dtype.name;
+    const std::string absent = dtype ? "fp32" : "(not recorded)";
+    const std::string vb = hb ? baseline.context.at(key) : absent;
+    const std::string vc = hc ? contender.context.at(key) : absent;
     if (vb != vc) diffs.push_back({key, vb, vc, baseline.source});
   };
   const std::string kind = schema::context::device_kind.name;

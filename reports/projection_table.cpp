@@ -39,6 +39,10 @@ reports::Group as_report_group(const Projected& pr, const Profile& p, const Mach
   g.precision = p.precision;
   g.device_kind = "projected on " + m.name + (scaled.empty() ? "" : ", " + scaled);
   g.distinction = family ? "fastest variant" : "";
+  for (const Prediction& r : pr.rows) {  // the dtypes, as a run's title shows them
+    if (r.config.reduce_dtype != "fp32") g.work[reports::schema::context::reduce_dtype.name] = r.config.reduce_dtype;
+    if (r.config.param_dtype != "fp32") g.work[reports::schema::context::param_dtype.name] = r.config.param_dtype;
+  }
   std::map<std::string, double> one;  // label -> samples/s at one device
   double regular1 = 0, regular_t1 = 0;  // the one-device baseline's
   std::string baseline;

@@ -158,6 +158,8 @@ inline constexpr Key schedule{"schedule", "-", "pipeline schedule: the --schedul
 inline constexpr Key recompute{"recompute", "-", "true with --recompute, else per strategy (the -recompute pipelines recompute)"};
 inline constexpr Key first_bucket_mb{"first_bucket_mb", "MiB", "ddp first gradient bucket size (the last layers')", M::Always};
 inline constexpr Key grad_average{"grad_average", "-", "ddp gradient averaging: local (torch DDP's mean of local means; only when given, absent = global)", M::Always};
+inline constexpr Key reduce_dtype{"reduce_dtype", "-", "--reduce-dtype: the dtype gradients are reduced in (only when bf16, absent = fp32)", M::Always};
+inline constexpr Key param_dtype{"param_dtype", "-", "--param-dtype: the dtype fsdp/zero2/hsdp gather parameters in (only when bf16, absent = fp32)", M::Always};
 }  // namespace context
 
 inline constexpr Key kContext[] = {
@@ -173,7 +175,7 @@ inline constexpr Key kContext[] = {
     context::micro_batches,    context::bucket_mb,       context::balance,       context::oversubscribe,
     context::seed,             context::world_size,      context::hosts,
     context::schedule,         context::recompute,
-    context::first_bucket_mb,  context::grad_average};
+    context::first_bucket_mb,  context::grad_average,    context::reduce_dtype,  context::param_dtype};
 
 // ---- the record's own top-level field ------------------------------------------------------
 // {"<benchmark>": [[seconds of each iteration of repetition 0], [... repetition 1], ...]}

@@ -94,7 +94,7 @@ Plan plan_dp(const NetPlan& net, const StrategyOptions& o, int64_t batch) {
       b.p2p(i, ActionKind::Recv, world, 0, chunks[i] * out, s.dy(), false);
     }
     s.backward(0, s.layers(), {s.grads()});
-    Action& rd = b.collective(i, CollKind::Reduce, world, np, np * kF, false);
+    Action& rd = on_wire(b.collective(i, CollKind::Reduce, world, np, np * kF, false), o.reduce_dtype);
     rd.root = 0;
     rd.reads.push_back(s.grads());
     if (i == 0) rd.writes.push_back(s.grads());
@@ -124,7 +124,8 @@ Plan plan_ddp(const NetPlan& net, const StrategyOptions& o, int64_t batch) {
       const int g = s.buf(fmt::format("grads[{}]", k), bk.end - bk.begin);
       s.backward(bk.first_layer, top, {g});
       top = bk.first_layer;
-      Action& ar = b.collective(i, CollKind::AllReduce, world, bk.end - bk.begin, (bk.end - bk.begin) * kF, true);
+      Action& ar = on_wire(b.collective(i, CollKind::AllReduce, world, bk.end - bk.begin, (bk.end - bk.begin) * kF, true),
+                           o.reduce_dtype);
       ar.reads.push_back(g), ar.writes.push_back(g);
       starts.push_back(ar.id);
     }
@@ -187,7 +188,8 @@ Plan plan_fsdp(const NetPlan& net, const StrategyOptions& o, int64_t batch, cons
     };
     // An all-gather of unit u; started (async), the id its Wait names.
     auto gather = [&](int u, bool async = false) {
-      Action& a = b.collective(r, CollKind::AllGather, group, units[u].shard, S * units[u].shard * kF, async);
+      Action& a =
+          on_wire(b.collective(r, CollKind::AllGather, group, units[u].shard, S * units[u].shard * kF, async), o.param_dtype);
       a.reads.push_back(shard_params), a.writes.push_back(gathered(u));
       of_unit(a, u);
       return a.id;
@@ -218,11 +220,14 @@ Plan plan_fsdp(const NetPlan& net, const StrategyOptions& o, int64_t batch, cons
         b.compute(r, ActionKind::BackwardData, units[u].begin, units[u].end, 0, {dy, gathered(u)},
                   dx >= 0 ? std::vector<int>{dx} : std::vector<int>{});
       }
-      Action& rs = b.collective(r, CollKind::ReduceScatter, group, units[u].shard, S * units[u].shard * kF, false);
+      Action& rs = on_wire(b.collective(r, CollKind::ReduceScatter, group, units[u].shard, S * units[u].shard * kF, false),
+                           o.reduce_dtype);
       rs.reads.push_back(ug), rs.writes.push_back(shard_grads);
       of_unit(rs, u);
       if (replicas > 1) {  // the group's sum of this shard, summed over the groups
-        Action& ar = b.collective(r, CollKind::AllReduce, replicate_group[r % S], units[u].shard, units[u].shard * kF, false);
+        Action& ar = on_wire(
+            b.collective(r, CollKind::AllReduce, replicate_group[r % S], units[u].shard, units[u].shard * kF, false),
+            o.reduce_dtype);
         ar.reads.push_back(shard_grads), ar.writes.push_back(shard_grads);
         of_unit(ar, u);
       }

@@ -86,22 +86,28 @@ void PlanExecutor::exec(const Action& a) {
   }
 }
 
+// A collective's dtype is its wire: fp32 buffers sent as bf16 are rounded and widened by the
+// communicator (Communicator's wire argument).
 void PlanExecutor::collective(const Action& a) {
   auto [c, rank] = b_.comm(a.group);
+  const DType t = a.dtype;
   switch (a.coll) {
     case CollKind::AllReduce: {  // in place
       float* p = buf(a, !a.writes.empty());
-      if (a.async) c->all_reduce_start(rank, p, a.count);
-      else c->all_reduce(rank, p, a.count);
+      if (a.async) c->all_reduce_start(rank, p, a.count, t);
+      else c->all_reduce(rank, p, a.count, t);
       break;
     }
-    case CollKind::Broadcast: c->broadcast(rank, buf(a, !a.writes.empty()), a.count, a.root); break;
-    case CollKind::Reduce: c->reduce(rank, buf(a, false), a.count, a.root); break;
-    case CollKind::AllGather:  // async: a prefetch, complete at its Wait
-      if (a.async) c->all_gather_start(rank, buf(a, false), buf(a, true), a.count);
-      else c->all_gather(rank, buf(a, false), buf(a, true), a.count);
+    case CollKind::Broadcast:
+      PB_CHECK(t == DType::F32, "plan: {}: a broadcast travels in fp32", describe(plan_, worker_, a.id));
+      c->broadcast(rank, buf(a, !a.writes.empty()), a.count, a.root);
       break;
-    case CollKind::ReduceScatter: c->reduce_scatter(rank, buf(a, false), buf(a, true), a.count); break;
+    case CollKind::Reduce: c->reduce(rank, buf(a, false), a.count, a.root, t); break;
+    case CollKind::AllGather:  // async: a prefetch, complete at its Wait
+      if (a.async) c->all_gather_start(rank, buf(a, false), buf(a, true), a.count, t);
+      else c->all_gather(rank, buf(a, false), buf(a, true), a.count, t);
+      break;
+    case CollKind::ReduceScatter: c->reduce_scatter(rank, buf(a, false), buf(a, true), a.count, t); break;
     default: PB_CHECK(false, "plan: the executor cannot run {}", describe(plan_, worker_, a.id));
   }
 }

@@ -90,6 +90,7 @@ class FullyShardedDataParallel final : public GroupStrategy {
       models.push_back(std::make_unique<Sequential>(plan(), u.begin, u.end, w.be()));
       models.back()->set_tracer(&w.tracer);
       models.back()->share_scratch(*models.front());
+      models.back()->share_params16(*models.front());  // bf16: one unit's weight copy at a time
       release(*models.back());
     }
     Shard& s = shards_[w.rank];

@@ -125,6 +125,16 @@ MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch, const 
   const bool member = facts.family && facts.family.parse(s, &D, &S, &schedule, &recompute);
   if (!member) D = 1, S = N;
   MemoryModel::Layout layout = model.layout;
+  const bool sharded = layout == MemoryModel::Layout::Shards, prefetch = s == "fsdp-prefetch";
+  // A sharded strategy's bf16 staging, in floats (largest: the largest unit, padded to W shards):
+  // a reduce-scatter's send (a unit) and receive (a shard) slots, a gather's the other way round;
+  // blocking calls share the slots, fsdp-prefetch's gather holds its own while a reduce-scatter
+  // runs. hsdp: the all-reduce over the groups is another communicator's, with a slot of its own.
+  auto shard_staging = [&](double largest, double W) {
+    const double g = c.param_bf16 ? 0.5 * (largest / W + largest) : 0, r = c.reduce_bf16 ? 0.5 * (largest + largest / W) : 0;
+    return (prefetch ? g + r : std::max(g, r) + (g > 0 && r > 0 ? 0.5 * (largest - largest / W) : 0)) +
+           (c.reduce_bf16 && D > 1 ? 0.5 * largest / W : 0);
+  };
   // A sharded strategy over groups of one, or a sliced one on one worker, runs the whole net as
   // one Sequential on every worker: the replicas' buffers.
   if ((layout == MemoryModel::Layout::Shards && S == 1) || (layout == MemoryModel::Layout::Slices && N == 1))
@@ -136,7 +146,10 @@ MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch, const 
       const bool root = !model.root || i == 0;  // the state, the batch and its output on device 0
       w[i].params = P;
       w[i].state = root ? 3 * P : P;  // gradients, and on a worker that steps Adam's moments
-      if (n == 0) continue;                   // a worker without a chunk holds its replica alone
+      if (sharded) w[i].state += shard_staging(P, 1);  // in groups of one: the net is one unit (rules.cpp)
+      if (n == 0) continue;  // a worker without a chunk holds its replica alone
+      // dp, ddp: the bf16 copy of every gradient (ddp's buckets are all in flight at once).
+      if (!sharded && !facts.single_device && c.reduce_bf16) w[i].state += 0.5 * P;
       w[i].params = ly.seq_params(0, L);
       const double b = model.root && i == 0 ? static_cast<double>(global_batch) : n;
       w[i].acts = b * in + (model.root ? (i == 0 ? 3 : 1) : 2) * b * outn + (root ? 1 : 0) + ly.seq_acts(0, L, n) +
@@ -183,7 +196,7 @@ MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch, const 
           // scratch, which the next backward outgrows, both alive for a moment.
           const double last = static_cast<double>(mb[M - 1]);
           const double regrow = V == 1 && !one_f_one_b && !zb && last < most ? ly.seq_scratch(b, e, last) / 2 : 0;
-          x.params += ly.seq_params(b, e), x.state += 3 * sp;
+          x.params += ly.seq_params(b, e), x.state += 3 * sp + (c.reduce_bf16 && D > 1 ? 0.5 * sp : 0);
           x.acts += (g == 0 ? piece * sin : in_flight * most * sin + 2 * most * sin) + most * sout +
                     (g == V * S - 1 ? piece * sout + M : 0) + ly.seq_acts(b, e, slot_samples) + regrow + kept * most;
           scratch = std::max(scratch, ly.seq_scratch(b, e, most));
@@ -228,10 +241,10 @@ MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch, const 
       // The shard's parameters, gradients and Adam moments, the gathered parameters (fsdp: one
       // unit's, two with prefetch, the unit computing and the next; zero2: every unit's from
       // forward to backward; hsdp as fsdp) and one unit's full gradients, made once at setup.
-      // bf16: each unit's Sequential also keeps a bf16 copy of the unit's parameters, made at its
+      // bf16: the units share one bf16 copy of their parameters, the largest unit's, made at the
       // first forward (a worker without a chunk runs none).
-      w[i].params = shard + whole * (model.gathered == 0 ? all : model.gathered * largest) + (c.bf16 && n > 0 ? 0.5 * P : 0);
-      w[i].state = 3 * shard + whole * largest;
+      w[i].params = shard + whole * (model.gathered == 0 ? all : model.gathered * largest) + (c.bf16 && n > 0 ? 0.5 * largest : 0);
+      w[i].state = 3 * shard + whole * largest + shard_staging(largest, W);
       w[i].acts = n * in + 2 * n * outn + 1 + acts + scratch + 2 * max_in;
       w[i].workspace = ws;
     }
@@ -273,7 +286,7 @@ MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch, const 
           slices.push_back(slice);
         }
         Worker& x = w[d * T + r];
-        x.params = mine, x.state = 3 * mine;
+        x.params = mine, x.state = 3 * mine + (c.reduce_bf16 && D > 1 ? 0.5 * mine : 0);
         x.acts = b * in + 2 * b * outn + 1 + acts + gathered + local + 2 * dx;
         x.workspace = ly.workspace(slices, b);
       }

@@ -42,6 +42,9 @@ struct MemoryConfig {
   // Precision::Bf16 (autocast): every Sequential also holds a bf16 copy of its parameters, keeps
   // its activations and their gradients in bf16, and its input (bf16) and output (fp32) apart.
   bool bf16 = false;
+  // --reduce-dtype / --param-dtype bf16: the communicator's bf16 staging (engine/comm_wire.cpp),
+  // kept from the first step on.
+  bool reduce_bf16 = false, param_bf16 = false;
   // Optional: the library workspace (bytes) a worker's backend holds once it has run `layers`
   // (forward and backward, each layer's input gradient but the net's first) at `batch`, the layers
   // as the worker runs them (tp: its slices of the output channels). Unset: the largest

@@ -295,7 +295,7 @@ Plan plan_stage_steps(const NetPlan& net, const StrategyOptions& o, int64_t batc
     for (int id : e.grad_send)
       if (id != kNone) b.wait(r, {id});
     if (replicas > 1) {
-      Action& ar = b.collective(r, CollKind::AllReduce, stage_group[s], np, np * kF, false);
+      Action& ar = on_wire(b.collective(r, CollKind::AllReduce, stage_group[s], np, np * kF, false), o.reduce_dtype);
       ar.reads.push_back(e.grads()), ar.writes.push_back(e.grads());
     }
     b.compute(r, ActionKind::Optimizer, -1, -1, -1, {e.grads()}, {e.params(), e.buf("adam", 2 * np)}).bytes = np * kF;

@@ -14,6 +14,14 @@ namespace pb {
 
 Plan make_plan(const std::string& strategy, const NetPlan& net, const StrategyOptions& o, int64_t batch);
 
+// A collective of fp32 buffers sent as `t` (StrategyOptions::reduce_dtype, param_dtype): its dtype,
+// and its bytes (given in fp32) those of the payload in t.
+inline Action& on_wire(Action& a, DType t) {
+  a.bytes = a.bytes / static_cast<int64_t>(sizeof(float)) * static_cast<int64_t>(dtype_size(t));
+  a.dtype = t;
+  return a;
+}
+
 Plan plan_regular(const NetPlan& net, const StrategyOptions& o, int64_t batch);
 Plan plan_dp(const NetPlan& net, const StrategyOptions& o, int64_t batch);
 Plan plan_ddp(const NetPlan& net, const StrategyOptions& o, int64_t batch);

@@ -216,6 +216,7 @@ const StrategyInfo& strategy_info(const std::string& name) {
 
 std::unique_ptr<Strategy> make_strategy(const std::string& name, const StrategyOptions& opts) {
   if (opts.devices < 1) throw UsageError(fmt::format("--devices must be at least 1, got {}", opts.devices));
+  check_wire_dtypes(name, opts);
   int dp = 0, pp = 0;
   Schedule schedule = Schedule::GPipe;
   bool recompute = false;
@@ -249,6 +250,7 @@ namespace {
 Plan plan_of(const std::string& name, const NetPlan& net, const StrategyOptions& opts, int64_t batch) {
   if (opts.devices < 1) throw UsageError(fmt::format("--devices must be at least 1, got {}", opts.devices));
   if (batch < 1) throw UsageError(fmt::format("--batch must be at least 1, got {}", batch));
+  check_wire_dtypes(name, opts);
   int dp = 0, pp = 0;
   Schedule schedule = Schedule::GPipe;
   bool recompute = false;

@@ -31,6 +31,11 @@ std::unique_ptr<Strategy> make_fsdp_prefetch(const StrategyOptions& o);
 std::unique_ptr<Strategy> make_zero2_prefetch(const StrategyOptions& o);
 // hsdp<R>x<S> (fsdp.cpp): fsdp over each of R groups of S workers, shards all-reduced across groups.
 std::unique_ptr<Strategy> make_hsdp(const StrategyOptions& o, int replicas, int shards);
+// UsageError naming the flag when o's reduce_dtype or param_dtype do not apply to strategy `name`
+// (wire_dtypes.cpp): every make_strategy and make_plan checks it.
+void check_wire_dtypes(const std::string& name, const StrategyOptions& o);
+bool takes_reduce_dtype(const std::string& name);  // sums gradients over replicas
+bool takes_param_dtype(const std::string& name);   // gathers sharded parameters
 // ddp's gradient buckets over a replica's flat gradients, [begin, end) each, in the order
 // backward completes them (rules.cpp).
 class Sequential;

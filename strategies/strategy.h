@@ -55,6 +55,10 @@ struct StrategyOptions {
   // ddp: Global weights each rank by its samples (the global mean, as every strategy); Local is
   // torch DDP's mean over ranks of each rank's local mean (differs on uneven chunks).
   enum class GradAverage { Global, Local } grad_average = GradAverage::Global;
+  // The wire dtype of gradient reductions (all-reduce, reduce, reduce-scatter) of the data-parallel
+  // strategies and hybrids, and of fsdp/zero2's parameter all-gathers (docs/bf16.md).
+  DType reduce_dtype = DType::F32;
+  DType param_dtype = DType::F32;
 };
 
 // One worker's last step, on its device's clock. forward + backward + loss + optimizer +

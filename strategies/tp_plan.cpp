@@ -128,7 +128,7 @@ Plan plan_tp(const NetPlan& net, const StrategyOptions& o, int64_t batch, const 
       next = 1 - next;
     }
     if (replicas > 1) {
-      Action& ar = b.collective(w, CollKind::AllReduce, dp_group[r], total, total * kF, false);
+      Action& ar = on_wire(b.collective(w, CollKind::AllReduce, dp_group[r], total, total * kF, false), o.reduce_dtype);
       ar.reads.push_back(grads), ar.writes.push_back(grads);
     }
     optimizer();

@@ -191,9 +191,9 @@ TEST(Comm, RejectsBadArguments) {
   Group g(cpus(2));
   EXPECT_THROW(g.comm->broadcast(0, nullptr, 4, 2), Error);  // no root 2
   EXPECT_THROW(g.comm->send(0, nullptr, 4, 0), Error);       // to itself
-  EXPECT_THROW(g.comm->all_reduce(3, nullptr, 4), Error);    // no rank 3
-  EXPECT_THROW(g.comm->all_gather(0, nullptr, nullptr, -1), Error);
-  EXPECT_THROW(g.comm->reduce_scatter(2, nullptr, nullptr, 4), Error);
+  EXPECT_THROW(g.comm->all_reduce(3, static_cast<float*>(nullptr), 4), Error);    // no rank 3
+  EXPECT_THROW(g.comm->all_gather(0, static_cast<const float*>(nullptr), static_cast<float*>(nullptr), -1), Error);
+  EXPECT_THROW(g.comm->reduce_scatter(2, static_cast<const float*>(nullptr), static_cast<float*>(nullptr), 4), Error);
 }
 
 TEST(Comm, FailingRankAbortsTheOthers) {

@@ -32,17 +32,17 @@ class SpanComm final : public Communicator {
 
  protected:
   bool orders_with_events() const override { return true; }
-  void do_all_reduce(int rank, float*, int64_t) override { span(rank); }
+  void do_all_reduce(int rank, void*, int64_t, DType) override { span(rank); }
   void do_wait(int) override {}
   void do_broadcast(int rank, float*, int64_t, int) override { span(rank); }
-  void do_reduce(int rank, float*, int64_t, int) override { span(rank); }
+  void do_reduce(int rank, void*, int64_t, int, DType) override { span(rank); }
   void do_send(int rank, const float*, int64_t, int) override { span(rank); }
   void do_recv(int rank, float*, int64_t, int) override { span(rank); }
   int64_t do_send_start(int rank, const float*, int64_t, int) override { return span(rank); }
   int64_t do_recv_start(int rank, float*, int64_t, int) override { return span(rank); }
   void do_wait_transfer(int, int64_t) override {}
-  void do_all_gather(int rank, const float*, float*, int64_t) override { span(rank); }
-  void do_reduce_scatter(int rank, const float*, float*, int64_t) override { span(rank); }
+  void do_all_gather(int rank, const void*, void*, int64_t, DType) override { span(rank); }
+  void do_reduce_scatter(int rank, const void*, void*, int64_t, DType) override { span(rank); }
   std::vector<DeviceSpan> device_spans(int) override { return spans_; }
   void reset_device_timers(int) override { spans_.clear(); }
 

@@ -39,6 +39,29 @@ int member_rank_of(const std::vector<Backend*>& ranks, MPI_Comm comm) {
   return me;
 }
 
+// MPI has no bf16 type: bf16 values travel as MPI_UINT16_T and are summed by this user op, which
+// adds in fp32 and rounds each partial sum to bf16 (as NCCL's bf16 sum), in MPI's own order.
+void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  const Bf16* a = static_cast<const Bf16*>(in);
+  Bf16* b = static_cast<Bf16*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = to_bf16(from_bf16(a[i]) + from_bf16(b[i]));
+}
+
+// A dtype's MPI type and sum.
+struct MpiType {
+  MPI_Datatype type;
+  MPI_Op sum;
+};
+MpiType mpi_type(DType t) {
+  if (t == DType::F32) return {MPI_FLOAT, MPI_SUM};
+  static const MPI_Op op = [] {
+    MPI_Op o = MPI_OP_NULL;
+    MPI_CHECK(MPI_Op_create(&bf16_sum, /*commute=*/1, &o));
+    return o;
+  }();
+  return {MPI_UINT16_T, op};
+}
+
 class MpiComm final : public Communicator {
  public:
   // Over the processes of `base` (a duplicate of it is used), this process being rank `me`.
@@ -58,19 +81,20 @@ class MpiComm final : public Communicator {
  protected:
   // MPI_Iallreduce in place, completed by wait(): ddp's buckets are started during backward.
   // A GPU buffer is reduced in host memory, synchronously (the staging copy needs the result).
-  void do_all_reduce(int rank, float* buf, int64_t n) override {
+  void do_all_reduce(int rank, void* buf, int64_t n, DType t) override {
     check(rank);
+    const MpiType m = mpi_type(t);
     if (on_host()) {
       pending_.emplace_back();
-      MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, count(n), MPI_FLOAT, MPI_SUM, comm_, &pending_.back()));
+      MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, count(n), m.type, m.sum, comm_, &pending_.back()));
       return;
     }
-    float* h = stage_in(buf, n);
+    void* h = stage_in(buf, n, t);
     {
       CommWatch watch("MPI_Allreduce");
-      MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, h, count(n), MPI_FLOAT, MPI_SUM, comm_));
+      MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, h, count(n), m.type, m.sum, comm_));
     }
-    stage_out(buf, n);
+    stage_out(buf, n, t);
   }
   void do_wait(int rank) override {
     check(rank);
@@ -90,21 +114,16 @@ class MpiComm final : public Communicator {
     }
     if (rank != root) stage_out(buf, n);
   }
-  void do_reduce(int rank, float* buf, int64_t n, int root) override {
+  void do_reduce(int rank, void* buf, int64_t n, int root, DType t) override {
     check(rank);
-    float* h = stage_in(buf, n);
-    if (rank == root) {
-      {
-        CommWatch watch("MPI_Reduce");
-        MPI_CHECK(MPI_Reduce(MPI_IN_PLACE, h, count(n), MPI_FLOAT, MPI_SUM, root, comm_));
-      }
-      stage_out(buf, n);
-    } else {
-      {
-        CommWatch watch("MPI_Reduce");
-        MPI_CHECK(MPI_Reduce(h, nullptr, count(n), MPI_FLOAT, MPI_SUM, root, comm_));
-      }
+    const MpiType m = mpi_type(t);
+    void* h = stage_in(buf, n, t);
+    {
+      CommWatch watch("MPI_Reduce");
+      MPI_CHECK(MPI_Reduce(rank == root ? MPI_IN_PLACE : h, rank == root ? h : nullptr, count(n), m.type, m.sum, root,
+                           comm_));
     }
+    if (rank == root) stage_out(buf, n, t);
   }
   void do_send(int rank, const float* buf, int64_t n, int peer) override {
     check(rank);
@@ -165,41 +184,45 @@ class MpiComm final : public Communicator {
   }
   // Host buffers directly (MPI_IN_PLACE when the piece already sits in its slot); a GPU's
   // through host copies.
-  void do_all_gather(int rank, const float* send, float* recv, int64_t n) override {
+  void do_all_gather(int rank, const void* send, void* recv, int64_t n, DType t) override {
     check(rank);
+    const MPI_Datatype ty = mpi_type(t).type;
+    const std::size_t bytes = static_cast<std::size_t>(n) * dtype_size(t);
     if (on_host()) {
       CommWatch watch("MPI_Allgather");
-      const void* in = send == recv + rank * n ? MPI_IN_PLACE : send;
-      MPI_CHECK(MPI_Allgather(in, count(n), MPI_FLOAT, recv, count(n), MPI_FLOAT, comm_));
+      const void* in = send == static_cast<char*>(recv) + rank * bytes ? MPI_IN_PLACE : send;
+      MPI_CHECK(MPI_Allgather(in, count(n), ty, recv, count(n), ty, comm_));
       return;
     }
-    std::vector<float> mine(static_cast<std::size_t>(n));
-    copy_bytes(cpu(), mine.data(), device(me_), send, static_cast<std::size_t>(n) * sizeof(float));
-    float* all = host(recv, n * size());
+    std::vector<char> mine(bytes);
+    copy_bytes(cpu(), mine.data(), device(me_), send, bytes);
+    void* all = host(recv, n * size(), t);
     {
       CommWatch watch("MPI_Allgather");
-      MPI_CHECK(MPI_Allgather(mine.data(), count(n), MPI_FLOAT, all, count(n), MPI_FLOAT, comm_));
+      MPI_CHECK(MPI_Allgather(mine.data(), count(n), ty, all, count(n), ty, comm_));
     }
-    stage_out(recv, n * size());
+    stage_out(recv, n * size(), t);
   }
   // MPI_Iallgather on host buffers, completed by wait() with the started all-reduces; a GPU's
   // through the staged, blocking gather above.
-  void do_all_gather_start(int rank, const float* send, float* recv, int64_t n) override {
-    if (!on_host()) return do_all_gather(rank, send, recv, n);
+  void do_all_gather_start(int rank, const void* send, void* recv, int64_t n, DType t) override {
+    if (!on_host()) return do_all_gather(rank, send, recv, n, t);
     check(rank);
-    const void* in = send == recv + rank * n ? MPI_IN_PLACE : send;
+    const MPI_Datatype ty = mpi_type(t).type;
+    const void* in = send == static_cast<char*>(recv) + rank * n * dtype_size(t) ? MPI_IN_PLACE : send;
     pending_.emplace_back();
-    MPI_CHECK(MPI_Iallgather(in, count(n), MPI_FLOAT, recv, count(n), MPI_FLOAT, comm_, &pending_.back()));
+    MPI_CHECK(MPI_Iallgather(in, count(n), ty, recv, count(n), ty, comm_, &pending_.back()));
   }
-  void do_reduce_scatter(int rank, const float* send, float* recv, int64_t n) override {
+  void do_reduce_scatter(int rank, const void* send, void* recv, int64_t n, DType t) override {
     check(rank);
-    const float* h = stage_in(const_cast<float*>(send), n * size());
-    std::vector<float> piece(on_host() ? 0 : static_cast<std::size_t>(n));
+    const MpiType m = mpi_type(t);
+    const void* h = stage_in(const_cast<void*>(send), n * size(), t);
+    std::vector<char> piece(on_host() ? 0 : static_cast<std::size_t>(n) * dtype_size(t));
     {
       CommWatch watch("MPI_Reduce_scatter_block");
-      MPI_CHECK(MPI_Reduce_scatter_block(h, on_host() ? recv : piece.data(), count(n), MPI_FLOAT, MPI_SUM, comm_));
+      MPI_CHECK(MPI_Reduce_scatter_block(h, on_host() ? recv : piece.data(), count(n), m.type, m.sum, comm_));
     }
-    if (!on_host()) copy_bytes(device(me_), recv, cpu(), piece.data(), static_cast<std::size_t>(n) * sizeof(float));
+    if (!on_host()) copy_bytes(device(me_), recv, cpu(), piece.data(), piece.size());
   }
 
  private:
@@ -220,18 +243,20 @@ class MpiComm final : public Communicator {
     return static_cast<int>(n);
   }
   // The buffer MPI works on: the device buffer itself on CPU, else a host copy.
-  float* host(float* buf, int64_t n) {
+  template <class T>
+  T* host(T* buf, int64_t n, DType t = DType::F32) {
     if (on_host()) return buf;
-    staging_.resize(static_cast<std::size_t>(n));
-    return staging_.data();
+    staging_.resize((static_cast<std::size_t>(n) * dtype_size(t) + sizeof(float) - 1) / sizeof(float));
+    return reinterpret_cast<T*>(staging_.data());
   }
-  float* stage_in(float* buf, int64_t n) {
-    float* h = host(buf, n);
-    if (h != buf) copy_bytes(cpu(), h, device(me_), buf, static_cast<std::size_t>(n) * sizeof(float));
+  template <class T>
+  T* stage_in(T* buf, int64_t n, DType t = DType::F32) {
+    T* h = host(buf, n, t);
+    if (h != buf) copy_bytes(cpu(), h, device(me_), buf, static_cast<std::size_t>(n) * dtype_size(t));
     return h;
   }
-  void stage_out(float* buf, int64_t n) {
-    if (!on_host()) copy_bytes(device(me_), buf, cpu(), staging_.data(), static_cast<std::size_t>(n) * sizeof(float));
+  void stage_out(void* buf, int64_t n, DType t = DType::F32) {
+    if (!on_host()) copy_bytes(device(me_), buf, cpu(), staging_.data(), static_cast<std::size_t>(n) * dtype_size(t));
   }
 
   int me_ = 0;

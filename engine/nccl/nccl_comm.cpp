@@ -82,9 +82,10 @@ class NcclComm final : public Communicator {
  protected:
   bool orders_with_events() const override { return true; }
 
-  void do_all_reduce(int rank, float* buf, int64_t n) override {
+  static ncclDataType_t type(DType t) { return t == DType::F32 ? ncclFloat : ncclBfloat16; }
+  void do_all_reduce(int rank, void* buf, int64_t n, DType t) override {
     collective(rank, false, "all_reduce", [&](ncclComm_t c, cudaStream_t s) {
-      NCCL_CHECK(ncclAllReduce(buf, buf, count(n), ncclFloat, ncclSum, c, s));
+      NCCL_CHECK(ncclAllReduce(buf, buf, count(n), type(t), ncclSum, c, s));
     });
   }
   // The compute queued from now on waits for every all-reduce started before.
@@ -99,9 +100,9 @@ class NcclComm final : public Communicator {
       NCCL_CHECK(ncclBroadcast(buf, buf, count(n), ncclFloat, root, c, s));
     });
   }
-  void do_reduce(int rank, float* buf, int64_t n, int root) override {
+  void do_reduce(int rank, void* buf, int64_t n, int root, DType t) override {
     collective(rank, true, fmt::format("reduce to root {}", root), [&](ncclComm_t c, cudaStream_t s) {
-      NCCL_CHECK(ncclReduce(buf, buf, count(n), ncclFloat, ncclSum, root, c, s));
+      NCCL_CHECK(ncclReduce(buf, buf, count(n), type(t), ncclSum, root, c, s));
     });
   }
   void do_send(int rank, const float* buf, int64_t n, int peer) override {
@@ -135,15 +136,13 @@ class NcclComm final : public Communicator {
     l.pending.erase(it);
   }
   // complete false: started; the compute queued later waits for it only at do_wait, as for do_all_reduce.
-  void gather_on(int rank, const float* send, float* recv, int64_t n, bool complete) {
-    collective(rank, complete, "all_gather", [&](ncclComm_t c, cudaStream_t s) { NCCL_CHECK(ncclAllGather(send, recv, count(n), ncclFloat, c, s)); });
+  void gather_on(int rank, const void* send, void* recv, int64_t n, DType t, bool complete) {
+    collective(rank, complete, "all_gather", [&](ncclComm_t c, cudaStream_t s) { NCCL_CHECK(ncclAllGather(send, recv, count(n), type(t), c, s)); });
   }
-  void do_all_gather(int rank, const float* send, float* recv, int64_t n) override { gather_on(rank, send, recv, n, true); }
-  void do_all_gather_start(int rank, const float* send, float* recv, int64_t n) override { gather_on(rank, send, recv, n, false); }
-  void do_reduce_scatter(int rank, const float* send, float* recv, int64_t n) override {
-    collective(rank, true, "reduce_scatter", [&](ncclComm_t c, cudaStream_t s) {
-      NCCL_CHECK(ncclReduceScatter(send, recv, count(n), ncclFloat, ncclSum, c, s));
-    });
+  void do_all_gather(int rank, const void* send, void* recv, int64_t n, DType t) override { gather_on(rank, send, recv, n, t, true); }
+  void do_all_gather_start(int rank, const void* send, void* recv, int64_t n, DType t) override { gather_on(rank, send, recv, n, t, false); }
+  void do_reduce_scatter(int rank, const void* send, void* recv, int64_t n, DType t) override {
+    collective(rank, true, "reduce_scatter", [&](ncclComm_t c, cudaStream_t s) { NCCL_CHECK(ncclReduceScatter(send, recv, count(n), type(t), ncclSum, c, s)); });
   }
 
   // Complete once the rank's compute is; a send never waited for may still run on the NCCL

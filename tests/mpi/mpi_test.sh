@@ -1,8 +1,9 @@
 #!/bin/bash
 # ctest driver for the multi-process (MPI) tests: runs parbench under `mpiexec -n 2` on CPU ranks.
 # usage: mpi_test.sh MPIEXEC PARBENCH CASE   (CASE: replay-ddp|replay-mp|replay-pipeline|replay-pipeline-1f1b|
-#   replay-pipeline-zb|replay-pipeline-interleaved|replay-pipeline-recompute|replay-pipeline-1f1b-recompute|replay-fsdp|replay-zero2|replay-fsdp-prefetch|
-#   replay-zero2-prefetch|replay-tp|replay-hybrids|replay-bf16|run|fail-rank|stopped-rank|mismatch)
+#   replay-pipeline-zb|replay-pipeline-interleaved|replay-pipeline-recompute|replay-pipeline-1f1b-recompute|replay-fsdp|
+#   replay-zero2|replay-fsdp-prefetch|replay-zero2-prefetch|replay-tp|replay-hybrids|replay-bf16|replay-reduce-bf16|run|
+#   fail-rank|stopped-rank|mismatch)
 # Exit 77 (ctest: skipped) where a case cannot run on this machine.
 # Open MPI as root in a container needs --allow-run-as-root; --oversubscribe lets 2 ranks share
 # fewer cores; btl self,vader keeps it to shared memory (no network interfaces probed).
@@ -48,6 +49,25 @@ replay-ddp | replay-mp | replay-pipeline | replay-pipeline-1f1b | replay-pipelin
     rm -rf "$DIR/regular" "$DIR/$S" "$DIR/$S-4"
   done
   done
+  ;;
+replay-reduce-bf16)
+  # --reduce-dtype bf16 across processes (MPI_UINT16_T and a user op rounding each partial sum to
+  # bf16) against the same strategy in one process (a rank-order sum): on 2 ranks both add the two
+  # bf16 values once and round once, so they agree. --param-dtype bf16 also gathers in bf16.
+  A="--workload $HERE/../fixtures/conv_odd/net.json --steps 5 --batch 7 --micro-batches 2 --device-kind cpu --reduce-dtype bf16"
+  for S in ddp fsdp zero2 fsdp-prefetch; do
+    "$PARBENCH" replay --strategy "$S" --devices 2 $A --out "$DIR/one-$S" >/dev/null 2>&1 || fail "in-process replay $S"
+    "${MPI[@]}" -n 2 "$PARBENCH" replay --strategy "$S" --devices 2 $A --out "$DIR/$S" || fail "mpiexec -n 2 replay $S"
+    /usr/bin/python3 "$HERE/compare_replay.py" "$DIR/one-$S" "$DIR/$S" || fail "$S --reduce-dtype bf16 over MPI differs"
+  done
+  B="$A --precision bf16 --param-dtype bf16"
+  if "$PARBENCH" replay --strategy fsdp-prefetch --devices 2 $B --out "$DIR/one-p" >"$DIR/out.txt" 2>&1; then
+    "${MPI[@]}" -n 2 "$PARBENCH" replay --strategy fsdp-prefetch --devices 2 $B --out "$DIR/p" || fail "mpiexec -n 2 --param-dtype bf16"
+    /usr/bin/python3 "$HERE/compare_replay.py" "$DIR/one-p" "$DIR/p" || fail "--param-dtype bf16 over MPI differs"
+  else
+    grep -q 'bf16' "$DIR/out.txt" || { cat "$DIR/out.txt"; fail "in-process --param-dtype bf16 replay"; }
+    echo "no bf16 kernels here: --param-dtype bf16 not checked"
+  fi
   ;;
 replay-bf16)
   # --precision bf16 (autocast) across processes follows regular's bf16 trajectory as closely as

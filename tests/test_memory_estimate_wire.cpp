@@ -1,0 +1,98 @@
+// The memory estimate of the bf16 wire (--reduce-dtype / --param-dtype bf16): the communicator's
+// staging, kept from the first step on, raises each worker's allocator peak by exactly what the
+// estimate adds (strategies/memory_estimate.cpp).
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include "strategies/memory_estimate.h"
+#include "strategies/registry.h"
+#include "tests/bf16_skip.h"
+#include "workloads/workload.h"
+
+namespace pb {
+namespace {
+
+struct Case {
+  std::string strategy;
+  int devices;
+  bool reduce, param;
+};
+
+// Each worker's peak after three steps of `c` on `net`, with the wire dtypes or without.
+std::vector<double> peaks(const NetSpec& net, int64_t batch, const Case& c, Precision precision, bool wire) {
+  const NetPlan plan = plan_net(net);
+  const std::vector<float> x = synthetic_values(batch * numel_of(plan.input), 1),
+                           t = synthetic_values(batch * numel_of(plan.output), 2);
+  StrategyOptions o;
+  o.devices = c.devices;
+  o.backend.threads = 1;
+  o.backend.precision = precision;
+  o.micro_batches = 2;
+  if (wire) o.reduce_dtype = c.reduce ? DType::Bf16 : DType::F32, o.param_dtype = c.param ? DType::Bf16 : DType::F32;
+  auto s = make_strategy(c.strategy, o);
+  s->setup(plan, init_params(plan, 0), net.adam);
+  s->load_batch(x, t, batch);
+  for (int k = 0; k < 3; ++k) s->step();
+  std::vector<double> p;
+  for (const WorkerStats& w : s->stats().workers) p.push_back(static_cast<double>(w.peak_bytes));
+  return p;
+}
+
+std::vector<double> estimate(const NetSpec& net, int64_t batch, const Case& c, bool wire) {
+  MemoryConfig mc;
+  mc.strategy = c.strategy;
+  mc.devices = c.devices;
+  mc.micro_batches = 2;
+  mc.reduce_bf16 = wire && c.reduce, mc.param_bf16 = wire && c.param;
+  mc.workspace = [](const std::vector<LayerPlan>&, int64_t) { return 0.0; };
+  return estimate_memory(plan_net(net), batch, mc).per_worker;
+}
+
+void check(const std::vector<Case>& cases, Precision precision) {
+  const NetSpec net = great_net(12, 0.125);
+  const int64_t batch = 7;  // uneven chunks
+  for (const Case& c : cases) {
+    SCOPED_TRACE(fmt::format("{} x{} reduce {} param {}", c.strategy, c.devices, c.reduce, c.param));
+    const std::vector<double> base = peaks(net, batch, c, precision, false), wired = peaks(net, batch, c, precision, true);
+    const std::vector<double> e0 = estimate(net, batch, c, false), e1 = estimate(net, batch, c, true);
+    ASSERT_EQ(base.size(), e0.size());
+    double added = 0;
+    for (std::size_t r = 0; r < base.size(); ++r) {
+      EXPECT_EQ(wired[r] - base[r], e1[r] - e0[r]) << "worker " << r;
+      added += e1[r] - e0[r];
+    }
+    EXPECT_GT(added, 0);
+  }
+}
+
+TEST(MemoryEstimateWire, ReduceBf16StagingIsWhatTheEstimateAdds) {
+  check({{"dp", 3, true, false},
+         {"ddp", 2, true, false},
+         {"ddp", 4, true, false},
+         {"fsdp", 1, true, false},
+         {"fsdp", 3, true, false},
+         {"zero2", 2, true, false},
+         {"fsdp-prefetch", 2, true, false},
+         {"zero2-prefetch", 3, true, false},
+         {"hsdp2x2", 4, true, false},
+         {"hsdp2x1", 2, true, false},
+         {"dp2xpp2", 4, true, false},
+         {"dp2xtp2", 4, true, false}},
+        Precision::Fp32);
+}
+
+TEST(MemoryEstimateWire, ParamDtypeBf16StagingIsWhatTheEstimateAdds) {
+  SKIP_WITHOUT_BF16();
+  check({{"fsdp", 2, false, true},
+         {"fsdp", 3, true, true},
+         {"zero2", 2, true, true},
+         {"fsdp-prefetch", 3, true, true},
+         {"fsdp-prefetch", 2, false, true},
+         {"zero2-prefetch", 2, true, true},
+         {"hsdp2x2", 4, true, true}},
+        Precision::Bf16);
+}
+
+}  // namespace
+}  // namespace pb
