@@ -52,7 +52,9 @@ TEST(CommBf16, AllReduceRoundsEveryPartialSumInRankOrder) {
     const int64_t n = 1000;
     const auto in = inputs(r, ranks, n);
     const std::vector<float> want = ring_sum(in);
-    if (ranks >= 3) EXPECT_GT(rounded_differently(in, want), 0);
+    if (ranks >= 3) {
+      EXPECT_GT(rounded_differently(in, want), 0);
+    }
     Group g(cpus(ranks));
     std::vector<std::vector<Bf16>> buf(ranks);
     for (int k = 0; k < ranks; ++k) buf[k] = to_bf16s(in[k]);
@@ -180,7 +182,9 @@ TEST(CommBf16, OnGpusInProcessAndNccl) {
       EXPECT_EQ(g.comm->stats(k).bytes, static_cast<std::size_t>(n) * 2);
       for (int64_t i = 0; i < n; ++i) {
         ASSERT_EQ(got[k][i], round_bf16(got[k][i])) << "rank " << k << " [" << i << "] is not a bf16 value";
-        if (!nccl) ASSERT_EQ(got[k][i], want[i]) << "rank " << k << " [" << i << "]";
+        if (!nccl) {
+          ASSERT_EQ(got[k][i], want[i]) << "rank " << k << " [" << i << "]";
+        }
         double exact = 0, mag = 0;
         for (const auto& v : rounded) exact += v[i], mag += std::abs(v[i]);
         ASSERT_LE(std::abs(got[k][i] - exact), (ranks - 1) * std::ldexp(mag, -8)) << "rank " << k << " [" << i << "]";

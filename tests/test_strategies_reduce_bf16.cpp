@@ -115,7 +115,9 @@ TEST(ReduceBf16, DataParallelStrategiesSumBf16RoundedGradients) {
       for (const Action& a : list) planned += a.dtype == DType::Bf16 ? a.bytes : 0;
     EXPECT_GT(planned, 0u);
     EXPECT_EQ(reduced_bytes(fp32.stats) - reduced_bytes(bf16.stats), planned);
-    if (c.strategy != "dp2xtp2") EXPECT_EQ(2 * reduced_bytes(bf16.stats), reduced_bytes(fp32.stats));
+    if (c.strategy != "dp2xtp2") {
+      EXPECT_EQ(2 * reduced_bytes(bf16.stats), reduced_bytes(fp32.stats));
+    }
   }
 }
 
@@ -130,7 +132,7 @@ std::size_t gathered_bytes(const StepStats& s) {
 TEST(ReduceBf16, ParamDtypeBf16GathersHalfTheBytesAndChangesNothingUnderAutocast) {
   SKIP_WITHOUT_BF16();
   const NetSpec net = small_great_net();
-  for (const std::string& s : {"fsdp", "zero2-prefetch", "hsdp2x2"}) {
+  for (const std::string s : {"fsdp", "zero2-prefetch", "hsdp2x2"}) {
     SCOPED_TRACE(s);
     StrategyOptions o = options(s == "hsdp2x2" ? 4 : 3);
     o.backend.precision = Precision::Bf16;
@@ -156,9 +158,9 @@ TEST(ReduceBf16, RefusedWhereTheyDoNotApplyNamingTheFlag) {
     }
     return std::string();
   };
-  for (const std::string& s : {"regular", "mp", "pipeline", "pipeline-zb", "tp"})
+  for (const std::string s : {"regular", "mp", "pipeline", "pipeline-zb", "tp"})
     EXPECT_THAT(refusal(s, s == "regular" ? 1 : 2, DType::Bf16, DType::F32), HasSubstr("--reduce-dtype bf16: strategy " + s));
-  for (const std::string& s : {"ddp", "dp", "dp2xpp2", "regular"})
+  for (const std::string s : {"ddp", "dp", "dp2xpp2", "regular"})
     EXPECT_THAT(refusal(s, s == "regular" ? 1 : s == "dp2xpp2" ? 4 : 2, DType::F32, DType::Bf16, Precision::Bf16),
                 HasSubstr("--param-dtype bf16: strategy " + s));
   EXPECT_THAT(refusal("fsdp", 2, DType::F32, DType::Bf16), HasSubstr("--param-dtype bf16 needs --precision bf16"));
@@ -177,20 +179,25 @@ TEST(ReduceBf16, ProjectionPricesTheHalvedBytes) {
   using namespace projection_test;
   const pj::Profile p = uniform();
   const pj::Machine m = machine();
-  for (const std::string& s : {"ddp", "fsdp", "pipeline"}) {
+  for (const std::string s : {"ddp", "fsdp", "pipeline"}) {
     SCOPED_TRACE(s);
     pj::Config c = config(s, 4, 8);
     const pj::Prediction fp32 = pj::predict(p, m, c, {});
     c.reduce_dtype = "bf16";
     const pj::Prediction bf16 = pj::predict(p, m, c, {});
     ASSERT_GT(fp32.comm_bytes, 0);
-    if (s == "ddp") EXPECT_DOUBLE_EQ(2 * bf16.comm_bytes, fp32.comm_bytes);
+    if (s == "ddp") {
+      EXPECT_DOUBLE_EQ(2 * bf16.comm_bytes, fp32.comm_bytes);
+    }
     if (s == "fsdp") {
       EXPECT_LT(bf16.comm_bytes, fp32.comm_bytes);
       EXPECT_GT(bf16.comm_bytes, fp32.comm_bytes / 2);
     }
-    if (s == "pipeline") EXPECT_EQ(bf16.comm_bytes, fp32.comm_bytes);
-    if (s != "pipeline") EXPECT_GT(bf16.peak_bytes, fp32.peak_bytes) << "the wire's staging";
+    if (s == "pipeline") {
+      EXPECT_EQ(bf16.comm_bytes, fp32.comm_bytes);
+    } else {
+      EXPECT_GT(bf16.peak_bytes, fp32.peak_bytes) << "the wire's staging";
+    }
   }
 }
 
