@@ -105,26 +105,28 @@ TEST_P(Golden, PipelineSchedulesReproducePyTorchTrajectory) {
   }
   const auto want = expected["losses"].get<std::vector<double>>();
   const std::vector<float> final = read_state_dict(plan, (dir() / "final").string());
-  for (const char* name : {"pipeline", "pipeline-1f1b", "pipeline-zb", "pipeline-recompute", "pipeline-1f1b-recompute"}) {
-    for (int n = 2; n <= std::min(4, layers); ++n) {
-      SCOPED_TRACE(fmt::format("{} on {} stages", name, n));
-      StrategyOptions o;
-      o.devices = n;
-      o.backend.threads = 1;
-      o.micro_batches = static_cast<int>(std::min<int64_t>(3, batch));
-      auto s = make_strategy(name, o);
-      s->setup(plan, read_state_dict(plan, (dir() / "params").string()), net.adam);
-      s->load_batch(x.data, t, batch);
-      for (std::size_t k = 0; k < want.size(); ++k) {
-        s->step();
-        EXPECT_NEAR(s->loss(), want[k], 1e-5 * std::abs(want[k])) << "step " << k + 1;
-      }
-      const std::vector<float> got = s->params();
-      double worst = 0;
-      for (std::size_t i = 0; i < got.size(); ++i) worst = std::max(worst, double(std::abs(got[i] - final[i])));
-      EXPECT_LE(worst, 1e-5);
+  auto follows = [&](const std::string& name, int n, int micro) {
+    SCOPED_TRACE(fmt::format("{} on {} workers, {} micro-batches", name, n, micro));
+    StrategyOptions o;
+    o.devices = n;
+    o.backend.threads = 1;
+    o.micro_batches = micro;
+    auto s = make_strategy(name, o);
+    s->setup(plan, read_state_dict(plan, (dir() / "params").string()), net.adam);
+    s->load_batch(x.data, t, batch);
+    for (std::size_t k = 0; k < want.size(); ++k) {
+      s->step();
+      EXPECT_NEAR(s->loss(), want[k], 1e-5 * std::abs(want[k])) << "step " << k + 1;
     }
-  }
+    const std::vector<float> got = s->params();
+    double worst = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) worst = std::max(worst, double(std::abs(got[i] - final[i])));
+    EXPECT_LE(worst, 1e-5);
+  };
+  for (const char* name : {"pipeline", "pipeline-1f1b", "pipeline-zb", "pipeline-recompute", "pipeline-1f1b-recompute"})
+    for (int n = 2; n <= std::min(4, layers); ++n) follows(name, n, static_cast<int>(std::min<int64_t>(3, batch)));
+  // Interleaved 1F1B: two chunks a worker (2P stages), M a multiple of P.
+  for (int n = 2; 2 * n <= layers && n <= batch && n <= 4; ++n) follows("pipeline-interleaved", n, n);
 }
 
 // dp x pp and dp x tp hybrids: replicas of the pipeline (tp group) on their pieces of the batch,
