@@ -42,8 +42,10 @@ std::vector<EnvDiff> environment_diffs(const RunFile& baseline, const RunFile& c
   };
   const std::string kind = schema::context::device_kind.name;
   const bool cpu = baseline.context_value(kind) == "cpu" || contender.context_value(kind) == "cpu";
+  const bool gpu = baseline.context_value(kind) == "cuda" || contender.context_value(kind) == "cuda";
   for (const schema::Key& k : schema::kContext)
-    if (k.match == schema::Match::Always || (k.match == schema::Match::Cpu && cpu)) check(k.name);
+    if (k.match == schema::Match::Always || (k.match == schema::Match::Cpu && cpu) || (k.match == schema::Match::Gpu && gpu))
+      check(k.name);
   return diffs;
 }
 

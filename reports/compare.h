@@ -69,7 +69,8 @@ struct EnvDiff {
 };
 
 // The context keys that must agree (schema.h, Match::Always; Match::Cpu when either run is a
-// CPU run): the environment (device kind, GPUs, library versions, CPU) and everything that
+// CPU run, Match::Gpu when either is a CUDA run): the environment (device kind, CPU; GPUs and
+// CUDA library versions for CUDA runs, which a CPU run never uses) and everything that
 // changes the work or the arithmetic (workload and its parameters, parameter count, forward
 // FLOPs, precision, scaling, micro-batches, bucket size, balance, threads, ...).
 std::vector<EnvDiff> environment_diffs(const RunFile& baseline, const RunFile& contender);

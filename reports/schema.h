@@ -12,6 +12,7 @@ enum class Match {
   No,      // informative only
   Always,  // the environment, or what changes the work or the arithmetic
   Cpu,     // only when either run is a CPU run (there the CPU is the device)
+  Gpu,     // only when either run is a CUDA run (the GPUs and CUDA libraries a CPU run never uses)
 };
 
 struct Key {
@@ -120,16 +121,16 @@ inline constexpr Key device_kind{"device_kind", "-", "cpu or cuda", M::Always};
 inline constexpr Key cpu_model{"cpu_model", "-", "the CPU's model name", M::Cpu};
 inline constexpr Key cpu_threads{"cpu_threads", "count", "hardware threads of the machine", M::Cpu};
 inline constexpr Key conv_backend{"conv_backend", "-", "CPU convolutions: oneDNN or im2col+gemm", M::Always};
-inline constexpr Key gpu_count{"gpu_count", "count", "GPUs visible", M::Always};
-inline constexpr Key gpu_names{"gpu_names", "-", "CUDA builds: each GPU's name, compute capability and memory", M::Always};
-inline constexpr Key cuda_driver{"cuda_driver", "-", "CUDA builds: driver version", M::Always};
-inline constexpr Key cuda_runtime{"cuda_runtime", "-", "CUDA builds: runtime version", M::Always};
-inline constexpr Key cudnn{"cudnn", "-", "CUDA builds: cuDNN version", M::Always};
-inline constexpr Key nccl{"nccl", "-", "CUDA builds: NCCL version, or not built", M::Always};
-inline constexpr Key conv_search{"PARBENCH_CONV_SEARCH", "-", "the environment variable as set for the run, or unset", M::Always};
+inline constexpr Key gpu_count{"gpu_count", "count", "GPUs visible", M::Gpu};
+inline constexpr Key gpu_names{"gpu_names", "-", "CUDA builds: each GPU's name, compute capability and memory", M::Gpu};
+inline constexpr Key cuda_driver{"cuda_driver", "-", "CUDA builds: driver version", M::Gpu};
+inline constexpr Key cuda_runtime{"cuda_runtime", "-", "CUDA builds: runtime version", M::Gpu};
+inline constexpr Key cudnn{"cudnn", "-", "CUDA builds: cuDNN version", M::Gpu};
+inline constexpr Key nccl{"nccl", "-", "CUDA builds: NCCL version, or not built", M::Gpu};
+inline constexpr Key conv_search{"PARBENCH_CONV_SEARCH", "-", "the environment variable as set for the run, or unset", M::Gpu};
 inline constexpr Key cpu_winograd{"PARBENCH_CPU_WINOGRAD", "-", "the environment variable as set for the run, or unset", M::Always};
-inline constexpr Key cudnn_api{"PARBENCH_CUDNN_API", "-", "the environment variable as set for the run, or unset", M::Always};
-inline constexpr Key conv_workspace{"PARBENCH_CONV_WORKSPACE_MIB", "-", "the environment variable as set for the run, or unset", M::Always};
+inline constexpr Key cudnn_api{"PARBENCH_CUDNN_API", "-", "the environment variable as set for the run, or unset", M::Gpu};
+inline constexpr Key conv_workspace{"PARBENCH_CONV_WORKSPACE_MIB", "-", "the environment variable as set for the run, or unset", M::Gpu};
 inline constexpr Key precision{"precision", "-", "fp32, tf32 or bf16", M::Always};
 inline constexpr Key scaling{"scaling", "-", "weak (batch per device fixed) or strong (global batch fixed)", M::Always};
 inline constexpr Key batch{"batch", "samples", "the --batch value (per device under weak scaling, global under strong)"};

@@ -129,8 +129,10 @@ TEST(Compare, RefusesRunsThatMeasureDifferentWork) {
       {"PARBENCH_CONV_WORKSPACE_MIB", {"unset", "65536"}},
   };
   for (const auto& [key, values] : changes) {
-    std::map<std::string, std::string> cb = {{"device_kind", "cpu"}, {key, values.first}};
-    std::map<std::string, std::string> cc = {{"device_kind", "cpu"}, {key, values.second}};
+    // The cuDNN settings change a CUDA run's work (CudaKeysMatterOnlyForCudaRuns: not a CPU run's).
+    const std::string kind = key == "PARBENCH_CPU_WINOGRAD" || key.rfind("PARBENCH_", 0) != 0 ? "cpu" : "cuda";
+    std::map<std::string, std::string> cb = {{"device_kind", kind}, {key, values.first}};
+    std::map<std::string, std::string> cc = {{"device_kind", kind}, {key, values.second}};
     const RunFile base = GbJson(cb).add("w/a/devices:1/batch:1", {10}).file("base.json");
     const RunFile cont = GbJson(cc).add("w/a/devices:1/batch:1", {10}).file("cont.json");
     try {
@@ -319,6 +321,29 @@ TEST(Compare, DifferentEnvironmentsRefusedUnlessForced) {
                            .add("w/a/devices:1/batch:1", {10})
                            .file();
   EXPECT_THROW(compare_runs(base, tf32, {}, false), UsageError);
+}
+
+// A CPU run uses no GPU or CUDA library: a CPU-only build's runs (no CUDA keys) compare with a
+// CUDA build's (keys "none"), and a GPU machine's CPU runs with a CPU machine's; CUDA runs do not.
+TEST(Compare, CudaKeysMatterOnlyForCudaRuns) {
+  const std::map<std::string, std::string> cuda_build = {
+      {"gpu_count", "8"}, {"gpu_names", "NVIDIA H200"}, {"cuda_driver", "13.0"}, {"cuda_runtime", "13.0"},
+      {"cudnn", "9.13.0"}, {"nccl", "2.28.3"}, {"PARBENCH_CUDNN_API", "unset"}, {"PARBENCH_CONV_SEARCH", "unset"},
+      {"PARBENCH_CONV_WORKSPACE_MIB", "unset"}};
+  auto run = [&](const std::string& kind, bool with_cuda_keys) {
+    std::map<std::string, std::string> c = {{"device_kind", kind}, {"precision", "fp32"}, {"cpu_model", "AMD EPYC"}};
+    if (with_cuda_keys) c.insert(cuda_build.begin(), cuda_build.end());
+    return GbJson(c).add("w/a/devices:1/batch:1", {10}).file(kind + ".json");
+  };
+  EXPECT_TRUE(environment_diffs(run("cpu", false), run("cpu", true)).empty());
+  const std::vector<EnvDiff> d = environment_diffs(run("cuda", false), run("cuda", true));
+  EXPECT_EQ(d.size(), cuda_build.size());
+  EXPECT_THROW(compare_runs(run("cuda", false), run("cuda", true), {}, false), UsageError);
+  // The CPU model still matters for CPU runs, and not for CUDA ones.
+  RunFile xeon = run("cpu", true), xeon_gpu = run("cuda", true);
+  xeon.context["cpu_model"] = xeon_gpu.context["cpu_model"] = "Intel Xeon";
+  EXPECT_EQ(environment_diffs(run("cpu", true), xeon).size(), 1u);
+  EXPECT_TRUE(environment_diffs(run("cuda", true), xeon_gpu).empty());
 }
 
 }  // namespace

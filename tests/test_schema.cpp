@@ -54,6 +54,7 @@ const char* match_text(Match m) {
     case Match::No: return "no";
     case Match::Always: return "yes";
     case Match::Cpu: return "CPU runs";
+    case Match::Gpu: return "CUDA runs";
   }
   return "?";
 }
