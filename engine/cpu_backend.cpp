@@ -354,17 +354,17 @@ void CpuBackend::conv2d_backward_weights_in(const ConvGeom& g, ConvLayouts io, c
 }
 
 void CpuBackend::relu_forward(int64_t n, const float* x, float* y) {
-  parallel_for_simd(n, threads_, [&](int64_t i) { y[i] = x[i] > 0.0f ? x[i] : 0.0f; });
+  parallel_for_simd(n, threads_, [=](int64_t i) { y[i] = x[i] > 0.0f ? x[i] : 0.0f; });
 }
 
 void CpuBackend::relu_backward(int64_t n, const float* y, const float* dy, float* dx) {
-  parallel_for_simd(n, threads_, [&](int64_t i) { dx[i] = y[i] > 0.0f ? dy[i] : 0.0f; });
+  parallel_for_simd(n, threads_, [=](int64_t i) { dx[i] = y[i] > 0.0f ? dy[i] : 0.0f; });
 }
 
 void CpuBackend::mse_loss_grad(int64_t n, const float* y, const float* t, float grad_scale,
                                float* dy, float* loss_sum) {
   double sum = 0;
-  auto at = [&](int64_t i) {
+  auto at = [=](int64_t i) {
     const float d = y[i] - t[i];
     dy[i] = grad_scale * d;
     return static_cast<double>(d) * d;
@@ -385,12 +385,15 @@ void CpuBackend::adam_step(int64_t n, float* p, const float* g, float* m, float*
   const AdamStepScalars s = adam_step_scalars(a, step);
   const float step_size = s.step_size, bc2_sqrt = s.bc2_sqrt, b1 = s.beta1, b2 = s.beta2;
   const float one_b1 = s.one_minus_beta1, one_b2 = s.one_minus_beta2, eps = s.eps, wd = s.weight_decay;
-  parallel_for_simd(n, threads_, [&](int64_t i) {
-    const float gi = wd != 0.0f ? g[i] + wd * p[i] : g[i];
-    m[i] = m[i] * b1 + gi * one_b1;
-    v[i] = v[i] * b2 + one_b2 * gi * gi;
-    const float denom = std::sqrt(v[i]) / bc2_sqrt + eps;
-    p[i] = p[i] + -step_size * m[i] / denom;  // addcdiv: value * t1 / t2
+  parallel_ranges(n, threads_, [=](int64_t lo, int64_t hi) {
+#pragma omp simd
+    for (int64_t i = lo; i < hi; ++i) {
+      const float gi = wd != 0.0f ? g[i] + wd * p[i] : g[i];
+      m[i] = m[i] * b1 + gi * one_b1;
+      v[i] = v[i] * b2 + one_b2 * gi * gi;
+      const float denom = std::sqrt(v[i]) / bc2_sqrt + eps;
+      p[i] = p[i] + -step_size * m[i] / denom;  // addcdiv: value * t1 / t2
+    }
   });
 }
 

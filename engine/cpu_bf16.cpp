@@ -75,19 +75,19 @@ void CpuBackend::linear_backward_weights_bf16(int64_t n, int64_t in, int64_t out
 
 void CpuBackend::relu_forward_bf16(int64_t n, const Bf16* x, Bf16* y) {
   // As the fp32 ReLU.
-  parallel_for(n, threads_, n, [&](int64_t i) { y[i] = pb::from_bf16(x[i]) > 0.0f ? x[i] : Bf16{0}; });
+  parallel_for(n, threads_, n, [=](int64_t i) { y[i] = pb::from_bf16(x[i]) > 0.0f ? x[i] : Bf16{0}; });
 }
 
 void CpuBackend::relu_backward_bf16(int64_t n, const Bf16* y, const Bf16* dy, Bf16* dx) {
-  parallel_for(n, threads_, n, [&](int64_t i) { dx[i] = pb::from_bf16(y[i]) > 0.0f ? dy[i] : Bf16{0}; });
+  parallel_for(n, threads_, n, [=](int64_t i) { dx[i] = pb::from_bf16(y[i]) > 0.0f ? dy[i] : Bf16{0}; });
 }
 
 void CpuBackend::to_bf16(int64_t n, const float* src, Bf16* dst) {
-  parallel_for(n, threads_, n, [&](int64_t i) { dst[i] = pb::to_bf16(src[i]); });
+  parallel_for(n, threads_, n, [=](int64_t i) { dst[i] = pb::to_bf16(src[i]); });
 }
 
 void CpuBackend::from_bf16(int64_t n, const Bf16* src, float* dst) {
-  parallel_for(n, threads_, n, [&](int64_t i) { dst[i] = pb::from_bf16(src[i]); });
+  parallel_for(n, threads_, n, [=](int64_t i) { dst[i] = pb::from_bf16(src[i]); });
 }
 
 }  // namespace pb
