@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "engine/backend.h"
+#include "engine/net.h"
 
 namespace pb::test {
 
@@ -73,5 +74,22 @@ class ScopedEnv {
   const char* name_;
   std::optional<std::string> old_;
 };
+
+// `pairs` equal Linear(width) + ReLU pairs on an input of `width`: stages of equal work.
+inline NetSpec linear_relu_pairs(const std::string& name, int64_t width, int pairs) {
+  NetSpec net;
+  net.name = name;
+  net.input = {width};
+  for (int i = 0; i < pairs; ++i) {
+    LayerSpec l;
+    l.type = LayerType::Linear;
+    l.out_features = width;
+    net.layers.push_back(l);
+    LayerSpec relu;
+    relu.type = LayerType::ReLU;
+    net.layers.push_back(relu);
+  }
+  return net;
+}
 
 }  // namespace pb::test

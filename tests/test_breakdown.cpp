@@ -22,6 +22,7 @@
 #include "strategies/group.h"
 #include "strategies/plan_gen.h"
 #include "strategies/pool.h"
+#include "tests/support.h"
 #include "workloads/workload.h"
 
 namespace pb {
@@ -121,25 +122,9 @@ TEST(Breakdown, StarvedStageIsIdleNotCommunicating) {
   ASSERT_TRUE(breakdown(st).measured_bubble.has_value());
 }
 
-// Eight equal Linear(512) + ReLU pairs in two stages of equal work, four micro-batches: the
-// stages' idle share is the fill-drain bubble, (P-1)/(M+P-1) = 1/5.
-// Eight equal Linear + ReLU layers (forward, input gradient and weight gradients each one
-// 512 x 512 product per sample), in two stages of four.
-NetSpec equal_linear() {
-  NetSpec net;
-  net.name = "equal_linear";
-  net.input = {512};
-  for (int i = 0; i < 8; ++i) {
-    LayerSpec l;
-    l.type = LayerType::Linear;
-    l.out_features = 512;
-    net.layers.push_back(l);
-    LayerSpec relu;
-    relu.type = LayerType::ReLU;
-    net.layers.push_back(relu);
-  }
-  return net;
-}
+// Eight equal Linear(512) + ReLU pairs (forward, input gradient and weight gradients each one
+// 512 x 512 product per sample): stages of equal work.
+NetSpec equal_linear() { return test::linear_relu_pairs("equal_linear", 512, 8); }
 
 // The measured bubble of the steps that ran as the formula assumes, or none when fewer than 3 did;
 // `counted` sees each of those steps.

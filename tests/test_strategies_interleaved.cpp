@@ -3,6 +3,7 @@
 #include <map>
 
 #include "strategies/rules.h"
+#include "tests/support.h"
 #include "tests/test_strategies_support.h"
 
 namespace pb {
@@ -131,21 +132,7 @@ TEST(Strategies, InterleavedRefusesMicroBatchesNotAMultipleOfTheWorkers) {
 
 // Eight equal Linear(64) + ReLU pairs: every stage holds the same parameters under both schedules,
 // so the difference is what is in flight.
-NetSpec uniform_net() {
-  NetSpec net;
-  net.name = "uniform_linear";
-  net.input = {64};
-  for (int i = 0; i < 8; ++i) {
-    LayerSpec l;
-    l.type = LayerType::Linear;
-    l.out_features = 64;
-    net.layers.push_back(l);
-    LayerSpec relu;
-    relu.type = LayerType::ReLU;
-    net.layers.push_back(relu);
-  }
-  return net;
-}
+NetSpec uniform_net() { return test::linear_relu_pairs("uniform_linear", 64, 8); }
 
 // Peak memory at M = 8: each worker holds more under interleaved 1F1B than under 1F1B (a worker's
 // warm-up runs (P-r-1)*2 + (V-1)*P chunk forwards, more than its 1F1B share of P-r stage
