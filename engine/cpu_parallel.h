@@ -18,9 +18,8 @@ constexpr int64_t kParallelGrain = 1 << 15;
 inline int team(int64_t work, int threads) { return work < kParallelGrain ? 1 : threads; }
 
 // body(i) for i in [0, count), statically scheduled over team(work, threads) threads. The body
-// is taken by value and an element-wise one captures its scalars by value ([=]): a float reached
-// through a reference may alias the floats the loop stores, is reloaded every iteration and
-// stops vectorisation.
+// is taken by value and an element-wise one captures its scalars by value ([=]), so that they
+// need not be read through a reference at every element.
 template <class Body>
 inline void parallel_for(int64_t work, int threads, int64_t count, Body body) {
   const int t = team(work, threads);
@@ -46,7 +45,8 @@ inline void parallel_for_simd(int64_t n, int threads, Body body) {
 }
 
 // body(lo, hi) over contiguous pieces of [0, n), one per thread of team(n, threads) as
-// schedule(static) splits them: for a body whose own loop is what must vectorise.
+// schedule(static) splits them: for a body that runs its own loop (Adam's ran 6x slower as a
+// per-element body).
 template <class Body>
 inline void parallel_ranges(int64_t n, int threads, Body body) {
   const int t = team(n, threads);
