@@ -61,7 +61,10 @@ Communicator::Communicator(std::vector<Backend*> ranks)
       started_(ranks_.size(), CollKind::AllReduce),
       staging_(ranks_.size()),
       staged_(ranks_.size(), 0),
-      widen_(ranks_.size()) {
+      widen_(ranks_.size()),
+      p2p_slots_(ranks_.size()),
+      p2p_staging_(ranks_.size()),
+      p2p_staged_(ranks_.size()) {
   PB_CHECK(!ranks_.empty(), "a communicator needs at least one rank");
   bool any = false;
   for (Backend* b : ranks_) any = any || b != nullptr;
@@ -221,7 +224,7 @@ void Communicator::all_reduce_typed(int rank, void* buf, int64_t n, DType t) {
     if (n > 0) do_all_reduce(rank, buf, n, t);
   }, CollKind::AllReduce, -1, n, false, dtype_size(t));
   started_.at(rank) = CollKind::AllReduce;
-  observed(rank, {CommCall::Collective, CollKind::AllReduce, -1, n});
+  observed(rank, {CommCall::Collective, CollKind::AllReduce, -1, n, -1, t});
 }
 
 void Communicator::broadcast(int rank, float* buf, int64_t n, int root) {
@@ -237,48 +240,42 @@ void Communicator::reduce_typed(int rank, void* buf, int64_t n, int root, DType 
   timed(rank, n * dtype_size(t), [&] {
     if (n > 0) do_reduce(rank, buf, n, root, t);
   }, CollKind::Reduce, -1, n, false, dtype_size(t));
-  observed(rank, {CommCall::Collective, CollKind::Reduce, root, n});
+  observed(rank, {CommCall::Collective, CollKind::Reduce, root, n, -1, t});
 }
 
-void Communicator::send(int rank, const float* buf, int64_t n, int peer) {
+void Communicator::send_typed(int rank, const void* buf, int64_t n, int peer, DType t) {
   PB_CHECK(n >= 0 && 0 <= peer && peer < size() && peer != rank, "send of {} values from rank {} to {} of {}", n,
            rank, peer, size());
-  timed(rank, n * sizeof(float), [&] {
-    if (n > 0) do_send(rank, buf, n, peer);
-  }, CollKind::SendRecv, peer, n, true);
-  observed(rank, {CommCall::Send, CollKind::SendRecv, peer, n});
+  timed(rank, n * dtype_size(t), [&] {
+    if (n > 0) do_send(rank, buf, n, peer, t);
+  }, CollKind::SendRecv, peer, n, true, dtype_size(t));
+  observed(rank, {CommCall::Send, CollKind::SendRecv, peer, n, -1, t});
 }
 
-void Communicator::recv(int rank, float* buf, int64_t n, int peer) {
+void Communicator::recv_typed(int rank, void* buf, int64_t n, int peer, DType t) {
   PB_CHECK(n >= 0 && 0 <= peer && peer < size() && peer != rank, "recv of {} values at rank {} from {} of {}", n,
            rank, peer, size());
   timed(rank, 0, [&] {
-    if (n > 0) do_recv(rank, buf, n, peer);
-  }, CollKind::SendRecv, peer, n, true);
-  observed(rank, {CommCall::Recv, CollKind::SendRecv, peer, n});
+    if (n > 0) do_recv(rank, buf, n, peer, t);
+  }, CollKind::SendRecv, peer, n, true, dtype_size(t));
+  observed(rank, {CommCall::Recv, CollKind::SendRecv, peer, n, -1, t});
 }
 
-int64_t Communicator::send_start(int rank, const float* buf, int64_t n, int peer) {
-  PB_CHECK(n >= 0 && 0 <= peer && peer < size() && peer != rank, "send of {} values from rank {} to {} of {}", n,
-           rank, peer, size());
+int64_t Communicator::transfer_start(int rank, bool send, void* buf, int64_t n, int peer, DType t) {
+  PB_CHECK(n >= 0 && 0 <= peer && peer < size() && peer != rank, "{} of {} values {} rank {} {} {} of {}",
+           send ? "send" : "recv", n, send ? "from" : "at", rank, send ? "to" : "from", peer, size());
   int64_t id = -1;
-  timed(rank, n * sizeof(float), [&] { id = do_send_start(rank, buf, n, peer); }, CollKind::SendRecv, peer, n);
-  observed(rank, {CommCall::Send, CollKind::SendRecv, peer, n, id});
-  return id;
-}
-
-int64_t Communicator::recv_start(int rank, float* buf, int64_t n, int peer) {
-  PB_CHECK(n >= 0 && 0 <= peer && peer < size() && peer != rank, "recv of {} values at rank {} from {} of {}", n,
-           rank, peer, size());
-  int64_t id = -1;
-  timed(rank, 0, [&] { id = do_recv_start(rank, buf, n, peer); }, CollKind::SendRecv, peer, n);
-  observed(rank, {CommCall::Recv, CollKind::SendRecv, peer, n, id});
+  timed(rank, send ? n * dtype_size(t) : 0, [&] {
+    id = send ? do_send_start(rank, buf, n, peer, t) : do_recv_start(rank, buf, n, peer, t);
+  }, CollKind::SendRecv, peer, n, false, dtype_size(t));
+  observed(rank, {send ? CommCall::Send : CommCall::Recv, CollKind::SendRecv, peer, n, id, t});
   return id;
 }
 
 void Communicator::wait_transfer(int rank, int64_t id) {
   timed(rank, 0, [&] { do_wait_transfer(rank, id); }, CollKind::SendRecv);
   observed(rank, {CommCall::WaitTransfer, CollKind::SendRecv, -1, 0, id});
+  staged_done(rank, id);
 }
 
 void Communicator::all_gather_typed(int rank, const void* send, void* recv, int64_t n, DType t, bool start) {
@@ -288,7 +285,7 @@ void Communicator::all_gather_typed(int rank, const void* send, void* recv, int6
     else if (n > 0) do_all_gather(rank, send, recv, n, t);
   }, CollKind::AllGather, -1, n * size(), false, dtype_size(t));
   if (start) started_.at(rank) = CollKind::AllGather;
-  observed(rank, {CommCall::Collective, CollKind::AllGather, -1, n});
+  observed(rank, {CommCall::Collective, CollKind::AllGather, -1, n, -1, t});
 }
 
 void Communicator::reduce_scatter_typed(int rank, const void* send, void* recv, int64_t n, DType t) {
@@ -296,7 +293,7 @@ void Communicator::reduce_scatter_typed(int rank, const void* send, void* recv, 
   timed(rank, static_cast<std::size_t>(n) * size() * dtype_size(t), [&] {
     if (n > 0) do_reduce_scatter(rank, send, recv, n, t);
   }, CollKind::ReduceScatter, -1, n * size(), false, dtype_size(t));
-  observed(rank, {CommCall::Collective, CollKind::ReduceScatter, -1, n});
+  observed(rank, {CommCall::Collective, CollKind::ReduceScatter, -1, n, -1, t});
 }
 
 namespace {
@@ -313,10 +310,10 @@ class SoloComm final : public Communicator {
   void do_wait(int) override {}
   void do_broadcast(int, float*, int64_t, int) override {}
   void do_reduce(int, void*, int64_t, int, DType) override {}
-  void do_send(int, const float*, int64_t, int) override {}  // unreachable: peer != rank is checked
-  void do_recv(int, float*, int64_t, int) override {}
-  int64_t do_send_start(int, const float*, int64_t, int) override { return 0; }  // unreachable, as do_send
-  int64_t do_recv_start(int, float*, int64_t, int) override { return 0; }
+  void do_send(int, const void*, int64_t, int, DType) override {}  // unreachable: peer != rank is checked
+  void do_recv(int, void*, int64_t, int, DType) override {}
+  int64_t do_send_start(int, const void*, int64_t, int, DType) override { return 0; }  // unreachable, as do_send
+  int64_t do_recv_start(int, void*, int64_t, int, DType) override { return 0; }
   void do_wait_transfer(int, int64_t) override {}
   // The one piece is the whole buffer: a copy on the rank's device (queued after its work).
   void do_all_gather(int rank, const void* send, void* recv, int64_t n, DType t) override { copy(rank, send, recv, n, t); }

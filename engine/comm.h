@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -51,6 +52,22 @@ struct CommStats {
 
 struct CommCall;
 
+// The staging slots of bf16 transfers in flight: take() gives the first free slot, grown to n values
+// if smaller; give() frees it. Deterministic, so a step that repeats the calls of the one before
+// takes the same slots and grows none; the memory estimate replays a plan through it.
+class WireSlots {
+ public:
+  int take(int64_t n);
+  void give(int k) { busy_.at(k) = 0; }
+  void reserve(const std::vector<int64_t>& sizes);  // slot k at least sizes[k]; none taken
+  const std::vector<int64_t>& sizes() const { return sizes_; }  // values, per slot
+  int64_t total() const;
+
+ private:
+  std::vector<int64_t> sizes_;
+  std::vector<char> busy_;
+};
+
 // An event-ordered call's span (Communicator::device_spans): [arrive, from) the rank's wait for
 // its peers (idle; arrive null: not measured), [from, to) the transfer.
 struct CommDeviceSpan {
@@ -91,8 +108,11 @@ class Communicator {
   void wait(int rank);
   void broadcast(int rank, float* buf, int64_t n, int root);
   void reduce(int rank, float* buf, int64_t n, int root, DType wire = DType::F32);  // sum into root's buf; others keep theirs
-  void send(int rank, const float* buf, int64_t n, int peer);
-  void recv(int rank, float* buf, int64_t n, int peer);
+  // send, recv and their started forms: wire Bf16 rounds on the sender and widens on the receiver
+  // (both must name it) through staging of their own, the bytes booked the bf16 payload's: a
+  // pipeline's activations and gradients under --precision bf16, which are bf16 values already.
+  void send(int rank, const float* buf, int64_t n, int peer, DType wire = DType::F32);
+  void recv(int rank, float* buf, int64_t n, int peer, DType wire = DType::F32);
   // Equal pieces of n values per rank, as NCCL takes them (callers pad uneven shards); bytes
   // booked: the whole gathered buffer, size() * n values (the nccl-tests size of both).
   // all_gather: recv[r*n, (r+1)*n) = rank r's send (n values); recv holds size() * n.
@@ -122,8 +142,8 @@ class Communicator {
   // started after the rank's queued work, like every call above. On NCCL a rank's transfers also
   // run in the order started, one after another: starts that can only finish together (a send
   // forward and a receive from the same peer) go in one group (group_start below).
-  int64_t send_start(int rank, const float* buf, int64_t n, int peer);
-  int64_t recv_start(int rank, float* buf, int64_t n, int peer);
+  int64_t send_start(int rank, const float* buf, int64_t n, int peer, DType wire = DType::F32);
+  int64_t recv_start(int rank, float* buf, int64_t n, int peer, DType wire = DType::F32);
   void wait_transfer(int rank, int64_t id);
   // The starts between group_start and group_end go out together, as one ncclGroupStart/End on
   // NCCL: a step that sends one tensor and receives another cannot then wait on a peer that waits
@@ -132,6 +152,10 @@ class Communicator {
   // whose starts never block.
   void group_start(int rank);
   void group_end(int rank);
+  // Sizes the rank's bf16 transfer staging ahead, slot k at least values[k] (a replay of its step's
+  // transfers through WireSlots): allocated before the step, so the step's peak holds all of it as
+  // the memory estimate does, and no slot grows later. No transfer of the rank may be in flight.
+  void reserve_transfer_staging(int rank, const std::vector<int64_t>& values);
 
   // Called when a worker failed: every rank blocked in (or later entering) a collective throws
   // Error instead of waiting forever for it. The communicator is unusable afterwards.
@@ -150,11 +174,12 @@ class Communicator {
   virtual void do_wait(int rank) = 0;
   virtual void do_broadcast(int rank, float* buf, int64_t n, int root) = 0;
   virtual void do_reduce(int rank, void* buf, int64_t n, int root, DType t) = 0;
-  virtual void do_send(int rank, const float* buf, int64_t n, int peer) = 0;
-  virtual void do_recv(int rank, float* buf, int64_t n, int peer) = 0;
+  // Transfers of n values of dtype t (F32 or Bf16), the two sides naming the same.
+  virtual void do_send(int rank, const void* buf, int64_t n, int peer, DType t) = 0;
+  virtual void do_recv(int rank, void* buf, int64_t n, int peer, DType t) = 0;
   // Return an id, unique among the rank's transfers not yet waited for.
-  virtual int64_t do_send_start(int rank, const float* buf, int64_t n, int peer) = 0;
-  virtual int64_t do_recv_start(int rank, float* buf, int64_t n, int peer) = 0;
+  virtual int64_t do_send_start(int rank, const void* buf, int64_t n, int peer, DType t) = 0;
+  virtual int64_t do_recv_start(int rank, void* buf, int64_t n, int peer, DType t) = 0;
   virtual void do_wait_transfer(int rank, int64_t id) = 0;
   virtual void do_group_start(int) {}
   virtual void do_group_end(int) {}
@@ -192,6 +217,9 @@ class Communicator {
   void reduce_typed(int rank, void* buf, int64_t n, int root, DType t);
   void all_gather_typed(int rank, const void* send, void* recv, int64_t n, DType t, bool start);
   void reduce_scatter_typed(int rank, const void* send, void* recv, int64_t n, DType t);
+  void send_typed(int rank, const void* buf, int64_t n, int peer, DType t);
+  void recv_typed(int rank, void* buf, int64_t n, int peer, DType t);
+  int64_t transfer_start(int rank, bool send, void* buf, int64_t n, int peer, DType t);
   // Bf16 wire staging (engine/comm_wire.cpp): slot k of the rank's grow-only staging, holding at
   // least n bf16 values on its device; a started all-reduce's slots stay taken until wait().
   Bf16* staging(int rank, int64_t n);
@@ -219,6 +247,18 @@ class Communicator {
   std::vector<std::vector<Tensor>> staging_;  // per rank: its slots
   std::vector<int> staged_;                   // per rank: slots taken
   std::vector<std::vector<Widen>> widen_;     // per rank
+  // Bf16 p2p staging, per rank: slots taken by the transfers in flight (WireSlots), and per started
+  // transfer its slot and, for a receive, where the values are widened at wait_transfer.
+  struct Staged {
+    int slot;
+    float* to;  // null: a send
+    int64_t n;
+  };
+  std::vector<WireSlots> p2p_slots_;
+  std::vector<std::vector<Tensor>> p2p_staging_;
+  std::vector<std::map<int64_t, Staged>> p2p_staged_;
+  Bf16* p2p_slot(int rank, int k);
+  void staged_done(int rank, int64_t id);  // at wait_transfer: widen a receive, free the slot
 };
 
 // A call as a communicator's front end saw it, for checking on CPU the order of the calls NCCL
@@ -230,6 +270,7 @@ struct CommCall {
   int peer = -1;                    // Send, Recv (blocking ones: id -1)
   int64_t n = 0;                    // values
   int64_t id = -1;                  // send_start, recv_start, wait_transfer
+  DType dtype = DType::F32;         // what its values travel in
 };
 using CommCallObserver = std::function<void(const Communicator&, int rank, const CommCall&)>;
 // Process-wide, called on each rank's thread after the call was issued; empty: none. Set it only

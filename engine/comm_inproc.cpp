@@ -44,11 +44,12 @@ class InProcComm final : public Communicator {
 
   // A rendezvous: the sender posts its buffer and blocks until the receiver has copied it, so
   // the buffer needs no staging and the sender may reuse it as soon as send returns.
-  void do_send(int rank, const float* buf, int64_t n, int peer) override {
+  void do_send(int rank, const void* buf, int64_t n, int peer, DType t) override {
     auto lock = hold_polling(mu_);
     Mail& m = mail_[rank * size() + peer];
     m.ptr = buf;
     m.n = n;
+    m.t = t;
     m.ready = mark(rank);
     m.posted = true;
     cv_.notify_all();
@@ -57,20 +58,21 @@ class InProcComm final : public Communicator {
     throw_if_aborted();
   }
 
-  void do_recv(int rank, float* buf, int64_t n, int peer) override {
+  void do_recv(int rank, void* buf, int64_t n, int peer, DType t) override {
     Mail& m = mail_[peer * size() + rank];
-    const float* src = nullptr;
+    const void* src = nullptr;
     Event* ready = nullptr;
     {
       auto lock = hold_polling(mu_);
       idle(rank, lock, [&] { return aborted_ || (m.posted && !m.taken); });
       throw_if_aborted();
-      PB_CHECK(m.n == n, "rank {} receives {} values but rank {} sends {}", rank, n, peer, m.n);
+      PB_CHECK(m.n == n && m.t == t, "rank {} receives {} values{} but rank {} sends {}{}", rank, n, in(t, m.t), peer,
+               m.n, in(m.t, t));
       src = m.ptr;
       ready = m.ready;
     }
     // Outside the lock: the sender waits for `taken`, so its buffer (and event) stay valid meanwhile.
-    copy(rank, device(rank), buf, device(peer), src, bytes(n), {ready, mark(rank)});
+    copy(rank, device(rank), buf, device(peer), src, bytes(n, t), {ready, mark(rank)});
     const auto lock = hold_polling(mu_);
     m.taken = true;
     cv_.notify_all();
@@ -106,16 +108,16 @@ class InProcComm final : public Communicator {
   // yet matched, in start order. Whichever side starts second finds its match and copies straight
   // from the sender's buffer into the receiver's (both are stable until waited for), so a send
   // never waits for the receiver, and every micro-batch in flight stays in its own buffer.
-  int64_t do_send_start(int rank, const float* buf, int64_t n, int peer) override {
+  int64_t do_send_start(int rank, const void* buf, int64_t n, int peer, DType t) override {
     auto op = std::make_shared<Transfer>();
-    op->src = buf, op->n = n, op->sender = rank, op->receiver = peer;
+    op->src = buf, op->n = n, op->t = t, op->sender = rank, op->receiver = peer;
     op->ready = take_event(rank);
     return start(rank, std::move(op), channels_[rank * size() + peer].sends, channels_[rank * size() + peer].recvs);
   }
 
-  int64_t do_recv_start(int rank, float* buf, int64_t n, int peer) override {
+  int64_t do_recv_start(int rank, void* buf, int64_t n, int peer, DType t) override {
     auto op = std::make_shared<Transfer>();
-    op->dst = buf, op->n = n, op->sender = peer, op->receiver = rank;
+    op->dst = buf, op->n = n, op->t = t, op->sender = peer, op->receiver = rank;
     op->ready = take_event(rank);
     return start(rank, std::move(op), channels_[peer * size() + rank].recvs, channels_[peer * size() + rank].sends);
   }
@@ -135,9 +137,10 @@ class InProcComm final : public Communicator {
 
  private:
   struct Transfer {
-    const float* src = nullptr;
-    float* dst = nullptr;
+    const void* src = nullptr;
+    void* dst = nullptr;
     int64_t n = 0;
+    DType t = DType::F32;
     int sender = 0, receiver = 0;
     bool done = false;
     // Recorded on the starter's compute queue at start: the copy waits for what wrote (or last
@@ -167,8 +170,9 @@ class InProcComm final : public Communicator {
     }
     Transfer& send = op->src ? *op : *match;
     Transfer& recv = op->src ? *match : *op;
-    PB_CHECK(send.n == recv.n, "rank {} receives {} values but rank {} sends {}", recv.receiver, recv.n, send.sender, send.n);
-    copy(rank, device(recv.receiver), recv.dst, device(send.sender), send.src, bytes(send.n),
+    PB_CHECK(send.n == recv.n && send.t == recv.t, "rank {} receives {} values{} but rank {} sends {}{}", recv.receiver,
+             recv.n, in(recv.t, send.t), send.sender, send.n, in(send.t, recv.t));
+    copy(rank, device(recv.receiver), recv.dst, device(send.sender), send.src, bytes(send.n, send.t),
          {send.ready.get(), recv.ready.get()});
     const auto lock = hold_polling(mu_);
     op->done = match->done = true;
@@ -223,12 +227,15 @@ class InProcComm final : public Communicator {
   }
 
   struct Mail {
-    const float* ptr = nullptr;
+    const void* ptr = nullptr;
     Event* ready = nullptr;  // the sender's mark
     int64_t n = 0;
+    DType t = DType::F32;
     bool posted = false, taken = false;
   };
 
+  // A transfer's dtype for a mismatch's message, where the other side's differs.
+  static std::string in(DType t, DType other) { return t == other ? "" : fmt::format(" in {}", dtype_label(t)); }
   static std::size_t bytes(int64_t n, DType t = DType::F32) { return static_cast<std::size_t>(n) * dtype_size(t); }
 
   void throw_if_aborted() const {

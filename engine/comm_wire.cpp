@@ -3,6 +3,8 @@
 #include "engine/check.h"
 #include "engine/comm.h"
 
+#include <algorithm>
+
 namespace pb {
 
 // Slots grow and stay: after the first step a step allocates nothing (the SteadyAlloc tests).
@@ -71,6 +73,105 @@ void Communicator::reduce_scatter(int rank, const float* send, float* recv, int6
   reduce_scatter_typed(rank, in, out, n, DType::Bf16);
   backend(rank).from_bf16(n, out, recv);
   staged_[rank] = held;
+}
+
+int WireSlots::take(int64_t n) {
+  std::size_t k = 0;
+  while (k < busy_.size() && busy_[k]) ++k;
+  if (k == busy_.size()) sizes_.push_back(0), busy_.push_back(0);
+  sizes_[k] = std::max(sizes_[k], n);
+  busy_[k] = 1;
+  return static_cast<int>(k);
+}
+
+void WireSlots::reserve(const std::vector<int64_t>& sizes) {
+  for (char b : busy_) PB_CHECK(!b, "bf16 staging reserved while a transfer holds a slot");
+  if (sizes_.size() < sizes.size()) sizes_.resize(sizes.size(), 0), busy_.resize(sizes.size(), 0);
+  for (std::size_t k = 0; k < sizes.size(); ++k) sizes_[k] = std::max(sizes_[k], sizes[k]);
+}
+
+void Communicator::reserve_transfer_staging(int rank, const std::vector<int64_t>& values) {
+  PB_CHECK(0 <= rank && rank < size() && is_local(rank), "rank {} of {} is not local", rank, size());
+  p2p_slots_[rank].reserve(values);
+  for (std::size_t k = 0; k < values.size(); ++k) p2p_slot(rank, static_cast<int>(k));
+}
+
+int64_t WireSlots::total() const {
+  int64_t t = 0;
+  for (int64_t n : sizes_) t += n;
+  return t;
+}
+
+// Slot k of the rank's p2p staging, as large as WireSlots made it (null while it holds nothing).
+Bf16* Communicator::p2p_slot(int rank, int k) {
+  const int64_t n = p2p_slots_[rank].sizes().at(k);
+  std::vector<Tensor>& slots = p2p_staging_[rank];
+  if (static_cast<int>(slots.size()) <= k) slots.resize(k + 1);
+  if (n == 0) return nullptr;
+  if (slots[k].numel() < n) {
+    slots[k] = Tensor();  // released before the larger one is taken
+    slots[k] = Tensor::empty({n}, device(rank), DType::Bf16);
+  }
+  return slots[k].data_bf16();
+}
+
+namespace {
+// Before a bf16 transfer touches the rank's backend and staging.
+void local_rank(const Communicator& c, int rank, int64_t n, const char* what) {
+  PB_CHECK(0 <= rank && rank < c.size() && c.is_local(rank) && n >= 0, "{} of {} values at rank {} of {}", what, n, rank,
+           c.size());
+}
+}  // namespace
+
+// The fp32 values are bf16 ones (docs/bf16.md), so a pipeline's receiver gets the same bits.
+void Communicator::send(int rank, const float* buf, int64_t n, int peer, DType wire) {
+  if (wire == DType::F32) return send_typed(rank, buf, n, peer, wire);
+  local_rank(*this, rank, n, "send");
+  const int k = p2p_slots_[rank].take(n);
+  Bf16* s = p2p_slot(rank, k);
+  if (n > 0) backend(rank).to_bf16(n, buf, s);
+  send_typed(rank, s, n, peer, wire);
+  p2p_slots_[rank].give(k);
+}
+
+void Communicator::recv(int rank, float* buf, int64_t n, int peer, DType wire) {
+  if (wire == DType::F32) return recv_typed(rank, buf, n, peer, wire);
+  local_rank(*this, rank, n, "recv");
+  const int k = p2p_slots_[rank].take(n);
+  Bf16* s = p2p_slot(rank, k);
+  recv_typed(rank, s, n, peer, wire);
+  if (n > 0) backend(rank).from_bf16(n, s, buf);
+  p2p_slots_[rank].give(k);
+}
+
+// A started transfer's slot stays taken until its wait_transfer.
+int64_t Communicator::send_start(int rank, const float* buf, int64_t n, int peer, DType wire) {
+  if (wire == DType::F32) return transfer_start(rank, true, const_cast<float*>(buf), n, peer, wire);
+  local_rank(*this, rank, n, "send");
+  const int k = p2p_slots_[rank].take(n);
+  Bf16* s = p2p_slot(rank, k);
+  if (n > 0) backend(rank).to_bf16(n, buf, s);
+  const int64_t id = transfer_start(rank, true, s, n, peer, wire);
+  p2p_staged_[rank][id] = {k, nullptr, n};
+  return id;
+}
+
+int64_t Communicator::recv_start(int rank, float* buf, int64_t n, int peer, DType wire) {
+  if (wire == DType::F32) return transfer_start(rank, false, buf, n, peer, wire);
+  local_rank(*this, rank, n, "recv");
+  const int k = p2p_slots_[rank].take(n);
+  const int64_t id = transfer_start(rank, false, p2p_slot(rank, k), n, peer, wire);
+  p2p_staged_[rank][id] = {k, buf, n};
+  return id;
+}
+
+void Communicator::staged_done(int rank, int64_t id) {
+  auto it = p2p_staged_[rank].find(id);
+  if (it == p2p_staged_[rank].end()) return;  // an fp32 transfer
+  const Staged st = it->second;
+  p2p_staged_[rank].erase(it);
+  if (st.to && st.n > 0) backend(rank).from_bf16(st.n, p2p_slot(rank, st.slot), st.to);
+  p2p_slots_[rank].give(st.slot);
 }
 
 void Communicator::all_reduce(int rank, Bf16* buf, int64_t n) {

@@ -37,6 +37,7 @@ struct P2pStart {
   int64_t n = 0;
   void* buf = nullptr;
   int64_t id = -1;
+  DType t = DType::F32;  // its values' (bf16: a pipeline's activations under --precision bf16)
 };
 
 // The values of a collective's arrival handshake.

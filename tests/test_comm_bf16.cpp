@@ -148,6 +148,66 @@ TEST(CommBf16, WireStagingIsReused) {
   EXPECT_EQ(buf[0][0], 4.0f);  // 1 + 1, twice
 }
 
+// Point-to-point on a bf16 wire (a pipeline's activations under --precision bf16): the sender
+// rounds to nearest even, the receiver widens; blocking and started forms, both directions, the
+// sender booking 2 bytes a value; the staging kept from the first round on.
+TEST(CommBf16, SendAndRecvOnABf16WireRoundToNearestEven) {
+  test::Rand r;
+  SCOPED_TRACE(fmt::format("seed {}", r.seed));
+  const int64_t n = 999, m = 300;
+  std::vector<float> x = r.vec(n), dy = r.vec(m);
+  x[0] = 1.0f + std::ldexp(1.0f, -8);      // a tie: to 1 (even)
+  x[1] = 1.0f + 3 * std::ldexp(1.0f, -8);  // a tie: to 1 + 2^-6 (even)
+  Group g(cpus(2));
+  std::vector<float> got_x(n), got_x2(n), got_dy(m);
+  auto round = [&] {
+    g.run([&](int k) {
+      if (k == 0) {
+        g.comm->send(0, x.data(), n, 1, DType::Bf16);
+        const int64_t s = g.comm->send_start(0, x.data(), n, 1, DType::Bf16);
+        const int64_t q = g.comm->recv_start(0, got_dy.data(), m, 1, DType::Bf16);
+        g.comm->wait_transfer(0, q);
+        g.comm->wait_transfer(0, s);
+      } else {
+        g.comm->recv(1, got_x.data(), n, 0, DType::Bf16);
+        const int64_t q = g.comm->recv_start(1, got_x2.data(), n, 0, DType::Bf16);
+        const int64_t s = g.comm->send_start(1, dy.data(), m, 0, DType::Bf16);
+        g.comm->wait_transfer(1, s);
+        g.comm->wait_transfer(1, q);
+      }
+    });
+  };
+  round();
+  EXPECT_EQ(got_x[0], 1.0f);
+  EXPECT_EQ(got_x[1], 1.0f + std::ldexp(1.0f, -6));
+  int changed = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(got_x[i], round_bf16(x[i])) << i;
+    ASSERT_EQ(got_x2[i], round_bf16(x[i])) << i;
+    changed += got_x[i] != x[i];
+  }
+  EXPECT_GT(changed, n / 2);  // the values were not bf16 ones: the wire rounded them
+  for (int64_t i = 0; i < m; ++i) ASSERT_EQ(got_dy[i], round_bf16(dy[i])) << i;
+  EXPECT_EQ(g.comm->stats(0).kinds[static_cast<int>(CollKind::SendRecv)].bytes, static_cast<std::size_t>(4 * n));
+  EXPECT_EQ(g.comm->stats(1).kinds[static_cast<int>(CollKind::SendRecv)].bytes, static_cast<std::size_t>(2 * m));
+  const std::size_t before = allocator_for(cpu(0)).allocations() + allocator_for(cpu(1)).allocations();
+  round();
+  EXPECT_EQ(allocator_for(cpu(0)).allocations() + allocator_for(cpu(1)).allocations(), before);
+}
+
+// Both sides name the wire: a receive in fp32 of a bf16 send is refused, naming both.
+TEST(CommBf16, TransfersOfDifferentDtypesAreRefused) {
+  Group g(cpus(2));
+  std::vector<float> buf(16, 1.0f);
+  EXPECT_THAT([&] {
+    g.run([&](int k) {
+      const int64_t id = k == 0 ? g.comm->send_start(0, buf.data(), 16, 1, DType::Bf16)
+                                : g.comm->recv_start(1, buf.data(), 16, 0, DType::F32);
+      g.comm->wait_transfer(k, id);
+    });
+  }, testing::ThrowsMessage<Error>(HasSubstr("rank 1 receives 16 values in fp32 but rank 0 sends 16 in bf16")));
+}
+
 // On GPUs: the wire's rounding and widening are CUDA kernels and its staging device memory.
 // In-process ranks sharing a GPU sum in rank order as on the CPU (bit for bit); NCCL in its own
 // order, each partial sum rounded: within (N-1) 2^-8 sum|x| of the exact sum, a bf16 value.

@@ -36,10 +36,10 @@ class SpanComm final : public Communicator {
   void do_wait(int) override {}
   void do_broadcast(int rank, float*, int64_t, int) override { span(rank); }
   void do_reduce(int rank, void*, int64_t, int, DType) override { span(rank); }
-  void do_send(int rank, const float*, int64_t, int) override { span(rank); }
-  void do_recv(int rank, float*, int64_t, int) override { span(rank); }
-  int64_t do_send_start(int rank, const float*, int64_t, int) override { return span(rank); }
-  int64_t do_recv_start(int rank, float*, int64_t, int) override { return span(rank); }
+  void do_send(int rank, const void*, int64_t, int, DType) override { span(rank); }
+  void do_recv(int rank, void*, int64_t, int, DType) override { span(rank); }
+  int64_t do_send_start(int rank, const void*, int64_t, int, DType) override { return span(rank); }
+  int64_t do_recv_start(int rank, void*, int64_t, int, DType) override { return span(rank); }
   void do_wait_transfer(int, int64_t) override {}
   void do_all_gather(int rank, const void*, void*, int64_t, DType) override { span(rank); }
   void do_reduce_scatter(int rank, const void*, void*, int64_t, DType) override { span(rank); }

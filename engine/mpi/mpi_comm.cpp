@@ -125,47 +125,48 @@ class MpiComm final : public Communicator {
     }
     if (rank == root) stage_out(buf, n, t);
   }
-  void do_send(int rank, const float* buf, int64_t n, int peer) override {
+  void do_send(int rank, const void* buf, int64_t n, int peer, DType t) override {
     check(rank);
-    const float* h = stage_in(const_cast<float*>(buf), n);
+    const void* h = stage_in(const_cast<void*>(buf), n, t);
     {
       CommWatch watch("MPI_Send");
-      MPI_CHECK(MPI_Send(h, count(n), MPI_FLOAT, peer, 0, comm_));
+      MPI_CHECK(MPI_Send(h, count(n), mpi_type(t).type, peer, 0, comm_));
     }
   }
-  void do_recv(int rank, float* buf, int64_t n, int peer) override {
+  void do_recv(int rank, void* buf, int64_t n, int peer, DType t) override {
     check(rank);
     {
       CommWatch watch("MPI_Recv");
-      MPI_CHECK(MPI_Recv(host(buf, n), count(n), MPI_FLOAT, peer, 0, comm_, MPI_STATUS_IGNORE));
+      MPI_CHECK(MPI_Recv(host(buf, n, t), count(n), mpi_type(t).type, peer, 0, comm_, MPI_STATUS_IGNORE));
     }
-    stage_out(buf, n);
+    stage_out(buf, n, t);
   }
 
   // MPI_Isend / MPI_Irecv under their own tag (never matching the blocking calls'); a GPU buffer
   // goes through a host copy of its own per transfer in flight.
-  int64_t do_send_start(int rank, const float* buf, int64_t n, int peer) override {
+  int64_t do_send_start(int rank, const void* buf, int64_t n, int peer, DType t) override {
     check(rank);
-    Transfer& t = transfers_[next_id_];
-    const float* h = buf;
+    Transfer& x = transfers_[next_id_];
+    const void* h = buf;
+    const std::size_t bytes = static_cast<std::size_t>(n) * dtype_size(t);
     if (!on_host()) {
-      t.host.resize(static_cast<std::size_t>(n));
-      copy_bytes(cpu(), t.host.data(), device(me_), buf, static_cast<std::size_t>(n) * sizeof(float));
-      h = t.host.data();
+      x.host.resize(bytes);
+      copy_bytes(cpu(), x.host.data(), device(me_), buf, bytes);
+      h = x.host.data();
     }
-    MPI_CHECK(MPI_Isend(h, count(n), MPI_FLOAT, peer, kTransferTag, comm_, &t.request));
+    MPI_CHECK(MPI_Isend(h, count(n), mpi_type(t).type, peer, kTransferTag, comm_, &x.request));
     return next_id_++;
   }
-  int64_t do_recv_start(int rank, float* buf, int64_t n, int peer) override {
+  int64_t do_recv_start(int rank, void* buf, int64_t n, int peer, DType t) override {
     check(rank);
-    Transfer& t = transfers_[next_id_];
-    float* h = buf;
+    Transfer& x = transfers_[next_id_];
+    void* h = buf;
     if (!on_host()) {
-      t.host.resize(static_cast<std::size_t>(n));
-      t.device_dst = buf;
-      h = t.host.data();
+      x.host.resize(static_cast<std::size_t>(n) * dtype_size(t));
+      x.device_dst = buf;
+      h = x.host.data();
     }
-    MPI_CHECK(MPI_Irecv(h, count(n), MPI_FLOAT, peer, kTransferTag, comm_, &t.request));
+    MPI_CHECK(MPI_Irecv(h, count(n), mpi_type(t).type, peer, kTransferTag, comm_, &x.request));
     return next_id_++;
   }
   void do_wait_transfer(int rank, int64_t id) override {
@@ -180,7 +181,7 @@ class MpiComm final : public Communicator {
       MPI_CHECK(MPI_Wait(&t.request, MPI_STATUS_IGNORE));
     }
     if (t.device_dst)
-      copy_bytes(device(me_), t.device_dst, cpu(), t.host.data(), t.host.size() * sizeof(float));
+      copy_bytes(device(me_), t.device_dst, cpu(), t.host.data(), t.host.size());
   }
   // Host buffers directly (MPI_IN_PLACE when the piece already sits in its slot); a GPU's
   // through host copies.
@@ -229,8 +230,8 @@ class MpiComm final : public Communicator {
   static constexpr int kTransferTag = 1;
   struct Transfer {
     MPI_Request request = MPI_REQUEST_NULL;
-    std::vector<float> host;     // GPU buffers: the staging copy
-    float* device_dst = nullptr;  // GPU recv: where the staging copy goes after the wait
+    std::vector<char> host;      // GPU buffers: the staging copy (bytes)
+    void* device_dst = nullptr;  // GPU recv: where the staging copy goes after the wait
   };
 
   void check(int rank) const {

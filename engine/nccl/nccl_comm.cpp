@@ -105,20 +105,20 @@ class NcclComm final : public Communicator {
       NCCL_CHECK(ncclReduce(buf, buf, count(n), type(t), ncclSum, root, c, s));
     });
   }
-  void do_send(int rank, const float* buf, int64_t n, int peer) override {
-    issue(rank, {P2pStart{true, peer, n, const_cast<float*>(buf), -1}}, true);
+  void do_send(int rank, const void* buf, int64_t n, int peer, DType t) override {
+    issue(rank, {P2pStart{true, peer, n, const_cast<void*>(buf), -1, t}}, true);
   }
-  void do_recv(int rank, float* buf, int64_t n, int peer) override {
-    issue(rank, {P2pStart{false, peer, n, buf, -1}}, true);
+  void do_recv(int rank, void* buf, int64_t n, int peer, DType t) override {
+    issue(rank, {P2pStart{false, peer, n, buf, -1, t}}, true);
   }
 
   // Outside a group, on the stream at once; inside, at group_end. wait_transfer makes the compute
   // queued afterwards wait for it.
-  int64_t do_send_start(int rank, const float* buf, int64_t n, int peer) override {
-    return start(rank, P2pStart{true, peer, n, const_cast<float*>(buf), -1});
+  int64_t do_send_start(int rank, const void* buf, int64_t n, int peer, DType t) override {
+    return start(rank, P2pStart{true, peer, n, const_cast<void*>(buf), -1, t});
   }
-  int64_t do_recv_start(int rank, float* buf, int64_t n, int peer) override {
-    return start(rank, P2pStart{false, peer, n, buf, -1});
+  int64_t do_recv_start(int rank, void* buf, int64_t n, int peer, DType t) override {
+    return start(rank, P2pStart{false, peer, n, buf, -1, t});
   }
   void do_group_start(int rank) override {
     on(rank);
@@ -266,8 +266,8 @@ class NcclComm final : public Communicator {
         [&](cudaStream_t s) {
           Group g;
           for (const P2pStart& p : batch) {
-            if (p.send) NCCL_CHECK(ncclSend(p.buf, count(p.n), ncclFloat, p.peer, l.comm, s));
-            else NCCL_CHECK(ncclRecv(p.buf, count(p.n), ncclFloat, p.peer, l.comm, s));
+            if (p.send) NCCL_CHECK(ncclSend(p.buf, count(p.n), type(p.t), p.peer, l.comm, s));
+            else NCCL_CHECK(ncclRecv(p.buf, count(p.n), type(p.t), p.peer, l.comm, s));
           }
           g.end();
         });
