@@ -71,13 +71,14 @@ void PlanExecutor::exec(const Action& a) {
       const std::vector<int>& members = plan_.groups.at(a.group).members;
       const int peer = static_cast<int>(std::find(members.begin(), members.end(), a.peer) - members.begin());
       float* p = buf(a, a.kind != ActionKind::Send);
+      const DType t = a.dtype;  // the wire, as a collective's
       if (a.async)
-        transfer_[a.id] = a.kind == ActionKind::Send ? c->send_start(rank, p, a.count, peer)
-                                                     : c->recv_start(rank, p, a.count, peer);
+        transfer_[a.id] = a.kind == ActionKind::Send ? c->send_start(rank, p, a.count, peer, t)
+                                                     : c->recv_start(rank, p, a.count, peer, t);
       else if (a.kind == ActionKind::Send)
-        c->send(rank, p, a.count, peer);
+        c->send(rank, p, a.count, peer, t);
       else
-        c->recv(rank, p, a.count, peer);
+        c->recv(rank, p, a.count, peer, t);
       break;
     }
     case ActionKind::Collective: collective(a); break;

@@ -9,6 +9,7 @@
 
 #include "engine/check.h"
 #include "engine/tensor.h"
+#include "strategies/plan_gen.h"
 #include "strategies/rules.h"
 #include "strategies/sweep.h"
 
@@ -94,6 +95,24 @@ struct Layers {
   }
 };
 
+// Under bf16 a pipeline's activations and gradients travel in bf16 through the communicator's
+// staging, sized before the step from the plan (strategies/pipeline.cpp): per worker, in floats.
+std::vector<double> p2p_staging(const NetPlan& net, int64_t batch, const std::vector<std::pair<int, int>>& ranges,
+                                const std::vector<std::vector<int64_t>>& micro_sizes, Schedule schedule, bool recompute,
+                                int virtual_stages, const std::string& name) {
+  StrategyOptions o;
+  o.backend.precision = Precision::Bf16;
+  o.schedule = schedule, o.recompute = recompute, o.virtual_stages = virtual_stages;
+  const Plan p = plan_stage_steps(net, o, batch, name, ranges, micro_sizes);
+  std::vector<double> out;
+  for (int w = 0; w < p.workers; ++w) {
+    double values = 0;
+    for (int64_t n : transfer_staging(p, w)) values += static_cast<double>(n);
+    out.push_back(0.5 * values);
+  }
+  return out;
+}
+
 std::vector<int64_t> chunks(int64_t batch, int n) {  // torch.chunk: ceil(B / N) each, the last shorter
   std::vector<int64_t> out;
   const int64_t c = (batch + n - 1) / n;
@@ -169,8 +188,13 @@ MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch, const 
       for (int k = 0; k < V * S; ++k) st.push_back({k * L / (V * S), (k + 1) * L / (V * S)});
     PB_CHECK(static_cast<int>(st.size()) == V * S, "memory estimate: {} stages for {}", st.size(), s);
     const std::vector<int64_t> pieces = chunks(global_batch, D);
+    std::vector<std::vector<int64_t>> micro_sizes;
+    for (int64_t piece : pieces) micro_sizes.push_back(chunks(piece, model.one_micro ? 1 : c.micro_batches));
+    const bool staged = c.bf16 && c.bf16_activation_wire && S > 1 && static_cast<int>(pieces.size()) == D;
+    const std::vector<double> staging =
+        staged ? p2p_staging(plan, global_batch, st, micro_sizes, schedule, recompute, V, s) : std::vector<double>(N, 0.0);
     for (int d = 0; d < D && d < static_cast<int>(pieces.size()); ++d) {
-      const std::vector<int64_t> mb = chunks(pieces[d], model.one_micro ? 1 : c.micro_batches);
+      const std::vector<int64_t>& mb = micro_sizes[d];
       const int M = static_cast<int>(mb.size());
       const double most = static_cast<double>(mb[0]), piece = static_cast<double>(pieces[d]);
       for (int k = 0; k < S; ++k) {
@@ -203,7 +227,7 @@ MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch, const 
           workspace = std::max(workspace, ly.sequential_workspace(b, e, most));
           for (int i = b; i < e; ++i) mine.push_back(plan.layers[i]);
         }
-        x.acts += scratch;
+        x.acts += scratch + staging[d * S + k];
         x.workspace = V > 1 ? std::max(workspace, ly.workspace(mine, most)) : workspace;
       }
     }

@@ -45,6 +45,8 @@ struct MemoryConfig {
   // --reduce-dtype / --param-dtype bf16: the communicator's bf16 staging (engine/comm_wire.cpp),
   // kept from the first step on.
   bool reduce_bf16 = false, param_bf16 = false;
+  // bf16 with StrategyOptions::bf16_activation_wire: pipeline stages' bf16 transfer staging.
+  bool bf16_activation_wire = true;
   // Optional: the library workspace (bytes) a worker's backend holds once it has run `layers`
   // (forward and backward, each layer's input gradient but the net's first) at `batch`, the layers
   // as the worker runs them (tp: its slices of the output channels). Unset: the largest

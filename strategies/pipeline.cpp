@@ -123,6 +123,8 @@ class Staged final : public GroupStrategy {
       check_stage_plan(*opts_.plan, plan_, ranges_, slots, opts_.recompute, opts_.plan_source.empty() ? "--plan" : opts_.plan_source);
       plan_ = *opts_.plan;
     }
+    staging_.clear();
+    for (int r = 0; r < workers(); ++r) staging_.push_back(transfer_staging(plan_, r));
     ptrs_.assign(workers(), {});
     if (replicas_ > 1) {  // the workers of each stage, for its gradients' all-reduce
       std::vector<std::vector<int>> parts(stages());
@@ -178,6 +180,8 @@ class Staged final : public GroupStrategy {
     const auto& offsets = offsets_[d];
     const int64_t out_n = numel_of(plan().output);
     const std::vector<float*>& at = ptrs_[rank];
+    // bf16 transfers' staging (--precision bf16) made before the step's peak, as the estimate has it.
+    g.comm().reserve_transfer_staging(rank, staging_[rank]);
     // per chunk and micro-batch: its output, in its slot
     std::vector<std::vector<const float*>> out(chunks_, std::vector<const float*>(sizes.size(), nullptr));
     bool accumulate = false;
@@ -277,6 +281,7 @@ class Staged final : public GroupStrategy {
   std::vector<std::vector<float*>> ptrs_;     // per local worker: its plan buffers' places
   std::vector<std::vector<Chunk>> chunk_;     // per worker: its chunks
   std::vector<int> chunk_of_;                 // per plan buffer: its chunk
+  std::vector<std::vector<int64_t>> staging_; // per worker: its bf16 transfer staging (transfer_staging)
 };
 
 }  // namespace

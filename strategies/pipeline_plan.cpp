@@ -18,6 +18,10 @@ namespace {
 constexpr int64_t kF = sizeof(float);
 constexpr int kNone = -1;
 
+DType activation_wire(const StrategyOptions& o) {
+  return o.backend.precision == Precision::Bf16 && o.bf16_activation_wire ? DType::Bf16 : DType::F32;
+}
+
 // One stage's emission: pipeline.cpp's Run, writing actions instead of making calls.
 struct StageEmitter {
   PlanBuilder& b;
@@ -43,7 +47,13 @@ struct StageEmitter {
     int micro, buffer, slot;
   };
   std::vector<Pending> pending{};
+  // What activations and their gradients travel in: bf16 under --precision bf16, whose stage
+  // outputs and received gradients are bf16 values (docs/bf16.md), so no value changes.
+  DType wire = DType::F32;
 
+  Action& p2p(ActionKind kind, int peer, int64_t n, int into) {
+    return on_wire(b.p2p(w, kind, world, peer, n, into, true), wire);
+  }
   int buf(const std::string& name, int64_t values) { return b.buffer(w, pre + name, values * kF); }
   int input(int k) {
     return s == 0 ? buf(fmt::format("x[{}]", k), sizes[k] * in) : buf(fmt::format("in[{}]", k % slots), sizes[0] * in);
@@ -63,7 +73,7 @@ struct StageEmitter {
   }
   void receive(int into, int64_t n, int peer, int micro) {
     open();
-    Action& a = b.p2p(w, ActionKind::Recv, world, peer, n, into, true);
+    Action& a = p2p(ActionKind::Recv, peer, n, into);
     a.micro = micro;
     const int id = a.id;
     close();
@@ -82,19 +92,19 @@ struct StageEmitter {
   void post_forward(int k) {
     if (s == 0) return;
     open();
-    Action& a = b.p2p(w, ActionKind::Recv, world, prev, sizes[k] * in, input(k), true);
+    Action& a = p2p(ActionKind::Recv, prev, sizes[k] * in, input(k));
     a.micro = k, posted_in[k] = a.id;
   }
   void post_backward(int k) {
     if (last) return;
     open();
-    Action& a = b.p2p(w, ActionKind::Recv, world, next, sizes[k] * out, buf("dy", sizes[0] * out), true);
+    Action& a = p2p(ActionKind::Recv, next, sizes[k] * out, buf("dy", sizes[0] * out));
     a.micro = k, posted_dy[k] = a.id;
   }
   void flush() {
     for (const Pending& p : pending) {
       open();
-      Action& a = b.p2p(w, ActionKind::Send, world, p.act ? next : prev, sizes[p.micro] * (p.act ? out : in), p.buffer, true);
+      Action& a = p2p(ActionKind::Send, p.act ? next : prev, sizes[p.micro] * (p.act ? out : in), p.buffer);
       a.micro = p.micro;
       (p.act ? act_send[p.micro] : grad_send[p.slot]) = a.id;
     }
@@ -115,7 +125,7 @@ struct StageEmitter {
     if (last) return;
     if (batched) return pending.push_back({true, k, acts(k), -1});
     open();
-    Action& a = b.p2p(w, ActionKind::Send, world, next, n * out, acts(k), true);
+    Action& a = p2p(ActionKind::Send, next, n * out, acts(k));
     a.micro = k;
     act_send[k] = a.id;
     if (recompute) last_scratch_send = k;
@@ -164,7 +174,7 @@ struct StageEmitter {
       pending.push_back({false, k, dx, slot});
     } else if (s > 0) {
       open();
-      Action& a = b.p2p(w, ActionKind::Send, world, prev, n * in, dx, true);
+      Action& a = p2p(ActionKind::Send, prev, n * in, dx);
       a.micro = k;
       grad_send[slot] = a.id;
     }
@@ -201,6 +211,7 @@ Plan plan_interleaved(const NetPlan& net, const StrategyOptions& o, int64_t batc
       StageEmitter& x = e.back();
       x.grouped = &grouped, x.prev = (r + P - 1) % P, x.next = (r + 1) % P;
       x.pre = fmt::format("c{}/", c);
+      x.wire = activation_wire(o);
       x.buf("params", np[c]), x.buf("grads", np[c]);
     }
     // Megatron's steps: each warm-up forward, each steady forward with its backward, each cool-down
@@ -239,6 +250,23 @@ Plan plan_interleaved(const NetPlan& net, const StrategyOptions& o, int64_t batc
 }
 
 }  // namespace
+
+std::vector<int64_t> transfer_staging(const Plan& p, int worker) {
+  const std::vector<Action>& list = p.actions.at(worker);
+  WireSlots slots;
+  std::vector<int> held(list.size(), -1);  // per started transfer: its slot
+  for (const Action& a : list) {
+    if ((a.kind == ActionKind::Send || a.kind == ActionKind::Recv) && a.dtype == DType::Bf16) {
+      const int k = slots.take(a.count);
+      if (a.async) held.at(a.id) = k;
+      else slots.give(k);
+    }
+    if (a.kind == ActionKind::Wait)
+      for (int id : a.waits)
+        if (held.at(id) >= 0) slots.give(held[id]), held[id] = -1;
+  }
+  return slots.sizes();
+}
 
 Plan plan_staged(const NetPlan& net, const StrategyOptions& o, int64_t batch, const std::string& name, int micro,
                  int replicas) {
@@ -283,6 +311,7 @@ Plan plan_stage_steps(const NetPlan& net, const StrategyOptions& o, int64_t batc
     StageEmitter e{b, r, world, s, s == stages - 1, o.recompute, pipeline_slots(schedule, stages, s, m), begin, end,
                    numel_of(net.layers[begin].in), numel_of(net.layers[end - 1].out), sizes,
                    std::vector<int>(sizes.size(), kNone)};
+    e.wire = activation_wire(o);
     b.buffer(r, "params", np * kF);
     b.buffer(r, "grads", np * kF);
     for (const PipeOp& op : pipeline_ops(schedule, o.recompute, stages, s, m)) {

@@ -22,6 +22,10 @@ inline Action& on_wire(Action& a, DType t) {
   return a;
 }
 
+// Per slot, the values of the bf16 transfer staging `worker`'s step takes (its Send and Recv in
+// bf16, replayed in order through the communicator's WireSlots); empty: none.
+std::vector<int64_t> transfer_staging(const Plan& p, int worker);
+
 Plan plan_regular(const NetPlan& net, const StrategyOptions& o, int64_t batch);
 Plan plan_dp(const NetPlan& net, const StrategyOptions& o, int64_t batch);
 Plan plan_ddp(const NetPlan& net, const StrategyOptions& o, int64_t batch);

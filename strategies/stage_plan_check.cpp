@@ -43,6 +43,26 @@ void check_stage_plan(const Plan& user, const Plan& own, const std::vector<std::
     if (user.groups[g].members != own.groups[g].members)
       throw UsageError(fmt::format("{}: group {} '{}' is not {}'s group {} (workers {})", source, g, user.groups[g].name,
                                    own.strategy, g, fmt::join(own.groups[g].members, ",")));
+  // Transfers in one dtype, so both sides of each name the same; bf16 only where the strategy's own
+  // are (--precision bf16: bf16 values, unchanged by it), fp32 everywhere.
+  auto p2p_dtype = [](const Plan& p, DType* t, int* worker, int* id) {
+    for (int w = 0; w < p.workers; ++w)
+      for (const Action& a : p.actions[w])
+        if (a.kind == ActionKind::Send || a.kind == ActionKind::Recv) {
+          if (*worker < 0) *t = a.dtype, *worker = w, *id = a.id;
+          else if (a.dtype != *t) return std::make_pair(w, a.id);
+        }
+    return std::make_pair(-1, -1);
+  };
+  DType own_t = DType::F32, user_t = DType::F32;
+  int ow = -1, oid = -1, uw = -1, uid = -1;
+  p2p_dtype(own, &own_t, &ow, &oid);
+  if (const auto [w, id] = p2p_dtype(user, &user_t, &uw, &uid); w >= 0)
+    refuse(w, id, fmt::format("its dtype differs from {}'s ({}): every send and receive travels in one",
+                              describe(user, uw, uid), dtype_label(user_t)));
+  if (user_t != DType::F32 && user_t != own_t)
+    refuse(uw, uid, fmt::format("{} sends its activations in {} (bf16 only under --precision bf16)", own.strategy,
+                                dtype_label(own_t)));
   const int stages = static_cast<int>(ranges.size());
   for (int w = 0; w < user.workers; ++w) {
     std::set<std::string> places;  // the buffers the strategy keeps for this worker

@@ -59,6 +59,10 @@ struct StrategyOptions {
   // strategies and hybrids, and of fsdp/zero2's parameter all-gathers (docs/bf16.md).
   DType reduce_dtype = DType::F32;
   DType param_dtype = DType::F32;
+  // Under Precision::Bf16, pipeline stages send activations and their gradients in bf16: bf16
+  // values already, so the same bits arrive (docs/bf16.md). No flag: false (fp32) is for tests
+  // that show the values unchanged.
+  bool bf16_activation_wire = true;
 };
 
 // One worker's last step, on its device's clock. forward + backward + loss + optimizer +

@@ -17,10 +17,13 @@ struct Case {
   std::string strategy;
   int devices;
   bool reduce, param;
+  bool act = false;  // a pipeline's activations and gradients in bf16 (under --precision bf16)
 };
 
 // Each worker's peak after three steps of `c` on `net`, with the wire dtypes or without.
-std::vector<double> peaks(const NetSpec& net, int64_t batch, const Case& c, Precision precision, bool wire) {
+// stages: the stage split the run made (the estimate's default split may differ).
+std::vector<double> peaks(const NetSpec& net, int64_t batch, const Case& c, Precision precision, bool wire,
+                          std::vector<std::pair<int, int>>* stages = nullptr) {
   const NetPlan plan = plan_net(net);
   const std::vector<float> x = synthetic_values(batch * numel_of(plan.input), 1),
                            t = synthetic_values(batch * numel_of(plan.output), 2);
@@ -30,21 +33,30 @@ std::vector<double> peaks(const NetSpec& net, int64_t batch, const Case& c, Prec
   o.backend.precision = precision;
   o.micro_batches = 2;
   if (wire) o.reduce_dtype = c.reduce ? DType::Bf16 : DType::F32, o.param_dtype = c.param ? DType::Bf16 : DType::F32;
+  o.bf16_activation_wire = wire && c.act;
   auto s = make_strategy(c.strategy, o);
   s->setup(plan, init_params(plan, 0), net.adam);
   s->load_batch(x, t, batch);
   for (int k = 0; k < 3; ++k) s->step();
   std::vector<double> p;
-  for (const WorkerStats& w : s->stats().workers) p.push_back(static_cast<double>(w.peak_bytes));
+  const StepStats st = s->stats();
+  for (const WorkerStats& w : st.workers) p.push_back(static_cast<double>(w.peak_bytes));
+  if (stages && !st.chunk_stages.empty()) *stages = st.chunk_stages;
+  else if (stages && st.staged)
+    for (const WorkerStats& w : st.workers)
+      if (stages->empty() || w.layer_begin > stages->back().first) stages->push_back({w.layer_begin, w.layer_end});
   return p;
 }
 
-std::vector<double> estimate(const NetSpec& net, int64_t batch, const Case& c, bool wire) {
+std::vector<double> estimate(const NetSpec& net, int64_t batch, const Case& c, Precision precision, bool wire,
+                             const std::vector<std::pair<int, int>>& stages) {
   MemoryConfig mc;
   mc.strategy = c.strategy;
   mc.devices = c.devices;
   mc.micro_batches = 2;
   mc.reduce_bf16 = wire && c.reduce, mc.param_bf16 = wire && c.param;
+  mc.bf16 = precision == Precision::Bf16, mc.bf16_activation_wire = wire && c.act;
+  mc.stages = stages;
   mc.workspace = [](const std::vector<LayerPlan>&, int64_t) { return 0.0; };
   return estimate_memory(plan_net(net), batch, mc).per_worker;
 }
@@ -53,9 +65,12 @@ void check(const std::vector<Case>& cases, Precision precision) {
   const NetSpec net = great_net(12, 0.125);
   const int64_t batch = 7;  // uneven chunks
   for (const Case& c : cases) {
-    SCOPED_TRACE(fmt::format("{} x{} reduce {} param {}", c.strategy, c.devices, c.reduce, c.param));
-    const std::vector<double> base = peaks(net, batch, c, precision, false), wired = peaks(net, batch, c, precision, true);
-    const std::vector<double> e0 = estimate(net, batch, c, false), e1 = estimate(net, batch, c, true);
+    SCOPED_TRACE(fmt::format("{} x{} reduce {} param {} activations {}", c.strategy, c.devices, c.reduce, c.param, c.act));
+    std::vector<std::pair<int, int>> stages;
+    const std::vector<double> base = peaks(net, batch, c, precision, false),
+                              wired = peaks(net, batch, c, precision, true, &stages);
+    const std::vector<double> e0 = estimate(net, batch, c, precision, false, stages),
+                              e1 = estimate(net, batch, c, precision, true, stages);
     ASSERT_EQ(base.size(), e0.size());
     double added = 0;
     for (std::size_t r = 0; r < base.size(); ++r) {
@@ -91,6 +106,23 @@ TEST(MemoryEstimateWire, ParamDtypeBf16StagingIsWhatTheEstimateAdds) {
          {"fsdp-prefetch", 2, false, true},
          {"zero2-prefetch", 2, true, true},
          {"hsdp2x2", 4, true, true}},
+        Precision::Bf16);
+}
+
+// Under --precision bf16 pipeline stages send activations and gradients through bf16 staging: the
+// slots their transfers in flight take, grown once (engine/comm_wire.cpp), per worker.
+TEST(MemoryEstimateWire, ActivationBf16StagingIsWhatTheEstimateAdds) {
+  SKIP_WITHOUT_BF16();
+  check({{"mp", 3, false, false, true},
+         {"pipeline", 2, false, false, true},
+         {"pipeline", 4, false, false, true},
+         {"pipeline-1f1b", 3, false, false, true},
+         {"pipeline-zb", 3, false, false, true},
+         {"pipeline-recompute", 2, false, false, true},
+         {"pipeline-1f1b-recompute", 4, false, false, true},
+         {"pipeline-interleaved", 2, false, false, true},
+         {"dp2xpp2", 4, false, false, true},
+         {"dp2xpp2-1f1b", 4, true, false, true}},
         Precision::Bf16);
 }
 

@@ -13,6 +13,7 @@
 #include "plan/plan.h"
 #include "strategies/plan_gen.h"
 #include "strategies/registry.h"
+#include "tests/bf16_skip.h"
 #include "tests/plan_cases.h"
 
 namespace pb {
@@ -28,13 +29,13 @@ struct Logged {
 };
 
 std::string call_str(const std::string& op, const std::string& kind, int peer, int64_t n,
-                     const std::vector<int>& members, int wait_of) {
-  return fmt::format("{} {} peer {} n {} over [{}]{}", op, kind, peer, n, fmt::join(members, ","),
+                     const std::vector<int>& members, int wait_of, DType t = DType::F32) {
+  return fmt::format("{} {} peer {} n {} {} over [{}]{}", op, kind, peer, n, dtype_label(t), fmt::join(members, ","),
                      wait_of >= 0 ? fmt::format(" of call {}", wait_of) : "");
 }
 
 // Per worker, the communicator calls of one traced step, as strings; stats: the step's.
-std::vector<std::vector<std::string>> traced_calls(const PlanCase& c, StepStats* stats) {
+std::vector<std::vector<std::string>> traced_calls(const PlanCase& c, StepStats* stats, const StrategyOptions& o) {
   std::mutex mu;
   std::vector<Logged> log;
   set_comm_call_observer([&](const Communicator& comm, int rank, const CommCall& call) {
@@ -44,7 +45,7 @@ std::vector<std::vector<std::string>> traced_calls(const PlanCase& c, StepStats*
   const NetPlan net = test::plan_test_net();
   const int64_t b = test::kPlanBatch;
   {
-    auto s = make_strategy(c.strategy, test::plan_options(c));
+    auto s = make_strategy(c.strategy, o);
     s->setup(net, init_params(net, 0), AdamParams{});
     s->load_batch(synthetic_values(b * numel_of(net.input), 1), synthetic_values(b * numel_of(net.output), 2), b);
     s->set_trace_detail(true);
@@ -72,10 +73,10 @@ std::vector<std::vector<std::string>> traced_calls(const PlanCase& c, StepStats*
       case CommCall::Send:
       case CommCall::Recv:
         if (k.id >= 0) open[l.worker][{l.comm, k.id}] = index;
-        calls.push_back(call_str(k.op == CommCall::Send ? "send" : "recv", "", m.at(k.peer), k.n, m, -1));
+        calls.push_back(call_str(k.op == CommCall::Send ? "send" : "recv", "", m.at(k.peer), k.n, m, -1, k.dtype));
         break;
       case CommCall::WaitTransfer: calls.push_back(call_str("wait", "", -1, 0, {}, open[l.worker].at({l.comm, k.id}))); break;
-      case CommCall::Collective: calls.push_back(call_str("coll", coll_kind_name(k.kind), k.peer, k.n, m, -1)); break;
+      case CommCall::Collective: calls.push_back(call_str("coll", coll_kind_name(k.kind), k.peer, k.n, m, -1, k.dtype)); break;
     }
   }
   return out;
@@ -98,9 +99,11 @@ std::vector<std::vector<std::string>> planned_calls(const Plan& p, std::vector<i
         case ActionKind::Send:
         case ActionKind::Recv:
           index[a.id] = static_cast<int>(calls.size());
-          calls.push_back(call_str(a.kind == ActionKind::Send ? "send" : "recv", "", a.peer, a.count, m, -1));
+          calls.push_back(call_str(a.kind == ActionKind::Send ? "send" : "recv", "", a.peer, a.count, m, -1, a.dtype));
           break;
-        case ActionKind::Collective: calls.push_back(call_str("coll", coll_kind_name(a.coll), a.root, a.count, m, -1)); break;
+        case ActionKind::Collective:
+          calls.push_back(call_str("coll", coll_kind_name(a.coll), a.root, a.count, m, -1, a.dtype));
+          break;
         case ActionKind::Wait:  // a transfer's wait is a call; a collective's (all_reduce's wait) is not observed
           for (int id : a.waits)
             if (index.count(id)) calls.push_back(call_str("wait", "", -1, 0, {}, index[id]));
@@ -117,7 +120,7 @@ TEST(PlanComm, EveryStrategysPlanMakesTheCallsItsStepMakes) {
   for (const PlanCase& c : test::plan_cases()) {
     SCOPED_TRACE(c.label());
     StepStats stats;
-    const auto traced = traced_calls(c, &stats);
+    const auto traced = traced_calls(c, &stats, test::plan_options(c));
     const Plan p = make_plan(c.strategy, test::plan_test_net(), test::plan_options(c), test::kPlanBatch);
     ASSERT_EQ(p.workers, c.devices);
     std::vector<int64_t> bytes;
@@ -141,12 +144,57 @@ TEST(PlanComm, EveryStrategysPlanMakesTheCallsItsStepMakes) {
 TEST(PlanComm, APlanOfAnotherShapeDiffers) {
   const PlanCase c{"pipeline-1f1b", 3, 2};
   StepStats stats;
-  const auto traced = traced_calls(c, &stats);
+  const auto traced = traced_calls(c, &stats, test::plan_options(c));
   StrategyOptions o = test::plan_options(c);
   o.micro_batches = 4;
   std::vector<int64_t> bytes;
   const auto planned = planned_calls(make_plan(c.strategy, test::plan_test_net(), o, test::kPlanBatch), &bytes);
   EXPECT_NE(planned, traced);
+}
+
+// Under --precision bf16 the pipelines' activations and gradients travel in bf16: every send and
+// receive of the plan and of the traced step is bf16, the plan books half the fp32 plan's transfer
+// bytes, and the step's stats count them.
+TEST(PlanComm, Bf16PipelinesSendAndReceiveInBf16AtHalfTheBytes) {
+  SKIP_WITHOUT_BF16();
+  int checked = 0;
+  for (const PlanCase& c : test::plan_cases()) {
+    const std::string& s = c.strategy;
+    const bool staged = s == "mp" || s.rfind("pipeline", 0) == 0 || s.find("xpp") != std::string::npos;
+    if (!staged || c.devices < 2 || c.micro == 4 || s.rfind("dp2xpp1", 0) == 0) continue;  // one stage: no transfer
+    SCOPED_TRACE(c.label());
+    StrategyOptions o = test::plan_options(c);
+    o.backend.precision = Precision::Bf16;
+    StepStats stats;
+    const auto traced = traced_calls(c, &stats, o);
+    const Plan p = make_plan(s, test::plan_test_net(), o, test::kPlanBatch);
+    o.bf16_activation_wire = false;
+    const Plan p32 = make_plan(s, test::plan_test_net(), o, test::kPlanBatch);
+    std::vector<int64_t> bytes, bytes32;
+    EXPECT_EQ(planned_calls(p, &bytes), traced);
+    planned_calls(p32, &bytes32);
+    int transfers = 0;
+    for (int w = 0; w < p.workers; ++w) {
+      for (const Action& a : p.actions[w]) {
+        if (a.kind != ActionKind::Send && a.kind != ActionKind::Recv) continue;
+        ++transfers;
+        EXPECT_EQ(a.dtype, DType::Bf16) << describe(p, w, a.id);
+        EXPECT_EQ(a.bytes, a.kind == ActionKind::Send ? 2 * a.count : 0) << describe(p, w, a.id);
+        EXPECT_EQ(p32.actions[w][a.id].dtype, DType::F32);
+      }
+      int64_t collectives = 0;  // dp x pp's all-reduces, in fp32 in both plans
+      for (const Action& a : p.actions[w])
+        if (a.kind == ActionKind::Collective) collectives += a.bytes;
+      EXPECT_EQ(2 * (bytes[w] - collectives), bytes32[w] - collectives) << "worker " << w;
+      EXPECT_EQ(bytes[w], static_cast<int64_t>(stats.workers.at(w).comm_bytes)) << "worker " << w;
+    }
+    EXPECT_GT(transfers, 0);
+    for (const auto& calls : traced)
+      for (const std::string& call : calls)
+        if (call.rfind("send", 0) == 0 || call.rfind("recv", 0) == 0) EXPECT_NE(call.find(" bf16 "), std::string::npos) << call;
+    ++checked;
+  }
+  EXPECT_GT(checked, 30);
 }
 
 }  // namespace
