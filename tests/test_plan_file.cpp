@@ -3,6 +3,7 @@
 // would compute something else is refused naming the worker and the action.
 #include "projection/plan_price.h"
 #include "strategies/plan_gen.h"
+#include "tests/bf16_skip.h"
 #include "tests/test_projection_support.h"
 #include "tests/test_strategies_support.h"
 
@@ -89,6 +90,37 @@ TEST(PlanFile, APlanThatComputesSomethingElseIsRefusedNamingWorkerAndAction) {
   // Strategies other than the staged ones run only their own plans.
   StrategyOptions o = with_plan(read_plan_file(plan_fixture()));
   expect_usage_error([&] { make_strategy("fsdp", o); }, {"test plan", "fsdp runs only the plan it makes"});
+}
+
+// A plan file's transfers name one dtype (both sides of each the same), bf16 only under bf16
+// compute (a stage's output is then bf16 values; under fp32 bf16 would round them); an fp32 file
+// runs under bf16 compute bit for bit as the strategy's own bf16 transfers.
+TEST(PlanFile, TransfersInOneDtypeAndBf16OnlyUnderBf16Compute) {
+  auto transfers = [](Plan& p, const std::function<bool(int w, const Action&)>& which) {
+    for (int w = 0; w < p.workers; ++w)
+      for (Action& a : p.actions[w])
+        if ((a.kind == ActionKind::Send || a.kind == ActionKind::Recv) && which(w, a)) on_wire(a, DType::Bf16);
+  };
+  const Plan all = changed([&](Plan& p) { transfers(p, [](int, const Action&) { return true; }); });
+  expect_usage_error([&] { st::train("pipeline-1f1b", with_plan(all), net(), {4}, 1); },
+                     {"test plan", "pipeline-1f1b sends its activations in fp32 (bf16 only under --precision bf16)"});
+  const Plan one = changed([&](Plan& p) {
+    bool first = true;
+    transfers(p, [&](int w, const Action& a) { return w == 1 && a.kind == ActionKind::Send && std::exchange(first, false); });
+  });
+  expect_usage_error([&] { st::train("pipeline-1f1b", with_plan(one), net(), {4}, 1); },
+                     {"test plan", "worker 1 action", "its dtype differs from worker 0 action", "every send and receive travels in one"});
+  SKIP_WITHOUT_BF16();
+  StrategyOptions own = st::options(2);
+  own.micro_batches = 2;
+  own.backend.precision = Precision::Bf16;
+  StrategyOptions file = with_plan(read_plan_file(plan_fixture())), file16 = with_plan(all);
+  file.backend.precision = file16.backend.precision = Precision::Bf16;
+  const st::Trained a = st::train("pipeline-1f1b", own, net(), {4}, 3), b = st::train("pipeline-1f1b", file, net(), {4}, 3),
+                    c = st::train("pipeline-1f1b", file16, net(), {4}, 3);
+  EXPECT_EQ(a.losses, b.losses);
+  EXPECT_EQ(a.params, b.params);
+  EXPECT_EQ(a.params, c.params);
 }
 
 TEST(PlanFile, DdpPlanFileRunsAsDdpBitForBitAndOnlyItsOwnCalls) {
