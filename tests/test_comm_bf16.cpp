@@ -209,8 +209,9 @@ TEST(CommBf16, TransfersOfDifferentDtypesAreRefused) {
 }
 
 // On GPUs: the wire's rounding and widening are CUDA kernels and its staging device memory.
-// In-process ranks sharing a GPU sum in rank order as on the CPU (bit for bit); NCCL in its own
-// order, each partial sum rounded: within (N-1) 2^-8 sum|x| of the exact sum, a bf16 value.
+// A ring of bf16 transfers delivers each rank's values rounded. In-process ranks sharing a GPU
+// sum in rank order as on the CPU (bit for bit); NCCL in its own order, each partial sum rounded:
+// within (N-1) 2^-8 sum|x| of the exact sum, a bf16 value.
 TEST(CommBf16, OnGpusInProcessAndNccl) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   test::Rand r;
@@ -231,15 +232,25 @@ TEST(CommBf16, OnGpusInProcessAndNccl) {
     for (auto& v : rounded)
       for (float& x : v) x = round_bf16(x);
     const std::vector<float> want = ring_sum(rounded);
+    std::vector<std::vector<float>> passed(ranks);  // a ring of bf16 transfers: from the rank before
     g.run([&](int k) {
-      Tensor t = Tensor::from_host({n}, in[k], g.comm->device(k));
+      Tensor t = Tensor::from_host({n}, in[k], g.comm->device(k)), r = Tensor::empty({n}, g.comm->device(k));
+      g.comm->group_start(k);
+      const int64_t s = g.comm->send_start(k, t.data(), n, (k + 1) % ranks, DType::Bf16);
+      const int64_t q = g.comm->recv_start(k, r.data(), n, (k + ranks - 1) % ranks, DType::Bf16);
+      g.comm->group_end(k);
+      g.comm->wait_transfer(k, q);
+      g.comm->wait_transfer(k, s);
+      passed[k] = r.to_host();
       g.comm->all_reduce_start(k, t.data(), 1000, DType::Bf16);
       g.comm->all_reduce_start(k, t.data() + 1000, n - 1000, DType::Bf16);
       g.comm->wait(k);
       got[k] = t.to_host();
     });
+    for (int k = 0; k < ranks; ++k)
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(passed[k][i], rounded[(k + ranks - 1) % ranks][i]) << "rank " << k << " [" << i << "]";
     for (int k = 0; k < ranks; ++k) {
-      EXPECT_EQ(g.comm->stats(k).bytes, static_cast<std::size_t>(n) * 2);
+      EXPECT_EQ(g.comm->stats(k).bytes, static_cast<std::size_t>(n) * 4);  // the send and the all-reduce, in bf16
       for (int64_t i = 0; i < n; ++i) {
         ASSERT_EQ(got[k][i], round_bf16(got[k][i])) << "rank " << k << " [" << i << "] is not a bf16 value";
         if (!nccl) {
