@@ -162,15 +162,15 @@ void write_plan_text(std::ostream& os, const Plan& p) {
 
 void write_plan_csv(std::ostream& os, const Plan& p) {
   os << "worker,id,kind,lane,layer_begin,layer_end,micro,peer,group,coll,root,count,bytes,async,waits,reads,writes,"
-        "samples,part\n";
+        "samples,part,dtype\n";
   for (int w = 0; w < p.workers; ++w)
     for (const Action& a : p.actions[w])
-      os << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:g}\n", w, a.id, action_kind_name(a.kind),
+      os << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:g},{}\n", w, a.id, action_kind_name(a.kind),
                         lane_name(a.lane), a.layer_begin, a.layer_end, a.micro, a.peer,
                         a.group >= 0 ? p.groups[a.group].name : "",
                         a.kind == ActionKind::Collective ? coll_kind_name(a.coll) : "", a.root, a.count, a.bytes,
                         a.async ? 1 : 0, fmt::join(a.waits, " "), buffer_names(p, a.reads),
-                        buffer_names(p, a.writes), a.samples, a.part);
+                        buffer_names(p, a.writes), a.samples, a.part, a.coll != CollKind::Other ? dtype_label(a.dtype) : "");
 }
 
 std::string plan_to_json(const Plan& p) {

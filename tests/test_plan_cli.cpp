@@ -47,6 +47,31 @@ TEST_F(PlanCli, CsvHasOneRowPerActionAndJsonParses) {
   EXPECT_EQ(all_reduces, 4);
 }
 
+// Under --precision bf16 a pipeline's transfers are bf16 in every form: CSV's dtype column, the
+// text, and JSON read back.
+TEST_F(PlanCli, Bf16PipelineTransfersInCsvTextAndJson) {
+  const std::string args = fmt::format("plan --strategy pipeline --devices 2 --micro-batches 2 {} --precision bf16", kNet);
+  const test::Result csv = parbench(args + " --format csv"), text = parbench(args), js = parbench(args + " --format json");
+  ASSERT_EQ(csv.code, 0) << csv.err;
+  ASSERT_EQ(js.code, 0) << js.err;
+  std::istringstream in(csv.out);
+  int transfers = 0;
+  for (std::string line; std::getline(in, line);)
+    if (line.find(",send,") != std::string::npos || line.find(",recv,") != std::string::npos) {
+      ++transfers;
+      EXPECT_EQ(line.substr(line.size() - 5), ",bf16") << line;
+    }
+  EXPECT_EQ(transfers, 8);  // per micro-batch: an activation and a gradient, each sent and received
+  EXPECT_THAT(text.out, HasSubstr("values bf16 (start)"));
+  const Plan p = plan_from_json(js.out, "stdout");
+  for (const auto& list : p.actions)
+    for (const Action& a : list)
+      if (a.kind == ActionKind::Send) {
+        EXPECT_EQ(a.dtype, DType::Bf16);
+        EXPECT_EQ(a.bytes, 2 * a.count);
+      }
+}
+
 TEST_F(PlanCli, CheckAcceptsAWrittenPlanAndRefusesABrokenOne) {
   const std::string file = path("plan.json");
   ASSERT_EQ(parbench(fmt::format("plan --strategy mp --devices 2 {} --format json --out {}", kNet, file)).code, 0);
