@@ -182,6 +182,8 @@ PricedPlan price_plan(const Plan& plan, const Profile& p, const Machine& m, Step
     Actor& comp = out.actors[w];
     for (const Action& a : plan.actions[w]) {
       const int x = actor[w][a.id];
+      // The worker's host dispatches every action, in order, before the action can begin.
+      if (m.action_overhead_s > 0) comp.ops.push_back({Op::Compute, m.action_overhead_s});
       Op op;
       switch (a.kind) {
         case ActionKind::Send:

@@ -76,8 +76,13 @@ TEST_F(ProjectCli, ValidateComparesEveryMeasuredConfiguration) {
     EXPECT_GE(others, 0.0);
     EXPECT_LE(others, 1.0);
   }
+  // The cost of a plan action: the median of its rounds (ddp at one device against regular), never negative.
+  std::vector<double> rounds = cpu.calibration.at("action_overhead_rounds_s").get<std::vector<double>>();
+  ASSERT_EQ(rounds.size(), 5u);
+  std::sort(rounds.begin(), rounds.end());
+  EXPECT_DOUBLE_EQ(cpu.action_overhead_s, std::max(0.0, rounds[2]));
   // The step overhead: the median of the recorded rounds (each the step less its predicted work), never negative.
-  std::vector<double> rounds = cpu.calibration.at("step_overhead_rounds_s").get<std::vector<double>>();
+  rounds = cpu.calibration.at("step_overhead_rounds_s").get<std::vector<double>>();
   ASSERT_EQ(rounds.size(), 5u);
   std::sort(rounds.begin(), rounds.end());
   EXPECT_DOUBLE_EQ(cpu.step_overhead_s, std::max(0.0, rounds[2]));
