@@ -127,7 +127,13 @@ int cmd_project(const std::vector<std::string>& args) {
     for (const char* other : {"profile", "save-profile"})
       if (f.has(other)) throw UsageError(fmt::format("--load-profile reads the profiles to use; --{} does not apply", other));
   }
-  if (f.has("validate")) return project_validate(f, m, profiles);
+  if (f.has("validate")) {
+    for (const char* other : {"precision", "scale-precision", "reduce-dtype", "param-dtype"})
+      if (f.has(other))
+        throw UsageError(fmt::format("--validate predicts the run as it ran, in the precision and dtypes its context records; "
+                                     "--{} does not apply", other));
+    return project_validate(f, m, profiles);
+  }
   if (profiles.empty()) throw UsageError("--profile FILE is required (a profile.json; see parbench project --help)");
   std::string image_note;
   if (f.has("scale-image")) {
