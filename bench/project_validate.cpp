@@ -99,6 +99,7 @@ int project_validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profi
     if (v != "fp32" && v != "bf16")
       throw UsageError(fmt::format("{}: context \"{}\" is \"{}\", expected fp32 or bf16", run.source, key, v));
   const int cores = count(ctx::cpu_threads, "0");
+  const int virtual_stages = std::max(1, count(ctx::virtual_stages, "2"));
   if (run.context_value(ctx::device_kind.name) != m.kind)
     throw UsageError(fmt::format("--validate {}: the run is on {} but --machine {} describes {}", run.source,
                                  run.context_value(ctx::device_kind.name), m.source, m.kind));
@@ -140,6 +141,7 @@ int project_validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profi
     c.bucket_bytes = bucket_mb * kMiB;
     c.first_bucket_bytes = first_bucket_mb * kMiB;
     c.cap_micro_batches = fixed_micro == 0;  // the run's default: min(4, batch), capped per replica
+    c.virtual_stages = virtual_stages;
     if (takes_reduce_dtype(x.strategy)) c.reduce_dtype = reduce_dtype;
     if (takes_param_dtype(x.strategy)) c.param_dtype = param_dtype;
     pj::set_balance(c, balance, run.source + ": context \"balance\"");

@@ -360,6 +360,30 @@ TEST_F(ProjectCli, ValidatePricesTheRunsOwnPrecisionAndDtypes) {
   }
 }
 
+// A run records --virtual-stages where it is not the default 2, and --validate prices the run's.
+TEST_F(ProjectCli, RunRecordsVirtualStagesAndValidatePricesThem) {
+  const std::string net = " --workload great_net --image 16 --width 0.25 --devices 2 --batch 4 --iterations 1 --warmup 1 ";
+  test::Result r = parbench("run" + net + "--strategies pipeline-interleaved --virtual-stages 3 --out " + path("three"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  json run = json::parse(read_file(path("three/results.json")));
+  EXPECT_EQ(run["context"].value("virtual_stages", ""), "3");
+  r = parbench("run" + net + "--strategies pipeline-interleaved --out " + path("two"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_FALSE(json::parse(read_file(path("two/results.json")))["context"].contains("virtual_stages"));
+  json prof = pj::profile_json(profile_of(plan_net(resolve_workload("great_net", WorkloadOptions{16, 0.25}))));
+  prof["context"]["device_kind"] = "cpu";
+  write_file_atomic(path("p.json"), prof.dump());
+  const std::string validate = "project --machine " + write_cpu_machine(path("cpu.json")) + " --profile " + path("p.json") + " --validate ";
+  r = parbench(validate + path("three/results.json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.find("not modelled"), std::string::npos) << r.out;
+  run["context"]["virtual_stages"] = "20";  // 40 stages of great_net's 28 layers: as the run would refuse them
+  write_file_atomic(path("three/twenty.json"), run.dump());
+  r = parbench(validate + path("three/twenty.json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("not modelled"), std::string::npos) << r.out;
+}
+
 // A bf16 run validated without --profile times its layers in bf16, as it ran them.
 TEST_F(ProjectCli, ValidateTimesABf16RunsLayersInBf16) {
   SKIP_WITHOUT_BF16();
