@@ -130,10 +130,13 @@ MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch, const 
   // a reduce-scatter's send (a unit) and receive (a shard) slots, a gather's the other way round;
   // blocking calls share the slots, fsdp-prefetch's gather holds its own while a reduce-scatter
   // runs. hsdp: the all-reduce over the groups is another communicator's, with a slot of its own.
+  // Over several shards a bf16 gather writes the whole parameters in bf16 itself: its send slot only.
   auto shard_staging = [&](double largest, double W) {
-    const double g = c.param_bf16 ? 0.5 * (largest / W + largest) : 0, r = c.reduce_bf16 ? 0.5 * (largest + largest / W) : 0;
-    return (prefetch ? g + r : std::max(g, r) + (g > 0 && r > 0 ? 0.5 * (largest - largest / W) : 0)) +
-           (c.reduce_bf16 && D > 1 ? 0.5 * largest / W : 0);
+    const bool direct = W > 1;
+    const double g = c.param_bf16 ? 0.5 * (largest / W + (direct ? 0 : largest)) : 0,
+                 r = c.reduce_bf16 ? 0.5 * (largest + largest / W) : 0;
+    const double shared = g > 0 && r > 0 && !direct ? 0.5 * (largest - largest / W) : 0;
+    return (prefetch ? g + r : std::max(g, r) + shared) + (c.reduce_bf16 && D > 1 ? 0.5 * largest / W : 0);
   };
   // A sharded strategy over groups of one, or a sliced one on one worker, runs the whole net as
   // one Sequential on every worker: the replicas' buffers.
@@ -242,8 +245,11 @@ MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch, const 
       // unit's, two with prefetch, the unit computing and the next; zero2: every unit's from
       // forward to backward; hsdp as fsdp) and one unit's full gradients, made once at setup.
       // bf16: the units share one bf16 copy of their parameters, the largest unit's, made at the
-      // first forward (a worker without a chunk runs none).
-      w[i].params = shard + whole * (model.gathered == 0 ? all : model.gathered * largest) + (c.bf16 && n > 0 ? 0.5 * largest : 0);
+      // first forward (a worker without a chunk runs none); with --param-dtype bf16 over several
+      // shards the gathered parameters are bf16 themselves, and no copy is made.
+      const bool gathered16 = c.param_bf16 && W > 1;
+      w[i].params = shard + whole * (gathered16 ? 0.5 : 1) * (model.gathered == 0 ? all : model.gathered * largest) +
+                    (c.bf16 && n > 0 && !gathered16 ? 0.5 * largest : 0);
       w[i].state = 3 * shard + whole * largest + shard_staging(largest, W);
       w[i].acts = n * in + 2 * n * outn + 1 + acts + scratch + 2 * max_in;
       w[i].workspace = ws;
