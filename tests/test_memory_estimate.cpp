@@ -76,8 +76,6 @@ double check_every_strategy(const NetSpec& net, int64_t batch, Precision precisi
   double worst = 0;
   std::string report;
   for (const Case& c : cases()) {
-    // tp across workers has no bf16 path yet (it refuses).
-    if (bf16 && c.devices > 1 && (c.strategy == "tp" || c.strategy.find("xtp") != std::string::npos)) continue;
     // torch.chunk cuts a batch of 6 into 3 pieces, not 4 micro-batches.
     if (c.micro > 3 && batch < 2 * c.micro - 1) continue;
     SCOPED_TRACE(fmt::format("{}: {} x{} {}", net.name, c.strategy, c.devices, precision_name(precision)));
