@@ -296,7 +296,7 @@ MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch, const 
           x.params += 0.5 * mine;
           x.acts += 0.5 * (std::max(in16, 1.0) + std::max(out16, 1.0)) + (any_split ? 0.5 * (local + gathered) : 0);
         }
-        x.workspace = ly.workspace(slices, b);
+        x.workspace = c.bf16 && c.tp_workspace && b > 0 ? c.tp_workspace(slices, static_cast<int64_t>(b)) : ly.workspace(slices, b);
       }
     }
   }
