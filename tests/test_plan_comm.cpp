@@ -13,6 +13,7 @@
 #include "plan/plan.h"
 #include "strategies/plan_gen.h"
 #include "strategies/registry.h"
+#include "tests/bf16_skip.h"
 #include "tests/plan_cases.h"
 
 namespace pb {
@@ -34,7 +35,8 @@ std::string call_str(const std::string& op, const std::string& kind, int peer, i
 }
 
 // Per worker, the communicator calls of one traced step, as strings; stats: the step's.
-std::vector<std::vector<std::string>> traced_calls(const PlanCase& c, StepStats* stats) {
+std::vector<std::vector<std::string>> traced_calls(const PlanCase& c, StepStats* stats,
+                                                  Precision precision = Precision::Fp32) {
   std::mutex mu;
   std::vector<Logged> log;
   set_comm_call_observer([&](const Communicator& comm, int rank, const CommCall& call) {
@@ -44,7 +46,9 @@ std::vector<std::vector<std::string>> traced_calls(const PlanCase& c, StepStats*
   const NetPlan net = test::plan_test_net();
   const int64_t b = test::kPlanBatch;
   {
-    auto s = make_strategy(c.strategy, test::plan_options(c));
+    StrategyOptions o = test::plan_options(c);
+    o.backend.precision = precision;
+    auto s = make_strategy(c.strategy, o);
     s->setup(net, init_params(net, 0), AdamParams{});
     s->load_batch(synthetic_values(b * numel_of(net.input), 1), synthetic_values(b * numel_of(net.output), 2), b);
     s->set_trace_detail(true);
@@ -135,6 +139,38 @@ TEST(PlanComm, EveryStrategysPlanMakesTheCallsItsStepMakes) {
     ++checked;
   }
   EXPECT_GT(checked, 100);
+}
+
+// tp under autocast: the same calls, its activations' all-gathers booked and counted in bf16 (half
+// the fp32 plan's bytes, the communicator counting 2 bytes a value), its partial sums in fp32.
+TEST(PlanComm, TpBf16GathersInBf16) {
+  SKIP_WITHOUT_BF16();
+  for (const PlanCase& c : std::vector<PlanCase>{{"tp", 2, 1}, {"tp", 3, 1}, {"tp", 4, 1}, {"dp2xtp2", 4, 1}, {"dp1xtp2", 2, 1}}) {
+    SCOPED_TRACE(c.label());
+    StepStats stats;
+    const auto traced = traced_calls(c, &stats, Precision::Bf16);
+    StrategyOptions o = test::plan_options(c);
+    const Plan p32 = make_plan(c.strategy, test::plan_test_net(), o, test::kPlanBatch);
+    o.backend.precision = Precision::Bf16;
+    const Plan p = make_plan(c.strategy, test::plan_test_net(), o, test::kPlanBatch);
+    std::vector<int64_t> bytes, bytes32;
+    EXPECT_EQ(planned_calls(p, &bytes), traced);
+    EXPECT_EQ(planned_calls(p32, &bytes32), traced);  // the same calls; only their dtype differs
+    for (int w = 0; w < c.devices; ++w) {
+      EXPECT_EQ(bytes[w], static_cast<int64_t>(stats.workers.at(w).comm_bytes)) << "worker " << w << "'s bytes";
+      int64_t gathers = 0, gathers32 = 0, others = 0, others32 = 0;
+      for (const Action& a : p.actions[w])
+        if (a.kind == ActionKind::Collective) {
+          EXPECT_EQ(a.dtype, a.coll == CollKind::AllGather ? DType::Bf16 : DType::F32) << describe(p, w, a.id);
+          (a.coll == CollKind::AllGather ? gathers : others) += a.bytes;
+        }
+      for (const Action& a : p32.actions[w])
+        if (a.kind == ActionKind::Collective) (a.coll == CollKind::AllGather ? gathers32 : others32) += a.bytes;
+      EXPECT_GT(gathers32, 0) << "worker " << w;
+      EXPECT_EQ(2 * gathers, gathers32) << "worker " << w;
+      EXPECT_EQ(others, others32) << "worker " << w;
+    }
+  }
 }
 
 // The comparison can fail: a plan of another shape (one micro-batch more) is told apart.
