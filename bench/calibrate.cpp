@@ -71,10 +71,11 @@ int cmd_calibrate(const std::vector<std::string>& args) {
           "by least squares (over all worker counts, and at each alone; where a count outnumbers the\n"
           "cores, also with its workers in groups meeting at once: pairs of neighbours, pairs 2 apart;\n"
           "messages up to 64 KiB also with the last worker arriving late, its peers already waiting),\n"
-          "measures the step overhead (a small MLP's step as run times it, less its predicted work;\n"
-          "fsdp's and zero2's per unit; ddp's on 2 and 4 workers, per worker count) and the engine's\n"
-          "best convolution rate, and writes a machine description for `parbench project` (the\n"
-          "\"this CPU\" preset).",
+          "measures a plan action's cost (a small MLP's ddp step at one device less regular's, over\n"
+          "the actions ddp adds), the step overhead (its regular step as run times it, less its\n"
+          "predicted work; fsdp's and zero2's per unit; ddp's on 2 and 4 workers, per worker count)\n"
+          "and the engine's best convolution rate, and writes a machine description for `parbench\n"
+          "project` (the \"this CPU\" preset).",
           {
               {"out", "FILE", "machine JSON to write", "machines/this_cpu.json"},
               {"ranks", "LIST", "worker counts to time (in-process; under mpirun: the job's size)", "2,4"},
@@ -241,6 +242,7 @@ int cmd_calibrate(const std::vector<std::string>& args) {
     m.sender_trails_s = medians[sender_trail];
     const Overheads o = time_overheads(cores, 5, m, &record);
     m.step_overhead_s = o.step_s;
+    m.action_overhead_s = o.action_s;
     m.unit_overhead_s = o.unit_s;
     m.worker_overhead_at_s = o.workers_s;
     m.worker_overhead_s = (o.workers_s.at(2) + o.workers_s.at(4) / 3) / 2;

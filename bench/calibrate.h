@@ -72,6 +72,7 @@ double time_dispatch(int workers, int reps);
 // meeting and finishing that many workers costs beyond what the simulator sees (the dispatch of
 // an empty step missed half of it: a worker's bookkeeping around its calls, its late start).
 struct Overheads {
+  double action_s = 0;  // per plan action
   double step_s = 0;
   std::map<std::string, double> unit_s;
   std::map<int, double> workers_s;  // worker count -> step overhead beyond one worker's

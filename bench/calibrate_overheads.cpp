@@ -11,6 +11,7 @@
 #include "engine/memory_estimate.h"
 #include "engine/process.h"
 #include "reports/stats.h"
+#include "strategies/plan_gen.h"
 #include "strategies/pool.h"
 #include "strategies/strategy.h"
 #include "workloads/workload.h"
@@ -98,7 +99,7 @@ Overheads time_overheads(int threads, int rounds, const pj::Machine& m, nlohmann
   c.global_batch = batch;
   pj::Options o;
   o.threads_per_worker = threads;
-  std::vector<double> step, unit[2];
+  std::vector<double> reg, pred0, unit_steps[2], act;
   const std::vector<int> counts = {2, 4};
   // Per worker count: its threads per worker, and per round ddp's measured step and the profiles
   // to predict it from.
@@ -125,9 +126,21 @@ Overheads time_overheads(int threads, int rounds, const pj::Machine& m, nlohmann
     }
     return median(t);
   };
+  // ddp at one device, a bucket per layer: regular's arithmetic and actions, and a collective
+  // started and waited for per bucket (at one worker, nothing to move): the per-action cost.
+  StrategyOptions one = so;
+  one.bucket_bytes = one.first_bucket_bytes = 1;
+  auto actions = [&](const std::string& name, const StrategyOptions& opts) {
+    return static_cast<double>(make_plan(name, plan, opts, batch).actions.at(0).size());
+  };
+  const double regular_actions = actions("regular", so), extra_ddp = actions("ddp", one) - regular_actions;
+  double extra[2];
+  for (int i = 0; i < 2; ++i) extra[i] = actions(names[i + 1], so) - regular_actions;
+  PB_CHECK(extra_ddp > 0, "calibrate: ddp's plan has no more actions than regular's");
   for (int r = 0; r < rounds; ++r) {
     double med[3];
     for (std::size_t i = 0; i < names.size(); ++i) med[i] = timed_step(names[i], so, batch);
+    act.push_back((timed_step("ddp", one, batch) - med[0]) / extra_ddp);
     // This round's profiles by (threads, workers at once): [0] one worker alone, [1] the workers
     // side by side where more than one; worker counts with the same shape share them.
     std::map<std::pair<int, int>, std::vector<pj::Profile>> profiled;
@@ -148,10 +161,19 @@ Overheads time_overheads(int threads, int rounds, const pj::Machine& m, nlohmann
       d.measured.push_back(timed_step("ddp", dso, batch));
       d.profiles.push_back(profiles(d.threads, std::min(w, std::max(1, threads / d.threads))));
     }
-    step.push_back(med[0] - pj::predict(profiles(threads, 1).front(), bare, c, o).step_s);
-    for (int i = 0; i < 2; ++i) unit[i].push_back((med[i + 1] - med[0]) / units);
+    reg.push_back(med[0]);
+    pred0.push_back(pj::predict(profiles(threads, 1).front(), bare, c, o).step_s);  // no overheads
+    for (int i = 0; i < 2; ++i) unit_steps[i].push_back(med[i + 1] - med[0]);
   }
   Overheads out;
+  out.action_s = std::max(0.0, median(act));
+  (*record)["action_overhead_rounds_s"] = act;
+  // What regular's and the sharded strategies' steps cost beyond their actions' dispatch.
+  std::vector<double> step, unit[2];
+  for (int r = 0; r < rounds; ++r) {
+    step.push_back(reg[r] - pred0[r] - regular_actions * out.action_s);
+    for (int i = 0; i < 2; ++i) unit[i].push_back((unit_steps[i][r] - extra[i] * out.action_s) / units);
+  }
   out.step_s = std::max(0.0, median(step));
   (*record)["step_overhead_rounds_s"] = step;
   for (int i = 0; i < 2; ++i) {
@@ -162,6 +184,7 @@ Overheads time_overheads(int threads, int rounds, const pj::Machine& m, nlohmann
   // simulator puts in is min(start lag, worker overhead), found below.
   pj::Machine mw = m;
   mw.step_overhead_s = out.step_s;
+  mw.action_overhead_s = out.action_s;
   mw.worker_overhead_at_s.clear();
   for (int w : counts) {
     Timed& d = ddp.at(w);
@@ -203,9 +226,11 @@ Overheads time_overheads(int threads, int rounds, const pj::Machine& m, nlohmann
     (*record)["ddp_predicted_rounds_s"][std::to_string(w)] = predicted(over);
   }
   (*record)["overhead_note"] =
-      "an MLP 16-8-ReLU-4, batch 2, all cores, one device, steps timed as run times them: regular's less project's "
-      "prediction from its profile without overhead; fsdp's and zero2's less regular's, over its 2 units; ddp's on 2 and 4 "
-      "workers (batch 2 each, cores shared as run shares them) less its prediction with no worker overhead; medians of the rounds";
+      "an MLP 16-8-ReLU-4, batch 2, all cores, one device, steps timed as run times them: per action, ddp's at one device "
+      "(a bucket per layer) less regular's, over the actions ddp's plan adds; regular's less project's prediction from its "
+      "profile without overhead and less its actions'; fsdp's and zero2's less regular's and their added actions', over its 2 "
+      "units; ddp's on 2 and 4 workers (batch 2 each, cores shared as run shares them) less its prediction with no worker "
+      "overhead; medians of the rounds";
   return out;
 }
 

@@ -94,6 +94,7 @@ int cmd_project(const std::vector<std::string>& args) {
               {"bucket-mb", "LIST", "ddp bucket sizes in MiB", "1,25"},
               {"plan", "FILE", "project this plan file (JSON, as parbench plan --format json writes; validated first) at its workers, batch and micro-batches instead of --strategies", ""},
               {"first-bucket-mb", "MB", "ddp: the first bucket's size (the last layers') in MiB, as run's", "1"},
+              {"virtual-stages", "V", "pipeline-interleaved: model chunks per worker (the net in V x P stages), as run's", "2"},
               {"reduce-dtype", "D", "fp32 or bf16: the dtype gradients are reduced in, as run's (priced at its bytes; strategies that reduce none unchanged)", "fp32"},
               {"param-dtype", "D", "fp32 or bf16: the dtype fsdp, zero2 and hsdp gather parameters in, as run's (bf16 needs --precision bf16)", "fp32"},
               {"balance", "L1,L2,..|time|seed", "mp/pipeline/dp<D>xpp<P>: the stages as run's --balance (time: by the profile's layer times; default: by FLOPs)", ""},
@@ -127,7 +128,13 @@ int cmd_project(const std::vector<std::string>& args) {
     for (const char* other : {"profile", "save-profile"})
       if (f.has(other)) throw UsageError(fmt::format("--load-profile reads the profiles to use; --{} does not apply", other));
   }
-  if (f.has("validate")) return project_validate(f, m, profiles);
+  if (f.has("validate")) {
+    for (const char* other : {"precision", "scale-precision", "reduce-dtype", "param-dtype"})
+      if (f.has(other))
+        throw UsageError(fmt::format("--validate predicts the run as it ran, in the precision and dtypes its context records; "
+                                     "--{} does not apply", other));
+    return project_validate(f, m, profiles);
+  }
   if (profiles.empty()) throw UsageError("--profile FILE is required (a profile.json; see parbench project --help)");
   std::string image_note;
   if (f.has("scale-image")) {
@@ -242,7 +249,8 @@ int cmd_project(const std::vector<std::string>& args) {
   std::vector<Projected> all;
   std::map<std::string, int> made;  // configurations per --strategies entry
   const std::shared_ptr<const Plan> user = user_plan(
-      f, {"strategies", "devices", "batch", "scaling", "micro-batches", "schedules", "bucket-mb", "first-bucket-mb", "recompute", "balance"});
+      f, {"strategies", "devices", "batch", "scaling", "micro-batches", "schedules", "bucket-mb", "first-bucket-mb", "recompute", "balance",
+          "virtual-stages"});
   if (user) {  // the plan file alone, priced as written
     pj::Config c;
     c.strategy = user->strategy;
@@ -258,6 +266,8 @@ int cmd_project(const std::vector<std::string>& args) {
     pr.rows.push_back(pj::predict(profile_for(profiles, m.shared_cores > 0 ? oc.threads_per_worker : profiles.front().threads), m, c, oc));
     all.push_back(std::move(pr));
   }
+  const int virtual_stages = static_cast<int>(f.integer("virtual-stages"));
+  if (virtual_stages < 1) throw UsageError(fmt::format("--virtual-stages must be at least 1, got {}", virtual_stages));
   const std::string reduce_dtype = dtype_label(parse_dtype_label(f.str("reduce-dtype"), "--reduce-dtype"));
   const std::string param_dtype = dtype_label(parse_dtype_label(f.str("param-dtype"), "--param-dtype"));
   if (param_dtype == "bf16" && profiles.front().precision != "bf16")
@@ -274,6 +284,7 @@ int cmd_project(const std::vector<std::string>& args) {
           for (pj::Config c : pj::configurations(s, static_cast<int>(d), global, sweep)) {
             c.first_bucket_bytes = first_mb * kMiB;
             c.reduce_dtype = reduce_dtype, c.param_dtype = param_dtype;
+            c.virtual_stages = virtual_stages;
             pj::set_balance(c, f.str("balance"), "--balance");
             const int t = m.threads_per_worker(c.devices, o.threads_per_worker);
             pj::Options oc = o;

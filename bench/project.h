@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/backend.h"
 #include "engine/net.h"
 #include "plan/plan.h"
 #include "projection/projection.h"
@@ -22,7 +23,7 @@ class Flags;
 // (context.concurrent_workers), as a step's workers share the cores: at most as many as the cores
 // run at once (`project` shares them beyond that).
 projection::Profile engine_profile(const NetPlan& plan, const std::string& workload, std::vector<int64_t> batches,
-                                   int threads, int reps = 3, int concurrent = 1);
+                                   int threads, int reps = 3, int concurrent = 1, Precision precision = Precision::Fp32);
 
 // How the same work's time grows with the workers computing at once, from the profiles with
 // `threads` threads timed by 1, 2, ... concurrent workers: [b - 1] = their total seconds with b at

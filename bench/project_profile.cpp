@@ -21,7 +21,7 @@ namespace pb {
 using nlohmann::json;
 
 projection::Profile engine_profile(const NetPlan& plan, const std::string& workload, std::vector<int64_t> batches,
-                                   int threads, int reps, int concurrent) {
+                                   int threads, int reps, int concurrent, Precision precision) {
   std::sort(batches.begin(), batches.end());
   batches.erase(std::unique(batches.begin(), batches.end()), batches.end());
   PB_CHECK(!batches.empty() && batches.front() >= 1, "profile: no batch sizes");
@@ -30,7 +30,8 @@ projection::Profile engine_profile(const NetPlan& plan, const std::string& workl
   p.batches = batches;
   p.threads = threads;
   p.device_kind = "cpu";
-  p.context = {{"workload", workload}, {"device_kind", "cpu"}, {"threads", threads},
+  p.precision = precision_name(precision);
+  p.context = {{"workload", workload}, {"device_kind", "cpu"}, {"threads", threads}, {"precision", p.precision},
                {"concurrent_workers", concurrent},
                {"source", "per-layer timing of parbench profile, run by parbench project"}};
   p.concurrent = concurrent;
@@ -78,6 +79,7 @@ projection::Profile engine_profile(const NetPlan& plan, const std::string& workl
     try {
       BackendOptions bo;
       bo.threads = threads;
+      bo.precision = precision;
       be = make_backend(cpu(0), bo);
       barrier();
       ProfileOptions po{0, 1, reps, 0, concurrent > 1};
@@ -258,7 +260,8 @@ projection::Profile layerwise_profile(const projection::Profile& p, const NetPla
       else s.out_features = (K + n - 1) / n;
       s.in_channels = -1, s.in_features = -1;
       one.layers.push_back(s);
-      timed[i].push_back(engine_profile(plan_net(one), one.name, p.batches, p.threads, reps, p.concurrent));
+      timed[i].push_back(engine_profile(plan_net(one), one.name, p.batches, p.threads, reps, p.concurrent,
+                                         parse_precision(p.precision)));
       if (!tp) continue;
       copy_fwd[i].resize(p.batches.size()), copy_bwd[i].resize(p.batches.size());
       for (std::size_t b = 0; b < p.batches.size(); ++b) {
@@ -307,7 +310,8 @@ projection::Profile stagewise_profile(const projection::Profile& p, const NetPla
         l.in_channels = -1, l.in_features = -1;
         one.layers.push_back(l);
       }
-      timed[s].push_back(engine_profile(plan_net(one), one.name, p.batches, p.threads, reps, p.concurrent));
+      timed[s].push_back(engine_profile(plan_net(one), one.name, p.batches, p.threads, reps, p.concurrent,
+                                         parse_precision(p.precision)));
     }
   for (std::size_t s = 0; s < ranges.size(); ++s) {
     const projection::Profile t = median_of(timed[s]);

@@ -22,6 +22,7 @@
 #include "reports/schema.h"
 #include "reports/stats.h"
 #include "reports/table.h"
+#include "strategies/registry.h"
 #include "workloads/workload.h"
 
 namespace pb {
@@ -85,7 +86,20 @@ int project_validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profi
   const std::string threads_ctx = run.context_value(ctx::threads_per_worker.name, "auto");
   const int fixed_threads = threads_ctx == "auto" ? 0 : count(ctx::threads_per_worker, "");
   const int world = count(ctx::world_size, "1");
+  // What the run computed in and sent its gradients and gathered parameters in (absent: fp32).
+  const std::string precision = run.context_value(ctx::precision.name, "fp32");
+  const std::string reduce_dtype = run.context_value(ctx::reduce_dtype.name, "fp32");
+  const std::string param_dtype = run.context_value(ctx::param_dtype.name, "fp32");
+  try {
+    parse_precision(precision);
+  } catch (const UsageError&) {
+    throw UsageError(fmt::format("{}: context \"precision\" is \"{}\", expected fp32, tf32 or bf16", run.source, precision));
+  }
+  for (const auto& [key, v] : {std::pair{ctx::reduce_dtype.name, reduce_dtype}, std::pair{ctx::param_dtype.name, param_dtype}})
+    if (v != "fp32" && v != "bf16")
+      throw UsageError(fmt::format("{}: context \"{}\" is \"{}\", expected fp32 or bf16", run.source, key, v));
   const int cores = count(ctx::cpu_threads, "0");
+  const int virtual_stages = std::max(1, count(ctx::virtual_stages, "2"));
   if (run.context_value(ctx::device_kind.name) != m.kind)
     throw UsageError(fmt::format("--validate {}: the run is on {} but --machine {} describes {}", run.source,
                                  run.context_value(ctx::device_kind.name), m.source, m.kind));
@@ -127,6 +141,9 @@ int project_validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profi
     c.bucket_bytes = bucket_mb * kMiB;
     c.first_bucket_bytes = first_bucket_mb * kMiB;
     c.cap_micro_batches = fixed_micro == 0;  // the run's default: min(4, batch), capped per replica
+    c.virtual_stages = virtual_stages;
+    if (takes_reduce_dtype(x.strategy)) c.reduce_dtype = reduce_dtype;
+    if (takes_param_dtype(x.strategy)) c.param_dtype = param_dtype;
     pj::set_balance(c, balance, run.source + ": context \"balance\"");
     return c;
   };
@@ -198,7 +215,7 @@ int project_validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profi
       std::map<std::pair<int, int64_t>, std::vector<pj::Profile>> timed;
       for (int round = 0; round < rounds; ++round)
         for (int64_t b : v)
-          for (int k : together[t]) timed[{k, b}].push_back(engine_profile(plan, net.name, {b}, t, reps, k));
+          for (int k : together[t]) timed[{k, b}].push_back(engine_profile(plan, net.name, {b}, t, reps, k, parse_precision(precision)));
       std::map<int, pj::Profile> by_k;
       for (int64_t b : v)
         for (int k : together[t]) {
@@ -213,6 +230,10 @@ int project_validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profi
     }
     for (const pj::Profile& p : profiles) save_profile("", p, p.threads, p.concurrent);
   }
+  for (const pj::Profile& p : profiles)  // a profile of another precision would price other kernels
+    if (p.precision != precision)
+      throw UsageError(fmt::format("--validate {}: the run computed in {}, but profile {} was timed in {}", run.source, precision,
+                                   p.source.empty() ? std::string("(timed here)") : p.source, p.precision));
   std::string out = fmt::format(
       "## Validation: {} against {} (projected on {})\n\n"
       "| configuration | threads/worker | measured ms | predicted ms | error | compute ms | exposed comm ms | idle ms |\n"

@@ -118,6 +118,7 @@ void add_run_context(const RunPlan& p, const Flags& f, const Sweep& sw) {
   // Absent = fp32: runs from before the flags compare with fp32 ones.
   if (f.str("reduce-dtype") != "fp32") put(ctx::reduce_dtype, f.str("reduce-dtype"));
   if (f.str("param-dtype") != "fp32") put(ctx::param_dtype, f.str("param-dtype"));
+  if (f.integer("virtual-stages") != 2) put(ctx::virtual_stages, f.str("virtual-stages"));  // absent = the default, 2
 }
 
 }  // namespace pb

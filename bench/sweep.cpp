@@ -96,6 +96,9 @@ double predicted_bytes(Sweep& sw, const Config& c, const StepStats& st) {
     auto& seq = sw.sequential_workspace[c.options.backend.threads];
     if (!seq) seq = measured_sequential_workspace(c.options.backend, cpu(kWorkspaceProbeSlot));
     mc.sequential_workspace = seq;
+    auto& tp = sw.tp_workspace[c.options.backend.threads];
+    if (!tp) tp = measured_tp_workspace(c.options.backend, cpu(kWorkspaceProbeSlot));
+    mc.tp_workspace = tp;
   }
   const MemoryEstimate e = estimate_memory(sw.plan, c.global_batch, mc);
   double sum = 0;

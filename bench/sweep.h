@@ -48,8 +48,10 @@ struct Sweep {
   // measured once per layer list and threads per worker (oneDNN's scratch grows with its team) on a
   // CPU slot no worker uses (`workspace`, kept across configurations).
   std::map<std::string, double> predicted_bytes;
-  // (`workspace`: layers alone; `sequential_workspace`: runs of layers as one Sequential).
-  std::map<int, std::function<double(const std::vector<LayerPlan>&, int64_t)>> workspace, sequential_workspace;
+  // (`workspace`: layers alone; `sequential_workspace`: runs of layers as one Sequential;
+  // `tp_workspace`: tp's slices, under bf16 with their fp32 partial input gradients).
+  std::map<int, std::function<double(const std::vector<LayerPlan>&, int64_t)>> workspace, sequential_workspace,
+      tp_workspace;
   // CPU: the process's resident bytes before any configuration (the program and its libraries),
   // every configuration's runtime_bytes.
   double base_resident = 0;

@@ -164,6 +164,11 @@ class Backend {
   virtual void linear_backward_data_bf16(int64_t n, int64_t in, int64_t out, const Bf16* dy, const Bf16* w, Bf16* dx);
   virtual void linear_backward_weights_bf16(int64_t n, int64_t in, int64_t out, const Bf16* x, const Bf16* dy,
                                             float* dw, float* db, bool accumulate);
+  // Backward-data over bf16 dy and w with dx written in fp32, unrounded: tp's partial input
+  // gradients over channel slices, summed across workers in fp32 and rounded once (docs/bf16.md).
+  virtual void conv2d_backward_data_bf16_f32(const ConvGeom& g, const Bf16* dy, const Bf16* w, float* dx);
+  virtual void linear_backward_data_bf16_f32(int64_t n, int64_t in, int64_t out, const Bf16* dy, const Bf16* w,
+                                             float* dx);
   virtual void relu_forward_bf16(int64_t n, const Bf16* x, Bf16* y);                   // may be in place
   virtual void relu_backward_bf16(int64_t n, const Bf16* y, const Bf16* dy, Bf16* dx);  // may be in place
   // dst = src rounded to nearest even (NaN stays NaN); the reverse is exact.

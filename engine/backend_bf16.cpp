@@ -30,6 +30,12 @@ void Backend::linear_backward_weights_bf16(int64_t, int64_t, int64_t, const Bf16
                                            bool) {
   no_bf16(*this, "linear layer");
 }
+void Backend::conv2d_backward_data_bf16_f32(const ConvGeom&, const Bf16*, const Bf16*, float*) {
+  no_bf16(*this, "convolution with an fp32 input gradient");
+}
+void Backend::linear_backward_data_bf16_f32(int64_t, int64_t, int64_t, const Bf16*, const Bf16*, float*) {
+  no_bf16(*this, "linear layer with an fp32 input gradient");
+}
 void Backend::relu_forward_bf16(int64_t, const Bf16*, Bf16*) { no_bf16(*this, "ReLU"); }
 void Backend::relu_backward_bf16(int64_t, const Bf16*, const Bf16*, Bf16*) { no_bf16(*this, "ReLU"); }
 void Backend::to_bf16(int64_t, const float*, Bf16*) { no_bf16(*this, "conversion"); }

@@ -123,6 +123,10 @@ class Communicator {
   // prefetching fsdp variants gather the next unit while the current one computes. recv must stay
   // untouched, and send unchanged, until then. A host-side communicator may complete it in the call.
   void all_gather_start(int rank, const float* send, float* recv, int64_t n, DType wire = DType::F32);
+  // fp32 values gathered into a bf16 buffer: rounded in as above, nothing widened out (fsdp's
+  // whole parameters kept in bf16 under --param-dtype bf16, as FSDP's param_dtype keeps them).
+  void all_gather(int rank, const float* send, Bf16* recv, int64_t n);
+  void all_gather_start(int rank, const float* send, Bf16* recv, int64_t n);
 
   // The same collectives on bf16 buffers. A bf16 sum adds two bf16 values in fp32 and rounds the
   // result to bf16 at every partial sum, as NCCL's ncclBfloat16 sum does: in-process in rank order

@@ -64,6 +64,20 @@ void Communicator::all_gather_start(int rank, const float* send, float* recv, in
   widen_[rank].push_back({out, recv, n * size()});
 }
 
+void Communicator::all_gather(int rank, const float* send, Bf16* recv, int64_t n) {
+  const int held = staged_[rank];
+  Bf16* in = staging(rank, n);
+  backend(rank).to_bf16(n, send, in);
+  all_gather_typed(rank, in, recv, n, DType::Bf16, false);
+  staged_[rank] = held;
+}
+
+void Communicator::all_gather_start(int rank, const float* send, Bf16* recv, int64_t n) {
+  Bf16* in = staging(rank, n);  // held until wait()
+  backend(rank).to_bf16(n, send, in);
+  all_gather_typed(rank, in, recv, n, DType::Bf16, true);
+}
+
 void Communicator::reduce_scatter(int rank, const float* send, float* recv, int64_t n, DType wire) {
   if (wire == DType::F32) return reduce_scatter_typed(rank, send, recv, n, DType::F32);
   const int held = staged_[rank];

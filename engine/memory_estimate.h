@@ -43,6 +43,9 @@ std::function<double(const std::vector<LayerPlan>&, int64_t)> measured_workspace
 // backward, as measured_workspace does), with the same caveats.
 std::function<double(const std::vector<LayerPlan>&, int64_t)> measured_sequential_workspace(const BackendOptions& options,
                                                                                               Device device);
+// A MemoryConfig::tp_workspace: measured_workspace's, and under bf16 each layer's input gradient
+// also written in fp32 (the backward-data tp's split layers run, strategies/tp_ops.h).
+std::function<double(const std::vector<LayerPlan>&, int64_t)> measured_tp_workspace(const BackendOptions& options, Device device);
 
 // What a configuration holds, measured after its steps: the engine's tensors and the libraries'
 // workspace at the allocator's peak (together that peak), and the runtime beside them. CUDA, per

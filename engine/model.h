@@ -81,6 +81,10 @@ class Sequential {
     params16_ = other.params16_;
     params16_shared_ = other.params16_shared_ = true;
   }
+  // Computes with these bf16 weights, the stage's parameters already in bf16 and kept by the
+  // caller (fsdp's gathered parameters under --param-dtype bf16), instead of rounding its fp32
+  // parameters; null: rounds them again.
+  void use_params16(const Bf16* p) { ext16_ = p; }
 
  private:
   struct Slot {
@@ -119,6 +123,8 @@ class Sequential {
   // bf16 path: params_ rounded to bf16 at every forward (shared: also at every backward).
   std::shared_ptr<Tensor> params16_ = std::make_shared<Tensor>();
   bool params16_shared_ = false;
+  const Bf16* ext16_ = nullptr;  // use_params16's
+  const Bf16* weights16() const { return ext16_ ? ext16_ : params16_->data_bf16(); }
   std::map<int, Slot> slots_;
   // Sets of per-layer output gradients kept from backward_data to backward_weights; reused.
   std::vector<std::vector<Tensor>> kept_;

@@ -30,13 +30,16 @@ const float* Sequential::forward_bf16(const float* x, int64_t batch, int slot_id
   const int64_t in_n = in_numel(batch), out_n = out_numel(batch);
   if (!slot.in16.defined() || slot.in16.numel() < in_n) slot.in16 = Tensor::empty({in_n}, be.device(), DType::Bf16);
   if (!slot.out32.defined() || slot.out32.numel() < out_n) slot.out32 = Tensor::empty({out_n}, be.device());
-  Tensor& p16 = *params16_;  // shared: grown to the largest stage, then kept
-  if (!p16.defined() || p16.numel() < params_.numel() || (!params16_shared_ && p16.numel() != params_.numel())) {
-    p16 = Tensor();
-    p16 = Tensor::empty({params_.numel()}, be.device(), DType::Bf16);
+  if (!ext16_) {
+    Tensor& p16 = *params16_;  // shared: grown to the largest stage, then kept
+    if (!p16.defined() || p16.numel() < params_.numel() || (!params16_shared_ && p16.numel() != params_.numel())) {
+      p16 = Tensor();
+      p16 = Tensor::empty({params_.numel()}, be.device(), DType::Bf16);
+    }
+    // The master weights may have changed since the last forward (an optimizer step, a load).
+    if (params_.numel() > 0) be.to_bf16(params_.numel(), params_.data(), p16.data_bf16());
   }
-  // The master weights may have changed since the last forward (an optimizer step, a load).
-  if (params_.numel() > 0) be.to_bf16(params_.numel(), params_.data(), p16.data_bf16());
+  const Bf16* w16 = weights16();
   be.to_bf16(in_n, x, slot.in16.data_bf16());
   const int64_t base = plan_.layers[begin_].param_offset;
   Bf16* cur = slot.in16.data_bf16();
@@ -49,7 +52,7 @@ const float* Sequential::forward_bf16(const float* x, int64_t batch, int slot_id
     Tensor& own = slot.storage[j];
     if (!alias && (!own.defined() || own.numel() < n)) own = Tensor::empty({n}, be.device(), DType::Bf16);
     Bf16* y = alias ? cur : own.data_bf16();
-    const Bf16* w = params16_->data_bf16() + (l.param_offset - base);
+    const Bf16* w = w16 + (l.param_offset - base);
     Tracer::Scope layer = layer_span(tracer_, Phase::Forward, slot_id, l);
     const LayerPass fwd = LayerPass::Forward;
     switch (l.spec.type) {
@@ -88,7 +91,7 @@ void Sequential::backward_bf16(const float* dy, float* dx, bool accumulate, int 
     be.to_bf16(out_numel(batch), dy, bufs[0]);
     gout = bufs[0];
     // A shared copy holds the stage forwarded last: round this stage's weights again.
-    if (params16_shared_ && params_.numel() > 0) be.to_bf16(params_.numel(), params_.data(), params16_->data_bf16());
+    if (!ext16_ && params16_shared_ && params_.numel() > 0) be.to_bf16(params_.numel(), params_.data(), params16_->data_bf16());
   }
   for (int i = end_ - 1; i >= begin_; --i) {
     const LayerPlan& l = plan_.layers[i];
@@ -96,7 +99,7 @@ void Sequential::backward_bf16(const float* dy, float* dx, bool accumulate, int 
     const Bf16* xin = j == 0 ? slot.in16.data_bf16() : slot.out16[j - 1];
     const bool need_dx = data && (i > begin_ || dx != nullptr);
     Bf16* gin = gout == bufs[0] ? bufs[1] : bufs[0];
-    const Bf16* w = params16_->data_bf16() + (l.param_offset - base);
+    const Bf16* w = weights16() + (l.param_offset - base);
     float* gw = grads_.data() + (l.param_offset - base);
     Tracer::Scope layer = layer_span(tracer_, Phase::Backward, slot_id, l);
     const bool weighted = l.spec.type == LayerType::Conv2d || l.spec.type == LayerType::Linear;

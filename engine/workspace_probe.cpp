@@ -8,14 +8,18 @@
 
 #include "engine/memory_estimate.h"
 #include "engine/model.h"
+#include "engine/model_detail.h"
 
 namespace pb {
 
 namespace {
 
-std::function<double(const std::vector<LayerPlan>&, int64_t)> probe(const BackendOptions& options, Device device, bool sequential) {
+// fp32_dx (bf16 only): each layer's input gradient also written in fp32 (tp's split layers, whose
+// backward-data has its own primitive and scratch).
+std::function<double(const std::vector<LayerPlan>&, int64_t)> probe(const BackendOptions& options, Device device, bool sequential,
+                                                                     bool fp32_dx = false) {
   auto cache = std::make_shared<std::map<std::string, double>>();
-  return [options, device, cache, sequential](const std::vector<LayerPlan>& layers, int64_t batch) -> double {
+  return [options, device, cache, sequential, fp32_dx](const std::vector<LayerPlan>& layers, int64_t batch) -> double {
     std::vector<NetPlan> probes;  // each layer alone, in turn, or (sequential) all together
     std::string key = fmt::format("{} {}", batch, sequential);
     if (sequential && !layers.empty()) {
@@ -66,6 +70,20 @@ std::function<double(const std::vector<LayerPlan>&, int64_t)> probe(const Backen
         const Tensor dy = Tensor::from_host({out_n}, std::vector<float>(static_cast<std::size_t>(out_n), 0.25f), device);
         keep.back()->forward(x.data(), batch);
         keep.back()->backward(dy.data(), nullptr, false);
+        const LayerPlan& l = p.layers.back();
+        if (fp32_dx && options.precision == Precision::Bf16 && l.index > 0 &&
+            (l.spec.type == LayerType::Conv2d || l.spec.type == LayerType::Linear)) {
+          const int64_t yn = batch * numel_of(l.out), xn = batch * numel_of(l.in);
+          const Tensor dy16 = Tensor::empty({yn}, device, DType::Bf16), w16 = Tensor::empty({l.weight_numel}, device, DType::Bf16);
+          const Tensor dx = Tensor::empty({xn}, device), w = Tensor::empty({l.weight_numel}, device);
+          be->fill(w.data(), l.weight_numel, 0.5f);
+          be->to_bf16(yn, dy.data(), dy16.data_bf16());
+          be->to_bf16(l.weight_numel, w.data(), w16.data_bf16());
+          if (l.spec.type == LayerType::Conv2d)
+            be->conv2d_backward_data_bf16_f32(model_detail::geom(l, batch), dy16.data_bf16(), w16.data_bf16(), dx.data());
+          else
+            be->linear_backward_data_bf16_f32(batch, l.in[0], l.out[0], dy16.data_bf16(), w16.data_bf16(), dx.data());
+        }
         be->synchronize();
         keep.back()->release_scratch();
       }
@@ -84,6 +102,10 @@ std::function<double(const std::vector<LayerPlan>&, int64_t)> measured_workspace
 std::function<double(const std::vector<LayerPlan>&, int64_t)> measured_sequential_workspace(const BackendOptions& options,
                                                                                               Device device) {
   return probe(options, device, true);
+}
+
+std::function<double(const std::vector<LayerPlan>&, int64_t)> measured_tp_workspace(const BackendOptions& options, Device device) {
+  return probe(options, device, false, true);
 }
 
 }  // namespace pb

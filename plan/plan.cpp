@@ -62,10 +62,10 @@ int PlanBuilder::group(const std::string& name, const std::vector<int>& members)
   return static_cast<int>(plan_.groups.size()) - 1;
 }
 
-int PlanBuilder::buffer(int worker, const std::string& name, int64_t bytes) {
+int PlanBuilder::buffer(int worker, const std::string& name, int64_t bytes, DType dtype) {
   for (std::size_t b = 0; b < plan_.buffers.size(); ++b)
     if (plan_.buffers[b].worker == worker && plan_.buffers[b].name == name) return static_cast<int>(b);
-  plan_.buffers.push_back({worker, name, bytes});
+  plan_.buffers.push_back({worker, name, bytes, dtype});
   return static_cast<int>(plan_.buffers.size()) - 1;
 }
 
@@ -184,7 +184,10 @@ std::string plan_to_json(const Plan& p) {
   j["groups"] = nlohmann::json::array();
   for (const PlanGroup& g : p.groups) j["groups"].push_back({{"name", g.name}, {"members", g.members}});
   j["buffers"] = nlohmann::json::array();
-  for (const PlanBuffer& b : p.buffers) j["buffers"].push_back({{"worker", b.worker}, {"name", b.name}, {"bytes", b.bytes}});
+  for (const PlanBuffer& b : p.buffers) {
+    j["buffers"].push_back({{"worker", b.worker}, {"name", b.name}, {"bytes", b.bytes}});
+    if (b.dtype != DType::F32) j["buffers"].back()["dtype"] = dtype_label(b.dtype);
+  }
   j["actions"] = nlohmann::json::array();
   for (int w = 0; w < p.workers; ++w)
     for (const Action& a : p.actions[w]) {
@@ -251,6 +254,7 @@ Plan plan_from_json(const std::string& text, const std::string& source) {
     const std::string where = fmt::format("{}: buffer {}", source, p.buffers.size());
     PlanBuffer pb{field<int>(b, "worker", where, 0, true), field<std::string>(b, "name", where, "", true),
                   field<int64_t>(b, "bytes", where, 0)};
+    pb.dtype = parse_dtype_label(field<std::string>(b, "dtype", where, "fp32"), where + ": 'dtype'");
     if (pb.worker < 0 || pb.worker >= p.workers) throw UsageError(fmt::format("{}: worker {} out of range", where, pb.worker));
     p.buffers.push_back(std::move(pb));
   }

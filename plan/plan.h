@@ -47,6 +47,7 @@ struct PlanBuffer {
   int worker = 0;
   std::string name;
   int64_t bytes = 0;
+  DType dtype = DType::F32;  // what its values are kept in (fsdp's gathered parameters: bf16 under --param-dtype bf16)
 };
 
 // The workers a communicator spans; a worker's rank in it is its index in `members`.
@@ -97,7 +98,7 @@ class PlanBuilder {
  public:
   PlanBuilder(std::string strategy, int workers, int64_t batch, int micro_batches);
   int group(const std::string& name, const std::vector<int>& members);  // reused by name
-  int buffer(int worker, const std::string& name, int64_t bytes);       // reused by (worker, name)
+  int buffer(int worker, const std::string& name, int64_t bytes, DType dtype = DType::F32);  // reused by (worker, name)
   Action& add(int worker, ActionKind kind, PlanLane lane = PlanLane::Compute);
   // Communication: a Send / Recv over `group` to / from worker `peer`, its lane by direction.
   Action& p2p(int worker, ActionKind kind, int group, int peer, int64_t count, int buf, bool async);

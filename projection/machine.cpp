@@ -188,6 +188,7 @@ Machine parse_machine(const std::string& text, const std::string& source) {
   }
   m.late_arrival_gap_s = top.number_or("late_arrival_gap_s", m.late_arrival_gap_s, 0);
   m.sender_trails_s = top.number_or("sender_trails_s", m.sender_trails_s, 0);
+  m.action_overhead_s = top.number_or("action_overhead_s", 0, 0);
   if (top.has("unit_overhead_s")) {
     Obj u(top.raw("unit_overhead_s"), source, "unit_overhead_s");
     for (const std::string& k : unit_classes())  // the classes the registry's strategies declare
@@ -254,6 +255,7 @@ json machine_json(const Machine& m) {
   for (const auto& [n, v] : m.worker_start_at_s) j["worker_start_at_s"][std::to_string(n)] = v;
   j["late_arrival_gap_s"] = m.late_arrival_gap_s;
   j["sender_trails_s"] = m.sender_trails_s;
+  if (m.action_overhead_s > 0) j["action_overhead_s"] = m.action_overhead_s;
   for (const auto& [k, v] : m.unit_overhead_s) j["unit_overhead_s"][k] = v;
   j["links"]["intra_node"] = links_json(m.intra_node);
   if (!m.inter_node.empty()) j["links"]["inter_node"] = links_json(m.inter_node);

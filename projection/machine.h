@@ -85,6 +85,10 @@ struct Machine {
   // A blocking send/recv (in-process: the sender waits until the receiver has its copy): the
   // receiver goes on at once, the sender this much later. The pair's time is the sender's.
   double sender_trails_s = 0;
+  // Per plan action, on its worker's host thread before the action: the executor's dispatch and
+  // the call it makes (a collective at one worker included), as calibrate measured it. 0: free
+  // (devices whose host runs ahead of them).
+  double action_overhead_s = 0;
   // Per unit class a registry line declares (strategies/sweep.h: the sharded strategies'), per unit
   // and step: the strategy's own bookkeeping beyond the unit's layers and collectives (gathering
   // into fresh buffers, freeing them, zeroed gradients).

@@ -16,6 +16,7 @@ double memory_peak(const Profile& p, const Config& c, const std::string& name, i
   mc.devices = c.devices;
   mc.micro_batches = micro_batches;
   mc.stages = stages;
+  mc.virtual_stages = c.virtual_stages;
   mc.bf16 = p.precision == "bf16";
   mc.reduce_bf16 = c.reduce_dtype == "bf16" && takes_reduce_dtype(c.strategy);
   mc.param_bf16 = mc.bf16 && c.param_dtype == "bf16" && takes_param_dtype(c.strategy);

@@ -66,6 +66,7 @@ StrategyOptions options_of(const Config& c, const Profile* p) {
   o.schedule = Schedule::GPipe;
   parse_schedule(c.schedule, &o.schedule);
   o.recompute = c.recompute;
+  o.virtual_stages = c.virtual_stages;
   if (takes_reduce_dtype(c.strategy)) o.reduce_dtype = parse_dtype_label(c.reduce_dtype, "--reduce-dtype");
   if (takes_param_dtype(c.strategy)) o.param_dtype = parse_dtype_label(c.param_dtype, "--param-dtype");
   if (p && p->precision != "bf16") o.param_dtype = DType::F32;  // fp32 compute gathers fp32 (project refuses the flag)
@@ -182,6 +183,8 @@ PricedPlan price_plan(const Plan& plan, const Profile& p, const Machine& m, Step
     Actor& comp = out.actors[w];
     for (const Action& a : plan.actions[w]) {
       const int x = actor[w][a.id];
+      // The worker's host dispatches every action, in order, before the action can begin.
+      if (m.action_overhead_s > 0) comp.ops.push_back({Op::Compute, m.action_overhead_s});
       Op op;
       switch (a.kind) {
         case ActionKind::Send:

@@ -32,6 +32,7 @@ struct Config {
   std::shared_ptr<const Plan> plan;        // --plan FILE: this plan priced as written, not the strategy's
   // --reduce-dtype / --param-dtype: fp32 or bf16, where the strategy takes them (strategies/registry.h).
   std::string reduce_dtype = "fp32", param_dtype = "fp32";
+  int virtual_stages = 2;                  // pipeline-interleaved: model chunks per worker (run's --virtual-stages)
   std::string label() const;               // its row's label, as the registry words it (strategies/sweep.h)
   std::vector<std::string> options() const;  // benchmark-name options: micro_batches:8, ...
 };

@@ -42,6 +42,8 @@ reports::Group as_report_group(const Projected& pr, const Profile& p, const Mach
   for (const Prediction& r : pr.rows) {  // the dtypes, as a run's title shows them
     if (r.config.reduce_dtype != "fp32") g.work[reports::schema::context::reduce_dtype.name] = r.config.reduce_dtype;
     if (r.config.param_dtype != "fp32") g.work[reports::schema::context::param_dtype.name] = r.config.param_dtype;
+    if (r.config.virtual_stages != 2)  // as run records --virtual-stages
+      g.work[reports::schema::context::virtual_stages.name] = std::to_string(r.config.virtual_stages);
   }
   std::map<std::string, double> one;  // label -> samples/s at one device
   double regular1 = 0, regular_t1 = 0;  // the one-device baseline's

@@ -161,6 +161,7 @@ inline constexpr Key first_bucket_mb{"first_bucket_mb", "MiB", "ddp first gradie
 inline constexpr Key grad_average{"grad_average", "-", "ddp gradient averaging: local (torch DDP's mean of local means; only when given, absent = global)", M::Always};
 inline constexpr Key reduce_dtype{"reduce_dtype", "-", "--reduce-dtype: the dtype gradients are reduced in (only when bf16, absent = fp32)", M::Always};
 inline constexpr Key param_dtype{"param_dtype", "-", "--param-dtype: the dtype fsdp/zero2/hsdp gather parameters in (only when bf16, absent = fp32)", M::Always};
+inline constexpr Key virtual_stages{"virtual_stages", "count", "pipeline-interleaved --virtual-stages: model chunks per worker (only when not 2, absent = 2)", M::Always};
 }  // namespace context
 
 inline constexpr Key kContext[] = {
@@ -176,7 +177,8 @@ inline constexpr Key kContext[] = {
     context::micro_batches,    context::bucket_mb,       context::balance,       context::oversubscribe,
     context::seed,             context::world_size,      context::hosts,
     context::schedule,         context::recompute,
-    context::first_bucket_mb,  context::grad_average,    context::reduce_dtype,  context::param_dtype};
+    context::first_bucket_mb,  context::grad_average,    context::reduce_dtype,  context::param_dtype,
+    context::virtual_stages};
 
 // ---- the record's own top-level field ------------------------------------------------------
 // {"<benchmark>": [[seconds of each iteration of repetition 0], [... repetition 1], ...]}

@@ -145,7 +145,8 @@ std::string Group::title() const {
                    scaling_assumed ? " (assumed: the run did not record it)" : "");
   if (!precision.empty()) t += ", " + precision;
   for (const auto& [key, label] : {std::pair<std::string, std::string>{schema::context::reduce_dtype.name, "reduce"},
-                                   {schema::context::param_dtype.name, "params"}})
+                                   {schema::context::param_dtype.name, "params"},
+                                   {schema::context::virtual_stages.name, "virtual stages"}})
     if (work.count(key)) t += fmt::format(", {} {}", label, work.at(key));
   if (!device_kind.empty()) t += ", " + device_kind;
   if (!distinction.empty()) t += " [" + distinction + "]";

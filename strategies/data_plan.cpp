@@ -177,9 +177,13 @@ Plan plan_fsdp(const NetPlan& net, const StrategyOptions& o, int64_t batch, cons
     const int64_t c = chunks[r];
     const int group = shard_group[r / S];
     const int shard_params = s.buf("shard_params", total), shard_grads = s.buf("shard_grads", total);
+    // --param-dtype bf16 over several shards: the whole parameters are gathered into bf16 and
+    // computed with as they are (one worker's shards are its whole parameters, fp32).
+    const DType whole_dtype = S > 1 ? o.param_dtype : DType::F32;
     auto gathered = [&](int u) {
-      if (!reshard) return s.buf(fmt::format("gathered[{}]", u), S * units[u].shard);
-      return prefetch ? s.buf(fmt::format("gathered@{}", u % 2), 0) : s.buf("gathered", 0);
+      const std::string name = !reshard ? fmt::format("gathered[{}]", u) : prefetch ? fmt::format("gathered@{}", u % 2) : "gathered";
+      const int64_t bytes = reshard ? 0 : S * units[u].shard * static_cast<int64_t>(dtype_size(whole_dtype));
+      return b.buffer(r, name, bytes, whole_dtype);
     };
     auto act = [&](int u) { return u < 0 ? s.buf("x", c * numel_of(net.input)) : s.buf(fmt::format("acts[{}]", u), 0); };
     // The unit's communication and Free carry its layers: the executor finds its shard's place by them.

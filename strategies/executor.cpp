@@ -105,6 +105,14 @@ void PlanExecutor::collective(const Action& a) {
       break;
     case CollKind::Reduce: c->reduce(rank, buf(a, false), a.count, a.root, t); break;
     case CollKind::AllGather:  // async: a prefetch, complete at its Wait
+      if (!a.writes.empty() && plan_.buffers.at(a.writes[0]).dtype == DType::Bf16) {  // kept in bf16: nothing widened
+        PB_CHECK(t == DType::Bf16 && b_.at16, "plan: {}: gathers into a bf16 buffer from a {} wire", describe(plan_, worker_, a.id),
+                 dtype_label(t));
+        Bf16* out = b_.at16(a, a.writes[0]);
+        if (a.async) c->all_gather_start(rank, buf(a, false), out, a.count);
+        else c->all_gather(rank, buf(a, false), out, a.count);
+        break;
+      }
       if (a.async) c->all_gather_start(rank, buf(a, false), buf(a, true), a.count, t);
       else c->all_gather(rank, buf(a, false), buf(a, true), a.count, t);
       break;

@@ -102,9 +102,11 @@ class FullyShardedDataParallel final : public GroupStrategy {
     // parameters of the largest unit (fsdp: one unit at a time) or of all units (zero2: kept from
     // forward to backward; fsdp-prefetch: two units, the one computing and the next, in turn), and
     // one for the whole gradients of the largest unit.
+    // --param-dtype bf16: the whole parameters are gathered into bf16 and the units compute with
+    // them as they are, without an fp32 copy to round (FSDP's param_dtype).
     const int n = ways();
     if (n > 1) {
-      s.gathered = Tensor::empty({reshard_ ? slots() * largest_ : n * total}, w.device);
+      s.gathered = Tensor::empty({reshard_ ? slots() * largest_ : n * total}, w.device, opts_.param_dtype);
       s.unit_grads = Tensor::empty({largest_}, w.device);
     }
   }
@@ -179,8 +181,14 @@ class FullyShardedDataParallel final : public GroupStrategy {
         return models[u]->grads().data();
       }
       Sequential& m = *models[u];  // "gathered": the unit's whole parameters (fsdp-prefetch: slot u % 2)
-      m.params() = whole(s.params, s.gathered, reshard_ ? (u % slots()) * largest_ : ways_ * unit.at, ways_, unit);
+      m.params() = whole(s.params, s.gathered, gathered_at(u), ways_, unit);
       return m.params().data();
+    };
+    b.at16 = [&](const Action& a, int) {  // "gathered" kept in bf16
+      const int u = unit_of(a);
+      Bf16* p = s.gathered.data_bf16() + gathered_at(u);
+      models[u]->use_params16(p);
+      return p;
     };
     b.comm = [&](int group) -> std::pair<Communicator*, int> {
       if (group_part_.at(group).empty()) return {&g.comm(), r};
@@ -227,7 +235,10 @@ class FullyShardedDataParallel final : public GroupStrategy {
   static void release(Sequential& m) {
     m.params() = Tensor();
     m.grads() = Tensor();
+    m.use_params16(nullptr);
   }
+  // Where unit u's whole parameters lie in the gathered buffer: its slot (fsdp), its place (zero2).
+  int64_t gathered_at(int u) const { return reshard_ ? (u % slots()) * largest_ : ways() * units_[u].at; }
 
   int slots() const { return prefetch_ ? 2 : 1; }  // fsdp: the units' gathered parameters held at once
   int ways() const { return workers() / replicas_; }  // the workers a unit is sharded over

@@ -149,10 +149,13 @@ MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch, const 
   // a reduce-scatter's send (a unit) and receive (a shard) slots, a gather's the other way round;
   // blocking calls share the slots, fsdp-prefetch's gather holds its own while a reduce-scatter
   // runs. hsdp: the all-reduce over the groups is another communicator's, with a slot of its own.
+  // Over several shards a bf16 gather writes the whole parameters in bf16 itself: its send slot only.
   auto shard_staging = [&](double largest, double W) {
-    const double g = c.param_bf16 ? 0.5 * (largest / W + largest) : 0, r = c.reduce_bf16 ? 0.5 * (largest + largest / W) : 0;
-    return (prefetch ? g + r : std::max(g, r) + (g > 0 && r > 0 ? 0.5 * (largest - largest / W) : 0)) +
-           (c.reduce_bf16 && D > 1 ? 0.5 * largest / W : 0);
+    const bool direct = W > 1;
+    const double g = c.param_bf16 ? 0.5 * (largest / W + (direct ? 0 : largest)) : 0,
+                 r = c.reduce_bf16 ? 0.5 * (largest + largest / W) : 0;
+    const double shared = g > 0 && r > 0 && !direct ? 0.5 * (largest - largest / W) : 0;
+    return (prefetch ? g + r : std::max(g, r) + shared) + (c.reduce_bf16 && D > 1 ? 0.5 * largest / W : 0);
   };
   // A sharded strategy over groups of one, or a sliced one on one worker, runs the whole net as
   // one Sequential on every worker: the replicas' buffers.
@@ -266,8 +269,11 @@ MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch, const 
       // unit's, two with prefetch, the unit computing and the next; zero2: every unit's from
       // forward to backward; hsdp as fsdp) and one unit's full gradients, made once at setup.
       // bf16: the units share one bf16 copy of their parameters, the largest unit's, made at the
-      // first forward (a worker without a chunk runs none).
-      w[i].params = shard + whole * (model.gathered == 0 ? all : model.gathered * largest) + (c.bf16 && n > 0 ? 0.5 * largest : 0);
+      // first forward (a worker without a chunk runs none); with --param-dtype bf16 over several
+      // shards the gathered parameters are bf16 themselves, and no copy is made.
+      const bool gathered16 = c.param_bf16 && W > 1;
+      w[i].params = shard + whole * (gathered16 ? 0.5 : 1) * (model.gathered == 0 ? all : model.gathered * largest) +
+                    (c.bf16 && n > 0 && !gathered16 ? 0.5 * largest : 0);
       w[i].state = 3 * shard + whole * largest + shard_staging(largest, W);
       w[i].acts = n * in + 2 * n * outn + 1 + acts + scratch + 2 * max_in;
       w[i].workspace = ws;
@@ -284,8 +290,8 @@ MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch, const 
         // gathered pieces of the widest split layer and two input-gradient buffers.
         // Flatten is a view and a ReLU runs in place on an output the worker owns (strategies/tp.cpp);
         // on one way of several workers every layer is whole, computed straight into its output.
-        double mine = 0, acts = 0, gathered = 1, local = 1, dx = 1;
-        bool owned = false;
+        double mine = 0, acts = 0, gathered = 1, local = 1, dx = 1, in16 = 0, out16 = 0;
+        bool owned = false, any_split = false;
         std::vector<LayerPlan> slices;  // the worker's channels of each layer, as it runs them
         for (int i = 0; i < L; ++i) {
           const LayerPlan& l = plan.layers[i];
@@ -298,6 +304,8 @@ MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch, const 
           const double fan = static_cast<double>(l.weight_numel / K), per_sample = ly.out(i) / static_cast<double>(K);
           const double k = split ? static_cast<double>(K / T + (r < K % T ? 1 : 0)) : static_cast<double>(K);
           mine += k * (fan + 1);
+          in16 = std::max(in16, b * ly.in(i)), out16 = std::max(out16, b * k * per_sample);
+          any_split = any_split || split;
           if (split) {
             const double piece = std::ceil(static_cast<double>(K) / T);
             gathered = std::max(gathered, T * b * piece * per_sample);
@@ -312,7 +320,13 @@ MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch, const 
         Worker& x = w[d * T + r];
         x.params = mine, x.state = 3 * mine + (c.reduce_bf16 && D > 1 ? 0.5 * mine : 0);
         x.acts = b * in + 2 * b * outn + 1 + acts + gathered + local + 2 * dx;
-        x.workspace = ly.workspace(slices, b);
+        // bf16 (strategies/tp_ops.h): the weights' bf16 copy, the rounded inputs and outputs, and
+        // the communicator's staging of the bf16 all-gathers (a piece and the whole).
+        if (c.bf16) {
+          x.params += 0.5 * mine;
+          x.acts += 0.5 * (std::max(in16, 1.0) + std::max(out16, 1.0)) + (any_split ? 0.5 * (local + gathered) : 0);
+        }
+        x.workspace = c.bf16 && c.tp_workspace && b > 0 ? c.tp_workspace(slices, static_cast<int64_t>(b)) : ly.workspace(slices, b);
       }
     }
   }

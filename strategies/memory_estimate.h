@@ -57,6 +57,9 @@ struct MemoryConfig {
   // keep blocked layouts and fuse ReLUs: less than the layers alone. Unset: `workspace`.
   // measured_sequential_workspace() measures it.
   std::function<double(const std::vector<LayerPlan>& layers, int64_t batch)> sequential_workspace;
+  // Optional: `workspace` for tp's slices under bf16, whose split layers write their partial input
+  // gradients in fp32 (measured_tp_workspace()). Unset: `workspace`.
+  std::function<double(const std::vector<LayerPlan>& layers, int64_t batch)> tp_workspace;
 };
 
 // Per worker, what its device's allocator peaks at in a step of `c` at `global_batch` (tensors and

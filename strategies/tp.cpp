@@ -9,6 +9,10 @@
 // replica r / T. Each replica takes its torch.chunk piece of the batch; its collectives run on
 // the replica's communicator, and after backward each worker's slice gradients are all-reduced
 // (summed) among the D workers of its tp rank.
+//
+// Under --precision bf16 the layers make autocast's calls (strategies/tp_ops.h): the activations'
+// all-gathers carry bf16, the partial input gradients are summed in fp32 and rounded once after
+// (docs/bf16.md, "tp across workers").
 #include <algorithm>
 #include <cstdio>
 #include <optional>
@@ -21,22 +25,13 @@
 #include "strategies/plan_gen.h"
 #include "strategies/registry.h"
 #include "strategies/rules.h"
+#include "strategies/tp_ops.h"
 
 namespace pb {
 
 namespace {
 
 using Slice = TpSlice;
-
-ConvGeom geom(const LayerPlan& l, int64_t batch, int64_t k) {
-  ConvGeom g;
-  g.n = batch;
-  g.c = l.in[0], g.h = l.in[1], g.w = l.in[2];
-  g.k = k, g.r = l.spec.kernel_h, g.s = l.spec.kernel_w;
-  g.stride_h = l.spec.stride_h, g.stride_w = l.spec.stride_w;
-  g.pad_h = l.spec.pad_h, g.pad_w = l.spec.pad_w;
-  return g;
-}
 
 class TensorParallel final : public GroupStrategy {
  public:
@@ -102,6 +97,7 @@ class TensorParallel final : public GroupStrategy {
     } else {
       st.params = Tensor::from_host({total}, mine, w.device);
       st.grads = Tensor::zeros({total}, w.be());
+      st.ops = std::make_unique<TpLayerOps>(w.be());
     }
     w.adam = std::make_unique<Adam>(w.be(), total, adam);
   }
@@ -155,6 +151,7 @@ class TensorParallel final : public GroupStrategy {
     st.gathered = Tensor::empty({gathered}, w.device);
     st.dy_local = Tensor::empty({local}, w.device);
     for (Tensor& g : st.dx) g = Tensor::empty({act}, w.device);
+    st.ops->reserve(tp_bf16_scratch(plan(), slices_, tp_rank(w.rank), b), st.params.numel());
   }
 
   // The worker's plan (plan_tp) run by the executor; each layer's computations here.
@@ -235,13 +232,12 @@ class TensorParallel final : public GroupStrategy {
           const float* x = out_of(i - 1);
           float* y = st.acts[i].defined() ? st.acts[i].data() : nullptr;
           copies = 0;
+          if (i == 0) st.ops->begin_step(st.params.data(), st.params.numel());
           if (l->spec.type == LayerType::ReLU) be.relu_forward(b * numel_of(l->out), x, y ? y : out_of(i - 1));
           if (s->channels == 0) break;
           const float* wt = st.params.data() + s->at[r];
-          const float* bias = wt + s->k[r] * s->fan;
           float* mine = s->split ? st.gathered.data() + r * piece_of(*s) : y;
-          if (l->spec.type == LayerType::Conv2d) be.conv2d_forward(geom(*l, b, s->k[r]), x, wt, bias, mine);
-          else be.linear_forward(b, l->in[0], s->k[r], x, wt, bias, mine);
+          st.ops->forward(*l, b, s->k[r], x, wt, wt + s->k[r] * s->fan, mine);
           break;
         }
         case ActionKind::Copy:
@@ -272,8 +268,7 @@ class TensorParallel final : public GroupStrategy {
           float* gw = st.grads.data() + s->at[r];
           const int64_t k = s->k[r];
           if (!s->split) dy = gout;
-          if (l->spec.type == LayerType::Conv2d) be.conv2d_backward_weights(geom(*l, b, k), out_of(i - 1), dy, gw, gw + k * s->fan, false);
-          else be.linear_backward_weights(b, l->in[0], k, out_of(i - 1), dy, gw, gw + k * s->fan, false);
+          st.ops->backward_weights(*l, b, k, out_of(i - 1), dy, gw, gw + k * s->fan);
           break;
         }
         case ActionKind::BackwardData: {
@@ -284,9 +279,8 @@ class TensorParallel final : public GroupStrategy {
             const float* wt = st.params.data() + s->at[r];
             float* dx = i > 0 ? st.dx[next].data() : nullptr;
             if (dx) {
-              if (l->spec.type == LayerType::Conv2d) be.conv2d_backward_data(geom(*l, b, k), dy, wt, dx);
-              else be.linear_backward_data(b, l->in[0], k, dy, wt, dx);
-              gout = dx;  // the partial sums' all-reduce, next in the plan, completes it
+              st.ops->backward_data(*l, b, k, dy, wt, dx, s->split);
+              gout = dx;  // a split layer's partial sums: their all-reduce, next in the plan, completes it
               next = 1 - next;
             }
           }
@@ -309,6 +303,7 @@ class TensorParallel final : public GroupStrategy {
     Tensor params, grads;  // this worker's slices of every layer: weight rows then bias, layer by layer
     std::vector<Tensor> acts;  // per layer: its whole output (undefined for Flatten)
     Tensor gathered, dy_local, dx[2];
+    std::unique_ptr<TpLayerOps> ops;  // several workers: the layers' calls, fp32 or bf16
   };
 
   // Whether the output of the last of these layers is a buffer of this worker's (not the input).

@@ -20,6 +20,7 @@ Plan plan_tp(const NetPlan& net, const StrategyOptions& o, int64_t batch, const 
   const std::vector<TpSlice> slices = tp_slices(net, ways, name);
   const std::vector<int64_t> pieces = replica_pieces(batch, replicas, name);
   const int layers = static_cast<int>(net.layers.size());
+  const DType act_wire = o.backend.precision == Precision::Bf16 ? DType::Bf16 : DType::F32;
   PlanBuilder b(name, workers, batch, 1);
   std::vector<int> all(workers), tp_group(replicas), dp_group(ways, -1);
   for (int r = 0; r < workers; ++r) all[r] = r;
@@ -87,7 +88,8 @@ Plan plan_tp(const NetPlan& net, const StrategyOptions& o, int64_t batch, const 
       Action& f = b.compute(w, ActionKind::Forward, i, i + 1, 0, {x, params}, {s.split ? gathered : y});
       f.bytes = bsz * s.k[r] * s.per_sample * kF, f.part = part;
       if (!s.split) continue;
-      Action& ag = b.collective(w, CollKind::AllGather, c, piece, ways * piece * kF, false);
+      // bf16: the pieces hold bf16 values (tp_ops.h), so they travel as bf16, exactly.
+      Action& ag = on_wire(b.collective(w, CollKind::AllGather, c, piece, ways * piece * kF, false), act_wire);
       ag.reads.push_back(gathered), ag.writes.push_back(gathered);  // its own piece, then the whole
       ag.layer_begin = i, ag.layer_end = i + 1;  // whose slice: where the executor finds the piece
       for (int q = 0; q < ways; ++q)  // [worker][sample][its channels] -> [sample][channel]

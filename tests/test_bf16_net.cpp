@@ -111,7 +111,10 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, Bf16Golden, ::testing::ValuesIn(bf16_fixtures
 // Every strategy whose workers run Sequential stages computes regular's bf16 function: stage edges
 // and transfers are fp32 holding bf16 values (exact), so only the order of fp32 sums differs
 // (weight gradients over chunks), within the 1e-5 the fp32 trajectories keep (test_golden.cpp;
-// measured here about 3e-8). tp across workers has no autocast path yet: it must refuse.
+// measured here about 3e-8). tp across workers also sums input gradients in another order before
+// rounding them to bf16 (test_strategies_tp_bf16.cpp bounds that); on this net's small layers
+// (4 channels split 2+2, 2+1+1, 1+1+1+1; 2 split 1+1; the linear's 3 split 2+1, 1+1+1) it too
+// stays within 1e-5 (measured equal).
 TEST(Bf16Strategies, FollowRegularOrRefuse) {
   SKIP_WITHOUT_BF16();
   const fs::path dir = test::source_dir() / "tests/fixtures/bf16/conv_stride2";
@@ -142,15 +145,13 @@ TEST(Bf16Strategies, FollowRegularOrRefuse) {
   for (const auto& [name, devices] : std::vector<std::pair<std::string, int>>{
            {"dp", 2}, {"ddp", 2}, {"mp", 2}, {"pipeline", 2}, {"pipeline-1f1b-recompute", 3}, {"pipeline-zb", 2},
            {"pipeline-zb", 3}, {"fsdp", 2},
-           {"zero2", 2}, {"dp2xpp2", 4}}) {
+           {"zero2", 2}, {"dp2xpp2", 4}, {"tp", 2}, {"tp", 3}, {"tp", 4}, {"dp2xtp2", 4}}) {
     SCOPED_TRACE(fmt::format("{} on {} workers", name, devices));
     std::vector<double> got;
     const std::vector<float> p = run(name, devices, got);
     for (std::size_t k = 0; k < want.size(); ++k) EXPECT_NEAR(got[k], want[k], 1e-5 * want[k]) << "step " << k + 1;
     EXPECT_LE(max_abs_diff(p, p_want), 1e-5);
   }
-  std::vector<double> unused;
-  EXPECT_THROW(run("tp", 2, unused), Error);
 }
 
 NetPlan small_net() {

@@ -198,6 +198,12 @@ void check_conv(Backend& be, bool cudnn) {
                   g.c * g.r * g.s + 1, out, "forward");
     expect_within(widen(DX.host()), ref::conv2d_backward_data(g, DY, W), ref::conv2d_backward_data(g, aDY, aW),
                   g.k * g.r * g.s, out, "backward data");
+    if (!cudnn) {  // tp's partial input gradients: fp32 accumulation, no rounding
+      auto DX32 = dev(be, std::vector<float>(xn, NAN));
+      be.conv2d_backward_data_bf16_f32(g, DY16.p(), W16.p(), DX32.p());
+      expect_within(DX32.host(), ref::conv2d_backward_data(g, DY, W), ref::conv2d_backward_data(g, aDY, aW),
+                    g.k * g.r * g.s, Rounded::No, "backward data, fp32 output");
+    }
     ref::Vec rdw, rdb, mdw, mdb;
     ref::conv2d_backward_weights(g, X, DY, rdw, rdb);
     ref::conv2d_backward_weights(g, aX, aDY, mdw, mdb);
@@ -232,6 +238,10 @@ void check_linear(Backend& be) {
                   ref::linear_forward(n, in, out, aX, aW, aB), in + 1, Rounded::Once, "forward");
     expect_within(widen(DX.host()), ref::linear_backward_data(n, in, out, DY, W),
                   ref::linear_backward_data(n, in, out, aDY, aW), out, Rounded::Once, "backward data");
+    auto DX32 = dev(be, std::vector<float>(n * in, NAN));
+    be.linear_backward_data_bf16_f32(n, in, out, DY16.p(), W16.p(), DX32.p());
+    expect_within(DX32.host(), ref::linear_backward_data(n, in, out, DY, W),
+                  ref::linear_backward_data(n, in, out, aDY, aW), out, Rounded::No, "backward data, fp32 output");
     ref::Vec rdw, rdb, mdw, mdb;
     ref::linear_backward_weights(n, in, out, X, DY, rdw, rdb);
     ref::linear_backward_weights(n, in, out, aX, aDY, mdw, mdb);

@@ -1,6 +1,6 @@
 // The memory estimate of the bf16 wire (--reduce-dtype / --param-dtype bf16): the communicator's
-// staging, kept from the first step on, raises each worker's allocator peak by exactly what the
-// estimate adds (strategies/memory_estimate.cpp).
+// staging, kept from the first step on, and fsdp's whole parameters gathered into bf16 move each
+// worker's allocator peak by exactly what the estimate moves (strategies/memory_estimate.cpp).
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -20,9 +20,9 @@ struct Case {
   bool act = false;  // a pipeline's activations and gradients in bf16 (under --precision bf16)
 };
 
-// Each worker's peak after three steps of `c` on `net`, with the wire dtypes or without.
-// stages: the stage split the run made (the estimate's default split may differ).
-std::vector<double> peaks(const NetSpec& net, int64_t batch, const Case& c, Precision precision, bool wire,
+// Each worker's peak after three steps of `c` on `net`; stages: the stage split the run made (the
+// estimate's default split may differ).
+std::vector<double> peaks(const NetSpec& net, int64_t batch, const Case& c, Precision precision,
                           std::vector<std::pair<int, int>>* stages = nullptr) {
   const NetPlan plan = plan_net(net);
   const std::vector<float> x = synthetic_values(batch * numel_of(plan.input), 1),
@@ -32,8 +32,8 @@ std::vector<double> peaks(const NetSpec& net, int64_t batch, const Case& c, Prec
   o.backend.threads = 1;
   o.backend.precision = precision;
   o.micro_batches = 2;
-  if (wire) o.reduce_dtype = c.reduce ? DType::Bf16 : DType::F32, o.param_dtype = c.param ? DType::Bf16 : DType::F32;
-  o.bf16_activation_wire = wire && c.act;
+  o.reduce_dtype = c.reduce ? DType::Bf16 : DType::F32, o.param_dtype = c.param ? DType::Bf16 : DType::F32;
+  o.bf16_activation_wire = c.act;
   auto s = make_strategy(c.strategy, o);
   s->setup(plan, init_params(plan, 0), net.adam);
   s->load_batch(x, t, batch);
@@ -48,39 +48,42 @@ std::vector<double> peaks(const NetSpec& net, int64_t batch, const Case& c, Prec
   return p;
 }
 
-std::vector<double> estimate(const NetSpec& net, int64_t batch, const Case& c, Precision precision, bool wire,
+std::vector<double> estimate(const NetSpec& net, int64_t batch, const Case& c, Precision precision,
                              const std::vector<std::pair<int, int>>& stages) {
   MemoryConfig mc;
+  mc.bf16 = precision == Precision::Bf16;
   mc.strategy = c.strategy;
   mc.devices = c.devices;
   mc.micro_batches = 2;
-  mc.reduce_bf16 = wire && c.reduce, mc.param_bf16 = wire && c.param;
-  mc.bf16 = precision == Precision::Bf16, mc.bf16_activation_wire = wire && c.act;
+  mc.reduce_bf16 = c.reduce, mc.param_bf16 = c.param;
+  mc.bf16_activation_wire = c.act;
   mc.stages = stages;
   mc.workspace = [](const std::vector<LayerPlan>&, int64_t) { return 0.0; };
   return estimate_memory(plan_net(net), batch, mc).per_worker;
 }
 
-void check(const std::vector<Case>& cases, Precision precision) {
+// Each case against `base` of it: each worker's peak moves by exactly what the estimate moves,
+// in the direction `sign` says.
+void check(const std::vector<Case>& cases, Precision precision, Case (*base_of)(Case), int sign) {
   const NetSpec net = great_net(12, 0.125);
   const int64_t batch = 7;  // uneven chunks
   for (const Case& c : cases) {
     SCOPED_TRACE(fmt::format("{} x{} reduce {} param {} activations {}", c.strategy, c.devices, c.reduce, c.param, c.act));
+    const Case b = base_of(c);
     std::vector<std::pair<int, int>> stages;
-    const std::vector<double> base = peaks(net, batch, c, precision, false),
-                              wired = peaks(net, batch, c, precision, true, &stages);
-    const std::vector<double> e0 = estimate(net, batch, c, precision, false, stages),
-                              e1 = estimate(net, batch, c, precision, true, stages);
+    const std::vector<double> wired = peaks(net, batch, c, precision, &stages), base = peaks(net, batch, b, precision);
+    const std::vector<double> e0 = estimate(net, batch, b, precision, stages), e1 = estimate(net, batch, c, precision, stages);
     ASSERT_EQ(base.size(), e0.size());
     double added = 0;
     for (std::size_t r = 0; r < base.size(); ++r) {
       EXPECT_EQ(wired[r] - base[r], e1[r] - e0[r]) << "worker " << r;
       added += e1[r] - e0[r];
     }
-    EXPECT_GT(added, 0);
+    EXPECT_GT(sign * added, 0);
   }
 }
 
+// The reduce dtype adds the communicator's staging.
 TEST(MemoryEstimateWire, ReduceBf16StagingIsWhatTheEstimateAdds) {
   check({{"dp", 3, true, false},
          {"ddp", 2, true, false},
@@ -94,11 +97,15 @@ TEST(MemoryEstimateWire, ReduceBf16StagingIsWhatTheEstimateAdds) {
          {"hsdp2x1", 2, true, false},
          {"dp2xpp2", 4, true, false},
          {"dp2xtp2", 4, true, false}},
-        Precision::Fp32);
+        Precision::Fp32, [](Case c) { return Case{c.strategy, c.devices, false, false}; }, +1);
 }
 
-TEST(MemoryEstimateWire, ParamDtypeBf16StagingIsWhatTheEstimateAdds) {
+// The param dtype over several shards keeps the whole parameters in bf16 and makes no bf16 copy
+// of them: less memory, by what the estimate takes off; on one shard (fp32 whole parameters,
+// gathered through staging) more.
+TEST(MemoryEstimateWire, ParamDtypeBf16HalvesTheGatheredParametersAsEstimated) {
   SKIP_WITHOUT_BF16();
+  auto without_param = [](Case c) { return Case{c.strategy, c.devices, c.reduce, false}; };
   check({{"fsdp", 2, false, true},
          {"fsdp", 3, true, true},
          {"zero2", 2, true, true},
@@ -106,7 +113,8 @@ TEST(MemoryEstimateWire, ParamDtypeBf16StagingIsWhatTheEstimateAdds) {
          {"fsdp-prefetch", 2, false, true},
          {"zero2-prefetch", 2, true, true},
          {"hsdp2x2", 4, true, true}},
-        Precision::Bf16);
+        Precision::Bf16, without_param, -1);
+  check({{"fsdp", 1, false, true}, {"hsdp2x1", 2, false, true}}, Precision::Bf16, without_param, +1);
 }
 
 // Under --precision bf16 pipeline stages send activations and gradients through bf16 staging: the
@@ -123,7 +131,7 @@ TEST(MemoryEstimateWire, ActivationBf16StagingIsWhatTheEstimateAdds) {
          {"pipeline-interleaved", 2, false, false, true},
          {"dp2xpp2", 4, false, false, true},
          {"dp2xpp2-1f1b", 4, true, false, true}},
-        Precision::Bf16);
+        Precision::Bf16, [](Case c) { return Case{c.strategy, c.devices, c.reduce, c.param, false}; }, +1);
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
 #include "engine/check.h"
 #include "plan/check.h"
 #include "plan/plan.h"
@@ -151,6 +153,31 @@ TEST(PlanFormat, JsonRoundTripsAndBadFieldsAreNamed) {
     EXPECT_THAT(e.what(), HasSubstr("unknown action kind 'fwd'"));
   }
   EXPECT_THROW(plan_from_json("{\"workers\": 2}", "p.json"), UsageError);  // no strategy
+}
+
+// --param-dtype bf16 over several shards: the whole parameters are gathered into bf16 buffers,
+// half the bytes, and a plan file says so; one worker's whole parameters are its fp32 shards.
+TEST(PlanFormat, GatheredParametersAreKeptInTheParamDtype) {
+  for (const char* s : {"fsdp", "zero2", "fsdp-prefetch"})
+    for (const int n : {1, 2}) {
+      SCOPED_TRACE(fmt::format("{} x{}", s, n));
+      test::PlanCase c{s, n, 1};
+      StrategyOptions o = test::plan_options(c);
+      const Plan fp32 = make_plan(s, test::plan_test_net(), o, test::kPlanBatch);
+      o.param_dtype = DType::Bf16, o.backend.precision = Precision::Bf16;  // a plan: no kernels needed
+      const Plan bf16 = make_plan(s, test::plan_test_net(), o, test::kPlanBatch);
+      ASSERT_EQ(fp32.buffers.size(), bf16.buffers.size());
+      int gathered = 0;
+      for (std::size_t b = 0; b < bf16.buffers.size(); ++b) {
+        const bool whole = bf16.buffers[b].name.rfind("gathered", 0) == 0;
+        gathered += whole;
+        EXPECT_EQ(bf16.buffers[b].dtype, whole && n > 1 ? DType::Bf16 : DType::F32) << bf16.buffers[b].name;
+        EXPECT_EQ(bf16.buffers[b].bytes * (whole && n > 1 ? 2 : 1), fp32.buffers[b].bytes) << bf16.buffers[b].name;
+      }
+      EXPECT_GT(gathered, 0);
+      const Plan back = plan_from_json(plan_to_json(bf16), "plan.json");
+      for (std::size_t b = 0; b < bf16.buffers.size(); ++b) EXPECT_EQ(back.buffers[b].dtype, bf16.buffers[b].dtype);
+    }
 }
 
 }  // namespace

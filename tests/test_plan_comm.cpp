@@ -140,6 +140,44 @@ TEST(PlanComm, EveryStrategysPlanMakesTheCallsItsStepMakes) {
   EXPECT_GT(checked, 100);
 }
 
+// tp under autocast: the same calls, its activations' all-gathers booked and counted in bf16 (half
+// the fp32 plan's bytes, the communicator counting 2 bytes a value), its partial sums in fp32.
+TEST(PlanComm, TpBf16GathersInBf16) {
+  SKIP_WITHOUT_BF16();
+  for (const PlanCase& c : std::vector<PlanCase>{{"tp", 2, 1}, {"tp", 3, 1}, {"tp", 4, 1}, {"dp2xtp2", 4, 1}, {"dp1xtp2", 2, 1}}) {
+    SCOPED_TRACE(c.label());
+    StepStats stats;
+    StrategyOptions o = test::plan_options(c);
+    const Plan p32 = make_plan(c.strategy, test::plan_test_net(), o, test::kPlanBatch);
+    o.backend.precision = Precision::Bf16;
+    const auto traced = traced_calls(c, &stats, o);
+    const Plan p = make_plan(c.strategy, test::plan_test_net(), o, test::kPlanBatch);
+    std::vector<int64_t> bytes, bytes32;
+    EXPECT_EQ(planned_calls(p, &bytes), traced);
+    auto fp32 = [](std::vector<std::vector<std::string>> calls) {  // the calls, their dtypes left out
+      for (auto& list : calls)
+        for (std::string& call : list)
+          if (const std::size_t at = call.find(" bf16 "); at != std::string::npos) call.replace(at, 6, " fp32 ");
+      return calls;
+    };
+    EXPECT_EQ(planned_calls(p32, &bytes32), fp32(traced));  // the same calls; only their dtype differs
+    for (int w = 0; w < c.devices; ++w) {
+      EXPECT_EQ(bytes[w], static_cast<int64_t>(stats.workers.at(w).comm_bytes)) << "worker " << w << "'s bytes";
+      int64_t gathers = 0, gathers32 = 0, others = 0, others32 = 0;
+      for (const Action& a : p.actions[w])
+        if (a.kind == ActionKind::Collective) {
+          EXPECT_EQ(a.dtype, a.coll == CollKind::AllGather ? DType::Bf16 : DType::F32) << describe(p, w, a.id);
+          (a.coll == CollKind::AllGather ? gathers : others) += a.bytes;
+        }
+      for (const Action& a : p32.actions[w])
+        if (a.kind == ActionKind::Collective) (a.coll == CollKind::AllGather ? gathers32 : others32) += a.bytes;
+      EXPECT_GT(gathers32, 0) << "worker " << w;
+      EXPECT_EQ(2 * gathers, gathers32) << "worker " << w;
+      EXPECT_EQ(others, others32) << "worker " << w;
+    }
+  }
+}
+
 // The comparison can fail: a plan of another shape (one micro-batch more) is told apart.
 TEST(PlanComm, APlanOfAnotherShapeDiffers) {
   const PlanCase c{"pipeline-1f1b", 3, 2};

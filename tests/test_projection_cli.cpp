@@ -53,7 +53,9 @@ TEST_F(ProjectCli, RowsWithinOnePercentOfTheFastestAreTiedNotBest) {
   for (const auto& [v, mark] : by[4])
     if (mark == " **best** ")
       for (const auto& [w, other] : by[4])
-        if (other != " **best** ") EXPECT_LT(w, v * 0.99) << "a best row within 1% of another";
+        if (other != " **best** ") {
+          EXPECT_LT(w, v * 0.99) << "a best row within 1% of another";
+        }
 }
 
 // What `parbench profile` writes is what `project` reads: the profiler's own extra fields too.

@@ -1,5 +1,6 @@
 // The projection's link model (projection/links.h) and the simulator's meetings: alpha-beta per
 // collective and algorithm, measured points, per-count and per-layout fits, late arrivals, the fit.
+#include "projection/plan_price.h"
 #include "tests/test_projection_support.h"
 
 namespace pb {
@@ -168,6 +169,25 @@ TEST(Projection, TheReceiverOfABlockingSendGoesOnFirst) {
   m.late_arrival_gap_s = 0.6e-6;
   EXPECT_NEAR(pj::predict(uniform(), m, config("dp", 2, 4), o).step_s, together.step_s, 1e-12);
   EXPECT_DOUBLE_EQ(pj::parse_machine(pj::machine_json(m).dump(), "again").sender_trails_s, 0.5e-6);
+}
+
+// Each plan action costs its worker's host action_overhead_s before it begins: at one worker, a
+// step longer by that times its actions, and ddp (a collective started and waited for beyond
+// regular's actions) longer than regular by that times the actions it adds.
+TEST(Projection, EveryActionCostsItsWorkersHostTheActionOverhead) {
+  pj::Machine m = free_links();
+  pj::Options o;
+  auto actions = [&](const char* s) {
+    return static_cast<double>(pj::plan_for(uniform(), config(s, 1, 4)).actions.at(0).size());
+  };
+  const pj::Prediction regular = pj::predict(uniform(), m, config("regular", 1, 4), o);
+  const pj::Prediction ddp = pj::predict(uniform(), m, config("ddp", 1, 4), o);
+  m.action_overhead_s = 1e-6;
+  EXPECT_NEAR(pj::predict(uniform(), m, config("regular", 1, 4), o).step_s - regular.step_s, 1e-6 * actions("regular"), 1e-12);
+  const double ddp_more = pj::predict(uniform(), m, config("ddp", 1, 4), o).step_s - ddp.step_s;
+  EXPECT_NEAR(ddp_more, 1e-6 * actions("ddp"), 1e-12);
+  EXPECT_GT(actions("ddp"), actions("regular"));
+  EXPECT_DOUBLE_EQ(pj::parse_machine(pj::machine_json(m).dump(), "again").action_overhead_s, 1e-6);
 }
 
 TEST(Projection, SharedCoreGroupsTakeTheFitOfTheNodesWorkers) {

@@ -6,6 +6,7 @@
 #include "projection/plan_price.h"
 #include "strategies/plan_gen.h"
 #include "tests/plan_cases.h"
+#include "tests/support.h"
 #include "tests/test_projection_support.h"
 
 namespace pb {
@@ -193,6 +194,26 @@ TEST(ProjectionPlans, InterleavedShortensOneFOneBsBubble) {
   ASSERT_TRUE(pi.feasible);
   EXPECT_LT(pi.step_s, pf.step_s);
   EXPECT_GT(pi.peak_bytes, pf.peak_bytes);
+}
+
+// --virtual-stages as run takes it: V chunks per worker, priced and its memory estimated.
+TEST(ProjectionPlans, InterleavedTakesTheRunsVirtualStages) {
+  const pj::Profile p = profile_of(plan_net(test::linear_relu_pairs("pairs", 8, 6)));
+  const pj::Machine m = free_links();
+  pj::Config c = config("pipeline-interleaved", 2, 8);
+  c.micro_batches = 4;
+  auto stages = [&](int v) {
+    c.virtual_stages = v;
+    pj::Options o;
+    pj::StepBuilder bl(p, m, c, o, 1);
+    return pj::price_plan(pj::plan_for(p, c), p, m, bl).stages.size();
+  };
+  EXPECT_EQ(stages(2), 4u);
+  EXPECT_EQ(stages(3), 6u);
+  const pj::Prediction three = pj::predict(p, m, c);
+  ASSERT_TRUE(three.feasible) << three.reason;
+  c.virtual_stages = 7;  // 14 stages of 12 layers: refused as run refuses it
+  EXPECT_FALSE(pj::predict(p, m, c).feasible);
 }
 
 TEST(ProjectionPlans, TpLayoutCopiesArePriced) {

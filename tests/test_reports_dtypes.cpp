@@ -32,6 +32,22 @@ TEST(ReportsDtypes, CompareRefusesUnlikeReduceAndParamDtypes) {
   EXPECT_EQ(g[0].key, param);
 }
 
+// pipeline-interleaved's chunks per worker: a run without the key ran 2.
+TEST(ReportsDtypes, CompareRefusesUnlikeVirtualStagesAndTitlesNameThem) {
+  const std::string v = schema::context::virtual_stages.name;
+  const RunFile two = run({}), three = run({{v, "3"}});
+  EXPECT_TRUE(environment_diffs(three, three).empty());
+  const std::vector<EnvDiff> d = environment_diffs(two, three);
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].key, v);
+  EXPECT_EQ(d[0].baseline, "2");
+  EXPECT_EQ(d[0].contender, "3");
+  Group g;
+  g.workload = "great_net";
+  g.work[v] = "3";
+  EXPECT_NE(g.title().find("virtual stages 3"), std::string::npos) << g.title();
+}
+
 TEST(ReportsDtypes, TitlesNameBf16ReduceAndParamDtypes) {
   Group g;
   g.workload = "great_net";

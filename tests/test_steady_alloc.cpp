@@ -69,7 +69,8 @@ TEST(SteadyAlloc, NoAllocationInAStepAfterWarmUp) {
 }
 
 // Under autocast with gradients reduced and parameters gathered in bf16 too: the communicators'
-// staging and the units' shared bf16 weight copy (fsdp, zero2, hsdp) are kept from step to step.
+// staging and the units' shared bf16 weight copy (fsdp, zero2, hsdp) are kept from step to step,
+// and tp's bf16 scratch and its all-gathers' staging too.
 TEST(SteadyAlloc, Bf16WireAndSharedWeightCopiesAfterWarmUp) {
   SKIP_WITHOUT_BF16();
   const NetSpec net = great_net(8, 0.1875);
@@ -80,15 +81,16 @@ TEST(SteadyAlloc, Bf16WireAndSharedWeightCopiesAfterWarmUp) {
   int checked = 0;
   for (int n = 1; n <= 4; ++n) {
     for (const std::string& name : strategies_at(n, static_cast<int>(plan.layers.size()))) {
-      // tp across workers has no bf16 path (it refuses); the others reduce in bf16 where they reduce.
-      if (!takes_reduce_dtype(name) || name.find("xtp") != std::string::npos) continue;
+      // The others reduce in bf16 where they reduce; tp (and dp x tp) gathers activations in bf16.
+      const bool tp = name == "tp" || name.find("xtp") != std::string::npos;
+      if (!takes_reduce_dtype(name) && !tp) continue;
       SCOPED_TRACE(fmt::format("{} on {} workers", name, n));
       StrategyOptions o;
       o.devices = n;
       o.backend.threads = 1;
       o.backend.precision = Precision::Bf16;
       o.micro_batches = 2;
-      o.reduce_dtype = DType::Bf16;
+      if (takes_reduce_dtype(name)) o.reduce_dtype = DType::Bf16;
       if (takes_param_dtype(name)) o.param_dtype = DType::Bf16;
       auto s = make_strategy(name, o);
       s->setup(plan, init_params(plan, 0), net.adam);

@@ -75,7 +75,9 @@ TEST(Strategies, ZeroBubbleHoldsBetweenOneFOneBAndGPipe) {
     for (int st = 0; st < p; ++st) {
       SCOPED_TRACE(fmt::format("stage {}: zb {} 1f1b {} gpipe {}", st, peak["pipeline-zb"][st], peak["pipeline-1f1b"][st],
                                peak["pipeline"][st]));
-      if (st > 0) EXPECT_GT(peak["pipeline-zb"][st], peak["pipeline-1f1b"][st]);
+      if (st > 0) {
+        EXPECT_GT(peak["pipeline-zb"][st], peak["pipeline-1f1b"][st]);
+      }
       EXPECT_LT(peak["pipeline-zb"][st], peak["pipeline"][st]);
     }
     EXPECT_EQ(peak["pipeline-zb"][0], peak["pipeline-1f1b"][0]);

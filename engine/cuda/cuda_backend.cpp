@@ -7,7 +7,9 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/check.h"
 #include "engine/cuda/cuda_bf16.h"
@@ -162,6 +164,31 @@ class CudaBackend final : public Backend {
                                     bool accumulate) override {
     bf16().conv_backward_weights(g, x, dy, dw, db, accumulate);
   }
+  // cuDNN's bf16 convolutions write bf16: dy and w are widened (exactly) and the fp32 convolution
+  // runs instead. Its inputs hold bf16 values, which TF32 (allowed under bf16) keeps exactly, so it
+  // sums the same products in fp32.
+  void conv2d_backward_data_bf16_f32(const ConvGeom& g, const Bf16* dy, const Bf16* w, float* dx) override {
+    bf16();
+    const int64_t dn = g.n * g.k * g.p() * g.q(), wn = g.k * g.c * g.r * g.s;
+    float* dy32 = widened(0, dn);
+    float* w32 = widened(1, wn);
+    cu::launch_from_bf16(stream_, dn, dy, dy32);
+    cu::launch_from_bf16(stream_, wn, w, w32);
+    convs_.backward_data(g, dy32, w32, dx);
+  }
+  void linear_backward_data_bf16_f32(int64_t n, int64_t in, int64_t out, const Bf16* dy, const Bf16* w,
+                                     float* dx) override {
+    bf16().linear_backward_data_f32(n, in, out, dy, w, dx);
+  }
+  // Grow-only fp32 scratch; an outgrown one is kept, as queued work may still read it.
+  float* widened(int i, int64_t n) {
+    std::unique_ptr<Buffer>& b = widened_[i];
+    if (!b || b->bytes() < static_cast<std::size_t>(n) * sizeof(float)) {
+      if (b) outgrown_.push_back(std::move(b));
+      b = std::make_unique<Buffer>(dev(), static_cast<std::size_t>(n) * sizeof(float), MemoryPool::Workspace);
+    }
+    return static_cast<float*>(b->data());
+  }
   void linear_forward_bf16(int64_t n, int64_t in, int64_t out, const Bf16* x, const Bf16* w, const Bf16* b,
                            Bf16* y) override {
     bf16().linear_forward(n, in, out, x, w, b, y);
@@ -307,6 +334,8 @@ class CudaBackend final : public Backend {
   std::string gpu_name_;
   cu::CudnnConv convs_;
   std::unique_ptr<Buffer> mse_scratch_;
+  std::unique_ptr<Buffer> widened_[2];  // conv2d_backward_data_bf16_f32's dy and w in fp32
+  std::vector<std::unique_ptr<Buffer>> outgrown_;
 };
 
 }  // namespace

@@ -151,6 +151,13 @@ void CudaBf16::linear_backward_data(int64_t n, int64_t in, int64_t out, const Bf
                             &kZero, dx, CUDA_R_16BF, I, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
+void CudaBf16::linear_backward_data_f32(int64_t n, int64_t in, int64_t out, const Bf16* dy, const Bf16* w,
+                                        float* dx) {
+  const int N = to_int(n, "batch"), I = to_int(in, "in features"), O = to_int(out, "out features");
+  CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, I, N, O, &kOne, w, CUDA_R_16BF, I, dy, CUDA_R_16BF, O,
+                            &kZero, dx, CUDA_R_32F, I, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
 void CudaBf16::linear_backward_weights(int64_t n, int64_t in, int64_t out, const Bf16* x, const Bf16* dy, float* dw,
                                        float* db, bool accumulate) {
   const int N = to_int(n, "batch"), I = to_int(in, "in features"), O = to_int(out, "out features");

@@ -78,6 +78,13 @@ struct ConvPlan {
   std::string impl[3];
 };
 
+// Backward-data writing fp32 (tp's partial input gradients), made per shape at its first use.
+struct DataF32Plan {
+  dnnl::convolution_backward_data::primitive_desc pd;
+  dnnl::convolution_backward_data prim;
+  memory::desc dx;  // the user's, fp32 NCHW
+};
+
 struct MatPlan {
   dnnl::matmul prim;
   memory::desc src, wei, bias, dst, pad;
@@ -96,6 +103,7 @@ struct DnnlBf16::Impl {
   dnnl_plan::Scratch pad;
   std::vector<float> db_tmp;
   std::map<dnnl_plan::Key, ConvPlan> convs;
+  std::map<dnnl_plan::Key, DataF32Plan> data_f32;
   std::map<std::tuple<int, int64_t, int64_t, int64_t, bool>, MatPlan> mats;
 
   const ConvPlan& conv(const ConvGeom& g) {
@@ -129,6 +137,25 @@ struct DnnlBf16::Impl {
     p.bwd_data = dnnl::convolution_backward_data(dpd);
     p.bwd_weights = dnnl::convolution_backward_weights(wpd);
     return convs.emplace(key, std::move(p)).first->second;
+  }
+
+  const DataF32Plan& conv_data_f32(const ConvGeom& g) {
+    const dnnl_plan::Key key = dnnl_plan::key_of(g, true);
+    auto it = data_f32.find(key);
+    if (it != data_f32.end()) return it->second;
+    const ConvPlan& c = conv(g);  // its forward is the hint
+    const dnnl_plan::Dims d = dnnl_plan::dims(g);
+    DataF32Plan p;
+    p.dx = plain(d.src, Dt::f32);
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    p.pd = dnnl::convolution_backward_data::primitive_desc(
+        dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, any(d.src, Dt::f32),
+                                              any(d.wei, Dt::bf16), any(d.dst, Dt::bf16), d.strides, d.pad, d.pad),
+        attr, eng, c.fpd);
+    native_impl(p.pd, "convolution backward data (fp32 output)");
+    p.prim = dnnl::convolution_backward_data(p.pd);
+    return data_f32.emplace(key, std::move(p)).first->second;
   }
 
   // `user` at p in the layout `prim`: the user's memory itself, or a reorder of it into scratch i.
@@ -168,8 +195,9 @@ struct DnnlBf16::Impl {
     if (kind == 0) {  // y[n,out] = x[n,in] w[out,in]^T + b
       p.src = plain({n, in}, Dt::bf16), p.wei = memory::desc({in, out}, Dt::bf16, memory::dims{1, in});
       p.bias = plain({1, out}, Dt::bf16), p.dst = plain({n, out}, Dt::bf16);
-    } else if (kind == 1) {  // dx[n,in] = dy[n,out] w[out,in]
-      p.src = plain({n, out}, Dt::bf16), p.wei = plain({out, in}, Dt::bf16), p.dst = plain({n, in}, Dt::bf16);
+    } else if (kind == 1 || kind == 3) {  // dx[n,in] = dy[n,out] w[out,in]; 3: dx in fp32
+      p.src = plain({n, out}, Dt::bf16), p.wei = plain({out, in}, Dt::bf16);
+      p.dst = plain({n, in}, kind == 3 ? Dt::f32 : Dt::bf16);
     } else {  // dw[out,in] (+)= dy[n,out]^T x[n,in]
       p.src = memory::desc({out, n}, Dt::bf16, memory::dims{1, out}), p.wei = plain({n, in}, Dt::bf16);
       p.dst = plain({out, in}, Dt::f32);
@@ -256,6 +284,21 @@ void DnnlBf16::conv_backward_data(const ConvGeom& g, const Bf16* dy, const Bf16*
   });
 }
 
+void DnnlBf16::conv_backward_data_f32(const ConvGeom& g, const Bf16* dy, const Bf16* w, float* dx) {
+  Impl& I = *impl_;
+  OmpThreads omp(I.threads);
+  call("convolution backward data (fp32 output)", [&] {
+    const DataF32Plan& p = I.conv_data_f32(g);
+    const ConvPlan& c = I.conv(g);
+    memory mdy = I.in(p.pd.diff_dst_desc(), c.y, dy, 0), mw = I.in(p.pd.weights_desc(), c.w, w, 1);
+    memory mdx = I.out(p.pd.diff_src_desc(), p.dx, dx, 2);
+    p.prim.execute(I.strm, {{DNNL_ARG_DIFF_DST, mdy}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_DIFF_SRC, mdx},
+                            {DNNL_ARG_SCRATCHPAD, I.scratchpad(p.pd.scratchpad_desc())}});
+    I.out_done(mdx, p.dx, dx, false);
+    I.strm.wait();
+  });
+}
+
 void DnnlBf16::conv_backward_weights(const ConvGeom& g, const Bf16* x, const Bf16* dy, float* dw, float* db,
                                      bool accumulate) {
   Impl& I = *impl_;
@@ -291,6 +334,12 @@ void DnnlBf16::linear_forward(int64_t n, int64_t in, int64_t out, const Bf16* x,
 void DnnlBf16::linear_backward_data(int64_t n, int64_t in, int64_t out, const Bf16* dy, const Bf16* w, Bf16* dx) {
   OmpThreads omp(impl_->threads);
   call("linear backward data", [&] { impl_->run_mat(impl_->mat(1, n, in, out, false), dy, w, nullptr, dx); });
+}
+
+void DnnlBf16::linear_backward_data_f32(int64_t n, int64_t in, int64_t out, const Bf16* dy, const Bf16* w,
+                                        float* dx) {
+  OmpThreads omp(impl_->threads);
+  call("linear backward data (fp32 output)", [&] { impl_->run_mat(impl_->mat(3, n, in, out, false), dy, w, nullptr, dx); });
 }
 
 void DnnlBf16::linear_backward_weights(int64_t n, int64_t in, int64_t out, const Bf16* x, const Bf16* dy, float* dw,
