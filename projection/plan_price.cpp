@@ -70,6 +70,7 @@ StrategyOptions options_of(const Config& c, const Profile* p) {
   if (takes_reduce_dtype(c.strategy)) o.reduce_dtype = parse_dtype_label(c.reduce_dtype, "--reduce-dtype");
   if (takes_param_dtype(c.strategy)) o.param_dtype = parse_dtype_label(c.param_dtype, "--param-dtype");
   if (p && p->precision != "bf16") o.param_dtype = DType::F32;  // fp32 compute gathers fp32 (project refuses the flag)
+  if (p) o.backend.precision = parse_precision(p->precision);  // bf16: activations travel in bf16, as run's
   using By = StrategyOptions::BalanceBy;
   if (c.balance_by == "time" && p) {
     o.balance_by = By::Time;

@@ -229,7 +229,9 @@ TEST(PlanComm, Bf16PipelinesSendAndReceiveInBf16AtHalfTheBytes) {
     EXPECT_GT(transfers, 0);
     for (const auto& calls : traced)
       for (const std::string& call : calls)
-        if (call.rfind("send", 0) == 0 || call.rfind("recv", 0) == 0) EXPECT_NE(call.find(" bf16 "), std::string::npos) << call;
+        if (call.rfind("send", 0) == 0 || call.rfind("recv", 0) == 0) {
+          EXPECT_NE(call.find(" bf16 "), std::string::npos) << call;
+        }
     ++checked;
   }
   EXPECT_GT(checked, 30);

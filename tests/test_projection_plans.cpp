@@ -216,6 +216,25 @@ TEST(ProjectionPlans, InterleavedTakesTheRunsVirtualStages) {
   EXPECT_FALSE(pj::predict(p, m, c).feasible);
 }
 
+// A bf16 profile's plans are the bf16 run's: pipeline activations and tp's gathers at half the bytes.
+TEST(ProjectionPlans, ABf16ProfilePricesTheBf16RunsTransfers) {
+  pj::Profile p = uniform();
+  const pj::Machine m = free_links();
+  for (const char* s : {"pipeline", "tp"}) {
+    pj::Config c = config(s, 2, 8);
+    c.micro_batches = 2;
+    p.precision = "fp32";
+    const double fp32 = pj::predict(p, m, c).comm_bytes;
+    p.precision = "bf16";
+    const double bf16 = pj::predict(p, m, c).comm_bytes;
+    EXPECT_GT(fp32, 0) << s;
+    EXPECT_LT(bf16, fp32) << s;
+    if (std::string(s) == "pipeline") {
+      EXPECT_EQ(2 * bf16, fp32);
+    }
+  }
+}
+
 TEST(ProjectionPlans, TpLayoutCopiesArePriced) {
   pj::Machine m = free_links();
   const pj::Config c = config("tp", 4, 4);
