@@ -6,9 +6,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/backend.h"
@@ -227,6 +227,7 @@ class Communicator {
   // Bf16 wire staging (engine/comm_wire.cpp): slot k of the rank's grow-only staging, holding at
   // least n bf16 values on its device; a started all-reduce's slots stay taken until wait().
   Bf16* staging(int rank, int64_t n);
+  Bf16* rounded(int rank, const float* x, int64_t n);  // staging(rank, n) holding x rounded to bf16
   struct Widen {  // a started bf16 all-reduce's result, widened into `to` at wait()
     const Bf16* from;
     float* to;
@@ -260,7 +261,7 @@ class Communicator {
   };
   std::vector<WireSlots> p2p_slots_;
   std::vector<std::vector<Tensor>> p2p_staging_;
-  std::vector<std::map<int64_t, Staged>> p2p_staged_;
+  std::vector<std::vector<std::pair<int64_t, Staged>>> p2p_staged_;  // (id, its staging): a few in flight
   Bf16* p2p_slot(int rank, int k);
   void staged_done(int rank, int64_t id);  // at wait_transfer: widen a receive, free the slot
 };

@@ -19,6 +19,13 @@ Bf16* Communicator::staging(int rank, int64_t n) {
   return slots[k].data_bf16();
 }
 
+// The next slot, holding x's n values rounded to bf16 (queued on the rank's compute queue).
+Bf16* Communicator::rounded(int rank, const float* x, int64_t n) {
+  Bf16* s = staging(rank, n);
+  backend(rank).to_bf16(n, x, s);
+  return s;
+}
+
 void Communicator::all_reduce(int rank, float* buf, int64_t n, DType wire) {
   all_reduce_start(rank, buf, n, wire);
   wait(rank);
@@ -26,8 +33,7 @@ void Communicator::all_reduce(int rank, float* buf, int64_t n, DType wire) {
 
 void Communicator::all_reduce_start(int rank, float* buf, int64_t n, DType wire) {
   if (wire == DType::F32) return all_reduce_typed(rank, buf, n, DType::F32);
-  Bf16* s = staging(rank, n);
-  backend(rank).to_bf16(n, buf, s);
+  Bf16* s = rounded(rank, buf, n);
   all_reduce_typed(rank, s, n, DType::Bf16);
   widen_[rank].push_back({s, buf, n});
 }
@@ -37,8 +43,7 @@ void Communicator::all_reduce_start(int rank, float* buf, int64_t n, DType wire)
 void Communicator::reduce(int rank, float* buf, int64_t n, int root, DType wire) {
   if (wire == DType::F32) return reduce_typed(rank, buf, n, root, DType::F32);
   const int held = staged_[rank];
-  Bf16* s = staging(rank, n);
-  backend(rank).to_bf16(n, buf, s);
+  Bf16* s = rounded(rank, buf, n);
   reduce_typed(rank, s, n, root, DType::Bf16);
   if (rank == root) backend(rank).from_bf16(n, s, buf);  // the others keep their fp32 values
   staged_[rank] = held;
@@ -47,9 +52,8 @@ void Communicator::reduce(int rank, float* buf, int64_t n, int root, DType wire)
 void Communicator::all_gather(int rank, const float* send, float* recv, int64_t n, DType wire) {
   if (wire == DType::F32) return all_gather_typed(rank, send, recv, n, DType::F32, false);
   const int held = staged_[rank];
-  Bf16* in = staging(rank, n);
+  Bf16* in = rounded(rank, send, n);
   Bf16* out = staging(rank, n * size());
-  backend(rank).to_bf16(n, send, in);
   all_gather_typed(rank, in, out, n, DType::Bf16, false);
   backend(rank).from_bf16(n * size(), out, recv);
   staged_[rank] = held;
@@ -57,33 +61,27 @@ void Communicator::all_gather(int rank, const float* send, float* recv, int64_t 
 
 void Communicator::all_gather_start(int rank, const float* send, float* recv, int64_t n, DType wire) {
   if (wire == DType::F32) return all_gather_typed(rank, send, recv, n, DType::F32, true);
-  Bf16* in = staging(rank, n);
+  Bf16* in = rounded(rank, send, n);
   Bf16* out = staging(rank, n * size());
-  backend(rank).to_bf16(n, send, in);
   all_gather_typed(rank, in, out, n, DType::Bf16, true);
   widen_[rank].push_back({out, recv, n * size()});
 }
 
 void Communicator::all_gather(int rank, const float* send, Bf16* recv, int64_t n) {
   const int held = staged_[rank];
-  Bf16* in = staging(rank, n);
-  backend(rank).to_bf16(n, send, in);
-  all_gather_typed(rank, in, recv, n, DType::Bf16, false);
+  all_gather_typed(rank, rounded(rank, send, n), recv, n, DType::Bf16, false);
   staged_[rank] = held;
 }
 
 void Communicator::all_gather_start(int rank, const float* send, Bf16* recv, int64_t n) {
-  Bf16* in = staging(rank, n);  // held until wait()
-  backend(rank).to_bf16(n, send, in);
-  all_gather_typed(rank, in, recv, n, DType::Bf16, true);
+  all_gather_typed(rank, rounded(rank, send, n), recv, n, DType::Bf16, true);  // its slot held until wait()
 }
 
 void Communicator::reduce_scatter(int rank, const float* send, float* recv, int64_t n, DType wire) {
   if (wire == DType::F32) return reduce_scatter_typed(rank, send, recv, n, DType::F32);
   const int held = staged_[rank];
-  Bf16* in = staging(rank, n * size());
+  Bf16* in = rounded(rank, send, n * size());
   Bf16* out = staging(rank, n);
-  backend(rank).to_bf16(n * size(), send, in);
   reduce_scatter_typed(rank, in, out, n, DType::Bf16);
   backend(rank).from_bf16(n, out, recv);
   staged_[rank] = held;
@@ -166,7 +164,7 @@ int64_t Communicator::send_start(int rank, const float* buf, int64_t n, int peer
   Bf16* s = p2p_slot(rank, k);
   if (n > 0) backend(rank).to_bf16(n, buf, s);
   const int64_t id = transfer_start(rank, true, s, n, peer, wire);
-  p2p_staged_[rank][id] = {k, nullptr, n};
+  p2p_staged_[rank].push_back({id, {k, nullptr, n}});
   return id;
 }
 
@@ -175,15 +173,16 @@ int64_t Communicator::recv_start(int rank, float* buf, int64_t n, int peer, DTyp
   local_rank(*this, rank, n, "recv");
   const int k = p2p_slots_[rank].take(n);
   const int64_t id = transfer_start(rank, false, p2p_slot(rank, k), n, peer, wire);
-  p2p_staged_[rank][id] = {k, buf, n};
+  p2p_staged_[rank].push_back({id, {k, buf, n}});
   return id;
 }
 
 void Communicator::staged_done(int rank, int64_t id) {
-  auto it = p2p_staged_[rank].find(id);
-  if (it == p2p_staged_[rank].end()) return;  // an fp32 transfer
+  auto& held = p2p_staged_[rank];  // erasing keeps its capacity: a step after the first allocates nothing
+  const auto it = std::find_if(held.begin(), held.end(), [id](const auto& e) { return e.first == id; });
+  if (it == held.end()) return;  // an fp32 transfer
   const Staged st = it->second;
-  p2p_staged_[rank].erase(it);
+  held.erase(it);
   if (st.to && st.n > 0) backend(rank).from_bf16(st.n, p2p_slot(rank, st.slot), st.to);
   p2p_slots_[rank].give(st.slot);
 }

@@ -3,18 +3,25 @@
 #include <algorithm>
 
 #include "engine/check.h"
+#include "engine/model_detail.h"
 
 namespace pb {
 
+namespace {
+
+// The layer's convolution over k of its output channels.
 ConvGeom tp_geom(const LayerPlan& l, int64_t batch, int64_t k) {
-  ConvGeom g;
-  g.n = batch;
-  g.c = l.in[0], g.h = l.in[1], g.w = l.in[2];
-  g.k = k, g.r = l.spec.kernel_h, g.s = l.spec.kernel_w;
-  g.stride_h = l.spec.stride_h, g.stride_w = l.spec.stride_w;
-  g.pad_h = l.spec.pad_h, g.pad_w = l.spec.pad_w;
+  ConvGeom g = model_detail::geom(l, batch);
+  g.k = k;
   return g;
 }
+
+// Values of the layer's output over k of its channels at batch b.
+int64_t slice_numel(const LayerPlan& l, int64_t b, int64_t k) {
+  return b * k * (l.spec.type == LayerType::Conv2d ? numel_of(l.out) / l.out[0] : 1);
+}
+
+}  // namespace
 
 TpBf16Scratch tp_bf16_scratch(const NetPlan& net, const std::vector<TpSlice>& slices, int r, int64_t b) {
   TpBf16Scratch s;
@@ -51,7 +58,7 @@ Bf16* TpLayerOps::rounded(Tensor& scratch, int64_t n, const float* src) {
 void TpLayerOps::forward(const LayerPlan& l, int64_t b, int64_t k, const float* x, const float* w, const float* bias,
                          float* y) {
   const bool conv = l.spec.type == LayerType::Conv2d;
-  const int64_t out = b * k * (conv ? numel_of(l.out) / l.out[0] : 1);
+  const int64_t out = slice_numel(l, b, k);
   if (!bf16_) {
     if (conv) be_.conv2d_forward(tp_geom(l, b, k), x, w, bias, y);
     else be_.linear_forward(b, l.in[0], k, x, w, bias, y);
@@ -77,7 +84,7 @@ void TpLayerOps::backward_weights(const LayerPlan& l, int64_t b, int64_t k, cons
   // The output gradient is rounded once here (the loss's fp32 gradient as a stage rounds it; the
   // sum of fp32 partials after their all-reduce), so dy16 is regular's gradient up to that sum's order.
   const Bf16* x16 = rounded(in16_, b * numel_of(l.in), x);
-  const Bf16* dy16 = rounded(out16_, b * k * (conv ? numel_of(l.out) / l.out[0] : 1), dy);
+  const Bf16* dy16 = rounded(out16_, slice_numel(l, b, k), dy);
   if (conv) be_.conv2d_backward_weights_bf16(tp_geom(l, b, k), x16, dy16, dw, db, false);
   else be_.linear_backward_weights_bf16(b, l.in[0], k, x16, dy16, dw, db, false);
 }
@@ -90,7 +97,7 @@ void TpLayerOps::backward_data(const LayerPlan& l, int64_t b, int64_t k, const f
     else be_.linear_backward_data(b, l.in[0], k, dy, w, dx);
     return;
   }
-  const Bf16* dy16 = rounded(out16_, b * k * (conv ? numel_of(l.out) / l.out[0] : 1), dy);
+  const Bf16* dy16 = rounded(out16_, slice_numel(l, b, k), dy);
   if (partial) {
     if (conv) be_.conv2d_backward_data_bf16_f32(tp_geom(l, b, k), dy16, w16(w), dx);
     else be_.linear_backward_data_bf16_f32(b, l.in[0], k, dy16, w16(w), dx);

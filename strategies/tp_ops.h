@@ -15,8 +15,6 @@
 
 namespace pb {
 
-ConvGeom tp_geom(const LayerPlan& l, int64_t batch, int64_t k);
-
 // The bf16 scratch a tp worker (rank r of its group, batch b) holds, in bf16 values: the rounded
 // inputs (and a replicated layer's input gradient), and the outputs and output gradients of its
 // channels. The memory estimate counts the same.
