@@ -174,6 +174,9 @@ class Backend {
   // dst = src rounded to nearest even (NaN stays NaN); the reverse is exact.
   virtual void to_bf16(int64_t n, const float* src, Bf16* dst);
   virtual void from_bf16(int64_t n, const Bf16* src, float* dst);
+  // copy_2d's rows of bf16 values (pitches and width in values), on the compute queue.
+  virtual void copy_2d_bf16(Bf16* dst, int64_t dst_pitch, const Bf16* src, int64_t src_pitch, int64_t width,
+                            int64_t rows);
 
   // Blocks until all work queued on this backend is done (timing points, host reads).
   virtual void synchronize() = 0;

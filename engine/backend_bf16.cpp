@@ -40,6 +40,7 @@ void Backend::relu_forward_bf16(int64_t, const Bf16*, Bf16*) { no_bf16(*this, "R
 void Backend::relu_backward_bf16(int64_t, const Bf16*, const Bf16*, Bf16*) { no_bf16(*this, "ReLU"); }
 void Backend::to_bf16(int64_t, const float*, Bf16*) { no_bf16(*this, "conversion"); }
 void Backend::from_bf16(int64_t, const Bf16*, float*) { no_bf16(*this, "conversion"); }
+void Backend::copy_2d_bf16(Bf16*, int64_t, const Bf16*, int64_t, int64_t, int64_t) { no_bf16(*this, "copy"); }
 
 std::string cuda_bf16_refusal(int cc_major, int cc_minor, const std::string& gpu_name) {
   if (cc_major < 8)

@@ -71,6 +71,8 @@ class CpuBackend final : public Backend {
   void relu_backward_bf16(int64_t n, const Bf16* y, const Bf16* dy, Bf16* dx) override;
   void to_bf16(int64_t n, const float* src, Bf16* dst) override;
   void from_bf16(int64_t n, const Bf16* src, float* dst) override;
+  void copy_2d_bf16(Bf16* dst, int64_t dst_pitch, const Bf16* src, int64_t src_pitch, int64_t width,
+                    int64_t rows) override;
   void synchronize() override {}
   void fill(float* dst, int64_t n, float value, Stream* stream = nullptr) override;
   void copy_2d(float* dst, int64_t dst_pitch, const float* src, int64_t src_pitch, int64_t width, int64_t rows,

@@ -13,10 +13,22 @@ void CpuBackend::fill(float* dst, int64_t n, float value, Stream*) {
   if (n > 0) std::fill(dst, dst + n, value);
 }
 
+namespace {
+template <typename T>
+void rows_copy(T* dst, int64_t dst_pitch, const T* src, int64_t src_pitch, int64_t width, int64_t rows) {
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(dst + r * dst_pitch, src + r * src_pitch, static_cast<std::size_t>(width) * sizeof(T));
+}
+}  // namespace
+
 void CpuBackend::copy_2d(float* dst, int64_t dst_pitch, const float* src, int64_t src_pitch, int64_t width,
                          int64_t rows, Stream*) {
-  for (int64_t r = 0; r < rows; ++r)
-    std::memcpy(dst + r * dst_pitch, src + r * src_pitch, static_cast<std::size_t>(width) * sizeof(float));
+  rows_copy(dst, dst_pitch, src, src_pitch, width, rows);
+}
+
+void CpuBackend::copy_2d_bf16(Bf16* dst, int64_t dst_pitch, const Bf16* src, int64_t src_pitch, int64_t width,
+                              int64_t rows) {
+  rows_copy(dst, dst_pitch, src, src_pitch, width, rows);
 }
 
 void CpuBackend::copy(Device dst_dev, void* dst, Device src_dev, const void* src, std::size_t bytes, Stream*) {

@@ -108,7 +108,13 @@ void PlanExecutor::collective(const Action& a) {
       if (!a.writes.empty() && plan_.buffers.at(a.writes[0]).dtype == DType::Bf16) {  // kept in bf16: nothing widened
         PB_CHECK(t == DType::Bf16 && b_.at16, "plan: {}: gathers into a bf16 buffer from a {} wire", describe(plan_, worker_, a.id),
                  dtype_label(t));
-        Bf16* out = b_.at16(a, a.writes[0]);
+        Bf16* out = b_.at16(a, a.writes[0], true);
+        if (plan_.buffers.at(a.reads.at(0)).dtype == DType::Bf16) {  // bf16 pieces (tp's activations)
+          const Bf16* in = b_.at16(a, a.reads[0], false);
+          if (a.async) c->all_gather_start(rank, in, out, a.count);
+          else c->all_gather(rank, in, out, a.count);
+          break;
+        }
         if (a.async) c->all_gather_start(rank, buf(a, false), out, a.count);
         else c->all_gather(rank, buf(a, false), out, a.count);
         break;

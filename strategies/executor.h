@@ -20,8 +20,8 @@ class PlanExecutor {
     // Where plan buffer `buffer` of this worker lives for action `a` (a region: e.g. a bucket's
     // range), as the action reads it or (`write`) writes it.
     std::function<float*(const Action& a, int buffer, bool write)> at;
-    // The same for a buffer kept in bf16 (PlanBuffer::dtype): where an all-gather writes it.
-    std::function<Bf16*(const Action& a, int buffer)> at16;
+    // The same for a buffer kept in bf16 (PlanBuffer::dtype): where an all-gather reads or writes it.
+    std::function<Bf16*(const Action& a, int buffer, bool write)> at16;
     // Plan group `group`'s communicator and this worker's rank in it.
     std::function<std::pair<Communicator*, int>(int group)> comm;
     // A computation: Forward, Recompute, BackwardData/Weights, Loss, Copy, Free, Optimizer.

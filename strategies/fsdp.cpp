@@ -184,7 +184,7 @@ class FullyShardedDataParallel final : public GroupStrategy {
       m.params() = whole(s.params, s.gathered, gathered_at(u), ways_, unit);
       return m.params().data();
     };
-    b.at16 = [&](const Action& a, int) {  // "gathered" kept in bf16
+    b.at16 = [&](const Action& a, int, bool) {  // "gathered" kept in bf16
       const int u = unit_of(a);
       Bf16* p = s.gathered.data_bf16() + gathered_at(u);
       models[u]->use_params16(p);

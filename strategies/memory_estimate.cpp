@@ -291,7 +291,7 @@ MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch, const 
         // Flatten is a view and a ReLU runs in place on an output the worker owns (strategies/tp.cpp);
         // on one way of several workers every layer is whole, computed straight into its output.
         double mine = 0, acts = 0, gathered = 1, local = 1, dx = 1, in16 = 0, out16 = 0;
-        bool owned = false, any_split = false;
+        bool owned = false;
         std::vector<LayerPlan> slices;  // the worker's channels of each layer, as it runs them
         for (int i = 0; i < L; ++i) {
           const LayerPlan& l = plan.layers[i];
@@ -305,7 +305,6 @@ MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch, const 
           const double k = split ? static_cast<double>(K / T + (r < K % T ? 1 : 0)) : static_cast<double>(K);
           mine += k * (fan + 1);
           in16 = std::max(in16, b * ly.in(i)), out16 = std::max(out16, b * k * per_sample);
-          any_split = any_split || split;
           if (split) {
             const double piece = std::ceil(static_cast<double>(K) / T);
             gathered = std::max(gathered, T * b * piece * per_sample);
@@ -319,12 +318,14 @@ MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch, const 
         }
         Worker& x = w[d * T + r];
         x.params = mine, x.state = 3 * mine + (c.reduce_bf16 && D > 1 ? 0.5 * mine : 0);
-        x.acts = b * in + 2 * b * outn + 1 + acts + gathered + local + 2 * dx;
-        // bf16 (strategies/tp_ops.h): the weights' bf16 copy, the rounded inputs and outputs, and
-        // the communicator's staging of the bf16 all-gathers (a piece and the whole).
+        // bf16 (strategies/tp_ops.h): the activations and their gathered pieces at half the bytes,
+        // the output widened for the loss, the weights' bf16 copy, and the rounded input and output
+        // gradient scratch.
+        const double kept = c.bf16 ? 0.5 : 1.0;
+        x.acts = b * in + 2 * b * outn + 1 + kept * (acts + gathered) + local + 2 * dx;
         if (c.bf16) {
           x.params += 0.5 * mine;
-          x.acts += 0.5 * (std::max(in16, 1.0) + std::max(out16, 1.0)) + (any_split ? 0.5 * (local + gathered) : 0);
+          x.acts += b * outn + 0.5 * (std::max(in16, 1.0) + std::max(out16, 1.0));
         }
         x.workspace = c.bf16 && c.tp_workspace && b > 0 ? c.tp_workspace(slices, static_cast<int64_t>(b)) : ly.workspace(slices, b);
       }

@@ -10,9 +10,9 @@
 // the replica's communicator, and after backward each worker's slice gradients are all-reduced
 // (summed) among the D workers of its tp rank.
 //
-// Under --precision bf16 the layers make autocast's calls (strategies/tp_ops.h): the activations'
-// all-gathers carry bf16, the partial input gradients are summed in fp32 and rounded once after
-// (docs/bf16.md, "tp across workers").
+// Under --precision bf16 the layers make autocast's calls (strategies/tp_ops.h): activations are
+// kept and all-gathered in bf16, the partial input gradients are summed in fp32 and rounded once
+// after (docs/bf16.md, "tp across workers").
 #include <algorithm>
 #include <cstdio>
 #include <optional>
@@ -133,6 +133,7 @@ class TensorParallel final : public GroupStrategy {
     State& st = state_[w.rank];
     st.acts.clear();
     if (w.model) return;  // one worker: the Sequential holds its activations and scratch
+    const DType kept = st.ops->bf16() ? DType::Bf16 : DType::F32;  // the activations' dtype
     int64_t gathered = 1, local = 1, act = 1;
     for (std::size_t i = 0; i < slices_.size(); ++i) {
       const LayerPlan& l = plan().layers[i];
@@ -141,15 +142,16 @@ class TensorParallel final : public GroupStrategy {
       // on the net's input), as in a Sequential; every other layer has its own output.
       const bool view = l.spec.type == LayerType::Flatten || (l.spec.type == LayerType::ReLU && !st.acts.empty() &&
                                                               out_owned(st.acts));
-      st.acts.push_back(view ? Tensor() : Tensor::empty({b * numel_of(l.out)}, w.device));
+      st.acts.push_back(view ? Tensor() : Tensor::empty({b * numel_of(l.out)}, w.device, kept));
       act = std::max(act, b * numel_of(l.in));
       if (s.split) {
         gathered = std::max(gathered, ways() * b * s.piece * s.per_sample);
         local = std::max(local, b * s.piece * s.per_sample);
       }
     }
-    st.gathered = Tensor::empty({gathered}, w.device);
+    st.gathered = Tensor::empty({gathered}, w.device, kept);
     st.dy_local = Tensor::empty({local}, w.device);
+    st.y32 = kept == DType::Bf16 ? Tensor::empty({b * out_n}, w.device) : Tensor();  // the loss's fp32 input
     for (Tensor& g : st.dx) g = Tensor::empty({act}, w.device);
     st.ops->reserve(tp_bf16_scratch(plan(), slices_, tp_rank(w.rank), b), st.params.numel());
   }
@@ -192,15 +194,28 @@ class TensorParallel final : public GroupStrategy {
       w.stats.samples = b;
       return;
     }
-    auto out_of = [&](int i) -> float* {  // a layer's whole output (Flatten, in-place ReLU: their input's)
+    const bool bf16 = st.ops->bf16();
+    // Which layer's buffer holds a layer's whole output (Flatten, in-place ReLU: their input's); -1:
+    // the net's fp32 input.
+    auto owner = [&](int i) {
       while (i >= 0 && !st.acts[i].defined()) --i;
-      return i < 0 ? w.x.data() : st.acts[i].data();
+      return i;
+    };
+    auto act_of = [&](int i) -> TpLayerOps::Act {
+      const int o = owner(i);
+      if (o < 0) return {w.x.data(), nullptr};
+      return bf16 ? TpLayerOps::Act{nullptr, st.acts[o].data_bf16()} : TpLayerOps::Act{st.acts[o].data(), nullptr};
     };
     // A split layer's piece of the gathered buffer: its channels of every sample, computed in place.
     auto piece_of = [&](const Slice& s) { return b * s.piece * s.per_sample; };
+    auto gathered_at = [&](const Action& a, bool write) { return write ? 0 : r * piece_of(slices_.at(a.layer_begin)); };
+    bind.at16 = [&](const Action& a, int buf, bool write) -> Bf16* {
+      PB_CHECK(plan_.buffers[buf].name == "gathered", "{}: worker {} keeps no {} in bf16", name(), w.rank, plan_.buffers[buf].name);
+      return st.gathered.data_bf16() + gathered_at(a, write);
+    };
     bind.at = [&](const Action& a, int buf, bool write) -> float* {
       const std::string& nm = plan_.buffers[buf].name;
-      if (nm == "gathered") return st.gathered.data() + (write ? 0 : r * piece_of(slices_.at(a.layer_begin)));
+      if (nm == "gathered") return st.gathered.data() + gathered_at(a, write);
       if (nm == "grads") return st.grads.data();
       int k = 0;
       PB_CHECK(std::sscanf(nm.c_str(), "dx[%d]", &k) == 1, "{}: worker {} has no buffer {}", name(), w.rank, nm);
@@ -229,22 +244,36 @@ class TensorParallel final : public GroupStrategy {
         case ActionKind::Forward: {
           if (!fwd_span && !backward && !each)
             fwd_span.emplace(w.tracer.compute(Phase::Forward, 0, [] { return std::string("forward"); }));
-          const float* x = out_of(i - 1);
-          float* y = st.acts[i].defined() ? st.acts[i].data() : nullptr;
+          const TpLayerOps::Act x = act_of(i - 1);
           copies = 0;
           if (i == 0) st.ops->begin_step(st.params.data(), st.params.numel());
-          if (l->spec.type == LayerType::ReLU) be.relu_forward(b * numel_of(l->out), x, y ? y : out_of(i - 1));
+          if (l->spec.type == LayerType::ReLU) {  // into its own output, or in place on its producer's
+            const int64_t n = b * numel_of(l->out);
+            const Tensor& y = st.acts[owner(i)];
+            if (!bf16) {
+              be.relu_forward(n, x.f32, y.data());
+            } else {
+              if (x.f32) be.to_bf16(n, x.f32, y.data_bf16());  // the net's input, rounded as a stage rounds it
+              be.relu_forward_bf16(n, x.b16 ? x.b16 : y.data_bf16(), y.data_bf16());
+            }
+          }
           if (s->channels == 0) break;
           const float* wt = st.params.data() + s->at[r];
-          float* mine = s->split ? st.gathered.data() + r * piece_of(*s) : y;
+          const int64_t at = s->split ? r * piece_of(*s) : 0;
+          const Tensor& y = s->split ? st.gathered : st.acts[i];
+          const TpLayerOps::Out mine = bf16 ? TpLayerOps::Out{nullptr, y.data_bf16() + at} : TpLayerOps::Out{y.data() + at, nullptr};
           st.ops->forward(*l, b, s->k[r], x, wt, wt + s->k[r] * s->fan, mine);
           break;
         }
         case ActionKind::Copy:
           if (!backward) {  // piece q of [worker][sample][its channels] into [sample][channel], on the compute stream
             const int q = copies++;
-            be.copy_2d(st.acts[i].data() + s->lo[q] * s->per_sample, s->channels * s->per_sample,
-                       st.gathered.data() + q * piece_of(*s), s->k[q] * s->per_sample, s->k[q] * s->per_sample, b);
+            const int64_t to = s->lo[q] * s->per_sample, from = q * piece_of(*s), width = s->k[q] * s->per_sample;
+            if (bf16)
+              be.copy_2d_bf16(st.acts[i].data_bf16() + to, s->channels * s->per_sample, st.gathered.data_bf16() + from, width,
+                              width, b);
+            else
+              be.copy_2d(st.acts[i].data() + to, s->channels * s->per_sample, st.gathered.data() + from, width, width, b);
           } else {  // this worker's channels of the output gradient, [sample][its channels]
             backward_span();
             const int64_t k = s->k[r];
@@ -257,8 +286,9 @@ class TensorParallel final : public GroupStrategy {
           fwd_span.reset();
           {
             auto loss_span = w.tracer.compute(Phase::Loss, 0, [] { return std::string("mse loss"); });
-            be.mse_loss_grad(b * out, out_of(static_cast<int>(slices_.size()) - 1), w.t.data(), grad_scale(),
-                             w.dy.data(), w.loss.data());
+            const TpLayerOps::Act y = act_of(static_cast<int>(slices_.size()) - 1);
+            if (y.b16) be.from_bf16(b * out, y.b16, st.y32.data());  // the loss in fp32
+            be.mse_loss_grad(b * out, y.b16 ? st.y32.data() : y.f32, w.t.data(), grad_scale(), w.dy.data(), w.loss.data());
           }
           backward = true;
           break;
@@ -268,12 +298,18 @@ class TensorParallel final : public GroupStrategy {
           float* gw = st.grads.data() + s->at[r];
           const int64_t k = s->k[r];
           if (!s->split) dy = gout;
-          st.ops->backward_weights(*l, b, k, out_of(i - 1), dy, gw, gw + k * s->fan);
+          st.ops->backward_weights(*l, b, k, act_of(i - 1), dy, gw, gw + k * s->fan);
           break;
         }
         case ActionKind::BackwardData: {
           backward_span();
-          if (l->spec.type == LayerType::ReLU && i > 0) be.relu_backward(b * numel_of(l->out), out_of(i), gout, gout);
+          if (l->spec.type == LayerType::ReLU && i > 0) {
+            const int64_t n = b * numel_of(l->out);
+            const TpLayerOps::Act y = act_of(i);
+            // bf16: its output widened into the input-gradient buffer the next layer writes (free until then).
+            if (y.b16) be.from_bf16(n, y.b16, st.dx[next].data());
+            be.relu_backward(n, y.b16 ? st.dx[next].data() : y.f32, gout, gout);
+          }
           if (l->spec.type == LayerType::Conv2d || l->spec.type == LayerType::Linear) {
             const int64_t k = s->k[r];
             const float* wt = st.params.data() + s->at[r];
@@ -303,6 +339,7 @@ class TensorParallel final : public GroupStrategy {
     Tensor params, grads;  // this worker's slices of every layer: weight rows then bias, layer by layer
     std::vector<Tensor> acts;  // per layer: its whole output (undefined for Flatten)
     Tensor gathered, dy_local, dx[2];
+    Tensor y32;  // bf16: the net's output widened for the loss
     std::unique_ptr<TpLayerOps> ops;  // several workers: the layers' calls, fp32 or bf16
   };
 

@@ -28,7 +28,7 @@ TpBf16Scratch tp_bf16_scratch(const NetPlan& net, const std::vector<TpSlice>& sl
   for (std::size_t i = 0; i < slices.size(); ++i) {
     if (slices[i].channels == 0) continue;
     s.in = std::max(s.in, b * numel_of(net.layers[i].in));
-    s.out = std::max(s.out, b * slices[i].k[r] * slices[i].per_sample);
+    s.out = std::max(s.out, b * slices[i].k[r] * slices[i].per_sample);  // an output gradient, rounded
   }
   return s;
 }
@@ -55,35 +55,38 @@ Bf16* TpLayerOps::rounded(Tensor& scratch, int64_t n, const float* src) {
   return scratch.data_bf16();
 }
 
-void TpLayerOps::forward(const LayerPlan& l, int64_t b, int64_t k, const float* x, const float* w, const float* bias,
-                         float* y) {
-  const bool conv = l.spec.type == LayerType::Conv2d;
-  const int64_t out = slice_numel(l, b, k);
-  if (!bf16_) {
-    if (conv) be_.conv2d_forward(tp_geom(l, b, k), x, w, bias, y);
-    else be_.linear_forward(b, l.in[0], k, x, w, bias, y);
-    return;
-  }
-  // The net's input is rounded here as a stage rounds its input; activations are bf16 values already.
-  const Bf16* x16 = rounded(in16_, b * numel_of(l.in), x);
-  Bf16* y16 = out16_.data_bf16();
-  PB_CHECK(out16_.numel() >= out, "tp: bf16 scratch of {} values for {}", out16_.numel(), out);
-  if (conv) be_.conv2d_forward_bf16(tp_geom(l, b, k), x16, w16(w), w16(bias), y16);
-  else be_.linear_forward_bf16(b, l.in[0], k, x16, w16(w), w16(bias), y16);
-  be_.from_bf16(out, y16, y);
+// The net's input is rounded here as a stage rounds its input; activations are bf16 already.
+const Bf16* TpLayerOps::input16(const LayerPlan& l, int64_t b, Act x) {
+  PB_CHECK((x.b16 != nullptr) != (x.f32 != nullptr), "tp: layer {}'s input is one of fp32 or bf16", l.index);
+  return x.b16 ? x.b16 : rounded(in16_, b * numel_of(l.in), x.f32);
 }
 
-void TpLayerOps::backward_weights(const LayerPlan& l, int64_t b, int64_t k, const float* x, const float* dy,
-                                  float* dw, float* db) {
+void TpLayerOps::forward(const LayerPlan& l, int64_t b, int64_t k, Act x, const float* w, const float* bias, Out y) {
   const bool conv = l.spec.type == LayerType::Conv2d;
   if (!bf16_) {
-    if (conv) be_.conv2d_backward_weights(tp_geom(l, b, k), x, dy, dw, db, false);
-    else be_.linear_backward_weights(b, l.in[0], k, x, dy, dw, db, false);
+    PB_CHECK(x.f32 && y.f32, "tp: an fp32 layer {} on bf16 buffers", l.index);
+    if (conv) be_.conv2d_forward(tp_geom(l, b, k), x.f32, w, bias, y.f32);
+    else be_.linear_forward(b, l.in[0], k, x.f32, w, bias, y.f32);
+    return;
+  }
+  PB_CHECK(y.b16, "tp: layer {}'s bf16 output into an fp32 buffer", l.index);
+  const Bf16* x16 = input16(l, b, x);
+  if (conv) be_.conv2d_forward_bf16(tp_geom(l, b, k), x16, w16(w), w16(bias), y.b16);
+  else be_.linear_forward_bf16(b, l.in[0], k, x16, w16(w), w16(bias), y.b16);
+}
+
+void TpLayerOps::backward_weights(const LayerPlan& l, int64_t b, int64_t k, Act x, const float* dy, float* dw,
+                                  float* db) {
+  const bool conv = l.spec.type == LayerType::Conv2d;
+  if (!bf16_) {
+    PB_CHECK(x.f32, "tp: an fp32 layer {} on bf16 buffers", l.index);
+    if (conv) be_.conv2d_backward_weights(tp_geom(l, b, k), x.f32, dy, dw, db, false);
+    else be_.linear_backward_weights(b, l.in[0], k, x.f32, dy, dw, db, false);
     return;
   }
   // The output gradient is rounded once here (the loss's fp32 gradient as a stage rounds it; the
   // sum of fp32 partials after their all-reduce), so dy16 is regular's gradient up to that sum's order.
-  const Bf16* x16 = rounded(in16_, b * numel_of(l.in), x);
+  const Bf16* x16 = input16(l, b, x);
   const Bf16* dy16 = rounded(out16_, slice_numel(l, b, k), dy);
   if (conv) be_.conv2d_backward_weights_bf16(tp_geom(l, b, k), x16, dy16, dw, db, false);
   else be_.linear_backward_weights_bf16(b, l.in[0], k, x16, dy16, dw, db, false);

@@ -1,8 +1,8 @@
-// A tp worker's layer computations (strategies/tp.cpp) on its fp32 buffers: the backend's fp32
-// calls, or under --precision bf16 autocast's (docs/bf16.md, "tp across workers"): the step's
-// weights rounded once from the fp32 master slices, inputs and output gradients rounded to bf16
-// before each call (exact where they already hold bf16 values), outputs rounded once and widened,
-// weight gradients fp32, and a split layer's partial input gradient kept fp32 until its all-reduce.
+// A tp worker's layer computations (strategies/tp.cpp): the backend's fp32 calls, or under
+// --precision bf16 autocast's (docs/bf16.md, "tp across workers"): the step's weights rounded once
+// from the fp32 master slices, activations kept in bf16 (the net's fp32 input rounded as a stage
+// rounds it), output gradients fp32 between layers and rounded to bf16 before each call, weight
+// gradients fp32, and a split layer's partial input gradient kept fp32 until its all-reduce.
 #pragma once
 
 #include <cstdint>
@@ -16,8 +16,8 @@
 namespace pb {
 
 // The bf16 scratch a tp worker (rank r of its group, batch b) holds, in bf16 values: the rounded
-// inputs (and a replicated layer's input gradient), and the outputs and output gradients of its
-// channels. The memory estimate counts the same.
+// net input (and a replicated layer's input gradient), and the output gradients of its channels.
+// The memory estimate counts the same.
 struct TpBf16Scratch {
   int64_t in = 0, out = 0;
 };
@@ -31,10 +31,19 @@ class TpLayerOps {
   // Before the step's first forward: the weights' bf16 copy (bf16 only). `params` is the buffer the
   // calls' w and bias point into.
   void begin_step(const float* params, int64_t n);
+  // A layer's input or output: fp32 (the fp32 calls; under bf16, only the net's input) or bf16.
+  struct Act {
+    const float* f32 = nullptr;
+    const Bf16* b16 = nullptr;
+  };
+  struct Out {
+    float* f32 = nullptr;
+    Bf16* b16 = nullptr;
+  };
+  bool bf16() const { return bf16_; }
   // A conv or linear layer over k of its output channels.
-  void forward(const LayerPlan& l, int64_t b, int64_t k, const float* x, const float* w, const float* bias, float* y);
-  void backward_weights(const LayerPlan& l, int64_t b, int64_t k, const float* x, const float* dy, float* dw,
-                        float* db);
+  void forward(const LayerPlan& l, int64_t b, int64_t k, Act x, const float* w, const float* bias, Out y);
+  void backward_weights(const LayerPlan& l, int64_t b, int64_t k, Act x, const float* dy, float* dw, float* db);
   // partial: dx is this worker's term of a sum over channel slices, all-reduced next; under bf16 it
   // stays fp32 (rounded once, by the next layer's call, after the sum), else it is rounded here.
   void backward_data(const LayerPlan& l, int64_t b, int64_t k, const float* dy, const float* w, float* dx,
@@ -43,6 +52,7 @@ class TpLayerOps {
  private:
   const Bf16* w16(const float* w) const { return p16_.data_bf16() + (w - params_); }
   Bf16* rounded(Tensor& scratch, int64_t n, const float* src);
+  const Bf16* input16(const LayerPlan& l, int64_t b, Act x);  // x in bf16, the net's input rounded
 
   Backend& be_;
   bool bf16_;

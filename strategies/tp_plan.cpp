@@ -20,7 +20,10 @@ Plan plan_tp(const NetPlan& net, const StrategyOptions& o, int64_t batch, const 
   const std::vector<TpSlice> slices = tp_slices(net, ways, name);
   const std::vector<int64_t> pieces = replica_pieces(batch, replicas, name);
   const int layers = static_cast<int>(net.layers.size());
-  const DType act_wire = o.backend.precision == Precision::Bf16 ? DType::Bf16 : DType::F32;
+  // The layers' outputs and their gathered pieces are kept in the compute dtype (bf16 under autocast,
+  // as a Sequential keeps its activations); gradients stay fp32 (tp_ops.h).
+  const DType act_dtype = o.backend.precision == Precision::Bf16 ? DType::Bf16 : DType::F32;
+  const int64_t kA = dtype_size(act_dtype);
   PlanBuilder b(name, workers, batch, 1);
   std::vector<int> all(workers), tp_group(replicas), dp_group(ways, -1);
   for (int r = 0; r < workers; ++r) all[r] = r;
@@ -51,6 +54,7 @@ Plan plan_tp(const NetPlan& net, const StrategyOptions& o, int64_t batch, const 
     b.plan().replica[w] = w;
     b.at(w, bsz);
     auto buf = [&](const std::string& n, int64_t values) { return b.buffer(w, n, values * kF); };
+    auto act = [&](const std::string& n, int64_t values) { return b.buffer(w, n, values * kA, act_dtype); };
     int64_t total = 0;
     for (const TpSlice& s : slices)
       if (s.channels > 0) total += s.k[r] * (s.fan + 1);
@@ -71,29 +75,28 @@ Plan plan_tp(const NetPlan& net, const StrategyOptions& o, int64_t batch, const 
     }
     auto out_of = [&](int i) {  // a layer's whole output (Flatten, in-place ReLU: their input's)
       while (i >= 0 && !owned[i]) --i;
-      return i < 0 ? buf("x", bsz * numel_of(net.input)) : buf(fmt::format("acts[{}]", i), bsz * numel_of(net.layers[i].out));
+      return i < 0 ? buf("x", bsz * numel_of(net.input)) : act(fmt::format("acts[{}]", i), bsz * numel_of(net.layers[i].out));
     };
-    const int gathered = buf("gathered", 0), dy_local = buf("dy_local", 0);
+    const int gathered = act("gathered", 0), dy_local = buf("dy_local", 0);
     for (int i = 0; i < layers; ++i) {
       const LayerPlan& l = net.layers[i];
       const TpSlice& s = slices[i];
       const int x = out_of(i - 1), y = out_of(i);
       if (s.channels == 0) {  // ReLU (in place or not) or Flatten (a view: no work)
         Action& a = b.compute(w, ActionKind::Forward, i, i + 1, 0, {x}, {});
-        if (l.spec.type == LayerType::ReLU) a.writes.push_back(y), a.bytes = bsz * numel_of(l.out) * kF;
+        if (l.spec.type == LayerType::ReLU) a.writes.push_back(y), a.bytes = bsz * numel_of(l.out) * kA;
         continue;
       }
       const int64_t piece = bsz * s.piece * s.per_sample;
       const double part = static_cast<double>(s.k[r]) / static_cast<double>(s.channels);  // its slice's share
       Action& f = b.compute(w, ActionKind::Forward, i, i + 1, 0, {x, params}, {s.split ? gathered : y});
-      f.bytes = bsz * s.k[r] * s.per_sample * kF, f.part = part;
+      f.bytes = bsz * s.k[r] * s.per_sample * kA, f.part = part;
       if (!s.split) continue;
-      // bf16: the pieces hold bf16 values (tp_ops.h), so they travel as bf16, exactly.
-      Action& ag = on_wire(b.collective(w, CollKind::AllGather, c, piece, ways * piece * kF, false), act_wire);
+      Action& ag = on_wire(b.collective(w, CollKind::AllGather, c, piece, ways * piece * kF, false), act_dtype);
       ag.reads.push_back(gathered), ag.writes.push_back(gathered);  // its own piece, then the whole
       ag.layer_begin = i, ag.layer_end = i + 1;  // whose slice: where the executor finds the piece
       for (int q = 0; q < ways; ++q)  // [worker][sample][its channels] -> [sample][channel]
-        b.compute(w, ActionKind::Copy, i, i + 1, 0, {gathered}, {y}).bytes = bsz * s.k[q] * s.per_sample * kF;
+        b.compute(w, ActionKind::Copy, i, i + 1, 0, {gathered}, {y}).bytes = bsz * s.k[q] * s.per_sample * kA;
     }
     b.compute(w, ActionKind::Loss, -1, -1, 0, {out_of(layers - 1), buf("t", bsz * out_n)}, {dy, buf("loss", 1)}).bytes =
         bsz * out_n * kF;

@@ -141,7 +141,8 @@ TEST(PlanComm, EveryStrategysPlanMakesTheCallsItsStepMakes) {
 }
 
 // tp under autocast: the same calls, its activations' all-gathers booked and counted in bf16 (half
-// the fp32 plan's bytes, the communicator counting 2 bytes a value), its partial sums in fp32.
+// the fp32 plan's bytes, the communicator counting 2 bytes a value), its partial sums in fp32; the
+// activations kept in bf16 buffers, gradients in fp32 ones.
 TEST(PlanComm, TpBf16GathersInBf16) {
   SKIP_WITHOUT_BF16();
   for (const PlanCase& c : std::vector<PlanCase>{{"tp", 2, 1}, {"tp", 3, 1}, {"tp", 4, 1}, {"dp2xtp2", 4, 1}, {"dp1xtp2", 2, 1}}) {
@@ -175,6 +176,16 @@ TEST(PlanComm, TpBf16GathersInBf16) {
       EXPECT_EQ(2 * gathers, gathers32) << "worker " << w;
       EXPECT_EQ(others, others32) << "worker " << w;
     }
+    ASSERT_EQ(p.buffers.size(), p32.buffers.size());
+    int kept = 0;
+    for (std::size_t i = 0; i < p.buffers.size(); ++i) {
+      const PlanBuffer& b = p.buffers[i];
+      const bool act = b.name == "gathered" || b.name.rfind("acts[", 0) == 0;
+      EXPECT_EQ(b.dtype, act && c.devices > 1 ? DType::Bf16 : DType::F32) << "worker " << b.worker << "'s " << b.name;
+      EXPECT_EQ(b.bytes * (b.dtype == DType::Bf16 ? 2 : 1), p32.buffers[i].bytes) << "worker " << b.worker << "'s " << b.name;
+      kept += b.dtype == DType::Bf16 && b.bytes > 0;
+    }
+    EXPECT_GT(kept, 0) << "no activation kept in bf16";
   }
 }
 

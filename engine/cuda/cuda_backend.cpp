@@ -263,11 +263,21 @@ class CudaBackend final : public Backend {
   }
   void copy_2d(float* dst, int64_t dst_pitch, const float* src, int64_t src_pitch, int64_t width, int64_t rows,
                Stream* s) override {
+    rows_copy(dst, dst_pitch, src, src_pitch, width, rows, sizeof(float), queue(s));
+  }
+  void copy_2d_bf16(Bf16* dst, int64_t dst_pitch, const Bf16* src, int64_t src_pitch, int64_t width,
+                    int64_t rows) override {
+    bf16();
+    rows_copy(dst, dst_pitch, src, src_pitch, width, rows, sizeof(Bf16), queue(nullptr));
+  }
+  // rows x width values of `size` bytes (pitches in values), one cudaMemcpy2DAsync.
+  void rows_copy(void* dst, int64_t dst_pitch, const void* src, int64_t src_pitch, int64_t width, int64_t rows,
+                 std::size_t size, cudaStream_t q) {
     if (width <= 0 || rows <= 0) return;
     cu::use_device(device_);
-    auto b = [](int64_t floats) { return static_cast<std::size_t>(floats) * sizeof(float); };
+    auto b = [size](int64_t values) { return static_cast<std::size_t>(values) * size; };
     CUDA_CHECK(cudaMemcpy2DAsync(dst, b(dst_pitch), src, b(src_pitch), b(width), static_cast<std::size_t>(rows),
-                                 cudaMemcpyDeviceToDevice, queue(s)));
+                                 cudaMemcpyDeviceToDevice, q));
   }
   void copy(Device dst_dev, void* dst, Device src_dev, const void* src, std::size_t bytes, Stream* s) override {
     cu::use_device(device_);
