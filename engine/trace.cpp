@@ -48,9 +48,12 @@ void Tracer::begin_step(Backend& be, clock::time_point origin) {
   pending_.clear();
   spans_.clear();
   totals_.fill(0.0);
-  origin_event_ = &record();
+  // The host time first, then the origin event: device spans, placed at started_s_ plus their time
+  // since that event, then never start before the worker's part began nor end after the host saw
+  // its work done (the compute lane's idle spans around them are on the host clock).
   started_ = clock::now();
   started_s_ = std::chrono::duration<double>(started_ - origin_).count();
+  origin_event_ = &record();
 }
 
 void Tracer::open(Phase p, int micro, std::string name) {

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/comm.h"
+#include "engine/cpu_steal.h"
 #include "engine/trace.h"
 #include "strategies/breakdown.h"
 #include "strategies/group.h"
@@ -132,7 +133,12 @@ std::optional<double> balanced_bubble(Ready& r, std::string* why,
                                       const std::function<void(const StepStats&)>& counted = {}) {
   // The formula assumes the stages compute at the same time. On a machine whose other load takes
   // the cores away the threads wait for a CPU inside their spans, and the bubble grows with it:
-  // steps where the process got less CPU time than its workers were busy do not count.
+  // steps where the process got less CPU time than its workers were busy do not count. A waiting
+  // worker's spin is CPU time too, so that filter misses a peer descheduled between its spans
+  // (one compiler job beside the test, at nice 10, made the interleaved bubble 0.36 against 0.11):
+  // steps over which other processes or the hypervisor took over 10% of the CPUs' time do not
+  // count either (/proc/stat, as run and calibrate warn).
+  const std::optional<CpuTimes> start = read_cpu_times();
   std::vector<double> bubble;
   int tried = 0;
   for (; tried < 12 && bubble.size() < 5; ++tried) {
@@ -152,6 +158,13 @@ std::optional<double> balanced_bubble(Ready& r, std::string* why,
       bubble.push_back(*breakdown(st).measured_bubble);
       if (counted) counted(st);
     }
+  }
+  const Disturbance d = disturbance_since(start);
+  if ((d.others && *d.others > kOthersWarning) || (d.steal && *d.steal > kStealWarning)) {
+    *why = fmt::format("other processes used {:.0f}% and the hypervisor {:.0f}% of the CPUs' time while the steps ran (over "
+                       "10%): the formula is for stages that have the cores to themselves",
+                       100 * d.others.value_or(0), 100 * d.steal.value_or(0));
+    return std::nullopt;
   }
   if (bubble.size() >= 3) return median(bubble);
   *why = fmt::format("the machine is too loaded, or its cores too unequal, for two equal stages to run at once ({} of {} "
