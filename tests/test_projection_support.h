@@ -97,6 +97,14 @@ inline pj::Profile profile_of(const NetPlan& net) {
   return p;
 }
 
+// profile_of(`net`) as a CPU's, written to `path`; returns it.
+inline std::string write_cpu_profile(const std::string& path, const NetSpec& net) {
+  json prof = pj::profile_json(profile_of(plan_net(net)));
+  prof["context"]["device_kind"] = "cpu";
+  write_file_atomic(path, prof.dump());
+  return path;
+}
+
 // Throws UsageError whose message contains every needle.
 template <class F>
 void expect_usage_error(F&& f, std::initializer_list<std::string> needles) {

@@ -323,9 +323,7 @@ TEST_F(ProjectCli, ValidateComparesTracedStepsActionByAction) {
   test::Result r = parbench("run --workload " + example_net() + " --strategies ddp,pipeline-1f1b --devices 2 --batch 2 "
                             "--iterations 2 --warmup 1 --trace --out " + path("run"));
   ASSERT_EQ(r.code, 0) << r.err;
-  json prof = pj::profile_json(profile_of(plan_net(resolve_workload(example_net(), WorkloadOptions{}))));
-  prof["context"]["device_kind"] = "cpu";
-  write_file_atomic(path("p.json"), prof.dump());
+  write_cpu_profile(path("p.json"), resolve_workload(example_net(), WorkloadOptions{}));
   const std::string cmd = "project --validate " + path("run/results.json") + " --machine " +
                           (test::source_dir() / "machines/this_cpu.json").string() + " --profile " + path("p.json");
   r = parbench(cmd + " --out " + path("v"));

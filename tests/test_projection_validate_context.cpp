@@ -15,9 +15,7 @@ TEST_F(ProjectCli, ValidatePricesTheRunsOwnPrecisionAndDtypes) {
   test::Result r = parbench("run --workload " + example_net() + " --strategies ddp --devices 2 --batch 2 --iterations 2 "
                             "--warmup 1 --reduce-dtype bf16 --out " + path("run"));
   ASSERT_EQ(r.code, 0) << r.err;
-  json prof = pj::profile_json(profile_of(plan_net(resolve_workload(example_net(), WorkloadOptions{}))));
-  prof["context"]["device_kind"] = "cpu";
-  write_file_atomic(path("p.json"), prof.dump());
+  write_cpu_profile(path("p.json"), resolve_workload(example_net(), WorkloadOptions{}));
   json machine = fixture_json("machine.json");  // links slow enough that bytes set the time
   machine["device"]["kind"] = "cpu";
   for (auto& [c, algs] : machine["links"]["intra_node"].items())
@@ -60,9 +58,7 @@ TEST_F(ProjectCli, RunRecordsVirtualStagesAndValidatePricesThem) {
   r = parbench("run" + net + "--strategies pipeline-interleaved --out " + path("two"));
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_FALSE(json::parse(read_file(path("two/results.json")))["context"].contains("virtual_stages"));
-  json prof = pj::profile_json(profile_of(plan_net(resolve_workload("great_net", WorkloadOptions{16, 0.25}))));
-  prof["context"]["device_kind"] = "cpu";
-  write_file_atomic(path("p.json"), prof.dump());
+  write_cpu_profile(path("p.json"), resolve_workload("great_net", WorkloadOptions{16, 0.25}));
   const std::string validate = "project --machine " + write_cpu_machine(path("cpu.json")) + " --profile " + path("p.json") + " --validate ";
   r = parbench(validate + path("three/results.json"));
   ASSERT_EQ(r.code, 0) << r.err;
