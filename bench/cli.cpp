@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <limits>
+#include <map>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -16,6 +17,7 @@
 
 #include "engine/check.h"
 #include "engine/process.h"
+#include "engine/tensor.h"
 #include "plan/check.h"
 #include "strategies/plan_gen.h"
 #include "strategies/registry.h"
@@ -77,10 +79,48 @@ StrategyOptions plan_file_options(const Flags& f, const std::shared_ptr<const Pl
   return o;
 }
 
-std::shared_ptr<const Plan> run_plan_file(const Flags& f, const NetPlan& net) {
+std::vector<std::pair<std::string, std::string>> plan_identity(const Flags& f, const NetSpec& spec, const NetPlan& net) {
+  return {{"workload", spec.name},
+          {"input", shape_str(net.input)},
+          {"layers", std::to_string(net.layers.size())},
+          {"params", std::to_string(net.param_count)},
+          {"precision", f.str("precision")},
+          {"reduce_dtype", dtype_label(parse_dtype_label(f.str("reduce-dtype"), "--reduce-dtype"))},
+          {"param_dtype", dtype_label(parse_dtype_label(f.str("param-dtype"), "--param-dtype"))}};
+}
+
+void check_plan_identity(const Plan& p, const std::vector<std::pair<std::string, std::string>>& want,
+                         const std::string& source) {
+  static const std::set<std::string> known = {"workload", "input", "layers", "params", "precision", "reduce_dtype",
+                                              "param_dtype"};
+  if (p.identity.empty())
+    throw UsageError(fmt::format("{}: the plan has no 'identity' (the workload, shape and dtypes it was made for); make it "
+                                 "again with `parbench plan --format json` and this run's flags",
+                                 source));
+  std::map<std::string, std::string> has;
+  for (const auto& [k, v] : p.identity) {
+    if (!known.count(k))
+      throw UsageError(fmt::format("{}: unknown identity field '{}' (known: {})", source, k, fmt::join(known, ", ")));
+    has[k] = v;
+  }
+  for (const auto& [k, v] : want) {
+    const auto it = has.find(k);
+    if (it == has.end())
+      throw UsageError(fmt::format("{}: the plan's identity has no '{}' (this run: {}); make it again with `parbench plan "
+                                   "--format json`",
+                                   source, k, v));
+    if (it->second != v)
+      throw UsageError(fmt::format("{}: made for {} {}, this run has {} {}: make the plan again with this run's flags "
+                                   "(parbench plan --format json)",
+                                   source, k, it->second, k, v));
+  }
+}
+
+std::shared_ptr<const Plan> run_plan_file(const Flags& f, const NetSpec& spec, const NetPlan& net) {
   const std::shared_ptr<const Plan> user =
       user_plan(f, {"strategies", "devices", "micro-batches", "schedule", "recompute", "dp", "pp", "tp", "scaling"});
   if (!user) return user;
+  check_plan_identity(*user, plan_identity(f, spec, net), "--plan " + f.str("plan"));
   if (f.has("batch") && f.integer("batch") != user->batch)
     throw UsageError(fmt::format("--plan {} is a step of batch {}; --batch {} does not apply", f.str("plan"), user->batch,
                                  f.integer("batch")));

@@ -121,7 +121,14 @@ HybridShape hybrid_shape(const Flags& f);
 std::shared_ptr<const Plan> user_plan(const Flags& f, const std::vector<std::string>& others);
 // run --plan FILE: user_plan, its batch against --batch, and check_plan_file (strategies/plan_gen.h)
 // on `net` before anything runs; null without the flag.
-std::shared_ptr<const Plan> run_plan_file(const Flags& f, const NetPlan& net);
+std::shared_ptr<const Plan> run_plan_file(const Flags& f, const NetSpec& spec, const NetPlan& net);
+// A plan's identity (Plan::identity) for the net `spec` / `net` under f's --precision,
+// --reduce-dtype and --param-dtype: what `parbench plan` writes and `run --plan` checks.
+std::vector<std::pair<std::string, std::string>> plan_identity(const Flags& f, const NetSpec& spec, const NetPlan& net);
+// UsageError "<source>: made for <field> X, this run has Y ..." for the first field of `want`
+// the plan's identity differs in; a plan without an identity is refused, asking to make it again.
+void check_plan_identity(const Plan& p, const std::vector<std::pair<std::string, std::string>>& want,
+                         const std::string& source);
 // The options a run of that plan takes: strategy_options at its workers and batch, the plan, its
 // micro-batches.
 StrategyOptions plan_file_options(const Flags& f, const std::shared_ptr<const Plan>& user);

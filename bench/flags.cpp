@@ -12,6 +12,7 @@
 
 #include "bench/cli.h"
 #include "engine/check.h"
+#include "engine/config_file.h"
 
 namespace pb {
 
@@ -123,6 +124,8 @@ bool Flags::parse(const std::vector<std::string>& args, const std::string& passt
       return false;
     }
     if (a == "--") break;
+    if (a == "--config" && i + 1 < args.size()) check_config_file(args[i + 1]);
+    if (a.rfind("--config=", 0) == 0) check_config_file(a.substr(9));
     const std::string name = spelled(a);
     const auto it = by_name.find(canonical(name));
     if (name.empty() || it == by_name.end()) continue;

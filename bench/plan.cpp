@@ -54,6 +54,7 @@ int cmd_plan(const std::vector<std::string>& args) {
     if (batch < 1) throw UsageError(fmt::format("--batch must be at least 1, got {}", batch));
     StrategyOptions so = strategy_options(f, worker_count(f), batch);
     p = make_plan(strategy_name(f, f.str("strategy"), true), plan, so, batch);
+    p.identity = plan_identity(f, net, plan);  // what run --plan and project --plan check it against
   }
   const std::vector<PlanIssue> issues = validate_plan(p);
   if (!issues.empty()) {

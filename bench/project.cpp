@@ -263,7 +263,22 @@ int cmd_project(const std::vector<std::string>& args) {
     Projected pr;
     pr.scaling = "strong";
     pr.batch = user->batch;
-    pr.rows.push_back(pj::predict(profile_for(profiles, m.shared_cores > 0 ? oc.threads_per_worker : profiles.front().threads), m, c, oc));
+    const std::string source = "--plan " + f.str("plan");
+    const pj::Profile& prof = profiles.front();
+    // The parts of a plan's identity a profile knows: its net's size and the dtypes priced.
+    check_plan_identity(*user,
+                        {{"layers", std::to_string(prof.layers.size())},
+                         {"params", std::to_string(prof.param_count())},
+                         {"precision", prof.precision},
+                         {"reduce_dtype", dtype_label(parse_dtype_label(f.str("reduce-dtype"), "--reduce-dtype"))},
+                         {"param_dtype", dtype_label(parse_dtype_label(f.str("param-dtype"), "--param-dtype"))}},
+                        source);
+    std::size_t actions = 0;
+    for (const auto& list : user->actions) actions += list.size();
+    if (actions == 0) throw UsageError(fmt::format("{}: the plan has no actions: nothing to project", source));
+    pr.rows.push_back(pj::predict(profile_for(profiles, m.shared_cores > 0 ? oc.threads_per_worker : prof.threads), m, c, oc));
+    // The plan is the only configuration asked for: one that cannot be priced is an error.
+    if (!pr.rows.back().feasible) throw UsageError(fmt::format("{}: cannot be projected: {}", source, pr.rows.back().reason));
     all.push_back(std::move(pr));
   }
   const int virtual_stages = static_cast<int>(f.integer("virtual-stages"));

@@ -150,6 +150,14 @@ int cmd_report(const std::vector<std::string>& args) {
 
   std::vector<reports::RunFile> files;
   for (const std::string& path : f.positional()) files.push_back(reports::load_run_json(path));
+  // The page is built around each run's context (machine, workload, precision): without one it
+  // cannot be made, so say so before anything is printed or written.
+  if (f.has("html"))
+    for (const reports::RunFile& r : files)
+      if (r.context.empty())
+        throw UsageError(fmt::format("--html {}: {} has no \"context\" (the machine and settings of its run, as parbench "
+                                     "run writes in results.json); leave --html out for the tables alone",
+                                     f.str("html"), r.source));
   const reports::Report rep = reports::build_report(files);
   const std::string md = reports::report_markdown(rep), csv = reports::report_csv(rep), js = reports::report_json(rep);
   std::fputs((format == "markdown" ? md : format == "csv" ? csv : js).c_str(), stdout);

@@ -196,7 +196,7 @@ RunPlan plan_run(const Flags& f, Sweep& sw) {
   if (strategies.empty()) throw UsageError("--strategies needs at least one strategy");
 
   // --plan FILE: its strategy on its workers at its global batch, nothing else.
-  const std::shared_ptr<const Plan> user = run_plan_file(f, sw.plan);
+  const std::shared_ptr<const Plan> user = run_plan_file(f, sw.net, sw.plan);
   if (user) strategies = {user->strategy}, device_counts = {user->workers}, p.scaling = "strong", p.batch = user->batch;
 
   // Configurations, registered with Google Benchmark in sweep order. A single-device strategy is

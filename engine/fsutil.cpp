@@ -89,12 +89,20 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
   if (::rename(tmp.c_str(), target.c_str()) != 0) fail("rename");
 }
 
-std::string read_file(const std::string& path) {
+std::string read_file(const std::string& path, std::size_t limit, const char* kind) {
   FileReader r(path);
+  auto too_large = [&] {
+    return UsageError(fmt::format("{}: larger than {}, the most a {} file may hold", path,
+                                  limit % kFileMiB == 0 ? fmt::format("{} MiB", limit / kFileMiB) : fmt::format("{} bytes", limit),
+                                  kind));
+  };
+  if (r.regular() && r.size() > limit) throw too_large();
   std::string out;
-  out.reserve(r.size());
-  while (r.append(out, 1 << 16) > 0) {
+  out.reserve(r.regular() ? r.size() : 0);
+  // One byte past the limit tells a file at the limit from a larger (or endless) one.
+  while (out.size() <= limit && r.append(out, std::min<std::size_t>(1 << 16, limit + 1 - out.size())) > 0) {
   }
+  if (out.size() > limit) throw too_large();
   return out;
 }
 

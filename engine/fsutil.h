@@ -14,8 +14,17 @@ namespace pb {
 // (/dev/null, a FIFO, /dev/full) is written through, never replaced. Throws pb::Error on failure.
 void write_file_atomic(const std::string& path, const std::string& bytes);
 
-// Whole file as bytes; throws pb::UsageError "cannot read <path>: <strerror>".
-std::string read_file(const std::string& path);
+// The most bytes a file of each kind may hold: a file larger than that (or an endless one,
+// /dev/zero or a pipe that never ends) is refused naming the file, before it exhausts memory.
+inline constexpr std::size_t kFileMiB = std::size_t{1} << 20;
+inline constexpr std::size_t kConfigFileLimit = 1 * kFileMiB;      // --config: flag = value lines
+inline constexpr std::size_t kPlanFileLimit = 64 * kFileMiB;       // plan JSON
+inline constexpr std::size_t kResultsFileLimit = 256 * kFileMiB;   // Google Benchmark JSON, results.json
+inline constexpr std::size_t kInputFileLimit = 256 * kFileMiB;     // any other input (profiles, machines, nets)
+
+// Whole file as bytes, at most `limit` of them; throws pb::UsageError "cannot read <path>:
+// <strerror>", or "<path>: larger than N MiB, the most a <kind> file may hold".
+std::string read_file(const std::string& path, std::size_t limit = kInputFileLimit, const char* kind = "input");
 
 // An open file read in bounded pieces, so an endless source (/dev/zero, a pipe) costs no more
 // memory than the caller asked for. Errors are pb::UsageError naming the path.

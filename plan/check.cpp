@@ -8,6 +8,8 @@
 
 #include <fmt/format.h>
 
+#include "engine/tensor.h"
+
 namespace pb {
 
 namespace {
@@ -139,6 +141,24 @@ class Simulation {
       if (b.count != a.count || b.coll != a.coll || b.root != a.root)
         issue(o.worker, o.action, fmt::format("does not match its partner {} (kind, count or root differ)",
                                               describe(p_, q.worker, q.action)));
+      else if (b.dtype != a.dtype)
+        issue(o.worker, o.action, fmt::format("does not match its partner {}: dtype {} against {}",
+                                              describe(p_, q.worker, q.action), dtype_label(a.dtype), dtype_label(b.dtype)));
+      // A receive may leave its bytes 0 (CommStats books them at the send); given, they agree.
+      else if (a.bytes != 0 && b.bytes != 0 && a.bytes != b.bytes)
+        issue(o.worker, o.action, fmt::format("does not match its partner {}: {} bytes against {}",
+                                              describe(p_, q.worker, q.action), a.bytes, b.bytes));
+    }
+    // A point-to-point message fits the buffers it is sent from and received into (a buffer's
+    // bytes 0: its size not stated).
+    if (a.kind == ActionKind::Send || a.kind == ActionKind::Recv) {
+      const int64_t message = a.count * static_cast<int64_t>(dtype_size(a.dtype));
+      for (int buf : a.kind == ActionKind::Send ? a.reads : a.writes) {
+        const PlanBuffer& pb = p_.buffers[buf];
+        if (pb.bytes > 0 && pb.bytes < message)
+          issue(o.worker, o.action, fmt::format("{} {} bytes, buffer '{}' holds {}", a.kind == ActionKind::Send ? "sends" : "receives",
+                                                message, pb.name, pb.bytes));
+      }
     }
   }
 
@@ -328,6 +348,9 @@ std::vector<PlanIssue> check_plan_order(const Plan& p) {
 }
 
 std::vector<PlanIssue> validate_plan(const Plan& p) {
+  std::size_t actions = 0;
+  for (const auto& list : p.actions) actions += list.size();
+  if (actions == 0) return {{-1, -1, "the plan has no actions: no worker does anything in its step"}};
   std::vector<PlanIssue> out = check_plan_order(p);
   check_coverage(p, &out);
   return out;

@@ -1,6 +1,8 @@
 // The plan IR's names, builder, writers (text, CSV, JSON) and JSON reader.
 #include "plan/plan.h"
 
+#include <algorithm>
+#include <limits>
 #include <ostream>
 
 #include <fmt/format.h>
@@ -179,6 +181,10 @@ std::string plan_to_json(const Plan& p) {
   j["workers"] = p.workers;
   j["batch"] = p.batch;
   j["micro_batches"] = p.micro_batches;
+  if (!p.identity.empty()) {
+    j["identity"] = nlohmann::json::object();
+    for (const auto& [k, v] : p.identity) j["identity"][k] = v;
+  }
   j["layer_params"] = p.layer_params;
   j["replica"] = p.replica;
   j["groups"] = nlohmann::json::array();
@@ -229,80 +235,118 @@ T field(const nlohmann::json& j, const char* key, const std::string& where, T fa
 
 }  // namespace
 
+namespace {
+
+constexpr int64_t kMaxInt = std::numeric_limits<int32_t>::max();
+constexpr int64_t kMaxBytes = int64_t{1} << 53;  // any count or size a double holds exactly
+
+// An integer field through json_integer (range-checked once, never narrowed); `fallback` when absent.
+int64_t int_field(const nlohmann::json& j, const char* key, const std::string& where, int64_t fallback, int64_t lo,
+                  int64_t hi, bool required = false) {
+  if (!j.contains(key)) {
+    if (required) throw UsageError(fmt::format("{}: missing field '{}'", where, key));
+    return fallback;
+  }
+  return json_integer(j.at(key), fmt::format("{}: field '{}'", where, key), lo, hi);
+}
+
+template <class T>
+std::vector<T> int_list(const nlohmann::json& j, const char* key, const std::string& where, int64_t lo, int64_t hi,
+                        bool required = false) {
+  std::vector<T> out;
+  if (!j.contains(key)) {
+    if (required) throw UsageError(fmt::format("{}: missing field '{}'", where, key));
+    return out;
+  }
+  const nlohmann::json& v = j.at(key);
+  if (!v.is_array()) throw UsageError(fmt::format("{}: field '{}' must be a list of integers, got {}", where, key, v.dump()));
+  for (std::size_t i = 0; i < v.size(); ++i)
+    out.push_back(static_cast<T>(json_integer(v[i], fmt::format("{}: field '{}' entry {}", where, key, i), lo, hi)));
+  return out;
+}
+
+}  // namespace
+
 Plan plan_from_json(const std::string& text, const std::string& source) {
   const nlohmann::json j = parse_json_input(text, source);
   if (!j.is_object()) throw UsageError(fmt::format("{}: a plan is a JSON object", source));
   Plan p;
   p.strategy = field<std::string>(j, "strategy", source, "", true);
-  p.workers = field<int>(j, "workers", source, 0, true);
-  if (p.workers < 1 || p.workers > 1 << 16)
-    throw UsageError(fmt::format("{}: field 'workers' must be 1..65536, got {}", source, p.workers));
-  p.batch = field<int64_t>(j, "batch", source, 0);
-  p.micro_batches = field<int>(j, "micro_batches", source, 1);
-  p.layer_params = field<std::vector<int64_t>>(j, "layer_params", source, {});
-  p.replica = field<std::vector<int>>(j, "replica", source, std::vector<int>(p.workers, 0));
+  p.workers = static_cast<int>(int_field(j, "workers", source, 0, 1, 1 << 16, true));
+  p.batch = int_field(j, "batch", source, 0, 1, kMaxInt, true);
+  p.micro_batches = static_cast<int>(int_field(j, "micro_batches", source, 1, 1, kMaxInt));
+  if (p.micro_batches > p.batch)
+    throw UsageError(fmt::format("{}: field 'micro_batches' is {}, more than the batch ({})", source, p.micro_batches, p.batch));
+  if (j.contains("identity")) {
+    const nlohmann::json& id = j.at("identity");
+    if (!id.is_object()) throw UsageError(fmt::format("{}: field 'identity' must be an object of names to values", source));
+    for (const auto& [k, v] : id.items()) {
+      if (!v.is_string()) throw UsageError(fmt::format("{}: identity field '{}' must be a string, got {}", source, k, v.dump()));
+      p.identity.emplace_back(k, v.get<std::string>());
+    }
+  }
+  p.layer_params = int_list<int64_t>(j, "layer_params", source, 0, kMaxBytes);
+  p.replica = j.contains("replica") ? int_list<int>(j, "replica", source, -1, p.workers - 1) : std::vector<int>(p.workers, 0);
   if (static_cast<int>(p.replica.size()) != p.workers)
     throw UsageError(fmt::format("{}: field 'replica' has {} entries for {} workers", source, p.replica.size(), p.workers));
-  for (const auto& g : field<nlohmann::json>(j, "groups", source, nlohmann::json::array())) {
+  const nlohmann::json groups = field<nlohmann::json>(j, "groups", source, nlohmann::json::array());
+  const nlohmann::json buffer_list = field<nlohmann::json>(j, "buffers", source, nlohmann::json::array());
+  const nlohmann::json action_list = field<nlohmann::json>(j, "actions", source, nlohmann::json::array());
+  for (const auto* list : {&groups, &buffer_list, &action_list})
+    if (!list->is_array()) throw UsageError(fmt::format("{}: 'groups', 'buffers' and 'actions' are lists", source));
+  for (const auto& g : groups) {
     const std::string where = fmt::format("{}: group {}", source, p.groups.size());
-    PlanGroup pg{field<std::string>(g, "name", where, "", true), field<std::vector<int>>(g, "members", where, {}, true)};
-    for (int m : pg.members)
-      if (m < 0 || m >= p.workers) throw UsageError(fmt::format("{}: member {} is not a worker (0..{})", where, m, p.workers - 1));
+    PlanGroup pg{field<std::string>(g, "name", where, "", true), int_list<int>(g, "members", where, 0, p.workers - 1, true)};
     p.groups.push_back(std::move(pg));
   }
-  for (const auto& b : field<nlohmann::json>(j, "buffers", source, nlohmann::json::array())) {
+  for (const auto& b : buffer_list) {
     const std::string where = fmt::format("{}: buffer {}", source, p.buffers.size());
-    PlanBuffer pb{field<int>(b, "worker", where, 0, true), field<std::string>(b, "name", where, "", true),
-                  field<int64_t>(b, "bytes", where, 0)};
+    PlanBuffer pb{static_cast<int>(int_field(b, "worker", where, 0, 0, p.workers - 1, true)),
+                  field<std::string>(b, "name", where, "", true), int_field(b, "bytes", where, 0, 0, kMaxBytes)};
     pb.dtype = parse_dtype_label(field<std::string>(b, "dtype", where, "fp32"), where + ": 'dtype'");
-    if (pb.worker < 0 || pb.worker >= p.workers) throw UsageError(fmt::format("{}: worker {} out of range", where, pb.worker));
     p.buffers.push_back(std::move(pb));
   }
   p.actions.resize(p.workers);
   const int buffers = static_cast<int>(p.buffers.size());
-  for (const auto& r : field<nlohmann::json>(j, "actions", source, nlohmann::json::array())) {
-    const int w = field<int>(r, "worker", source + ": an action", 0, true);
-    if (w < 0 || w >= p.workers) throw UsageError(fmt::format("{}: an action of worker {}, out of range", source, w));
+  const int64_t group_count = static_cast<int64_t>(p.groups.size());
+  for (const auto& r : action_list) {
+    const int w = static_cast<int>(int_field(r, "worker", source + ": an action", 0, 0, p.workers - 1, true));
     const std::string where = fmt::format("{}: worker {} action {}", source, w, p.actions[w].size());
     Action a;
-    a.id = field<int>(r, "id", where, 0, true);
+    a.id = static_cast<int>(int_field(r, "id", where, 0, 0, kMaxInt, true));
     if (a.id != static_cast<int>(p.actions[w].size()))
       throw UsageError(fmt::format("{}: id {} out of order (expected {})", where, a.id, p.actions[w].size()));
     a.kind = parse_action_kind(field<std::string>(r, "kind", where, "", true), where);
     a.lane = parse_lane(field<std::string>(r, "lane", where, "compute"), where);
     if (r.contains("layers")) {
-      const auto l = field<std::vector<int>>(r, "layers", where, {});
-      if (l.size() != 2 || l[0] < 0 || l[1] < l[0]) throw UsageError(fmt::format("{}: 'layers' must be [begin, end)", where));
+      const auto l = int_list<int>(r, "layers", where, 0, kMaxInt);
+      if (l.size() != 2 || l[1] < l[0]) throw UsageError(fmt::format("{}: 'layers' must be [begin, end)", where));
       a.layer_begin = l[0], a.layer_end = l[1];
     }
-    a.micro = field<int>(r, "micro", where, -1);
-    a.peer = field<int>(r, "peer", where, -1);
-    a.group = field<int>(r, "group", where, -1);
+    a.micro = static_cast<int>(int_field(r, "micro", where, -1, -1, kMaxInt));
+    a.peer = static_cast<int>(int_field(r, "peer", where, -1, -1, p.workers - 1));
+    a.group = static_cast<int>(int_field(r, "group", where, -1, -1, group_count - 1));
     if (r.contains("coll")) a.coll = parse_coll_kind(field<std::string>(r, "coll", where, ""), where);
-    a.root = field<int>(r, "root", where, -1);
-    a.count = field<int64_t>(r, "count", where, 0);
-    a.bytes = field<int64_t>(r, "bytes", where, 0);
+    a.root = static_cast<int>(int_field(r, "root", where, -1, -1, 1 << 16));
+    a.count = int_field(r, "count", where, 0, 0, kMaxBytes);
+    a.bytes = int_field(r, "bytes", where, 0, 0, kMaxBytes);
     a.dtype = parse_dtype_label(field<std::string>(r, "dtype", where, "fp32"), where + ": 'dtype'");
-    a.samples = field<int64_t>(r, "samples", where, 0);
+    a.samples = int_field(r, "samples", where, 0, 0, kMaxInt);
     a.part = field<double>(r, "part", where, 1.0);
-    if (a.samples < 0) throw UsageError(fmt::format("{}: 'samples' must be >= 0, got {}", where, a.samples));
     if (!(a.part > 0 && a.part <= 1)) throw UsageError(fmt::format("{}: 'part' must be in (0, 1], got {}", where, a.part));
     a.async = field<bool>(r, "async", where, false);
-    a.waits = field<std::vector<int>>(r, "waits", where, {});
-    a.reads = field<std::vector<int>>(r, "reads", where, {});
-    a.writes = field<std::vector<int>>(r, "writes", where, {});
-    if (a.peer >= p.workers) throw UsageError(fmt::format("{}: peer {} is not a worker", where, a.peer));
-    if (a.group >= static_cast<int>(p.groups.size())) throw UsageError(fmt::format("{}: group {} undefined", where, a.group));
-    for (const auto* ids : {&a.reads, &a.writes})
-      for (int b : *ids)
-        if (b < 0 || b >= buffers) throw UsageError(fmt::format("{}: buffer {} undefined ({} buffers)", where, b, buffers));
+    a.waits = int_list<int>(r, "waits", where, 0, std::max(a.id - 1, 0));
     for (int id : a.waits)
-      if (id < 0 || id >= a.id) throw UsageError(fmt::format("{}: waits for {}, not an earlier action", where, id));
+      if (id >= a.id) throw UsageError(fmt::format("{}: waits for {}, not an earlier action", where, id));
+    a.reads = int_list<int>(r, "reads", where, 0, std::max(buffers - 1, 0));
+    a.writes = int_list<int>(r, "writes", where, 0, std::max(buffers - 1, 0));
+    if (buffers == 0 && !(a.reads.empty() && a.writes.empty()))
+      throw UsageError(fmt::format("{}: reads or writes a buffer, and the plan has none", where));
     p.actions[w].push_back(std::move(a));
   }
   return p;
 }
 
-Plan read_plan_file(const std::string& path) { return plan_from_json(read_file(path), path); }
+Plan read_plan_file(const std::string& path) { return plan_from_json(read_file(path, kPlanFileLimit, "plan"), path); }
 
 }  // namespace pb

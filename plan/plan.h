@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <iosfwd>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/comm.h"
@@ -83,6 +84,10 @@ struct Plan {
   int workers = 0;
   int micro_batches = 1;
   int64_t batch = 0;
+  // What the step was made for, beyond the fields above: (name, value) pairs such as the workload,
+  // its shape and the dtypes, as `parbench plan` writes them; `run --plan` and `project --plan`
+  // refuse a plan whose identity differs from theirs (plan_identity_mismatch, bench/cli.h).
+  std::vector<std::pair<std::string, std::string>> identity;
   // Per layer of the net: its parameters (empty: unknown; the validator then skips layer coverage).
   std::vector<int64_t> layer_params;
   // Per worker: the replica of the net whose step it helps compute (-1: idle this step). Within a

@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -137,6 +139,7 @@ RunFile parse_run_json(const std::string& text, const std::string& source) {
     }
   }
 
+  std::map<std::tuple<std::string, std::string, int64_t>, std::size_t> seen;  // (benchmark, aggregate, repetition)
   for (std::size_t i = 0; i < list.size(); ++i) {
     const json& b = list[i];
     std::string where = fmt::format("benchmarks[{}]", i);
@@ -207,12 +210,22 @@ RunFile parse_run_json(const std::string& text, const std::string& source) {
     }
     for (auto it = b.begin(); it != b.end(); ++it)
       if (!kKnownFields.count(it.key()) && it.value().is_number()) r.counters[it.key()] = it.value().get<double>();
+    // Each repetition (and each aggregate) of a benchmark once: a copy would count as another
+    // repetition and narrow every interval built from them.
+    if (!r.error) {
+      const auto key = std::make_tuple(benchmark_identity(r.run_name), r.aggregate_name, r.repetition_index);
+      const auto [at, fresh] = seen.emplace(key, i);
+      if (!fresh)
+        bad(source, where, fmt::format("repeats benchmarks[{}]: the same benchmark, {} {} given twice", at->second,
+                                       r.aggregate ? "aggregate" : "repetition",
+                                       r.aggregate ? r.aggregate_name : std::to_string(r.repetition_index)));
+    }
     file.runs.push_back(std::move(r));
   }
   return file;
 }
 
-RunFile load_run_json(const std::string& path) { return parse_run_json(read_file(path), path); }
+RunFile load_run_json(const std::string& path) { return parse_run_json(read_file(path, kResultsFileLimit, "results"), path); }
 
 RunFile with_process_cpu_time(RunFile f) {
   for (BenchRun& r : f.runs) {

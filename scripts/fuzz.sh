@@ -15,12 +15,12 @@ build=build-fuzz
 cmake -S . -B "$build" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DPARBENCH_FUZZ=ON \
   -DPARBENCH_CUDA=OFF -DPARBENCH_MPI=OFF -DPARBENCH_DNNL=OFF -DBUILD_TESTING=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   ${CMAKE_CXX_COMPILER_LAUNCHER:+-DCMAKE_CXX_COMPILER_LAUNCHER=$CMAKE_CXX_COMPILER_LAUNCHER} >/dev/null
-cmake --build "$build" -j"$(nproc)" --target npy_fuzz net_json_fuzz gbjson_fuzz
+cmake --build "$build" -j"$(nproc)" --target npy_fuzz net_json_fuzz gbjson_fuzz plan_fuzz config_fuzz
 
 # Seed corpora: every fixture of the kind each parser reads, plus the example nets.
 corpus=$build/corpus
 rm -rf "$corpus"
-mkdir -p "$corpus"/{npy,net_json,gbjson} "$build/artifacts"
+mkdir -p "$corpus"/{npy,net_json,gbjson,plan,config} "$build/artifacts"
 find tests/fixtures -name '*.npy' -exec cp --backup=numbered {} "$corpus/npy/" \;
 i=0
 for f in tests/fixtures/*/net.json workloads/examples/*.json; do
@@ -39,9 +39,24 @@ cat >"$corpus/gbjson/seed.json" <<'JSON'
   "time_unit": "ms", "error_occurred": true, "error_message": "out of memory"}]}
 JSON
 
+# Plans: the hand-written ones; configs: a small one of each form the reader accepts.
+for f in tests/fixtures/plans/*.json; do
+  [ -f "$f" ] && cp "$f" "$corpus/plan/$((i++)).json"
+done
+cat >"$corpus/config/seed.toml" <<'TOML'
+# a kept sweep
+strategies = ["dp", "ddp"]
+devices = [1, 2]
+batch = 4   # per device
+precision = "fp32"
+[run]
+iterations = 3
+TOML
+printf 'devices = [1,\n  2]\nwidth=0.5\n; INI comment\nall-at-one-device = true\n' >"$corpus/config/seed.ini"
+
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1}"
-for t in npy net_json gbjson; do
+for t in npy net_json gbjson plan config; do
   echo "== fuzzing ${t} for ${seconds} s (corpus: $(ls "$corpus/$t" | wc -l) seed(s))"
   "$build/${t}_fuzz" -max_total_time="$seconds" -max_len=65536 -timeout=10 -rss_limit_mb=4096 \
     -artifact_prefix="$build/artifacts/${t}-" -print_final_stats=1 "$corpus/$t" 2>"$build/${t}.log" ||
@@ -49,4 +64,4 @@ for t in npy net_json gbjson; do
   grep -E '^stat::number_of_executed_units|^stat::peak_rss_mb' "$build/${t}.log" | tr '\n' ' '
   echo
 done
-echo "PASS: no crash in $((3 * seconds)) s of fuzzing"
+echo "PASS: no crash in $((5 * seconds)) s of fuzzing"

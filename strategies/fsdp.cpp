@@ -274,8 +274,9 @@ std::unique_ptr<Strategy> make_zero2_prefetch(const StrategyOptions& o) {
 std::string hsdp_name(int replicas, int shards) { return fmt::format("hsdp{}x{}", replicas, shards); }
 
 bool parse_hsdp_name(const std::string& name, int* replicas, int* shards) {
-  int r = 0, s = 0, used = 0;
-  if (std::sscanf(name.c_str(), "hsdp%dx%d%n", &r, &s, &used) != 2 || r < 1 || s < 1) return false;
+  int r = 0, s = 0;
+  std::size_t used = 0;
+  if (!parse_factor_name(name, "hsdp", "x", &r, &s, &used) || used != name.size()) return false;
   if (name != hsdp_name(r, s)) return false;  // "hsdp02x2", trailing text: not a name this program writes
   *replicas = r, *shards = s;
   return true;

@@ -315,8 +315,9 @@ std::string hybrid_name(int dp, int pp, Schedule schedule, bool recompute) {
 }
 
 bool parse_hybrid_name(const std::string& name, int* dp, int* pp, Schedule* schedule, bool* recompute) {
-  int d = 0, p = 0, used = 0;
-  if (std::sscanf(name.c_str(), "dp%dxpp%d%n", &d, &p, &used) != 2 || d < 1 || p < 1) return false;
+  int d = 0, p = 0;
+  std::size_t used = 0;
+  if (!parse_factor_name(name, "dp", "xpp", &d, &p, &used)) return false;
   if (name != hybrid_name(d, p, Schedule::GPipe, false).append(name.substr(static_cast<std::size_t>(used))))
     return false;  // "dp02xpp2", "dp+2xpp2": not a name this program writes
   Schedule sc = Schedule::GPipe;

@@ -1,6 +1,7 @@
 // The strategies by name: adding one is a file plus one line here.
 #include "strategies/registry.h"
 
+#include <algorithm>
 #include <utility>
 
 #include <fmt/ranges.h>
@@ -174,6 +175,35 @@ const std::vector<Entry>& registry() {
   return r;
 }
 }  // namespace
+
+bool parse_factor_name(const std::string& name, const char* first, const char* second, int* a, int* b,
+                       std::size_t* used) {
+  std::size_t i = 0;
+  // A run of digits, no leading zero; its value, saturated above the limit.
+  std::string spelled[2];
+  int which = 0;
+  auto number = [&](int64_t* v) {
+    if (i >= name.size() || name[i] < '1' || name[i] > '9') return false;
+    const std::size_t from = i;
+    *v = 0;
+    for (; i < name.size() && name[i] >= '0' && name[i] <= '9'; ++i) *v = std::min<int64_t>(*v * 10 + (name[i] - '0'), int64_t{1} << 40);
+    spelled[which++] = name.substr(from, i - from);
+    return true;
+  };
+  auto literal = [&](const char* s) {
+    const std::string t(s);
+    if (name.compare(i, t.size(), t) != 0) return false;
+    i += t.size();
+    return true;
+  };
+  int64_t x = 0, y = 0;
+  if (!literal(first) || !number(&x) || !literal(second) || !number(&y)) return false;
+  if (x > kMaxHybridDevices || y > kMaxHybridDevices || x * y > kMaxHybridDevices)
+    throw UsageError(fmt::format("strategy {}: {} x {} devices, more than the {} a run may have", name.substr(0, i),
+                                 spelled[0], spelled[1], kMaxHybridDevices));
+  *a = static_cast<int>(x), *b = static_cast<int>(y), *used = i;
+  return true;
+}
 
 std::vector<std::pair<int, int>> hybrid_factorizations(int devices, int dp, int side) {
   std::vector<std::pair<int, int>> out;

@@ -157,6 +157,12 @@ bool parse_dptp_name(const std::string& name, int* dp, int* tp);
 inline const std::string kHsdpFamily = "hsdp";
 std::string hsdp_name(int replicas, int shards);
 bool parse_hsdp_name(const std::string& name, int* replicas, int* shards);
+// The one parser of the hybrids' factors: `name` spelled <first>A<second>B<rest> with A and B
+// positive integers without leading zeros; false when it is not. Each factor and their product
+// must be at most kMaxHybridDevices: beyond that UsageError naming the strategy, never a wrapped int.
+inline constexpr int kMaxHybridDevices = 1 << 16;
+bool parse_factor_name(const std::string& name, const char* first, const char* second, int* a, int* b,
+                       std::size_t* used);
 // The hybrids of a family at `devices`: every D x S = devices (S: stages or tp ways), D ascending,
 // both sides at least 2 unless `dp` or `side` (> 0) fix one.
 std::vector<std::pair<int, int>> hybrid_factorizations(int devices, int dp = 0, int side = 0);

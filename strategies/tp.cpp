@@ -368,8 +368,9 @@ std::unique_ptr<Strategy> make_tp(const StrategyOptions& o) { return std::make_u
 std::string dptp_name(int dp, int tp) { return fmt::format("dp{}xtp{}", dp, tp); }
 
 bool parse_dptp_name(const std::string& name, int* dp, int* tp) {
-  int d = 0, t = 0, used = 0;
-  if (std::sscanf(name.c_str(), "dp%dxtp%d%n", &d, &t, &used) != 2 || d < 1 || t < 1) return false;
+  int d = 0, t = 0;
+  std::size_t used = 0;
+  if (!parse_factor_name(name, "dp", "xtp", &d, &t, &used) || used != name.size()) return false;
   if (name != dptp_name(d, t)) return false;  // "dp02xtp2", trailing text: not a name this program writes
   *dp = d, *tp = t;
   return true;

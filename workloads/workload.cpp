@@ -2,7 +2,9 @@
 #include "workloads/workload.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
 
@@ -100,6 +102,15 @@ double get_double(const json& j, const std::string& src, const char* key, double
 
 }  // namespace
 
+void check_workload_name(const std::string& name, const std::string& where) {
+  bool ok = !name.empty() && name.size() <= kMaxWorkloadName;
+  for (char c : name) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.' || c == '+');
+  if (!ok)
+    throw UsageError(fmt::format("{}: '{}' cannot name a workload: 1 to {} letters, digits, '_', '-', '.' or '+' (it "
+                                 "starts every benchmark and trace file name)",
+                                 where, name.size() > 80 ? name.substr(0, 80) + "..." : name, kMaxWorkloadName));
+}
+
 NetSpec parse_net_json(const std::string& text, const std::string& src) {
   const json j = parse_json_input(text, src);
   if (!j.is_object()) throw UsageError(fmt::format("{}: expected a JSON object with \"input\" and \"layers\"", src));
@@ -110,7 +121,10 @@ NetSpec parse_net_json(const std::string& text, const std::string& src) {
   NetSpec net;
   if (j.contains("name") && !j["name"].is_string())
     bad(src, "field \"name\"", fmt::format("must be a string, got {}", j["name"].dump()));
-  net.name = j.value("name", src);
+  // A nameless net is named after its file; either way the name is checked now, before any work,
+  // since it starts every benchmark and trace file name.
+  net.name = j.contains("name") ? j["name"].get<std::string>() : std::filesystem::path(src).stem().string();
+  check_workload_name(net.name, fmt::format("{}: {}", src, j.contains("name") ? "field \"name\"" : "the file's name (no field \"name\")"));
   if (!j.contains("input") || !j["input"].is_array())
     bad(src, "field \"input\"", "missing or not an array: expected [C, H, W] or [F]");
   for (const json& d : j["input"]) {

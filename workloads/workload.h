@@ -2,6 +2,7 @@
 // plus the synthetic data they train on.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -25,6 +26,10 @@ constexpr int kGreatNetSeedFirstStage = 12;
 NetSpec linear_net();
 // A net from JSON text; `source` names the file in errors.
 NetSpec parse_net_json(const std::string& text, const std::string& source);
+// A workload's name begins every benchmark name (workload/strategy/devices:N/...) and trace file
+// name: 1 to kMaxWorkloadName letters, digits, '_', '-', '.' or '+'. UsageError naming `where`.
+inline constexpr std::size_t kMaxWorkloadName = 64;
+void check_workload_name(const std::string& name, const std::string& where);
 NetSpec load_net_json(const std::string& path);
 // Why `lr` is not a usable Adam learning rate ("must be ..."), or empty when it is.
 std::string adam_lr_problem(double lr);

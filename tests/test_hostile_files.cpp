@@ -1,0 +1,211 @@
+// Hostile files and names: plan files, config files, results files and workload names written by
+// hand or damaged. Each case ends in exit 2 and one line naming the file, field or flag, before
+// any work starts; none runs, crashes or reports a wrong result.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "engine/check.h"
+#include "engine/config_file.h"
+#include "engine/fsutil.h"
+#include "engine/json_input.h"
+#include "plan/check.h"
+#include "plan/plan.h"
+#include "reports/gbjson.h"
+#include "tests/test_projection_support.h"
+
+namespace pb {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using namespace projection_test;
+
+std::string plan_fixture() { return (test::source_dir() / "tests/fixtures/plans/onefoneb_2stages.json").string(); }
+std::string example_net() { return (test::source_dir() / "workloads/examples/mixed_stride_pad.json").string(); }
+
+class HostileFiles : public ProjectCli {
+ protected:
+  std::string write(const std::string& name, const std::string& text) const {
+    std::ofstream(path(name)) << text;
+    return path(name);
+  }
+  // The fixture plan as JSON with `edit` applied.
+  std::string plan_with(const std::string& name, const std::function<void(json&)>& edit) const {
+    json j = json::parse(read_file(plan_fixture()));
+    edit(j);
+    return write(name, j.dump());
+  }
+  void expect_refused(const test::Result& r, const std::vector<std::string>& parts) const {
+    EXPECT_EQ(r.code, 2) << r.err;
+    for (const std::string& p : parts) EXPECT_THAT(r.err, HasSubstr(p));
+  }
+};
+
+// --- 1. a plan runs only on the workload and dtypes it was made for ----------------------------
+
+TEST_F(HostileFiles, PlanOfAnotherWidthOrWithoutIdentityIsRefusedBeforeRunning) {
+  test::Result r = parbench("plan --strategy pipeline-1f1b --devices 2 --batch 4 --workload great_net --image 32 "
+                            "--width 0.125 --format json --out " + path("narrow.json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(read_file(path("narrow.json")), HasSubstr("\"identity\""));
+  r = parbench("run --plan " + path("narrow.json") + " --workload great_net --image 32 --width 0.25 --iterations 1 "
+               "--warmup 0 --out " + path("run"));
+  expect_refused(r, {"--plan " + path("narrow.json"), "made for params"});
+  EXPECT_FALSE(fs::exists(path("run")));
+  r = parbench("run --plan " + path("narrow.json") + " --workload great_net --image 32 --width 0.125 --precision bf16 "
+               "--iterations 1 --warmup 0 --out " + path("run"));
+  expect_refused(r, {"made for precision fp32, this run has precision bf16"});
+  // A plan without an identity: refused, saying how to make one.
+  const std::string bare = plan_with("bare.json", [](json& j) { j.erase("identity"); });
+  r = parbench("run --plan " + bare + " --workload " + example_net() + " --out " + path("run"));
+  expect_refused(r, {"has no 'identity'", "parbench plan --format json"});
+  EXPECT_FALSE(fs::exists(path("run")));
+}
+
+// --- 2. numbers in a plan are exact integers in range, never narrowed --------------------------
+
+TEST_F(HostileFiles, PlanNumbersAreRangeCheckedNotWrapped) {
+  auto refused = [&](const std::function<void(json&)>& edit, const std::string& part) {
+    json j = json::parse(read_file(plan_fixture()));
+    edit(j);
+    try {
+      plan_from_json(j.dump(), "p.json");
+      ADD_FAILURE() << "accepted: " << part;
+    } catch (const UsageError& e) {
+      EXPECT_THAT(e.what(), HasSubstr(part));
+      EXPECT_THAT(e.what(), HasSubstr("p.json"));
+    }
+  };
+  refused([](json& j) { j["workers"] = 4294967298ull; }, "field 'workers': expected an integer from 1 to 65536");
+  refused([](json& j) { j["micro_batches"] = 1e12; }, "field 'micro_batches'");
+  refused([](json& j) { j["batch"] = 2.5; }, "field 'batch'");
+  refused([](json& j) { j["batch"] = -4; }, "field 'batch'");
+  refused([](json& j) { j["buffers"][0]["bytes"] = -3120; }, "buffer 0: field 'bytes'");
+  refused([](json& j) { j["buffers"][0]["bytes"] = 0.5; }, "buffer 0: field 'bytes'");
+  refused([](json& j) { j["actions"][0]["samples"] = 1.5; }, "field 'samples'");
+  refused([](json& j) { j["actions"][0]["reads"] = json::array({4294967296ull}); }, "field 'reads' entry 0");
+  // Through the CLI: the file and field named, never a flag that was not given.
+  const std::string file = plan_with("mb.json", [](json& j) { j["micro_batches"] = 1e12; });
+  const test::Result r = parbench("plan --check " + file);
+  expect_refused(r, {file, "'micro_batches'"});
+  EXPECT_THAT(r.err, Not(HasSubstr("--micro-batches")));
+}
+
+TEST_F(HostileFiles, SendAndReceiveMustAgreeOnDtypeBytesAndFitTheirBuffers) {
+  const Plan good = read_plan_file(plan_fixture());
+  ASSERT_TRUE(validate_plan(good).empty()) << issues_text(validate_plan(good));
+  int w = -1, id = -1;
+  for (int k = 0; k < good.workers && w < 0; ++k)
+    for (const Action& a : good.actions[k])
+      if (a.kind == ActionKind::Recv && !a.writes.empty()) {
+        w = k, id = a.id;
+        break;
+      }
+  ASSERT_GE(w, 0);
+  Plan p = good;
+  p.actions[w][id].dtype = DType::Bf16;  // its send stays fp32
+  EXPECT_THAT(issues_text(validate_plan(p)), HasSubstr("dtype"));
+  p = good;
+  p.actions[w][id].bytes = 12345;  // the send's bytes are another figure
+  EXPECT_THAT(issues_text(validate_plan(p)), HasSubstr("bytes against"));
+  p = good;
+  p.buffers[p.actions[w][id].writes[0]].bytes = 4;  // smaller than the message
+  EXPECT_THAT(issues_text(validate_plan(p)), HasSubstr("holds 4"));
+}
+
+// --- 3. project --plan refuses what it cannot price --------------------------------------------
+
+TEST_F(HostileFiles, ProjectPlanWithoutMicroBatchesOrActionsIsRefusedNotCrashed) {
+  write_file_atomic(path("p.json"), pj::profile_json(profile_of(plan_net(resolve_workload(example_net(), {})))).dump());
+  const std::string m = " --machine " + fixture("machine.json") + " --profile " + path("p.json");
+  test::Result r = parbench("project --plan " + plan_with("zero.json", [](json& j) { j["micro_batches"] = 0; }) + m);
+  expect_refused(r, {"zero.json", "'micro_batches'"});
+  r = parbench("project --plan " + plan_with("empty.json", [](json& j) {
+                 j["actions"] = json::array();
+               }) + m);
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.code, -1) << "ended by a signal";
+  EXPECT_THAT(r.err, HasSubstr("empty.json"));
+  r = parbench("project --plan " + plan_fixture() + m);
+  EXPECT_EQ(r.code, 0) << r.err;
+}
+
+// --- 4. files are read with a limit for their kind, named --------------------------------------
+
+TEST_F(HostileFiles, EndlessFilesAreRefusedNamingTheFileAndItsLimit) {
+  expect_refused(parbench("plan --check /dev/zero"), {"/dev/zero: larger than 64 MiB, the most a plan file may hold"});
+  expect_refused(parbench("report /dev/zero"), {"/dev/zero: larger than", "results file"});
+  expect_refused(parbench("run --config /dev/zero --out " + path("run")), {"/dev/zero: larger than 1 MiB", "config file"});
+  EXPECT_FALSE(fs::exists(path("run")));
+  EXPECT_THROW(read_file("/dev/zero", 1000, "test"), UsageError);
+  write_file_atomic(path("exact"), std::string(1000, 'x'));
+  EXPECT_EQ(read_file(path("exact"), 1000, "test").size(), 1000u);
+  EXPECT_THROW(read_file(path("exact"), 999, "test"), UsageError);
+}
+
+// --- 5. config files are read strictly ---------------------------------------------------------
+
+TEST_F(HostileFiles, ConfigSyntaxErrorsAndRepeatedKeysAreRefusedWithTheirLine) {
+  const std::string run = " --out " + path("run") + " --iterations 1 --warmup 0 --strategies regular --workload linear";
+  expect_refused(parbench("run --config " + write("open.toml", "# sweep\ndevices = [1, 2\n") + run),
+                 {"open.toml:2: unterminated list"});
+  expect_refused(parbench("run --config " + write("twice.toml", "batch = 2\nbatch = 4\n") + run),
+                 {"twice.toml:2: key 'batch' given twice (first on line 1)"});
+  expect_refused(parbench("run --config " + write("junk.toml", "batch = 2\nthis is not toml\n") + run),
+                 {"junk.toml:2: expected `name = value`"});
+  expect_refused(parbench("run --config " + write("str.toml", "precision = \"fp32\n") + run), {"str.toml:1: unterminated string"});
+  EXPECT_FALSE(fs::exists(path("run")));
+  // What the reader accepts: comments, sections, lists over lines, INI spellings.
+  EXPECT_NO_THROW(check_config_text("# c\ndevices = [1,\n  2]  # two\n; ini\n[run]\nbatch = 4\nname = 'a#b'\n", "ok.toml"));
+}
+
+// --- 6. names are checked before any work ------------------------------------------------------
+
+TEST_F(HostileFiles, WorkloadNamesThatCannotNameABenchmarkAreRefusedFirst) {
+  json net = json::parse(read_file(example_net()));
+  for (const std::string& name : {std::string("bad/name"), std::string(300, 'x'), std::string("a b")}) {
+    net["name"] = name;
+    write_file_atomic(path("net.json"), net.dump());
+    const test::Result r = parbench("run --workload " + path("net.json") + " --strategies regular --devices 1 "
+                                    "--iterations 1 --warmup 0 --out " + path("run"));
+    expect_refused(r, {path("net.json") + ": field \"name\"", "cannot name a workload"});
+    EXPECT_FALSE(fs::exists(path("run"))) << name;
+  }
+}
+
+// --- 7. flag combinations refused at parse time ------------------------------------------------
+
+TEST_F(HostileFiles, VirtualStagesAndHybridFactorsAreRangeCheckedAtOnce) {
+  expect_refused(parbench("run --virtual-stages 0 --workload linear --strategies regular --out " + path("run")),
+                 {"--virtual-stages", "from 1"});
+  EXPECT_FALSE(fs::exists(path("run")));
+  expect_refused(parbench("plan --strategy dp65536xtp65536 --workload linear --batch 4"), {"dp65536xtp65536", "more than the 65536"});
+  expect_refused(parbench("plan --strategy hsdp4294967297x1 --workload linear --batch 4"), {"hsdp4294967297x1", "more than the 65536"});
+  expect_refused(parbench("plan --strategy dp2xpp99999999999999 --workload linear --batch 4"), {"more than the 65536"});
+}
+
+// --- 8. compare and report trust no copy -------------------------------------------------------
+
+TEST_F(HostileFiles, RepeatedBenchmarkEntriesAndHtmlWithoutContextAreRefused) {
+  const std::string results = (test::source_dir() / "tests/fixtures/charts_run/results.json").string();
+  json doc = json::parse(read_file(results));
+  json twice = doc;
+  for (const json& b : doc["benchmarks"]) twice["benchmarks"].push_back(b);
+  const std::string dup = write("dup.json", twice.dump());
+  expect_refused(parbench("report " + dup), {"dup.json", "given twice"});
+  expect_refused(parbench("compare " + results + " " + dup), {"dup.json", "given twice"});
+  json bare = doc;
+  bare.erase("context");
+  const std::string nocontext = write("nocontext.json", bare.dump());
+  const test::Result r = parbench("report " + nocontext + " --html " + path("page.html"));
+  expect_refused(r, {"nocontext.json has no \"context\""});
+  EXPECT_TRUE(r.out.empty()) << "printed before refusing";
+}
+
+}  // namespace
+}  // namespace pb
