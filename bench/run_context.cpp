@@ -119,6 +119,13 @@ void add_run_context(const RunPlan& p, const Flags& f, const Sweep& sw) {
   if (f.str("reduce-dtype") != "fp32") put(ctx::reduce_dtype, f.str("reduce-dtype"));
   if (f.str("param-dtype") != "fp32") put(ctx::param_dtype, f.str("param-dtype"));
   if (f.integer("virtual-stages") != 2) put(ctx::virtual_stages, f.str("virtual-stages"));  // absent = the default, 2
+
+  // The roofline behind mfu and the trace's fractions (bench/roofline.h); what warmup_s covers.
+  if (sw.roofline.flops_per_s > 0) put(ctx::roofline_peak, fmt::format("{:.17g}", sw.roofline.flops_per_s));
+  if (sw.roofline.bytes_per_s > 0) put(ctx::roofline_bandwidth, fmt::format("{:.17g}", sw.roofline.bytes_per_s));
+  put(ctx::roofline_scope, sw.roofline.shared ? "shared" : "per device");
+  put(ctx::roofline_source, sw.roofline.source);
+  put(ctx::warmup_timing, reports::schema::counter::warmup_s.meaning);
 }
 
 }  // namespace pb

@@ -62,6 +62,10 @@ inline constexpr Key runtime_bytes{"runtime_bytes", "bytes", "after the timed st
 inline constexpr Key worker_threads{"worker_threads", "count", "CPU: the threads each worker's backend runs (--threads, or the cores shared among the workers)"};
 inline constexpr Key predicted_bytes{"predicted_bytes", "bytes", "the memory estimate (strategies/memory_estimate.h) of the engine's tensors and library workspace over all the workers, made before the configuration's setup"};
 inline constexpr Key allocated_bytes{"allocated_bytes", "bytes", "the allocators' peak since setup (tensors + workspace), summed over the workers and ranks: what predicted_bytes estimates"};
+// How close to the hardware (bench/roofline.h: the peak's source is in the context).
+inline constexpr Key mfu{"mfu", "fraction", "model FLOPs utilization: flop_per_s / peak_flop_per_s (absent when no peak is known; context roofline_source says why)"};
+inline constexpr Key peak_flop_per_s{"peak_flop_per_s", "FLOP/s", "the configuration's hardware peak: context roofline_peak_flop_per_s x devices (CPU workers sharing the cores: x 1)"};
+inline constexpr Key warmup_s{"warmup_s", "s", "the configuration's first step after its setup (the first untimed warm-up step; the first timed one under --warmup 0), from its start until the slowest worker is done, devices synchronized, as iterations are timed: one step plus first-call work (algorithm search, plan build, allocator growth)"};
 }  // namespace counter
 
 inline constexpr Key kCounters[] = {
@@ -75,7 +79,8 @@ inline constexpr Key kCounters[] = {
     counter::algbw_reduce, counter::busbw_reduce, counter::algbw_send_recv, counter::busbw_send_recv,
     counter::algbw_all_gather, counter::busbw_all_gather, counter::algbw_reduce_scatter, counter::busbw_reduce_scatter,
     counter::device_peak_bytes, counter::tensor_bytes, counter::workspace_bytes, counter::runtime_bytes,
-    counter::worker_threads, counter::predicted_bytes, counter::allocated_bytes};
+    counter::worker_threads, counter::predicted_bytes, counter::allocated_bytes,
+    counter::mfu, counter::peak_flop_per_s, counter::warmup_s};
 
 // ---- figures: what reports print, one name (CSV and JSON), one heading, one unit each --------
 inline constexpr double kMiB = 1024.0 * 1024.0;  // every memory figure is in MiB (2^20 bytes)
@@ -162,6 +167,12 @@ inline constexpr Key grad_average{"grad_average", "-", "ddp gradient averaging: 
 inline constexpr Key reduce_dtype{"reduce_dtype", "-", "--reduce-dtype: the dtype gradients are reduced in (only when bf16, absent = fp32)", M::Always};
 inline constexpr Key param_dtype{"param_dtype", "-", "--param-dtype: the dtype fsdp/zero2/hsdp gather parameters in (only when bf16, absent = fp32)", M::Always};
 inline constexpr Key virtual_stages{"virtual_stages", "count", "pipeline-interleaved --virtual-stages: model chunks per worker (only when not 2, absent = 2)", M::Always};
+// The roofline of mfu and of the trace's per-span fractions (bench/roofline.h).
+inline constexpr Key roofline_peak{"roofline_peak_flop_per_s", "FLOP/s", "one device's dense peak in the run's precision (CPU: the measured effective rate of all cores, which the workers share); absent when unknown"};
+inline constexpr Key roofline_bandwidth{"roofline_bytes_per_s", "bytes/s", "one device's memory bandwidth for rooflines (read + write bytes per second); absent when unknown"};
+inline constexpr Key roofline_scope{"roofline_scope", "-", "per device (N devices: N x the peak) or shared (CPU: every worker shares the cores' one peak)"};
+inline constexpr Key roofline_source{"roofline_source", "-", "where the peak and bandwidth come from (machine file, datasheet table, measured), or why there are none"};
+inline constexpr Key warmup_timing{"warmup_timing", "-", "what counter warmup_s covers"};
 }  // namespace context
 
 inline constexpr Key kContext[] = {
@@ -178,7 +189,9 @@ inline constexpr Key kContext[] = {
     context::seed,             context::world_size,      context::hosts,
     context::schedule,         context::recompute,
     context::first_bucket_mb,  context::grad_average,    context::reduce_dtype,  context::param_dtype,
-    context::virtual_stages};
+    context::virtual_stages,
+    context::roofline_peak, context::roofline_bandwidth, context::roofline_scope, context::roofline_source,
+    context::warmup_timing};
 
 // ---- the record's own top-level field ------------------------------------------------------
 // {"<benchmark>": [[seconds of each iteration of repetition 0], [... repetition 1], ...]}

@@ -273,6 +273,8 @@ Report build_report(const std::vector<RunFile>& files) {
           r.flop_per_s = 3 * *fwd * samples / *med;  // backward ~ 2x forward
         else if (auto fl = b.counter_median(schema::counter::flop_per_s.name))
           r.flop_per_s = *fl;
+        r.mfu = b.counter_median(schema::counter::mfu.name);
+        r.warmup_s = b.counter_median(schema::counter::warmup_s.name);
         if (auto p = b.counter_max(schema::counter::peak_bytes_max.name)) r.peak_mib_max = *p / kMiB;
         if (auto p = b.counter_max(schema::counter::peak_bytes_dev0.name)) r.peak_mib_dev0 = *p / kMiB;
         if (auto it = b.counters.find(schema::counter::device_peak_bytes.name); it != b.counters.end() && !it->second.empty()) {

@@ -20,6 +20,11 @@ std::string num(double x) {
   return fmt::format("{:.3g}", x);
 }
 
+std::string mfu_text(const std::optional<double>& mfu) {
+  if (!mfu) return "-";
+  return *mfu * 100 >= 10 ? fmt::format("{:.0f}%", *mfu * 100) : fmt::format("{:.2g}%", *mfu * 100);
+}
+
 namespace {
 
 std::string opt(const std::optional<double>& v, const std::string& suffix = "") {
@@ -94,16 +99,16 @@ std::string report_markdown(const Report& rep) {
   std::string out;
   for (const Group& g : rep.groups) {
     out += fmt::format("## {}\n\n", g.title());
-    out += fmt::format("| strategy | devices | ms/iteration (median) | CV | {} | samples/s | GFLOP/s | speedup vs regular x1 "
+    out += fmt::format("| strategy | devices | ms/iteration (median) | CV | {} | samples/s | GFLOP/s | MFU | speedup vs regular x1 "
                        "| scaling efficiency | {} | compute | transfer | idle | exposed comm "
                        "| bubble measured (formula) | busbw GB/s | best |\n",
                        schema::figure::threads.heading, schema::figure::device_peak.heading);
-    out += "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|:--|:-:|\n";
+    out += "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|:--|:-:|\n";
     bool within = false, other_base = false, tied = false;
     std::vector<std::string> implausible;
     for (const Row& r : g.rows) {
       if (r.error || !r.median_ms) {
-        out += fmt::format("| {} | {} | error: {} | | | | | | | | | | | | | | |\n", r.strategy, r.devices,
+        out += fmt::format("| {} | {} | error: {} | | | | | | | | | | | | | | | |\n", r.strategy, r.devices,
                            md_escape(r.error_message.empty() ? "no measurement" : r.error_message));
         continue;
       }
@@ -126,9 +131,9 @@ std::string report_markdown(const Report& rep) {
       std::string bus;
       for (const auto& [kind, v] : r.busbw) bus += fmt::format("{}{} {}", bus.empty() ? "" : ", ", kind, num(v / 1e9));
       const bool speedup_bad = r.speedup && *r.speedup > r.devices, eff_bad = r.efficiency && *r.efficiency > 1;
-      out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+      out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
                          r.strategy, r.devices, num(*r.median_ms), cv, r.threads ? fmt::format("{:.0f}", *r.threads) : "-",
-                         opt(r.samples_per_s), r.flop_per_s ? num(*r.flop_per_s / 1e9) : "-",
+                         opt(r.samples_per_s), r.flop_per_s ? num(*r.flop_per_s / 1e9) : "-", mfu_text(r.mfu),
                          opt(r.speedup, "x") + (speedup_bad ? mark : ""), eff + (eff_bad ? mark : ""), peak_cell(r),
                          pct(r.compute_share), pct(r.transfer_share), pct(r.idle_share), pct(r.exposed_comm_share), bubble,
                          bus.empty() ? "-" : bus, r.best ? "**best**" : r.tied ? "tied" : "");
@@ -171,6 +176,7 @@ std::string report_csv(const Report& rep) {
       fmt::format("{},tensor_mib,workspace_mib,runtime_mib,{},{},{},{},tied,implausible", fig::device_peak.name,
                   fig::threads.name, fig::predicted.name, fig::allocated.name, fig::predicted_error.name);
   for (const char* k : kKinds) out += fmt::format(",algbw_{},busbw_{}", k, k);
+  out += ",mfu,warmup_s";
   out += fmt::format(",{},{},{}\n", fig::benchmark.name, fig::workload_params.name, fig::run.name);
   for (const Group& g : rep.groups)
     for (const Row& r : g.rows) {
@@ -190,6 +196,7 @@ std::string report_csv(const Report& rep) {
       out += fmt::format(",{},{},{},{},{},{}", csv_num(r.threads), csv_num(r.predicted_mib), csv_num(r.allocated_mib),
                          csv_num(predicted_error(r)), r.tied ? 1 : 0, csv_field(r.implausible));
       for (const char* k : kKinds) out += fmt::format(",{},{}", csv_num(find(r.algbw, k)), csv_num(find(r.busbw, k)));
+      out += fmt::format(",{},{}", csv_num(r.mfu), csv_num(r.warmup_s));
       out += fmt::format(",{},{},{}\n", csv_field(r.name), csv_field(g.workload_params),
                          csv_field(fmt::format("{}", fmt::join(r.runs, ";"))));
     }
@@ -232,6 +239,8 @@ std::string report_json(const Report& rep) {
       jr["samples_per_iteration"] = json_num(r.samples_per_iteration);
       jr["samples_per_s"] = json_num(r.samples_per_s);
       jr["flop_per_s"] = json_num(r.flop_per_s);
+      jr["mfu"] = json_num(r.mfu);
+      jr["warmup_s"] = json_num(r.warmup_s);
       jr["speedup"] = json_num(r.speedup);
       jr["efficiency"] = json_num(r.efficiency);
       jr["efficiency_base"] = r.efficiency_base;
