@@ -19,14 +19,17 @@ Sequential::Sequential(const NetPlan& plan, int begin, int end, Backend& backend
   grads_ = Tensor::zeros({n}, backend);
 }
 
-LayerWork layer_work(const LayerPlan& l, int64_t batch, LayerPass pass, int act_bytes, int weight_bytes) {
-  const double in = static_cast<double>(batch * numel_of(l.in)), out = static_cast<double>(batch * numel_of(l.out));
-  const double w = static_cast<double>(l.weight_numel), b = static_cast<double>(l.bias_numel);
+LayerWork layer_work(const LayerPlan& l, int64_t batch, LayerPass pass, int act_bytes, int weight_bytes, double part) {
+  const double in = static_cast<double>(batch * numel_of(l.in)), all_out = static_cast<double>(batch * numel_of(l.out));
+  const bool weighted = l.spec.type == LayerType::Conv2d || l.spec.type == LayerType::Linear;
+  const double share = weighted ? part : 1;
+  const double out = all_out * share;
+  const double w = static_cast<double>(l.weight_numel) * share, b = static_cast<double>(l.bias_numel) * share;
   LayerWork work;
   switch (l.spec.type) {
     case LayerType::Conv2d:
     case LayerType::Linear:
-      work.flops = l.forward_flops * static_cast<double>(batch);
+      work.flops = l.forward_flops * static_cast<double>(batch) * share;
       if (pass == LayerPass::Forward) work.bytes = (in + out) * act_bytes + (w + b) * weight_bytes;
       else if (pass == LayerPass::BackwardData) work.bytes = (out + in) * act_bytes + w * weight_bytes;
       else work.bytes = (in + out) * act_bytes + (w + b) * sizeof(float);  // x and dy in, dw and db out

@@ -10,6 +10,7 @@
 #include "engine/model.h"
 #include "projection/machine.h"
 #include "reports/table.h"
+#include "strategies/rules.h"
 #include "tests/test_harness_support.h"
 #include "workloads/workload.h"
 
@@ -219,7 +220,7 @@ TEST_F(Harness, TracedLayerSpansCarryThePlansWorkAndTheirRooflineFraction) {
   write_file_atomic(path("cpu.json"), machine_text(R"("kind": "cpu", "model": "cpu", "peak_flops": 4e10,
       "memory_bytes": 1e10, "copy_bytes_per_s": 1e10, "shared_cores": 2)"));
   const std::string run = path("trace");
-  Result r = parbench("run --workload great_net --image 8 --width 0.125 --strategies ddp --devices 2 --batch 2 "
+  Result r = parbench("run --workload great_net --image 8 --width 0.125 --strategies ddp,tp --devices 2 --batch 2 "
                       "--iterations 2 --warmup 1 --threads 1 --device-kind cpu --trace --machine " + path("cpu.json") +
                       " --out " + run);
   ASSERT_EQ(r.code, 0) << r.out << r.err;
@@ -264,6 +265,34 @@ TEST_F(Harness, TracedLayerSpansCarryThePlansWorkAndTheirRooflineFraction) {
     ++checked;
   }
   EXPECT_GE(checked, 2 * 2 * 6);  // 2 workers x (forward + backward) x great_net's convolutions (at least 6)
+
+  // tp: a span per plan action ("backward_weights layer 3"), each worker's work its channels' share.
+  const json tp = load(run + "/trace-great_net_image_8_width_0.125_tp_devices_2_batch_2.json");
+  const std::vector<TpSlice> slices = tp_slices(plan, 2, "tp");
+  int tp_checked = 0;
+  for (const json& e : tp["traceEvents"]) {
+    if (e["ph"] != "X" || !e["args"].contains("flops")) continue;
+    const std::string name = e["name"];
+    const std::size_t at = name.find(" layer ");
+    ASSERT_NE(at, std::string::npos) << name;
+    const std::string kind = name.substr(0, at);
+    const int layer = std::stoi(name.substr(at + 7));
+    const LayerPlan& l = plan.layers.at(layer);
+    const TpSlice& s = slices.at(layer);
+    const int rank = e["pid"];
+    const double part = s.channels > 0 ? static_cast<double>(s.k.at(rank)) / static_cast<double>(s.channels) : 1;
+    const LayerPass pass = kind == "forward" ? LayerPass::Forward
+                           : kind == "backward_weights" ? LayerPass::BackwardWeights : LayerPass::BackwardData;
+    // tp runs at the whole replica's batch (2 workers x 2 samples), each worker its channels.
+    const LayerWork w = layer_work(l, 4, pass, 4, 4, part);
+    SCOPED_TRACE(name);
+    EXPECT_DOUBLE_EQ(e["args"]["flops"].get<double>(), w.flops);
+    EXPECT_DOUBLE_EQ(e["args"]["bytes"].get<double>(), w.bytes);
+    if (l.spec.type == LayerType::Conv2d && pass == LayerPass::Forward)
+      EXPECT_DOUBLE_EQ(w.flops, l.forward_flops * 4 * part);
+    ++tp_checked;
+  }
+  EXPECT_GE(tp_checked, 2 * 3 * 6);  // 2 workers x (forward, data, weights) x at least 6 convolutions
 }
 
 }  // namespace
