@@ -2,12 +2,14 @@
 // (bench/roofline.h), then through `parbench run`: mfu = flop_per_s / (peak x devices) with a
 // machine file's peak, the CPU's measured peak shared by its workers, warmup_s, the report's MFU
 // column, and each traced layer span's FLOPs, bytes and roofline fraction against the net's plan.
+#include <chrono>
 #include <cmath>
 #include <map>
 
 #include "bench/roofline.h"
 #include "engine/check.h"
 #include "engine/model.h"
+#include "engine/trace.h"
 #include "projection/machine.h"
 #include "reports/table.h"
 #include "strategies/rules.h"
@@ -124,6 +126,53 @@ TEST(Roofline, LayerWorkCountsEachTensorOnce) {
   EXPECT_DOUBLE_EQ(layer_work(plan.layers[0], 2, LayerPass::BackwardWeights, 2, 2).bytes, 2 * (x + y) + 4 * (w + b));
   EXPECT_DOUBLE_EQ(layer_work(plan.layers[1], 2, LayerPass::Forward, 4, 4).bytes, 4 * 2 * y);
   EXPECT_DOUBLE_EQ(layer_work(plan.layers[1], 2, LayerPass::BackwardData, 4, 4).bytes, 4 * 3 * y);
+}
+
+// A span cut open by a host-side communicator call: the segment before the call carries no work,
+// the last one carries all of it and the time of both (busy_s), not the call's.
+TEST(Roofline, ASpanCutOpenKeepsItsWorkOnceWithTheTimeOfItsSegments) {
+  auto be = make_backend(cpu(0));
+  Tracer t;
+  t.set_detail(true);
+  t.begin_step(*be, Tracer::clock::now());
+  auto busy_wait = [](double s) {
+    const auto end = Tracer::clock::now() + std::chrono::duration<double>(s);
+    while (Tracer::clock::now() < end) {
+    }
+  };
+  {
+    Tracer::Scope span = t.compute(Phase::Backward, 0, [] { return std::string("L3 conv2d"); });
+    t.add_work(1e9, 1e6);
+    busy_wait(2e-3);
+    t.suspend();
+    busy_wait(5e-3);  // the communicator's call: not the layer's time
+    t.resume();
+    t.add_work(2e9, 3e6);
+    busy_wait(1e-3);
+  }
+  t.end_step();
+  ASSERT_EQ(t.spans().size(), 2u);
+  const Span& first = t.spans()[0];
+  const Span& last = t.spans()[1];
+  EXPECT_EQ(first.flops, 0);
+  EXPECT_EQ(first.busy_s, 0);
+  EXPECT_EQ(last.flops, 3e9);
+  EXPECT_EQ(last.bytes, 4e6);
+  EXPECT_DOUBLE_EQ(last.busy_s, (first.end_s - first.start_s) + (last.end_s - last.start_s));
+  EXPECT_LT(last.busy_s, last.end_s - first.start_s - 4e-3);  // the call's 5 ms left out
+  // In the trace file: the work, the busy time and (once set) the fraction in args.
+  std::vector<Span> spans = t.spans();
+  spans[1].roofline_fraction = 0.25;
+  const json doc = json::parse(chrome_trace({spans}, {"worker 0"}, {}));
+  int with_work = 0;
+  for (const json& e : doc["traceEvents"])
+    if (e["ph"] == "X" && e["args"].contains("flops")) {
+      ++with_work;
+      EXPECT_EQ(e["args"]["flops"], 3e9);
+      EXPECT_DOUBLE_EQ(e["args"]["busy_us"].get<double>(), last.busy_s * 1e6);
+      EXPECT_EQ(e["args"]["roofline_fraction"], 0.25);
+    }
+  EXPECT_EQ(with_work, 1);
 }
 
 double counter(const json& b, const char* name) { return b.at(name).get<double>(); }
