@@ -334,6 +334,10 @@ int cmd_run(const std::vector<std::string>& args) {
   const bool console = format == "console";
   std::FILE* const text_out = console ? stdout : stderr;
 
+  // Before the run folder: a bad --machine file leaves none behind.
+  sw.roofline.source = "none: not measured (--benchmark_list_tests)";
+  if (!list_only) sw.roofline = run_roofline(plan.kind, f);
+
   std::string dir = f.str("out");
   if (dir.empty()) dir = fresh_run_dir(sw.net.name);
   std::optional<DirLock> lock;  // one writer per run folder; removed again if nothing was written
@@ -342,8 +346,6 @@ int cmd_run(const std::vector<std::string>& args) {
     write_file_atomic(dir + "/config" + std::filesystem::path(f.config_file()).extension().string(), read_file(f.config_file()));
   const std::string json_path = dir + "/results.json";
 
-  sw.roofline.source = "none: not measured (--benchmark_list_tests)";
-  if (!list_only) sw.roofline = run_roofline(plan.kind, f);
   add_run_context(plan, f, sw);
   if (!list_only) prime(sw, plan.configs);
   if (f.on("trace") && !list_only) sw.trace_dir = dir;
