@@ -28,7 +28,7 @@ struct Roofline {
   double peak_for(int devices) const { return shared ? flops_per_s : flops_per_s * devices; }
 };
 
-// A row of the datasheet table: dense (no sparsity) tensor/vector peaks and HBM bandwidth.
+// A row of the datasheet table: dense (no sparsity) tensor/vector peaks and memory bandwidth.
 struct GpuDatasheet {
   const char* model;  // "NVIDIA H100 SXM"
   double fp32, tf32, bf16;  // FLOP/s; 0 where the GPU has no such unit
