@@ -72,6 +72,7 @@ class CudaBackend final : public Backend {
       const std::string why = cuda_bf16_refusal(prop.major, prop.minor, gpu_name_);
       if (!why.empty()) throw Error(why);
       bf16_ = std::make_unique<cu::CudaBf16>(dev(), cudnn_, cublas_, stream_, opts.workspace_cap_bytes, exhaustive_);
+      bf16_->use_partials(&partials_);
     }
     // MSE scratch: partial sums, then the completion counter, which starts at zero.
     mse_scratch_ = std::make_unique<Buffer>(dev(), cu::kMseMaxBlocks * sizeof(double) + sizeof(unsigned int));
@@ -138,7 +139,7 @@ class CudaBackend final : public Backend {
     const int N = to_int(n, "batch"), I = to_int(in, "in_features"), O = to_int(out, "out_features");
     CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_T, I, O, N, &kOne, x, I, dy, O,
                              accumulate ? &kOne : &kZero, dw, I));
-    if (db) cu::launch_column_sums(stream_, n, out, dy, db, accumulate);
+    if (db) cu::launch_column_sums(stream_, n, out, dy, db, accumulate, partials_);
   }
 
   // Under bf16 the fp32 convolutions and linear layers refuse: a caller without autocast (tp
@@ -248,8 +249,10 @@ class CudaBackend final : public Backend {
   void synchronize() override {
     cu::use_device(device_);
     CUDA_CHECK(cudaStreamSynchronize(stream_));
-    // Only this stream's convolutions use the workspace, and they are done: an outgrown one can go.
+    // Only this stream's convolutions and reductions use the workspaces, and they are done: an
+    // outgrown one can go.
     convs_.release_outgrown();
+    partials_.release_outgrown();
   }
 
   // A memset where it can be one (all-zero bits are 0.0f), on the given queue like every op.
@@ -340,6 +343,8 @@ class CudaBackend final : public Backend {
   cu::Stream stream_;
   cu::CudnnHandle cudnn_;
   cu::CublasHandle cublas_;
+  // The bias gradients' partial sums (fp32 Linear and bf16), in the workspace pool.
+  cu::PartialsScratch partials_{Device{DeviceKind::Cuda, device_}};
   std::unique_ptr<cu::CudaBf16> bf16_;  // Precision::Bf16 only; declared after the handles it uses
   std::string gpu_name_;
   cu::CudnnConv convs_;

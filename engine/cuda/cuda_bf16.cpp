@@ -133,7 +133,7 @@ void CudaBf16::conv_backward_weights(const ConvGeom& g, const Bf16* x, const Bf1
                                                workspace(p.ws_filter), p.ws_filter, &kZero, p.w, d16));
   }
   launch_widen_bf16(stream_, wn, d16, dw, accumulate);
-  launch_channel_sums_bf16(stream_, g.n, g.k, g.p() * g.q(), dy, db, accumulate);
+  launch_channel_sums_bf16(stream_, g.n, g.k, g.p() * g.q(), dy, db, accumulate, *partials_);
 }
 
 void CudaBf16::linear_forward(int64_t n, int64_t in, int64_t out, const Bf16* x, const Bf16* w, const Bf16* b,
@@ -164,7 +164,7 @@ void CudaBf16::linear_backward_weights(int64_t n, int64_t in, int64_t out, const
   // bf16 inputs, fp32 output and accumulation (beta = 1 adds to the fp32 gradient).
   CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_N, CUBLAS_OP_T, I, O, N, &kOne, x, CUDA_R_16BF, I, dy, CUDA_R_16BF, O,
                             accumulate ? &kOne : &kZero, dw, CUDA_R_32F, I, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-  launch_channel_sums_bf16(stream_, n, out, 1, dy, db, accumulate);
+  launch_channel_sums_bf16(stream_, n, out, 1, dy, db, accumulate, *partials_);
 }
 
 }  // namespace pb::cu

@@ -1,9 +1,8 @@
 // parbench's own CUDA kernels: element-wise ops, the fused MSE loss+gradient and the fused
-// Adam step. Float arithmetic uses the explicitly rounded intrinsics (__fmul_rn, ...) where
-// the CPU backend's operation order matters, so nvcc cannot contract it into FMAs.
+// Adam step, on grids from engine/kernel_shapes.h. Float arithmetic uses the explicitly rounded
+// intrinsics (__fmul_rn, ...) where the CPU backend's operation order matters, so nvcc cannot
+// contract it into FMAs.
 #include "engine/cuda/cuda_kernels.h"
-
-#include <algorithm>
 
 #include "engine/check.h"
 
@@ -11,14 +10,7 @@ namespace pb::cu {
 
 namespace {
 
-constexpr int kThreads = 256;
-// Grid-stride loops: enough blocks to fill any current GPU several times over, never more
-// than the work needs.
-constexpr int64_t kMaxBlocks = 8192;
-
-unsigned blocks_for(int64_t n) {
-  return static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxBlocks));
-}
+using kernels::kThreads;
 
 __device__ inline int64_t first_index() {
   return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -44,15 +36,6 @@ __global__ void relu_backward_kernel(int64_t n, const float* y, const float* dy,
 __global__ void broadcast_rows_kernel(int64_t rows, int64_t cols, const float* b, float* y) {
   const int64_t n = rows * cols;
   for (int64_t i = first_index(); i < n; i += grid_stride()) y[i] = b[i % cols];
-}
-
-// One thread per column; neighbouring threads read neighbouring addresses of each row.
-__global__ void column_sums_kernel(int64_t rows, int64_t cols, const float* dy, float* db, bool accumulate) {
-  for (int64_t o = first_index(); o < cols; o += grid_stride()) {
-    double s = 0;
-    for (int64_t i = 0; i < rows; ++i) s += dy[i * cols + o];
-    db[o] = accumulate ? __fadd_rn(static_cast<float>(s), db[o]) : static_cast<float>(s);
-  }
 }
 
 // Sum of `v` over the block, valid in thread 0. blockDim.x must be kThreads.
@@ -110,52 +93,47 @@ __global__ void adam_kernel(int64_t n, float* p, const float* g, float* m, float
   }
 }
 
+// The grid each launch uses is kernel_shapes.h's for that kernel.
+unsigned grid(const kernels::Launch& l) { return static_cast<unsigned>(l.blocks); }
+
 }  // namespace
 
 void launch_fill(cudaStream_t stream, int64_t n, float value, float* y) {
   if (n <= 0) return;
-  fill_kernel<<<blocks_for(n), kThreads, 0, stream>>>(n, value, y);
+  fill_kernel<<<grid(kernels::fill(n)), kThreads, 0, stream>>>(n, value, y);
   CUDA_CHECK_LAST();
 }
 
 void launch_relu_forward(cudaStream_t stream, int64_t n, const float* x, float* y) {
   if (n <= 0) return;
-  relu_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(n, x, y);
+  relu_forward_kernel<<<grid(kernels::relu_forward(n)), kThreads, 0, stream>>>(n, x, y);
   CUDA_CHECK_LAST();
 }
 
 void launch_relu_backward(cudaStream_t stream, int64_t n, const float* y, const float* dy, float* dx) {
   if (n <= 0) return;
-  relu_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(n, y, dy, dx);
+  relu_backward_kernel<<<grid(kernels::relu_backward(n)), kThreads, 0, stream>>>(n, y, dy, dx);
   CUDA_CHECK_LAST();
 }
 
 void launch_broadcast_rows(cudaStream_t stream, int64_t rows, int64_t cols, const float* b, float* y) {
   if (rows <= 0 || cols <= 0) return;
-  broadcast_rows_kernel<<<blocks_for(rows * cols), kThreads, 0, stream>>>(rows, cols, b, y);
-  CUDA_CHECK_LAST();
-}
-
-void launch_column_sums(cudaStream_t stream, int64_t rows, int64_t cols, const float* dy, float* db,
-                        bool accumulate) {
-  if (cols <= 0) return;
-  column_sums_kernel<<<blocks_for(cols), kThreads, 0, stream>>>(rows, cols, dy, db, accumulate);
+  broadcast_rows_kernel<<<grid(kernels::broadcast_rows(rows, cols)), kThreads, 0, stream>>>(rows, cols, b, y);
   CUDA_CHECK_LAST();
 }
 
 void launch_mse_loss_grad(cudaStream_t stream, int64_t n, const float* y, const float* t, float grad_scale,
                           float* dy, float* loss_sum, MseScratch scratch) {
   // n == 0 still runs one block, so loss_sum becomes 0 as on the CPU.
-  const unsigned blocks = std::max(1u, std::min(blocks_for(n), static_cast<unsigned>(kMseMaxBlocks)));
-  mse_loss_grad_kernel<<<blocks, kThreads, 0, stream>>>(n, y, t, grad_scale, dy, loss_sum, scratch.partials,
-                                                       scratch.counter);
+  mse_loss_grad_kernel<<<grid(kernels::mse_loss_grad(n)), kThreads, 0, stream>>>(n, y, t, grad_scale, dy, loss_sum,
+                                                                                 scratch.partials, scratch.counter);
   CUDA_CHECK_LAST();
 }
 
 void launch_adam(cudaStream_t stream, int64_t n, float* p, const float* g, float* m, float* v,
                  const AdamStepScalars& s) {
   if (n <= 0) return;
-  adam_kernel<<<blocks_for(n), kThreads, 0, stream>>>(n, p, g, m, v, s);
+  adam_kernel<<<grid(kernels::adam(n, s.weight_decay != 0.0f)), kThreads, 0, stream>>>(n, p, g, m, v, s);
   CUDA_CHECK_LAST();
 }
 
