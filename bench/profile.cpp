@@ -12,6 +12,7 @@
 #include "bench/cli.h"
 #include "bench/run.h"
 #include "engine/check.h"
+#include "engine/conv_policy.h"
 #include "engine/fsutil.h"
 #include "engine/layer_profile.h"
 #include "engine/memory_estimate.h"
@@ -38,7 +39,7 @@ std::vector<Flag> profile_flags() {
   std::vector<Flag> flags;
   for (const Flag& fl : run_flags())
     if (fl.name == "workload" || fl.name == "image" || fl.name == "width" || fl.name == "device-kind" ||
-        fl.name == "precision" || fl.name == "seed")
+        fl.name == "precision" || fl.name == "seed" || fl.name == "conv-workspace-mib")
       flags.push_back(fl);
   flags.push_back({"device", "INDEX", "which device: the GPU's index on CUDA (CPU: the one CPU)", "0"});
   flags.push_back({"threads", "N", "CPU threads (0: all cores)", "0"});
@@ -87,6 +88,7 @@ int cmd_profile(const std::vector<std::string>& args) {
   BackendOptions bo;
   bo.threads = static_cast<int>(threads);
   bo.precision = parse_precision(f.str("precision"));
+  bo.conv_workspace_cap_bytes = conv_workspace_cap(f);
   const Device dev{kind, static_cast<int>(index)};
   const uint64_t seed = static_cast<uint64_t>(f.integer("seed"));
   auto make = [&] { return make_backend(dev, bo); };
@@ -145,6 +147,7 @@ int cmd_profile(const std::vector<std::string>& args) {
   c["timing"] = "median of the repetitions on the device's own clock (CPU: steady clock around synchronous calls; "
                 "CUDA: events on the compute stream)";
   c[ctx::precision.name] = f.str("precision");
+  c[ctx::conv_workspace_policy.name] = kind == DeviceKind::Cuda ? conv_workspace_policy_name(bo.conv_workspace_cap_bytes) : "n/a";
   c[ctx::threads_per_worker.name] = threads == 0 ? "auto" : std::to_string(threads);
   c[ctx::workload.name] = net.name;
   c[ctx::workload_source.name] = f.str("workload");

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "engine/bf16.h"
@@ -71,7 +72,9 @@ struct BackendOptions {
   bool cpu_blocked = true;
   Precision precision = Precision::Fp32;
   bool exhaustive_conv_search = false;  // CUDA: timed algorithm search, cached per shape
-  std::size_t workspace_cap_bytes = std::size_t(1) << 30;  // CUDA: conv workspace cap
+  // CUDA: the most workspace a convolution algorithm may use (--conv-workspace-mib); none: the
+  // fastest algorithm whose workspace the allocator can give (engine/conv_policy.h).
+  std::optional<std::size_t> conv_workspace_cap_bytes;
   double memory_limit_bytes = 0;  // memory a configuration may use per GPU / in all on CPU; 0 = what the device has
 };
 

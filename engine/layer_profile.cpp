@@ -6,6 +6,7 @@
 
 #include "engine/check.h"
 #include "engine/model.h"
+#include "engine/model_detail.h"
 
 namespace pb {
 
@@ -131,20 +132,21 @@ NetProfile profile_net(const NetPlan& plan, Backend& be, const ProfileOptions& o
   return out;
 }
 
-std::vector<std::size_t> layer_workspace_bytes(const NetPlan& plan, int64_t batch,
-                                               const std::function<std::unique_ptr<Backend>()>& make) {
-  std::vector<std::size_t> out;
+std::vector<LayerConvChoice> layer_conv_choices(const NetPlan& plan, int64_t batch,
+                                                const std::function<std::unique_ptr<Backend>()>& make) {
+  std::vector<LayerConvChoice> out;
   const int L = static_cast<int>(plan.layers.size());
   const std::vector<float> params = init_params(plan, 0);
   for (int i = 0; i < L; ++i) {
     const LayerPlan& l = plan.layers[i];
     if (l.spec.type == LayerType::Flatten) {
-      out.push_back(0);
+      out.emplace_back();
       continue;
     }
     std::unique_ptr<Backend> be = make();
     Allocator& a = allocator_for(be->device());
     const std::size_t before = a.current_bytes(MemoryPool::Workspace);
+    LayerConvChoice c;
     {
       Sequential layer(plan, i, i + 1, *be);
       layer.load_params(params);
@@ -155,10 +157,19 @@ std::vector<std::size_t> layer_workspace_bytes(const NetPlan& plan, int64_t batc
       layer.forward(x.data(), batch);
       layer.backward(dy.data(), i > 0 ? dx.data() : nullptr, false);
       be->synchronize();
+      if (l.spec.type == LayerType::Conv2d) c.algorithms = be->conv_algorithms(model_detail::geom(l, batch));
     }
     const std::size_t after = a.current_bytes(MemoryPool::Workspace);
-    out.push_back(after > before ? after - before : 0);
+    c.workspace_bytes = after > before ? after - before : 0;
+    out.push_back(std::move(c));
   }
+  return out;
+}
+
+std::vector<std::size_t> layer_workspace_bytes(const NetPlan& plan, int64_t batch,
+                                               const std::function<std::unique_ptr<Backend>()>& make) {
+  std::vector<std::size_t> out;
+  for (const LayerConvChoice& c : layer_conv_choices(plan, batch, make)) out.push_back(c.workspace_bytes);
   return out;
 }
 

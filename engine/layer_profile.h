@@ -58,5 +58,13 @@ NetProfile at_slowest_pace(const std::vector<NetProfile>& workers, double* facto
 // and the growth of its device's workspace count is that layer's figure.
 std::vector<std::size_t> layer_workspace_bytes(const NetPlan& plan, int64_t batch,
                                                const std::function<std::unique_ptr<Backend>()>& make);
+// The same run, with what each convolution layer's backend chose (Backend::conv_algorithms: CUDA,
+// each direction's cuDNN engine or algorithm and its workspace; empty on CPU, which chooses none).
+struct LayerConvChoice {
+  std::size_t workspace_bytes = 0;
+  std::string algorithms;
+};
+std::vector<LayerConvChoice> layer_conv_choices(const NetPlan& plan, int64_t batch,
+                                                const std::function<std::unique_ptr<Backend>()>& make);
 
 }  // namespace pb

@@ -135,7 +135,8 @@ inline constexpr Key nccl{"nccl", "-", "CUDA builds: NCCL version, or not built"
 inline constexpr Key conv_search{"PARBENCH_CONV_SEARCH", "-", "the environment variable as set for the run, or unset", M::Gpu};
 inline constexpr Key cpu_winograd{"PARBENCH_CPU_WINOGRAD", "-", "the environment variable as set for the run, or unset", M::Always};
 inline constexpr Key cudnn_api{"PARBENCH_CUDNN_API", "-", "the environment variable as set for the run, or unset", M::Gpu};
-inline constexpr Key conv_workspace{"PARBENCH_CONV_WORKSPACE_MIB", "-", "the environment variable as set for the run, or unset", M::Gpu};
+inline constexpr Key conv_workspace_policy{"conv_workspace_policy", "-", "CUDA: fastest-fits (no cap: each convolution direction runs the fastest algorithm whose workspace the GPU can give) or cap N MiB (--conv-workspace-mib); CPU: n/a", M::Gpu};
+inline constexpr Key conv_layers{"conv_layers", "-", "each convolution layer alone on one device at the run's one-device batch, before the sweep: its library workspace in bytes and, on CUDA, each direction's cuDNN engine or algorithm and workspace; one 'layer N: ...' entry per layer, joined by ' / '"};
 inline constexpr Key precision{"precision", "-", "fp32, tf32 or bf16", M::Always};
 inline constexpr Key scaling{"scaling", "-", "weak (batch per device fixed) or strong (global batch fixed)", M::Always};
 inline constexpr Key batch{"batch", "samples", "the --batch value (per device under weak scaling, global under strong)"};
@@ -179,7 +180,8 @@ inline constexpr Key kContext[] = {
     context::timing, context::parbench_version, context::parbench_commit, context::device_kind,   context::cpu_model,
     context::cpu_threads,      context::conv_backend,    context::gpu_count,     context::gpu_names,
     context::cuda_driver,      context::cuda_runtime,    context::cudnn,         context::nccl,
-    context::conv_search,      context::cpu_winograd,    context::cudnn_api,     context::conv_workspace,
+    context::conv_search,      context::cpu_winograd,    context::cudnn_api,     context::conv_workspace_policy,
+    context::conv_layers,
     context::precision,        context::scaling,
     context::batch,            context::batch_meaning,   context::workload,      context::workload_source,
     context::workload_params,  context::input_shape,     context::param_count,   context::forward_flops_per_sample,

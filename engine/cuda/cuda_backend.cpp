@@ -4,7 +4,6 @@
 #include "engine/cuda/cuda_backend.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <memory>
@@ -38,24 +37,10 @@ bool exhaustive_search(const BackendOptions& opts) {
   throw UsageError(fmt::format("PARBENCH_CONV_SEARCH must be 'exhaustive' or 'heuristic', got '{}'", v));
 }
 
-// The convolution workspace cap: PARBENCH_CONV_WORKSPACE_MIB, when set, overrides the option for
-// the whole process (PyTorch sets none: its searches take what the allocator can give).
-BackendOptions with_workspace_cap(BackendOptions opts) {
-  const char* env = std::getenv("PARBENCH_CONV_WORKSPACE_MIB");
-  if (env == nullptr || *env == '\0') return opts;
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long mib = std::strtoull(env, &end, 10);
-  if (*end != '\0' || errno != 0 || env[0] == '-' || mib > (std::size_t(1) << 30))
-    throw UsageError(fmt::format("PARBENCH_CONV_WORKSPACE_MIB must be a whole number of MiB (0 to 2^30), got '{}'", env));
-  opts.workspace_cap_bytes = static_cast<std::size_t>(mib) << 20;
-  return opts;
-}
-
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int device, const BackendOptions& options)
-      : device_(device), opts_(with_workspace_cap(options)), exhaustive_(exhaustive_search(opts_)),
+      : device_(device), opts_(options), exhaustive_(exhaustive_search(opts_)),
         set_device_(device),
         convs_(Device{DeviceKind::Cuda, device}, opts_, exhaustive_, cudnn_) {
     const BackendOptions& opts = opts_;
@@ -71,7 +56,8 @@ class CudaBackend final : public Backend {
     if (opts.precision == Precision::Bf16) {
       const std::string why = cuda_bf16_refusal(prop.major, prop.minor, gpu_name_);
       if (!why.empty()) throw Error(why);
-      bf16_ = std::make_unique<cu::CudaBf16>(dev(), cudnn_, cublas_, stream_, opts.workspace_cap_bytes, exhaustive_);
+      bf16_ = std::make_unique<cu::CudaBf16>(dev(), cudnn_, cublas_, stream_, opts.conv_workspace_cap_bytes,
+                                             exhaustive_);
       bf16_->use_partials(&partials_);
     }
     // MSE scratch: partial sums, then the completion counter, which starts at zero.
@@ -109,7 +95,9 @@ class CudaBackend final : public Backend {
     cu::use_device(device_);
     convs_.backward_weights(g, x, dy, dw, db, accumulate);
   }
-  std::string conv_algorithms(const ConvGeom& g) const override { return convs_.algorithms(g); }
+  std::string conv_algorithms(const ConvGeom& g) const override {
+    return bf16_ ? bf16_->algorithms(g) : convs_.algorithms(g);
+  }
 
   // Row-major PyTorch layouts seen as column-major: x[n,in] is X'[in,n], w[out,in] is
   // W'[in,out], y[n,out] is Y'[out,n]. So y = x w^T is Y' = W'^T X'.
