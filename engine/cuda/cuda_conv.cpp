@@ -267,6 +267,7 @@ void CudnnConv::release_outgrown() noexcept { outgrown_.clear(); }
 void CudnnConv::release_workspace() noexcept {
   outgrown_.clear();
   workspace_.reset();
+  dw_scratch_.reset();
 }
 
 // The most workspace a search may use: the configured cap, and no more than the current

@@ -43,7 +43,8 @@ class CudnnConv {
   // Frees the workspaces outgrown so far; only when no queued convolution can still use them
   // (the backend's stream is idle).
   void release_outgrown() noexcept;
-  // Frees the workspace too (the stream idle, as for release_outgrown).
+  // Frees the workspace and the accumulating backward-weights scratch too (the stream idle, as for
+  // release_outgrown).
   void release_workspace() noexcept;
 
  private:
