@@ -293,7 +293,8 @@ TEST_F(ProfileCli, WritesEveryFieldOfProfileJson) {
     for (const char* pass : {"forward", "backward_data", "backward_weights"}) {
       SCOPED_TRACE(pass);
       const nlohmann::json& q = passes.at(pass);
-      EXPECT_EQ(q.size(), 5u) << q.dump();
+      for (const char* k : {"s", "first_call_s", "workspace_bytes", "algorithm", "flops_per_sample"})
+        EXPECT_TRUE(q.contains(k)) << k;
       for (const char* k : {"s", "first_call_s", "workspace_bytes", "algorithm"}) ASSERT_EQ(q.at(k).size(), 2u) << k;
       const std::string flat = std::string(pass) + "_s";
       EXPECT_EQ(q.at("s"), l.at(flat)) << "the same medians as the flat field";
