@@ -15,6 +15,7 @@
 #include "engine/cuda/cuda_conv.h"
 #include "engine/cuda/cudnn_graph.h"
 #include "engine/cuda/cuda_kernels.h"
+#include "engine/cuda/cuda_random_fill.h"
 #include "engine/cuda/cuda_util.h"
 #include "engine/tensor.h"
 
@@ -98,6 +99,7 @@ class CudaBackend final : public Backend {
   std::string conv_algorithms(const ConvGeom& g) const override {
     return bf16_ ? bf16_->algorithms(g) : convs_.algorithms(g);
   }
+  std::array<std::string, 3> conv_pass_algorithms(const ConvGeom& g, bool) override { return convs_.pass_algorithms(g); }
 
   // Row-major PyTorch layouts seen as column-major: x[n,in] is X'[in,n], w[out,in] is
   // W'[in,out], y[n,out] is Y'[out,n]. So y = x w^T is Y' = W'^T X'.
@@ -242,6 +244,11 @@ class CudaBackend final : public Backend {
     convs_.release_outgrown();
     partials_.release_outgrown();
   }
+  // cuDNN's convolution workspace; bf16's own (cu::CudaBf16) stays.
+  void release_workspace() override {
+    synchronize();
+    convs_.release_workspace();
+  }
 
   // A memset where it can be one (all-zero bits are 0.0f), on the given queue like every op.
   void fill(float* dst, int64_t n, float value, Stream* s) override {
@@ -251,6 +258,11 @@ class CudaBackend final : public Backend {
       CUDA_CHECK(cudaMemsetAsync(dst, 0, static_cast<std::size_t>(n) * sizeof(float), queue(s)));
     else
       cu::launch_fill(queue(s), n, value, dst);
+  }
+  void fill_normal(float* dst, int64_t n, uint64_t seed, uint64_t offset, float scale, Stream* s) override {
+    if (n <= 0) return;
+    cu::use_device(device_);
+    cu::launch_fill_normal(queue(s), n, seed, offset, scale, dst);
   }
   void copy_2d(float* dst, int64_t dst_pitch, const float* src, int64_t src_pitch, int64_t width, int64_t rows,
                Stream* s) override {

@@ -198,6 +198,28 @@ std::string CudnnConv::algorithms(const ConvGeom& g) const {
   return fmt::format("{} on {}: {}", geom_str(g), dev_.str(), out);
 }
 
+std::array<std::string, 3> CudnnConv::pass_algorithms(const ConvGeom& g) const {
+  std::array<std::string, 3> out;
+  const auto parts = conv_batch_parts(g);
+  for (const BatchPart& part : parts) {
+    const auto it = plans_.find(key_of(sub_batch(g, part.n)));
+    const std::string at = parts.size() > 1 ? fmt::format("batch {}..{}: ", part.offset, part.offset + part.n - 1) : "";
+    const char* dirs[3] = {"forward", "backward-data", "backward-filter"};
+    for (int d = 0; d < 3; ++d) {
+      std::string s = "not planned";
+      if (it != plans_.end()) {
+        const ConvPlan& p = *it->second;
+        const std::string& graph = d == 0 ? p.graph_fwd : d == 1 ? p.graph_bwd_data : p.graph_bwd_filter;
+        const std::optional<AlgoChoice>& legacy = d == 0 ? p.fwd : d == 1 ? p.bwd_data : p.bwd_filter;
+        s = legacy || graph.empty() ? choice_str(dirs[d], legacy).substr(std::string(dirs[d]).size() + 1) : graph;
+      }
+      if (!out[d].empty()) out[d] += "; ";
+      out[d] += at + s;
+    }
+  }
+  return out;
+}
+
 ConvPlan& CudnnConv::plan_for(const ConvGeom& g) {
   const Key key = key_of(g);
   auto it = plans_.find(key);
@@ -240,6 +262,11 @@ void* CudnnConv::workspace(std::size_t bytes) {
 }
 
 void CudnnConv::release_outgrown() noexcept { outgrown_.clear(); }
+void CudnnConv::release_workspace() noexcept {
+  outgrown_.clear();
+  workspace_.reset();
+  dw_scratch_.reset();
+}
 
 // The most workspace a timed search (cudnnFind*Ex) may use: the cap where one is set, and no more
 // than the current buffer or what is free on the device (a larger buffer is allocated beside the
