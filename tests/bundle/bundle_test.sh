@@ -132,11 +132,15 @@ for what in 'NVIDIA driver:' 'GPUs:' 'libcudart:' 'libcudnn:' 'libnccl:' 'libstd
   sed -n "$first,${integrity}p" "$tmp/dry.txt" | grep -q "^  $what" || fail "what it found lacks '$what'"
 done
 n=$(find "$tmp/dry" -type f | wc -l)
-[ "$n" -le 8 ] || fail "$n output files, more than 8"
+[ "$n" -le 9 ] || fail "$n output files, more than 9"
 others=$(cd "$tmp/dry" && find . -type f | sed 's|^\./||' |
-         grep -vxE 'gpu_check\.log|env\.txt|tests\.log|torch\.log|run\.log|run\.tar\.gz|sanitizer\.log|summary\.md')
+         grep -vxE 'gpu_check\.log|env\.txt|tests\.log|torch\.log|layers\.json|run\.log|run\.tar\.gz|sanitizer\.log|summary\.md')
 [ -z "$others" ] || fail "files gpu_check.sh does not promise: $others"
 [ -z "$(ls -A "$tmp/cwd")" ] || fail "the dry run left files where it was started: $(ls -A "$tmp/cwd")"
+# Stage 3b's chain ran on the CPU: profiles, the joined table, its rows in layers.json.
+grep -qE '^stage 3b on CPU: [1-9][0-9]* table rows' "$tmp/dry.txt" || { cat "$tmp/dry.txt"; fail "the dry run did not make stage 3b's table"; }
+python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); sys.exit(0 if d["rows"] and d["engine_precisions"] == ["bf16", "tf32"] else 1)' \
+  "$tmp/dry/layers.json" || fail "layers.json lacks the rows of the engine's tf32 and bf16 profiles"
 echo "gpu_check.sh --dry-run: found first, exit 2 'no GPU' in ${elapsed}s, $n promised file(s)"
 
 # A bundle missing a library is caught by the library check, a changed file by the integrity check.
