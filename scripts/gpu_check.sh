@@ -329,6 +329,8 @@ layer_stage() {
     prc=$?
     [ "$prc" = 0 ] && layers_table=$(cat "$dir/layers.md") || bad+=("layer_table.py (exit $prc)")
     grep -E '^=== |^layer_table' "$log"
+    # The passes summed over the layers, per precision (the per-layer rows: summary.md).
+    awk '/summed over the layers/ {on = 1} /per layer \(ms/ {on = 0} on && !/^\|---/' "$dir/layers.md" 2>/dev/null
     [ "${#bad[@]}" = 0 ] || { echo "3b failed: ${bad[*]}"; return 1; }
 }
 stage3b() {

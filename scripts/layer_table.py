@@ -95,8 +95,11 @@ def engine_layers(doc, path):
             e = {"index": l["index"], "type": l["type"], "in": l["in"], "out": l["out"]}
             for key in ("forward_s", "backward_data_s", "backward_weights_s"):
                 e[key] = l[key][0]
+            # Per pass, where the profile has them: algorithm, first call, workspace.
             passes = l.get("passes", {})
             e["algorithms"] = {k: p["algorithm"][0] for k, p in passes.items() if p.get("algorithm", [""])[0]}
+            e["first_call_s"] = {k: p["first_call_s"][0] for k, p in passes.items() if "first_call_s" in p}
+            e["workspace_bytes"] = {k: p["workspace_bytes"][0] for k, p in passes.items() if "workspace_bytes" in p}
             out.append(e)
         return batch, doc.get("context", {}).get("precision"), out
     except (KeyError, IndexError, TypeError) as e:
@@ -194,11 +197,14 @@ def run(args):
                 best = min([t for t in (tn, tc) if t], default=None)
                 apart = key in ("bias_add_s", "bias_grad_s")
                 ratio = f"{e / best:.2f}" if e and best else "n/a"
-                algo = eng.get(l["index"], {}).get("algorithms", {}).get(key.replace("_s", ""), "")
+                el = eng.get(l["index"], {})
+                algo = el.get("algorithms", {}).get(key[:-2], "")
                 row = {"precision": p, "layer": l["index"], "type": l["type"], "pass": label,
                        "shape": f"{l['in'][0]}->{l['out'][0]}", "flops": flops, "bytes": nbytes,
                        "roofline_s": roof, "engine_s": e, "torch_nchw_s": tn, "torch_channels_last_s": tc,
-                       "engine_over_best_torch": e / best if e and best else None, "engine_algorithm": algo or None}
+                       "engine_over_best_torch": e / best if e and best else None, "engine_algorithm": algo or None,
+                       "engine_first_call_s": el.get("first_call_s", {}).get(key[:-2]),
+                       "engine_workspace_bytes": el.get("workspace_bytes", {}).get(key[:-2])}
                 if apart and p in engine:
                     row["engine_note"] = NOT_APART
                 out_rows.append(row)
