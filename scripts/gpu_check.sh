@@ -191,6 +191,39 @@ gpu_tests() {
         done
 }
 
+# layer_stage DIR ENGINE_ARGS...: the engine's profile per precision, PyTorch's, the joined table
+# (in a dry run DIR holds CPU profiles of a tiny net). Sets layers_table; fails when a side failed.
+layer_stage() {
+    local dir=$1 precision prc bad=() engines=() log=$1/layers.log torch_json=$1/torch-layers.json
+    shift
+    mkdir -p "$dir"
+    for precision in $layer_precisions; do
+        echo "=== parbench profile $precision" >>"$log"
+        timeout "$(within "$profile_each")" "$bundle/parbench" profile "$@" --precision "$precision" \
+            --out "$dir/great_net-$precision.json" >>"$log" 2>&1
+        prc=$?
+        [ "$prc" = 0 ] && engines+=(--engine "$precision=$dir/great_net-$precision.json") || bad+=("engine $precision (exit $prc)")
+    done
+    if [ -n "${layers_torch_args:-}" ]; then
+        echo "=== PyTorch per layer: $layer_precisions; $peer_layouts" >>"$log"
+        timeout "$(within "$peer_layers_each")" "$python" "$bundle/scripts/torch_layer_profile.py" $layers_torch_args \
+            --precisions "$(tr ' ' , <<<"$layer_precisions")" --layouts "$(tr ' ' , <<<"$peer_layouts")" \
+            --json "$torch_json" >>"$log" 2>&1
+        prc=$?
+        [ "$prc" = 0 ] || { bad+=("PyTorch (exit $prc)"); rm -f "$torch_json"; }
+    fi
+    [ -f "$torch_json" ] && engines+=(--torch "$torch_json")
+    echo "=== layer_table.py" >>"$log"
+    timeout "$(within "$join_each")" "$python" "$bundle/scripts/layer_table.py" "${engines[@]}" --gpu "${gpu_name:-}" \
+        --json "$outdir/layers.json" >"$dir/layers.md" 2>>"$log"
+    prc=$?
+    [ "$prc" = 0 ] && layers_table=$(cat "$dir/layers.md") || bad+=("layer_table.py (exit $prc)")
+    grep -E '^=== |^layer_table' "$log"
+    # The passes summed over the layers, per precision (the per-layer rows: summary.md).
+    awk '/summed over the layers/ {on = 1} /per layer \(ms/ {on = 0} on && !/^\|---/' "$dir/layers.md" 2>/dev/null
+    [ "${#bad[@]}" = 0 ] || { echo "3b failed: ${bad[*]}"; return 1; }
+}
+
 # --- dry run: every later stage's command line, parsed ------------------------------------
 if [ "$dry_run" = 1 ]; then
     section "dry run: command lines of stages 2-5"
@@ -301,38 +334,6 @@ stage_begin "3 engine vs PyTorch" "$budget_torch" "$min_torch" && stage3
 
 # --- 3b. per layer and pass: engine and PyTorch against the roofline ---------------------------
 section "3b per layer: GreatNetwork 512x512 batch 1, engine (NCHW) and PyTorch (NCHW, channels_last), rooflines"
-# layer_stage DIR ENGINE_ARGS...: the engine's profile per precision, PyTorch's, the joined table
-# (in a dry run DIR holds CPU profiles of a tiny net). Sets layers_table; fails when a side failed.
-layer_stage() {
-    local dir=$1 precision prc bad=() engines=() log=$1/layers.log torch_json=$1/torch-layers.json
-    shift
-    mkdir -p "$dir"
-    for precision in $layer_precisions; do
-        echo "=== parbench profile $precision" >>"$log"
-        timeout "$(within "$profile_each")" "$bundle/parbench" profile "$@" --precision "$precision" \
-            --out "$dir/great_net-$precision.json" >>"$log" 2>&1
-        prc=$?
-        [ "$prc" = 0 ] && engines+=(--engine "$precision=$dir/great_net-$precision.json") || bad+=("engine $precision (exit $prc)")
-    done
-    if [ -n "${layers_torch_args:-}" ]; then
-        echo "=== PyTorch per layer: $layer_precisions; $peer_layouts" >>"$log"
-        timeout "$(within "$peer_layers_each")" "$python" "$bundle/scripts/torch_layer_profile.py" $layers_torch_args \
-            --precisions "$(tr ' ' , <<<"$layer_precisions")" --layouts "$(tr ' ' , <<<"$peer_layouts")" \
-            --json "$torch_json" >>"$log" 2>&1
-        prc=$?
-        [ "$prc" = 0 ] || { bad+=("PyTorch (exit $prc)"); rm -f "$torch_json"; }
-    fi
-    [ -f "$torch_json" ] && engines+=(--torch "$torch_json")
-    echo "=== layer_table.py" >>"$log"
-    timeout "$(within "$join_each")" "$python" "$bundle/scripts/layer_table.py" "${engines[@]}" --gpu "${gpu_name:-}" \
-        --json "$outdir/layers.json" >"$dir/layers.md" 2>>"$log"
-    prc=$?
-    [ "$prc" = 0 ] && layers_table=$(cat "$dir/layers.md") || bad+=("layer_table.py (exit $prc)")
-    grep -E '^=== |^layer_table' "$log"
-    # The passes summed over the layers, per precision (the per-layer rows: summary.md).
-    awk '/summed over the layers/ {on = 1} /per layer \(ms/ {on = 0} on && !/^\|---/' "$dir/layers.md" 2>/dev/null
-    [ "${#bad[@]}" = 0 ] || { echo "3b failed: ${bad[*]}"; return 1; }
-}
 stage3b() {
     layers_torch_args="--device cuda --image 512 --width 1 --batch 1 --reps 3"
     layer_stage "$scratch/profile" --workload great_net --image 512 --width 1 --batch 1 --device-kind cuda \
