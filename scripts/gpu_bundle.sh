@@ -84,7 +84,7 @@ static_archive() {  # NAME REPO TAG ARCHIVE CMAKE_ARGS...: prints the archive's 
     local name=$1 repo=$2 tag=$3 archive=$4 src=$build/deps/$1-$3
     shift 4
     if [ ! -f "$build/deps/$name-$tag-build/$archive" ]; then
-        [ -d "$src" ] || git clone --quiet --depth 1 --branch "$tag" "$repo" "$src" >&2 ||
+        [ -d "$src" ] || git -c advice.detachedHead=false clone --quiet --depth 1 --branch "$tag" "$repo" "$src" >&2 ||
             die "cannot clone $name $tag from $repo (--${name}-repo URL: a clone or mirror of it)"
         { cmake -S "$src" -B "$build/deps/$name-$tag-build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_POSITION_INDEPENDENT_CODE=ON \
                 -DBUILD_SHARED_LIBS=OFF "${launcher[@]}" "$@" && cmake --build "$build/deps/$name-$tag-build" -j "$jobs" \
