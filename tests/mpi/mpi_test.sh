@@ -3,7 +3,7 @@
 # usage: mpi_test.sh MPIEXEC PARBENCH CASE   (CASE: replay-ddp|replay-mp|replay-pipeline|replay-pipeline-1f1b|
 #   replay-pipeline-zb|replay-pipeline-interleaved|replay-pipeline-recompute|replay-pipeline-1f1b-recompute|replay-fsdp|
 #   replay-zero2|replay-fsdp-prefetch|replay-zero2-prefetch|replay-tp|replay-hybrids|replay-bf16|replay-pipeline-bf16|replay-reduce-bf16|run|
-#   fail-rank|stopped-rank|mismatch)
+#   fail-rank|stopped-rank|mismatch|breakdown-mp|breakdown-pipeline|breakdown-fsdp)
 # Exit 77 (ctest: skipped) where a case cannot run on this machine.
 # Open MPI as root in a container needs --allow-run-as-root; --oversubscribe lets 2 ranks share
 # fewer cores; btl self,vader keeps it to shared memory (no network interfaces probed).
@@ -161,6 +161,23 @@ for s in ("fsdp", "tp"):
 print("results.json: world_size 2, hosts", ctx["hosts"], ",", len(b), "benchmark(s)")
 PY
   [ "$(grep -c '^| strategy | devices | ms/iteration' "$DIR/out.txt")" = 1 ] || fail "the table must be printed once (rank 0 only)"
+  ;;
+breakdown-mp | breakdown-pipeline | breakdown-fsdp)
+  # The time breakdown does not depend on whether the workers are threads or processes: over MPI
+  # a rank's wait for its peers is idle, as in-process (a pipeline's bubble is not transfer). The
+  # in-process split is the reference; the margins leave room for 2 processes on shared cores.
+  S=${CASE#breakdown-}
+  A="run --workload great_net --image 32 --width 0.25 --devices 2 --strategies $S --iterations 3 --warmup 1 --device-kind cpu"
+  "$PARBENCH" $A --out "$DIR/one" >/dev/null 2>&1 || fail "in-process run $S"
+  "${MPI[@]}" -n 2 "$PARBENCH" $A --out "$DIR/mpi" >/dev/null 2>&1 || fail "mpiexec -n 2 run $S"
+  /usr/bin/python3 - "$DIR/one/report.csv" "$DIR/mpi/report.csv" "$S" <<'PY' || fail "$S over MPI books its waits differently"
+import csv, sys
+one, mpi = (next(csv.DictReader(open(f))) for f in sys.argv[1:3])
+t1, i1, tm, im = float(one["transfer_share"]), float(one["idle_share"]), float(mpi["transfer_share"]), float(mpi["idle_share"])
+print(f"{sys.argv[3]}: in-process transfer {t1:.3f} idle {i1:.3f}; MPI transfer {tm:.3f} idle {im:.3f}")
+assert tm < t1 + 0.05, "MPI transfer share more than 5 points above in-process"
+assert abs(im - i1) < 0.10, "MPI idle share not within 10 points of in-process"
+PY
   ;;
 fail-rank)
   # Rank 1 throws during setup while rank 0 goes on into collectives: the job must end, fast.
