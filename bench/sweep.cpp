@@ -20,6 +20,7 @@
 #include "reports/gbjson.h"
 #include "reports/schema.h"
 #include "reports/stats.h"
+#include "reports/straggler.h"
 
 namespace pb {
 
@@ -219,6 +220,7 @@ void run_config(benchmark::State& state, Sweep& sw, const Config& c) {
   double kind_bytes[kCollKinds] = {}, kind_s[kCollKinds] = {}, kind_bus[kCollKinds] = {};
   bool staged = false;
   StepStats last;
+  std::vector<std::vector<double>> worker_compute;  // [worker][iteration]: for the straggler rule
   for (auto _ : state) {
     try {
       const auto t0 = std::chrono::steady_clock::now();
@@ -231,6 +233,8 @@ void run_config(benchmark::State& state, Sweep& sw, const Config& c) {
       if (!sw.warmup_s.count(c.name)) sw.warmup_s[c.name] = dt;  // --warmup 0: this was the first step
       last = s->stats();
       const StepBreakdown b = breakdown(last);
+      worker_compute.resize(last.workers.size());
+      for (std::size_t w = 0; w < last.workers.size(); ++w) worker_compute[w].push_back(last.workers[w].compute_s);
       bytes_sent += b.bytes_sent;
       transfer_max += b.transfer_s_max;
       exposed += b.exposed_comm_s;
@@ -290,6 +294,14 @@ void run_config(benchmark::State& state, Sweep& sw, const Config& c) {
   state.counters[k::workers_used.name] = last.workers_used;
   state.counters[k::oversubscribed.name] = last.oversubscribed ? 1 : 0;
   state.counters[k::iter_cv.name] = reports::coefficient_of_variation(times);
+  // Spread and stragglers (reports/straggler.h): every rank knows every worker's compute times.
+  state.counters[k::iter_p50_s.name] = reports::percentile(times, 50);
+  state.counters[k::iter_p99_s.name] = reports::percentile(times, 99);
+  if (worker_compute.size() > 1) {
+    const reports::Straggler st = reports::find_straggler(worker_compute);
+    state.counters[k::straggler_ratio.name] = st.ratio;
+    if (st.rank >= 0) state.counters[k::straggler_rank.name] = st.rank;
+  }
   {
     // Memory by part; tensors + workspace are the allocators' peak, runtime what else the device holds.
     const int visible = c.options.kind == DeviceKind::Cuda ? cuda_device_count() : c.devices;

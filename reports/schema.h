@@ -31,7 +31,7 @@ inline constexpr Key devices{"devices", "count", "N, the devices (workers) of th
 inline constexpr Key peak_bytes_max{"peak_bytes_max", "bytes", "peak allocated bytes (engine tensors and library workspace) since setup, the largest over the workers"};
 inline constexpr Key peak_bytes_dev0{"peak_bytes_dev0", "bytes", "peak allocated bytes (engine tensors and library workspace) since setup on worker 0"};
 inline constexpr Key bytes_sent_per_iter{"bytes_sent_per_iter", "bytes", "per iteration, summed over the workers: each worker's collective payloads (the nccl-tests size) and sent messages"};
-inline constexpr Key transfer_s_max{"transfer_s_max", "s", "per iteration, the largest transfer time of a worker: the transfers alone (in-process: the copies, not the wait for peers; NCCL: the collectives' span on the GPU stream after every member arrived, and send/recv spans from the last peer's arrival where all ranks share the process; MPI: the whole calls, waiting included)"};
+inline constexpr Key transfer_s_max{"transfer_s_max", "s", "per iteration, the largest transfer time of a worker: the transfers alone (in-process: the copies, not the wait for peers; NCCL: the collectives' span on the GPU stream after every member arrived, and send/recv spans from the last peer's arrival where all ranks share the process; MPI: from the moment its peers arrived -- a barrier before each collective, MPI_Mprobe before a receive -- the copy of a message the receiver's)"};
 inline constexpr Key compute_share{"compute_share", "fraction", "forward + backward + loss + optimizer time summed over the workers / (N x step time), mean over iterations"};
 inline constexpr Key transfer_share{"transfer_share", "fraction", "transfer time summed over the workers / (N x step time), mean over iterations"};
 inline constexpr Key idle_share{"idle_share", "fraction", "idle time (waiting for peers, its own device, or the step's slowest worker) summed over the workers / (N x step time), mean over iterations"};
@@ -66,6 +66,11 @@ inline constexpr Key allocated_bytes{"allocated_bytes", "bytes", "the allocators
 inline constexpr Key mfu{"mfu", "fraction", "model FLOPs utilization: flop_per_s / peak_flop_per_s (absent when no peak is known; context roofline_source says why)"};
 inline constexpr Key peak_flop_per_s{"peak_flop_per_s", "FLOP/s", "the configuration's hardware peak: context roofline_peak_flop_per_s x devices (CPU workers sharing the cores: x 1)"};
 inline constexpr Key warmup_s{"warmup_s", "s", "the configuration's first step after its setup (the first untimed warm-up step; the first timed one under --warmup 0), from its start until the slowest worker is done, devices synchronized, as iterations are timed: one step plus first-call work (algorithm search, plan build, allocator growth)"};
+// Spread and stragglers (reports/straggler.h): multi-worker rows.
+inline constexpr Key iter_p50_s{"iter_p50_s", "s", "median of the iteration times within this repetition"};
+inline constexpr Key iter_p99_s{"iter_p99_s", "s", "99th percentile of the iteration times within this repetition (interpolated)"};
+inline constexpr Key straggler_ratio{"straggler_ratio", "ratio", "several workers: the slowest worker's median compute time per iteration / the median worker's"};
+inline constexpr Key straggler_rank{"straggler_rank", "rank", "the worker (MPI rank) named as the straggler: more than 10% above the median worker's compute time and by more than its own iterations' standard deviation; absent when none"};
 }  // namespace counter
 
 inline constexpr Key kCounters[] = {
@@ -80,7 +85,9 @@ inline constexpr Key kCounters[] = {
     counter::algbw_all_gather, counter::busbw_all_gather, counter::algbw_reduce_scatter, counter::busbw_reduce_scatter,
     counter::device_peak_bytes, counter::tensor_bytes, counter::workspace_bytes, counter::runtime_bytes,
     counter::worker_threads, counter::predicted_bytes, counter::allocated_bytes,
-    counter::mfu, counter::peak_flop_per_s, counter::warmup_s};
+    counter::mfu, counter::peak_flop_per_s, counter::warmup_s,
+    // spread and stragglers
+    counter::iter_p50_s, counter::iter_p99_s, counter::straggler_ratio, counter::straggler_rank};
 
 // ---- figures: what reports print, one name (CSV and JSON), one heading, one unit each --------
 inline constexpr double kMiB = 1024.0 * 1024.0;  // every memory figure is in MiB (2^20 bytes)

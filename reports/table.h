@@ -78,6 +78,11 @@ struct Row {
   // best: ahead of every other row at its device count by more than the two rows' spread (their
   // CVs added); tied: within that spread of the fastest, so no best at that device count.
   bool best = false, tied = false;
+  // Spread and stragglers (reports/straggler.h): iteration time percentiles (counters
+  // iter_p50_s, iter_p99_s, the median over repetitions), the slowest worker's compute over the
+  // median worker's (straggler_ratio), and the straggler named "rank R (host, device)" or empty.
+  std::optional<double> iter_p50_ms, iter_p99_ms, straggler_ratio;
+  std::string straggler;
 };
 
 struct Group {
@@ -92,6 +97,7 @@ struct Group {
   std::string baseline;          // name of the regular 1-device row; empty when absent
   std::optional<double> ideal_base_samples_per_s;  // thr(1) the ideal line scales: N * thr(1)
   std::vector<Row> rows;
+  std::vector<std::string> hosts;  // context hosts: each rank's host (one: every worker's)
   std::string title() const;
 };
 

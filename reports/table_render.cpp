@@ -57,6 +57,8 @@ std::optional<double> find(const std::map<std::string, double>& m, const std::st
 
 }  // namespace
 
+static std::string spread_table(const Group& g);  // below report_markdown
+
 std::string md_escape(const std::string& s) {
   std::string out;
   for (char c : s) {
@@ -153,6 +155,7 @@ std::string report_markdown(const Report& rep) {
     out += ". Formulas: docs/reports.md.\n";
     if (other_base) out += "+ this strategy has no one-device run: efficiency relative to regular on one device.\n";
     if (within) out += "\\* one repetition: CV over its iterations (add --benchmark_repetitions=N for CV over repetitions).\n";
+    out += spread_table(g);
     out += "\n" + memory_table(g);
   }
   if (rep.groups.empty()) out += "No benchmarks.\n";
@@ -163,6 +166,21 @@ std::string report_markdown(const Report& rep) {
 std::optional<double> predicted_error(const Row& r) {
   if (!r.predicted_mib || !r.allocated_mib || *r.allocated_mib <= 0) return std::nullopt;
   return *r.predicted_mib / *r.allocated_mib - 1;
+}
+
+// Spread and stragglers (reports/straggler.h) of the multi-worker rows.
+static std::string spread_table(const Group& g) {
+  std::string rows;
+  for (const Row& r : g.rows)
+    if (r.devices > 1 && !r.error && r.iter_p50_ms)
+      rows += fmt::format("| {} | {} | {} | {} | {} | {} |\n", r.strategy, r.devices, num(*r.iter_p50_ms), opt(r.iter_p99_ms),
+                          r.straggler_ratio ? fmt::format("{:.2f}", *r.straggler_ratio) : "-",
+                          r.straggler.empty() ? "none" : "**" + md_escape(r.straggler) + "**");
+  if (rows.empty()) return "";
+  return "Spread and stragglers:\n\n| strategy | devices | p50 ms | p99 ms | slowest compute / median | straggler |\n"
+         "|---|--:|--:|--:|--:|:--|\n" + rows +
+         "\np50, p99: of the iteration times. A straggler: a worker whose median compute time per iteration is more "
+         "than 10% above the median worker's and by more than its own iterations' spread (docs/reports.md).\n\n";
 }
 
 std::string report_csv(const Report& rep) {
@@ -177,7 +195,8 @@ std::string report_csv(const Report& rep) {
                   fig::threads.name, fig::predicted.name, fig::allocated.name, fig::predicted_error.name);
   for (const char* k : kKinds) out += fmt::format(",algbw_{},busbw_{}", k, k);
   out += ",mfu,warmup_s";
-  out += fmt::format(",{},{},{}\n", fig::benchmark.name, fig::workload_params.name, fig::run.name);
+  out += fmt::format(",{},{},{}", fig::benchmark.name, fig::workload_params.name, fig::run.name);
+  out += ",iter_p50_ms,iter_p99_ms,straggler_ratio,straggler\n";  // spread and stragglers
   for (const Group& g : rep.groups)
     for (const Row& r : g.rows) {
       const std::string cv_over = r.cv ? (r.cv_within_run ? "iterations" : "repetitions") : "";
@@ -197,8 +216,10 @@ std::string report_csv(const Report& rep) {
                          csv_num(predicted_error(r)), r.tied ? 1 : 0, csv_field(r.implausible));
       for (const char* k : kKinds) out += fmt::format(",{},{}", csv_num(find(r.algbw, k)), csv_num(find(r.busbw, k)));
       out += fmt::format(",{},{}", csv_num(r.mfu), csv_num(r.warmup_s));
-      out += fmt::format(",{},{},{}\n", csv_field(r.name), csv_field(g.workload_params),
+      out += fmt::format(",{},{},{}", csv_field(r.name), csv_field(g.workload_params),
                          csv_field(fmt::format("{}", fmt::join(r.runs, ";"))));
+      out += fmt::format(",{},{},{},{}\n", csv_num(r.iter_p50_ms), csv_num(r.iter_p99_ms), csv_num(r.straggler_ratio),
+                         csv_field(r.straggler));
     }
   return out;
 }
@@ -269,6 +290,11 @@ std::string report_json(const Report& rep) {
       jr["workers_used"] = json_num(r.workers_used);
       jr["oversubscribed"] = json_num(r.oversubscribed);
       jr["best"] = r.best;
+      // spread and stragglers
+      jr["iter_p50_ms"] = json_num(r.iter_p50_ms);
+      jr["iter_p99_ms"] = json_num(r.iter_p99_ms);
+      jr["straggler_ratio"] = json_num(r.straggler_ratio);
+      jr["straggler"] = r.straggler.empty() ? json(nullptr) : json(r.straggler);
       jg["rows"].push_back(std::move(jr));
     }
     doc["groups"].push_back(std::move(jg));
