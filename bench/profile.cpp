@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/cli.h"
+#include "bench/roofline.h"
 #include "bench/run.h"
 #include "engine/check.h"
 #include "engine/conv_policy.h"
@@ -62,7 +63,7 @@ std::vector<Flag> profile_flags() {
   std::vector<Flag> flags;
   for (const Flag& fl : run_flags())
     if (fl.name == "workload" || fl.name == "image" || fl.name == "width" || fl.name == "device-kind" ||
-        fl.name == "precision" || fl.name == "seed" || fl.name == "conv-workspace-mib")
+        fl.name == "precision" || fl.name == "seed" || fl.name == "conv-workspace-mib" || fl.name == "machine")
       flags.push_back(fl);
   flags.push_back({"device", "INDEX", "which device: the GPU's index on CUDA (CPU: the one CPU)", "0"});
   flags.push_back({"threads", "N", "CPU threads (0: all cores)", "0"});
@@ -119,7 +120,17 @@ int cmd_profile(const std::vector<std::string>& args) {
   const uint64_t seed = static_cast<uint64_t>(f.integer("seed"));
   // One backend times every layer and batch, and measures each call's workspace.
   std::unique_ptr<Backend> be = make_backend(dev, bo);
+  // The device's peak and bandwidth each pass is held against (--machine, the GPU's datasheet, or
+  // on CPU calibrate's probe); measured before the timed steps so it does not run beside them.
+  const Roofline roof = device_roofline(dev, bo.precision, f.str("machine"));
   const double backend_s = seconds_since(start);
+  const int value_bytes = bo.precision == Precision::Bf16 ? 2 : 4;
+  // A pass's roofline time over its measured time: 1 at the hardware's limit; nullopt when the
+  // pass makes no call or the peak is unknown.
+  const auto fraction = [&](const LayerPlan& l, int64_t batch, LayerPass pass, double seconds) {
+    const LayerWork w = layer_work(l, batch, pass, value_bytes, value_bytes);
+    return seconds > 0 && w.flops + w.bytes > 0 ? roofline_fraction(w.flops, w.bytes, seconds, roof) : std::nullopt;
+  };
 
   const int L = static_cast<int>(plan.layers.size());
   std::vector<NetProfile> profiles;
@@ -146,21 +157,30 @@ int cmd_profile(const std::vector<std::string>& args) {
     const NetProfile& p = profiles[k];
     fmt::print("\n{} on {} ({}), batch {}: median of {} repetitions, ms; first: the first step's call "
                "(plan, algorithm search, workspace growth)\n", net.name, dev.str(), be->name(), p.batch, reps);
-    fmt::print("{:>5}  {:<7}  {:<18}  {:>10}  {:>12}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  {:>10}\n", "layer",
+    fmt::print("{:>5}  {:<7}  {:<18}  {:>10}  {:>12}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  {:>10}  {:>7}\n", "layer",
                "type", "output", "params", "MFLOP/sample", "forward", "bwd-data", "bwd-wts", "1st fwd", "1st data",
-               "1st wts", "act MiB", "wksp MiB");
+               "1st wts", "act MiB", "wksp MiB", "roof %");
     LayerTimes sum;
     for (int i = 0; i < L; ++i) {
       const LayerPlan& l = plan.layers[i];
       const LayerTimes& t = p.layers[i];
       sum.forward_s += t.forward_s, sum.backward_data_s += t.backward_data_s, sum.backward_weights_s += t.backward_weights_s;
       const LayerTimes& first = p.first_call[i];
+      // The layer's passes together against their rooflines; "!" below 10%, where a kernel is far off.
+      double roof_s = 0;
+      for (LayerPass pass : {LayerPass::Forward, LayerPass::BackwardData, LayerPass::BackwardWeights}) {
+        const LayerWork w = layer_work(l, p.batch, pass, value_bytes, value_bytes);
+        roof_s += roofline_time(w.flops, w.bytes, roof);
+      }
+      const std::optional<double> frac =
+          roof.known() && t.total_s() > 0 && roof_s > 0 ? std::optional<double>(roof_s / t.total_s()) : std::nullopt;
+      const std::string roof_cell = frac ? fmt::format("{:.1f}{}", 100 * *frac, *frac < 0.1 ? "!" : "") : "-";
       fmt::print("{:>5}  {:<7}  {:<18}  {:>10}  {:>12.4g}  {:>9.3f}  {:>9.3f}  {:>9.3f}  {:>9.3f}  {:>9.3f}  {:>9.3f}  {:>9.3f}  "
-                 "{:>10.3f}\n",
+                 "{:>10.3f}  {:>7}\n",
                  i, layer_type_name(l.spec.type), shape_str(l.out), l.weight_numel + l.bias_numel, l.forward_flops / 1e6,
                  t.forward_s * 1e3, t.backward_data_s * 1e3, t.backward_weights_s * 1e3, first.forward_s * 1e3,
                  first.backward_data_s * 1e3, first.backward_weights_s * 1e3, 4.0 * p.batch * numel_of(l.out) / kMiB,
-                 workspace[k][i] / kMiB);
+                 workspace[k][i] / kMiB, roof_cell);
     }
     fmt::print("{:>5}  {:<7}  {:<18}  {:>10}  {:>12.4g}  {:>9.3f}  {:>9.3f}  {:>9.3f}\n", "sum", "", "", plan.param_count,
                plan.forward_flops / 1e6, sum.forward_s * 1e3, sum.backward_data_s * 1e3, sum.backward_weights_s * 1e3);
@@ -195,6 +215,9 @@ int cmd_profile(const std::vector<std::string>& args) {
   c["data"] = "hashed pseudo-random values made on the device (Backend::fill_normal), not run's training data";
   c[ctx::precision.name] = f.str("precision");
   c[ctx::conv_workspace_policy.name] = kind == DeviceKind::Cuda ? conv_workspace_policy_name(bo.conv_workspace_cap_bytes) : "n/a";
+  c[ctx::roofline_peak.name] = fmt::format("{:.6g}", roof.flops_per_s);
+  c[ctx::roofline_bandwidth.name] = fmt::format("{:.6g}", roof.bytes_per_s);
+  c[ctx::roofline_source.name] = roof.source;
   c[ctx::threads_per_worker.name] = threads == 0 ? "auto" : std::to_string(threads);
   c[ctx::workload.name] = net.name;
   c[ctx::workload_source.name] = f.str("workload");
@@ -239,6 +262,7 @@ int cmd_profile(const std::vector<std::string>& args) {
       std::vector<double> s, first;
       std::vector<std::size_t> bytes;
       std::vector<std::string> algo;
+      ojson work_flops = ojson::array(), work_bytes = ojson::array(), fractions = ojson::array();
       for (const NetProfile& p : profiles) {
         const LayerTimes& t = p.layers[i];
         const LayerTimes& f1 = p.first_call[i];
@@ -246,12 +270,21 @@ int cmd_profile(const std::vector<std::string>& args) {
         first.push_back(q == 0 ? f1.forward_s : q == 1 ? f1.backward_data_s : f1.backward_weights_s);
         bytes.push_back(p.workspace_bytes[i][q]);
         algo.push_back(p.algorithms[i][q]);
+        const bool called = s.back() > 0 || first.back() > 0;  // layer 0 computes no input gradient
+        const LayerWork w = called ? layer_work(l, p.batch, pass, value_bytes, value_bytes) : LayerWork{};
+        work_flops.push_back(w.flops);
+        work_bytes.push_back(w.bytes);
+        const std::optional<double> fr = fraction(l, p.batch, pass, s.back());
+        fractions.push_back(fr ? ojson(*fr) : ojson(nullptr));
       }
       r["s"] = s;
       r["first_call_s"] = first;
       r["workspace_bytes"] = bytes;
       r["algorithm"] = algo;
       r["flops_per_sample"] = pass_flops(l, i, pass);
+      r["flops"] = work_flops;
+      r["bytes"] = work_bytes;
+      r["roofline_fraction"] = fractions;
       passes[q == 0 ? "forward" : q == 1 ? "backward_data" : "backward_weights"] = r;
     }
     e["passes"] = passes;

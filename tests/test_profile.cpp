@@ -4,6 +4,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -330,6 +332,57 @@ TEST_F(ProfileCli, WritesEveryFieldOfProfileJson) {
     EXPECT_EQ(j.at(k).size(), 2u) << k;
   }
   EXPECT_GT(j.at("optimizer_s_per_param").get<double>(), 0);
+}
+
+// --machine sets the peak and bandwidth every pass is held against: each pass's roofline_fraction
+// is max(flops / peak, bytes / bandwidth) / s with its work from layer_work, null where the layer
+// makes no such call, and the table marks a layer below 10% of its roofline.
+TEST_F(ProfileCli, RooflineFractionsAgainstTheMachineFilesPeak) {
+  const double peak = 1e15, copy = 5e14;  // bandwidth: a copy reads and writes, 2 x copy
+  write_file_atomic(path("cpu.json"),
+                    fmt::format(R"({{"parbench_machine": 1, "name": "test machine", "device": {{"kind": "cpu",
+      "model": "cpu", "peak_flops": {}, "memory_bytes": 1e10, "copy_bytes_per_s": {}}}, "devices_per_node": 1,
+      "nodes": 1, "overlap": false, "links": {{"intra_node": {{"send_recv": {{"direct": {{"alpha_s": 1e-6,
+      "bus_bytes_per_s": 1e9}}}}}}}}}})", peak, copy));
+  const test::Result r = parbench("profile --device-kind cpu --image 16 --width 0.125 --batch 2 --warmup 1 --reps 1 "
+                                  "--threads 1 --machine " + path("cpu.json") + " --out " + path("profile.json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(test::slurp(path("profile.json")));
+  EXPECT_EQ(j.at("context").at("roofline_peak_flop_per_s"), "1e+15");
+  EXPECT_EQ(j.at("context").at("roofline_bytes_per_s"), "1e+15");
+  EXPECT_THAT(j.at("context").at("roofline_source").get<std::string>(), HasSubstr("machine file"));
+  const NetPlan plan = plan_net(great_net(16, 0.125));
+  int fractions = 0;
+  for (std::size_t i = 0; i < plan.layers.size(); ++i) {
+    const LayerPlan& l = plan.layers[i];
+    const nlohmann::json& passes = j.at("layers")[i].at("passes");
+    const LayerPass kinds[] = {LayerPass::Forward, LayerPass::BackwardData, LayerPass::BackwardWeights};
+    const char* names[] = {"forward", "backward_data", "backward_weights"};
+    for (int q = 0; q < 3; ++q) {
+      SCOPED_TRACE(fmt::format("layer {} {}", i, names[q]));
+      const nlohmann::json& p = passes.at(names[q]);
+      const double s = p.at("s")[0].get<double>(), first = p.at("first_call_s")[0].get<double>();
+      if (s == 0 && first == 0) {
+        EXPECT_TRUE(p.at("roofline_fraction")[0].is_null());
+        EXPECT_EQ(p.at("flops")[0].get<double>(), 0.0);
+        continue;
+      }
+      const LayerWork w = layer_work(l, 2, kinds[q], 4, 4);
+      EXPECT_DOUBLE_EQ(p.at("flops")[0].get<double>(), w.flops);
+      EXPECT_DOUBLE_EQ(p.at("bytes")[0].get<double>(), w.bytes);
+      if (s == 0) continue;  // a ReLU fused into its conv takes no time of its own
+      ASSERT_FALSE(p.at("roofline_fraction")[0].is_null());
+      EXPECT_NEAR(p.at("roofline_fraction")[0].get<double>(), std::max(w.flops / peak, w.bytes / (2 * copy)) / s,
+                  1e-12);
+      ++fractions;
+    }
+  }
+  EXPECT_GT(fractions, 10);
+  // A CPU at a peak of 1 PFLOP/s: every layer far below its roofline, so every row is marked.
+  int marked = 0;
+  for (std::size_t at = r.out.find("!\n"); at != std::string::npos; at = r.out.find("!\n", at + 1)) ++marked;
+  EXPECT_GE(marked, static_cast<int>(plan.layers.size()) - 2) << r.out;  // Flatten, a fused ReLU: no time
+  EXPECT_THAT(r.out, HasSubstr("roof %"));
 }
 
 TEST_F(ProfileCli, BadFlagsNameThemselvesAndWriteNothing) {
