@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # Builds a self-contained GPU bundle on a machine without a GPU: parbench and parbench_tests
 # for one CUDA architecture (sm_90 by default), Release, portable x86-64, CUDA on, oneDNN and
-# MPI off, libstdc++, fmt and Google Benchmark linked in (PARBENCH_STATIC_RUNTIME), with the
-# other non-CUDA shared libraries they need (libgomp), the Python peers, the test fixtures and
-# gpu_check.sh. The CUDA libraries (cudart, cuBLAS, cuDNN, NCCL) are not bundled: the GPU
+# MPI off, with the non-CUDA shared libraries they need, the Python peers, the test fixtures
+# and gpu_check.sh. The CUDA libraries (cudart, cuBLAS, cuDNN, NCCL) are not bundled: the GPU
 # machine provides them from a CUDA toolkit or NVIDIA's pip wheels (gpu_check.sh finds them).
 #
 #   scripts/gpu_bundle.sh OUTDIR
@@ -18,10 +17,6 @@ Options:
   --arch N         CUDA architecture to build for (default 90: sm_90, H100/H200)
   --build-dir DIR  where to configure and build (default build-bundle/ in the source tree)
   --jobs N         build parallelism (default: nproc)
-  --fmt-repo URL   git repository of fmt, cloned at the installed headers' version for a static
-                   archive (default https://github.com/fmtlib/fmt; a local clone or mirror works)
-  --benchmark-repo URL
-                   the same for Google Benchmark (default https://github.com/google/benchmark)
   --help           show this help
 
 OUTDIR is replaced. Exit status: 0 on success, 1 when the build or a bundle check failed,
@@ -34,28 +29,25 @@ fail() { echo "gpu_bundle: FAILED: $*" >&2; exit 1; }
 
 # The bundle must stay small enough to copy onto a locked-down machine in seconds.
 max_bytes=$((16 * 1024 * 1024))
-# What the GPU machine must provide: glibc 2.34 (RHEL 9's) and libgcc_s.so.1 with nothing newer
-# than GCC_7.0.0 (RHEL 9's is GCC 11's). libstdc++ is linked into every binary: no file may need
-# the system's (no libstdc++.so NEEDED, no GLIBCXX_ or CXXABI_ version). The checks below fail
-# when a bundled file needs more, and BUNDLE.txt repeats it.
+# What the GPU machine's C and C++ runtimes must provide. The C++ runtime stays the system's
+# (see provided_re below), and the bundled libbenchmark, built by this GCC 12, needs
+# GLIBCXX_3.4.30 (std::condition_variable::wait), which no setting here removes: so the bundle
+# runs where the system libstdc++ is GCC 12's or newer. The check below fails when a bundled file
+# needs more than this, and BUNDLE.txt repeats it.
 max_glibc=2.34
-max_gcc=7.0.0
-runs_on="glibc >= $max_glibc and libgcc_s.so.1 (GCC_$max_gcc), no libstdc++: Debian 12+, Ubuntu 22.04+, Fedora 35+, RHEL/Rocky/Alma 9+"
+max_glibcxx=3.4.30
+runs_on="glibc >= $max_glibc and a libstdc++ with GLIBCXX_$max_glibcxx (GCC >= 12): Debian 12+, Ubuntu 22.04+ (its libstdc++6 is GCC 12's), Fedora 36+, RHEL/Rocky/Alma 10+; not RHEL 9 or its clones (GCC 11's libstdc++: GLIBCXX_3.4.29), unless a libstdc++.so.6 from GCC >= 12 comes first on LD_LIBRARY_PATH"
 
 arch=90
 jobs=$(nproc 2>/dev/null || echo 2)
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=""
 out=""
-fmt_repo=https://github.com/fmtlib/fmt
-benchmark_repo=https://github.com/google/benchmark
 while [ $# -gt 0 ]; do
     case "$1" in
         --arch) [ $# -ge 2 ] || die "--arch needs a value"; arch=$2; shift 2 ;;
         --build-dir) [ $# -ge 2 ] || die "--build-dir needs a value"; build=$2; shift 2 ;;
         --jobs) [ $# -ge 2 ] || die "--jobs needs a value"; jobs=$2; shift 2 ;;
-        --fmt-repo) [ $# -ge 2 ] || die "--fmt-repo needs a value"; fmt_repo=$2; shift 2 ;;
-        --benchmark-repo) [ $# -ge 2 ] || die "--benchmark-repo needs a value"; benchmark_repo=$2; shift 2 ;;
         -h|--help) usage; exit 0 ;;
         -*) usage >&2; die "unknown option: $1" ;;
         *) [ -z "$out" ] || die "more than one OUTDIR: '$out' and '$1'"; out=$1; shift ;;
@@ -65,7 +57,7 @@ done
 [[ "$arch" =~ ^[0-9]+[a-z]?$ ]] || die "--arch expects a CUDA architecture such as 90 or 90a, got '$arch'"
 [[ "$jobs" =~ ^[1-9][0-9]*$ ]] || die "--jobs expects a positive integer, got '$jobs'"
 build=${build:-$root/build-bundle}
-for tool in cmake nvcc ldd objdump readelf sha256sum git; do
+for tool in cmake nvcc ldd objdump sha256sum; do
     command -v "$tool" >/dev/null 2>&1 || die "'$tool' not found on PATH (the bundle is built with the CUDA toolkit and binutils)"
 done
 
@@ -77,35 +69,6 @@ if command -v ccache >/dev/null 2>&1; then
     # __FILE__ itself.
     export CCACHE_NODIRECT=1
 fi
-# fmt and Google Benchmark as static PIC archives, at the versions whose headers are installed
-# (their packages ship shared libraries only, which need the system's libstdc++).
-mkdir -p "$build/deps"
-static_archive() {  # NAME REPO TAG ARCHIVE CMAKE_ARGS...: prints the archive's path
-    local name=$1 repo=$2 tag=$3 archive=$4 src=$build/deps/$1-$3
-    shift 4
-    if [ ! -f "$build/deps/$name-$tag-build/$archive" ]; then
-        [ -d "$src" ] || git -c advice.detachedHead=false clone --quiet --depth 1 --branch "$tag" "$repo" "$src" >&2 ||
-            die "cannot clone $name $tag from $repo (--${name}-repo URL: a clone or mirror of it)"
-        { cmake -S "$src" -B "$build/deps/$name-$tag-build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_POSITION_INDEPENDENT_CODE=ON \
-                -DBUILD_SHARED_LIBS=OFF "${launcher[@]}" "$@" && cmake --build "$build/deps/$name-$tag-build" -j "$jobs" \
-                --target "$name"; } >"$build/deps/$name.log" 2>&1 ||
-            { tail -n 20 "$build/deps/$name.log" >&2; fail "building $name $tag failed (log: $build/deps/$name.log)"; }
-    fi
-    echo "$build/deps/$name-$tag-build/$archive"
-}
-installed_version() {  # PACKAGE_DIR CONFIG_VERSION_FILE: the version an installed CMake package declares
-    local f
-    f=$(ls /usr/lib/*/cmake/"$1"/"$2" /usr/lib/cmake/"$1"/"$2" /usr/local/lib/cmake/"$1"/"$2" 2>/dev/null | head -n 1)
-    [ -n "$f" ] && sed -n 's/^set(PACKAGE_VERSION "\([0-9.]*\)")/\1/p' "$f" | head -n 1
-}
-fmt_version=$(installed_version fmt fmt-config-version.cmake)
-benchmark_version=$(installed_version benchmark benchmarkConfigVersion.cmake)
-[ -n "$fmt_version" ] && [ -n "$benchmark_version" ] || die "no installed fmt or Google Benchmark CMake package found (scripts/install-deps.sh)"
-echo "gpu_bundle: static archives of fmt $fmt_version and Google Benchmark $benchmark_version"
-fmt_archive=$(static_archive fmt "$fmt_repo" "$fmt_version" libfmt.a -DFMT_TEST=OFF -DFMT_DOC=OFF -DFMT_INSTALL=OFF)
-benchmark_archive=$(static_archive benchmark "$benchmark_repo" "v$benchmark_version" src/libbenchmark.a \
-    -DBENCHMARK_ENABLE_TESTING=OFF -DBENCHMARK_ENABLE_GTEST_TESTS=OFF -DBENCHMARK_ENABLE_WERROR=OFF -DBENCHMARK_ENABLE_INSTALL=OFF)
-
 # The binaries look for their libraries in lib/ next to them ($ORIGIN/lib) and nowhere on the
 # build machine. DT_RPATH rather than DT_RUNPATH: it also serves the bundled libraries' own
 # dependencies (libbenchmark needs the bundled libstdc++), and LD_LIBRARY_PATH cannot
@@ -114,8 +77,7 @@ echo "gpu_bundle: configuring $build (sm_$arch)"
 mkdir -p "$build"
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release \
       -DPARBENCH_CUDA=ON -DPARBENCH_DNNL=OFF -DPARBENCH_MPI=OFF -DPARBENCH_NATIVE=OFF -DPARBENCH_SANITIZE=OFF \
-      -DPARBENCH_RELOCATABLE=ON -DPARBENCH_STATIC_RUNTIME=ON -DPARBENCH_FMT_ARCHIVE="$fmt_archive" \
-      -DPARBENCH_BENCHMARK_ARCHIVE="$benchmark_archive" -DPARBENCH_CUDA_ARCHS="$arch" -DCMAKE_CUDA_ARCHITECTURES="$arch" \
+      -DPARBENCH_RELOCATABLE=ON -DPARBENCH_CUDA_ARCHS="$arch" -DCMAKE_CUDA_ARCHITECTURES="$arch" \
       -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON '-DCMAKE_INSTALL_RPATH=$ORIGIN/lib;$ORIGIN' \
       -DCMAKE_INSTALL_RPATH_USE_LINK_PATH=OFF \
       -DCMAKE_EXE_LINKER_FLAGS=-Wl,--disable-new-dtags -DCMAKE_SHARED_LINKER_FLAGS=-Wl,--disable-new-dtags \
@@ -133,9 +95,10 @@ modules=("$build"/libparbench_*.so "$build"/lib/libparbench_*.so)
 shopt -u nullglob
 
 # Libraries the GPU machine provides (CUDA toolkit or pip wheels, the driver), the C library
-# and libgcc_s; everything else a binary needs is copied. libstdc++ is linked in (and this
-# toolchain's shared one, GCC 12's, itself needs glibc 2.36: it could not be bundled).
-provided_re='^(linux-vdso|ld-linux-x86-64|libc|libm|libdl|libpthread|librt|libresolv|libutil|libgcc_s|libcuda|libcudart|libcublas|libcublasLt|libcudnn[a-z_]*|libnccl|libnvrtc|libnvJitLink)\.so'
+# and the C++ runtime; everything else a binary needs is copied. The C++ runtime stays the
+# system's: this toolchain's libstdc++ (GCC 12) itself needs glibc 2.36 (arc4random), so
+# bundling it would raise the glibc floor; what it must provide is max_glibcxx above.
+provided_re='^(linux-vdso|ld-linux-x86-64|libc|libm|libdl|libpthread|librt|libresolv|libutil|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libcublasLt|libcudnn[a-z_]*|libnccl|libnvrtc|libnvJitLink)\.so'
 
 rm -rf "$out"
 mkdir -p "$out/lib" "$out/scripts" "$out/tests"
@@ -183,21 +146,14 @@ bundled_elf | while read -r f; do strip --strip-unneeded "$f"; done
 # No file may need a glibc newer than max_glibc.
 newest=$(bundled_elf | while read -r f; do objdump -T "$f"; done | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' |
          sort -V -u | tail -n 1)
-newest_gcc=$(bundled_elf | while read -r f; do objdump -T "$f"; done | grep -o 'GCC_[0-9.]*' | sed 's/GCC_//' | sort -V -u | tail -n 1)
+newest_cxx=$(bundled_elf | while read -r f; do objdump -T "$f"; done | grep -o 'GLIBCXX_[0-9.]*' | sort -V -u | tail -n 1)
 if [ "$(printf '%s\n%s\n' "$newest" "$max_glibc" | sort -V | tail -n 1)" != "$max_glibc" ]; then
-    fail "a bundled file needs glibc $newest, newer than $max_glibc: $(bundled_elf | while read -r f; do
-         objdump -T "$f" | grep -q "GLIBC_$newest" && echo "$(basename "$f") ($(objdump -T "$f" | grep "GLIBC_$newest" | awk '{print $NF}' | head -n 3 | tr '\n' ' '))"; done | tr '\n' ' ')"
+    fail "a bundled file needs glibc $newest, newer than $max_glibc"
 fi
-if [ -n "$newest_gcc" ] && [ "$(printf '%s\n%s\n' "$newest_gcc" "$max_gcc" | sort -V | tail -n 1)" != "$max_gcc" ]; then
-    fail "a bundled file needs libgcc_s's GCC_$newest_gcc, newer than GCC_$max_gcc"
+if [ "$(printf '%s\n%s\n' "${newest_cxx#GLIBCXX_}" "$max_glibcxx" | sort -V | tail -n 1)" != "$max_glibcxx" ]; then
+    fail "a bundled file needs $newest_cxx, newer than GLIBCXX_$max_glibcxx: $(bundled_elf | while read -r f; do
+         objdump -T "$f" | grep -q "$newest_cxx" && basename "$f"; done | tr '\n' ' ')"
 fi
-# No file needs the system's C++ runtime.
-bundled_elf | while read -r f; do
-    needs=$(readelf -d "$f" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | grep -E '^libstdc\+\+' || true)
-    [ -z "$needs" ] || fail "$(basename "$f") needs $needs (PARBENCH_STATIC_RUNTIME links it in)"
-    cxx=$(objdump -T "$f" | grep -oE '(GLIBCXX|CXXABI)_[0-9.]+' | sort -V -u | tr '\n' ' ')
-    [ -z "$cxx" ] || fail "$(basename "$f") needs the system's C++ runtime: $cxx"
-done
 # No path of this machine compiled in (__FILE__ in error messages, PARBENCH_SOURCE_DIR):
 # PARBENCH_RELOCATABLE maps them to repository-relative ones.
 bundled_elf | while read -r f; do
@@ -214,7 +170,7 @@ commit=$(git -C "$root" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
     echo "parbench GPU bundle"
     echo "commit $commit$(git -C "$root" diff --quiet HEAD 2>/dev/null || echo ' (with uncommitted changes)')"
     echo "built $(date -u +%Y-%m-%dT%H:%MZ) on $(uname -m), sm_$arch, Release, portable x86-64, oneDNN off, MPI off"
-    echo "needs glibc >= $max_glibc (newest symbol used: GLIBC_$newest), libgcc_s.so.1 (newest: GCC_${newest_gcc:-none}), no libstdc++,"
+    echo "needs glibc >= $max_glibc (newest symbol used: GLIBC_$newest), the system's libstdc++ with $newest_cxx,"
     echo "an NVIDIA driver, and"
     echo "cudart/cuBLAS/cuDNN 9/NCCL 2 from a CUDA toolkit or NVIDIA's pip wheels"
     echo "runs on: $runs_on"

@@ -59,11 +59,16 @@ PY
 print("  pip:", " ".join(sorted(d.metadata["Name"] + "==" + d.version for d in m.distributions()
                          if (d.metadata["Name"] or "").lower().startswith(("nvidia-", "torch")))) or "no nvidia-* or torch packages")' 2>/dev/null ||
         echo "  pip: '$python' cannot list its packages"
-    local cxx have
+    local cxx have need
     cxx=$(ldconfig -p 2>/dev/null | awk '$1 == "libstdc++.so.6" && /x86-64/ {print $NF; exit}')
     have=$([ -n "$cxx" ] && grep -a -o 'GLIBCXX_3\.4\.[0-9]*' "$cxx" | sort -V -u | tail -n 1)
-    echo "  libstdc++: ${cxx:-not found} (newest ${have:-unknown}); the bundle needs none (linked in)"
-    echo "  glibc: $(ldd --version 2>/dev/null | head -n 1); the bundle needs $(sed -n 's/^runs on: glibc >= \([0-9.]*\).*/\1/p' "$bundle/BUNDLE.txt" 2>/dev/null | head -n 1)+"
+    need=$(sed -n 's/.*libstdc++ with \(GLIBCXX_[0-9.]*\).*/\1/p' "$bundle/BUNDLE.txt" | head -n 1)
+    echo "  libstdc++: ${cxx:-not found} (newest ${have:-unknown}); the bundle needs ${need:-see BUNDLE.txt}"
+    if [ -n "$have" ] && [ -n "$need" ] &&
+       [ "$(printf '%s\n%s\n' "$have" "$need" | sort -V | tail -n 1)" != "$have" ]; then
+        echo "  this system's libstdc++ is older than the bundle needs: $(sed -n 's/^runs on: //p' "$bundle/BUNDLE.txt")"
+    fi
+    echo "  glibc: $(ldd --version 2>/dev/null | head -n 1)"
 }
 
 # NVIDIA's wheels install the namespace package nvidia with one lib/ per wheel.
