@@ -72,12 +72,14 @@ void add_system_context(DeviceKind kind) {
 
 namespace {
 // Each convolution layer alone on a fresh backend of the run's options, at the one-device batch:
-// its workspace and (CUDA) what cuDNN's search chose per direction (schema conv_layers). On a
-// CPU slot no worker uses (the sweep's workspace probe's); on CUDA device 0, freed before the sweep.
+// its workspace and what cuDNN's search chose per direction (schema conv_layers), on device 0,
+// freed before the sweep. Not on CPU: oneDNN's primitive caches would outlive the probe and
+// change what the configurations after it allocate.
 std::string conv_layer_choices(const RunPlan& p, const Sweep& sw) {
+  if (p.kind != DeviceKind::Cuda) return "n/a";
   if (p.configs.empty()) return "";
   const BackendOptions bo = p.configs.front().options.backend;
-  const Device dev = p.kind == DeviceKind::Cuda ? Device{DeviceKind::Cuda, 0} : cpu(63);
+  const Device dev{DeviceKind::Cuda, 0};
   std::vector<LayerConvChoice> choices;
   try {
     choices = layer_conv_choices(sw.plan, p.batch, [&] { return make_backend(dev, bo); });

@@ -125,6 +125,15 @@ Profile parse_profile(const std::string& text, const std::string& source) {
         if (!a.is_array() || a.size() != nb || !std::all_of(a.begin(), a.end(), [](const json& v) { return v.is_string(); }))
           r.fail(r.at_path("algorithm"), fmt::format("an array of {} string(s), one per entry of \"batches\"", nb));
         r.number("flops_per_sample", 0);
+        // Work and roofline fractions (profiles since rooflines): checked, not used.
+        if (r.has("flops")) r.numbers("flops", nb, 0);
+        if (r.has("bytes")) r.numbers("bytes", nb, 0);
+        if (r.has("roofline_fraction")) {
+          const json& f = r.raw("roofline_fraction");
+          if (!f.is_array() || f.size() != nb ||
+              !std::all_of(f.begin(), f.end(), [](const json& v) { return v.is_null() || (v.is_number() && v.get<double>() >= 0); }))
+            r.fail(r.at_path("roofline_fraction"), fmt::format("an array of {} number(s) >= 0 or null, one per entry of \"batches\"", nb));
+        }
         r.done();
       }
       passes.done();

@@ -22,7 +22,11 @@ std::string num(double x) {
 
 std::string mfu_text(const std::optional<double>& mfu) {
   if (!mfu) return "-";
-  return *mfu * 100 >= 10 ? fmt::format("{:.0f}%", *mfu * 100) : fmt::format("{:.2g}%", *mfu * 100);
+  // At most 5 characters below 10000%: the console line's column is 6 wide.
+  const double pct = *mfu * 100;
+  if (pct >= 10) return fmt::format("{:.0f}%", pct);
+  if (pct >= 0.1 || pct == 0) return fmt::format("{:.1f}%", pct);
+  return "<0.1%";
 }
 
 namespace {
@@ -195,8 +199,8 @@ std::string report_csv(const Report& rep) {
                   fig::threads.name, fig::predicted.name, fig::allocated.name, fig::predicted_error.name);
   for (const char* k : kKinds) out += fmt::format(",algbw_{},busbw_{}", k, k);
   out += ",mfu,warmup_s";
-  out += fmt::format(",{},{},{}", fig::benchmark.name, fig::workload_params.name, fig::run.name);
-  out += ",iter_p50_ms,iter_p99_ms,straggler_ratio,straggler\n";  // spread and stragglers
+  out += ",iter_p50_ms,iter_p99_ms,straggler_ratio,straggler";  // spread and stragglers
+  out += fmt::format(",{},{},{}\n", fig::benchmark.name, fig::workload_params.name, fig::run.name);
   for (const Group& g : rep.groups)
     for (const Row& r : g.rows) {
       const std::string cv_over = r.cv ? (r.cv_within_run ? "iterations" : "repetitions") : "";
@@ -216,10 +220,10 @@ std::string report_csv(const Report& rep) {
                          csv_num(predicted_error(r)), r.tied ? 1 : 0, csv_field(r.implausible));
       for (const char* k : kKinds) out += fmt::format(",{},{}", csv_num(find(r.algbw, k)), csv_num(find(r.busbw, k)));
       out += fmt::format(",{},{}", csv_num(r.mfu), csv_num(r.warmup_s));
-      out += fmt::format(",{},{},{}", csv_field(r.name), csv_field(g.workload_params),
-                         csv_field(fmt::format("{}", fmt::join(r.runs, ";"))));
-      out += fmt::format(",{},{},{},{}\n", csv_num(r.iter_p50_ms), csv_num(r.iter_p99_ms), csv_num(r.straggler_ratio),
+      out += fmt::format(",{},{},{},{}", csv_num(r.iter_p50_ms), csv_num(r.iter_p99_ms), csv_num(r.straggler_ratio),
                          csv_field(r.straggler));
+      out += fmt::format(",{},{},{}\n", csv_field(r.name), csv_field(g.workload_params),
+                         csv_field(fmt::format("{}", fmt::join(r.runs, ";"))));
     }
   return out;
 }
