@@ -211,10 +211,11 @@ run --device-kind cuda --oversubscribe --strategies all --devices 2,4 --workload
 train --workload great_net --image 64 --width 0.25 --batch 2 --device-kind cuda --iterations 2 --warmup 1
 EOF
     # Stage 3b's whole chain on a tiny net on the CPU: the engine's profiles, PyTorch's where this
-    # Python has torch, the joined table (no GPU named: its roofline columns read n/a).
+    # Python has torch, the joined table (no GPU named: its roofline columns read n/a). fp32 and tf32:
+    # bf16 on a CPU needs oneDNN, which the bundle leaves out.
     layers_torch_args=""
     "$python" -c 'import torch' 2>/dev/null && layers_torch_args="--device cpu --image 8 --width 0.125 --batch 1 --reps 1"
-    gpu_name="" layer_stage "$scratch/layers-dry" --workload great_net --image 8 --width 0.125 --batch 1 \
+    layer_precisions="fp32 tf32" gpu_name="" layer_stage "$scratch/layers-dry" --workload great_net --image 8 --width 0.125 --batch 1 \
         --device-kind cpu --warmup 0 --reps 1 || { cat "$scratch/layers-dry/layers.log"; echo "stage 3b failed on CPU"; exit 1; }
     echo "stage 3b on CPU: $(grep -c '^| [0-9]' "$scratch/layers-dry/layers.md") table rows, layers.json" \
          "($([ -n "$layers_torch_args" ] && echo 'engine and PyTorch' || echo "engine only: '$python' has no torch"))"
