@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 
 #include "engine/check.h"
+#include "engine/cuda/block_sum.cuh"
 #include "engine/cuda/cuda_bf16.h"
 #include "engine/cuda/cuda_kernels.h"
 #include "engine/kernel_shapes.h"
@@ -27,21 +28,6 @@ using kernels::kThreads;
 
 __device__ inline float value(float x) { return x; }
 __device__ inline float value(__nv_bfloat16 x) { return __bfloat162float(x); }
-
-// Sum of `v` over the block, in thread 0, in a fixed order (a shuffle tree in each warp, then
-// the warps' sums in one). blockDim.x must be kThreads.
-template <class Acc>
-__device__ Acc block_sum(Acc v) {
-  __shared__ Acc warp_sums[kThreads / 32];
-  for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  if (lane == 0) warp_sums[warp] = v;
-  __syncthreads();
-  v = threadIdx.x < kThreads / 32 ? warp_sums[threadIdx.x] : Acc(0);
-  if (warp == 0)
-    for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
-  return v;
-}
 
 __device__ inline void store(float* db, int64_t c, float s, bool accumulate) {
   db[c] = accumulate ? __fadd_rn(s, db[c]) : s;
@@ -71,7 +57,7 @@ __global__ void __launch_bounds__(kThreads, sizeof(Acc) == 4 ? 8 : 6)
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) acc += v[u];
   }
-  acc = block_sum(acc);
+  acc = block_sum<kThreads>(acc);
   if (threadIdx.x != 0) return;
   if (partials) partials[c * chunks + j] = acc;
   else store(db, c, static_cast<float>(acc), accumulate);
@@ -109,7 +95,7 @@ __global__ void finish_kernel(int64_t per_channel, int64_t group, int64_t stride
   Acc acc = 0;
   for (int64_t m = threadIdx.x; m < per_channel; m += kThreads)
     acc += partials[(m / group) * stride + c * group + m % group];
-  acc = block_sum(acc);
+  acc = block_sum<kThreads>(acc);
   if (threadIdx.x == 0) store(db, c, static_cast<float>(acc), accumulate);
 }
 

@@ -5,6 +5,7 @@
 #include "engine/cuda/cuda_kernels.h"
 
 #include "engine/check.h"
+#include "engine/cuda/block_sum.cuh"
 
 namespace pb::cu {
 
@@ -38,20 +39,6 @@ __global__ void broadcast_rows_kernel(int64_t rows, int64_t cols, const float* b
   for (int64_t i = first_index(); i < n; i += grid_stride()) y[i] = b[i % cols];
 }
 
-// Sum of `v` over the block, valid in thread 0. blockDim.x must be kThreads.
-__device__ double block_sum(double v) {
-  __shared__ double warp_sums[kThreads / 32];
-  for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  if (lane == 0) warp_sums[warp] = v;
-  __syncthreads();
-  v = threadIdx.x < kThreads / 32 ? warp_sums[threadIdx.x] : 0.0;
-  if (warp == 0)
-    for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
-  __syncthreads();  // warp_sums may be reused by a following call
-  return v;
-}
-
 __global__ void mse_loss_grad_kernel(int64_t n, const float* y, const float* t, float grad_scale, float* dy,
                                      float* loss_sum, double* partials, unsigned int* counter) {
   double acc = 0;
@@ -60,7 +47,7 @@ __global__ void mse_loss_grad_kernel(int64_t n, const float* y, const float* t, 
     acc += static_cast<double>(d) * d;
     dy[i] = __fmul_rn(grad_scale, d);
   }
-  const double mine = block_sum(acc);
+  const double mine = block_sum<kThreads>(acc);
   __shared__ bool last;
   if (threadIdx.x == 0) {
     partials[blockIdx.x] = mine;
@@ -72,7 +59,7 @@ __global__ void mse_loss_grad_kernel(int64_t n, const float* y, const float* t, 
   // The last block adds the partials in a fixed order: the loss does not depend on timing.
   double total = 0;
   for (unsigned j = threadIdx.x; j < gridDim.x; j += blockDim.x) total += __ldcg(partials + j);
-  total = block_sum(total);
+  total = block_sum<kThreads>(total);
   if (threadIdx.x == 0) {
     loss_sum[0] = static_cast<float>(total);
     *counter = 0;  // ready for the next call on this stream
