@@ -368,8 +368,18 @@ StepStats Group::stats() const {
     for (int k = 0; k < kCollKinds; ++k)
       w.kinds[k].bytes = static_cast<std::size_t>(c[3 + 2 * k]), w.kinds[k].calls = static_cast<int64_t>(c[4 + 2 * k]);
   }
+  // Each process timed its own step; they start together (each follows a collective), so a rank
+  // done before the slowest one waits for it, idle, as a thread does in one process.
   s.step_s = 0;
   for (const WorkerStats& w : s.workers) s.step_s = std::max(s.step_s, w.step_s);
+  for (std::size_t i = 0; i < s.workers.size(); ++i) {
+    WorkerStats& w = s.workers[i];
+    if (w.step_s >= s.step_s) continue;
+    if (is_local(static_cast<int>(i)))
+      w.spans.push_back({Phase::Idle, Lane::Compute, -1, "wait for the slowest rank", w.step_s, s.step_s});
+    w.idle_s += s.step_s - w.step_s;
+    w.step_s = s.step_s;
+  }
   return s;
 }
 
