@@ -55,8 +55,8 @@ void write_trace(Sweep& sw, const Config& c, Strategy& s) {
   }
   s.set_trace_detail(false);
   sw.traced.insert(c.name);
+  const StepStats st = s.stats();  // a collective across processes: every rank takes part
   if (process().rank != 0) return;  // each process knows only its own workers' spans
-  const StepStats st = s.stats();
   std::vector<std::vector<Span>> spans;
   std::vector<std::string> names;
   // A worker's roofline: its device's; where the workers share one (CPU cores), its N-th of it.
