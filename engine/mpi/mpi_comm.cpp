@@ -13,6 +13,7 @@
 #include "engine/check.h"
 #include "engine/comm.h"
 #include "engine/gpu_placement.h"
+#include "engine/mpi/mpi_progress.h"
 #include "engine/process.h"
 
 namespace pb {
@@ -72,6 +73,7 @@ class MpiComm final : public Communicator {
     MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
   }
   ~MpiComm() override {
+    mpi_progress_end(static_cast<int>(pending_.size() + transfers_.size()));  // left by an abort
     if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
   }
   std::string name() const override { return "mpi"; }
@@ -89,6 +91,7 @@ class MpiComm final : public Communicator {
     if (on_host()) {
       pending_.emplace_back();
       MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, count(n), m.type, m.sum, comm_, &pending_.back()));
+      mpi_progress_begin();
       return;
     }
     void* h = stage_in(buf, n, t);
@@ -107,6 +110,7 @@ class MpiComm final : public Communicator {
       CommWatch watch("MPI_Waitall (all-reduce)");
       MPI_CHECK(MPI_Waitall(static_cast<int>(pending_.size()), pending_.data(), MPI_STATUSES_IGNORE));
     }
+    mpi_progress_end(static_cast<int>(pending_.size()));
     pending_.clear();
   }
   void do_broadcast(int rank, float* buf, int64_t n, int root) override {
@@ -173,6 +177,7 @@ class MpiComm final : public Communicator {
       h = x.host.data();
     }
     MPI_CHECK(MPI_Isend(h, count(n), mpi_type(t).type, peer, kTransferTag, comm_, &x.request));
+    mpi_progress_begin();
     return next_id_++;
   }
   int64_t do_recv_start(int rank, void* buf, int64_t n, int peer, DType t) override {
@@ -185,6 +190,7 @@ class MpiComm final : public Communicator {
       h = x.host.data();
     }
     MPI_CHECK(MPI_Irecv(h, count(n), mpi_type(t).type, peer, kTransferTag, comm_, &x.request));
+    mpi_progress_begin();
     return next_id_++;
   }
   void do_wait_transfer(int rank, int64_t id) override {
@@ -194,6 +200,7 @@ class MpiComm final : public Communicator {
              rank, id);
     Transfer t = std::move(it->second);
     transfers_.erase(it);
+    mpi_progress_end();
     // A send's wait is idle throughout (the copy is the receiver's). A receive is polled: the
     // polls that found it incomplete are idle, the one that completed it (the copy of an eager
     // message, or a rendezvous message's last fragment) the transfer.
@@ -245,6 +252,7 @@ class MpiComm final : public Communicator {
     const void* in = send == static_cast<char*>(recv) + rank * n * dtype_size(t) ? MPI_IN_PLACE : send;
     pending_.emplace_back();
     MPI_CHECK(MPI_Iallgather(in, count(n), ty, recv, count(n), ty, comm_, &pending_.back()));
+    mpi_progress_begin();
   }
   void do_reduce_scatter(int rank, const void* send, void* recv, int64_t n, DType t) override {
     check(rank);

@@ -169,7 +169,9 @@ breakdown-mp | breakdown-pipeline | breakdown-fsdp)
   S=${CASE#breakdown-}
   A="run --workload great_net --image 32 --width 0.25 --devices 2 --strategies $S --iterations 3 --warmup 1 --device-kind cpu"
   "$PARBENCH" $A --out "$DIR/one" >/dev/null 2>&1 || fail "in-process run $S"
-  "${MPI[@]}" -n 2 "$PARBENCH" $A --out "$DIR/mpi" >/dev/null 2>&1 || fail "mpiexec -n 2 run $S"
+  # --trace: its untimed step gathers the ranks' spans, a collective every rank must enter.
+  "${MPI[@]}" -n 2 "$PARBENCH" $A --trace --comm-timeout 30 --out "$DIR/mpi" >/dev/null 2>&1 || fail "mpiexec -n 2 run $S"
+  ls "$DIR"/mpi/trace-*.json >/dev/null 2>&1 || fail "mpiexec -n 2 run $S --trace wrote no trace"
   /usr/bin/python3 - "$DIR/one/report.csv" "$DIR/mpi/report.csv" "$S" <<'PY' || fail "$S over MPI books its waits differently"
 import csv, sys
 one, mpi = (next(csv.DictReader(open(f))) for f in sys.argv[1:3])
