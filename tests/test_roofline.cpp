@@ -337,8 +337,9 @@ TEST_F(Harness, TracedLayerSpansCarryThePlansWorkAndTheirRooflineFraction) {
     SCOPED_TRACE(name);
     EXPECT_DOUBLE_EQ(e["args"]["flops"].get<double>(), w.flops);
     EXPECT_DOUBLE_EQ(e["args"]["bytes"].get<double>(), w.bytes);
-    if (l.spec.type == LayerType::Conv2d && pass == LayerPass::Forward)
+    if (l.spec.type == LayerType::Conv2d && pass == LayerPass::Forward) {
       EXPECT_DOUBLE_EQ(w.flops, l.forward_flops * 4 * part);
+    }
     ++tp_checked;
   }
   EXPECT_GE(tp_checked, 2 * 3 * 6);  // 2 workers x (forward, data, weights) x at least 6 convolutions
