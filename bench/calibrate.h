@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/backend.h"
 #include "projection/projection.h"
 
 namespace pb::calibration {
@@ -81,8 +82,9 @@ Overheads time_overheads(int threads, int rounds, const pj::Machine& m, nlohmann
 
 // The engine's best effective rate (counted FLOPs / time) on all cores, a wide 3x3 convolution as
 // great_net runs them: the CPU's "peak" against which `project --from-machine` scales a profile to
-// another device (Winograd kernels can make it exceed a datasheet peak).
-double conv_flops(int threads);
+// another device (Winograd kernels can make it exceed a datasheet peak). bf16: the bf16 convolution
+// autocast runs.
+double conv_flops(int threads, Precision precision = Precision::Fp32);
 
 // How many busy workers run at full speed together here: k threads each running the same
 // one-thread convolution through the engine, their total rate against one thread's, the best over

@@ -6,6 +6,7 @@
 
 #include "bench/calibrate.h"
 #include "bench/project.h"
+#include "engine/bf16.h"
 #include "engine/check.h"
 #include "engine/comm.h"
 #include "engine/memory_estimate.h"
@@ -234,19 +235,31 @@ Overheads time_overheads(int threads, int rounds, const pj::Machine& m, nlohmann
   return out;
 }
 
-double conv_flops(int threads) {
+double conv_flops(int threads, Precision precision) {
   BackendOptions bo;
   bo.threads = threads;
+  bo.precision = precision;
   auto be = make_backend(cpu(0), bo);
   ConvGeom g;
   g.n = 8, g.c = 64, g.h = 32, g.w = 32, g.k = 64, g.r = 3, g.s = 3, g.pad_h = 1, g.pad_w = 1;
   const double flops = 2.0 * g.n * g.k * g.p() * g.q() * g.c * g.r * g.s;
   std::vector<float> x = synthetic_values(g.n * g.c * g.h * g.w, 1), w = synthetic_values(g.k * g.c * 9, 2), b(g.k, 0.f),
                      y(g.n * g.k * g.p() * g.q());
+  // bf16: the convolution autocast runs, on bf16 copies.
+  const bool half = precision == Precision::Bf16;
+  auto narrow = [](const std::vector<float>& v) {
+    std::vector<Bf16> out(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) out[i] = to_bf16(v[i]);
+    return out;
+  };
+  const std::vector<Bf16> x16 = half ? narrow(x) : std::vector<Bf16>(), w16 = half ? narrow(w) : std::vector<Bf16>(),
+                          b16 = half ? narrow(b) : std::vector<Bf16>();
+  std::vector<Bf16> y16(half ? y.size() : 0);
   double best = 0;
   for (int k = 0; k < 6; ++k) {
     const auto t0 = clk::now();
-    be->conv2d_forward(g, x.data(), w.data(), b.data(), y.data());
+    if (half) be->conv2d_forward_bf16(g, x16.data(), w16.data(), b16.data(), y16.data());
+    else be->conv2d_forward(g, x.data(), w.data(), b.data(), y.data());
     be->synchronize();
     best = std::max(best, flops / since(t0));
   }

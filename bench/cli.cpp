@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <limits>
 #include <map>
@@ -48,6 +49,7 @@ std::vector<Flag> training_flags() {
       {"virtual-stages", "V", "pipeline-interleaved: model chunks per worker (the net in V x P stages)", "2"},
       {"precision", "P", "fp32, tf32 or bf16 (fp32 never uses TF32; bf16: autocast, fp32 master weights, docs/bf16.md)", "fp32"},
       {"threads", "N", "CPU threads per worker (0: share all cores among the workers)", "0"},
+      {"conv-workspace-mib", "MIB", "CUDA: the most workspace a convolution algorithm may use (default: no cap, the fastest whose workspace the GPU can give, as PyTorch; docs/gpu.md)", ""},
       {"comm-timeout", "SECONDS", "MPI: end the job when a rank waits longer than this in one communication call (0: never)", "300", FlagType::Number},
       {"memory-limit", "GIB", "memory a configuration may use: in all on CPU, per GPU on CUDA (default: available RAM / GPU memory)", "", FlagType::Number},
       {"first-bucket-mb", "MB", "ddp: size of the first gradient bucket (the last layers') in MiB", "1", FlagType::Number},
@@ -238,6 +240,19 @@ std::string strategy_name(const Flags& f, const std::string& given, bool strict)
   return pipeline_name(schedule, recompute || f.on("recompute"));
 }
 
+std::optional<std::size_t> conv_workspace_cap(const Flags& f) {
+  // PARBENCH_CONV_WORKSPACE_MIB is not read: refused, so a script setting it does not run uncapped unawares.
+  if (const char* env = std::getenv("PARBENCH_CONV_WORKSPACE_MIB"); env != nullptr && *env != '\0')
+    throw UsageError(fmt::format("PARBENCH_CONV_WORKSPACE_MIB={} is not read: pass --conv-workspace-mib {} instead "
+                                 "(default: no cap, the fastest algorithm whose workspace fits)", env, env));
+  if (!f.has("conv-workspace-mib")) return std::nullopt;
+  const std::string v = f.str("conv-workspace-mib");
+  constexpr int64_t kMax = int64_t(1) << 30;  // MiB: 2^50 bytes, beyond any GPU
+  if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos || v.size() > 10 || std::stoll(v) > kMax)
+    throw UsageError(fmt::format("--conv-workspace-mib expects a whole number of MiB from 0 to {}, got '{}'", kMax, v));
+  return static_cast<std::size_t>(std::stoll(v)) << 20;
+}
+
 StrategyOptions strategy_options(const Flags& f, int devices, int64_t global_batch) {
   StrategyOptions o;
   o.devices = devices;
@@ -281,6 +296,7 @@ StrategyOptions strategy_options(const Flags& f, int devices, int64_t global_bat
   if (f.has("schedule")) o.schedule = pipeline_schedule(f.str("schedule"));
   o.recompute = f.on("recompute");
   o.backend.precision = parse_precision(f.str("precision"));
+  o.backend.conv_workspace_cap_bytes = conv_workspace_cap(f);
   o.reduce_dtype = parse_dtype_label(f.str("reduce-dtype"), "--reduce-dtype");
   o.param_dtype = parse_dtype_label(f.str("param-dtype"), "--param-dtype");
   const double comm_timeout = f.number("comm-timeout");

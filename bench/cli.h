@@ -135,6 +135,8 @@ StrategyOptions plan_file_options(const Flags& f, const std::shared_ptr<const Pl
 // Workers of one --strategy run: --devices; by default the MPI job's processes, or D * P (D * T)
 // for --dp D --pp P (--tp T) or --strategy dp<D>xpp<P> (dp<D>xtp<T>).
 int worker_count(const Flags& f);
+// --conv-workspace-mib as bytes; none when not given (no cap). UsageError naming the flag.
+std::optional<std::size_t> conv_workspace_cap(const Flags& f);
 // Also sets the process-wide --comm-timeout.
 StrategyOptions strategy_options(const Flags& f, int devices, int64_t global_batch);
 // Google Benchmark's flags as passed through by `run`: values GB would misread (repetitions 0 or

@@ -1,6 +1,6 @@
-// parbench profile: per-layer forward, backward-data and backward-weights times and bytes of a
-// workload's net on one device, at one or more batch sizes; a table and profile.json (the input
-// of projections).
+// parbench profile: per-layer forward, backward-data and backward-weights times (steady and first
+// call), algorithms and bytes of a workload's net on one device, at one or more batch sizes; a
+// table and profile.json (the input of projections).
 #include <algorithm>
 #include <chrono>
 #include <ctime>
@@ -10,8 +10,10 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/cli.h"
+#include "bench/roofline.h"
 #include "bench/run.h"
 #include "engine/check.h"
+#include "engine/conv_policy.h"
 #include "engine/fsutil.h"
 #include "engine/layer_profile.h"
 #include "engine/memory_estimate.h"
@@ -34,16 +36,39 @@ std::string utc_now() {
   return buf;
 }
 
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// A pass's algorithm for the table: up to its first " (" or ", " (JSON has it whole).
+std::string short_algorithm(const std::string& a) {
+  const std::size_t cut = std::min(a.find(" ("), a.find(", "));
+  std::string s = a.substr(0, cut);
+  return s.size() > 32 ? s.substr(0, 31) + "~" : s;
+}
+
+// FLOPs per sample of one pass of a layer: backward-data and backward-weights do the forward's
+// multiply-adds again (a convolution's or linear layer's GEMM of the same size, a ReLU's
+// element-wise pass), where the layer makes that call at all.
+double pass_flops(const LayerPlan& l, int index, LayerPass pass) {
+  switch (pass) {
+    case LayerPass::Forward: return l.forward_flops;
+    case LayerPass::BackwardData: return index > 0 ? l.forward_flops : 0.0;
+    case LayerPass::BackwardWeights: return l.weight_numel > 0 ? l.forward_flops : 0.0;
+  }
+  return 0;
+}
+
 std::vector<Flag> profile_flags() {
   std::vector<Flag> flags;
   for (const Flag& fl : run_flags())
     if (fl.name == "workload" || fl.name == "image" || fl.name == "width" || fl.name == "device-kind" ||
-        fl.name == "precision" || fl.name == "seed")
+        fl.name == "precision" || fl.name == "seed" || fl.name == "conv-workspace-mib" || fl.name == "machine")
       flags.push_back(fl);
   flags.push_back({"device", "INDEX", "which device: the GPU's index on CUDA (CPU: the one CPU)", "0"});
   flags.push_back({"threads", "N", "CPU threads (0: all cores)", "0"});
   flags.push_back({"batch", "LIST", "batch sizes to profile, e.g. 1,2,4", "1"});
-  flags.push_back({"warmup", "N", "untimed training steps per batch size first", "2"});
+  flags.push_back({"warmup", "N", "untimed training steps per batch size first, the first-call step among them (run even at 0)", "2"});
   flags.push_back({"reps", "N", "timed repetitions per batch size; the table and JSON show their medians", "5"});
   flags.push_back({"out", "FILE", "where to write the profile JSON", "profile.json"});
   return flags;
@@ -54,9 +79,11 @@ std::vector<Flag> profile_flags() {
 int cmd_profile(const std::vector<std::string>& args) {
   Flags f("parbench profile",
           "Times every layer of a workload's net on one device -- forward, backward-data and backward-weights\n"
-          "apart, each the median of --reps on the device's own clock -- with its activation, parameter\n"
-          "and library-workspace bytes, at each of --batch. Prints a table per batch size and writes\n"
-          "profile.json (format: docs/reports.md). --image and --width default as in `run`.",
+          "apart, each the median of --reps on the device's own clock, and apart from it the first step's\n"
+          "call (plan, algorithm search, workspace growth) -- with the algorithm and library workspace of\n"
+          "each call and its activation and parameter bytes, at each of --batch, all on one backend. Data\n"
+          "and parameters are pseudo-random values made on the device (not `run`'s). Prints a table per\n"
+          "batch size and writes profile.json (format: docs/reports.md). --image and --width default as in `run`.",
           profile_flags());
   if (!f.parse(args)) return 0;
   if (!f.positional().empty()) throw UsageError(fmt::format("unexpected argument '{}'", f.positional()[0]));
@@ -80,6 +107,7 @@ int cmd_profile(const std::vector<std::string>& args) {
   if (out_path.empty() || std::filesystem::is_directory(out_path))
     throw UsageError(fmt::format("--out expects a file to write, got '{}'", out_path));
 
+  const auto start = std::chrono::steady_clock::now();
   const WorkloadOptions wo = workload_options(f, kind);
   const NetSpec net = resolve_workload(f.str("workload"), wo);
   const NetPlan plan = plan_net(net);
@@ -87,35 +115,72 @@ int cmd_profile(const std::vector<std::string>& args) {
   BackendOptions bo;
   bo.threads = static_cast<int>(threads);
   bo.precision = parse_precision(f.str("precision"));
+  bo.conv_workspace_cap_bytes = conv_workspace_cap(f);
   const Device dev{kind, static_cast<int>(index)};
   const uint64_t seed = static_cast<uint64_t>(f.integer("seed"));
-  auto make = [&] { return make_backend(dev, bo); };
-  std::unique_ptr<Backend> be = make();
+  // One backend times every layer and batch, and measures each call's workspace.
+  std::unique_ptr<Backend> be = make_backend(dev, bo);
+  // The device's peak and bandwidth each pass is held against (--machine, the GPU's datasheet, or
+  // on CPU calibrate's probe); measured before the timed steps so it does not run beside them.
+  const Roofline roof = device_roofline(dev, bo.precision, f.str("machine"));
+  const double backend_s = seconds_since(start);
+  const int value_bytes = bo.precision == Precision::Bf16 ? 2 : 4;
+  // A pass's roofline time over its measured time: 1 at the hardware's limit; nullopt when the
+  // pass makes no call or the peak is unknown.
+  const auto fraction = [&](const LayerPlan& l, int64_t batch, LayerPass pass, double seconds) {
+    const LayerWork w = layer_work(l, batch, pass, value_bytes, value_bytes);
+    return seconds > 0 && w.flops + w.bytes > 0 ? roofline_fraction(w.flops, w.bytes, seconds, roof) : std::nullopt;
+  };
 
   const int L = static_cast<int>(plan.layers.size());
   std::vector<NetProfile> profiles;
   std::vector<std::vector<std::size_t>> workspace;  // per batch, per layer
+  double setup_s = 0, first_s = 0, steps_s = 0;
   for (int64_t b : batches) {
-    fmt::print(stderr, "parbench profile: batch {}: {} warm-up step(s), {} repetition(s) on {}\n", b, warmup, reps, dev.str());
+    fmt::print(stderr, "parbench profile: batch {}: first step, {} more warm-up step(s), {} repetition(s) on {}\n", b,
+               std::max<int64_t>(warmup - 1, 0), reps, dev.str());
+    const auto t = std::chrono::steady_clock::now();
     profiles.push_back(profile_net(plan, *be, {b, static_cast<int>(warmup), static_cast<int>(reps), seed}));
-    workspace.push_back(layer_workspace_bytes(plan, b, make));
+    const NetProfile& p = profiles.back();
+    const double all = seconds_since(t);
+    setup_s += p.setup_s, first_s += p.first_step_s, steps_s += all - p.setup_s - p.first_step_s;
+    fmt::print(stderr, "parbench profile: batch {}: setup {:.2f} s (parameters and data on the device), first step "
+                       "{:.2f} s, warm-up and timed steps {:.2f} s\n", b, p.setup_s, p.first_step_s, all - p.setup_s - p.first_step_s);
+    workspace.push_back(layer_workspace_bytes(p));
   }
+  fmt::print(stderr, "parbench profile: {:.2f} s in all: backend and plan {:.2f} s, setup {:.2f} s, first steps {:.2f} s, "
+                     "warm-up and timed steps {:.2f} s\n",
+             seconds_since(start), backend_s, setup_s, first_s, steps_s);
 
   constexpr double kMiB = 1024.0 * 1024.0;
   for (std::size_t k = 0; k < batches.size(); ++k) {
     const NetProfile& p = profiles[k];
-    fmt::print("\n{} on {} ({}), batch {}: median of {} repetitions, ms\n", net.name, dev.str(), be->name(), p.batch, reps);
-    fmt::print("{:>5}  {:<7}  {:<18}  {:>10}  {:>12}  {:>9}  {:>9}  {:>9}  {:>9}  {:>10}\n", "layer", "type", "output",
-               "params", "MFLOP/sample", "forward", "bwd-data", "bwd-wts", "act MiB", "wksp MiB");
+    fmt::print("\n{} on {} ({}), batch {}: median of {} repetitions, ms; first: the first step's call "
+               "(plan, algorithm search, workspace growth)\n", net.name, dev.str(), be->name(), p.batch, reps);
+    fmt::print("{:>5}  {:<7}  {:<18}  {:>10}  {:>12}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  {:>10}  {:>7}\n", "layer",
+               "type", "output", "params", "MFLOP/sample", "forward", "bwd-data", "bwd-wts", "1st fwd", "1st data",
+               "1st wts", "act MiB", "wksp MiB", "roof %");
     LayerTimes sum;
     for (int i = 0; i < L; ++i) {
       const LayerPlan& l = plan.layers[i];
       const LayerTimes& t = p.layers[i];
       sum.forward_s += t.forward_s, sum.backward_data_s += t.backward_data_s, sum.backward_weights_s += t.backward_weights_s;
-      fmt::print("{:>5}  {:<7}  {:<18}  {:>10}  {:>12.4g}  {:>9.3f}  {:>9.3f}  {:>9.3f}  {:>9.3f}  {:>10.3f}\n", i,
-                 layer_type_name(l.spec.type), shape_str(l.out), l.weight_numel + l.bias_numel, l.forward_flops / 1e6,
-                 t.forward_s * 1e3, t.backward_data_s * 1e3, t.backward_weights_s * 1e3,
-                 4.0 * p.batch * numel_of(l.out) / kMiB, workspace[k][i] / kMiB);
+      const LayerTimes& first = p.first_call[i];
+      // The layer's passes together against their rooflines; "!" below 10%, where a kernel is far off.
+      double roof_s = 0;
+      for (LayerPass pass : {LayerPass::Forward, LayerPass::BackwardData, LayerPass::BackwardWeights}) {
+        const LayerWork w = layer_work(l, p.batch, pass, value_bytes, value_bytes);
+        roof_s += roofline_time(w.flops, w.bytes, roof);
+      }
+      const std::optional<double> frac =
+          roof.known() && t.total_s() > 0 && roof_s > 0 ? std::optional<double>(roof_s / t.total_s()) : std::nullopt;
+      const std::string roof_cell = frac ? fmt::format("{:.1f}{}", 100 * *frac, *frac < 0.1 ? "!" : "") : "-";
+      fmt::print("{:>5}  {:<7}  {:<18}  {:>10}  {:>12.4g}  {:>9.3f}  {:>9.3f}  {:>9.3f}  {:>9.3f}  {:>9.3f}  {:>9.3f}  {:>9.3f}  "
+                 "{:>10.3f}  {:>7}\n",
+                 i, layer_type_name(l.spec.type), shape_str(l.out), l.weight_numel + l.bias_numel, l.forward_flops / 1e6,
+                 t.forward_s * 1e3, t.backward_data_s * 1e3, t.backward_weights_s * 1e3, first.forward_s * 1e3,
+                 first.backward_data_s * 1e3, first.backward_weights_s * 1e3, 4.0 * p.batch * numel_of(l.out) / kMiB,
+                 workspace[k][i] / kMiB, roof_cell);
     }
     fmt::print("{:>5}  {:<7}  {:<18}  {:>10}  {:>12.4g}  {:>9.3f}  {:>9.3f}  {:>9.3f}\n", "sum", "", "", plan.param_count,
                plan.forward_flops / 1e6, sum.forward_s * 1e3, sum.backward_data_s * 1e3, sum.backward_weights_s * 1e3);
@@ -124,13 +189,16 @@ int cmd_profile(const std::vector<std::string>& args) {
                p.forward_s * 1e3, 100 * sum.forward_s / p.forward_s, p.backward_s * 1e3,
                100 * (sum.backward_data_s + sum.backward_weights_s) / p.backward_s, p.loss_s * 1e3, p.optimizer_s * 1e3,
                4.0 * plan.param_count / kMiB);
-    // Which library algorithm ran each convolution (CUDA: cuDNN's algorithm or engine and its
-    // workspace; nothing on CPU).
-    for (int i = 0; i < L; ++i)
-      if (plan.layers[i].spec.type == LayerType::Conv2d) {
-        const std::string algos = be->conv_algorithms(model_detail::geom(plan.layers[i], p.batch));
-        if (!algos.empty()) fmt::print("  layer {}: {}\n", i, algos);
-      }
+    // Which algorithm ran each convolution's passes (cuDNN's algorithm or engine; oneDNN's
+    // implementation or the engine's own Winograd) and the workspace each call needed.
+    for (int i = 0; i < L; ++i) {
+      const PerPass<std::string>& a = p.algorithms[i];
+      if (a[0].empty() && a[1].empty() && a[2].empty()) continue;
+      const PerPass<std::size_t>& w = p.workspace_bytes[i];
+      fmt::print("  layer {}: forward {} ({:.3f} MiB), backward-data {} ({:.3f} MiB), backward-weights {} ({:.3f} MiB)\n", i,
+                 short_algorithm(a[0]), w[0] / kMiB, i > 0 ? short_algorithm(a[1]) : "-", w[1] / kMiB,
+                 short_algorithm(a[2]), w[2] / kMiB);
+    }
   }
 
   ojson j;
@@ -143,8 +211,13 @@ int cmd_profile(const std::vector<std::string>& args) {
   c[ctx::parbench_commit.name] = PARBENCH_GIT_COMMIT;
   c["date"] = utc_now();
   c["timing"] = "median of the repetitions on the device's own clock (CPU: steady clock around synchronous calls; "
-                "CUDA: events on the compute stream)";
+                "CUDA: events on the compute stream); first_call_s: the first step's call";
+  c["data"] = "hashed pseudo-random values made on the device (Backend::fill_normal), not run's training data";
   c[ctx::precision.name] = f.str("precision");
+  c[ctx::conv_workspace_policy.name] = kind == DeviceKind::Cuda ? conv_workspace_policy_name(bo.conv_workspace_cap_bytes) : "n/a";
+  c[ctx::roofline_peak.name] = fmt::format("{:.6g}", roof.flops_per_s);
+  c[ctx::roofline_bandwidth.name] = fmt::format("{:.6g}", roof.bytes_per_s);
+  c[ctx::roofline_source.name] = roof.source;
   c[ctx::threads_per_worker.name] = threads == 0 ? "auto" : std::to_string(threads);
   c[ctx::workload.name] = net.name;
   c[ctx::workload_source.name] = f.str("workload");
@@ -181,6 +254,40 @@ int cmd_profile(const std::vector<std::string>& args) {
     e["activation_bytes_per_sample"] = 4 * numel_of(l.out);
     e["workspace_bytes"] = *std::max_element(ws.begin(), ws.end());
     e["workspace_bytes_per_batch"] = ws;
+    // Per pass, every array one entry per batch: what a reader of one call needs in one place.
+    ojson passes;
+    for (LayerPass pass : {LayerPass::Forward, LayerPass::BackwardData, LayerPass::BackwardWeights}) {
+      const auto q = static_cast<std::size_t>(pass);
+      ojson r;
+      std::vector<double> s, first;
+      std::vector<std::size_t> bytes;
+      std::vector<std::string> algo;
+      ojson work_flops = ojson::array(), work_bytes = ojson::array(), fractions = ojson::array();
+      for (const NetProfile& p : profiles) {
+        const LayerTimes& t = p.layers[i];
+        const LayerTimes& f1 = p.first_call[i];
+        s.push_back(q == 0 ? t.forward_s : q == 1 ? t.backward_data_s : t.backward_weights_s);
+        first.push_back(q == 0 ? f1.forward_s : q == 1 ? f1.backward_data_s : f1.backward_weights_s);
+        bytes.push_back(p.workspace_bytes[i][q]);
+        algo.push_back(p.algorithms[i][q]);
+        const bool called = s.back() > 0 || first.back() > 0;  // layer 0 computes no input gradient
+        const LayerWork w = called ? layer_work(l, p.batch, pass, value_bytes, value_bytes) : LayerWork{};
+        work_flops.push_back(w.flops);
+        work_bytes.push_back(w.bytes);
+        const std::optional<double> fr = fraction(l, p.batch, pass, s.back());
+        fractions.push_back(fr ? ojson(*fr) : ojson(nullptr));
+      }
+      r["s"] = s;
+      r["first_call_s"] = first;
+      r["workspace_bytes"] = bytes;
+      r["algorithm"] = algo;
+      r["flops_per_sample"] = pass_flops(l, i, pass);
+      r["flops"] = work_flops;
+      r["bytes"] = work_bytes;
+      r["roofline_fraction"] = fractions;
+      passes[q == 0 ? "forward" : q == 1 ? "backward_data" : "backward_weights"] = r;
+    }
+    e["passes"] = passes;
     layers.push_back(e);
   }
   j["layers"] = layers;

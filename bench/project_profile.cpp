@@ -84,6 +84,7 @@ projection::Profile engine_profile(const NetPlan& plan, const std::string& workl
       barrier();
       ProfileOptions po{0, 1, reps, 0, concurrent > 1};
       if (concurrent > 1) po.sync = barrier;
+      po.workspace = concurrent == 1;  // workers side by side share the CPU's workspace count
       for (int64_t b : batches) {
         po.batch = b;
         got[static_cast<std::size_t>(w)].push_back(profile_net(plan, *be, po));

@@ -94,6 +94,9 @@ std::vector<Flag> run_flags() {
   flags.push_back({"plan", "FILE", "run this plan file (JSON, as parbench plan --format json writes; validated first) as its "
                    "strategy's step instead of the strategy's own: mp, a pipeline, a dp<D>xpp<P> or ddp; its strategy, "
                    "workers, batch and micro-batches set the run's", ""});
+  flags.push_back({"machine", "FILE", "machine JSON (machines/*.json, as project reads them): its device's peak in the "
+                   "run's precision and bandwidth (2 x copy_bytes_per_s) give mfu and the trace's roofline fractions "
+                   "(default: CUDA, the GPU's row of a datasheet table; CPU, measured at the start, about a second)", ""});
   flags.push_back({"trace", "", "per configuration, one more untimed step with per-layer spans, written as a Chrome "
                                 "trace (trace-<benchmark>.json, for Perfetto), and timeline.png", ""});
   return flags;
@@ -276,6 +279,17 @@ RunPlan plan_run(const Flags& f, Sweep& sw) {
   return p;
 }
 
+namespace {
+
+// The roofline of mfu and the traces: --machine, else the GPU's datasheet row, else this CPU
+// measured -- by rank 0 alone, as ranks measuring at once would share the cores.
+Roofline run_roofline(DeviceKind kind, const Flags& f) {
+  if (kind == DeviceKind::Cpu && !f.has("machine") && process().rank != 0) return Roofline{0, 0, true, "measured on rank 0"};
+  return device_roofline(Device{kind, 0}, parse_precision(f.str("precision")), f.str("machine"));
+}
+
+}  // namespace
+
 int cmd_run(const std::vector<std::string>& args) {
   Flags f("parbench run",
           "Benchmarks every strategy x device count on one workload with Google Benchmark, prints the\n"
@@ -319,6 +333,10 @@ int cmd_run(const std::vector<std::string>& args) {
   // Under another format stdout is that format alone; the table and the summary go to stderr.
   const bool console = format == "console";
   std::FILE* const text_out = console ? stdout : stderr;
+
+  // Before the run folder: a bad --machine file leaves none behind.
+  sw.roofline.source = "none: not measured (--benchmark_list_tests)";
+  if (!list_only) sw.roofline = run_roofline(plan.kind, f);
 
   std::string dir = f.str("out");
   if (dir.empty()) dir = fresh_run_dir(sw.net.name);

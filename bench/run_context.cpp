@@ -5,7 +5,11 @@
 
 #include <fmt/ranges.h>
 
+#include "bench/cli.h"
 #include "bench/run.h"
+#include "engine/check.h"
+#include "engine/conv_policy.h"
+#include "engine/layer_profile.h"
 #include "engine/cpu_model.h"
 #include "engine/process.h"
 #include "reports/schema.h"
@@ -44,7 +48,6 @@ std::vector<std::pair<std::string, std::string>> system_context(DeviceKind kind)
   put(ctx::conv_search, env_or_unset(ctx::conv_search.name));
   put(ctx::cpu_winograd, env_or_unset(ctx::cpu_winograd.name));
   put(ctx::cudnn_api, env_or_unset(ctx::cudnn_api.name));
-  put(ctx::conv_workspace, env_or_unset(ctx::conv_workspace.name));
   if (!info.cuda_built) return out;
   std::vector<std::string> names;
   for (const GpuInfo& g : info.gpus)
@@ -67,8 +70,38 @@ void add_system_context(DeviceKind kind) {
 }
 }  // namespace
 
+namespace {
+// Each convolution layer alone on a fresh backend of the run's options, at the one-device batch:
+// its workspace and what cuDNN's search chose per direction (schema conv_layers), on device 0,
+// freed before the sweep. Not on CPU: oneDNN's primitive caches would outlive the probe and
+// change what the configurations after it allocate.
+std::string conv_layer_choices(const RunPlan& p, const Sweep& sw) {
+  if (p.kind != DeviceKind::Cuda) return "n/a";
+  if (p.configs.empty()) return "";
+  const BackendOptions bo = p.configs.front().options.backend;
+  const Device dev{DeviceKind::Cuda, 0};
+  std::vector<LayerConvChoice> choices;
+  try {
+    choices = layer_conv_choices(sw.plan, p.batch, [&] { return make_backend(dev, bo); });
+  } catch (const Error& e) {  // the sweep reports its own failures; the context says why this one is missing
+    return fmt::format("not measured: {}", e.what());
+  }
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < choices.size(); ++i) {
+    if (sw.plan.layers[i].spec.type != LayerType::Conv2d) continue;
+    const LayerConvChoice& c = choices[i];
+    out.push_back(fmt::format("layer {}: workspace {} B{}", i, c.workspace_bytes,
+                              c.algorithms.empty() ? std::string() : "; " + c.algorithms));
+  }
+  return fmt::format("{}", fmt::join(out, " / "));
+}
+}  // namespace
+
 void add_run_context(const RunPlan& p, const Flags& f, const Sweep& sw) {
   add_system_context(p.kind);
+  put(ctx::conv_workspace_policy,
+      p.kind == DeviceKind::Cuda ? conv_workspace_policy_name(conv_workspace_cap(f)) : "n/a");
+  if (process().rank == 0) put(ctx::conv_layers, conv_layer_choices(p, sw));
   // Debian builds Google Benchmark without NDEBUG, so its "library_build_type" says debug; the
   // times are parbench's own (SetIterationTime), which that build type does not touch.
   put(ctx::timing, ctx::timing.meaning);
@@ -119,6 +152,13 @@ void add_run_context(const RunPlan& p, const Flags& f, const Sweep& sw) {
   if (f.str("reduce-dtype") != "fp32") put(ctx::reduce_dtype, f.str("reduce-dtype"));
   if (f.str("param-dtype") != "fp32") put(ctx::param_dtype, f.str("param-dtype"));
   if (f.integer("virtual-stages") != 2) put(ctx::virtual_stages, f.str("virtual-stages"));  // absent = the default, 2
+
+  // The roofline behind mfu and the trace's fractions (bench/roofline.h); what warmup_s covers.
+  if (sw.roofline.flops_per_s > 0) put(ctx::roofline_peak, fmt::format("{:.17g}", sw.roofline.flops_per_s));
+  if (sw.roofline.bytes_per_s > 0) put(ctx::roofline_bandwidth, fmt::format("{:.17g}", sw.roofline.bytes_per_s));
+  put(ctx::roofline_scope, sw.roofline.shared ? "shared" : "per device");
+  put(ctx::roofline_source, sw.roofline.source);
+  put(ctx::warmup_timing, reports::schema::counter::warmup_s.meaning);
 }
 
 }  // namespace pb

@@ -20,6 +20,7 @@
 #include "reports/gbjson.h"
 #include "reports/schema.h"
 #include "reports/stats.h"
+#include "reports/straggler.h"
 
 namespace pb {
 
@@ -54,21 +55,31 @@ void write_trace(Sweep& sw, const Config& c, Strategy& s) {
   }
   s.set_trace_detail(false);
   sw.traced.insert(c.name);
+  const StepStats st = s.stats();  // a collective across processes: every rank takes part
   if (process().rank != 0) return;  // each process knows only its own workers' spans
-  const StepStats st = s.stats();
   std::vector<std::vector<Span>> spans;
   std::vector<std::string> names;
+  // A worker's roofline: its device's; where the workers share one (CPU cores), its N-th of it.
+  Roofline worker = sw.roofline;
+  if (worker.shared) worker.flops_per_s /= c.devices, worker.bytes_per_s /= c.devices;
   for (std::size_t i = 0; i < st.workers.size(); ++i) {
     spans.push_back(st.workers[i].spans);
+    for (Span& sp : spans.back())  // each layer span's achieved fraction of its roofline
+      if (const auto f = roofline_fraction(sp.flops, sp.bytes, sp.busy_s, worker)) sp.roofline_fraction = *f;
     std::string name = fmt::format("worker {} ({})", i, st.workers[i].device);
     if (st.staged) name += fmt::format(" layers {}-{}", st.workers[i].layer_begin, st.workers[i].layer_end - 1);
     names.push_back(name);
   }
-  const std::map<std::string, std::string> meta = {
+  std::map<std::string, std::string> meta = {
       {"benchmark", c.name},        {"strategy", c.strategy},
       {"devices", std::to_string(c.devices)}, {"global_batch", std::to_string(c.global_batch)},
       {"micro_batches", std::to_string(st.micro_batches)}, {"bubble_fraction", fmt::format("{}", st.bubble_fraction)},
       {"step_ms", fmt::format("{}", st.step_s * 1e3)}, {"communicator", st.communicator}};
+  // The rates each worker's roofline fractions use.
+  if (worker.flops_per_s > 0) meta["worker_peak_flop_per_s"] = fmt::format("{:.17g}", worker.flops_per_s);
+  if (worker.bytes_per_s > 0) meta["worker_bytes_per_s"] = fmt::format("{:.17g}", worker.bytes_per_s);
+  meta[reports::schema::context::roofline_source.name] =
+      sw.roofline.source + (worker.shared ? fmt::format("; shared by the {} worker(s): each 1/{} of it", c.devices, c.devices) : "");
   write_file_atomic(sw.trace_dir + "/" + trace_file_name(c.name), chrome_trace(spans, names, meta));
 }
 
@@ -123,7 +134,15 @@ Strategy& prepare(Sweep& sw, const Config& c) {
   const std::vector<float> t =
       sw.net.target == Target::Input ? x : synthetic_values(c.global_batch * numel_of(sw.plan.output), sw.seed + 2);
   s->load_batch(x, t, c.global_batch);
-  for (int64_t i = 0; i < sw.warmup; ++i) s->step();  // untimed: algorithm search, allocator warm-up
+  // Untimed: algorithm search, allocator warm-up. The first step, with its first-call work, is
+  // timed as iterations are (warmup_s).
+  sw.warmup_s.erase(c.name);
+  for (int64_t i = 0; i < sw.warmup; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    s->step();
+    const double dt = world_max(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    if (i == 0) sw.warmup_s[c.name] = dt;
+  }
   sw.predicted_bytes[c.name] = predicted_bytes(sw, c, s->stats());
   if (!sw.trace_dir.empty() && !sw.traced.count(c.name)) write_trace(sw, c, *s);  // untimed too
   sw.active = std::move(s);
@@ -201,6 +220,7 @@ void run_config(benchmark::State& state, Sweep& sw, const Config& c) {
   double kind_bytes[kCollKinds] = {}, kind_s[kCollKinds] = {}, kind_bus[kCollKinds] = {};
   bool staged = false;
   StepStats last;
+  std::vector<std::vector<double>> worker_compute;  // [worker][iteration]: for the straggler rule
   for (auto _ : state) {
     try {
       const auto t0 = std::chrono::steady_clock::now();
@@ -210,8 +230,11 @@ void run_config(benchmark::State& state, Sweep& sw, const Config& c) {
       state.SetIterationTime(dt);
       // Below is outside the measured time (UseManualTime counts only dt).
       times.push_back(dt);
+      if (!sw.warmup_s.count(c.name)) sw.warmup_s[c.name] = dt;  // --warmup 0: this was the first step
       last = s->stats();
       const StepBreakdown b = breakdown(last);
+      worker_compute.resize(last.workers.size());
+      for (std::size_t w = 0; w < last.workers.size(); ++w) worker_compute[w].push_back(last.workers[w].compute_s);
       bytes_sent += b.bytes_sent;
       transfer_max += b.transfer_s_max;
       exposed += b.exposed_comm_s;
@@ -237,6 +260,15 @@ void run_config(benchmark::State& state, Sweep& sw, const Config& c) {
   // Rates divide by the manual (measured) time.
   state.counters[k::samples_per_s.name] = Counter(samples * iters, Counter::kIsRate);
   state.counters[k::flop_per_s.name] = Counter(3 * sw.plan.forward_flops * samples * iters, Counter::kIsRate);
+  if (sw.roofline.known()) {
+    // The devices the configuration holds; workers sharing GPUs (--oversubscribe) hold fewer.
+    const int held = last.oversubscribed && c.options.kind == DeviceKind::Cuda ? std::min(c.devices, cuda_device_count())
+                                                                              : c.devices;
+    const double peak = sw.roofline.peak_for(held);
+    state.counters[k::peak_flop_per_s.name] = peak;
+    state.counters[k::mfu.name] = Counter(3 * sw.plan.forward_flops * samples * iters / peak, Counter::kIsRate);
+  }
+  state.counters[k::warmup_s.name] = sw.warmup_s.at(c.name);
   state.counters[k::global_batch.name] = samples;
   state.counters[k::devices.name] = c.devices;
   state.counters[k::peak_bytes_max.name] = peak_max;
@@ -262,6 +294,14 @@ void run_config(benchmark::State& state, Sweep& sw, const Config& c) {
   state.counters[k::workers_used.name] = last.workers_used;
   state.counters[k::oversubscribed.name] = last.oversubscribed ? 1 : 0;
   state.counters[k::iter_cv.name] = reports::coefficient_of_variation(times);
+  // Spread and stragglers (reports/straggler.h): every rank knows every worker's compute times.
+  state.counters[k::iter_p50_s.name] = reports::percentile(times, 50);
+  state.counters[k::iter_p99_s.name] = reports::percentile(times, 99);
+  if (worker_compute.size() > 1) {
+    const reports::Straggler st = reports::find_straggler(worker_compute);
+    state.counters[k::straggler_ratio.name] = st.ratio;
+    if (st.rank >= 0) state.counters[k::straggler_rank.name] = st.rank;
+  }
   {
     // Memory by part; tensors + workspace are the allocators' peak, runtime what else the device holds.
     const int visible = c.options.kind == DeviceKind::Cuda ? cuda_device_count() : c.devices;

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/roofline.h"
 #include "strategies/strategy.h"
 #include "workloads/workload.h"
 
@@ -55,6 +56,10 @@ struct Sweep {
   // CPU: the process's resident bytes before any configuration (the program and its libraries),
   // every configuration's runtime_bytes.
   double base_resident = 0;
+  // The device's peak and bandwidth (bench/roofline.h): mfu and the trace's roofline fractions.
+  Roofline roofline;
+  // Per configuration: its first step after setup (counter warmup_s), on the timed steps' clock.
+  std::map<std::string, double> warmup_s;
   // --trace: the folder one traced step per configuration is written to (empty: none), and the
   // configurations traced so far.
   std::string trace_dir;

@@ -2,8 +2,10 @@
 // call these through a Backend reference and never branch on the device kind.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "engine/bf16.h"
@@ -71,7 +73,9 @@ struct BackendOptions {
   bool cpu_blocked = true;
   Precision precision = Precision::Fp32;
   bool exhaustive_conv_search = false;  // CUDA: timed algorithm search, cached per shape
-  std::size_t workspace_cap_bytes = std::size_t(1) << 30;  // CUDA: conv workspace cap
+  // CUDA: the most workspace a convolution algorithm may use (--conv-workspace-mib); none: the
+  // fastest algorithm whose workspace the allocator can give (engine/conv_policy.h).
+  std::optional<std::size_t> conv_workspace_cap_bytes;
   double memory_limit_bytes = 0;  // memory a configuration may use per GPU / in all on CPU; 0 = what the device has
 };
 
@@ -98,6 +102,10 @@ class Backend {
   // The algorithms this backend chose for a convolution shape already run, for failure
   // messages; empty where a backend does not choose (CPU).
   virtual std::string conv_algorithms(const ConvGeom&) const { return {}; }
+  // The same per pass of a convolution shape already run -- forward, backward-data,
+  // backward-weights: the library's algorithm or engine and its workspace or scratch bytes (a
+  // profile's table and JSON); empty where a backend does not say.
+  virtual std::array<std::string, 3> conv_pass_algorithms(const ConvGeom&, bool /*bias*/) { return {}; }
   // The precision this backend was made for; a Sequential runs its bf16 path under Bf16.
   virtual Precision precision() const { return Precision::Fp32; }
 
@@ -180,11 +188,20 @@ class Backend {
 
   // Blocks until all work queued on this backend is done (timing points, host reads).
   virtual void synchronize() = 0;
+  // Waits for the queued work, then frees the library workspace this backend keeps for reuse (the
+  // next call that needs some allocates it again): the growth of the device's workspace count
+  // around the next call is then that call's own need (parbench profile). None kept: nothing.
+  virtual void release_workspace() {}
 
   // Data movement queued like the ops (`stream` null: the compute queue), so a step needs no host
   // round trip for it; on CPU it runs when called.
   // dst[0, n) = value, on this device.
   virtual void fill(float* dst, int64_t n, float value, Stream* stream = nullptr) = 0;
+  // dst[i] = hashed_normal(seed, offset + i, scale) for i in [0, n) (engine/random_fill.h): the
+  // same values on every backend, made on this device. The default makes them on the host and
+  // copies them over, then waits for the copy.
+  virtual void fill_normal(float* dst, int64_t n, uint64_t seed, uint64_t offset, float scale,
+                           Stream* stream = nullptr);
   // rows x width floats on this device: dst[r * dst_pitch + i] = src[r * src_pitch + i] (pitches
   // in floats, at least width; the ranges do not overlap).
   virtual void copy_2d(float* dst, int64_t dst_pitch, const float* src, int64_t src_pitch, int64_t width,

@@ -219,6 +219,29 @@ std::string CpuBackend::name() const {
   return fmt::format("cpu ({} threads, conv: {})", threads_, conv);
 }
 
+std::array<std::string, 3> CpuBackend::conv_pass_algorithms([[maybe_unused]] const ConvGeom& g,
+                                                             [[maybe_unused]] bool bias) {
+  std::array<std::string, 3> out{"im2col+gemm", "im2col+gemm", "im2col+gemm"};
+#ifdef PARBENCH_HAVE_DNNL
+  if (!dnnl_) return out;
+  out = dnnl_->pass_plans(g, bias);
+  const char* own = "own Winograd F(2x2,3x3)";
+  if (own_winograd_forward(g, bias)) out[0] = own;
+  if (own_winograd_backward_data(g)) out[1] = own;
+  if (own_winograd_backward_weights(g, bias)) out[2] = own;
+#endif
+  return out;
+}
+
+void CpuBackend::release_workspace() {
+  for (auto& v : scratch_) std::vector<float>().swap(v);
+  scratch_count_.set(0);
+#ifdef PARBENCH_HAVE_DNNL
+  if (dnnl_) dnnl_->release_scratch();
+  if (winograd_) winograd_->release_scratch();
+#endif
+}
+
 float* CpuBackend::scratch(std::size_t slot, std::size_t floats) {
   auto& s = scratch_[slot];
   if (s.size() < floats) {

@@ -74,7 +74,11 @@ class CpuBackend final : public Backend {
   void copy_2d_bf16(Bf16* dst, int64_t dst_pitch, const Bf16* src, int64_t src_pitch, int64_t width,
                     int64_t rows) override;
   void synchronize() override {}
+  void release_workspace() override;
+  std::array<std::string, 3> conv_pass_algorithms(const ConvGeom& g, bool bias) override;
   void fill(float* dst, int64_t n, float value, Stream* stream = nullptr) override;
+  void fill_normal(float* dst, int64_t n, uint64_t seed, uint64_t offset, float scale,
+                   Stream* stream = nullptr) override;
   void copy_2d(float* dst, int64_t dst_pitch, const float* src, int64_t src_pitch, int64_t width, int64_t rows,
                Stream* stream = nullptr) override;
   void copy(Device dst_dev, void* dst, Device src_dev, const void* src, std::size_t bytes,

@@ -6,11 +6,16 @@
 #include <cstring>
 
 #include "engine/cpu_backend.h"
+#include "engine/random_fill.h"
 
 namespace pb {
 
 void CpuBackend::fill(float* dst, int64_t n, float value, Stream*) {
   if (n > 0) std::fill(dst, dst + n, value);
+}
+
+void CpuBackend::fill_normal(float* dst, int64_t n, uint64_t seed, uint64_t offset, float scale, Stream*) {
+  if (n > 0) fill_normal_host(dst, n, seed, offset, scale, threads_);
 }
 
 namespace {

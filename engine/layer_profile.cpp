@@ -1,11 +1,15 @@
 // The per-layer profiler: a Sequential over the whole net with an observer that records a pair
-// of backend events around every layer call.
+// of backend events around every layer call; its first step apart, each call's workspace measured.
 #include "engine/layer_profile.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 
 #include "engine/check.h"
 #include "engine/model.h"
+#include "engine/model_detail.h"
+#include "engine/tensor.h"
 
 namespace pb {
 
@@ -19,13 +23,6 @@ double median(std::vector<double> v) {
 }
 
 constexpr int kPasses = 3;
-
-std::vector<float> normal_values(int64_t n, uint64_t seed) {
-  Rng rng(seed);
-  std::vector<float> v(static_cast<std::size_t>(n));
-  for (float& x : v) x = rng.normal();
-  return v;
-}
 
 class EventTimer final : public LayerObserver {
  public:
@@ -59,21 +56,76 @@ class EventTimer final : public LayerObserver {
   std::vector<char> hit_;
 };
 
+// The first step's observer: the library workspace released before every call, so the growth of
+// the workspace count around it is that call's own need; the call timed by `timer`.
+class FirstCall final : public LayerObserver {
+ public:
+  FirstCall(Backend& be, EventTimer& timer, bool workspace, std::vector<PerPass<std::size_t>>& bytes)
+      : be_(be), alloc_(allocator_for(be.device())), timer_(timer), workspace_(workspace), bytes_(bytes) {}
+  void before(int layer, LayerPass pass) override {
+    if (workspace_) {
+      be_.release_workspace();
+      at_ = alloc_.current_bytes(MemoryPool::Workspace);
+    }
+    timer_.before(layer, pass);
+  }
+  void after(int layer, LayerPass pass) override {
+    timer_.after(layer, pass);
+    if (!workspace_) return;
+    const std::size_t now = alloc_.current_bytes(MemoryPool::Workspace);
+    std::size_t& b = bytes_[static_cast<std::size_t>(layer)][static_cast<std::size_t>(pass)];
+    b = std::max(b, now > at_ ? now - at_ : 0);
+  }
+
+ private:
+  Backend& be_;
+  Allocator& alloc_;
+  EventTimer& timer_;
+  bool workspace_;
+  std::vector<PerPass<std::size_t>>& bytes_;
+  std::size_t at_ = 0;
+};
+
 }  // namespace
+
+void fill_timing_params(const NetPlan& plan, Sequential& stage, uint64_t seed) {
+  Backend& be = stage.backend();
+  float* p = stage.params().data();
+  for (int i = stage.begin(); i < stage.end(); ++i) {
+    const LayerPlan& l = plan.layers[static_cast<std::size_t>(i)];
+    const auto [lo, hi] = stage.layer_grad_range(i);
+    if (hi <= lo) continue;
+    const int64_t fan_out = l.out.empty() ? 1 : l.out[0];  // output channels or features
+    const double fan_in = std::max<double>(1.0, static_cast<double>(l.weight_numel) / static_cast<double>(fan_out));
+    const uint64_t first = static_cast<uint64_t>(l.param_offset);
+    be.fill_normal(p + lo, hi - lo, seed, first, static_cast<float>(1.0 / std::sqrt(3.0 * fan_in)));
+  }
+}
+
+std::vector<std::size_t> layer_workspace_bytes(const NetProfile& p) {
+  std::vector<std::size_t> out;
+  for (const PerPass<std::size_t>& w : p.workspace_bytes) out.push_back(*std::max_element(w.begin(), w.end()));
+  return out;
+}
 
 NetProfile profile_net(const NetPlan& plan, Backend& be, const ProfileOptions& o) {
   PB_CHECK(o.batch >= 1 && o.repetitions >= 1 && o.warmup >= 0, "profile: batch {}, repetitions {}, warm-up {}",
            o.batch, o.repetitions, o.warmup);
+  const auto setup_start = std::chrono::steady_clock::now();
   const int L = static_cast<int>(plan.layers.size());
   const Device dev = be.device();
   Sequential net(plan, 0, L, be);
-  net.load_params(init_params(plan, o.seed));
+  fill_timing_params(plan, net, o.seed);
   const int64_t in_n = o.batch * numel_of(plan.input), out_n = o.batch * numel_of(plan.output);
-  const Tensor x = Tensor::from_host({in_n}, normal_values(in_n, o.seed + 1), dev);
-  const Tensor t = Tensor::from_host({out_n}, normal_values(out_n, o.seed + 2), dev);
+  Tensor x = Tensor::empty({in_n}, dev), t = Tensor::empty({out_n}, dev);
+  be.fill_normal(x.data(), in_n, o.seed + 1, 0, 1.0f);
+  be.fill_normal(t.data(), out_n, o.seed + 2, 0, 1.0f);
   Tensor dy = Tensor::empty({out_n}, dev), loss = Tensor::zeros({1}, dev);
   Adam adam(be, net.params().numel(), AdamParams{});
   const float scale = 2.0f / static_cast<float>(out_n);
+  be.synchronize();
+  NetProfile out;
+  out.setup_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - setup_start).count();
 
   auto e = [&] { return be.create_event(); };
   std::unique_ptr<Event> ev[5] = {e(), e(), e(), e(), e()};
@@ -89,11 +141,43 @@ NetProfile profile_net(const NetPlan& plan, Backend& be, const ProfileOptions& o
     if (timed) be.record(*ev[4]);
     be.synchronize();
   };
-  for (int i = 0; i < o.warmup; ++i) step(false);
+  auto per_layer = [&](EventTimer& timer, std::vector<LayerTimes>& into) {
+    into.assign(static_cast<std::size_t>(L), LayerTimes{});
+    for (int i = 0; i < L; ++i) {
+      LayerTimes& lt = into[static_cast<std::size_t>(i)];
+      lt.forward_s = timer.seconds(i, LayerPass::Forward);
+      lt.backward_data_s = timer.seconds(i, LayerPass::BackwardData);
+      lt.backward_weights_s = timer.seconds(i, LayerPass::BackwardWeights);
+    }
+  };
+
+  EventTimer timer(be, L, o.sync);
+  // The first step, every call timed: plans, algorithm searches and workspace growth happen here.
+  // It is the first of the warm-up steps (run even with none).
+  const auto first_start = std::chrono::steady_clock::now();
+  {
+    out.workspace_bytes.assign(static_cast<std::size_t>(L), PerPass<std::size_t>{});
+    FirstCall first(be, timer, o.workspace, out.workspace_bytes);
+    timer.clear();
+    net.set_observer(&first);
+    const float* y = net.forward(x.data(), o.batch);
+    be.mse_loss_grad(out_n, y, t.data(), scale, dy.data(), loss.data());
+    net.backward(dy.data(), nullptr, false);
+    net.set_observer(nullptr);
+    adam.step(net.params(), net.grads());
+    be.synchronize();
+    per_layer(timer, out.first_call);
+    out.algorithms.assign(static_cast<std::size_t>(L), PerPass<std::string>{});
+    for (int i = 0; i < L; ++i)
+      if (plan.layers[static_cast<std::size_t>(i)].spec.type == LayerType::Conv2d)
+        out.algorithms[static_cast<std::size_t>(i)] =
+            be.conv_pass_algorithms(model_detail::geom(plan.layers[static_cast<std::size_t>(i)], o.batch), true);
+  }
+  out.first_step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - first_start).count();
+  for (int i = 1; i < o.warmup; ++i) step(false);
 
   std::vector<double> fwd, loss_s, bwd, opt;
   std::vector<std::vector<double>> per(static_cast<std::size_t>(L) * kPasses);
-  EventTimer timer(be, L, o.sync);
   for (int r = 0; r < o.repetitions; ++r) {
     if (o.sync) o.sync();
     step(true);
@@ -115,10 +199,9 @@ NetProfile profile_net(const NetPlan& plan, Backend& be, const ProfileOptions& o
   auto stat = [&](const std::vector<double>& v) {
     if (!o.mean) return median(v);
     double sum = 0;
-    for (double x : v) sum += x;
+    for (double v_i : v) sum += v_i;
     return v.empty() ? 0.0 : sum / static_cast<double>(v.size());
   };
-  NetProfile out;
   out.batch = o.batch;
   out.forward_s = stat(fwd);
   out.loss_s = stat(loss_s);
@@ -131,33 +214,36 @@ NetProfile profile_net(const NetPlan& plan, Backend& be, const ProfileOptions& o
   return out;
 }
 
-std::vector<std::size_t> layer_workspace_bytes(const NetPlan& plan, int64_t batch,
-                                               const std::function<std::unique_ptr<Backend>()>& make) {
-  std::vector<std::size_t> out;
+std::vector<LayerConvChoice> layer_conv_choices(const NetPlan& plan, int64_t batch,
+                                                const std::function<std::unique_ptr<Backend>()>& make) {
+  std::vector<LayerConvChoice> out;
   const int L = static_cast<int>(plan.layers.size());
-  const std::vector<float> params = init_params(plan, 0);
   for (int i = 0; i < L; ++i) {
     const LayerPlan& l = plan.layers[i];
     if (l.spec.type == LayerType::Flatten) {
-      out.push_back(0);
+      out.emplace_back();
       continue;
     }
     std::unique_ptr<Backend> be = make();
     Allocator& a = allocator_for(be->device());
     const std::size_t before = a.current_bytes(MemoryPool::Workspace);
+    LayerConvChoice c;
     {
       Sequential layer(plan, i, i + 1, *be);
-      layer.load_params(params);
+      fill_timing_params(plan, layer, 0);
       const int64_t in_n = batch * numel_of(l.in), out_n = batch * numel_of(l.out);
-      const Tensor x = Tensor::from_host({in_n}, normal_values(in_n, 1), be->device());
-      const Tensor dy = Tensor::from_host({out_n}, normal_values(out_n, 2), be->device());
+      Tensor x = Tensor::empty({in_n}, be->device()), dy = Tensor::empty({out_n}, be->device());
+      be->fill_normal(x.data(), in_n, 1, 0, 1.0f);
+      be->fill_normal(dy.data(), out_n, 2, 0, 1.0f);
       Tensor dx = Tensor::empty({in_n}, be->device());
       layer.forward(x.data(), batch);
       layer.backward(dy.data(), i > 0 ? dx.data() : nullptr, false);
       be->synchronize();
+      if (l.spec.type == LayerType::Conv2d) c.algorithms = be->conv_algorithms(model_detail::geom(l, batch));
     }
     const std::size_t after = a.current_bytes(MemoryPool::Workspace);
-    out.push_back(after > before ? after - before : 0);
+    c.workspace_bytes = after > before ? after - before : 0;
+    out.push_back(std::move(c));
   }
   return out;
 }

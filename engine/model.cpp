@@ -19,6 +19,30 @@ Sequential::Sequential(const NetPlan& plan, int begin, int end, Backend& backend
   grads_ = Tensor::zeros({n}, backend);
 }
 
+LayerWork layer_work(const LayerPlan& l, int64_t batch, LayerPass pass, int act_bytes, int weight_bytes, double part) {
+  const double in = static_cast<double>(batch * numel_of(l.in)), all_out = static_cast<double>(batch * numel_of(l.out));
+  const bool weighted = l.spec.type == LayerType::Conv2d || l.spec.type == LayerType::Linear;
+  const double share = weighted ? part : 1;
+  const double out = all_out * share;
+  const double w = static_cast<double>(l.weight_numel) * share, b = static_cast<double>(l.bias_numel) * share;
+  LayerWork work;
+  switch (l.spec.type) {
+    case LayerType::Conv2d:
+    case LayerType::Linear:
+      work.flops = l.forward_flops * static_cast<double>(batch) * share;
+      if (pass == LayerPass::Forward) work.bytes = (in + out) * act_bytes + (w + b) * weight_bytes;
+      else if (pass == LayerPass::BackwardData) work.bytes = (out + in) * act_bytes + w * weight_bytes;
+      else work.bytes = (in + out) * act_bytes + (w + b) * sizeof(float);  // x and dy in, dw and db out
+      break;
+    case LayerType::ReLU:  // forward: x in, y out; backward: y and dy in, dx out
+      work.flops = out;
+      work.bytes = (pass == LayerPass::Forward ? 2 : 3) * out * act_bytes;
+      break;
+    case LayerType::Flatten: break;  // a view
+  }
+  return work;
+}
+
 double Sequential::forward_flops_per_sample() const {
   double f = 0;
   for (int i = begin_; i < end_; ++i) f += plan_.layers[i].forward_flops;
@@ -90,17 +114,17 @@ const float* Sequential::forward(const float* x, int64_t batch, int slot_id) {
         // here (its backward reads the same y), and its own step below is skipped.
         const bool fuse = i + 1 < end_ && plan_.layers[i + 1].spec.type == LayerType::ReLU;
         const ConvLayouts io{in_layout(slot, j), slot.layout[j]};
-        observed(observer_, i, fwd, [&] {
+        observed_layer(observer_, tracer_, l, batch, bf16_, fwd, [&] {
           relu_done = fuse && be.conv2d_relu_forward_in(geom(l, batch), io, cur, w, w + l.weight_numel, y);
           if (!relu_done) be.conv2d_forward_in(geom(l, batch), io, cur, w, w + l.weight_numel, y);
         });
         break;
       }
       case LayerType::Linear:
-        observed(observer_, i, fwd, [&] { be.linear_forward(batch, l.in[0], l.out[0], cur, w, w + l.weight_numel, y); });
+        observed_layer(observer_, tracer_, l, batch, bf16_, fwd, [&] { be.linear_forward(batch, l.in[0], l.out[0], cur, w, w + l.weight_numel, y); });
         break;
       case LayerType::ReLU:  // element-wise: the same in either layout
-        if (!relu_done) observed(observer_, i, fwd, [&] { be.relu_forward(out_n, cur, y); });
+        if (!relu_done) observed_layer(observer_, tracer_, l, batch, bf16_, fwd, [&] { be.relu_forward(out_n, cur, y); });
         break;
       case LayerType::Flatten: break;
     }
@@ -180,29 +204,29 @@ void Sequential::backward_pass(const float* dy, float* dx, bool accumulate, int 
         const ConvGeom g = geom(l, batch);
         const ConvLayouts io{in_layout(slot, j), slot.layout[j]};
         if (weights)
-          observed(observer_, i, LayerPass::BackwardWeights,
+          observed_layer(observer_, tracer_, l, batch, bf16_, LayerPass::BackwardWeights,
                    [&] { be.conv2d_backward_weights_in(g, io, xin, gout, gw, gw + l.weight_numel, accumulate); });
         // Weight gradients first and announced before dx: a bucket's all-reduce can then run
         // alongside the rest of backward.
         if (grads_ready) grads_ready(i);
         if (need_dx)
-          observed(observer_, i, LayerPass::BackwardData, [&] { be.conv2d_backward_data_in(g, io, gout, w, gin); });
+          observed_layer(observer_, tracer_, l, batch, bf16_, LayerPass::BackwardData, [&] { be.conv2d_backward_data_in(g, io, gout, w, gin); });
         break;
       }
       case LayerType::Linear:
         if (weights)
-          observed(observer_, i, LayerPass::BackwardWeights, [&] {
+          observed_layer(observer_, tracer_, l, batch, bf16_, LayerPass::BackwardWeights, [&] {
             be.linear_backward_weights(batch, l.in[0], l.out[0], xin, gout, gw, gw + l.weight_numel, accumulate);
           });
         if (grads_ready) grads_ready(i);
         if (need_dx)
-          observed(observer_, i, LayerPass::BackwardData,
+          observed_layer(observer_, tracer_, l, batch, bf16_, LayerPass::BackwardData,
                    [&] { be.linear_backward_data(batch, l.in[0], l.out[0], gout, w, gin); });
         break;
       case LayerType::ReLU:
         if (grads_ready) grads_ready(i);
         if (need_dx)
-          observed(observer_, i, LayerPass::BackwardData,
+          observed_layer(observer_, tracer_, l, batch, bf16_, LayerPass::BackwardData,
                    [&] { be.relu_backward(batch * numel_of(l.out), slot.out[j], gout, gin); });
         break;
       case LayerType::Flatten:

@@ -21,6 +21,19 @@ namespace pb {
 // The passes of one layer that a profiler times apart.
 enum class LayerPass { Forward, BackwardData, BackwardWeights };
 
+// One pass of a layer over `batch` samples: its FLOPs (multiply-add = 2; the forward's are the
+// plan's forward_flops, and each backward pass of a conv or linear layer does as many; ReLU one
+// a value) and the bytes it must move at least -- every input read once and every output written
+// once: activations and their gradients of `act_bytes` a value, weights of `weight_bytes`, weight
+// gradients fp32. The roofline's numerator (bench/roofline.h). `part`: the share of a conv's or
+// linear layer's output channels computed (tp's column slices): its FLOPs, weights and output (or
+// output gradient) scale by it, its whole input (or input gradient) is read (written) still.
+struct LayerWork {
+  double flops = 0, bytes = 0;
+};
+LayerWork layer_work(const LayerPlan& l, int64_t batch, LayerPass pass, int act_bytes, int weight_bytes,
+                     double part = 1);
+
 // Called around every backend call a Sequential makes for a layer (global index): a profiler
 // records device events there. ReLU's backward is its BackwardData; Flatten makes no call.
 class LayerObserver {

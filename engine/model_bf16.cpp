@@ -57,13 +57,13 @@ const float* Sequential::forward_bf16(const float* x, int64_t batch, int slot_id
     const LayerPass fwd = LayerPass::Forward;
     switch (l.spec.type) {
       case LayerType::Conv2d:
-        observed(observer_, i, fwd, [&] { be.conv2d_forward_bf16(geom(l, batch), cur, w, w + l.weight_numel, y); });
+        observed_layer(observer_, tracer_, l, batch, bf16_, fwd, [&] { be.conv2d_forward_bf16(geom(l, batch), cur, w, w + l.weight_numel, y); });
         break;
       case LayerType::Linear:
-        observed(observer_, i, fwd,
+        observed_layer(observer_, tracer_, l, batch, bf16_, fwd,
                  [&] { be.linear_forward_bf16(batch, l.in[0], l.out[0], cur, w, w + l.weight_numel, y); });
         break;
-      case LayerType::ReLU: observed(observer_, i, fwd, [&] { be.relu_forward_bf16(n, cur, y); }); break;
+      case LayerType::ReLU: observed_layer(observer_, tracer_, l, batch, bf16_, fwd, [&] { be.relu_forward_bf16(n, cur, y); }); break;
       case LayerType::Flatten: break;
     }
     slot.out16[j] = y;
@@ -117,27 +117,27 @@ void Sequential::backward_bf16(const float* dy, float* dx, bool accumulate, int 
       case LayerType::Conv2d: {
         const ConvGeom g = geom(l, batch);
         if (weights)
-          observed(observer_, i, LayerPass::BackwardWeights,
+          observed_layer(observer_, tracer_, l, batch, bf16_, LayerPass::BackwardWeights,
                    [&] { be.conv2d_backward_weights_bf16(g, xin, gout, gw, gw + l.weight_numel, accumulate); });
         if (grads_ready) grads_ready(i);
         if (need_dx)
-          observed(observer_, i, LayerPass::BackwardData, [&] { be.conv2d_backward_data_bf16(g, gout, w, gin); });
+          observed_layer(observer_, tracer_, l, batch, bf16_, LayerPass::BackwardData, [&] { be.conv2d_backward_data_bf16(g, gout, w, gin); });
         break;
       }
       case LayerType::Linear:
         if (weights)
-          observed(observer_, i, LayerPass::BackwardWeights, [&] {
+          observed_layer(observer_, tracer_, l, batch, bf16_, LayerPass::BackwardWeights, [&] {
             be.linear_backward_weights_bf16(batch, l.in[0], l.out[0], xin, gout, gw, gw + l.weight_numel, accumulate);
           });
         if (grads_ready) grads_ready(i);
         if (need_dx)
-          observed(observer_, i, LayerPass::BackwardData,
+          observed_layer(observer_, tracer_, l, batch, bf16_, LayerPass::BackwardData,
                    [&] { be.linear_backward_data_bf16(batch, l.in[0], l.out[0], gout, w, gin); });
         break;
       case LayerType::ReLU:
         if (grads_ready) grads_ready(i);
         if (need_dx)
-          observed(observer_, i, LayerPass::BackwardData,
+          observed_layer(observer_, tracer_, l, batch, bf16_, LayerPass::BackwardData,
                    [&] { be.relu_backward_bf16(batch * numel_of(l.out), slot.out16[j], gout, gin); });
         break;
       case LayerType::Flatten:

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -20,12 +21,25 @@ inline Tracer::Scope layer_span(Tracer* t, Phase p, int micro, const LayerPlan& 
   return t->compute(p, micro, [&] { return fmt::format("L{} {}", l.index, layer_type_name(l.spec.type)); });
 }
 
+// A traced step: the layer's pass `pass` goes to its open span's work.
+inline void traced_work(Tracer* t, const LayerPlan& l, int64_t batch, LayerPass pass, bool bf16) {
+  if (!t || !t->detail()) return;
+  const LayerWork w = layer_work(l, batch, pass, bf16 ? 2 : 4, bf16 ? 2 : 4);
+  t->add_work(w.flops, w.bytes);
+}
+
 // Runs one backend call of a layer, with the observer (when any) around it.
 template <class Call>
 void observed(LayerObserver* o, int layer, LayerPass pass, Call&& call) {
   if (o) o->before(layer, pass);
   call();
   if (o) o->after(layer, pass);
+}
+// The same for layer l at `batch` samples; in a traced step its work goes to the layer's span.
+template <class Call>
+void observed_layer(LayerObserver* o, Tracer* t, const LayerPlan& l, int64_t batch, bool bf16, LayerPass pass, Call&& call) {
+  observed(o, l.index, pass, std::forward<Call>(call));
+  traced_work(t, l, batch, pass, bf16);
 }
 
 inline ConvGeom geom(const LayerPlan& l, int64_t batch) {

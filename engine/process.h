@@ -22,8 +22,9 @@ struct ProcessInfo {
 // so that a plain `parbench` never needs mpirun.
 bool launched_by_mpi();
 
-// Initialises MPI (MPI_THREAD_SERIALIZED: a worker thread drives the communicator while the main
-// thread waits, never both at once) when launched by MPI, and finalises it on destruction.
+// Initialises MPI when launched by MPI, and finalises it on destruction. The workers' calls are
+// serialized (a worker thread drives the communicator while the main thread waits); MPI_THREAD_MULTIPLE,
+// where provided, lets a thread progress started operations beside them (engine/mpi/mpi_progress.h).
 class ProcessSession {
  public:
   ProcessSession(int* argc, char*** argv);

@@ -43,6 +43,7 @@ void Tracer::begin_step(Backend& be, clock::time_point origin) {
 #endif
   origin_ = origin;
   action_ = -1;
+  spans_opened_ = 0;
   used_ = 0;
   open_ = false;
   pending_.clear();
@@ -64,19 +65,23 @@ void Tracer::open(Phase p, int micro, std::string name) {
   cur_.from = &record();
   cur_.suspended = false;
   cur_.action = action_;
+  cur_.span = spans_opened_++;
+  cur_.flops = cur_.bytes = 0;
   open_ = true;
 }
 
 void Tracer::close() {
   if (!cur_.suspended)
-    pending_.push_back({cur_.phase, Lane::Compute, cur_.micro, std::move(cur_.name), cur_.from, &record(), {}, {}, cur_.action});
+    pending_.push_back({cur_.phase, Lane::Compute, cur_.micro, std::move(cur_.name), cur_.from, &record(), {}, {},
+                        cur_.action, cur_.span, cur_.flops, cur_.bytes});
   open_ = false;
   nvtx_pop();
 }
 
 void Tracer::suspend() {
   if (!be_ || !open_ || cur_.suspended) return;
-  pending_.push_back({cur_.phase, Lane::Compute, cur_.micro, cur_.name, cur_.from, &record(), {}, {}, cur_.action});
+  pending_.push_back({cur_.phase, Lane::Compute, cur_.micro, cur_.name, cur_.from, &record(), {}, {}, cur_.action,
+                      cur_.span});
   cur_.suspended = true;
 }
 
@@ -105,6 +110,8 @@ void Tracer::end_step() {
   if (!be_) return;
   PB_CHECK(!open_, "a span is still open at the end of the step");
   // Device spans count from the origin event, recorded when the worker's part began.
+  std::map<int, double> busy;  // compute span -> its segments' time; the last segment carries the work
+  std::vector<std::pair<Span, int>> resolved;  // with the compute span each is a segment of (-1: none)
   for (Pending& p : pending_) {
     Span s;
     s.phase = p.phase;
@@ -119,6 +126,13 @@ void Tracer::end_step() {
       s.start_s = std::chrono::duration<double>(p.host_from - origin_).count();
       s.end_s = std::chrono::duration<double>(p.host_to - origin_).count();
     }
+    s.flops = p.flops;
+    s.bytes = p.bytes;
+    if (p.span >= 0) busy[p.span] += std::max(0.0, s.end_s - s.start_s);
+    resolved.emplace_back(std::move(s), p.span);
+  }
+  for (auto& [s, span] : resolved) {
+    if (span >= 0 && (s.flops > 0 || s.bytes > 0)) s.busy_s = busy[span];
     if (s.end_s > s.start_s) add(std::move(s));
   }
   pending_.clear();
@@ -175,6 +189,12 @@ std::string chrome_trace(const std::vector<std::vector<Span>>& workers, const st
       json args = {{"phase", phase_name(s.phase)}};
       if (s.micro >= 0) args["micro_batch"] = s.micro;
       if (s.action >= 0) args["action"] = s.action;
+      if (s.flops > 0 || s.bytes > 0) {
+        args["flops"] = s.flops;
+        args["bytes"] = s.bytes;
+        args["busy_us"] = s.busy_s * 1e6;
+      }
+      if (s.roofline_fraction >= 0) args["roofline_fraction"] = s.roofline_fraction;
       events.push_back({{"name", s.name.empty() ? phase_name(s.phase) : s.name},
                         {"cat", phase_name(s.phase)},
                         {"ph", "X"},

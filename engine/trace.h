@@ -32,6 +32,12 @@ struct Span {
   double start_s = 0;    // seconds since the group's step started
   double end_s = 0;
   int action = -1;       // the id of the plan action it ran for (strategies/executor.h); -1: none
+  // A traced step's layer spans: the work of the computation (engine/model.h layer_work), and its
+  // own time -- the span's segments summed where a host-side communicator call cut it open (the
+  // segment that ends the computation carries the work; the others carry none). 0: not known.
+  double flops = 0, bytes = 0, busy_s = 0;
+  // Set by the writer of a trace (bench/roofline.h): roofline time / busy_s; < 0: none.
+  double roofline_fraction = -1;
 };
 
 // One per worker, driven by that worker's thread only. Cheap when detail is off: one span per
@@ -91,6 +97,13 @@ class Tracer {
     return Scope(this);
   }
 
+  // Adds work (FLOPs, bytes moved) to the open compute span; nothing when none is open.
+  void add_work(double flops, double bytes) {
+    if (!open_) return;
+    cur_.flops += flops;
+    cur_.bytes += bytes;
+  }
+
   // A host-side communicator call (it blocks this thread): the open compute span's segment ends
   // at suspend() -- on a GPU, when the work queued before it ends -- and goes on after resume().
   void suspend();
@@ -126,6 +139,8 @@ class Tracer {
     Event* to;
     clock::time_point host_from, host_to;  // host times when from == nullptr
     int action;
+    int span = -1;  // the compute span this is a segment of (its segments share it)
+    double flops = 0, bytes = 0;
   };
   void open(Phase p, int micro, std::string name);
   void close();
@@ -146,7 +161,10 @@ class Tracer {
     Event* from = nullptr;
     bool suspended = false;
     int action = -1;
+    int span = -1;
+    double flops = 0, bytes = 0;
   };
+  int spans_opened_ = 0;
   bool open_ = false;
   Open cur_;
   std::vector<Pending> pending_;
@@ -157,7 +175,8 @@ class Tracer {
 // A Chrome trace-event file (Perfetto, chrome://tracing) of one step: per worker a process
 // (pid = worker, named by `process_names`), per lane a thread (tid 0 compute, 1 comm); each span
 // a complete event ("ph": "X") with ts and dur in microseconds from the step's start.
-// `meta` goes to the file's "otherData" (what the trace is of).
+// `meta` goes to the file's "otherData" (what the trace is of). A span's work goes to its args as
+// flops, bytes and busy_us, its roofline_fraction where set.
 std::string chrome_trace(const std::vector<std::vector<Span>>& workers, const std::vector<std::string>& process_names,
                          const std::map<std::string, std::string>& meta);
 

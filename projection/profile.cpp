@@ -112,6 +112,32 @@ Profile parse_profile(const std::string& text, const std::string& source) {
     lp.workspace_bytes = l.number_or("workspace_bytes", 0, 0);
     if (l.has("workspace_bytes_per_batch") && l.ints("workspace_bytes_per_batch", 0).size() != nb)
       l.fail(l.at_path("workspace_bytes_per_batch"), fmt::format("an array of {} integer(s), one per entry of \"batches\"", nb));
+    // Per pass (profiles since first-call times): checked, not used (the flat times above are).
+    if (l.has("passes")) {
+      Obj passes(l.raw("passes"), source, l.at_path("passes"));
+      for (const char* name : {"forward", "backward_data", "backward_weights"}) {
+        Obj r(passes.raw(name), source, passes.at_path(name));
+        r.numbers("s", nb, 0);
+        r.numbers("first_call_s", nb, 0);
+        if (r.ints("workspace_bytes", 0).size() != nb)
+          r.fail(r.at_path("workspace_bytes"), fmt::format("an array of {} integer(s), one per entry of \"batches\"", nb));
+        const json& a = r.raw("algorithm");
+        if (!a.is_array() || a.size() != nb || !std::all_of(a.begin(), a.end(), [](const json& v) { return v.is_string(); }))
+          r.fail(r.at_path("algorithm"), fmt::format("an array of {} string(s), one per entry of \"batches\"", nb));
+        r.number("flops_per_sample", 0);
+        // Work and roofline fractions (profiles since rooflines): checked, not used.
+        if (r.has("flops")) r.numbers("flops", nb, 0);
+        if (r.has("bytes")) r.numbers("bytes", nb, 0);
+        if (r.has("roofline_fraction")) {
+          const json& f = r.raw("roofline_fraction");
+          if (!f.is_array() || f.size() != nb ||
+              !std::all_of(f.begin(), f.end(), [](const json& v) { return v.is_null() || (v.is_number() && v.get<double>() >= 0); }))
+            r.fail(r.at_path("roofline_fraction"), fmt::format("an array of {} number(s) >= 0 or null, one per entry of \"batches\"", nb));
+        }
+        r.done();
+      }
+      passes.done();
+    }
     l.done();
     if (i > 0 && numel(lp.in) != numel(p.layers.back().out))
       l.fail(l.at_path("in"), fmt::format("the previous layer's output ({} values per sample)", numel(p.layers.back().out)));

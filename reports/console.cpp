@@ -10,7 +10,7 @@ namespace pb::reports {
 
 namespace {
 
-constexpr const char* kLine = "{:<26} {:>3} {:>9} {:>6} {:>10} {:>9} {:>7} {:>8} {:>6}";
+constexpr const char* kLine = "{:<26} {:>3} {:>9} {:>6} {:>10} {:>6} {:>9} {:>7} {:>8} {:>6}";
 
 std::string pct(const std::optional<double>& v) { return v ? fmt::format("{:.1f}%", *v * 100) : "-"; }
 
@@ -29,14 +29,15 @@ std::vector<std::string> console_header() {
   return {
       "time: the median of every timed iteration (all repetitions); +-: its CV (over the",
       "  repetitions, or * over the iterations of one); samples/s: samples per iteration / median;",
+      "  MFU: achieved FLOP/s / the devices' peak (context roofline_source);",
       fmt::format("  peak: {} (tensors + workspace + runtime); compute, transfer, idle: % of the", schema::figure::device_peak.heading),
       "  device time (N x step time), median over repetitions. Every counter: results.json.",
   };
 }
 
 std::string console_columns() {
-  return fmt::format(fmt::runtime(kLine), "strategy", "N", "time", "+-", "samples/s", "peak MiB", "compute", "transfer",
-                     "idle");
+  return fmt::format(fmt::runtime(kLine), "strategy", "N", "time", "+-", "samples/s", "MFU", "peak MiB", "compute",
+                     "transfer", "idle");
 }
 
 std::string console_line(const Row& r) {
@@ -46,7 +47,8 @@ std::string console_line(const Row& r) {
   if (r.cv) cv = fmt::format("{:.1f}%{}", *r.cv * 100, r.cv_within_run ? "*" : "");
   const std::optional<double> peak = r.device_peak_mib ? r.device_peak_mib : r.peak_mib_max;
   return fmt::format(fmt::runtime(kLine), label(r), r.devices, format_time(*r.median_ms / 1e3), cv,
-                     r.samples_per_s ? num(*r.samples_per_s) : "-", peak ? num(*peak) : "-", pct(r.compute_share),
+                     r.samples_per_s ? num(*r.samples_per_s) : "-", mfu_text(r.mfu), peak ? num(*peak) : "-",
+                     pct(r.compute_share),
                      pct(r.transfer_share), pct(r.idle_share));
 }
 

@@ -31,7 +31,7 @@ inline constexpr Key devices{"devices", "count", "N, the devices (workers) of th
 inline constexpr Key peak_bytes_max{"peak_bytes_max", "bytes", "peak allocated bytes (engine tensors and library workspace) since setup, the largest over the workers"};
 inline constexpr Key peak_bytes_dev0{"peak_bytes_dev0", "bytes", "peak allocated bytes (engine tensors and library workspace) since setup on worker 0"};
 inline constexpr Key bytes_sent_per_iter{"bytes_sent_per_iter", "bytes", "per iteration, summed over the workers: each worker's collective payloads (the nccl-tests size) and sent messages"};
-inline constexpr Key transfer_s_max{"transfer_s_max", "s", "per iteration, the largest transfer time of a worker: the transfers alone (in-process: the copies, not the wait for peers; NCCL: the collectives' span on the GPU stream after every member arrived, and send/recv spans from the last peer's arrival where all ranks share the process; MPI: the whole calls, waiting included)"};
+inline constexpr Key transfer_s_max{"transfer_s_max", "s", "per iteration, the largest transfer time of a worker: the transfers alone (in-process: the copies, not the wait for peers; NCCL: the collectives' span on the GPU stream after every member arrived, and send/recv spans from the last peer's arrival where all ranks share the process; MPI: from the moment its peers arrived -- a barrier before each collective, MPI_Mprobe before a receive -- the copy of a message the receiver's)"};
 inline constexpr Key compute_share{"compute_share", "fraction", "forward + backward + loss + optimizer time summed over the workers / (N x step time), mean over iterations"};
 inline constexpr Key transfer_share{"transfer_share", "fraction", "transfer time summed over the workers / (N x step time), mean over iterations"};
 inline constexpr Key idle_share{"idle_share", "fraction", "idle time (waiting for peers, its own device, or the step's slowest worker) summed over the workers / (N x step time), mean over iterations"};
@@ -62,6 +62,15 @@ inline constexpr Key runtime_bytes{"runtime_bytes", "bytes", "after the timed st
 inline constexpr Key worker_threads{"worker_threads", "count", "CPU: the threads each worker's backend runs (--threads, or the cores shared among the workers)"};
 inline constexpr Key predicted_bytes{"predicted_bytes", "bytes", "the memory estimate (strategies/memory_estimate.h) of the engine's tensors and library workspace over all the workers, made before the configuration's setup"};
 inline constexpr Key allocated_bytes{"allocated_bytes", "bytes", "the allocators' peak since setup (tensors + workspace), summed over the workers and ranks: what predicted_bytes estimates"};
+// How close to the hardware (bench/roofline.h: the peak's source is in the context).
+inline constexpr Key mfu{"mfu", "fraction", "model FLOPs utilization: flop_per_s / peak_flop_per_s (absent when no peak is known; context roofline_source says why)"};
+inline constexpr Key peak_flop_per_s{"peak_flop_per_s", "FLOP/s", "the configuration's hardware peak: context roofline_peak_flop_per_s x devices (CPU workers sharing the cores: x 1)"};
+inline constexpr Key warmup_s{"warmup_s", "s", "the configuration's first step after its setup (the first untimed warm-up step; the first timed one under --warmup 0), from its start until the slowest worker is done, devices synchronized, as iterations are timed: one step plus first-call work (algorithm search, plan build, allocator growth)"};
+// Spread and stragglers (reports/straggler.h): multi-worker rows.
+inline constexpr Key iter_p50_s{"iter_p50_s", "s", "median of the iteration times within this repetition"};
+inline constexpr Key iter_p99_s{"iter_p99_s", "s", "99th percentile of the iteration times within this repetition (interpolated)"};
+inline constexpr Key straggler_ratio{"straggler_ratio", "ratio", "several workers: the slowest worker's median compute time per iteration / the median worker's"};
+inline constexpr Key straggler_rank{"straggler_rank", "rank", "the worker (MPI rank) named as the straggler: more than 10% above the median worker's compute time and by more than its own iterations' standard deviation; absent when none"};
 }  // namespace counter
 
 inline constexpr Key kCounters[] = {
@@ -75,7 +84,10 @@ inline constexpr Key kCounters[] = {
     counter::algbw_reduce, counter::busbw_reduce, counter::algbw_send_recv, counter::busbw_send_recv,
     counter::algbw_all_gather, counter::busbw_all_gather, counter::algbw_reduce_scatter, counter::busbw_reduce_scatter,
     counter::device_peak_bytes, counter::tensor_bytes, counter::workspace_bytes, counter::runtime_bytes,
-    counter::worker_threads, counter::predicted_bytes, counter::allocated_bytes};
+    counter::worker_threads, counter::predicted_bytes, counter::allocated_bytes,
+    counter::mfu, counter::peak_flop_per_s, counter::warmup_s,
+    // spread and stragglers
+    counter::iter_p50_s, counter::iter_p99_s, counter::straggler_ratio, counter::straggler_rank};
 
 // ---- figures: what reports print, one name (CSV and JSON), one heading, one unit each --------
 inline constexpr double kMiB = 1024.0 * 1024.0;  // every memory figure is in MiB (2^20 bytes)
@@ -130,7 +142,8 @@ inline constexpr Key nccl{"nccl", "-", "CUDA builds: NCCL version, or not built"
 inline constexpr Key conv_search{"PARBENCH_CONV_SEARCH", "-", "the environment variable as set for the run, or unset", M::Gpu};
 inline constexpr Key cpu_winograd{"PARBENCH_CPU_WINOGRAD", "-", "the environment variable as set for the run, or unset", M::Always};
 inline constexpr Key cudnn_api{"PARBENCH_CUDNN_API", "-", "the environment variable as set for the run, or unset", M::Gpu};
-inline constexpr Key conv_workspace{"PARBENCH_CONV_WORKSPACE_MIB", "-", "the environment variable as set for the run, or unset", M::Gpu};
+inline constexpr Key conv_workspace_policy{"conv_workspace_policy", "-", "CUDA: fastest-fits (no cap: each convolution direction runs the fastest algorithm whose workspace the GPU can give) or cap N MiB (--conv-workspace-mib); CPU: n/a", M::Gpu};
+inline constexpr Key conv_layers{"conv_layers", "-", "CUDA: each convolution layer alone on GPU 0 at the run's one-device batch, before the sweep: its library workspace in bytes and each direction's cuDNN engine or algorithm and workspace; one 'layer N: ...' entry per layer, joined by ' / '; CPU: n/a (oneDNN chooses no algorithm by workspace, and a probe there would leave its caches to the configurations after it)"};
 inline constexpr Key precision{"precision", "-", "fp32, tf32 or bf16", M::Always};
 inline constexpr Key scaling{"scaling", "-", "weak (batch per device fixed) or strong (global batch fixed)", M::Always};
 inline constexpr Key batch{"batch", "samples", "the --batch value (per device under weak scaling, global under strong)"};
@@ -162,13 +175,20 @@ inline constexpr Key grad_average{"grad_average", "-", "ddp gradient averaging: 
 inline constexpr Key reduce_dtype{"reduce_dtype", "-", "--reduce-dtype: the dtype gradients are reduced in (only when bf16, absent = fp32)", M::Always};
 inline constexpr Key param_dtype{"param_dtype", "-", "--param-dtype: the dtype fsdp/zero2/hsdp gather parameters in (only when bf16, absent = fp32)", M::Always};
 inline constexpr Key virtual_stages{"virtual_stages", "count", "pipeline-interleaved --virtual-stages: model chunks per worker (only when not 2, absent = 2)", M::Always};
+// The roofline of mfu and of the trace's per-span fractions (bench/roofline.h).
+inline constexpr Key roofline_peak{"roofline_peak_flop_per_s", "FLOP/s", "one device's dense peak in the run's precision (CPU: the measured effective rate of all cores, which the workers share); absent when unknown"};
+inline constexpr Key roofline_bandwidth{"roofline_bytes_per_s", "bytes/s", "one device's memory bandwidth for rooflines (read + write bytes per second); absent when unknown"};
+inline constexpr Key roofline_scope{"roofline_scope", "-", "per device (N devices: N x the peak) or shared (CPU: every worker shares the cores' one peak)"};
+inline constexpr Key roofline_source{"roofline_source", "-", "where the peak and bandwidth come from (machine file, datasheet table, measured), or why there are none"};
+inline constexpr Key warmup_timing{"warmup_timing", "-", "what counter warmup_s covers"};
 }  // namespace context
 
 inline constexpr Key kContext[] = {
     context::timing, context::parbench_version, context::parbench_commit, context::device_kind,   context::cpu_model,
     context::cpu_threads,      context::conv_backend,    context::gpu_count,     context::gpu_names,
     context::cuda_driver,      context::cuda_runtime,    context::cudnn,         context::nccl,
-    context::conv_search,      context::cpu_winograd,    context::cudnn_api,     context::conv_workspace,
+    context::conv_search,      context::cpu_winograd,    context::cudnn_api,     context::conv_workspace_policy,
+    context::conv_layers,
     context::precision,        context::scaling,
     context::batch,            context::batch_meaning,   context::workload,      context::workload_source,
     context::workload_params,  context::input_shape,     context::param_count,   context::forward_flops_per_sample,
@@ -178,7 +198,9 @@ inline constexpr Key kContext[] = {
     context::seed,             context::world_size,      context::hosts,
     context::schedule,         context::recompute,
     context::first_bucket_mb,  context::grad_average,    context::reduce_dtype,  context::param_dtype,
-    context::virtual_stages};
+    context::virtual_stages,
+    context::roofline_peak, context::roofline_bandwidth, context::roofline_scope, context::roofline_source,
+    context::warmup_timing};
 
 // ---- the record's own top-level field ------------------------------------------------------
 // {"<benchmark>": [[seconds of each iteration of repetition 0], [... repetition 1], ...]}

@@ -210,6 +210,7 @@ Report build_report(const std::vector<RunFile>& files) {
         g->group.precision = f.context_value(schema::context::precision.name);
         g->group.device_kind = f.context_value(schema::context::device_kind.name);
         g->group.workload_params = f.context_value(schema::context::workload_params.name);
+        g->group.hosts = split_commas(f.context_value(schema::context::hosts.name));
         if (g->group.workload_params.empty())
           for (const std::string& p : parsed->workload_params)
             g->group.workload_params += (g->group.workload_params.empty() ? "" : ", ") + p;
@@ -273,6 +274,8 @@ Report build_report(const std::vector<RunFile>& files) {
           r.flop_per_s = 3 * *fwd * samples / *med;  // backward ~ 2x forward
         else if (auto fl = b.counter_median(schema::counter::flop_per_s.name))
           r.flop_per_s = *fl;
+        r.mfu = b.counter_median(schema::counter::mfu.name);
+        r.warmup_s = b.counter_median(schema::counter::warmup_s.name);
         if (auto p = b.counter_max(schema::counter::peak_bytes_max.name)) r.peak_mib_max = *p / kMiB;
         if (auto p = b.counter_max(schema::counter::peak_bytes_dev0.name)) r.peak_mib_dev0 = *p / kMiB;
         if (auto it = b.counters.find(schema::counter::device_peak_bytes.name); it != b.counters.end() && !it->second.empty()) {
@@ -309,6 +312,15 @@ Report build_report(const std::vector<RunFile>& files) {
         r.threads = b.counter_median(k::worker_threads.name);
         if (auto p = b.counter_max(k::predicted_bytes.name)) r.predicted_mib = *p / kMiB;
         if (auto a = b.counter_max(k::allocated_bytes.name)) r.allocated_mib = *a / kMiB;
+        // Spread and stragglers (reports/straggler.h).
+        if (auto p = b.counter_median(k::iter_p50_s.name)) r.iter_p50_ms = *p * 1e3;
+        if (auto p = b.counter_median(k::iter_p99_s.name)) r.iter_p99_ms = *p * 1e3;
+        r.straggler_ratio = b.counter_max(k::straggler_ratio.name);
+        if (auto st = b.counter_median(k::straggler_rank.name)) {
+          const int rank = static_cast<int>(*st);
+          const std::string host = g.hosts.empty() ? "?" : g.hosts[std::min<std::size_t>(rank, g.hosts.size() - 1)];
+          r.straggler = fmt::format("rank {} ({}, {}({}))", rank, host, g.device_kind, rank);
+        }
       }
       g.rows.push_back(std::move(r));
     }

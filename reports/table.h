@@ -30,6 +30,9 @@ std::optional<BenchName> parse_bench_name(const std::string& name);
 std::string bench_name(const BenchName& n);
 // Plain numbers for tables: a few significant digits, never exponent notation for times.
 std::string num(double x);
+// MFU as a percentage, two significant digits below 10% (CPU runs and small nets sit far below
+// 1%), "-" when absent.
+std::string mfu_text(const std::optional<double>& mfu);
 // Text for one markdown table cell: '|' escaped, newlines flattened.
 std::string md_escape(const std::string& s);
 // The non-empty items of a comma-separated list (flags, and the list-valued context keys).
@@ -47,6 +50,9 @@ struct Row {
   std::optional<double> cv;        // fraction
   bool cv_within_run = false;      // one repetition: CV over its iterations (counter iter_cv)
   std::optional<double> samples_per_iteration, samples_per_s, flop_per_s;
+  // Counter mfu (flop_per_s / the configuration's peak), median over repetitions; absent when the
+  // run knew no peak. warmup_s: the configuration's first step after setup, seconds.
+  std::optional<double> mfu, warmup_s;
   std::optional<double> speedup;   // samples/s over regular's on one device
   std::optional<double> efficiency;
   std::string efficiency_base;     // name of the 1-device row efficiency is relative to
@@ -72,6 +78,11 @@ struct Row {
   // best: ahead of every other row at its device count by more than the two rows' spread (their
   // CVs added); tied: within that spread of the fastest, so no best at that device count.
   bool best = false, tied = false;
+  // Spread and stragglers (reports/straggler.h): iteration time percentiles (counters
+  // iter_p50_s, iter_p99_s, the median over repetitions), the slowest worker's compute over the
+  // median worker's (straggler_ratio), and the straggler named "rank R (host, device)" or empty.
+  std::optional<double> iter_p50_ms, iter_p99_ms, straggler_ratio;
+  std::string straggler;
 };
 
 struct Group {
@@ -86,6 +97,7 @@ struct Group {
   std::string baseline;          // name of the regular 1-device row; empty when absent
   std::optional<double> ideal_base_samples_per_s;  // thr(1) the ideal line scales: N * thr(1)
   std::vector<Row> rows;
+  std::vector<std::string> hosts;  // context hosts: each rank's host (one: every worker's)
   std::string title() const;
 };
 

@@ -20,6 +20,15 @@ std::string num(double x) {
   return fmt::format("{:.3g}", x);
 }
 
+std::string mfu_text(const std::optional<double>& mfu) {
+  if (!mfu) return "-";
+  // At most 5 characters below 10000%: the console line's column is 6 wide.
+  const double pct = *mfu * 100;
+  if (pct >= 10) return fmt::format("{:.0f}%", pct);
+  if (pct >= 0.1 || pct == 0) return fmt::format("{:.1f}%", pct);
+  return "<0.1%";
+}
+
 namespace {
 
 std::string opt(const std::optional<double>& v, const std::string& suffix = "") {
@@ -51,6 +60,8 @@ std::optional<double> find(const std::map<std::string, double>& m, const std::st
 }
 
 }  // namespace
+
+static std::string spread_table(const Group& g);  // below report_markdown
 
 std::string md_escape(const std::string& s) {
   std::string out;
@@ -94,16 +105,16 @@ std::string report_markdown(const Report& rep) {
   std::string out;
   for (const Group& g : rep.groups) {
     out += fmt::format("## {}\n\n", g.title());
-    out += fmt::format("| strategy | devices | ms/iteration (median) | CV | {} | samples/s | GFLOP/s | speedup vs regular x1 "
+    out += fmt::format("| strategy | devices | ms/iteration (median) | CV | {} | samples/s | GFLOP/s | MFU | speedup vs regular x1 "
                        "| scaling efficiency | {} | compute | transfer | idle | exposed comm "
                        "| bubble measured (formula) | busbw GB/s | best |\n",
                        schema::figure::threads.heading, schema::figure::device_peak.heading);
-    out += "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|:--|:-:|\n";
+    out += "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|:--|:-:|\n";
     bool within = false, other_base = false, tied = false;
     std::vector<std::string> implausible;
     for (const Row& r : g.rows) {
       if (r.error || !r.median_ms) {
-        out += fmt::format("| {} | {} | error: {} | | | | | | | | | | | | | | |\n", r.strategy, r.devices,
+        out += fmt::format("| {} | {} | error: {} | | | | | | | | | | | | | | | |\n", r.strategy, r.devices,
                            md_escape(r.error_message.empty() ? "no measurement" : r.error_message));
         continue;
       }
@@ -126,9 +137,9 @@ std::string report_markdown(const Report& rep) {
       std::string bus;
       for (const auto& [kind, v] : r.busbw) bus += fmt::format("{}{} {}", bus.empty() ? "" : ", ", kind, num(v / 1e9));
       const bool speedup_bad = r.speedup && *r.speedup > r.devices, eff_bad = r.efficiency && *r.efficiency > 1;
-      out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+      out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
                          r.strategy, r.devices, num(*r.median_ms), cv, r.threads ? fmt::format("{:.0f}", *r.threads) : "-",
-                         opt(r.samples_per_s), r.flop_per_s ? num(*r.flop_per_s / 1e9) : "-",
+                         opt(r.samples_per_s), r.flop_per_s ? num(*r.flop_per_s / 1e9) : "-", mfu_text(r.mfu),
                          opt(r.speedup, "x") + (speedup_bad ? mark : ""), eff + (eff_bad ? mark : ""), peak_cell(r),
                          pct(r.compute_share), pct(r.transfer_share), pct(r.idle_share), pct(r.exposed_comm_share), bubble,
                          bus.empty() ? "-" : bus, r.best ? "**best**" : r.tied ? "tied" : "");
@@ -148,6 +159,7 @@ std::string report_markdown(const Report& rep) {
     out += ". Formulas: docs/reports.md.\n";
     if (other_base) out += "+ this strategy has no one-device run: efficiency relative to regular on one device.\n";
     if (within) out += "\\* one repetition: CV over its iterations (add --benchmark_repetitions=N for CV over repetitions).\n";
+    out += spread_table(g);
     out += "\n" + memory_table(g);
   }
   if (rep.groups.empty()) out += "No benchmarks.\n";
@@ -158,6 +170,21 @@ std::string report_markdown(const Report& rep) {
 std::optional<double> predicted_error(const Row& r) {
   if (!r.predicted_mib || !r.allocated_mib || *r.allocated_mib <= 0) return std::nullopt;
   return *r.predicted_mib / *r.allocated_mib - 1;
+}
+
+// Spread and stragglers (reports/straggler.h) of the multi-worker rows.
+static std::string spread_table(const Group& g) {
+  std::string rows;
+  for (const Row& r : g.rows)
+    if (r.devices > 1 && !r.error && r.iter_p50_ms)
+      rows += fmt::format("| {} | {} | {} | {} | {} | {} |\n", r.strategy, r.devices, num(*r.iter_p50_ms), opt(r.iter_p99_ms),
+                          r.straggler_ratio ? fmt::format("{:.2f}", *r.straggler_ratio) : "-",
+                          r.straggler.empty() ? "none" : "**" + md_escape(r.straggler) + "**");
+  if (rows.empty()) return "";
+  return "Spread and stragglers:\n\n| strategy | devices | p50 ms | p99 ms | slowest compute / median | straggler |\n"
+         "|---|--:|--:|--:|--:|:--|\n" + rows +
+         "\np50, p99: of the iteration times. A straggler: a worker whose median compute time per iteration is more "
+         "than 10% above the median worker's and by more than its own iterations' spread (docs/reports.md).\n\n";
 }
 
 std::string report_csv(const Report& rep) {
@@ -171,6 +198,8 @@ std::string report_csv(const Report& rep) {
       fmt::format("{},tensor_mib,workspace_mib,runtime_mib,{},{},{},{},tied,implausible", fig::device_peak.name,
                   fig::threads.name, fig::predicted.name, fig::allocated.name, fig::predicted_error.name);
   for (const char* k : kKinds) out += fmt::format(",algbw_{},busbw_{}", k, k);
+  out += ",mfu,warmup_s";
+  out += ",iter_p50_ms,iter_p99_ms,straggler_ratio,straggler";  // spread and stragglers
   out += fmt::format(",{},{},{}\n", fig::benchmark.name, fig::workload_params.name, fig::run.name);
   for (const Group& g : rep.groups)
     for (const Row& r : g.rows) {
@@ -190,6 +219,9 @@ std::string report_csv(const Report& rep) {
       out += fmt::format(",{},{},{},{},{},{}", csv_num(r.threads), csv_num(r.predicted_mib), csv_num(r.allocated_mib),
                          csv_num(predicted_error(r)), r.tied ? 1 : 0, csv_field(r.implausible));
       for (const char* k : kKinds) out += fmt::format(",{},{}", csv_num(find(r.algbw, k)), csv_num(find(r.busbw, k)));
+      out += fmt::format(",{},{}", csv_num(r.mfu), csv_num(r.warmup_s));
+      out += fmt::format(",{},{},{},{}", csv_num(r.iter_p50_ms), csv_num(r.iter_p99_ms), csv_num(r.straggler_ratio),
+                         csv_field(r.straggler));
       out += fmt::format(",{},{},{}\n", csv_field(r.name), csv_field(g.workload_params),
                          csv_field(fmt::format("{}", fmt::join(r.runs, ";"))));
     }
@@ -232,6 +264,8 @@ std::string report_json(const Report& rep) {
       jr["samples_per_iteration"] = json_num(r.samples_per_iteration);
       jr["samples_per_s"] = json_num(r.samples_per_s);
       jr["flop_per_s"] = json_num(r.flop_per_s);
+      jr["mfu"] = json_num(r.mfu);
+      jr["warmup_s"] = json_num(r.warmup_s);
       jr["speedup"] = json_num(r.speedup);
       jr["efficiency"] = json_num(r.efficiency);
       jr["efficiency_base"] = r.efficiency_base;
@@ -260,6 +294,11 @@ std::string report_json(const Report& rep) {
       jr["workers_used"] = json_num(r.workers_used);
       jr["oversubscribed"] = json_num(r.oversubscribed);
       jr["best"] = r.best;
+      // spread and stragglers
+      jr["iter_p50_ms"] = json_num(r.iter_p50_ms);
+      jr["iter_p99_ms"] = json_num(r.iter_p99_ms);
+      jr["straggler_ratio"] = json_num(r.straggler_ratio);
+      jr["straggler"] = r.straggler.empty() ? json(nullptr) : json(r.straggler);
       jg["rows"].push_back(std::move(jr));
     }
     doc["groups"].push_back(std::move(jg));

@@ -111,7 +111,8 @@ for m in "${modules[@]}"; do
     esac
 done
 cp "$root/scripts/gpu_check.sh" "$root/scripts/gpu_check_env.sh" "$out/"
-cp "$root/scripts/torch_gpu_peer.py" "$root/scripts/torch_layer_profile.py" "$root/scripts/torchnet.py" "$root/scripts/chart.py" \
+cp "$root/scripts/torch_gpu_peer.py" "$root/scripts/torch_layer_profile.py" "$root/scripts/layer_table.py" \
+    "$root/scripts/torchnet.py" "$root/scripts/chart.py" \
     "$root/scripts/chart_style.py" "$root/scripts/html_report.py" "$out/scripts/"
 cp -r "$root/tests/fixtures" "$out/tests/fixtures"
 

@@ -18,25 +18,29 @@ longer fits is reported "not run: N s left"), each writing its log as soon as it
                   bundled binary and library resolved (ldd), GPU, CPU, the libraries loaded
   2 tests         the GPU tests of parbench_tests only (every test with "Gpu" in its name:
                   tests/gpu_skip.h), one process per test
-  3 torch         GreatNetwork 512x512 batch 1, engine at tf32, fp32 and bf16 (autocast) and at
-                  tf32 with a 64 GiB convolution workspace cap, PyTorch at tf32 and bf16;
-                  exhaustive convolution search on both sides
-  3b profile      per-layer times of that net: parbench profile at fp32 and tf32 (the input of
-                  `parbench project`; profile/*.json in run.tar.gz), PyTorch's at tf32 and bf16
+  3 torch         GreatNetwork 512x512 batch 1, engine at tf32, fp32 and bf16 (autocast), PyTorch
+                  at tf32 and bf16; exhaustive convolution search on both sides
+  3b layers       that net per layer and pass (forward, backward-data, backward-weights, bias add
+                  and gradient, ReLU forward and backward) in tf32 and bf16: the engine's
+                  `parbench profile` (NCHW; profile/*.json in run.tar.gz, the input of `parbench
+                  project`) beside PyTorch's in NCHW and channels_last
+                  (scripts/torch_layer_profile.py), each with its roofline time and achieved
+                  fraction (scripts/layer_table.py): tables in summary.md, rows in layers.json
   4 run           parbench run on the one GPU, --oversubscribe: dp, ddp, mp and pipeline with
                   2 workers each; one traced step of regular (trace-*.json); then every
                   strategy (1F1B, recompute, fsdp, zero2, tp; and the dp x pp / dp x tp hybrids
                   at 4) with 2 and 4 workers on a small great_net
   5 sanitizer     compute-sanitizer --tool memcheck over a small parbench train (if present)
-At most 8 files land in OUTDIR (default gpu-check-<UTC time> in the current directory):
-gpu_check.log (everything printed), env.txt, tests.log, torch.log, run.log, run.tar.gz (the
-run folders and the profiles), sanitizer.log, summary.md. Commands run in a scratch folder,
+At most 9 files land in OUTDIR (default gpu-check-<UTC time> in the current directory):
+gpu_check.log (everything printed), env.txt, tests.log, torch.log, layers.json, run.log,
+run.tar.gz (the run folders and the profiles), sanitizer.log, summary.md. Commands run in a scratch folder,
 so nothing else lands anywhere.
 
 Options:
   --dry-run        run what needs no GPU: bundle integrity, library resolution against a
                    simulated pip-wheel layout made from this machine's CUDA libraries, every
-                   later stage's command line parsed; then stop with "no GPU" (exit 2)
+                   later stage's command line parsed, stage 3b's table made from CPU profiles;
+                   then stop with "no GPU" (exit 2)
   --python PY      the Python with PyTorch and NVIDIA's wheels (default: python3)
   --iterations N   timed iterations in stage 3 (default 5)
   --warmup N       untimed iterations first in stage 3; the algorithm search runs here (default 2)
@@ -97,23 +101,24 @@ result() {
 # before it used their whole budgets; a stage whose minimum no longer fits is not run, and says so.
 hard_cap=570             # the whole check ends before 10 minutes
 budget_env=20            # 1: found, integrity, libraries (or, in a dry run, stage 1 and the parse)
-budget_tests=90          # 2: the GPU tests, one process each
-budget_torch=200         # 3: engine rows (at most engine_each each) and PyTorch (peer_each each)
-budget_profile=130       # 3b: per-layer profiles, engine (profile_each) and PyTorch (peer_layers_each)
-budget_run=90            # 4: 2 workers (run_two), a traced one-device step (run_trace), every strategy
+budget_tests=75          # 2: the GPU tests, one process each
+budget_torch=175         # 3: engine rows (at most engine_each each) and PyTorch (peer_each each)
+budget_layers=175        # 3b: engine profiles (profile_each each), PyTorch's (peer_layers_each), the join (join_each)
+budget_run=85            # 4: 2 workers (run_two), a traced one-device step (run_trace), every strategy
 budget_sanitizer=30      # 5: memcheck over a small training run
 reserve=5                # the summary and run.tar.gz
-min_tests=30 min_torch=40 min_profile=20 min_run=30 min_sanitizer=20
+min_tests=30 min_torch=40 min_layers=60 min_run=30 min_sanitizer=20
 engine_each=25 peer_each=50 run_two=40 run_trace=20
-profile_each=40 peer_layers_each=25
-# Stage 3: engine rows, PRECISION or PRECISION:MIB (under PARBENCH_CONV_WORKSPACE_MIB=MIB, the
-# convolution workspace cap; 1024 by default), and PyTorch at peer_precisions. PyTorch's fp32
-# exhaustive search did not finish within 50 s on an H200 (twice), so fp32 has no peer here.
-engine_rows="tf32 fp32 bf16 tf32:65536"
+profile_each=40 peer_layers_each=85 join_each=10
+# Stage 3: engine rows, PRECISION or PRECISION:MIB (with --conv-workspace-mib MIB, a convolution
+# workspace cap; without, the default fastest-fits policy), and PyTorch at peer_precisions. PyTorch's fp32 exhaustive search
+# did not finish within 50 s on an H200 (twice), so fp32 has no peer here.
+engine_rows="tf32 fp32 bf16"
 peer_precisions="tf32 bf16"
-# Stage 3b: the engine's per-layer profiles (PRECISION:CUDNN_API), then PyTorch's per layer.
-profiles="fp32:graph tf32:graph"
-peer_profiles="tf32 bf16"
+# Stage 3b: the engine's per-layer profiles, one per precision; PyTorch's in one process, every
+# precision in both layouts.
+layer_precisions="tf32 bf16"
+peer_layouts="nchw channels_last"
 # stage_begin NAME BUDGET MINIMUM: the stage may run until stage_end (its budget, cut to what is
 # left of the cap); false, with NAME recorded "not run: N s left", when MINIMUM does not fit.
 stage_begin() {
@@ -142,6 +147,7 @@ write_summary() {
         local r
         for r in "${results[@]}"; do echo "| ${r//|/ | } |"; done
         if [ -n "${table:-}" ]; then echo; echo "$table"; fi
+        if [ -n "${layers_table:-}" ]; then echo; echo "$layers_table"; fi
     } >"$outdir/summary.md"
 }
 
@@ -183,6 +189,39 @@ gpu_tests() {
                 [A-Za-z_]*.) suite=$line ;;
             esac
         done
+}
+
+# layer_stage DIR ENGINE_ARGS...: the engine's profile per precision, PyTorch's, the joined table
+# (in a dry run DIR holds CPU profiles of a tiny net). Sets layers_table; fails when a side failed.
+layer_stage() {
+    local dir=$1 precision prc bad=() engines=() log=$1/layers.log torch_json=$1/torch-layers.json
+    shift
+    mkdir -p "$dir"
+    for precision in $layer_precisions; do
+        echo "=== parbench profile $precision" >>"$log"
+        timeout "$(within "$profile_each")" "$bundle/parbench" profile "$@" --precision "$precision" \
+            --out "$dir/great_net-$precision.json" >>"$log" 2>&1
+        prc=$?
+        [ "$prc" = 0 ] && engines+=(--engine "$precision=$dir/great_net-$precision.json") || bad+=("engine $precision (exit $prc)")
+    done
+    if [ -n "${layers_torch_args:-}" ]; then
+        echo "=== PyTorch per layer: $layer_precisions; $peer_layouts" >>"$log"
+        timeout "$(within "$peer_layers_each")" "$python" "$bundle/scripts/torch_layer_profile.py" $layers_torch_args \
+            --precisions "$(tr ' ' , <<<"$layer_precisions")" --layouts "$(tr ' ' , <<<"$peer_layouts")" \
+            --json "$torch_json" >>"$log" 2>&1
+        prc=$?
+        [ "$prc" = 0 ] || { bad+=("PyTorch (exit $prc)"); rm -f "$torch_json"; }
+    fi
+    [ -f "$torch_json" ] && engines+=(--torch "$torch_json")
+    echo "=== layer_table.py" >>"$log"
+    timeout "$(within "$join_each")" "$python" "$bundle/scripts/layer_table.py" "${engines[@]}" --gpu "${gpu_name:-}" \
+        --json "$outdir/layers.json" >"$dir/layers.md" 2>>"$log"
+    prc=$?
+    [ "$prc" = 0 ] && layers_table=$(cat "$dir/layers.md") || bad+=("layer_table.py (exit $prc)")
+    grep -E '^=== |^layer_table' "$log"
+    # The passes summed over the layers, per precision (the per-layer rows: summary.md).
+    awk '/summed over the layers/ {on = 1} /per layer \(ms/ {on = 0} on && !/^\|---/' "$dir/layers.md" 2>/dev/null
+    [ "${#bad[@]}" = 0 ] || { echo "3b failed: ${bad[*]}"; return 1; }
 }
 
 # --- dry run: every later stage's command line, parsed ------------------------------------
@@ -265,8 +304,9 @@ stage3() {
         [ "$spec" = "$precision" ] || cap=${spec#*:}
         label="$precision${cap:+, workspace cap $cap MiB}"
         echo "=== engine $label" >>"$torch_log"
-        env ${cap:+PARBENCH_CONV_WORKSPACE_MIB=$cap} PARBENCH_CONV_SEARCH=exhaustive timeout "$(within "$engine_each")" \
+        env PARBENCH_CONV_SEARCH=exhaustive timeout "$(within "$engine_each")" \
             "$bundle/parbench" train --workload great_net --image 512 --width 1 --batch 1 --precision "$precision" \
+            ${cap:+--conv-workspace-mib "$cap"} \
             --device-kind cuda --iterations "$iterations" --warmup "$warmup" >"$scratch/e.txt" 2>&1
         erc=$?
         cat "$scratch/e.txt" >>"$torch_log"
@@ -293,33 +333,16 @@ stage3() {
 }
 stage_begin "3 engine vs PyTorch" "$budget_torch" "$min_torch" && stage3
 
-# --- 3b. per-layer profiles, the projection's input --------------------------------------------
-section "3b per-layer profiles: GreatNetwork 512x512 batch 1, engine (cuDNN graph and legacy API) and PyTorch"
+# --- 3b. per layer and pass: engine and PyTorch against the roofline ---------------------------
+section "3b per layer: GreatNetwork 512x512 batch 1, engine (NCHW) and PyTorch (NCHW, channels_last), rooflines"
 stage3b() {
-    local spec precision api prc bad=() log="$scratch/profile/profile.log"
-    mkdir -p "$scratch/profile"
-    # cuDNN's heuristics on both sides (an exhaustive search per layer would not fit the stage).
-    for spec in $profiles; do
-        precision=${spec%:*} api=${spec#*:}
-        echo "=== parbench profile $precision, cuDNN $api API" >>"$log"
-        PARBENCH_CUDNN_API=$api timeout "$(within "$profile_each")" "$bundle/parbench" profile --workload great_net \
-            --image 512 --width 1 --batch 1 --precision "$precision" --device-kind cuda --warmup 1 --reps 3 \
-            --out "$scratch/profile/great_net-512-w1-h200-$precision-$api.json" >>"$log" 2>&1
-        prc=$?
-        [ "$prc" = 0 ] || bad+=("engine $precision $api (exit $prc)")
-    done
-    for precision in $peer_profiles; do
-        echo "=== PyTorch per layer, $precision" >>"$log"
-        timeout "$(within "$peer_layers_each")" "$python" "$bundle/scripts/torch_layer_profile.py" --image 512 --width 1 \
-            --batch 1 --precision "$precision" --reps 3 >>"$log" 2>&1
-        prc=$?
-        [ "$prc" = 0 ] || bad+=("PyTorch $precision (exit $prc)")
-    done
-    grep -E '^=== |^ *sum |^whole passes' "$log"
-    if [ "${#bad[@]}" = 0 ]; then result "3b profile" ok "profile/ in run.tar.gz"
-    else result "3b profile" FAILED "${bad[*]}; profile/profile.log in run.tar.gz"; fi
+    layers_torch_args="--device cuda --image 512 --width 1 --batch 1 --reps 3"
+    layer_stage "$scratch/profile" --workload great_net --image 512 --width 1 --batch 1 --device-kind cuda \
+        --warmup 1 --reps 3
+    if [ "$?" = 0 ]; then result "3b layers" ok "tables below; layers.json, profile/ in run.tar.gz"
+    else result "3b layers" FAILED "see profile/layers.log in run.tar.gz"; fi
 }
-stage_begin "3b profile" "$budget_profile" "$min_profile" && stage3b
+stage_begin "3b layers" "$budget_layers" "$min_layers" && stage3b
 
 # --- 4. every multi-worker strategy on the one GPU ------------------------------------------
 section "4 parbench run: dp, ddp, mp, pipeline with 2 workers on one GPU; every strategy with 2 and 4"

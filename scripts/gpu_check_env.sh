@@ -188,9 +188,9 @@ stage1() {
 
 # The dry run's checks (gpu_check.sh --dry-run), in a subshell of gpu_check.sh: the budgets, the GPU
 # tests stage 2 would run, every later stage's parbench command line parsed up to its want of a
-# GPU, and the PyTorch peers on the CPU.
+# GPU, stage 3b's profiles and table on a tiny net on the CPU, and the PyTorch peers on the CPU.
 dry_run_commands() {
-    echo "budgets (s): environment $budget_env, tests $budget_tests, torch $budget_torch, profile $budget_profile, run $budget_run, sanitizer $budget_sanitizer, reserve $reserve: $((budget_env + budget_tests + budget_torch + budget_profile + budget_run + budget_sanitizer + reserve)) of $hard_cap"
+    echo "budgets (s): environment $budget_env, tests $budget_tests, torch $budget_torch, layers $budget_layers, run $budget_run, sanitizer $budget_sanitizer, reserve $reserve: $((budget_env + budget_tests + budget_torch + budget_layers + budget_run + budget_sanitizer + reserve)) of $hard_cap"
     n=$(gpu_tests | wc -l)
     echo "stage 2 would run $n GPU tests (filter $gpu_filter): $(gpu_tests | cut -d. -f1 | sort | uniq -c | awk '{printf "%s%s %s", (NR > 1 ? ", " : ""), $1, $2}')"
     [ "$n" -gt 0 ] || { echo "no test matches $gpu_filter"; exit 1; }
@@ -210,6 +210,15 @@ run --device-kind cuda --strategies regular --devices 1 --precision tf32 --itera
 run --device-kind cuda --oversubscribe --strategies all --devices 2,4 --workload great_net --image 64 --width 0.25 --batch 2 --iterations 2 --warmup 1 --out $scratch/run-all
 train --workload great_net --image 64 --width 0.25 --batch 2 --device-kind cuda --iterations 2 --warmup 1
 EOF
+    # Stage 3b's whole chain on a tiny net on the CPU: the engine's profiles, PyTorch's where this
+    # Python has torch, the joined table (no GPU named: its roofline columns read n/a). fp32 and tf32:
+    # bf16 on a CPU needs oneDNN, which the bundle leaves out.
+    layers_torch_args=""
+    "$python" -c 'import torch' 2>/dev/null && layers_torch_args="--device cpu --image 8 --width 0.125 --batch 1 --reps 1"
+    layer_precisions="fp32 tf32" gpu_name="" layer_stage "$scratch/layers-dry" --workload great_net --image 8 --width 0.125 --batch 1 \
+        --device-kind cpu --warmup 0 --reps 1 || { cat "$scratch/layers-dry/layers.log"; echo "stage 3b failed on CPU"; exit 1; }
+    echo "stage 3b on CPU: $(grep -c '^| [0-9]' "$scratch/layers-dry/layers.md") table rows, layers.json" \
+         "($([ -n "$layers_torch_args" ] && echo 'engine and PyTorch' || echo "engine only: '$python' has no torch"))"
     if "$python" -c 'import torch' 2>/dev/null; then
         timeout "$(within 60)" "$python" "$bundle/scripts/torch_gpu_peer.py" --device cpu --image 16 --width 0.125 --batch 1 \
             --precision bf16 --iterations 1 --warmup 0 >"$scratch/peer.txt" 2>&1 ||

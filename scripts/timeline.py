@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """A Gantt chart of one step per worker: for each strategy of a run, its configuration at the
 largest device count, one row per worker and lane (compute, comm), bars coloured by phase
-(forward, backward, loss, optimizer, transfer, idle).
+(forward, backward, loss, optimizer, transfer, idle); a black strip over a layer span that ran below
+10% of its roofline (its args' roofline_fraction, where the run knew a peak and a bandwidth).
 
 Reads the trace-*.json files `parbench run --trace` writes into its run folder (Chrome
 trace-event files; they load in Perfetto and chrome://tracing too); writes a PNG.
@@ -17,6 +18,8 @@ COLOURS = {"forward": "#4c72b0", "backward": "#dd8452", "loss": "#8172b3", "opti
            "transfer": "#c44e52", "idle": "#d9d9d9"}
 ORDER = ["regular", "dp", "ddp", "mp", "pipeline", "pipeline-1f1b", "pipeline-recompute", "pipeline-1f1b-recompute",
          "fsdp", "zero2", "fsdp-prefetch", "zero2-prefetch", "tp"]  # the registry's display order
+SLOW = 0.10  # below this fraction of its roofline a span is marked (as report.html flags it)
+SLOW_COLOUR = "black"  # apart from transfer red
 
 
 def load(run_dir):
@@ -78,14 +81,18 @@ def main(argv):
         for row, pid in enumerate(pids):
             for tid in (0, 1):
                 y = row * 2 + tid
-                bars = {}
+                bars, slow = {}, []
                 for e in spans:
                     if e["pid"] == pid and e["tid"] == tid:
                         bars.setdefault(e["cat"], []).append((e["ts"] / 1e3, e["dur"] / 1e3))
+                        if e.get("args", {}).get("roofline_fraction", 1) < SLOW:
+                            slow.append((e["ts"] / 1e3, e["dur"] / 1e3))
                         if e["cat"] == "idle":
                             idle += e["dur"] / 1e3
                 for cat, xs in bars.items():
                     ax.broken_barh(xs, (y - 0.4, 0.8), facecolors=COLOURS.get(cat, "black"), linewidth=0)
+                if slow:
+                    ax.broken_barh(slow, (y - 0.48, 0.16), facecolors=SLOW_COLOUR, linewidth=0)
                 labels.append(f"{pnames.get(pid, f'worker {pid}')} {'compute' if tid == 0 else 'comm'}")
         ax.set_yticks(range(len(labels)))
         ax.set_yticklabels(labels, fontsize=7)
@@ -100,6 +107,7 @@ def main(argv):
         ax.tick_params(axis="x", labelsize=7)
         ax.grid(True, axis="x", alpha=0.3)
     handles = [Patch(color=c, label=k) for k, c in COLOURS.items()]
+    handles.append(Patch(color=SLOW_COLOUR, label=f"under {SLOW:.0%} of roofline"))
     fig.legend(handles=handles, loc="upper center", ncol=len(handles), fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0, 1, 0.97))
     try:

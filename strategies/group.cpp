@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <thread>
 
 #include "engine/check.h"
 #include "engine/gpu_placement.h"
@@ -96,6 +98,26 @@ void Group::start(const std::function<void(Worker&)>& init) {
   });
   for (int i : local_) allocator_for(workers_[i]->device).reset_peak();
   on_workers(size(), init);
+}
+
+// Test hook (docs/reports.md, "Stragglers"): PARBENCH_SLOW_RANK=R:FACTOR makes worker R's compute
+// FACTOR times its own by sleeping (FACTOR - 1) x its step's compute time, booked as forward.
+bool Group::slow_rank_hook(Worker& w, std::chrono::steady_clock::time_point origin) {
+  const char* v = std::getenv("PARBENCH_SLOW_RANK");
+  if (!v) return false;
+  int rank = -1;
+  double factor = 0;
+  if (std::sscanf(v, "%d:%lf", &rank, &factor) != 2 || rank < 0 || !(factor >= 1))
+    throw UsageError(fmt::format("PARBENCH_SLOW_RANK={}: expected RANK:FACTOR, a rank >= 0 and a factor >= 1", v));
+  if (rank != w.rank) return false;
+  Tracer& t = w.tracer;
+  const double compute = t.total(Phase::Forward) + t.total(Phase::Backward) + t.total(Phase::Optimizer) + t.total(Phase::Loss);
+  const auto from = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(std::chrono::duration<double>(compute * (factor - 1)));
+  const auto to = std::chrono::steady_clock::now();
+  auto at = [&](std::chrono::steady_clock::time_point p) { return std::chrono::duration<double>(p - origin).count(); };
+  t.add({Phase::Forward, Lane::Compute, -1, t.named() ? "PARBENCH_SLOW_RANK" : "", at(from), at(to)});
+  return true;
 }
 
 void Group::run_local(int count, const std::function<void(Worker&)>& fn, const std::function<void()>& on_error) {
@@ -221,7 +243,8 @@ void Group::run_step(int count, const std::function<void(Worker&)>& fn) {
             c.kinds[k].calls += more.kinds[k].calls;
       pc->set_tracer(r, nullptr);
     }
-    w.tracer.end_step();
+    w.tracer.end_step();  // the compute spans are complete now
+    if (slow_rank_hook(w, origin)) ends[w.rank] = clock::now();
     comm.set_tracer(w.rank, nullptr);
     s.comm_s = s.transfer_s = c.seconds;
     s.wait_s = c.wait_s;
@@ -345,8 +368,18 @@ StepStats Group::stats() const {
     for (int k = 0; k < kCollKinds; ++k)
       w.kinds[k].bytes = static_cast<std::size_t>(c[3 + 2 * k]), w.kinds[k].calls = static_cast<int64_t>(c[4 + 2 * k]);
   }
+  // Each process timed its own step; they start together (each follows a collective), so a rank
+  // done before the slowest one waits for it, idle, as a thread does in one process.
   s.step_s = 0;
   for (const WorkerStats& w : s.workers) s.step_s = std::max(s.step_s, w.step_s);
+  for (std::size_t i = 0; i < s.workers.size(); ++i) {
+    WorkerStats& w = s.workers[i];
+    if (w.step_s >= s.step_s) continue;
+    if (is_local(static_cast<int>(i)))
+      w.spans.push_back({Phase::Idle, Lane::Compute, -1, "wait for the slowest rank", w.step_s, s.step_s});
+    w.idle_s += s.step_s - w.step_s;
+    w.step_s = s.step_s;
+  }
   return s;
 }
 

@@ -101,6 +101,9 @@ class Group {
  private:
   // fn(w) on the local workers of [0, count), each always on the same pool thread.
   void run_local(int count, const std::function<void(Worker&)>& fn, const std::function<void()>& on_error = {});
+  // PARBENCH_SLOW_RANK: a worker made slow on purpose, for the straggler tests.
+  // Returns whether it slept (the worker's end is then later).
+  bool slow_rank_hook(Worker& w, std::chrono::steady_clock::time_point origin);
 
   const StrategyOptions opts_;
   std::string strategy_;

@@ -18,6 +18,7 @@
 #include <optional>
 
 #include "engine/check.h"
+#include "engine/model.h"
 #include "engine/process.h"
 #include "strategies/batch.h"
 #include "strategies/executor.h"
@@ -240,6 +241,13 @@ class TensorParallel final : public GroupStrategy {
                                      [&] { return fmt::format("{} layer {}", action_kind_name(a.kind), i); }));
       const LayerPlan* l = i >= 0 ? &plan().layers[i] : nullptr;
       const Slice* s = i >= 0 ? &slices_[i] : nullptr;
+      // A traced step: the work of this worker's share of the layer (its channels of K) to its span.
+      auto traced = [&](LayerPass pass) {
+        if (!own || !l) return;
+        const double part = s->channels > 0 ? static_cast<double>(s->k[r]) / static_cast<double>(s->channels) : 1;
+        const LayerWork wk = layer_work(*l, b, pass, bf16 ? 2 : 4, bf16 ? 2 : 4, part);
+        w.tracer.add_work(wk.flops, wk.bytes);
+      };
       switch (a.kind) {
         case ActionKind::Forward: {
           if (!fwd_span && !backward && !each)
@@ -256,6 +264,7 @@ class TensorParallel final : public GroupStrategy {
               if (x.f32) be.to_bf16(n, x.f32, y.data_bf16());  // the net's input, rounded as a stage rounds it
               be.relu_forward_bf16(n, x.b16 ? x.b16 : y.data_bf16(), y.data_bf16());
             }
+            traced(LayerPass::Forward);
           }
           if (s->channels == 0) break;
           const float* wt = st.params.data() + s->at[r];
@@ -263,6 +272,7 @@ class TensorParallel final : public GroupStrategy {
           const Tensor& y = s->split ? st.gathered : st.acts[i];
           const TpLayerOps::Out mine = bf16 ? TpLayerOps::Out{nullptr, y.data_bf16() + at} : TpLayerOps::Out{y.data() + at, nullptr};
           st.ops->forward(*l, b, s->k[r], x, wt, wt + s->k[r] * s->fan, mine);
+          traced(LayerPass::Forward);
           break;
         }
         case ActionKind::Copy:
@@ -299,6 +309,7 @@ class TensorParallel final : public GroupStrategy {
           const int64_t k = s->k[r];
           if (!s->split) dy = gout;
           st.ops->backward_weights(*l, b, k, act_of(i - 1), dy, gw, gw + k * s->fan);
+          traced(LayerPass::BackwardWeights);
           break;
         }
         case ActionKind::BackwardData: {
@@ -309,6 +320,7 @@ class TensorParallel final : public GroupStrategy {
             // bf16: its output widened into the input-gradient buffer the next layer writes (free until then).
             if (y.b16) be.from_bf16(n, y.b16, st.dx[next].data());
             be.relu_backward(n, y.b16 ? st.dx[next].data() : y.f32, gout, gout);
+            traced(LayerPass::BackwardData);
           }
           if (l->spec.type == LayerType::Conv2d || l->spec.type == LayerType::Linear) {
             const int64_t k = s->k[r];
@@ -316,6 +328,7 @@ class TensorParallel final : public GroupStrategy {
             float* dx = i > 0 ? st.dx[next].data() : nullptr;
             if (dx) {
               st.ops->backward_data(*l, b, k, dy, wt, dx, s->split);
+              traced(LayerPass::BackwardData);
               gout = dx;  // a split layer's partial sums: their all-reduce, next in the plan, completes it
               next = 1 - next;
             }

@@ -18,6 +18,7 @@
 
 #include "reports/gbjson.h"
 #include "reports/schema.h"
+#include "reports/table.h"
 #include "tests/cli_fixture.h"
 
 namespace pb {
@@ -80,23 +81,24 @@ TEST_F(ConsoleCli, RunPrintsOneShortLinePerConfigurationThatAgreesWithItsJson) {
     ASSERT_FALSE(line.empty()) << strategy << " x" << devices << " has no line in\n" << r.out;
     SCOPED_TRACE(line);
     EXPECT_LE(line.size(), 100u);
-    // strategy N time unit cv samples/s peak compute transfer idle
+    // strategy N time unit cv samples/s MFU peak compute transfer idle
     const std::vector<std::string> w = words(line);
-    ASSERT_EQ(w.size(), 10u);
+    ASSERT_EQ(w.size(), 11u);
     const double median_s = row["median_ms"].get<double>() * 1e-3;
     EXPECT_NEAR(seconds(w[2], w[3]), median_s, 0.006 * median_s);  // three significant digits
     const double thr = row["samples_per_s"];
     EXPECT_NEAR(std::stod(w[5]), thr, 0.006 * thr);
     const double peak = row[reports::schema::figure::device_peak.name];
-    EXPECT_NEAR(std::stod(w[6]), peak, 0.006 * peak);
+    EXPECT_NEAR(std::stod(w[7]), peak, 0.006 * peak);
     // The shares as results.json's counters have them (one repetition: the median is that one).
     const json* bench = nullptr;
     for (const json& b : gb["benchmarks"])
       if (reports::benchmark_identity(b["run_name"]) == row["name"]) bench = &b;
     ASSERT_NE(bench, nullptr);
-    EXPECT_NEAR(std::stod(w[7]), 100 * (*bench)["compute_share"].get<double>(), 0.051);
-    EXPECT_NEAR(std::stod(w[8]), 100 * (*bench)["transfer_share"].get<double>(), 0.051);
-    EXPECT_NEAR(std::stod(w[9]), 100 * (*bench)["idle_share"].get<double>(), 0.051);
+    EXPECT_EQ(w[6], reports::mfu_text((*bench)["mfu"].get<double>()));  // CPU: against the measured peak
+    EXPECT_NEAR(std::stod(w[8]), 100 * (*bench)["compute_share"].get<double>(), 0.051);
+    EXPECT_NEAR(std::stod(w[9]), 100 * (*bench)["transfer_share"].get<double>(), 0.051);
+    EXPECT_NEAR(std::stod(w[10]), 100 * (*bench)["idle_share"].get<double>(), 0.051);
     ++checked;
   }
   EXPECT_EQ(checked, 2);  // regular x1 and ddp x2 (one device runs regular alone)

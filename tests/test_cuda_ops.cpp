@@ -73,7 +73,7 @@ TEST(CudaGpu, MseLossGradMatchesCpu) {
   Rand r;
   auto c_be = make_backend(cpu());
   auto g_be = gpu_backend(Precision::Fp32);
-  // 1, small, and more elements than 1024 blocks of 256 threads cover (grid-stride + last block).
+  // 1, small, and more elements than 2048 blocks of 256 threads cover (grid-stride + last block).
   for (int64_t n : {int64_t(1), r.i(2, 5000), r.i(300000, 2000000)}) {
     SCOPED_TRACE(fmt::format("seed {} n {}", r.seed, n));
     const auto y = r.vec(n), t = r.vec(n);

@@ -89,11 +89,11 @@ inline std::vector<float> poisoned(int64_t n) {
 }
 
 inline std::unique_ptr<Backend> gpu_backend(Precision p, bool exhaustive = false,
-                                            std::size_t cap = std::size_t(1) << 30) {
+                                            std::optional<std::size_t> cap = std::nullopt) {
   BackendOptions o;
   o.precision = p;
   o.exhaustive_conv_search = exhaustive;
-  o.workspace_cap_bytes = cap;
+  o.conv_workspace_cap_bytes = cap;
   return make_backend(cuda(), o);
 }
 

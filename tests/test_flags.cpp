@@ -70,6 +70,21 @@ TEST_F(Flags, EveryIntegerFlagHasAnUpperBound) {
   refused("train" + linear + " --strategy ddp --first-bucket-mb 1e30", "--first-bucket-mb must be positive, at most");
 }
 
+// --conv-workspace-mib: a whole number of MiB or refused naming the flag; the environment variable
+// that is not read is refused, so a script setting it does not run uncapped unawares.
+TEST_F(Flags, ConvWorkspaceCapIsWholeMibAndTheUnreadVariableIsRefused) {
+  const std::string linear = " --device-kind cpu --workload linear --batch 2 --iterations 1";
+  const std::string expects = "--conv-workspace-mib expects a whole number of MiB from 0 to 1073741824, got ";
+  refused("train" + linear + " --conv-workspace-mib 1.5", expects + "'1.5'");
+  refused("train" + linear + " --conv-workspace-mib=-1", expects + "'-1'");
+  refused("train" + linear + " --conv-workspace-mib 1073741825", expects + "'1073741825'");
+  const test::Result env = parbench("train" + linear, "PARBENCH_CONV_WORKSPACE_MIB=65536");
+  EXPECT_EQ(env.code, 2) << env.out << env.err;
+  EXPECT_THAT(env.err, HasSubstr("pass --conv-workspace-mib 65536 instead"));
+  const test::Result ok = parbench("train" + linear + " --conv-workspace-mib 0");
+  EXPECT_EQ(ok.code, 0) << ok.out << ok.err;
+}
+
 TEST_F(Flags, TypesAreCheckedWhenParsedEvenForFlagsTheCommandDoesNotRead) {
   // --image is read for great_net only; before, a bad value passed unnoticed with linear.
   refused("train --device-kind cpu --workload great_net --image x", "flag --image expects an integer, got 'x'");

@@ -126,11 +126,12 @@ TEST(Compare, RefusesRunsThatMeasureDifferentWork) {
       {"PARBENCH_CONV_SEARCH", {"unset", "exhaustive"}},
       {"PARBENCH_CPU_WINOGRAD", {"unset", "0"}},
       {"PARBENCH_CUDNN_API", {"unset", "legacy"}},
-      {"PARBENCH_CONV_WORKSPACE_MIB", {"unset", "65536"}},
+      {"conv_workspace_policy", {"fastest-fits", "cap 65536 MiB"}},
   };
   for (const auto& [key, values] : changes) {
     // The cuDNN settings change a CUDA run's work (CudaKeysMatterOnlyForCudaRuns: not a CPU run's).
-    const std::string kind = key == "PARBENCH_CPU_WINOGRAD" || key.rfind("PARBENCH_", 0) != 0 ? "cpu" : "cuda";
+    const bool cuda_only = key != "PARBENCH_CPU_WINOGRAD" && (key.rfind("PARBENCH_", 0) == 0 || key == "conv_workspace_policy");
+    const std::string kind = cuda_only ? "cuda" : "cpu";
     std::map<std::string, std::string> cb = {{"device_kind", kind}, {key, values.first}};
     std::map<std::string, std::string> cc = {{"device_kind", kind}, {key, values.second}};
     const RunFile base = GbJson(cb).add("w/a/devices:1/batch:1", {10}).file("base.json");
@@ -329,7 +330,7 @@ TEST(Compare, CudaKeysMatterOnlyForCudaRuns) {
   const std::map<std::string, std::string> cuda_build = {
       {"gpu_count", "8"}, {"gpu_names", "NVIDIA H200"}, {"cuda_driver", "13.0"}, {"cuda_runtime", "13.0"},
       {"cudnn", "9.13.0"}, {"nccl", "2.28.3"}, {"PARBENCH_CUDNN_API", "unset"}, {"PARBENCH_CONV_SEARCH", "unset"},
-      {"PARBENCH_CONV_WORKSPACE_MIB", "unset"}};
+      {"conv_workspace_policy", "fastest-fits"}};
   auto run = [&](const std::string& kind, bool with_cuda_keys) {
     std::map<std::string, std::string> c = {{"device_kind", kind}, {"precision", "fp32"}, {"cpu_model", "AMD EPYC"}};
     if (with_cuda_keys) c.insert(cuda_build.begin(), cuda_build.end());

@@ -4,7 +4,6 @@
 #include "engine/cuda/cuda_backend.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <memory>
@@ -16,6 +15,7 @@
 #include "engine/cuda/cuda_conv.h"
 #include "engine/cuda/cudnn_graph.h"
 #include "engine/cuda/cuda_kernels.h"
+#include "engine/cuda/cuda_random_fill.h"
 #include "engine/cuda/cuda_util.h"
 #include "engine/tensor.h"
 
@@ -38,24 +38,10 @@ bool exhaustive_search(const BackendOptions& opts) {
   throw UsageError(fmt::format("PARBENCH_CONV_SEARCH must be 'exhaustive' or 'heuristic', got '{}'", v));
 }
 
-// The convolution workspace cap: PARBENCH_CONV_WORKSPACE_MIB, when set, overrides the option for
-// the whole process (PyTorch sets none: its searches take what the allocator can give).
-BackendOptions with_workspace_cap(BackendOptions opts) {
-  const char* env = std::getenv("PARBENCH_CONV_WORKSPACE_MIB");
-  if (env == nullptr || *env == '\0') return opts;
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long mib = std::strtoull(env, &end, 10);
-  if (*end != '\0' || errno != 0 || env[0] == '-' || mib > (std::size_t(1) << 30))
-    throw UsageError(fmt::format("PARBENCH_CONV_WORKSPACE_MIB must be a whole number of MiB (0 to 2^30), got '{}'", env));
-  opts.workspace_cap_bytes = static_cast<std::size_t>(mib) << 20;
-  return opts;
-}
-
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int device, const BackendOptions& options)
-      : device_(device), opts_(with_workspace_cap(options)), exhaustive_(exhaustive_search(opts_)),
+      : device_(device), opts_(options), exhaustive_(exhaustive_search(opts_)),
         set_device_(device),
         convs_(Device{DeviceKind::Cuda, device}, opts_, exhaustive_, cudnn_) {
     const BackendOptions& opts = opts_;
@@ -71,7 +57,9 @@ class CudaBackend final : public Backend {
     if (opts.precision == Precision::Bf16) {
       const std::string why = cuda_bf16_refusal(prop.major, prop.minor, gpu_name_);
       if (!why.empty()) throw Error(why);
-      bf16_ = std::make_unique<cu::CudaBf16>(dev(), cudnn_, cublas_, stream_, opts.workspace_cap_bytes, exhaustive_);
+      bf16_ = std::make_unique<cu::CudaBf16>(dev(), cudnn_, cublas_, stream_, opts.conv_workspace_cap_bytes,
+                                             exhaustive_);
+      bf16_->use_partials(&partials_);
     }
     // MSE scratch: partial sums, then the completion counter, which starts at zero.
     mse_scratch_ = std::make_unique<Buffer>(dev(), cu::kMseMaxBlocks * sizeof(double) + sizeof(unsigned int));
@@ -108,7 +96,10 @@ class CudaBackend final : public Backend {
     cu::use_device(device_);
     convs_.backward_weights(g, x, dy, dw, db, accumulate);
   }
-  std::string conv_algorithms(const ConvGeom& g) const override { return convs_.algorithms(g); }
+  std::string conv_algorithms(const ConvGeom& g) const override {
+    return bf16_ ? bf16_->algorithms(g) : convs_.algorithms(g);
+  }
+  std::array<std::string, 3> conv_pass_algorithms(const ConvGeom& g, bool) override { return convs_.pass_algorithms(g); }
 
   // Row-major PyTorch layouts seen as column-major: x[n,in] is X'[in,n], w[out,in] is
   // W'[in,out], y[n,out] is Y'[out,n]. So y = x w^T is Y' = W'^T X'.
@@ -138,7 +129,7 @@ class CudaBackend final : public Backend {
     const int N = to_int(n, "batch"), I = to_int(in, "in_features"), O = to_int(out, "out_features");
     CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_T, I, O, N, &kOne, x, I, dy, O,
                              accumulate ? &kOne : &kZero, dw, I));
-    if (db) cu::launch_column_sums(stream_, n, out, dy, db, accumulate);
+    if (db) cu::launch_column_sums(stream_, n, out, dy, db, accumulate, partials_);
   }
 
   // Under bf16 the fp32 convolutions and linear layers refuse: a caller without autocast (tp
@@ -248,8 +239,15 @@ class CudaBackend final : public Backend {
   void synchronize() override {
     cu::use_device(device_);
     CUDA_CHECK(cudaStreamSynchronize(stream_));
-    // Only this stream's convolutions use the workspace, and they are done: an outgrown one can go.
+    // Only this stream's convolutions and reductions use the workspaces, and they are done: an
+    // outgrown one can go.
     convs_.release_outgrown();
+    partials_.release_outgrown();
+  }
+  // cuDNN's convolution workspace; bf16's own (cu::CudaBf16) stays.
+  void release_workspace() override {
+    synchronize();
+    convs_.release_workspace();
   }
 
   // A memset where it can be one (all-zero bits are 0.0f), on the given queue like every op.
@@ -260,6 +258,11 @@ class CudaBackend final : public Backend {
       CUDA_CHECK(cudaMemsetAsync(dst, 0, static_cast<std::size_t>(n) * sizeof(float), queue(s)));
     else
       cu::launch_fill(queue(s), n, value, dst);
+  }
+  void fill_normal(float* dst, int64_t n, uint64_t seed, uint64_t offset, float scale, Stream* s) override {
+    if (n <= 0) return;
+    cu::use_device(device_);
+    cu::launch_fill_normal(queue(s), n, seed, offset, scale, dst);
   }
   void copy_2d(float* dst, int64_t dst_pitch, const float* src, int64_t src_pitch, int64_t width, int64_t rows,
                Stream* s) override {
@@ -340,6 +343,8 @@ class CudaBackend final : public Backend {
   cu::Stream stream_;
   cu::CudnnHandle cudnn_;
   cu::CublasHandle cublas_;
+  // The bias gradients' partial sums (fp32 Linear and bf16), in the workspace pool.
+  cu::PartialsScratch partials_{Device{DeviceKind::Cuda, device_}};
   std::unique_ptr<cu::CudaBf16> bf16_;  // Precision::Bf16 only; declared after the handles it uses
   std::string gpu_name_;
   cu::CudnnConv convs_;

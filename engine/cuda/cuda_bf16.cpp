@@ -1,10 +1,11 @@
 // cuDNN and cuBLAS calls of the CUDA backend's bf16 path. Convolutions: cuDNN's graph API
-// (cudnn_graph.h), or the legacy API's heuristics (the first algorithm that runs in tensor-op
-// math within the workspace cap). Bias added by the convolution itself (y filled with the bias,
-// then beta = 1), so the output rounds once.
+// (cudnn_graph.h), or the legacy API's heuristics (engine/conv_policy.h: the first algorithm
+// whose workspace can be had, within the cap where one is set). Bias added by the convolution
+// itself (y filled with the bias, then beta = 1), so the output rounds once.
 #include "engine/cuda/cuda_bf16.h"
 
 #include "engine/check.h"
+#include "engine/conv_policy.h"
 
 namespace pb::cu {
 
@@ -22,23 +23,36 @@ struct CudaBf16::Plan {
   std::size_t ws_fwd = 0, ws_data = 0, ws_filter = 0;
 };
 
-CudaBf16::CudaBf16(Device dev, cudnnHandle_t cudnn, cublasHandle_t cublas, cudaStream_t stream, std::size_t cap,
-                   bool exhaustive)
+CudaBf16::CudaBf16(Device dev, cudnnHandle_t cudnn, cublasHandle_t cublas, cudaStream_t stream,
+                   std::optional<std::size_t> cap, bool exhaustive)
     : dev_(dev), cudnn_(cudnn), cublas_(cublas), stream_(stream), cap_(cap), graph_api_(use_graph_api()),
-      graph_(cudnn, exhaustive, cap) {}
+      graph_(dev, cudnn, exhaustive, cap) {}
 CudaBf16::~CudaBf16() = default;
 
-namespace {
-// The first ranked algorithm cuDNN says runs, within the cap.
+// The first ranked algorithm cuDNN says runs whose workspace can be had (engine/conv_policy.h).
 template <class Perf>
-const Perf& pick(const Perf* perf, int count, std::size_t cap, const char* what, const ConvGeom& g) {
+const Perf& CudaBf16::pick(const Perf* perf, int count, const char* what, const ConvGeom& g) {
+  std::vector<ConvCandidate> ranked;
+  std::vector<int> at;
   for (int i = 0; i < count; ++i)
-    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= cap) return perf[i];
-  throw Error(fmt::format("cuDNN has no bf16 {} algorithm within {} bytes of workspace for conv x[{},{},{},{}] "
-                          "w[{},{},{},{}]",
-                          what, cap, g.n, g.c, g.h, g.w, g.k, g.c, g.r, g.s));
+    if (perf[i].status == CUDNN_STATUS_SUCCESS) {
+      ranked.push_back({fmt::format("algorithm {}", static_cast<int>(perf[i].algo)), perf[i].memory,
+                        legacy_math_notes(perf[i].mathType)});
+      at.push_back(i);
+    }
+  const auto get_workspace = [this](std::size_t bytes) {
+    try {
+      workspace(bytes);
+      return true;
+    } catch (const OutOfMemory&) {
+      return false;
+    }
+  };
+  const ConvPick p = pick_conv_algorithm(
+      ranked, {Precision::Bf16, cap_}, get_workspace, nullptr,
+      fmt::format("bf16 conv x[{},{},{},{}] w[{},{},{},{}] {} (legacy API)", g.n, g.c, g.h, g.w, g.k, g.c, g.r, g.s, what));
+  return perf[at[static_cast<std::size_t>(p.index)]];
 }
-}  // namespace
 
 CudaBf16::Plan& CudaBf16::plan(const ConvGeom& g) {
   const std::array<int64_t, 11> key{g.n, g.c, g.h, g.w, g.k, g.r, g.s, g.stride_h, g.stride_w, g.pad_h, g.pad_w};
@@ -61,15 +75,15 @@ CudaBf16::Plan& CudaBf16::plan(const ConvGeom& g) {
   int n = 0;
   cudnnConvolutionFwdAlgoPerf_t fp[kMax];
   CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(cudnn_, p->x, p->w, p->conv, p->y, kMax, &n, fp));
-  const auto& f = pick(fp, n, cap_, "forward", g);
+  const auto& f = pick(fp, n, "forward", g);
   p->fwd = f.algo, p->ws_fwd = f.memory;
   cudnnConvolutionBwdDataAlgoPerf_t dp[kMax];
   CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(cudnn_, p->w, p->y, p->conv, p->x, kMax, &n, dp));
-  const auto& d = pick(dp, n, cap_, "backward data", g);
+  const auto& d = pick(dp, n, "backward data", g);
   p->bwd_data = d.algo, p->ws_data = d.memory;
   cudnnConvolutionBwdFilterAlgoPerf_t wp[kMax];
   CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnn_, p->x, p->y, p->conv, p->w, kMax, &n, wp));
-  const auto& w = pick(wp, n, cap_, "backward weights", g);
+  const auto& w = pick(wp, n, "backward weights", g);
   p->bwd_filter = w.algo, p->ws_filter = w.memory;
   return *plans_.emplace(key, std::move(p)).first->second;
 }
@@ -133,7 +147,25 @@ void CudaBf16::conv_backward_weights(const ConvGeom& g, const Bf16* x, const Bf1
                                                workspace(p.ws_filter), p.ws_filter, &kZero, p.w, d16));
   }
   launch_widen_bf16(stream_, wn, d16, dw, accumulate);
-  launch_channel_sums_bf16(stream_, g.n, g.k, g.p() * g.q(), dy, db, accumulate);
+  launch_channel_sums_bf16(stream_, g.n, g.k, g.p() * g.q(), dy, db, accumulate, *partials_);
+}
+
+std::string CudaBf16::algorithms(const ConvGeom& g) const {
+  const std::array<int64_t, 11> key{g.n, g.c, g.h, g.w, g.k, g.r, g.s, g.stride_h, g.stride_w, g.pad_h, g.pad_w};
+  const auto it = plans_.find(key);
+  const Plan* p = it == plans_.end() ? nullptr : it->second.get();
+  // The graph API's choice where it planned the direction (the forward adds to the bias: beta 1),
+  // else the legacy algorithm if planned.
+  const auto one = [&](const char* dir, ConvDir d, int legacy, std::size_t ws) {
+    const std::string graph = graph_.describe({d, g, CUDNN_DATA_BFLOAT16, Precision::Bf16, d == ConvDir::Forward ? 1.0f : 0.0f});
+    if (!graph.empty() && graph.rfind("graph API:", 0) != 0) return fmt::format("{} {}", dir, graph);
+    if (p) return fmt::format("{} legacy algorithm {}, {} B workspace", dir, legacy, ws);
+    return fmt::format("{} not run", dir);
+  };
+  return fmt::format("bf16 conv x[{},{},{},{}] w[{},{},{},{}] on {}: {}; {}; {}", g.n, g.c, g.h, g.w, g.k, g.c, g.r, g.s,
+                     dev_.str(), one("forward", ConvDir::Forward, p ? p->fwd : -1, p ? p->ws_fwd : 0),
+                     one("backward-data", ConvDir::BackwardData, p ? p->bwd_data : -1, p ? p->ws_data : 0),
+                     one("backward-filter", ConvDir::BackwardFilter, p ? p->bwd_filter : -1, p ? p->ws_filter : 0));
 }
 
 void CudaBf16::linear_forward(int64_t n, int64_t in, int64_t out, const Bf16* x, const Bf16* w, const Bf16* b,
@@ -164,7 +196,7 @@ void CudaBf16::linear_backward_weights(int64_t n, int64_t in, int64_t out, const
   // bf16 inputs, fp32 output and accumulation (beta = 1 adds to the fp32 gradient).
   CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_N, CUBLAS_OP_T, I, O, N, &kOne, x, CUDA_R_16BF, I, dy, CUDA_R_16BF, O,
                             accumulate ? &kOne : &kZero, dw, CUDA_R_32F, I, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-  launch_channel_sums_bf16(stream_, n, out, 1, dy, db, accumulate);
+  launch_channel_sums_bf16(stream_, n, out, 1, dy, db, accumulate, *partials_);
 }
 
 }  // namespace pb::cu

@@ -8,12 +8,15 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <string>
+#include <optional>
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
 
 #include "engine/backend.h"
+#include "engine/cuda/cuda_kernels.h"
 #include "engine/cuda/cuda_util.h"
 #include "engine/cuda/cudnn_graph.h"
 #include "engine/tensor.h"
@@ -26,29 +29,37 @@ void launch_relu_bf16(cudaStream_t s, int64_t n, const Bf16* x, Bf16* y);
 void launch_relu_backward_bf16(cudaStream_t s, int64_t n, const Bf16* y, const Bf16* dy, Bf16* dx);
 // y[i] = b[(i / inner) % channels] for i < n.
 void launch_broadcast_bf16(cudaStream_t s, int64_t n, int64_t channels, int64_t inner, const Bf16* b, Bf16* y);
-// db[c] (+)= sum of dy[o, c, i] over o < outer, i < inner, in fp32.
+// db[c] (+)= sum of dy[o, c, i] over o < outer, i < inner, in fp32; deterministic
+// (engine/cuda/cuda_channel_sums.cu).
 void launch_channel_sums_bf16(cudaStream_t s, int64_t outer, int64_t channels, int64_t inner, const Bf16* dy,
-                              float* db, bool accumulate);
+                              float* db, bool accumulate, PartialsScratch& scratch);
 // y (+)= x widened to fp32.
 void launch_widen_bf16(cudaStream_t s, int64_t n, const Bf16* x, float* y, bool accumulate);
 
 class CudaBf16 {
  public:
-  CudaBf16(Device dev, cudnnHandle_t cudnn, cublasHandle_t cublas, cudaStream_t stream, std::size_t workspace_cap,
-           bool exhaustive);
+  // workspace_cap: the most workspace a convolution algorithm may use; none: any that can be had.
+  CudaBf16(Device dev, cudnnHandle_t cudnn, cublasHandle_t cublas, cudaStream_t stream,
+           std::optional<std::size_t> workspace_cap, bool exhaustive);
   ~CudaBf16();
   void conv_forward(const ConvGeom& g, const Bf16* x, const Bf16* w, const Bf16* b, Bf16* y);
   void conv_backward_data(const ConvGeom& g, const Bf16* dy, const Bf16* w, Bf16* dx);
   void conv_backward_weights(const ConvGeom& g, const Bf16* x, const Bf16* dy, float* dw, float* db, bool accumulate);
+  // What each direction of `g` runs so far (Backend::conv_algorithms).
+  std::string algorithms(const ConvGeom& g) const;
   void linear_forward(int64_t n, int64_t in, int64_t out, const Bf16* x, const Bf16* w, const Bf16* b, Bf16* y);
   void linear_backward_data(int64_t n, int64_t in, int64_t out, const Bf16* dy, const Bf16* w, Bf16* dx);
   void linear_backward_data_f32(int64_t n, int64_t in, int64_t out, const Bf16* dy, const Bf16* w, float* dx);
   void linear_backward_weights(int64_t n, int64_t in, int64_t out, const Bf16* x, const Bf16* dy, float* dw,
                                float* db, bool accumulate);
+  // The backend's scratch for the bias gradients' partial sums; set before any backward op.
+  void use_partials(PartialsScratch* p) { partials_ = p; }
 
  private:
   struct Plan;
   Plan& plan(const ConvGeom& g);
+  template <class Perf>
+  const Perf& pick(const Perf* perf, int count, const char* what, const ConvGeom& g);
   void* workspace(std::size_t bytes);
   Bf16* dw16(int64_t n);
 
@@ -56,8 +67,9 @@ class CudaBf16 {
   cudnnHandle_t cudnn_;
   cublasHandle_t cublas_;
   cudaStream_t stream_;
-  std::size_t cap_;
+  std::optional<std::size_t> cap_;
   std::unique_ptr<Buffer> workspace_, dw16_;
+  PartialsScratch* partials_ = nullptr;
   std::vector<std::unique_ptr<Buffer>> outgrown_;  // kept until destruction: queued work may read them
   std::map<std::array<int64_t, 11>, std::unique_ptr<Plan>> plans_;
   bool graph_api_;

@@ -7,6 +7,7 @@
 
 #include "engine/batch_split.h"
 #include "engine/check.h"
+#include "engine/conv_policy.h"
 
 namespace pb::cu {
 
@@ -41,9 +42,6 @@ std::string geom_str(const ConvGeom& g) {
 // let cuDNN 8+ pick TF32 tensor-core kernels on Ampere and later). tf32: tensor cores with
 // TF32, but never CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION, which rounds inputs to fp16.
 cudnnMathType_t base_math(Precision p) { return p == Precision::Fp32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH; }
-bool math_allowed(Precision p, cudnnMathType_t m) {
-  return p == Precision::Fp32 ? m == CUDNN_FMA_MATH : m != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
-}
 
 
 const char* math_name(cudnnMathType_t m) {
@@ -135,7 +133,7 @@ struct BwdFilterOps {
 
 CudnnConv::CudnnConv(Device dev, const BackendOptions& opts, bool exhaustive, cudnnHandle_t cudnn)
     : dev_(dev), opts_(opts), exhaustive_(exhaustive), cudnn_(cudnn), graph_api_(use_graph_api()),
-      graph_(cudnn, exhaustive, opts.workspace_cap_bytes) {}
+      graph_(dev, cudnn, exhaustive, opts.conv_workspace_cap_bytes) {}
 
 bool CudnnConv::run_graph(const GraphConvCall& c, std::string& tag) {
   if (!graph_api_) return false;
@@ -200,6 +198,28 @@ std::string CudnnConv::algorithms(const ConvGeom& g) const {
   return fmt::format("{} on {}: {}", geom_str(g), dev_.str(), out);
 }
 
+std::array<std::string, 3> CudnnConv::pass_algorithms(const ConvGeom& g) const {
+  std::array<std::string, 3> out;
+  const auto parts = conv_batch_parts(g);
+  for (const BatchPart& part : parts) {
+    const auto it = plans_.find(key_of(sub_batch(g, part.n)));
+    const std::string at = parts.size() > 1 ? fmt::format("batch {}..{}: ", part.offset, part.offset + part.n - 1) : "";
+    const char* dirs[3] = {"forward", "backward-data", "backward-filter"};
+    for (int d = 0; d < 3; ++d) {
+      std::string s = "not planned";
+      if (it != plans_.end()) {
+        const ConvPlan& p = *it->second;
+        const std::string& graph = d == 0 ? p.graph_fwd : d == 1 ? p.graph_bwd_data : p.graph_bwd_filter;
+        const std::optional<AlgoChoice>& legacy = d == 0 ? p.fwd : d == 1 ? p.bwd_data : p.bwd_filter;
+        s = legacy || graph.empty() ? choice_str(dirs[d], legacy).substr(std::string(dirs[d]).size() + 1) : graph;
+      }
+      if (!out[d].empty()) out[d] += "; ";
+      out[d] += at + s;
+    }
+  }
+  return out;
+}
+
 ConvPlan& CudnnConv::plan_for(const ConvGeom& g) {
   const Key key = key_of(g);
   auto it = plans_.find(key);
@@ -242,33 +262,38 @@ void* CudnnConv::workspace(std::size_t bytes) {
 }
 
 void CudnnConv::release_outgrown() noexcept { outgrown_.clear(); }
+void CudnnConv::release_workspace() noexcept {
+  outgrown_.clear();
+  workspace_.reset();
+  dw_scratch_.reset();
+}
 
-// The most workspace a search may use: the configured cap, and no more than the current
-// buffer or what is free on the device (a larger buffer is allocated beside the current
-// one), so a search never fails for memory a slower algorithm would not need.
+// The most workspace a timed search (cudnnFind*Ex) may use: the cap where one is set, and no more
+// than the current buffer or what is free on the device (a larger buffer is allocated beside the
+// current one), so a search never fails for memory a slower algorithm would not need.
 std::size_t CudnnConv::workspace_limit() const {
   std::size_t free_bytes = 0, total = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
   const std::size_t pool = workspace_ ? workspace_->bytes() : 0;
   const std::size_t reserve = std::size_t(64) << 20;  // room for cuDNN's own small allocations
   const std::size_t usable = std::max(pool, free_bytes > reserve ? free_bytes - reserve : std::size_t(0));
-  return std::min(opts_.workspace_cap_bytes, usable);
+  return opts_.conv_workspace_cap_bytes ? std::min(*opts_.conv_workspace_cap_bytes, usable) : usable;
 }
 
 // Heuristics (cudnnGet*_v7, ranked by expected speed) or, with exhaustive search, timed runs
-// of every algorithm (cudnnFind*Ex, as torch.backends.cudnn.benchmark). Either way the
-// first algorithm whose math mode the precision allows and whose workspace fits wins.
+// of every algorithm (cudnnFind*Ex, as torch.backends.cudnn.benchmark), ranked by time. Either
+// way engine/conv_policy.h picks: the first the precision allows whose workspace can be had.
 template <typename Ops>
 AlgoChoice CudnnConv::choose(ConvPlan& p, const ConvGeom& g, const float* a, const float* b, float* out) {
   using Perf = typename Ops::Perf;
   const Precision prec = opts_.precision;
-  const std::size_t limit = workspace_limit();
   std::array<Perf, Ops::kCount> perfs{};
   int got = 0;
   std::size_t search_ws = 0;
   CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv, base_math(prec)));
   if (exhaustive_) {
     // Give the search as much workspace as the hungriest algorithm wants, within the limit.
+    const std::size_t limit = workspace_limit();
     for (int i = 0; i < Ops::kCount; ++i) {
       std::size_t bytes = 0;
       if (Ops::workspace(cudnn_, p, static_cast<typename Ops::Algo>(i), &bytes) == CUDNN_STATUS_SUCCESS &&
@@ -280,9 +305,11 @@ AlgoChoice CudnnConv::choose(ConvPlan& p, const ConvGeom& g, const float* a, con
   } else {
     CUDNN_CHECK(Ops::heuristics(cudnn_, p, Ops::kCount, &got, perfs.data()));
   }
+  std::vector<ConvCandidate> ranked;
+  std::vector<AlgoChoice> choices;
   for (int i = 0; i < got; ++i) {
     const Perf& perf = perfs[i];
-    if (perf.status != CUDNN_STATUS_SUCCESS || !math_allowed(prec, perf.mathType)) continue;
+    if (perf.status != CUDNN_STATUS_SUCCESS) continue;
     // The workspace an algorithm needs depends on the math mode it runs with.
     CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv, perf.mathType));
     std::size_t bytes = 0;
@@ -290,11 +317,21 @@ AlgoChoice CudnnConv::choose(ConvPlan& p, const ConvGeom& g, const float* a, con
     CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv, base_math(prec)));
     if (st != CUDNN_STATUS_SUCCESS) continue;
     bytes = std::max(bytes, perf.memory);
-    if (bytes > (exhaustive_ ? search_ws : limit)) continue;
-    return AlgoChoice{static_cast<int>(perf.algo), perf.mathType, bytes};
+    ranked.push_back({fmt::format("algorithm {}, {}", static_cast<int>(perf.algo), math_name(perf.mathType)), bytes,
+                      legacy_math_notes(perf.mathType)});
+    choices.push_back({static_cast<int>(perf.algo), perf.mathType, bytes});
   }
-  throw Error(fmt::format("{} on {}: no cuDNN {} algorithm for {} fits {} bytes of workspace", geom_str(g),
-                          dev_.str(), Ops::kName, precision_name(prec), limit));
+  const auto get_workspace = [&](std::size_t bytes) {
+    try {
+      workspace(bytes);
+      return true;
+    } catch (const OutOfMemory&) {
+      return false;
+    }
+  };
+  const ConvPick pick = pick_conv_algorithm(ranked, {prec, opts_.conv_workspace_cap_bytes}, get_workspace, nullptr,
+                                            fmt::format("{} on {}: cuDNN {}", geom_str(g), dev_.str(), Ops::kName));
+  return choices[static_cast<std::size_t>(pick.index)];
 }
 
 void CudnnConv::forward_part(const ConvGeom& g, const float* x, const float* w, const float* b, float* y) {

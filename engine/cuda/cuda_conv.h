@@ -38,9 +38,14 @@ class CudnnConv {
   void backward_weights(const ConvGeom& g, const float* x, const float* dy, float* dw, float* db, bool accumulate);
   // The algorithms chosen so far for each sub-batch of `g` (Backend::conv_algorithms).
   std::string algorithms(const ConvGeom& g) const;
+  // The same per direction (forward, backward-data, backward-filter), without its name.
+  std::array<std::string, 3> pass_algorithms(const ConvGeom& g) const;
   // Frees the workspaces outgrown so far; only when no queued convolution can still use them
   // (the backend's stream is idle).
   void release_outgrown() noexcept;
+  // Frees the workspace and the accumulating backward-weights scratch too (the stream idle, as for
+  // release_outgrown).
+  void release_workspace() noexcept;
 
  private:
   using Key = std::array<int64_t, 11>;

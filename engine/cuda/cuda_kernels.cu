@@ -1,24 +1,17 @@
 // parbench's own CUDA kernels: element-wise ops, the fused MSE loss+gradient and the fused
-// Adam step. Float arithmetic uses the explicitly rounded intrinsics (__fmul_rn, ...) where
-// the CPU backend's operation order matters, so nvcc cannot contract it into FMAs.
+// Adam step, on grids from engine/kernel_shapes.h. Float arithmetic uses the explicitly rounded
+// intrinsics (__fmul_rn, ...) where the CPU backend's operation order matters, so nvcc cannot
+// contract it into FMAs.
 #include "engine/cuda/cuda_kernels.h"
 
-#include <algorithm>
-
 #include "engine/check.h"
+#include "engine/cuda/block_sum.cuh"
 
 namespace pb::cu {
 
 namespace {
 
-constexpr int kThreads = 256;
-// Grid-stride loops: enough blocks to fill any current GPU several times over, never more
-// than the work needs.
-constexpr int64_t kMaxBlocks = 8192;
-
-unsigned blocks_for(int64_t n) {
-  return static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxBlocks));
-}
+using kernels::kThreads;
 
 __device__ inline int64_t first_index() {
   return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -46,29 +39,6 @@ __global__ void broadcast_rows_kernel(int64_t rows, int64_t cols, const float* b
   for (int64_t i = first_index(); i < n; i += grid_stride()) y[i] = b[i % cols];
 }
 
-// One thread per column; neighbouring threads read neighbouring addresses of each row.
-__global__ void column_sums_kernel(int64_t rows, int64_t cols, const float* dy, float* db, bool accumulate) {
-  for (int64_t o = first_index(); o < cols; o += grid_stride()) {
-    double s = 0;
-    for (int64_t i = 0; i < rows; ++i) s += dy[i * cols + o];
-    db[o] = accumulate ? __fadd_rn(static_cast<float>(s), db[o]) : static_cast<float>(s);
-  }
-}
-
-// Sum of `v` over the block, valid in thread 0. blockDim.x must be kThreads.
-__device__ double block_sum(double v) {
-  __shared__ double warp_sums[kThreads / 32];
-  for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  if (lane == 0) warp_sums[warp] = v;
-  __syncthreads();
-  v = threadIdx.x < kThreads / 32 ? warp_sums[threadIdx.x] : 0.0;
-  if (warp == 0)
-    for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
-  __syncthreads();  // warp_sums may be reused by a following call
-  return v;
-}
-
 __global__ void mse_loss_grad_kernel(int64_t n, const float* y, const float* t, float grad_scale, float* dy,
                                      float* loss_sum, double* partials, unsigned int* counter) {
   double acc = 0;
@@ -77,7 +47,7 @@ __global__ void mse_loss_grad_kernel(int64_t n, const float* y, const float* t, 
     acc += static_cast<double>(d) * d;
     dy[i] = __fmul_rn(grad_scale, d);
   }
-  const double mine = block_sum(acc);
+  const double mine = block_sum<kThreads>(acc);
   __shared__ bool last;
   if (threadIdx.x == 0) {
     partials[blockIdx.x] = mine;
@@ -89,7 +59,7 @@ __global__ void mse_loss_grad_kernel(int64_t n, const float* y, const float* t, 
   // The last block adds the partials in a fixed order: the loss does not depend on timing.
   double total = 0;
   for (unsigned j = threadIdx.x; j < gridDim.x; j += blockDim.x) total += __ldcg(partials + j);
-  total = block_sum(total);
+  total = block_sum<kThreads>(total);
   if (threadIdx.x == 0) {
     loss_sum[0] = static_cast<float>(total);
     *counter = 0;  // ready for the next call on this stream
@@ -110,52 +80,47 @@ __global__ void adam_kernel(int64_t n, float* p, const float* g, float* m, float
   }
 }
 
+// The grid each launch uses is kernel_shapes.h's for that kernel.
+unsigned grid(const kernels::Launch& l) { return static_cast<unsigned>(l.blocks); }
+
 }  // namespace
 
 void launch_fill(cudaStream_t stream, int64_t n, float value, float* y) {
   if (n <= 0) return;
-  fill_kernel<<<blocks_for(n), kThreads, 0, stream>>>(n, value, y);
+  fill_kernel<<<grid(kernels::fill(n)), kThreads, 0, stream>>>(n, value, y);
   CUDA_CHECK_LAST();
 }
 
 void launch_relu_forward(cudaStream_t stream, int64_t n, const float* x, float* y) {
   if (n <= 0) return;
-  relu_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(n, x, y);
+  relu_forward_kernel<<<grid(kernels::relu_forward(n)), kThreads, 0, stream>>>(n, x, y);
   CUDA_CHECK_LAST();
 }
 
 void launch_relu_backward(cudaStream_t stream, int64_t n, const float* y, const float* dy, float* dx) {
   if (n <= 0) return;
-  relu_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(n, y, dy, dx);
+  relu_backward_kernel<<<grid(kernels::relu_backward(n)), kThreads, 0, stream>>>(n, y, dy, dx);
   CUDA_CHECK_LAST();
 }
 
 void launch_broadcast_rows(cudaStream_t stream, int64_t rows, int64_t cols, const float* b, float* y) {
   if (rows <= 0 || cols <= 0) return;
-  broadcast_rows_kernel<<<blocks_for(rows * cols), kThreads, 0, stream>>>(rows, cols, b, y);
-  CUDA_CHECK_LAST();
-}
-
-void launch_column_sums(cudaStream_t stream, int64_t rows, int64_t cols, const float* dy, float* db,
-                        bool accumulate) {
-  if (cols <= 0) return;
-  column_sums_kernel<<<blocks_for(cols), kThreads, 0, stream>>>(rows, cols, dy, db, accumulate);
+  broadcast_rows_kernel<<<grid(kernels::broadcast_rows(rows, cols)), kThreads, 0, stream>>>(rows, cols, b, y);
   CUDA_CHECK_LAST();
 }
 
 void launch_mse_loss_grad(cudaStream_t stream, int64_t n, const float* y, const float* t, float grad_scale,
                           float* dy, float* loss_sum, MseScratch scratch) {
   // n == 0 still runs one block, so loss_sum becomes 0 as on the CPU.
-  const unsigned blocks = std::max(1u, std::min(blocks_for(n), static_cast<unsigned>(kMseMaxBlocks)));
-  mse_loss_grad_kernel<<<blocks, kThreads, 0, stream>>>(n, y, t, grad_scale, dy, loss_sum, scratch.partials,
-                                                       scratch.counter);
+  mse_loss_grad_kernel<<<grid(kernels::mse_loss_grad(n)), kThreads, 0, stream>>>(n, y, t, grad_scale, dy, loss_sum,
+                                                                                 scratch.partials, scratch.counter);
   CUDA_CHECK_LAST();
 }
 
 void launch_adam(cudaStream_t stream, int64_t n, float* p, const float* g, float* m, float* v,
                  const AdamStepScalars& s) {
   if (n <= 0) return;
-  adam_kernel<<<blocks_for(n), kThreads, 0, stream>>>(n, p, g, m, v, s);
+  adam_kernel<<<grid(kernels::adam(n, s.weight_decay != 0.0f)), kThreads, 0, stream>>>(n, p, g, m, v, s);
   CUDA_CHECK_LAST();
 }
 

@@ -1,15 +1,36 @@
 // Launchers for parbench's own CUDA kernels (engine/cuda/cuda_kernels.cu): the element-wise
-// ops, the fused MSE loss+gradient and the fused Adam step. Each launches on `stream` and
-// checks the launch before returning.
+// ops, the fused MSE loss+gradient and the fused Adam step; the bias gradients' reductions
+// (engine/cuda/cuda_channel_sums.cu) and their scratch. Each launches on `stream`, in the grid
+// engine/kernel_shapes.h gives, and checks the launch before returning.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <vector>
 
 #include <cuda_runtime.h>
 
 #include "engine/backend.h"
+#include "engine/kernel_shapes.h"
+#include "engine/tensor.h"
 
 namespace pb::cu {
+
+// Device scratch for the bias-gradient reductions' partial sums, in the workspace pool: grown to
+// the largest need (in powers of two), an outgrown buffer kept until release_outgrown(), since
+// queued work may still read it.
+class PartialsScratch {
+ public:
+  explicit PartialsScratch(Device dev) : dev_(dev) {}
+  void* get(std::size_t bytes);
+  void release_outgrown() noexcept { outgrown_.clear(); }
+
+ private:
+  Device dev_;
+  std::unique_ptr<Buffer> buf_;
+  std::vector<std::unique_ptr<Buffer>> outgrown_;
+};
 
 // y[0, n) = value (a memset serves 0; this, any other value).
 void launch_fill(cudaStream_t stream, int64_t n, float value, float* y);
@@ -18,13 +39,14 @@ void launch_relu_backward(cudaStream_t stream, int64_t n, const float* y, const 
 
 // y[i, o] = b[o] for i < rows, o < cols (the bias a following GEMM adds to).
 void launch_broadcast_rows(cudaStream_t stream, int64_t rows, int64_t cols, const float* b, float* y);
-// db[o] = sum_i dy[i, o] (+ db[o] when accumulate), summed in double like the CPU backend.
+// db[o] = sum_i dy[i, o] (+ db[o] when accumulate), summed in double like the CPU backend;
+// deterministic (kernel_shapes.h: ChannelSums).
 void launch_column_sums(cudaStream_t stream, int64_t rows, int64_t cols, const float* dy, float* db,
-                        bool accumulate);
+                        bool accumulate, PartialsScratch& scratch);
 
 // Scratch the MSE reduction needs: one double per block plus a completion counter that must
 // start at zero (the kernel leaves it at zero again).
-constexpr int kMseMaxBlocks = 1024;
+constexpr int kMseMaxBlocks = kernels::kMseMaxBlocks;
 struct MseScratch {
   double* partials;        // kMseMaxBlocks doubles
   unsigned int* counter;   // one, zero between calls

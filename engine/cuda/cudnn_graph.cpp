@@ -8,6 +8,9 @@
 #include <fmt/format.h>
 
 #include "engine/check.h"
+#include "engine/conv_policy.h"
+#include "engine/cuda/cuda_util.h"
+#include "engine/tensor.h"
 
 namespace pb::cu {
 
@@ -18,6 +21,14 @@ bool use_graph_api() {
   if (v == "graph") return true;
   if (v == "legacy") return false;
   throw UsageError(fmt::format("PARBENCH_CUDNN_API must be 'graph' or 'legacy', got '{}'", v));
+}
+
+unsigned legacy_math_notes(cudnnMathType_t m) {
+  switch (m) {
+    case CUDNN_FMA_MATH: return 0;
+    case CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION: return kNoteTensorCore | kNoteDownConvertInputs;
+    default: return kNoteTensorCore;
+  }
 }
 
 namespace {
@@ -70,19 +81,7 @@ int64_t alignment(const GraphConvCall& c) {
   return a;
 }
 
-// Engines whose numerics the precision allows: fp32 no tensor cores (on fp32 data they mean
-// TF32); no precision any down-conversion of inputs (to fp16) or reduced-precision accumulation.
-bool notes_allowed(Precision p, cudnnDataType_t data, const std::vector<cudnnBackendNumericalNote_t>& notes) {
-  for (cudnnBackendNumericalNote_t n : notes) {
-    if (n == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS || n == CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION)
-      return false;
-    if (n == CUDNN_NUMERICAL_NOTE_TENSOR_CORE && data == CUDNN_DATA_FLOAT && p == Precision::Fp32) return false;
-  }
-  return true;
-}
-
-// Under exhaustive search: how many engines are timed, and how often each.
-constexpr int kMaxTimed = 6;
+// Under exhaustive search: how often each candidate is timed (after one untimed run).
 constexpr int kTimedRuns = 2;
 
 }  // namespace
@@ -97,8 +96,8 @@ struct GraphConv::Entry {
   std::string none;  // why there is no plan: the caller uses the legacy API
 };
 
-GraphConv::GraphConv(cudnnHandle_t cudnn, bool exhaustive, std::size_t workspace_cap)
-    : cudnn_(cudnn), exhaustive_(exhaustive), cap_(workspace_cap) {}
+GraphConv::GraphConv(Device dev, cudnnHandle_t cudnn, bool exhaustive, std::optional<std::size_t> cap)
+    : dev_(dev), cudnn_(cudnn), exhaustive_(exhaustive), cap_(cap) {}
 GraphConv::~GraphConv() = default;
 
 GraphConv::Key GraphConv::key_of(const GraphConvCall& c) {
@@ -202,8 +201,8 @@ std::vector<std::unique_ptr<Desc>> engine_configs(const Desc& graph, cudnnBacken
   return out;
 }
 
-// The engine's global index and whether its numerics are allowed; false when unreadable.
-bool engine_info(const Desc& cfg, Precision p, cudnnDataType_t data, int64_t* index) {
+// The engine's global index and its numerical notes as ConvNote bits; false when unreadable.
+bool engine_info(const Desc& cfg, int64_t* index, unsigned* bits) {
   Desc engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
   int64_t n = 0;
   if (cudnnBackendGetAttribute(cfg.get(), CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n,
@@ -215,10 +214,21 @@ bool engine_info(const Desc& cfg, Precision p, cudnnDataType_t data, int64_t* in
                                static_cast<int64_t>(notes.size()), &count, notes.data()) != CUDNN_STATUS_SUCCESS)
     return false;
   notes.resize(static_cast<std::size_t>(std::clamp<int64_t>(count, 0, CUDNN_NUMERICAL_NOTE_TYPE_COUNT)));
+  *bits = 0;
+  for (cudnnBackendNumericalNote_t note : notes) {
+    if (note == CUDNN_NUMERICAL_NOTE_TENSOR_CORE) *bits |= kNoteTensorCore;
+    if (note == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS) *bits |= kNoteDownConvertInputs;
+    if (note == CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION) *bits |= kNoteReducedPrecisionReduction;
+    if (note == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) *bits |= kNoteNondeterministic;
+  }
   if (cudnnBackendGetAttribute(engine.get(), CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n, index) !=
       CUDNN_STATUS_SUCCESS)
     *index = -1;
-  return notes_allowed(p, data, notes);
+  return true;
+}
+
+const char* dir_name(ConvDir d) {
+  return d == ConvDir::Forward ? "forward" : d == ConvDir::BackwardData ? "backward-data" : "backward-filter";
 }
 
 void execute(cudnnHandle_t h, const Desc& plan, const GraphConvCall& c, void* ws, cudnnStatus_t* status) {
@@ -245,67 +255,101 @@ GraphConv::Entry& GraphConv::entry(const GraphConvCall& c, const Workspace& ws) 
     std::unique_ptr<Desc> plan;
     int64_t workspace, engine;
   };
-  std::vector<Candidate> viable;
+  // Every engine the heuristics rank (mode A; with exhaustive search the fallback list too, as
+  // PyTorch's find; without, the fallback list only where mode A has nothing that runs).
+  std::vector<Candidate> built;
+  std::vector<ConvCandidate> ranked;
+  const auto build = [&](cudnnBackendHeurMode_t mode) {
+    for (std::unique_ptr<Desc>& cfg : engine_configs(*graph, mode)) {
+      ++e->candidates;
+      int64_t engine = -1;
+      unsigned notes = 0;
+      if (!engine_info(*cfg, &engine, &notes)) continue;
+      auto plan = std::make_unique<Desc>(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+      plan->set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &cudnn_);
+      plan->set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, *cfg);
+      if (plan->finalize() != CUDNN_STATUS_SUCCESS) continue;
+      int64_t bytes = 0, n = 0;
+      if (cudnnBackendGetAttribute(plan->get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n,
+                                   &bytes) != CUDNN_STATUS_SUCCESS ||
+          bytes < 0)
+        continue;
+      e->keep.push_back(std::move(cfg));
+      built.push_back({std::move(plan), bytes, engine});
+      ranked.push_back({fmt::format("engine {}", engine), static_cast<std::size_t>(bytes), notes});
+    }
+  };
+  const ConvGeom& g = c.g;
+  const std::string what = fmt::format("conv x[{},{},{},{}] w[{},{},{},{}] {} (graph API)", g.n, g.c, g.h, g.w, g.k, g.c,
+                                       g.r, g.s, dir_name(c.dir));
+  const ConvPolicy policy{c.precision, cap_};
+  std::unique_ptr<Buffer> trial;  // exhaustive search: each candidate's own workspace, freed after
+  const auto get_workspace = [&](std::size_t bytes) {
+    try {
+      if (exhaustive_) {
+        trial.reset();
+        trial = std::make_unique<Buffer>(dev_, bytes, MemoryPool::Workspace);
+      } else {
+        ws(bytes);
+      }
+      return true;
+    } catch (const OutOfMemory&) {
+      return false;
+    }
+  };
+  cudaStream_t stream = nullptr;
+  CUDNN_CHECK(cudnnGetStream(cudnn_, &stream));
+  cu::Event t0, t1;
+  // One untimed run, then the best of kTimedRuns, on the call's own buffers.
+  const auto time = [&](int i) -> std::optional<double> {
+    const Candidate& cand = built[static_cast<std::size_t>(i)];
+    void* w = trial ? trial->data() : nullptr;
+    cudnnStatus_t st = CUDNN_STATUS_SUCCESS;
+    execute(cudnn_, *cand.plan, c, w, &st);
+    float ms = -1;
+    for (int r = 0; r < kTimedRuns && st == CUDNN_STATUS_SUCCESS; ++r) {
+      CUDA_CHECK(cudaEventRecord(t0.get(), stream));
+      execute(cudnn_, *cand.plan, c, w, &st);
+      CUDA_CHECK(cudaEventRecord(t1.get(), stream));
+      CUDA_CHECK(cudaEventSynchronize(t1.get()));
+      float t = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&t, t0.get(), t1.get()));
+      ms = ms < 0 ? t : std::min(ms, t);
+    }
+    if (st != CUDNN_STATUS_SUCCESS) return std::nullopt;
+    return ms * 1e-3;
+  };
+  std::optional<ConvPick> pick;
   if (graph) {
-    const int want = exhaustive_ ? kMaxTimed : 1;
-    for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
-      for (std::unique_ptr<Desc>& cfg : engine_configs(*graph, mode)) {
-        if (static_cast<int>(viable.size()) >= want) break;
-        ++e->candidates;
-        int64_t engine = -1;
-        if (!engine_info(*cfg, c.precision, c.data, &engine)) continue;
-        auto plan = std::make_unique<Desc>(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-        plan->set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &cudnn_);
-        plan->set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, *cfg);
-        if (plan->finalize() != CUDNN_STATUS_SUCCESS) continue;
-        int64_t bytes = 0, n = 0;
-        if (cudnnBackendGetAttribute(plan->get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n,
-                                     &bytes) != CUDNN_STATUS_SUCCESS ||
-            bytes < 0 || static_cast<std::size_t>(bytes) > cap_)
-          continue;
-        e->keep.push_back(std::move(cfg));
-        viable.push_back({std::move(plan), bytes, engine});
+    try {
+      build(CUDNN_HEUR_MODE_A);
+      if (exhaustive_) build(CUDNN_HEUR_MODE_FALLBACK);
+      try {
+        pick = pick_conv_algorithm(ranked, policy, get_workspace, exhaustive_ ? std::function(time) : nullptr, what);
+      } catch (const OutOfMemory&) {
+        throw;
+      } catch (const Error&) {
+        if (exhaustive_) throw;
+        // Nothing of mode A: the fallback list, as PyTorch's heuristics path.
+        const std::size_t first = built.size();
+        build(CUDNN_HEUR_MODE_FALLBACK);
+        std::vector<ConvCandidate> rest(ranked.begin() + static_cast<std::ptrdiff_t>(first), ranked.end());
+        pick = pick_conv_algorithm(rest, policy, get_workspace, nullptr, what);
+        pick->index += static_cast<int>(first);
       }
-      if (!viable.empty()) break;  // the fallback list only where mode A has nothing that runs
+    } catch (const OutOfMemory&) {
+      throw;
+    } catch (const Error& err) {
+      e->none = err.what();
     }
-    if (viable.empty()) e->none = fmt::format("no engine of {} runs within {} B of workspace", e->candidates, cap_);
   }
-  std::size_t best = 0;
-  if (viable.size() > 1) {
-    // Time each candidate on the call's own buffers: one untimed run, then the best of kTimedRuns.
-    cudaStream_t stream = nullptr;
-    CUDNN_CHECK(cudnnGetStream(cudnn_, &stream));
-    cudaEvent_t t0 = nullptr, t1 = nullptr;
-    CUDA_CHECK(cudaEventCreate(&t0));
-    CUDA_CHECK(cudaEventCreate(&t1));
-    float best_ms = -1;
-    for (std::size_t i = 0; i < viable.size(); ++i) {
-      void* w = ws(static_cast<std::size_t>(viable[i].workspace));
-      cudnnStatus_t st = CUDNN_STATUS_SUCCESS;
-      execute(cudnn_, *viable[i].plan, c, w, &st);
-      if (st != CUDNN_STATUS_SUCCESS) continue;
-      float ms = -1;
-      for (int r = 0; r < kTimedRuns && st == CUDNN_STATUS_SUCCESS; ++r) {
-        CUDA_CHECK(cudaEventRecord(t0, stream));
-        execute(cudnn_, *viable[i].plan, c, w, &st);
-        CUDA_CHECK(cudaEventRecord(t1, stream));
-        CUDA_CHECK(cudaEventSynchronize(t1));
-        float t = 0;
-        CUDA_CHECK(cudaEventElapsedTime(&t, t0, t1));
-        ms = ms < 0 ? t : std::min(ms, t);
-      }
-      if (st != CUDNN_STATUS_SUCCESS) continue;
-      ++e->timed;
-      if (best_ms < 0 || ms < best_ms) best_ms = ms, best = i;
-    }
-    (void)cudaEventDestroy(t0);
-    (void)cudaEventDestroy(t1);
-    if (best_ms < 0) e->none = "no candidate engine ran", viable.clear();
-  }
-  if (!viable.empty()) {
-    e->plan = std::move(viable[best].plan);
-    e->workspace = viable[best].workspace;
-    e->engine = viable[best].engine;
+  trial.reset();
+  if (pick) {
+    Candidate& best = built[static_cast<std::size_t>(pick->index)];
+    e->plan = std::move(best.plan);
+    e->workspace = best.workspace;
+    e->engine = best.engine;
+    e->timed = pick->timed;
   }
   return *entries_.emplace(key, std::move(e)).first->second;
 }

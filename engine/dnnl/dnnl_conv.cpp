@@ -41,6 +41,9 @@ DnnlConv::DnnlConv(int threads, bool winograd, std::size_t winograd_scratch_cap,
     : impl_(std::make_unique<Impl>(threads, winograd, winograd_scratch_cap, device)) {}
 DnnlConv::~DnnlConv() = default;
 bool DnnlConv::winograd() const { return impl_->winograd; }
+void DnnlConv::release_scratch() {
+  for (dnnl_plan::Scratch* s : {&impl_->src_buf, &impl_->dst_buf, &impl_->wei_buf, &impl_->bias_buf, &impl_->pad_buf}) s->release();
+}
 
 namespace {
 // oneDNN reports errors as dnnl::error; pass them on as ours, with the call and the shape.
@@ -67,6 +70,17 @@ std::string DnnlConv::plan(const ConvGeom& g, bool bias) {
     out = fmt::format("forward {} x{} ({} B scratch), backward data {} x{} ({} B), backward weights {} x{} ({} B)",
                       f.impl, f.parts, f.pad.get_size(), bd.impl, bd.parts, bd.pad.get_size(), bw.impl, bw.parts,
                       bw.pad.get_size());
+  });
+  return out;
+}
+
+std::array<std::string, 3> DnnlConv::pass_plans(const ConvGeom& g, bool bias) {
+  Impl& I = *impl_;
+  OmpThreads omp(team(g, I.threads));
+  std::array<std::string, 3> out;
+  dnnl_call("convolution plan", g, [&] {
+    const auto str = [](const auto& p) { return fmt::format("{} x{} ({} B scratch)", p.impl, p.parts, p.pad.get_size()); };
+    out = {str(I.get_fwd(g, bias)), str(I.get_bwd_data(g)), str(I.get_bwd_weights(g, bias))};
   });
   return out;
 }

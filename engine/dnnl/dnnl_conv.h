@@ -1,6 +1,7 @@
 // oneDNN convolutions for the CPU backend: primitives created once per shape and cached.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -23,9 +24,14 @@ class DnnlConv {
   DnnlConv(int threads, bool winograd, std::size_t winograd_scratch_cap = kWinogradScratchCap, Device device = cpu());
   ~DnnlConv();
   bool winograd() const;
+  // Frees the buffers the calls share (sized again by the next call).
+  void release_scratch();
   // How this instance runs the three passes of a shape: oneDNN implementation, channel slices and
   // scratch bytes of each, e.g. "forward jit_wino_4x3:avx512_core x2 (1234 B scratch), ...".
   std::string plan(const ConvGeom& g, bool bias);
+  // The same per pass: "jit:avx512_core x1 (1234 B scratch)" for forward, backward data and
+  // backward weights.
+  std::array<std::string, 3> pass_plans(const ConvGeom& g, bool bias);
   // Whether this instance runs that pass of g with oneDNN's Winograd.
   bool forward_is_winograd(const ConvGeom& g, bool bias);
   bool backward_data_is_winograd(const ConvGeom& g);

@@ -44,6 +44,11 @@ class Scratch {
     }
     return ptr_.get();
   }
+  void release() {
+    ptr_.reset();
+    bytes_ = 0;
+    count_.set(0);
+  }
 
  private:
   struct Free {

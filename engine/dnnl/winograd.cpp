@@ -294,6 +294,12 @@ Winograd2x3::Winograd2x3(int threads, std::size_t chunk_bytes, Device device)
     : impl_(std::make_unique<Impl>(std::max(1, threads), chunk_bytes, device)) {}
 Winograd2x3::~Winograd2x3() = default;
 
+void Winograd2x3::release_scratch() {
+  Impl& I = *impl_;
+  for (std::vector<float>* b : {&I.u, &I.v, &I.m, &I.strips}) std::vector<float>().swap(*b);
+  I.counted();
+}
+
 bool Winograd2x3::applies(const ConvGeom& g) {
   return g.r == 3 && g.s == 3 && g.stride_h == 1 && g.stride_w == 1 && g.pad_h >= 0 && g.pad_h <= 2 &&
          g.pad_w >= 0 && g.pad_w <= 2 && g.p() >= 1 && g.q() >= 1;

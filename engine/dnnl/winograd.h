@@ -23,6 +23,8 @@ class Winograd2x3 {
   // 3x3 kernel, stride 1, padding 0-2 both ways (backward data runs as a forward with padding
   // 2 - pad).
   static bool applies(const ConvGeom& g);
+  // Frees the transform buffers (sized again by the next call).
+  void release_scratch();
   // relu: y = max(conv, 0), applied in the output transform (the ReLU fused into the conv).
   void forward(const ConvGeom& g, const float* x, const float* w, const float* b, float* y, bool relu = false);
   void backward_data(const ConvGeom& g, const float* dy, const float* w, float* dx);

@@ -2,7 +2,9 @@
 // are MPI's on a duplicate of MPI_COMM_WORLD (so they never match the harness's own world
 // collectives). Buffers on a GPU are staged through host memory; GPU ranks normally get NCCL
 // bootstrapped through MPI instead (nccl_mpi_comm.cpp), which make_mpi_communicator prefers.
+// Each call's wait for its peers is booked as idle apart from its data movement (docs/mpi.md).
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <map>
 
@@ -11,6 +13,7 @@
 #include "engine/check.h"
 #include "engine/comm.h"
 #include "engine/gpu_placement.h"
+#include "engine/mpi/mpi_progress.h"
 #include "engine/process.h"
 
 namespace pb {
@@ -70,6 +73,7 @@ class MpiComm final : public Communicator {
     MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
   }
   ~MpiComm() override {
+    mpi_progress_end(static_cast<int>(pending_.size() + transfers_.size()));  // left by an abort
     if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
   }
   std::string name() const override { return "mpi"; }
@@ -87,10 +91,12 @@ class MpiComm final : public Communicator {
     if (on_host()) {
       pending_.emplace_back();
       MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, count(n), m.type, m.sum, comm_, &pending_.back()));
+      mpi_progress_begin();
       return;
     }
     void* h = stage_in(buf, n, t);
     {
+      arrive(rank);
       CommWatch watch("MPI_Allreduce");
       MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, h, count(n), m.type, m.sum, comm_));
     }
@@ -99,16 +105,19 @@ class MpiComm final : public Communicator {
   void do_wait(int rank) override {
     check(rank);
     if (pending_.empty()) return;
+    arrive(rank);  // the started operations complete once every rank is here
     {
       CommWatch watch("MPI_Waitall (all-reduce)");
       MPI_CHECK(MPI_Waitall(static_cast<int>(pending_.size()), pending_.data(), MPI_STATUSES_IGNORE));
     }
+    mpi_progress_end(static_cast<int>(pending_.size()));
     pending_.clear();
   }
   void do_broadcast(int rank, float* buf, int64_t n, int root) override {
     check(rank);
     float* h = rank == root ? stage_in(buf, n) : host(buf, n);
     {
+      arrive(rank);
       CommWatch watch("MPI_Bcast");
       MPI_CHECK(MPI_Bcast(h, count(n), MPI_FLOAT, root, comm_));
     }
@@ -119,6 +128,7 @@ class MpiComm final : public Communicator {
     const MpiType m = mpi_type(t);
     void* h = stage_in(buf, n, t);
     {
+      arrive(rank);
       CommWatch watch("MPI_Reduce");
       MPI_CHECK(MPI_Reduce(rank == root ? MPI_IN_PLACE : h, rank == root ? h : nullptr, count(n), m.type, m.sum, root,
                            comm_));
@@ -128,16 +138,27 @@ class MpiComm final : public Communicator {
   void do_send(int rank, const void* buf, int64_t n, int peer, DType t) override {
     check(rank);
     const void* h = stage_in(const_cast<void*>(buf), n, t);
+    // The whole send is idle, as in-process: the copy is the receiver's (its MPI_Mrecv).
+    const auto from = Clock::now();
     {
       CommWatch watch("MPI_Send");
       MPI_CHECK(MPI_Send(h, count(n), mpi_type(t).type, peer, 0, comm_));
     }
+    waited(rank, from, Clock::now());
   }
   void do_recv(int rank, void* buf, int64_t n, int peer, DType t) override {
     check(rank);
+    // Idle until the message's envelope is here (MPI_Mprobe), the transfer the matched receive.
+    MPI_Message msg = MPI_MESSAGE_NULL;
     {
-      CommWatch watch("MPI_Recv");
-      MPI_CHECK(MPI_Recv(host(buf, n, t), count(n), mpi_type(t).type, peer, 0, comm_, MPI_STATUS_IGNORE));
+      const auto from = Clock::now();
+      CommWatch watch("MPI_Mprobe");
+      MPI_CHECK(MPI_Mprobe(peer, 0, comm_, &msg, MPI_STATUS_IGNORE));
+      waited(rank, from, Clock::now());
+    }
+    {
+      CommWatch watch("MPI_Mrecv");
+      MPI_CHECK(MPI_Mrecv(host(buf, n, t), count(n), mpi_type(t).type, &msg, MPI_STATUS_IGNORE));
     }
     stage_out(buf, n, t);
   }
@@ -147,6 +168,7 @@ class MpiComm final : public Communicator {
   int64_t do_send_start(int rank, const void* buf, int64_t n, int peer, DType t) override {
     check(rank);
     Transfer& x = transfers_[next_id_];
+    x.send = true;
     const void* h = buf;
     const std::size_t bytes = static_cast<std::size_t>(n) * dtype_size(t);
     if (!on_host()) {
@@ -155,6 +177,7 @@ class MpiComm final : public Communicator {
       h = x.host.data();
     }
     MPI_CHECK(MPI_Isend(h, count(n), mpi_type(t).type, peer, kTransferTag, comm_, &x.request));
+    mpi_progress_begin();
     return next_id_++;
   }
   int64_t do_recv_start(int rank, void* buf, int64_t n, int peer, DType t) override {
@@ -167,6 +190,7 @@ class MpiComm final : public Communicator {
       h = x.host.data();
     }
     MPI_CHECK(MPI_Irecv(h, count(n), mpi_type(t).type, peer, kTransferTag, comm_, &x.request));
+    mpi_progress_begin();
     return next_id_++;
   }
   void do_wait_transfer(int rank, int64_t id) override {
@@ -176,9 +200,22 @@ class MpiComm final : public Communicator {
              rank, id);
     Transfer t = std::move(it->second);
     transfers_.erase(it);
+    mpi_progress_end();
+    // A send's wait is idle throughout (the copy is the receiver's). A receive is polled: the
+    // polls that found it incomplete are idle, the one that completed it (the copy of an eager
+    // message, or a rendezvous message's last fragment) the transfer.
     {
-      CommWatch watch("MPI_Wait (send/recv)");
-      MPI_CHECK(MPI_Wait(&t.request, MPI_STATUS_IGNORE));
+      CommWatch watch("MPI_Test (send/recv)");
+      auto from = Clock::now();
+      for (int done = 0;;) {
+        const auto poll = Clock::now();
+        MPI_CHECK(MPI_Test(&t.request, &done, MPI_STATUS_IGNORE));
+        if (done) {
+          if (t.send) waited(rank, from, Clock::now());
+          else if (poll > from) waited(rank, from, poll);
+          break;
+        }
+      }
     }
     if (t.device_dst)
       copy_bytes(device(me_), t.device_dst, cpu(), t.host.data(), t.host.size());
@@ -190,6 +227,7 @@ class MpiComm final : public Communicator {
     const MPI_Datatype ty = mpi_type(t).type;
     const std::size_t bytes = static_cast<std::size_t>(n) * dtype_size(t);
     if (on_host()) {
+      arrive(rank);
       CommWatch watch("MPI_Allgather");
       const void* in = send == static_cast<char*>(recv) + rank * bytes ? MPI_IN_PLACE : send;
       MPI_CHECK(MPI_Allgather(in, count(n), ty, recv, count(n), ty, comm_));
@@ -198,6 +236,7 @@ class MpiComm final : public Communicator {
     std::vector<char> mine(bytes);
     copy_bytes(cpu(), mine.data(), device(me_), send, bytes);
     void* all = host(recv, n * size(), t);
+    arrive(rank);
     {
       CommWatch watch("MPI_Allgather");
       MPI_CHECK(MPI_Allgather(mine.data(), count(n), ty, all, count(n), ty, comm_));
@@ -213,6 +252,7 @@ class MpiComm final : public Communicator {
     const void* in = send == static_cast<char*>(recv) + rank * n * dtype_size(t) ? MPI_IN_PLACE : send;
     pending_.emplace_back();
     MPI_CHECK(MPI_Iallgather(in, count(n), ty, recv, count(n), ty, comm_, &pending_.back()));
+    mpi_progress_begin();
   }
   void do_reduce_scatter(int rank, const void* send, void* recv, int64_t n, DType t) override {
     check(rank);
@@ -220,6 +260,7 @@ class MpiComm final : public Communicator {
     const void* h = stage_in(const_cast<void*>(send), n * size(), t);
     std::vector<char> piece(on_host() ? 0 : static_cast<std::size_t>(n) * dtype_size(t));
     {
+      arrive(rank);
       CommWatch watch("MPI_Reduce_scatter_block");
       MPI_CHECK(MPI_Reduce_scatter_block(h, on_host() ? recv : piece.data(), count(n), m.type, m.sum, comm_));
     }
@@ -232,7 +273,20 @@ class MpiComm final : public Communicator {
     MPI_Request request = MPI_REQUEST_NULL;
     std::vector<char> host;      // GPU buffers: the staging copy (bytes)
     void* device_dst = nullptr;  // GPU recv: where the staging copy goes after the wait
+    bool send = false;
   };
+  using Clock = std::chrono::steady_clock;
+
+  // Idle until every member has reached this point (a barrier), so the collective after it is
+  // timed as data movement alone.
+  void arrive(int rank) {
+    const auto from = Clock::now();
+    {
+      CommWatch watch("MPI_Barrier (arrival)");
+      MPI_CHECK(MPI_Barrier(comm_));
+    }
+    waited(rank, from, Clock::now());
+  }
 
   void check(int rank) const {
     if (aborted_) throw Error("communicator aborted: this rank failed");

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "engine/check.h"
+#include "engine/mpi/mpi_progress.h"
 
 namespace pb {
 
@@ -30,7 +31,8 @@ ProcessInfo g_info = [] {
 bool g_initialized = false;
 
 // The watchdog: one thread that wakes every second and ends the job when the blocking MPI call in
-// progress (at most one at a time: MPI_THREAD_SERIALIZED) has lasted longer than the timeout.
+// progress (at most one at a time: the workers' calls are serialized) has lasted longer than the
+// timeout.
 struct Watchdog {
   std::mutex mu;
   std::condition_variable cv;
@@ -59,6 +61,35 @@ struct Watchdog {
 };
 Watchdog g_watchdog;
 
+// See mpi_progress.h. MPI_Iprobe on a communicator of its own matches nothing and touches no
+// request of the workers', but drives the library's progress engine, which moves every message.
+struct Progress {
+  std::mutex mu;
+  std::condition_variable cv;
+  int in_flight = 0;
+  bool stop = false;
+  bool on = false;
+  MPI_Comm comm = MPI_COMM_NULL;
+  std::thread thread;
+
+  void loop() {
+    std::unique_lock<std::mutex> lock(mu);
+    while (!stop) {
+      if (in_flight <= 0) {
+        cv.wait(lock);
+        continue;
+      }
+      lock.unlock();
+      int flag = 0;
+      MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm, &flag, MPI_STATUS_IGNORE);
+      // A sleep, not a spin: the worker's compute keeps its core.
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+      lock.lock();
+    }
+  }
+};
+Progress g_progress;
+
 int count_of(int64_t n) {
   PB_CHECK(0 <= n && n <= INT_MAX, "an MPI message of {} values", n);
   return static_cast<int>(n);
@@ -75,12 +106,17 @@ ProcessSession::ProcessSession(int* argc, char*** argv) {
   if (!launched_by_mpi()) return;
   g_watchdog.thread = std::thread([] { g_watchdog.loop(); });
   int provided = 0;
-  MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided));
+  MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
   g_initialized = true;
   // Errors come back as codes, which MPI_CHECK turns into exceptions (main then aborts the job).
   MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
   if (provided < MPI_THREAD_SERIALIZED)
     abort_job("this MPI library does not provide MPI_THREAD_SERIALIZED, which the worker threads need", 1);
+  if (provided >= MPI_THREAD_MULTIPLE) {
+    MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &g_progress.comm));
+    g_progress.on = true;
+    g_progress.thread = std::thread([] { g_progress.loop(); });
+  }
   ProcessInfo& p = g_info;
   MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &p.rank));
   MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &p.size));
@@ -109,6 +145,15 @@ ProcessSession::~ProcessSession() {
     g_watchdog.cv.notify_all();
     g_watchdog.thread.join();
   }
+  if (g_progress.thread.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(g_progress.mu);
+      g_progress.stop = true;
+    }
+    g_progress.cv.notify_all();
+    g_progress.thread.join();
+    MPI_Comm_free(&g_progress.comm);
+  }
   if (g_initialized) MPI_Finalize();
   g_initialized = false;
 }
@@ -135,6 +180,23 @@ CommWatch::~CommWatch() {
   std::lock_guard<std::mutex> lock(g_watchdog.mu);
   if (--g_watchdog.depth == 0) g_watchdog.what = nullptr;
 }
+
+void mpi_progress_begin(int n) {
+  if (!g_progress.on || n <= 0) return;
+  {
+    std::lock_guard<std::mutex> lock(g_progress.mu);
+    g_progress.in_flight += n;
+  }
+  g_progress.cv.notify_one();
+}
+
+void mpi_progress_end(int n) {
+  if (!g_progress.on || n <= 0) return;
+  std::lock_guard<std::mutex> lock(g_progress.mu);
+  g_progress.in_flight -= n;
+}
+
+bool mpi_progress_thread() { return g_progress.on; }
 
 const ProcessInfo& process() { return g_info; }
 

@@ -35,15 +35,15 @@ done
 n_rows=$(wc -w <<<"$engine_rows") n_peers=$(wc -w <<<"$peer_precisions")
 [ $((n_rows * engine_each + n_peers * peer_each)) -le "$budget_torch" ] ||
   fail "$n_rows engine rows x $engine_each + $n_peers PyTorch runs x $peer_each exceeds budget_torch $budget_torch"
-n_profiles=$(wc -w <<<"$profiles") n_peer=$(wc -w <<<"$peer_profiles")
-[ $((n_profiles * profile_each + n_peer * peer_layers_each)) -le "$budget_profile" ] ||
-  fail "$n_profiles profiles x $profile_each + $n_peer x $peer_layers_each exceeds budget_profile $budget_profile"
+n_profiles=$(wc -w <<<"$layer_precisions")
+[ $((n_profiles * profile_each + peer_layers_each + join_each)) -le "$budget_layers" ] ||
+  fail "$n_profiles profiles x $profile_each + PyTorch $peer_layers_each + join $join_each exceeds budget_layers $budget_layers"
 [ $((run_two + run_trace)) -lt "$budget_run" ] ||
   fail "run_two ($run_two) + run_trace ($run_trace) leave nothing of budget_run $budget_run"
 
 # Every stage starts with its own budget, and no command has a limit of its own making.
 grep -q '^stage_begin "1 environment" "$budget_env"' "$script" || fail "stage 1 does not start with budget_env"
-for s in tests torch profile run sanitizer; do
+for s in tests torch layers run sanitizer; do
   grep -qE "stage_begin \"[^\"]+\" \"\\\$budget_$s\" \"\\\$min_$s\"" "$script" ||
     fail "no stage starts with stage_begin NAME \"\$budget_$s\" \"\$min_$s\""
 done

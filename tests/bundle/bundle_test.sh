@@ -6,9 +6,9 @@
 # fake `nvidia` package as gpu_check.sh finds the real one); nothing resolves into the source
 # or build tree; no file holds a path of this machine (strings); no file needs a newer C++
 # runtime than BUNDLE.txt and the README say (objdump -T); the tests find their fixtures inside
-# the bundle; gpu_check.sh --dry-run prints what it found first, writes only the files it
-# promises and ends with "no GPU" (exit 2) within a minute; and a bundle missing a library or
-# with a changed file is caught.
+# the bundle; gpu_check.sh --dry-run prints what it found first, makes stage 3b's table on the
+# CPU, writes only the files it promises and ends with "no GPU" (exit 2) within a minute; and a
+# bundle missing a library or with a changed file is caught.
 # usage: bundle_test.sh [BUNDLE]   (BUNDLE given: check it and build nothing)
 set -u
 src=$(cd "$(dirname "$0")/../.." && pwd)
@@ -132,11 +132,15 @@ for what in 'NVIDIA driver:' 'GPUs:' 'libcudart:' 'libcudnn:' 'libnccl:' 'libstd
   sed -n "$first,${integrity}p" "$tmp/dry.txt" | grep -q "^  $what" || fail "what it found lacks '$what'"
 done
 n=$(find "$tmp/dry" -type f | wc -l)
-[ "$n" -le 8 ] || fail "$n output files, more than 8"
+[ "$n" -le 9 ] || fail "$n output files, more than 9"
 others=$(cd "$tmp/dry" && find . -type f | sed 's|^\./||' |
-         grep -vxE 'gpu_check\.log|env\.txt|tests\.log|torch\.log|run\.log|run\.tar\.gz|sanitizer\.log|summary\.md')
+         grep -vxE 'gpu_check\.log|env\.txt|tests\.log|torch\.log|layers\.json|run\.log|run\.tar\.gz|sanitizer\.log|summary\.md')
 [ -z "$others" ] || fail "files gpu_check.sh does not promise: $others"
 [ -z "$(ls -A "$tmp/cwd")" ] || fail "the dry run left files where it was started: $(ls -A "$tmp/cwd")"
+# Stage 3b's chain ran on the CPU: profiles, the joined table, its rows in layers.json.
+grep -qE '^stage 3b on CPU: [1-9][0-9]* table rows' "$tmp/dry.txt" || { cat "$tmp/dry.txt"; fail "the dry run did not make stage 3b's table"; }
+python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); sys.exit(0 if d["rows"] and d["engine_precisions"] == ["fp32", "tf32"] else 1)' \
+  "$tmp/dry/layers.json" || fail "layers.json lacks the rows of the engine's fp32 and tf32 profiles (the dry run's)"
 echo "gpu_check.sh --dry-run: found first, exit 2 'no GPU' in ${elapsed}s, $n promised file(s)"
 
 # A bundle missing a library is caught by the library check, a changed file by the integrity check.

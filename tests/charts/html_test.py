@@ -161,6 +161,52 @@ class HtmlReport(unittest.TestCase):
         traces = sorted(l for l in dom.links if l.endswith(".json"))
         self.assertEqual(traces, sorted(n for n in os.listdir(out) if n.startswith("trace-")))
 
+    def test_layers_below_a_tenth_of_their_roofline_are_red(self):
+        # A machine file whose peak and bandwidth no CPU reaches (1 PFLOP/s, 10 TB/s): every traced
+        # layer pass is below 10% of its roofline, each row red, its fraction the trace's.
+        import json
+        machine = os.path.join(self.tmp.name, "fast.json")
+        with open(machine, "w") as f:
+            json.dump({"parbench_machine": 1, "name": "fast", "devices_per_node": 1024, "nodes": 1, "overlap": False,
+                       "device": {"kind": "cpu", "model": "cpu", "peak_flops": 1e15, "memory_bytes": 1e10,
+                                  "copy_bytes_per_s": 5e12},
+                       "links": {"intra_node": {"send_recv": {"direct": {"alpha_s": 1e-6, "bus_bytes_per_s": 1e9}}}}}, f)
+        out = os.path.join(self.tmp.name, "roofline-run")
+        p = subprocess.run([PARBENCH, "run", "--workload", "great_net", "--image", "8", "--width", "0.125",
+                            "--strategies", "regular", "--devices", "1", "--iterations", "2", "--warmup", "1",
+                            "--trace", "--machine", machine, "--out", out], capture_output=True, text=True, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        with open(os.path.join(out, "report.html")) as f:
+            page = f.read()
+        # The main table's MFU column, and the hardware table's MFU, the record's mfu.
+        dom = Dom()
+        dom.feed(page)
+        self.assertIn("MFU", dom.tables[0]["rows"][0])
+        with open(os.path.join(out, "results.json")) as f:
+            record = json.load(f)
+        mfu = [b["mfu"] for b in record["benchmarks"] if b["run_type"] == "iteration"][0]
+        hw = next(t for t in dom.tables if t["rows"][0][:2] == ["benchmark", "MFU"])
+        self.assertEqual(hw["rows"][1][1], f"{mfu * 100:.3g}%")
+        self.assertGreater(float(hw["rows"][1][4].split()[0]), 0)  # warmup_s
+        # The per-layer roofline table: every row red, fraction = sum of roofline times / sum of busy.
+        layers = next(t for t in dom.tables if t["rows"][0][:3] == ["span", "kind", "phase"])
+        self.assertGreater(len(layers["rows"]), 10)
+        with open(next(os.path.join(out, n) for n in os.listdir(out) if n.startswith("trace-"))) as f:
+            trace = json.load(f)
+        roof, busy = {}, {}
+        for e in trace["traceEvents"]:
+            a = e.get("args", {})
+            if e.get("ph") == "X" and "flops" in a:
+                k = (e["name"], a["phase"])
+                roof[k] = roof.get(k, 0) + max(a["flops"] / 1e15, a["bytes"] / 1e13)
+                busy[k] = busy.get(k, 0) + a["busy_us"] * 1e-6
+                self.assertLess(a["roofline_fraction"], 0.1)
+        self.assertEqual(len(layers["rows"]) - 1, len(roof))
+        for row in layers["rows"][1:]:
+            k = (row[0], row[2])
+            self.assertEqual(row[-1], f"{roof[k] / busy[k]:.1%}")
+        self.assertEqual(page.count('<tr class="slow">'), len(roof))
+
     def test_the_projection_chart_has_a_panel_per_family(self):
         # parbench project's chart (render_chart on its own report JSON): every strategy of an
         # 8-GPU machine, in the three family panels of one row per table (weak, strong).

@@ -3,7 +3,7 @@
 # usage: mpi_test.sh MPIEXEC PARBENCH CASE   (CASE: replay-ddp|replay-mp|replay-pipeline|replay-pipeline-1f1b|
 #   replay-pipeline-zb|replay-pipeline-interleaved|replay-pipeline-recompute|replay-pipeline-1f1b-recompute|replay-fsdp|
 #   replay-zero2|replay-fsdp-prefetch|replay-zero2-prefetch|replay-tp|replay-hybrids|replay-bf16|replay-pipeline-bf16|replay-reduce-bf16|run|
-#   fail-rank|stopped-rank|mismatch)
+#   fail-rank|stopped-rank|mismatch|breakdown-mp|breakdown-pipeline|breakdown-fsdp|straggler)
 # Exit 77 (ctest: skipped) where a case cannot run on this machine.
 # Open MPI as root in a container needs --allow-run-as-root; --oversubscribe lets 2 ranks share
 # fewer cores; btl self,vader keeps it to shared memory (no network interfaces probed).
@@ -161,6 +161,46 @@ for s in ("fsdp", "tp"):
 print("results.json: world_size 2, hosts", ctx["hosts"], ",", len(b), "benchmark(s)")
 PY
   [ "$(grep -c '^| strategy | devices | ms/iteration' "$DIR/out.txt")" = 1 ] || fail "the table must be printed once (rank 0 only)"
+  ;;
+breakdown-mp | breakdown-pipeline | breakdown-fsdp)
+  # The time breakdown does not depend on whether the workers are threads or processes: over MPI
+  # a rank's wait for its peers is idle, as in-process (a pipeline's bubble is not transfer). The
+  # in-process split is the reference; the margins leave room for 2 processes on shared cores.
+  S=${CASE#breakdown-}
+  A="run --workload great_net --image 32 --width 0.25 --devices 2 --strategies $S --iterations 3 --warmup 1 --device-kind cpu"
+  "$PARBENCH" $A --out "$DIR/one" >/dev/null 2>&1 || fail "in-process run $S"
+  # --trace: its untimed step gathers the ranks' spans, a collective every rank must enter.
+  "${MPI[@]}" -n 2 "$PARBENCH" $A --trace --comm-timeout 30 --out "$DIR/mpi" >/dev/null 2>&1 || fail "mpiexec -n 2 run $S"
+  ls "$DIR"/mpi/trace-*.json >/dev/null 2>&1 || fail "mpiexec -n 2 run $S --trace wrote no trace"
+  /usr/bin/python3 - "$DIR/one/report.csv" "$DIR/mpi/report.csv" "$S" <<'PY' || fail "$S over MPI books its waits differently"
+import csv, sys
+one, mpi = (next(csv.DictReader(open(f))) for f in sys.argv[1:3])
+t1, i1, tm, im = float(one["transfer_share"]), float(one["idle_share"]), float(mpi["transfer_share"]), float(mpi["idle_share"])
+print(f"{sys.argv[3]}: in-process transfer {t1:.3f} idle {i1:.3f}; MPI transfer {tm:.3f} idle {im:.3f}")
+assert tm < t1 + 0.05, "MPI transfer share more than 5 points above in-process"
+assert abs(im - i1) < 0.10, "MPI idle share not within 10 points of in-process"
+PY
+  ;;
+straggler)
+  # A rank made twice as slow (PARBENCH_SLOW_RANK, a test hook) is named, with its host, in the
+  # table, CSV and JSON; a balanced run names none.
+  A="run --workload great_net --image 32 --width 0.25 --devices 2 --strategies ddp --iterations 4 --warmup 1 --device-kind cpu"
+  "${MPI[@]}" -x PARBENCH_SLOW_RANK=1:2 -n 2 "$PARBENCH" $A --out "$DIR/slow" >/dev/null 2>&1 || fail "mpiexec -n 2 run, rank 1 slow"
+  "${MPI[@]}" -n 2 "$PARBENCH" $A --out "$DIR/even" >/dev/null 2>&1 || fail "mpiexec -n 2 run, balanced"
+  /usr/bin/python3 - "$DIR/slow" "$DIR/even" "$(hostname)" <<'PY' || fail "the straggler is not named as it should be"
+import csv, json, sys
+slow, even, host = sys.argv[1:4]
+named = f"rank 1 ({host}, cpu(1))"
+row = next(csv.DictReader(open(slow + "/report.csv")))
+assert row["straggler"] == named, row["straggler"]
+assert float(row["straggler_ratio"]) > 1.2, row["straggler_ratio"]
+assert float(row["iter_p99_ms"]) >= float(row["iter_p50_ms"]) > 0
+assert json.load(open(slow + "/report.json"))["groups"][0]["rows"][0]["straggler"] == named
+assert "**" + named + "**" in open(slow + "/report.md").read()
+row = next(csv.DictReader(open(even + "/report.csv")))
+assert row["straggler"] == "", ("balanced run names", row["straggler"], row["straggler_ratio"])
+print("slow run names", named, "; balanced run: none, slowest/median", row["straggler_ratio"])
+PY
   ;;
 fail-rank)
   # Rank 1 throws during setup while rank 0 goes on into collectives: the job must end, fast.

@@ -1,0 +1,91 @@
+// Launch geometry of parbench's own CUDA kernels (engine/cuda/*.cu), in plain C++: every launch
+// site takes its grid and per-thread work from here, and tests/test_kernel_geometry.cpp checks
+// on a CPU that each kernel keeps a GPU busy at the shapes the workloads run. Formulas and the
+// table of bytes and roofline times: docs/gpu.md#parbenchs-own-kernels.
+#pragma once
+
+#include <cstdint>
+
+namespace pb::kernels {
+
+constexpr int kThreads = 256;  // threads a block, every kernel
+// Grid-stride loops: at most this many blocks (2M threads, several times what any current GPU
+// holds resident), never more than the work needs.
+constexpr int64_t kMaxBlocks = 8192;
+// Threads a reduction keeps busy when it has that many elements: about twice what a 132-SM GPU
+// (H100, H200: 2048 resident threads an SM) holds at once.
+constexpr int64_t kFillThreads = int64_t(1) << 19;
+// A reduction's thread adds at most this many elements while a channel's partials stay within
+// kMaxChunks (so that the second pass adds at most 16 a thread); beyond that (over 16M elements
+// a channel) each thread of the first pass takes more.
+constexpr int64_t kMaxSerial = 16;
+constexpr int64_t kMaxChunks = 4096;
+// The MSE kernel's blocks, each leaving one partial sum (the backend's scratch holds them).
+constexpr int kMseMaxBlocks = 2048;
+
+// One kernel launch: a 1-D grid of `blocks` x `threads`.
+struct Launch {
+  int64_t blocks = 0;      // 0: not launched
+  int threads = kThreads;  // a block
+  int64_t active = 0;      // threads that read or write at least one element
+  int64_t serial = 0;      // the most elements one thread handles in sequence
+  double bytes = 0;        // read from and written to device memory (each element once)
+  double flops = 0;
+};
+
+// Element-wise, grid-stride: y = value; ReLU forward (x -> y) and backward (y, dy -> dx) in fp32.
+Launch fill(int64_t n);
+Launch relu_forward(int64_t n);
+Launch relu_backward(int64_t n);
+// y[i, o] = b[o], rows x cols (fp32 Linear's bias before the GEMM adds to it).
+Launch broadcast_rows(int64_t rows, int64_t cols);
+// dy = scale (y - t) and the sum of (y - t)^2: blocks of partial sums, the last block adds them.
+Launch mse_loss_grad(int64_t n);
+// Adam's step over n parameters (p, g, m, v read; p, m, v written).
+Launch adam(int64_t n, bool weight_decay);
+// bf16: casts, ReLU forward and backward, a bias broadcast over n values of `channels` channels,
+// and a bf16 gradient widened into fp32 (added there when accumulating).
+Launch to_bf16(int64_t n);
+Launch from_bf16(int64_t n);
+Launch relu_bf16(int64_t n);
+Launch relu_backward_bf16(int64_t n);
+Launch broadcast_bf16(int64_t n, int64_t channels);
+Launch widen_bf16(int64_t n, bool accumulate);
+
+// db[c] (+)= the sum over o < outer, i < inner of dy[(o * channels + c) * inner + i]: a bias
+// gradient. Two passes, no atomics (the same sum every run):
+//  - segments (inner >= kSegmentInner: convolutions but the smallest images): block (c, j) adds
+//    the elements [j * chunk, (j + 1) * chunk) of channel c's outer x inner ones, o-major, thread
+//    t those at t, t + kThreads, ...: runs of inner adjacent values, at least a warp's width;
+//  - columns (inner < kSegmentInner: Linear, 1x1 to 5x5 images): dy seen as rows = outer by
+//    cols = channels x inner; a block holds `width` adjacent columns (a power of two up to 32)
+//    by kThreads / width row lanes and adds rows [r * chunk, (r + 1) * chunk) of them, a warp
+//    reading 32 adjacent values of the row-major gradient.
+// Then one block per channel adds that channel's partials (segments: `chunks` of them; columns:
+// chunks x inner) in a fixed order. With one partial a channel the first pass writes db itself.
+constexpr int64_t kSegmentInner = 32;
+struct ChannelSums {
+  bool segments = false;
+  int64_t chunks = 0;      // segments: chunks a channel; columns: chunks of rows
+  int64_t chunk = 0;       // segments: elements a chunk (a multiple of kThreads); columns: rows a chunk
+  int width = 0;           // columns: columns a block
+  int64_t col_blocks = 0;  // columns: blocks across a row
+  int64_t partials = 0;    // partial sums in scratch; 0: the first pass writes db
+  // finish: channel c's partials are m < per_channel, at (m / group) * stride + c * group + m % group.
+  int64_t per_channel = 0, group = 1, stride = 0;
+  Launch partial, finish;  // finish.blocks == 0: no second pass
+};
+// value_bytes: an element of dy (4 fp32, 2 bf16); acc_bytes: a partial sum (8 double, 4 float).
+// inner >= 1, outer >= 0.
+ChannelSums channel_sums(int64_t outer, int64_t channels, int64_t inner, int value_bytes, int acc_bytes,
+                         bool accumulate);
+// fp32 Linear: db[o] (+)= sum_i dy[i, o], in double.
+inline ChannelSums column_sums(int64_t rows, int64_t cols, bool accumulate) {
+  return channel_sums(rows, cols, 1, 4, 8, accumulate);
+}
+// bf16 convolutions (outer N, inner P * Q) and Linear (inner 1), summed in fp32.
+inline ChannelSums channel_sums_bf16(int64_t outer, int64_t channels, int64_t inner, bool accumulate) {
+  return channel_sums(outer, channels, inner, 2, 4, accumulate);
+}
+
+}  // namespace pb::kernels
