@@ -26,7 +26,6 @@ using ::testing::Not;
 using namespace projection_test;
 
 std::string plan_fixture() { return (test::source_dir() / "tests/fixtures/plans/onefoneb_2stages.json").string(); }
-std::string example_net() { return (test::source_dir() / "workloads/examples/mixed_stride_pad.json").string(); }
 
 class HostileFiles : public ProjectCli {
  protected:
