@@ -2,7 +2,11 @@
 // skips what it cannot parse, so a typo would silently run another configuration).
 #include "engine/config_file.h"
 
+#include <unistd.h>
+
 #include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <map>
 
 #include <fmt/format.h>
@@ -106,6 +110,11 @@ void check_config_text(const std::string& text, const std::string& source) {
   if (depth > 0) fail(list_line, "unterminated list (a [ is not closed by the end of the file)");
 }
 
-void check_config_file(const std::string& path) { check_config_text(read_file(path, kConfigFileLimit, "config"), path); }
+void check_config_file(const std::string& path) {
+  // Said as the flag's own error (the file may be missing or unreadable), before the size check.
+  if (::access(path.c_str(), R_OK) != 0)
+    throw UsageError(fmt::format("--config {}: cannot read the file ({})", path, std::strerror(errno)));
+  check_config_text(read_file(path, kConfigFileLimit, "config"), path);
+}
 
 }  // namespace pb

@@ -80,7 +80,8 @@ TEST(PlanFile, APlanThatComputesSomethingElseIsRefusedNamingWorkerAndAction) {
           {"worker 1 action 6", "the stage's first backward writes the gradients"});
   // A buffer the pipeline does not keep.
   refused(changed([](Plan& p) {
-            p.buffers.push_back({1, "scratch", 8});
+            // As large as the message sent from it (a smaller one the validator refuses first).
+            p.buffers.push_back({1, "scratch", p.buffers[p.actions[1][18].reads[0]].bytes});
             p.actions[1][16].writes = {static_cast<int>(p.buffers.size()) - 1};
             p.actions[1][18].reads = {static_cast<int>(p.buffers.size()) - 1};
           }),
@@ -109,7 +110,7 @@ TEST(PlanFile, TransfersInOneDtypeAndBf16OnlyUnderBf16Compute) {
     transfers(p, [&](int w, const Action& a) { return w == 1 && a.kind == ActionKind::Send && std::exchange(first, false); });
   });
   expect_usage_error([&] { st::train("pipeline-1f1b", with_plan(one), net(), {4}, 1); },
-                     {"test plan", "worker 1 action", "its dtype differs from worker 0 action", "every send and receive travels in one"});
+                     {"test plan", "worker 1 action", "does not match its partner worker 0 action", "dtype bf16 against fp32"});
   SKIP_WITHOUT_BF16();
   StrategyOptions own = st::options(2);
   own.micro_batches = 2;
