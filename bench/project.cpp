@@ -314,7 +314,7 @@ int cmd_project(const std::vector<std::string>& args) {
   // A strategy asked for by name that no device count or batch can run: say why, not an empty table.
   if (f.str("strategies") != "all" && !user)
     for (const std::string& s : strategies)
-      if (!made[s]) throw UsageError(pj::no_configuration(s, devices, f.str("micro-batches")));
+      if (!made[s]) throw UsageError(pj::no_configuration(s, devices, sweep.micro_batches));
   const pj::Profile& p0 = profiles.front();
   reports::Report full, chart;
   full.sources = chart.sources = {p0.source, m.source};

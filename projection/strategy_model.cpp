@@ -77,7 +77,7 @@ std::vector<Config> configurations(const std::string& s, int n, int64_t global, 
   return out;
 }
 
-std::string no_configuration(const std::string& s, const std::vector<int64_t>& devices, const std::string& micro) {
+std::string no_configuration(const std::string& s, const std::vector<int64_t>& devices, const std::vector<int64_t>& micro) {
   return no_setting(s, devices, micro);
 }
 

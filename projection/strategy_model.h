@@ -38,8 +38,9 @@ struct Sweep {
 void set_balance(Config& c, const std::string& balance, const std::string& what);
 // Every configuration of --strategies word `strategy` at n devices and a global batch.
 std::vector<Config> configurations(const std::string& strategy, int n, int64_t global, const Sweep& sweep);
-// Why `strategy` has no configuration at any of the device counts (`micro`: --micro-batches as given).
-std::string no_configuration(const std::string& strategy, const std::vector<int64_t>& devices, const std::string& micro);
+// Why `strategy` has no configuration at any of the device counts (`micro`: the --micro-batches counts).
+std::string no_configuration(const std::string& strategy, const std::vector<int64_t>& devices,
+                             const std::vector<int64_t>& micro);
 
 // ---- what a configuration needs timed (project --validate) -----------------------------------
 // The batch sizes its workers compute at, for the profile to hold: the samples of every compute

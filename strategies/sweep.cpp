@@ -138,15 +138,26 @@ std::vector<Setting> sweep_settings(const std::string& word, int n, int64_t glob
   return out;
 }
 
-std::string no_setting(const std::string& word, const std::vector<int64_t>& devices, const std::string& micro) {
+std::string no_setting(const std::string& word, const std::vector<int64_t>& devices, const std::vector<int64_t>& micro) {
   const ProjectionFacts* f = projection_facts_of(word);
   const auto shape = f ? member_shape(*f, word) : std::nullopt;
   const bool has = shape && std::find(devices.begin(), devices.end(), shape->first * shape->second) != devices.end();
+  // Interleaved 1F1B runs micro-batches in groups of its P workers (sweep_settings): when no count
+  // is a multiple of any device count, that is the flag at fault, not the batch.
+  if (f && !f->family && f->projected.schedule == Schedule::Interleaved) {
+    bool multiple = false;
+    for (int64_t m : micro)
+      for (int64_t n : devices) multiple = multiple || (n > 0 && m % n == 0);
+    if (!multiple)
+      return fmt::format("--micro-batches {}: {} runs micro-batches in groups of its pipeline workers, so a count must be "
+                         "a multiple of the device count (--devices {})",
+                         fmt::join(micro, ","), word, fmt::join(devices, ","));
+  }
   std::string why;
   if (shape && !has)
     why = fmt::format("{} runs on {} x {} = {} devices", word, shape->first, shape->second, shape->first * shape->second);
   else if (f && sweeps_micro(f->projected) && !is_family(word))
-    why = fmt::format("every --micro-batches count ({}) is above the samples of a replica", micro);
+    why = fmt::format("every --micro-batches count ({}) is above the samples of a replica", fmt::join(micro, ","));
   else if (is_family(word)) why = fmt::format("{} needs a device count D x P with both at least 2 (4, 6, 8, ...)", word);
   else if (f && f->single_device) why = fmt::format("{} runs on one device", word);
   else why = "no configuration of it is possible there";

@@ -79,8 +79,8 @@ bool is_family(const std::string& word);
 // Every configuration of --strategies word `word` at `devices` and a global batch: a family all
 // its members at the device count (D x S, both at least 2), a member those of its shape.
 std::vector<Setting> sweep_settings(const std::string& word, int devices, int64_t global, const SweepAxes& axes);
-// Why `word` has no configuration at any of `devices` (`micro`: --micro-batches as given).
-std::string no_setting(const std::string& word, const std::vector<int64_t>& devices, const std::string& micro);
+// Why `word` has no configuration at any of `devices` (`micro`: the --micro-batches counts).
+std::string no_setting(const std::string& word, const std::vector<int64_t>& devices, const std::vector<int64_t>& micro);
 // A registered variant as its rows name it (pipeline-1f1b: pipeline with the 1f1b schedule); the
 // setting unchanged for anything else.
 Setting as_swept(const Setting& s);

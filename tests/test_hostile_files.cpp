@@ -4,8 +4,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 
 #include "engine/check.h"
@@ -186,6 +188,21 @@ TEST_F(HostileFiles, VirtualStagesAndHybridFactorsAreRangeCheckedAtOnce) {
   expect_refused(parbench("plan --strategy dp65536xtp65536 --workload linear --batch 4"), {"dp65536xtp65536", "more than the 65536"});
   expect_refused(parbench("plan --strategy hsdp4294967297x1 --workload linear --batch 4"), {"hsdp4294967297x1", "more than the 65536"});
   expect_refused(parbench("plan --strategy dp2xpp99999999999999 --workload linear --batch 4"), {"more than the 65536"});
+}
+
+TEST_F(HostileFiles, ProjectBlamesMicroBatchesThatAreNoMultipleOfThePipelineWorkers) {
+  const std::string m = " --profile " + fixture("uniform.json") + " --machine " + write_cpu_machine(path("cpu.json")) +
+                        " --strategies pipeline-interleaved --batch 16 --scaling strong";
+  test::Result r = parbench("project" + m + " --devices 4 --micro-batches 3,6");
+  expect_refused(r, {"--micro-batches 3,6:", "a multiple of the device count (--devices 4)"});
+  EXPECT_THAT(r.err, Not(HasSubstr("samples of a replica")));
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_TRUE(r.out.empty());
+  // A multiple above the batch: then the samples are at fault.
+  expect_refused(parbench("project" + m + " --devices 4 --micro-batches 32"), {"above the samples of a replica"});
+  r = parbench("project" + m + " --devices 4 --micro-batches 3,8");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("pipeline-interleaved (M=8)"));
 }
 
 // --- 8. compare and report trust no copy -------------------------------------------------------
