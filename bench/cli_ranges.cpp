@@ -22,7 +22,7 @@ IntRange int_flag_range(const std::string& flag) {
       {"batches", {1, kInt, false}},      {"iterations", {0, kInt, false}},
       {"warmup", {0, kInt, false}},       {"steps", {1, kInt, false}},
       {"micro-batches", {1, kInt, false}}, {"balance", {1, kInt, false}},
-      {"virtual-stages", {1, kInt, true}},
+      {"virtual-stages", {2, kInt, true}},  // chunks per worker: interleaving needs two
       {"threads", {0, 4096, false}},      {"dp", {1, kDevices, false}},
       {"pp", {1, kDevices, false}},       {"tp", {1, kDevices, false}},
       {"ranks", {2, kDevices, false}},    {"device", {0, kDevices - 1, false}},

@@ -24,6 +24,7 @@
 #include "engine/memory_estimate.h"
 #include "reports/gbjson.h"
 #include "reports/table.h"
+#include "strategies/plan_gen.h"
 
 namespace pb {
 
@@ -272,6 +273,33 @@ RunPlan plan_run(const Flags& f, Sweep& sw) {
                                        fmt::join(strategies, ", "), f.str("devices"))
                          : fmt::format("nothing to run: no configuration fits --devices {} ({} has no factorization "
                                        "there)", fmt::join(device_counts, ","), fmt::join(unshaped, ", ")));
+  // Strategies named on the command line: each configuration's plan made now. One that the flags
+  // shaping a split (--micro-batches, --virtual-stages, --balance) make impossible, where the
+  // defaults would run, is refused before anything runs. One the net cannot take at that device
+  // count whatever the flags (more stages than layers) stays a failed row, as under `all`, where
+  // every strategy is tried. (--balance time: by FLOPs here; timing layers is work.)
+  if (!all && !user)
+    for (const Config& c : p.configs) {
+      StrategyOptions o = c.options;
+      if (o.balance_by == StrategyOptions::BalanceBy::Time) o.balance_by = StrategyOptions::BalanceBy::Flops;
+      StrategyOptions plain = o;
+      plain.micro_batches = static_cast<int>(std::min<int64_t>(kDefaultMicroBatches, c.global_batch));
+      plain.cap_micro_batches = true;
+      plain.virtual_stages = StrategyOptions{}.virtual_stages;
+      plain.balance.clear();
+      plain.balance_by = StrategyOptions::BalanceBy::Flops;
+      try {
+        (void)make_plan(c.strategy, sw.plan, o, c.global_batch);
+      } catch (const UsageError& e) {
+        bool plain_runs = true;
+        try {
+          (void)make_plan(c.strategy, sw.plan, plain, c.global_batch);
+        } catch (const UsageError&) {
+          plain_runs = false;
+        }
+        if (plain_runs) throw UsageError(fmt::format("--devices {}, global batch {}: {}", c.devices, c.global_batch, e.what()));
+      }
+    }
   sw.total = static_cast<int>(p.configs.size());
   check_memory_fits(sw.plan, 1, p.kind, static_cast<int>(*std::max_element(device_counts.begin(), device_counts.end())),
                     p.configs.front().options.backend.memory_limit_bytes, workload_sizing(f, sw.net));

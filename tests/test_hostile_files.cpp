@@ -183,7 +183,10 @@ TEST_F(HostileFiles, WorkloadNamesThatCannotNameABenchmarkAreRefusedFirst) {
 
 TEST_F(HostileFiles, VirtualStagesAndHybridFactorsAreRangeCheckedAtOnce) {
   expect_refused(parbench("run --virtual-stages 0 --workload linear --strategies regular --out " + path("run")),
-                 {"--virtual-stages", "from 1"});
+                 {"--virtual-stages", "from 2"});
+  EXPECT_FALSE(fs::exists(path("run")));
+  expect_refused(parbench("run --virtual-stages 1 --workload linear --strategies regular --out " + path("run")),
+                 {"--virtual-stages", "from 2"});
   EXPECT_FALSE(fs::exists(path("run")));
   expect_refused(parbench("plan --strategy dp65536xtp65536 --workload linear --batch 4"), {"dp65536xtp65536", "more than the 65536"});
   expect_refused(parbench("plan --strategy hsdp4294967297x1 --workload linear --batch 4"), {"hsdp4294967297x1", "more than the 65536"});
@@ -203,6 +206,22 @@ TEST_F(HostileFiles, ProjectBlamesMicroBatchesThatAreNoMultipleOfThePipelineWork
   r = parbench("project" + m + " --devices 4 --micro-batches 3,8");
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("pipeline-interleaved (M=8)"));
+}
+
+TEST_F(HostileFiles, RunRefusesANamedStrategyItsFlagsCannotRunBeforeRunning) {
+  const std::string run = " --workload great_net --image 16 --width 0.125 --batch 4 --iterations 1 --warmup 0 --out " +
+                          path("run");
+  test::Result r = parbench("run --strategies pipeline-interleaved --devices 2 --micro-batches 3" + run);
+  expect_refused(r, {"--devices 2, global batch 8", "--micro-batches must be a multiple of the 2 pipeline workers"});
+  EXPECT_FALSE(fs::exists(path("run")));
+  r = parbench("run --strategies ddp,pipeline-interleaved --devices 2 --virtual-stages 99" + run);
+  expect_refused(r, {"pipeline-interleaved"});
+  EXPECT_FALSE(fs::exists(path("run")));
+  r = parbench("run --strategies pipeline --devices 2 --balance 1,2" + run);
+  expect_refused(r, {"--devices 2", "--balance"});
+  EXPECT_FALSE(fs::exists(path("run")));
+  // More stages than the net has layers is no flag's fault: a failed row, the sweep goes on
+  // (Harness.InvalidSplitIsAnErrorEntry).
 }
 
 // --- 8. compare and report trust no copy -------------------------------------------------------
