@@ -81,11 +81,25 @@ StrategyOptions plan_file_options(const Flags& f, const std::shared_ptr<const Pl
   return o;
 }
 
+std::string shapes_digest(const std::vector<LayerSignature>& layers) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a, 64 bits
+  auto mix = [&](const std::string& text) {
+    for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
+  };
+  for (const LayerSignature& l : layers)
+    mix(fmt::format("{} {} {} {};", l.type, fmt::join(l.in, "x"), fmt::join(l.out, "x"), l.params));
+  return fmt::format("{:016x}", h);
+}
+
 std::vector<std::pair<std::string, std::string>> plan_identity(const Flags& f, const NetSpec& spec, const NetPlan& net) {
+  std::vector<LayerSignature> layers;
+  for (const LayerPlan& l : net.layers)
+    layers.push_back({layer_type_name(l.spec.type), l.in, l.out, l.weight_numel + l.bias_numel});
   return {{"workload", spec.name},
           {"input", shape_str(net.input)},
           {"layers", std::to_string(net.layers.size())},
           {"params", std::to_string(net.param_count)},
+          {"shapes", shapes_digest(layers)},
           {"precision", f.str("precision")},
           {"reduce_dtype", dtype_label(parse_dtype_label(f.str("reduce-dtype"), "--reduce-dtype"))},
           {"param_dtype", dtype_label(parse_dtype_label(f.str("param-dtype"), "--param-dtype"))}};
@@ -93,8 +107,8 @@ std::vector<std::pair<std::string, std::string>> plan_identity(const Flags& f, c
 
 void check_plan_identity(const Plan& p, const std::vector<std::pair<std::string, std::string>>& want,
                          const std::string& source) {
-  static const std::set<std::string> known = {"workload", "input", "layers", "params", "precision", "reduce_dtype",
-                                              "param_dtype"};
+  static const std::set<std::string> known = {"workload", "input", "layers", "params", "shapes", "precision",
+                                              "reduce_dtype", "param_dtype"};
   if (p.identity.empty())
     throw UsageError(fmt::format("{}: the plan has no 'identity' (the workload, shape and dtypes it was made for); make it "
                                  "again with `parbench plan --format json` and this run's flags",
@@ -112,9 +126,10 @@ void check_plan_identity(const Plan& p, const std::vector<std::pair<std::string,
                                    "--format json`",
                                    source, k, v));
     if (it->second != v)
-      throw UsageError(fmt::format("{}: made for {} {}, this run has {} {}: make the plan again with this run's flags "
+      throw UsageError(fmt::format("{}: made for {} {}, this run has {} {}{}: make the plan again with this run's flags "
                                    "(parbench plan --format json)",
-                                   source, k, it->second, k, v));
+                                   source, k, it->second, k, v,
+                                   k == "shapes" ? " (a layer's type, shapes or parameters differ)" : ""));
   }
 }
 

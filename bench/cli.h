@@ -122,6 +122,16 @@ std::shared_ptr<const Plan> user_plan(const Flags& f, const std::vector<std::str
 // run --plan FILE: user_plan, its batch against --batch, and check_plan_file (strategies/plan_gen.h)
 // on `net` before anything runs; null without the flag.
 std::shared_ptr<const Plan> run_plan_file(const Flags& f, const NetSpec& spec, const NetPlan& net);
+// The "shapes" field of a plan's identity: FNV-1a (64 bits, 16 hex digits) over every layer's
+// type, per-sample input and output shape and parameter count, so that a plan is bound to its
+// net's structure (a stride or a layer moved), not only to its size. `run` computes it from the
+// net, `project` from the profile's layers.
+struct LayerSignature {
+  std::string type;
+  Shape in, out;
+  int64_t params = 0;
+};
+std::string shapes_digest(const std::vector<LayerSignature>& layers);
 // A plan's identity (Plan::identity) for the net `spec` / `net` under f's --precision,
 // --reduce-dtype and --param-dtype: what `parbench plan` writes and `run --plan` checks.
 std::vector<std::pair<std::string, std::string>> plan_identity(const Flags& f, const NetSpec& spec, const NetPlan& net);

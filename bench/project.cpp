@@ -265,14 +265,21 @@ int cmd_project(const std::vector<std::string>& args) {
     pr.batch = user->batch;
     const std::string source = "--plan " + f.str("plan");
     const pj::Profile& prof = profiles.front();
-    // The parts of a plan's identity a profile knows: its net's size and the dtypes priced.
-    check_plan_identity(*user,
-                        {{"layers", std::to_string(prof.layers.size())},
-                         {"params", std::to_string(prof.param_count())},
-                         {"precision", prof.precision},
-                         {"reduce_dtype", dtype_label(parse_dtype_label(f.str("reduce-dtype"), "--reduce-dtype"))},
-                         {"param_dtype", dtype_label(parse_dtype_label(f.str("param-dtype"), "--param-dtype"))}},
-                        source);
+    // The parts of a plan's identity a profile knows: its net's shapes and size and the dtypes
+    // priced (the shapes not under --scale-image: its scaled shapes are the profile's, rounded).
+    std::vector<std::pair<std::string, std::string>> want = {
+        {"layers", std::to_string(prof.layers.size())},
+        {"params", std::to_string(prof.param_count())},
+        {"precision", prof.precision},
+        {"reduce_dtype", dtype_label(parse_dtype_label(f.str("reduce-dtype"), "--reduce-dtype"))},
+        {"param_dtype", dtype_label(parse_dtype_label(f.str("param-dtype"), "--param-dtype"))}};
+    if (!f.has("scale-image") && !prof.layers.empty()) {
+      std::vector<LayerSignature> layers;
+      for (const pj::LayerProfile& l : prof.layers) layers.push_back({l.type, l.in, l.out, l.params});
+      want.push_back({"input", shape_str(prof.layers.front().in)});
+      want.push_back({"shapes", shapes_digest(layers)});
+    }
+    check_plan_identity(*user, want, source);
     std::size_t actions = 0;
     for (const auto& list : user->actions) actions += list.size();
     if (actions == 0) throw UsageError(fmt::format("{}: the plan has no actions: nothing to project", source));

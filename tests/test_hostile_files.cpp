@@ -61,6 +61,25 @@ TEST_F(HostileFiles, PlanOfAnotherWidthOrWithoutIdentityIsRefusedBeforeRunning) 
   r = parbench("run --plan " + path("narrow.json") + " --workload great_net --image 32 --width 0.125 --precision bf16 "
                "--iterations 1 --warmup 0 --out " + path("run"));
   expect_refused(r, {"made for precision fp32, this run has precision bf16"});
+  // The same net edited (a ReLU moved: as many layers and parameters): its shapes differ.
+  json moved = json::parse(read_file(example_net()));
+  std::swap(moved["layers"][1], moved["layers"][2]);
+  write_file_atomic(path("moved.json"), moved.dump());
+  r = parbench("plan --strategy ddp --devices 2 --batch 4 --workload " + example_net() + " --format json --out " +
+               path("ddp.json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = parbench("run --plan " + path("ddp.json") + " --workload " + path("moved.json") + " --out " + path("run"));
+  expect_refused(r, {"--plan " + path("ddp.json"), "made for shapes", "a layer's type, shapes or parameters differ"});
+  EXPECT_FALSE(fs::exists(path("run")));
+  // project --plan checks it against the profile's layers.
+  write_cpu_profile(path("moved-profile.json"), resolve_workload(path("moved.json"), {}));
+  r = parbench("project --plan " + path("ddp.json") + " --profile " + path("moved-profile.json") + " --machine " +
+               write_cpu_machine(path("cpu.json")));
+  expect_refused(r, {"made for shapes"});
+  write_cpu_profile(path("profile.json"), resolve_workload(example_net(), {}));
+  r = parbench("project --plan " + path("ddp.json") + " --profile " + path("profile.json") + " --machine " +
+               path("cpu.json"));
+  EXPECT_EQ(r.code, 0) << r.err;
   // A plan without an identity: refused, saying how to make one.
   const std::string bare = plan_with("bare.json", [](json& j) { j.erase("identity"); });
   r = parbench("run --plan " + bare + " --workload " + example_net() + " --out " + path("run"));
