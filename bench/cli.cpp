@@ -68,7 +68,12 @@ std::shared_ptr<const Plan> user_plan(const Flags& f, const std::vector<std::str
     if (f.has(o)) throw UsageError(fmt::format("--plan {} sets the strategy, workers, batch and micro-batches; --{} does not apply", f.str("plan"), o));
   Plan p = read_plan_file(f.str("plan"));
   const std::vector<PlanIssue> issues = validate_plan(p);
-  if (!issues.empty()) throw UsageError(fmt::format("--plan {}: refused: {}", f.str("plan"), issues_text(issues)));
+  // One line: the first issue, and where to see them all.
+  if (!issues.empty())
+    throw UsageError(fmt::format("--plan {}: refused: {}{}", f.str("plan"), issues.front().message,
+                                 issues.size() == 1 ? std::string()
+                                                    : fmt::format(" (and {} more issue(s): parbench plan --check {} lists them)",
+                                                                  issues.size() - 1, f.str("plan"))));
   return std::make_shared<const Plan>(std::move(p));
 }
 

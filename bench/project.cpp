@@ -15,8 +15,10 @@
 #include "bench/project.h"
 #include "engine/check.h"
 #include "engine/fsutil.h"
+#include "projection/plan_price.h"
 #include "reports/projection_table.h"
 #include "reports/table.h"
+#include "strategies/plan_gen.h"
 #include "strategies/sweep.h"
 
 namespace pb {
@@ -251,6 +253,8 @@ int cmd_project(const std::vector<std::string>& args) {
   const std::shared_ptr<const Plan> user = user_plan(
       f, {"strategies", "devices", "batch", "scaling", "micro-batches", "schedules", "bucket-mb", "first-bucket-mb", "recompute", "balance",
           "virtual-stages"});
+  const std::string reduce_dtype_flag = dtype_label(parse_dtype_label(f.str("reduce-dtype"), "--reduce-dtype"));
+  const std::string param_dtype_flag = dtype_label(parse_dtype_label(f.str("param-dtype"), "--param-dtype"));
   if (user) {  // the plan file alone, priced as written
     pj::Config c;
     c.strategy = user->strategy;
@@ -271,8 +275,8 @@ int cmd_project(const std::vector<std::string>& args) {
         {"layers", std::to_string(prof.layers.size())},
         {"params", std::to_string(prof.param_count())},
         {"precision", prof.precision},
-        {"reduce_dtype", dtype_label(parse_dtype_label(f.str("reduce-dtype"), "--reduce-dtype"))},
-        {"param_dtype", dtype_label(parse_dtype_label(f.str("param-dtype"), "--param-dtype"))}};
+        {"reduce_dtype", reduce_dtype_flag},
+        {"param_dtype", param_dtype_flag}};
     if (!f.has("scale-image") && !prof.layers.empty()) {
       std::vector<LayerSignature> layers;
       for (const pj::LayerProfile& l : prof.layers) layers.push_back({l.type, l.in, l.out, l.params});
@@ -283,14 +287,30 @@ int cmd_project(const std::vector<std::string>& args) {
     std::size_t actions = 0;
     for (const auto& list : user->actions) actions += list.size();
     if (actions == 0) throw UsageError(fmt::format("{}: the plan has no actions: nothing to project", source));
+    // What its strategy computes at its workers, batch and micro-batches, on the profile's net:
+    // the plan must compute the same (its samples adding up to its batch, its strategy its own),
+    // or its price is another step's.
+    {
+      pj::Config own = c;
+      own.plan = nullptr;
+      own.reduce_dtype = reduce_dtype_flag, own.param_dtype = param_dtype_flag;
+      own.virtual_stages = static_cast<int>(f.integer("virtual-stages"));
+      Plan made;
+      try {
+        made = make_plan(user->strategy, pj::net_of(prof), pj::options_of(own, &prof), user->batch);
+      } catch (const UsageError& e) {
+        throw UsageError(fmt::format("{}: strategy {} makes no step of this plan's shape: {}", source, user->strategy, e.what()));
+      }
+      check_plan_computes(*user, made, source);
+    }
     pr.rows.push_back(pj::predict(profile_for(profiles, m.shared_cores > 0 ? oc.threads_per_worker : prof.threads), m, c, oc));
     // The plan is the only configuration asked for: one that cannot be priced is an error.
     if (!pr.rows.back().feasible) throw UsageError(fmt::format("{}: cannot be projected: {}", source, pr.rows.back().reason));
     all.push_back(std::move(pr));
   }
   const int virtual_stages = static_cast<int>(f.integer("virtual-stages"));  // at least 2 (bench/cli_ranges.cpp)
-  const std::string reduce_dtype = dtype_label(parse_dtype_label(f.str("reduce-dtype"), "--reduce-dtype"));
-  const std::string param_dtype = dtype_label(parse_dtype_label(f.str("param-dtype"), "--param-dtype"));
+  const std::string& reduce_dtype = reduce_dtype_flag;
+  const std::string& param_dtype = param_dtype_flag;
   if (param_dtype == "bf16" && profiles.front().precision != "bf16")
     throw UsageError(fmt::format("--param-dtype bf16 needs --precision bf16 (the projection prices {})", profiles.front().precision));
   for (const int64_t batch : user ? std::vector<int64_t>{} : batches) {

@@ -42,6 +42,13 @@ Plan plan_staged(const NetPlan& net, const StrategyOptions& o, int64_t batch, co
 Plan plan_stage_steps(const NetPlan& net, const StrategyOptions& o, int64_t batch, const std::string& name,
                       const std::vector<std::pair<int, int>>& ranges,
                       const std::vector<std::vector<int64_t>>& micro_sizes);
+// A plan someone wrote (`user`) against the plan its strategy makes (`own`, at the same workers,
+// batch and micro-batches): per worker, the same kinds of forwards, recomputes, backwards and
+// losses, each of a micro-batch of the same samples, and as many forwards of each micro-batch, in
+// any order and cut (a backward in other buckets). A plan whose samples do not
+// add up to its batch, or that another strategy made, computes something else: UsageError naming
+// `source` and the first worker and action that differ.
+void check_plan_computes(const Plan& user, const Plan& own, const std::string& source);
 // A plan someone wrote (`user`), to run as a staged strategy's step instead of its own plan `own`:
 // valid (plan/check.h), with own's workers, micro-batches, groups and buffer names; every stage
 // computation over its worker's layers (`ranges`, per stage); each micro-batch's input, output

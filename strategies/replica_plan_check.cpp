@@ -43,6 +43,7 @@ void check_replica_plan(const Plan& user, const Plan& own, const std::string& so
   if (user.workers != own.workers || user.batch != own.batch)
     throw UsageError(fmt::format("{}: {} workers at batch {}, but this {} runs {} at batch {}", source, user.workers,
                                  user.batch, own.strategy, own.workers, own.batch));
+  check_plan_computes(user, own, source);
   for (std::size_t g = 0; g < user.groups.size(); ++g)
     if (g >= own.groups.size() || user.groups[g].name != own.groups[g].name || user.groups[g].members != own.groups[g].members)
       throw UsageError(fmt::format("{}: group '{}' is none that {} has", source, user.groups[g].name, own.strategy));

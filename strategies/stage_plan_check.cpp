@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include <fmt/ranges.h>
 
@@ -25,6 +26,43 @@ bool stage_compute(ActionKind k) {
 
 }  // namespace
 
+void check_plan_computes(const Plan& user, const Plan& own, const std::string& source) {
+  if (user.workers != own.workers)
+    throw UsageError(fmt::format("{}: {} workers, but {} runs on {}", source, user.workers, own.strategy, own.workers));
+  auto computes = [](ActionKind k) { return stage_compute(k) || k == ActionKind::Loss; };
+  using Key = std::tuple<int, int, int64_t>;  // kind, micro-batch, samples
+  auto key = [](const Action& a) { return Key{static_cast<int>(a.kind), std::max(a.micro, 0), a.samples}; };
+  for (int w = 0; w < user.workers; ++w) {
+    // What each worker computes, not how it is cut: a backward may be split into other buckets, but
+    // every kind, micro-batch and sample count is own's, and as many forwards of each micro-batch
+    // (a stage's chunks, fsdp's units).
+    std::set<Key> mine, theirs;
+    std::map<int, int> my_forwards, their_forwards;  // micro-batch -> forwards
+    for (const Action& a : own.actions[w])
+      if (computes(a.kind)) theirs.insert(key(a)), their_forwards[std::max(a.micro, 0)] += a.kind == ActionKind::Forward;
+    for (const Action& a : user.actions[w]) {
+      if (!computes(a.kind)) continue;
+      mine.insert(key(a)), my_forwards[std::max(a.micro, 0)] += a.kind == ActionKind::Forward;
+      if (theirs.count(key(a))) continue;
+      std::string there;  // what own computes instead, where it has that kind and micro-batch
+      for (const Action& o : own.actions[w])
+        if (o.kind == a.kind && std::max(o.micro, 0) == std::max(a.micro, 0)) there = fmt::format(" ({} sample(s) there)", o.samples);
+      throw UsageError(fmt::format("{}: {}: {} of {} sample(s), which {} at batch {} with {} micro-batch(es) does not compute{}",
+                                   source, describe(user, w, a.id), action_kind_name(a.kind), a.samples, own.strategy,
+                                   own.batch, own.micro_batches, there));
+    }
+    for (const Key& k : theirs)
+      if (!mine.count(k))
+        throw UsageError(fmt::format("{}: worker {} has no {} of micro-batch {} on {} sample(s), which {} at batch {} computes",
+                                     source, w, action_kind_name(static_cast<ActionKind>(std::get<0>(k))), std::get<1>(k),
+                                     std::get<2>(k), own.strategy, own.batch));
+    for (const auto& [m, n] : their_forwards)
+      if (my_forwards[m] != n)
+        throw UsageError(fmt::format("{}: worker {} has {} forward(s) of micro-batch {} where {} has {}", source, w,
+                                     my_forwards[m], m, own.strategy, n));
+  }
+}
+
 void check_stage_plan(const Plan& user, const Plan& own, const std::vector<std::pair<int, int>>& ranges,
                       const std::vector<int>& slots, bool recompute, const std::string& source) {
   const std::vector<PlanIssue> issues = validate_plan(user);
@@ -37,6 +75,7 @@ void check_stage_plan(const Plan& user, const Plan& own, const std::vector<std::
   if (user.micro_batches != own.micro_batches)
     throw UsageError(fmt::format("{}: {} micro-batches, but {} cuts the batch into {}", source, user.micro_batches,
                                  own.strategy, own.micro_batches));
+  check_plan_computes(user, own, source);
   if (user.groups.size() != own.groups.size())
     throw UsageError(fmt::format("{}: {} groups, but {} has {}", source, user.groups.size(), own.strategy, own.groups.size()));
   for (std::size_t g = 0; g < own.groups.size(); ++g)

@@ -87,6 +87,30 @@ TEST_F(HostileFiles, PlanOfAnotherWidthOrWithoutIdentityIsRefusedBeforeRunning) 
   EXPECT_FALSE(fs::exists(path("run")));
 }
 
+// A plan computes what its strategy computes at its workers, batch and micro-batches: its batch
+// edited, another strategy's name, a worker added -- refused before running or pricing.
+TEST_F(HostileFiles, APlanThatComputesAnotherStepIsRefusedByRunAndProject) {
+  write_cpu_profile(path("profile.json"), resolve_workload(example_net(), {}));
+  const std::string project = " --profile " + path("profile.json") + " --machine " + write_cpu_machine(path("cpu.json"));
+  const std::string run = " --workload " + example_net() + " --iterations 1 --warmup 0 --out " + path("run");
+  const std::string batch = plan_with("batch.json", [](json& j) { j["batch"] = 8; });
+  expect_refused(parbench("run --plan " + batch + run), {"forward of 2 sample(s)", "at batch 8", "(4 sample(s) there)"});
+  EXPECT_FALSE(fs::exists(path("run")));
+  expect_refused(parbench("project --plan " + batch + project), {"batch.json", "at batch 8"});
+  const std::string wider = plan_with("wider.json", [](json& j) {
+    j["workers"] = 3;
+    j["replica"] = json::array({0, 0, 0});
+  });
+  expect_refused(parbench("project --plan " + wider + project), {"wider.json", "pipeline-1f1b"});  // was SIGSEGV
+  for (const std::string other : {"pipeline-interleaved", "fsdp", "mp", "nope"}) {
+    const std::string relabeled = plan_with(other + ".json", [&](json& j) { j["strategy"] = other; });
+    const test::Result r = parbench("project --plan " + relabeled + project);
+    expect_refused(r, {other + ".json", other});
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+  EXPECT_EQ(parbench("project --plan " + plan_fixture() + project).code, 0);
+}
+
 // --- 2. numbers in a plan are exact integers in range, never narrowed --------------------------
 
 TEST_F(HostileFiles, PlanNumbersAreRangeCheckedNotWrapped) {
