@@ -92,9 +92,9 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
 std::string read_file(const std::string& path, std::size_t limit, const char* kind) {
   FileReader r(path);
   auto too_large = [&] {
-    return UsageError(fmt::format("{}: larger than {}, the most a {} file may hold", path,
+    return UsageError(fmt::format("{}: larger than {}, the most {} {} file may hold", path,
                                   limit % kFileMiB == 0 ? fmt::format("{} MiB", limit / kFileMiB) : fmt::format("{} bytes", limit),
-                                  kind));
+                                  std::string("aeiou").find(kind[0]) != std::string::npos ? "an" : "a", kind));
   };
   if (r.regular() && r.size() > limit) throw too_large();
   std::string out;

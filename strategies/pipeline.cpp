@@ -112,16 +112,17 @@ class Staged final : public GroupStrategy {
                                                   : std::vector<PipeOp>{};
       for (int c = 0; c < chunks_; ++c) chunk_[r][c].slots = chunks_ > 1 ? interleaved_slots(ops, c) : in_flight(r);
     }
-    chunk_of_.clear();
-    for (const PlanBuffer& buf : plan_.buffers) {
-      int c = 0;
-      chunk_of_.push_back(std::sscanf(buf.name.c_str(), "c%d/", &c) == 1 ? c : 0);
-    }
     if (opts_.plan) {  // a plan file: run instead, once it computes what this strategy's own plan does
       std::vector<int> slots;
       for (int r = 0; r < workers(); ++r) slots.push_back(in_flight(r));
       check_stage_plan(*opts_.plan, plan_, ranges_, slots, opts_.recompute, opts_.plan_source.empty() ? "--plan" : opts_.plan_source);
       plan_ = *opts_.plan;
+    }
+    // Per buffer of the plan that runs (a plan file's own list: other buffers, in another order).
+    chunk_of_.clear();
+    for (const PlanBuffer& buf : plan_.buffers) {
+      int c = 0;
+      chunk_of_.push_back(std::sscanf(buf.name.c_str(), "c%d/", &c) == 1 ? c : 0);
     }
     staging_.clear();
     for (int r = 0; r < workers(); ++r) staging_.push_back(transfer_staging(plan_, r));

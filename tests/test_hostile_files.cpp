@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -186,6 +187,17 @@ TEST_F(HostileFiles, EndlessFilesAreRefusedNamingTheFileAndItsLimit) {
   expect_refused(parbench("report /dev/zero"), {"/dev/zero: larger than", "results file"});
   expect_refused(parbench("run --config /dev/zero --out " + path("run")), {"/dev/zero: larger than 1 MiB", "config file"});
   EXPECT_FALSE(fs::exists(path("run")));
+  // A valid plan padded with unused buffers: checked in time linear in its size, and it runs (the
+  // pipeline indexed the file's buffers by its own plan's list).
+  const std::string padded = plan_with("padded.json", [](json& j) {
+    for (int i = 0; i < 200000; ++i) j["buffers"].push_back({{"worker", i % 2}, {"name", fmt::format("pad{}", i)}, {"bytes", 4}});
+  });
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(parbench("plan --check " + padded).code, 0);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 60.0);
+  const test::Result ran = parbench("run --plan " + padded + " --workload " + example_net() +
+                                    " --iterations 1 --warmup 0 --out " + path("padded-run"));
+  EXPECT_EQ(ran.code, 0) << ran.err;
   EXPECT_THROW(read_file("/dev/zero", 1000, "test"), UsageError);
   write_file_atomic(path("exact"), std::string(1000, 'x'));
   EXPECT_EQ(read_file(path("exact"), 1000, "test").size(), 1000u);
