@@ -2,6 +2,7 @@
 // files and runs each flag's type check. The help text is our own (one format for every command:
 // metavar, help and default on one line), as are the error messages, which name the flag.
 #include <CLI/CLI.hpp>
+#include <fmt/ranges.h>
 
 #include <cmath>
 #include <cstdio>
@@ -117,6 +118,27 @@ bool Flags::parse(const std::vector<std::string>& args, const std::string& passt
   // What CLI11 would word otherwise, or accept: --help anywhere, a switch given a value, a value
   // flag at the end with none.
   std::set<std::string> on_command_line;
+  // A --config file, before CLI11 reads it: its syntax (check_config_file), then its keys, each
+  // a flag of this command (CLI11 skips keys it does not know; a typo in a kept sweep must not
+  // run a different one) given as many values as the flag takes.
+  auto check_config = [&](const std::string& file) {
+    check_config_file(file);
+    for (const CLI::ConfigItem& item : CLI::ConfigTOML().from_file(file)) {
+      if (item.name == "++" || item.name == "--") continue;
+      const std::string key = item.fullname();
+      if (!item.parents.empty() || !by_name.count(canonical(key)))
+        throw UsageError(fmt::format("{}: unknown key '{}' for {} (keys are its flags without the --; see {} --help)", file,
+                                     key, command_, command_));
+      if (alias_of.count(key)) warn_alias(key, fmt::format(" (in {})", file));
+      // A list (or words apart) for a flag of one value: CLI11 would join them into one "a,b".
+      const Flag& fl = *by_name.at(canonical(key));
+      const bool takes_list = fl.value.find("LIST") != std::string::npos || fl.value.find(',') != std::string::npos;
+      if (!takes_list && item.inputs.size() > 1)
+        throw UsageError(fmt::format("{}: key '{}' takes one value ({}), got {}: {}", file, key,
+                                     fl.value.empty() ? "true or false" : fl.value, item.inputs.size(),
+                                     fmt::join(item.inputs, ", ")));
+    }
+  };
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--help" || a == "-h") {
@@ -124,8 +146,8 @@ bool Flags::parse(const std::vector<std::string>& args, const std::string& passt
       return false;
     }
     if (a == "--") break;
-    if (a == "--config" && i + 1 < args.size()) check_config_file(args[i + 1]);
-    if (a.rfind("--config=", 0) == 0) check_config_file(a.substr(9));
+    if (a == "--config" && i + 1 < args.size()) check_config(args[i + 1]);
+    if (a.rfind("--config=", 0) == 0) check_config(a.substr(9));
     const std::string name = spelled(a);
     const auto it = by_name.find(canonical(name));
     if (name.empty() || it == by_name.end()) continue;
@@ -181,18 +203,7 @@ bool Flags::parse(const std::vector<std::string>& args, const std::string& passt
   } catch (const CLI::ParseError& e) {
     throw UsageError(fmt::format("{} (see {} --help)", e.what(), command_));
   }
-  if (app.get_config_ptr()->count() > 0) {
-    config_file_ = app.get_config_ptr()->as<std::string>();
-    // CLI11 skips keys it does not know; a typo in a kept sweep must not run a different one.
-    for (const CLI::ConfigItem& item : CLI::ConfigTOML().from_file(config_file_)) {
-      if (item.name == "++" || item.name == "--") continue;
-      const std::string key = item.fullname();
-      if (!item.parents.empty() || !by_name.count(canonical(key)))
-        throw UsageError(fmt::format("{}: unknown key '{}' for {} (keys are its flags without the --; see {} --help)",
-                                     config_file_, key, command_, command_));
-      if (alias_of.count(key)) warn_alias(key, fmt::format(" (in {})", config_file_));
-    }
-  }
+  if (app.get_config_ptr()->count() > 0) config_file_ = app.get_config_ptr()->as<std::string>();
 
   for (const std::string& a : app.remaining()) {
     if (!passthrough_prefix.empty() && a.rfind(passthrough_prefix, 0) == 0) {

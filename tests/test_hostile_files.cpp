@@ -215,6 +215,11 @@ TEST_F(HostileFiles, ConfigSyntaxErrorsAndRepeatedKeysAreRefusedWithTheirLine) {
   expect_refused(parbench("run --config " + write("junk.toml", "batch = 2\nthis is not toml\n") + run),
                  {"junk.toml:2: expected `name = value`"});
   expect_refused(parbench("run --config " + write("str.toml", "precision = \"fp32\n") + run), {"str.toml:1: unterminated string"});
+  // A list, or words apart, for a flag of one value (CLI11 joined them into "2,3").
+  expect_refused(parbench("run --config " + write("list.toml", "warmup = [2, 3]\n") + run),
+                 {"list.toml: key 'warmup' takes one value (N), got 2: 2, 3"});
+  expect_refused(parbench("run --config " + write("words.toml", "all-at-one-device = yes please\n") + run),
+                 {"words.toml: key 'all-at-one-device' takes one value (true or false)"});
   EXPECT_FALSE(fs::exists(path("run")));
   // What the reader accepts: comments, sections, lists over lines, INI spellings.
   EXPECT_NO_THROW(check_config_text("# c\ndevices = [1,\n  2]  # two\n; ini\n[run]\nbatch = 4\nname = 'a#b'\n", "ok.toml"));
