@@ -103,12 +103,17 @@ double get_double(const json& j, const std::string& src, const char* key, double
 }  // namespace
 
 void check_workload_name(const std::string& name, const std::string& where) {
-  bool ok = !name.empty() && name.size() <= kMaxWorkloadName;
+  // The first a letter or digit: not ".", ".." or "-x", which read as paths or flags.
+  bool ok = !name.empty() && name.size() <= kMaxWorkloadName && std::isalnum(static_cast<unsigned char>(name[0]));
   for (char c : name) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.' || c == '+');
   if (!ok)
-    throw UsageError(fmt::format("{}: '{}' cannot name a workload: 1 to {} letters, digits, '_', '-', '.' or '+' (it "
-                                 "starts every benchmark and trace file name)",
+    throw UsageError(fmt::format("{}: '{}' cannot name a workload: 1 to {} letters, digits, '_', '-', '.' or '+', the "
+                                 "first a letter or digit (it starts every benchmark and trace file name)",
                                  where, name.size() > 80 ? name.substr(0, 80) + "..." : name, kMaxWorkloadName));
+  // The built-in great_net's benchmarks carry its image and width (great_net/image:96/width:0.5/...):
+  // a net file of that name would be named as if it had them.
+  if (name == "great_net")
+    throw UsageError(fmt::format("{}: 'great_net' is the built-in net's name; give the file's net another", where));
 }
 
 NetSpec parse_net_json(const std::string& text, const std::string& src) {
