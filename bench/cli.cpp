@@ -200,6 +200,10 @@ HybridShape hybrid_shape(const Flags& f) {
     *into = static_cast<int>(v);
   }
   if (h.pp > 0 && h.tp > 0) throw UsageError("--pp and --tp shape different hybrids (dp x pp, dp x tp): give one");
+  // Their product is the device count: range-checked as a hybrid's name's factors are.
+  if (h.dp > 0 && h.pp + h.tp > 0 && int64_t{h.dp} * (h.pp + h.tp) > kMaxHybridDevices)
+    throw UsageError(fmt::format("--dp {} x --{} {} = {} devices, more than the {} a run may have", h.dp, h.pp ? "pp" : "tp",
+                                 h.pp + h.tp, int64_t{h.dp} * (h.pp + h.tp), kMaxHybridDevices));
   return h;
 }
 

@@ -253,6 +253,11 @@ TEST_F(HostileFiles, VirtualStagesAndHybridFactorsAreRangeCheckedAtOnce) {
   expect_refused(parbench("plan --strategy dp65536xtp65536 --workload linear --batch 4"), {"dp65536xtp65536", "more than the 65536"});
   expect_refused(parbench("plan --strategy hsdp4294967297x1 --workload linear --batch 4"), {"hsdp4294967297x1", "more than the 65536"});
   expect_refused(parbench("plan --strategy dp2xpp99999999999999 --workload linear --batch 4"), {"more than the 65536"});
+  // The same product from --dp and --pp (or --tp): it wrapped an int.
+  expect_refused(parbench("run --dp 65536 --pp 65536 --workload linear --out " + path("run")),
+                 {"--dp 65536 x --pp 65536 = 4294967296 devices, more than the 65536"});
+  expect_refused(parbench("train --dp 65536 --tp 65536 --workload linear"), {"--dp 65536 x --tp 65536"});
+  EXPECT_FALSE(fs::exists(path("run")));
 }
 
 TEST_F(HostileFiles, ProjectBlamesMicroBatchesThatAreNoMultipleOfThePipelineWorkers) {
