@@ -140,6 +140,7 @@ RunFile parse_run_json(const std::string& text, const std::string& source) {
   }
 
   std::map<std::tuple<std::string, std::string, int64_t>, std::size_t> seen;  // (benchmark, aggregate, repetition)
+  std::map<std::string, int64_t> repetitions_of;                              // benchmark -> its repetitions
   for (std::size_t i = 0; i < list.size(); ++i) {
     const json& b = list[i];
     std::string where = fmt::format("benchmarks[{}]", i);
@@ -212,6 +213,15 @@ RunFile parse_run_json(const std::string& text, const std::string& source) {
       if (!kKnownFields.count(it.key()) && it.value().is_number()) r.counters[it.key()] = it.value().get<double>();
     // Each repetition (and each aggregate) of a benchmark once: a copy would count as another
     // repetition and narrow every interval built from them.
+    if (!r.error && !r.aggregate) {  // one of its repetitions, numbered as GB numbers them, and all alike in their count
+      if (r.repetitions < 1 || r.repetition_index >= r.repetitions)
+        bad(source, where, fmt::format("repetition_index {} of {} repetition(s): expected 0 to repetitions - 1",
+                                       r.repetition_index, r.repetitions));
+      const auto [at, fresh] = repetitions_of.emplace(benchmark_identity(r.run_name), r.repetitions);
+      if (!fresh && at->second != r.repetitions)
+        bad(source, where, fmt::format("{} repetition(s), where an earlier entry of the same benchmark says {}",
+                                       r.repetitions, at->second));
+    }
     if (!r.error) {
       const auto key = std::make_tuple(benchmark_identity(r.run_name), r.aggregate_name, r.repetition_index);
       const auto [at, fresh] = seen.emplace(key, i);
@@ -221,6 +231,13 @@ RunFile parse_run_json(const std::string& text, const std::string& source) {
                                        r.aggregate ? r.aggregate_name : std::to_string(r.repetition_index)));
     }
     file.runs.push_back(std::move(r));
+  }
+  // Iteration times of at most as many repetitions as the benchmark ran: more would narrow its interval.
+  for (const auto& [name, reps] : file.iteration_times) {
+    const auto it = repetitions_of.find(name);
+    if (it != repetitions_of.end() && static_cast<int64_t>(reps.size()) > it->second)
+      bad(source, fmt::format("{}[\"{}\"]", schema::iteration_times.name, name),
+          fmt::format("{} repetitions of iteration times, but the benchmark ran {}", reps.size(), it->second));
   }
   return file;
 }

@@ -301,6 +301,16 @@ TEST_F(HostileFiles, RepeatedBenchmarkEntriesAndHtmlWithoutContextAreRefused) {
   const std::string dup = write("dup.json", twice.dump());
   expect_refused(parbench("report " + dup), {"dup.json", "given twice"});
   expect_refused(parbench("compare " + results + " " + dup), {"dup.json", "given twice"});
+  // The copies numbered as further repetitions, or their iteration times doubled: as many
+  // repetitions as each benchmark says it ran, no more.
+  json renumbered = twice;
+  for (std::size_t i = doc["benchmarks"].size(); i < renumbered["benchmarks"].size(); ++i)
+    renumbered["benchmarks"][i]["repetition_index"] = 1;
+  expect_refused(parbench("report " + write("renumbered.json", renumbered.dump())), {"renumbered.json", "repetition_index 1 of 1"});
+  json more = doc;
+  for (auto& [name, reps] : more["iteration_times_s"].items()) reps.push_back(reps[0]);
+  expect_refused(parbench("compare " + results + " " + write("more.json", more.dump())),
+                 {"more.json", "2 repetitions of iteration times, but the benchmark ran 1"});
   json bare = doc;
   bare.erase("context");
   const std::string nocontext = write("nocontext.json", bare.dump());
