@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 
 #include "bench/cli.h"
 #include "engine/check.h"
@@ -50,6 +51,33 @@ std::vector<reports::RunFile> load_baselines(const std::string& path, const std:
   const std::vector<std::string> files = run_files(path, contender);
   if (files.empty()) throw UsageError(fmt::format("{}: a baseline folder, but it holds no .json file besides the contender", path));
   for (const std::string& f : files) out.push_back(reports::load_run_json(f));
+  return out;
+}
+
+// What tells one run from another: its start and host, and every measured time. Two files with
+// the same are one run given twice: counted twice it would narrow the baseline's spread.
+std::string run_fingerprint(const reports::RunFile& r) {
+  std::string s = r.context_value("date") + "|" + r.context_value("host_name");
+  for (const reports::BenchRun& b : r.runs) s += fmt::format("|{}#{}:{:.17g}", b.name, b.repetition_index, b.real_s);
+  return s;
+}
+
+// A folder of past runs: the contender's run is left out, found by what it holds as by its path
+// (a CI history it was copied into); no other run twice.
+std::vector<reports::RunFile> distinct_runs(std::vector<reports::RunFile> base, const reports::RunFile& cont,
+                                            const std::string& dir) {
+  std::vector<reports::RunFile> out;
+  std::map<std::string, std::string> seen;  // fingerprint -> file
+  const std::string own = run_fingerprint(cont);
+  for (reports::RunFile& r : base) {
+    const std::string fp = run_fingerprint(r);
+    if (!cont.runs.empty() && fp == own) continue;
+    const auto [at, fresh] = seen.emplace(fp, r.source);
+    if (!fresh && !r.runs.empty())
+      throw UsageError(fmt::format("{} and {} hold the same run: each baseline run once", at->second, r.source));
+    out.push_back(std::move(r));
+  }
+  if (out.empty()) throw UsageError(fmt::format("{}: a baseline folder, but it holds no run besides the contender's", dir));
   return out;
 }
 
@@ -123,6 +151,7 @@ int cmd_compare(const std::vector<std::string>& args) {
     for (reports::RunFile& b : base) b = reports::with_process_cpu_time(std::move(b));
     cont = reports::with_process_cpu_time(std::move(cont));
   }
+  if (std::filesystem::is_directory(f.positional()[0])) base = distinct_runs(std::move(base), cont, f.positional()[0]);
   const reports::Comparison c = reports::compare_runs(base, cont, o, f.on("force"));
   const std::string md = reports::comparison_markdown(c, base.front().source, cont.source);
   std::fputs(md.c_str(), stdout);

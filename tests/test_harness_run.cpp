@@ -90,12 +90,19 @@ TEST_F(Harness, RunReportCompare) {
   EXPECT_THAT(r.out, HasSubstr("**slower**"));
   EXPECT_THAT(r.out, HasSubstr("FAIL"));
 
-  // A folder of past runs is a baseline distribution.
+  // A folder of past runs is a baseline distribution: here the run as if made on three other
+  // days (the same run twice, or the contender again, is refused: HostileFiles).
   fs::create_directories(path("history/a"));
-  fs::copy_file(run + "/results.json", path("history/a/results.json"));
+  const json measured = load(run + "/results.json");
+  auto past = [&](const std::string& file, int day) {
+    json j = measured;
+    j["context"]["date"] = fmt::format("2020-01-0{}T00:00:00+00:00", day);
+    write_file_atomic(path(file), j.dump());
+  };
+  past("history/a/results.json", 1);
   fs::copy_file(run + "/report.json", path("history/a/report.json"));  // skipped: not a GB file
-  fs::copy_file(run + "/results.json", path("history/b.json"));
-  fs::copy_file(run + "/results.json", path("history/c.json"));  // a history needs 3 runs
+  past("history/b.json", 2);
+  past("history/c.json", 3);  // a history needs 3 runs
   r = parbench("compare " + path("history") + " " + run + "/results.json");
   EXPECT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_THAT(r.out, HasSubstr("and 2 more run(s)"));

@@ -311,6 +311,21 @@ TEST_F(HostileFiles, RepeatedBenchmarkEntriesAndHtmlWithoutContextAreRefused) {
   for (auto& [name, reps] : more["iteration_times_s"].items()) reps.push_back(reps[0]);
   expect_refused(parbench("compare " + results + " " + write("more.json", more.dump())),
                  {"more.json", "2 repetitions of iteration times, but the benchmark ran 1"});
+  // A folder of past runs holding one run twice is refused; the contender's run there (a copy, not
+  // its path) is left out, as it is by its path.
+  fs::create_directories(path("history/a"));
+  fs::create_directories(path("history/b"));
+  json earlier = doc;
+  earlier["context"]["date"] = "2020-01-01T00:00:00+00:00";
+  write("history/a/results.json", earlier.dump());
+  write("history/b/results.json", earlier.dump());
+  expect_refused(parbench("compare " + path("history") + " " + results), {"hold the same run"});
+  fs::remove_all(path("history/b"));
+  write("history/copy.json", doc.dump());
+  const test::Result two = parbench("compare " + path("history") + " " + results);
+  EXPECT_NE(two.code, 2) << two.err;
+  EXPECT_THAT(two.out, Not(HasSubstr("copy.json")));
+  EXPECT_THAT(two.out, Not(HasSubstr("more run(s)")));  // one baseline run: history/a's
   json bare = doc;
   bare.erase("context");
   const std::string nocontext = write("nocontext.json", bare.dump());
