@@ -261,6 +261,7 @@ int cmd_project(const std::vector<std::string>& args) {
     c.devices = user->workers;
     c.global_batch = user->batch;
     c.micro_batches = user->micro_batches;
+    c.reduce_dtype = reduce_dtype_flag, c.param_dtype = param_dtype_flag;  // the plan's, as its identity is checked
     c.plan = user;
     pj::Options oc = o;
     oc.threads_per_worker = m.threads_per_worker(c.devices, o.threads_per_worker);
@@ -293,7 +294,6 @@ int cmd_project(const std::vector<std::string>& args) {
     {
       pj::Config own = c;
       own.plan = nullptr;
-      own.reduce_dtype = reduce_dtype_flag, own.param_dtype = param_dtype_flag;
       own.virtual_stages = static_cast<int>(f.integer("virtual-stages"));
       Plan made;
       try {
