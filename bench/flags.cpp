@@ -123,6 +123,7 @@ bool Flags::parse(const std::vector<std::string>& args, const std::string& passt
   // run a different one) given as many values as the flag takes.
   auto check_config = [&](const std::string& file) {
     check_config_file(file);
+    std::map<std::string, std::string> given;  // flag -> the key that set it (an old spelling is the same flag)
     for (const CLI::ConfigItem& item : CLI::ConfigTOML().from_file(file)) {
       if (item.name == "++" || item.name == "--") continue;
       const std::string key = item.fullname();
@@ -130,6 +131,9 @@ bool Flags::parse(const std::vector<std::string>& args, const std::string& passt
         throw UsageError(fmt::format("{}: unknown key '{}' for {} (keys are its flags without the --; see {} --help)", file,
                                      key, command_, command_));
       if (alias_of.count(key)) warn_alias(key, fmt::format(" (in {})", file));
+      const auto [first, fresh] = given.emplace(canonical(key), key);
+      if (!fresh)
+        throw UsageError(fmt::format("{}: keys '{}' and '{}' both set --{}: give one", file, first->second, key, first->first));
       // A list (or words apart) for a flag of one value: CLI11 would join them into one "a,b".
       const Flag& fl = *by_name.at(canonical(key));
       const bool takes_list = fl.value.find("LIST") != std::string::npos || fl.value.find(',') != std::string::npos;

@@ -215,6 +215,9 @@ TEST_F(HostileFiles, ConfigSyntaxErrorsAndRepeatedKeysAreRefusedWithTheirLine) {
   expect_refused(parbench("run --config " + write("junk.toml", "batch = 2\nthis is not toml\n") + run),
                  {"junk.toml:2: expected `name = value`"});
   expect_refused(parbench("run --config " + write("str.toml", "precision = \"fp32\n") + run), {"str.toml:1: unterminated string"});
+  // One flag twice under its old and new spellings.
+  expect_refused(parbench("run --config " + write("alias.toml", "reps = 2\nrepetitions = 3\n") + run),
+                 {"alias.toml: keys 'reps' and 'repetitions' both set --reps"});
   // A list, or words apart, for a flag of one value (CLI11 joined them into "2,3").
   expect_refused(parbench("run --config " + write("list.toml", "warmup = [2, 3]\n") + run),
                  {"list.toml: key 'warmup' takes one value (N), got 2: 2, 3"});
