@@ -46,7 +46,7 @@ std::vector<Flag> training_flags() {
       {"balance", "L1,L2,..|time|seed", "mp/pipeline: layers per stage; time: balanced by per-layer time measured on the device; seed: the seed's 2-stage split of great_net after its 512-channel layer (default: balanced by FLOPs)", ""},
       {"schedule", "S", "pipeline: gpipe or 1f1b (selects the pipeline variant: pipeline, pipeline-1f1b)", ""},
       {"recompute", "", "pipeline: keep only stage inputs, recompute activations in backward (pipeline-recompute, ...)", ""},
-      {"virtual-stages", "V", "pipeline-interleaved: model chunks per worker (the net in V x P stages)", "2"},
+      {"virtual-stages", "V", "pipeline-interleaved: model chunks per worker (the net in V x P stages), at least 2", "2"},
       {"precision", "P", "fp32, tf32 or bf16 (fp32 never uses TF32; bf16: autocast, fp32 master weights, docs/bf16.md)", "fp32"},
       {"threads", "N", "CPU threads per worker (0: share all cores among the workers)", "0"},
       {"conv-workspace-mib", "MIB", "CUDA: the most workspace a convolution algorithm may use (default: no cap, the fastest whose workspace the GPU can give, as PyTorch; docs/gpu.md)", ""},
