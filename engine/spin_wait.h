@@ -17,8 +17,8 @@ namespace pb {
 // How long a waiting thread polls before it sleeps. A peer that arrives within it (after equal
 // work, the usual case at a collective or a step's start) is met without a sleep and a wake-up,
 // which on a VM cost 10-60 us, several-fold apart with where the scheduler placed the threads
-// (docs/PERFORMANCE.md). Bounded, and yielding between polls, so that a thread waiting for a peer
-// that is not running gives the core away, and costs nothing once asleep.
+// (docs/internals.md, Waiting for peers). Bounded, and yielding between polls, so that a thread
+// waiting for a peer that is not running gives the core away, and costs nothing once asleep.
 inline constexpr std::chrono::microseconds kSpinWait{50};
 
 // Polls ready() until it holds or `until` passes, pausing between polls and yielding the core
