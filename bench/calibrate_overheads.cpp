@@ -111,9 +111,9 @@ Overheads time_overheads(int threads, int rounds, const pj::Machine& m, nlohmann
   };
   std::map<int, Timed> ddp;
   auto timed_step = [&](const std::string& name, const StrategyOptions& opts, int64_t per_worker) {
-    // Set up afresh every round, as the profile is: after ~800 steps Adam's first moments of
-    // the units the ReLU leaves dead decay into denormals, whose arithmetic made the step 20%
-    // slower (0.6-0.8 us of a 4 us step) in the later rounds of one strategy object.
+    // Set up afresh every round, as the profile is: after some hundreds of steps Adam's first
+    // moments of the units the ReLU leaves dead decay into denormals, whose arithmetic is slow
+    // (docs/projection.md, the step overhead).
     const std::unique_ptr<Strategy> s = make_strategy(name, opts);
     const int64_t b = per_worker * opts.devices;
     s->setup(plan, init_params(plan, 0), net.adam);

@@ -323,8 +323,9 @@ int cmd_run(const std::vector<std::string>& args) {
           "Benchmarks every strategy x device count on one workload with Google Benchmark, prints the\n"
           "comparison table and writes a run folder: results.json (Google Benchmark JSON, rewritten after\n"
           "every benchmark), report.md, report.csv, report.json, throughput.png, pareto.png, breakdown.png and\n"
-          "report.html (all of them on one page; with --trace also\n"
-          "trace-<benchmark>.json, one step as Chrome trace events, and timeline.png).\n"
+          "report.html (all of them on one page), plans/<benchmark>.json (each step as a plan, as plan\n"
+          "--format json prints it; run --plan reruns one); with --trace also\n"
+          "trace-<benchmark>.json, one step as Chrome trace events, and timeline.png.\n"
           "The console shows one line per configuration (--gbench-console: Google Benchmark's own).\n"
           "Google Benchmark's own flags pass through: --benchmark_repetitions=N, --benchmark_filter=REGEX,\n"
           "--benchmark_out=FILE, --benchmark_format=..., --benchmark_list_tests, ...\n"
@@ -377,6 +378,7 @@ int cmd_run(const std::vector<std::string>& args) {
   add_run_context(plan, f, sw);
   if (!list_only) prime(sw, plan.configs);
   if (f.on("trace") && !list_only) sw.trace_dir = dir;
+  if (!list_only) sw.plan_dir = dir + "/plans";
   for (const Config& c : plan.configs) {
     auto* b = benchmark::RegisterBenchmark(c.name.c_str(), [&sw, &c](benchmark::State& st) { run_config(st, sw, c); });
     // cpu_time: every thread of the process (the workers), not only the main thread.
@@ -418,8 +420,9 @@ int cmd_run(const std::vector<std::string>& args) {
     fmt::print(stderr, "parbench run: make timeline.png later with: /usr/bin/python3 scripts/timeline.py {} {}/timeline.png "
                "(needs matplotlib: apt-get install python3-matplotlib)\n", dir, dir);
   fmt::print(text_out, "parbench run: {} configuration(s), {} failed; wrote {}/: results.json (Google Benchmark JSON), "
-             "report.md, report.csv, report.json{}{}{}\n",
+             "report.md, report.csv, report.json{}{}{}{}\n",
              ran, reporter.failed(), dir, chart ? ", throughput.png" : "",
+             sw.planned.empty() ? "" : fmt::format(", plans/ ({} plan file(s), run --plan reruns one)", sw.planned.size()),
              sw.traced.empty() ? "" : fmt::format(", {} trace-*.json", sw.traced.size()), timeline ? ", timeline.png" : "");
   if (write_run_html(dir))  // after timeline.png, which the page shows too
     fmt::print(text_out, "parbench run: open {}/report.html in a browser: tables, charts (pareto.png, breakdown.png too), "

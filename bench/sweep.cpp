@@ -15,6 +15,7 @@
 #include "strategies/memory_estimate.h"
 #include "engine/process.h"
 #include "engine/trace.h"
+#include "plan/plan.h"
 #include "strategies/breakdown.h"
 #include "reports/console.h"
 #include "reports/gbjson.h"
@@ -144,6 +145,15 @@ Strategy& prepare(Sweep& sw, const Config& c) {
     if (i == 0) sw.warmup_s[c.name] = dt;
   }
   sw.predicted_bytes[c.name] = predicted_bytes(sw, c, s->stats());
+  // The step it runs, kept beside the results (every process holds the whole plan: rank 0 writes).
+  if (!sw.plan_dir.empty() && !sw.planned.count(c.name) && s->step_plan() && process().rank == 0) {
+    Plan kept = *s->step_plan();
+    if (kept.layer_params.empty())  // as make_plan records them: what a plan file is checked against
+      for (const LayerPlan& l : sw.plan.layers) kept.layer_params.push_back(l.weight_numel + l.bias_numel);
+    make_dirs(sw.plan_dir);
+    write_file_atomic(sw.plan_dir + "/" + plan_file_name(c.name), plan_to_json(kept));
+    sw.planned.insert(c.name);
+  }
   if (!sw.trace_dir.empty() && !sw.traced.count(c.name)) write_trace(sw, c, *s);  // untimed too
   sw.active = std::move(s);
   sw.active_name = c.name;
@@ -182,11 +192,17 @@ void prime(Sweep& sw, const std::vector<Config>& configs) {
   }
 }
 
-std::string trace_file_name(const std::string& bench) {
-  std::string out = "trace-";
+namespace {
+std::string file_safe(const std::string& bench) {
+  std::string out;
   for (char ch : bench) out += (std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '.') ? ch : '_';
-  return out + ".json";
+  return out;
 }
+}  // namespace
+
+std::string trace_file_name(const std::string& bench) { return "trace-" + file_safe(bench) + ".json"; }
+
+std::string plan_file_name(const std::string& bench) { return file_safe(bench) + ".json"; }
 
 void run_config(benchmark::State& state, Sweep& sw, const Config& c) {
   // A configuration that failed (out of memory, an invalid split, a communicator error) is

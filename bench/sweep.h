@@ -64,6 +64,10 @@ struct Sweep {
   // configurations traced so far.
   std::string trace_dir;
   std::set<std::string> traced;
+  // The folder each configuration's plan is written to, as `plan --format json` prints it and
+  // `run --plan` reads it (empty: none), and the configurations written so far.
+  std::string plan_dir;
+  std::set<std::string> planned;
   void release() {
     active.reset();
     active_name.clear();
@@ -76,6 +80,8 @@ void run_config(benchmark::State& state, Sweep& sw, const Config& c);
 void prime(Sweep& sw, const std::vector<Config>& configs);
 // The --trace file of a benchmark in the run folder: trace-<name, / and : as _>.json.
 std::string trace_file_name(const std::string& bench);
+// plans/<this>: the benchmark's name made a file name, as trace_file_name.
+std::string plan_file_name(const std::string& bench);
 
 // Tees GB's runs to the display and to a JSON reporter over a buffer; after every report the
 // buffer, closed, replaces the JSON file atomically, so an interrupted sweep leaves valid JSON of

@@ -302,8 +302,8 @@ class InProcComm final : public Communicator {
     }
   }
 
-  // Each on a cache line of its own: sharing one with whatever the allocator put beside them, two
-  // workers' 64 B all-reduce took 6-7.7 us in one process and 4-4.6 in another (calibrate, run).
+  // Each on a cache line of its own: sharing one with whatever the allocator put beside them made
+  // a small all-reduce's cost depend on the process (docs/internals.md, Waiting for peers).
   alignas(64) std::mutex mu_;
   alignas(64) SpinCondition cv_;  // one for all waits: few ranks, and every change may wake several
   alignas(64) int arrived_ = 0;

@@ -1,8 +1,6 @@
 // The share of the CPUs' time a hypervisor gave to others ("steal" in /proc/stat): on a VM whose
-// host is busy, timings taken then are not the machine's own (a 1 KiB all-reduce of two threads
-// measured 250 us against 2 us while a third of the time was stolen; docs/PERFORMANCE.md). And
-// the share other processes of this machine used: a test beside calibrate on 2 cores made a 64 B
-// send's sender trail its receiver by 1 ms against 0.3 us alone.
+// host is busy, timings taken then are not the machine's own; and the share other processes of
+// this machine used, which slows a waiting thread's peers alike (docs/internals.md, A busy machine).
 #pragma once
 
 #include <optional>

@@ -16,9 +16,8 @@ namespace pb {
 
 // How long a waiting thread polls before it sleeps. A peer that arrives within it (after equal
 // work, the usual case at a collective or a step's start) is met without a sleep and a wake-up,
-// which on a VM cost 10-60 us, several-fold apart with where the scheduler placed the threads
-// (docs/PERFORMANCE.md). Bounded, and yielding between polls, so that a thread waiting for a peer
-// that is not running gives the core away, and costs nothing once asleep.
+// which on a VM cost tens of microseconds (docs/internals.md, Waiting for peers). Bounded, and yielding between polls, so that a thread
+// waiting for a peer that is not running gives the core away, and costs nothing once asleep.
 inline constexpr std::chrono::microseconds kSpinWait{50};
 
 // Polls ready() until it holds or `until` passes, pausing between polls and yielding the core
@@ -38,8 +37,7 @@ bool poll_until(std::chrono::steady_clock::time_point until, Ready ready) {
 }
 
 // Takes `mu`, polling it first: a peer holds it for a few instructions, and a thread that found
-// it taken and slept on it (futex) would pay a wake-up; its holder, waking it, pays too. Polled
-// together with SpinCondition, two workers' 64 B all-reduce went from 5.9 to 2.2 us (calibrate).
+// it taken and slept on it (futex) would pay a wake-up; its holder, waking it, pays too.
 inline void lock_polling(std::mutex& mu) {
   if (mu.try_lock()) return;
   if (!poll_until(std::chrono::steady_clock::now() + kSpinWait, [&] { return mu.try_lock(); })) mu.lock();

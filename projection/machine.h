@@ -24,11 +24,11 @@ struct AlphaBeta {
     // off them (linearly between neighbours), below the first it is the first's, above the last
     // the last's plus the extra bytes at the fit's bandwidth. Small in-process messages cost what
     // their cache lines' trips between cores cost, which no one alpha and bandwidth fit down to
-    // 64 B alongside 8 MiB (2 workers: 4 us at 48 B, 5.3 at 1 KiB; the fit's alpha said 6.2).
+    // 64 B alongside 8 MiB (docs/projection.md).
     std::vector<std::pair<double, double>> points;
     // Optional, likewise: the times when the last worker arrives late, its peers already polling
-    // (small messages; in-process). Arriving together, threads contend for the rendezvous: 2
-    // workers' 48 B all-reduce took 4-5 us so, 2.5-3 us with one 0.3 us or more behind.
+    // (small messages; in-process). Arriving together, threads contend for the rendezvous, so a
+    // late arrival is cheaper than a simultaneous one (docs/projection.md).
     std::vector<std::pair<double, double>> late_points;
   };
   std::map<int, AtRanks> at_ranks;

@@ -125,6 +125,9 @@ class DistributedDataParallel final : public GroupStrategy {
     w.stats.samples = n;
   }
 
+ public:
+  const Plan* step_plan() const override { return &plan_; }
+
  private:
   // Where each of the worker's plan buffers lives (a bucket: its range of the gradients).
   std::vector<float*> pointers(Worker& w) const {

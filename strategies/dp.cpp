@@ -91,6 +91,9 @@ class DataParallel final : public GroupStrategy {
     w.stats.samples = n;
   }
 
+ public:
+  const Plan* step_plan() const override { return &plan_; }
+
  private:
   std::vector<int64_t> chunks_, offsets_;
   Plan plan_;  // the step, every worker's actions

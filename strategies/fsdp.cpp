@@ -219,6 +219,9 @@ class FullyShardedDataParallel final : public GroupStrategy {
     w.stats.samples = n;
   }
 
+ public:
+  const Plan* step_plan() const override { return &plan_; }
+
  private:
   struct Shard {
     Tensor params, grads;  // this worker's shard of every unit, concatenated

@@ -232,6 +232,9 @@ class Staged final : public GroupStrategy {
     w.stats.samples = piece_[d];
   }
 
+ public:
+  const Plan* step_plan() const override { return &plan_; }
+
  private:
   // Whether the buffers name B's kept output gradients: a split backward (ZB-H1's B or W).
   bool kept(const std::vector<int>& bufs) const {

@@ -22,7 +22,7 @@ DType activation_wire(const StrategyOptions& o) {
   return o.backend.precision == Precision::Bf16 && o.bf16_activation_wire ? DType::Bf16 : DType::F32;
 }
 
-// One stage's emission: pipeline.cpp's Run, writing actions instead of making calls.
+// One stage's emission: the actions of one worker's stage (or interleaved chunk) for every micro-batch.
 struct StageEmitter {
   PlanBuilder& b;
   int w, world, s;

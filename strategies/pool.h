@@ -26,8 +26,8 @@ class WorkerPool {
   // robin when there are more tasks); empty for one task, for tasks of several threads (their
   // teams need more than a core), or where threads are not bound. With
   // waits that poll (engine/spin_wait.h), unbound threads often pile onto one core while another
-  // idles: two workers' microsecond step measured 5 or 13 us, four workers' 18 or 29 us, by
-  // where the scheduler put them (docs/PERFORMANCE.md).
+  // idles, and a step's time then depends on where the scheduler put them (docs/internals.md,
+  // Where workers run).
   static std::vector<int> cores_for(int n, int threads_per_task);
   ~WorkerPool();  // joins
   WorkerPool(const WorkerPool&) = delete;

@@ -59,6 +59,9 @@ class Regular final : public GroupStrategy {
     w.stats.samples = batch();
   }
 
+ public:
+  const Plan* step_plan() const override { return &plan_; }
+
  private:
   Plan plan_;  // the step
 };

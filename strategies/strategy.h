@@ -128,6 +128,8 @@ class Strategy {
   virtual StepStats stats() const = 0;
   // Per-layer, named spans from the next step on (a traced step); off: one span per call.
   virtual void set_trace_detail(bool on) = 0;
+  // The step it runs, every worker's actions (made when a batch is loaded); null: none.
+  virtual const Plan* step_plan() const { return nullptr; }
 };
 
 using StrategyFactory = std::function<std::unique_ptr<Strategy>(const StrategyOptions&)>;

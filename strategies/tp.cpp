@@ -347,6 +347,9 @@ class TensorParallel final : public GroupStrategy {
   // Every worker of a replica computes its whole loss; it is counted once.
   double loss_sum(Worker& w) override { return tp_rank(w.rank) == 0 ? GroupStrategy::loss_sum(w) : 0.0; }
 
+ public:
+  const Plan* step_plan() const override { return &plan_; }
+
  private:
   struct State {
     Tensor params, grads;  // this worker's slices of every layer: weight rows then bias, layer by layer

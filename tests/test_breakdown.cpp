@@ -152,7 +152,7 @@ std::optional<double> balanced_bubble(Ready& r, std::string* why,
       least = least == 0 ? w.compute_s : std::min(least, w.compute_s), most = std::max(most, w.compute_s);
     }
     // The formula is for stages of equal time; two vCPUs that run at different speeds (the VM's
-    // cores do, docs/PERFORMANCE.md) make equal work unequal time, and another bubble.
+    // cores do, docs/projection.md, The model) make equal work unequal time, and another bubble.
     const bool equal_stages = most <= 1.1 * least;
     if (cpu >= 0.9 * busy && equal_stages) {
       bubble.push_back(*breakdown(st).measured_bubble);

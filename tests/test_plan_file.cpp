@@ -208,5 +208,34 @@ TEST_F(ProjectCli, PlanFileRunsAndProjects) {
   EXPECT_NE(r.err.find("worker 0 action 2"), std::string::npos) << r.err;
 }
 
+// A run keeps the plan of every configuration it ran: the plan `parbench plan` prints for it, and
+// a file `run --plan` reruns as the same benchmark.
+TEST_F(ProjectCli, RunFolderHoldsThePlansItRan) {
+  auto plan_file_name = [](std::string bench) {  // the benchmark's name, '/' and ':' as '_'
+    for (char& ch : bench)
+      if (ch == '/' || ch == ':') ch = '_';
+    return bench + ".json";
+  };
+  const std::string w = " --workload " + example_net() + " --device-kind cpu";
+  test::Result r = parbench("run" + w + " --strategies pipeline-1f1b,fsdp --devices 2 --batch 4 --scaling strong "
+                            "--micro-batches 2 --iterations 1 --warmup 0 --out " + path("run"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("plans/ (2 plan file(s)"), std::string::npos) << r.out;
+  for (const std::string s : {"pipeline-1f1b", "fsdp"}) {
+    SCOPED_TRACE(s);
+    const std::string bench = "mixed_stride_pad/" + s + "/devices:2/batch:4";
+    const std::string kept = path("run/plans/" + plan_file_name(bench));
+    ASSERT_TRUE(std::filesystem::exists(kept)) << kept;
+    r = parbench("plan" + w + " --strategy " + s + " --devices 2 --batch 4 --micro-batches 2 --format json");
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(read_file(kept), r.out);
+  }
+  r = parbench("run --plan " + path("run/plans/" + plan_file_name("mixed_stride_pad/pipeline-1f1b/devices:2/batch:4")) + w +
+               " --iterations 1 --warmup 0 --out " + path("again"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(read_file(path("again/results.json")).find("\"mixed_stride_pad/pipeline-1f1b/devices:2/batch:4\""),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace pb

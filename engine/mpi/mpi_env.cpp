@@ -10,6 +10,7 @@
 #include <thread>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include <mpi.h>
 #include <unistd.h>
@@ -112,7 +113,9 @@ ProcessSession::ProcessSession(int* argc, char*** argv) {
   MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
   if (provided < MPI_THREAD_SERIALIZED)
     abort_job("this MPI library does not provide MPI_THREAD_SERIALIZED, which the worker threads need", 1);
-  if (provided >= MPI_THREAD_MULTIPLE) {
+  // PARBENCH_MPI_PROGRESS=0: no progress thread, for A/B runs that measure what it costs and gives.
+  const char* progress = std::getenv("PARBENCH_MPI_PROGRESS");
+  if (provided >= MPI_THREAD_MULTIPLE && !(progress && std::string(progress) == "0")) {
     MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &g_progress.comm));
     g_progress.on = true;
     g_progress.thread = std::thread([] { g_progress.loop(); });
