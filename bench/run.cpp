@@ -201,6 +201,7 @@ RunPlan plan_run(const Flags& f, Sweep& sw) {
 
   // --plan FILE: its strategy on its workers at its global batch, nothing else.
   const std::shared_ptr<const Plan> user = run_plan_file(f, sw.net, sw.plan);
+  sw.identity = plan_identity(f, sw.net, sw.plan);  // of the plans the run keeps
   if (user) strategies = {user->strategy}, device_counts = {user->workers}, p.scaling = "strong", p.batch = user->batch;
 
   // Configurations, registered with Google Benchmark in sweep order. A single-device strategy is

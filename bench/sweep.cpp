@@ -150,6 +150,7 @@ Strategy& prepare(Sweep& sw, const Config& c) {
     Plan kept = *s->step_plan();
     if (kept.layer_params.empty())  // as make_plan records them: what a plan file is checked against
       for (const LayerPlan& l : sw.plan.layers) kept.layer_params.push_back(l.weight_numel + l.bias_numel);
+    if (kept.identity.empty()) kept.identity = sw.identity;
     make_dirs(sw.plan_dir);
     write_file_atomic(sw.plan_dir + "/" + plan_file_name(c.name), plan_to_json(kept));
     sw.planned.insert(c.name);

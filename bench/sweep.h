@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench/roofline.h"
@@ -68,6 +69,9 @@ struct Sweep {
   // `run --plan` reads it (empty: none), and the configurations written so far.
   std::string plan_dir;
   std::set<std::string> planned;
+  // What every kept plan was made for (Plan::identity: the workload, its shapes, the dtypes), as
+  // `parbench plan` writes it, so that `run --plan` of one is checked as of any plan file.
+  std::vector<std::pair<std::string, std::string>> identity;
   void release() {
     active.reset();
     active_name.clear();
