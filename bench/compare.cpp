@@ -17,13 +17,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The Google Benchmark JSON files below a folder: every *.json but the run folders' report.json
-// (parbench's own table) and `except` (a contender kept among the baseline's runs), by name.
+// The Google Benchmark JSON files below a folder (reports::is_run_record) but `except` (a
+// contender kept among the baseline's runs), by name.
 std::vector<std::string> run_files(const std::string& dir, const std::string& except) {
   std::vector<std::string> files;
   std::error_code ec;
   for (const auto& e : fs::recursive_directory_iterator(dir))
-    if (e.is_regular_file() && e.path().extension() == ".json" && e.path().filename() != "report.json" &&
+    if (e.is_regular_file() && reports::is_run_record(e.path()) &&
         (except.empty() || !fs::equivalent(e.path(), except, ec)))
       files.push_back(e.path().string());
   std::sort(files.begin(), files.end());
@@ -86,8 +86,8 @@ std::vector<reports::RunFile> distinct_runs(std::vector<reports::RunFile> base, 
 int cmd_compare(const std::vector<std::string>& args) {
   Flags f("parbench compare",
           "Compares a contender run with a baseline (Google Benchmark JSON, any program's). The baseline is\n"
-          "one run, or a folder of past runs (every .json below it but report.json and the contender) taken\n"
-          "together as the baseline distribution; the contender, one run: a .json file or a run folder. Benchmarks are matched by identity (the name without Google Benchmark's\n"
+          "one run, or a folder of past runs (every .json below it but report.json, trace-*.json, plans/ and the\n"
+          "contender) taken together as the baseline distribution; the contender, one run: a .json file or a run folder. Benchmarks are matched by identity (the name without Google Benchmark's\n"
           "/iterations:N/... suffixes). A repetition's time is its median iteration; per benchmark, the\n"
           "ratio of the repetitions' geometric means with a t interval (Welch's; with a folder of past runs,\n"
           "a prediction interval from their spread); the suite: the geometric mean of those ratios and its\n"

@@ -299,6 +299,12 @@ RunFile merge_run_pieces(const std::vector<RunFile>& pieces) {
   return out;
 }
 
+bool is_run_record(const std::filesystem::path& file) {
+  const std::string name = file.filename().string();
+  return file.extension() == ".json" && name != "report.json" && name.rfind("trace-", 0) != 0 &&
+         file.parent_path().filename() != "plans";
+}
+
 PairedSide load_paired_runs(const std::string& dir) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -326,7 +332,7 @@ PairedSide load_paired_runs(const std::string& dir) {
     }
     std::vector<std::string> files;
     for (const auto& f : fs::recursive_directory_iterator(e))
-      if (f.is_regular_file() && f.path().extension() == ".json" && f.path().filename() != "report.json")
+      if (f.is_regular_file() && is_run_record(f.path()))
         files.push_back(f.path().string());
     if (files.empty()) continue;  // a run that left nothing: the comparison then lacks a pair
     std::sort(files.begin(), files.end());

@@ -3,6 +3,7 @@
 // and the exit code a CI job gates on. Rules: docs/reports.md.
 #pragma once
 
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
@@ -113,9 +114,12 @@ Comparison compare_paired(const std::vector<RunFile>& baselines, const std::vect
 // source. Throws UsageError naming the files when two pieces differ in a must-match context
 // key or measure the same benchmark.
 RunFile merge_run_pieces(const std::vector<RunFile>& pieces);
+// Whether a .json file found in a run folder is a run's record (Google Benchmark JSON): not
+// parbench's report.json, a trace-*.json (--trace) or a kept plan (plans/*.json).
+bool is_run_record(const std::filesystem::path& file);
 // One side of a paired comparison: the runs in a folder, in name order (numeric names by
 // value): each *.json file directly in it is a run, and each subfolder is one run made of every
-// *.json below it (merge_run_pieces) but parbench's report.json. per_benchmark_processes: every
+// run record below it (is_run_record; merge_run_pieces). per_benchmark_processes: every
 // run is a subfolder whose every file holds one benchmark (parbench ab --interleave benchmark).
 // UsageError naming the folder when it is not one or holds no run.
 struct PairedSide {

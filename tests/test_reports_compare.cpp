@@ -15,6 +15,16 @@ const CompareEntry& entry(const Comparison& c, const std::string& prefix) {
   throw std::runtime_error("no entry " + prefix);
 }
 
+// A run folder holds more JSON than its record: parbench's table, traces and the plans it kept.
+TEST(Compare, OnlyRunRecordsAreReadFromARunFolder) {
+  EXPECT_TRUE(is_run_record("runs/a/results.json"));
+  EXPECT_TRUE(is_run_record("past/3/great_net_regular.json"));
+  EXPECT_FALSE(is_run_record("runs/a/report.json"));
+  EXPECT_FALSE(is_run_record("runs/a/trace-great_net_image_32_ddp.json"));
+  EXPECT_FALSE(is_run_record("runs/a/plans/great_net_image_32_width_0.25_ddp_devices_2_batch_1.json"));
+  EXPECT_FALSE(is_run_record("runs/a/report.md"));
+}
+
 TEST(Compare, NoChangePasses) {
   const RunFile f = GbJson().add("w/regular/devices:1/batch:1", {10, 10.2, 9.9, 10.1, 10}).file();
   const Comparison c = compare_runs(f, f, {}, false);
