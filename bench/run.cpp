@@ -366,6 +366,9 @@ int cmd_run(const std::vector<std::string>& args) {
 
   // Before the run folder: a bad --machine file leaves none behind.
   sw.roofline.source = "none: not measured (--benchmark_list_tests)";
+  // The program and its libraries, loaded: before the CPU's rate probe, whose leftovers (thread
+  // pools, primitive caches) depend on how busy the machine was while it ran.
+  sw.base_resident = static_cast<double>(resident_bytes());
   if (!list_only) sw.roofline = run_roofline(plan.kind, f);
 
   std::string dir = f.str("out");

@@ -164,7 +164,7 @@ Strategy& prepare(Sweep& sw, const Config& c) {
 }  // namespace
 
 void prime(Sweep& sw, const std::vector<Config>& configs) {
-  sw.base_resident = static_cast<double>(resident_bytes());  // the program and its libraries, loaded
+  if (sw.base_resident <= 0) sw.base_resident = static_cast<double>(resident_bytes());  // run sets it first
   if (configs.empty()) return;
   // The first configuration and one at the largest device count: thread pools, libraries'
   // set-up, first-touched heap and the clock's ramp then cost no configuration its figure.
