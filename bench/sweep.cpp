@@ -17,6 +17,7 @@
 #include "engine/trace.h"
 #include "plan/plan.h"
 #include "strategies/breakdown.h"
+#include "strategies/plan_gen.h"
 #include "reports/console.h"
 #include "reports/gbjson.h"
 #include "reports/schema.h"
@@ -148,8 +149,7 @@ Strategy& prepare(Sweep& sw, const Config& c) {
   // The step it runs, kept beside the results (every process holds the whole plan: rank 0 writes).
   if (!sw.plan_dir.empty() && !sw.planned.count(c.name) && s->step_plan() && process().rank == 0) {
     Plan kept = *s->step_plan();
-    if (kept.layer_params.empty())  // as make_plan records them: what a plan file is checked against
-      for (const LayerPlan& l : sw.plan.layers) kept.layer_params.push_back(l.weight_numel + l.bias_numel);
+    if (kept.layer_params.empty()) kept.layer_params = layer_params_of(sw.plan);  // as make_plan records them
     if (kept.identity.empty()) kept.identity = sw.identity;
     make_dirs(sw.plan_dir);
     write_file_atomic(sw.plan_dir + "/" + plan_file_name(c.name), plan_to_json(kept));

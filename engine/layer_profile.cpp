@@ -152,6 +152,14 @@ NetProfile profile_net(const NetPlan& plan, Backend& be, const ProfileOptions& o
   };
 
   EventTimer timer(be, L, o.sync);
+  // Forward, loss gradient and backward with `observer` around every layer call.
+  auto observed_pass = [&](LayerObserver* observer) {
+    net.set_observer(observer);
+    const float* y = net.forward(x.data(), o.batch);
+    be.mse_loss_grad(out_n, y, t.data(), scale, dy.data(), loss.data());
+    net.backward(dy.data(), nullptr, false);
+    net.set_observer(nullptr);
+  };
   // The first step, every call timed: plans, algorithm searches and workspace growth happen here.
   // It is the first of the warm-up steps (run even with none).
   const auto first_start = std::chrono::steady_clock::now();
@@ -159,11 +167,7 @@ NetProfile profile_net(const NetPlan& plan, Backend& be, const ProfileOptions& o
     out.workspace_bytes.assign(static_cast<std::size_t>(L), PerPass<std::size_t>{});
     FirstCall first(be, timer, o.workspace, out.workspace_bytes);
     timer.clear();
-    net.set_observer(&first);
-    const float* y = net.forward(x.data(), o.batch);
-    be.mse_loss_grad(out_n, y, t.data(), scale, dy.data(), loss.data());
-    net.backward(dy.data(), nullptr, false);
-    net.set_observer(nullptr);
+    observed_pass(&first);
     adam.step(net.params(), net.grads());
     be.synchronize();
     per_layer(timer, out.first_call);
@@ -187,11 +191,7 @@ NetProfile profile_net(const NetPlan& plan, Backend& be, const ProfileOptions& o
     opt.push_back(be.elapsed_s(*ev[3], *ev[4]));
     // The same pass with an event pair around every layer call.
     timer.clear();
-    net.set_observer(&timer);
-    const float* y = net.forward(x.data(), o.batch);
-    be.mse_loss_grad(out_n, y, t.data(), scale, dy.data(), loss.data());
-    net.backward(dy.data(), nullptr, false);
-    net.set_observer(nullptr);
+    observed_pass(&timer);
     be.synchronize();
     for (int i = 0; i < L; ++i)
       for (int p = 0; p < kPasses; ++p) per[static_cast<std::size_t>(i) * kPasses + p].push_back(timer.seconds(i, static_cast<LayerPass>(p)));

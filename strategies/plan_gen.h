@@ -13,6 +13,8 @@
 namespace pb {
 
 Plan make_plan(const std::string& strategy, const NetPlan& net, const StrategyOptions& o, int64_t batch);
+// Per layer of the net, its parameters: what make_plan records as Plan::layer_params.
+std::vector<int64_t> layer_params_of(const NetPlan& net);
 
 // A collective of fp32 buffers sent as `t` (StrategyOptions::reduce_dtype, param_dtype): its dtype,
 // and its bytes (given in fp32) those of the payload in t.

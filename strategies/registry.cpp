@@ -345,8 +345,14 @@ const MemoryModel& memory_model_of(const std::string& name) {
 
 Plan make_plan(const std::string& name, const NetPlan& net, const StrategyOptions& opts, int64_t batch) {
   Plan p = plan_of(name, net, opts, batch);
-  for (const LayerPlan& l : net.layers) p.layer_params.push_back(l.weight_numel + l.bias_numel);
+  p.layer_params = layer_params_of(net);
   return p;
+}
+
+std::vector<int64_t> layer_params_of(const NetPlan& net) {
+  std::vector<int64_t> out;
+  for (const LayerPlan& l : net.layers) out.push_back(l.weight_numel + l.bias_numel);
+  return out;
 }
 
 }  // namespace pb
