@@ -209,13 +209,14 @@ PY
   ;;
 straggler)
   # A rank made twice as slow (PARBENCH_SLOW_RANK, a test hook) is named, with its host, in the
-  # table, CSV and JSON; a balanced run names none.
-  A="run --workload great_net --image 32 --width 0.25 --devices 2 --strategies ddp --iterations 4 --warmup 1 --device-kind cpu"
+  # table, CSV and JSON; a balanced run names none. A balanced run on a shared machine can still
+  # have a straggler (CI once slowed rank 0 by 27% for a whole run), so it gets three tries: a
+  # rule that named a rank in every balanced run would fail all three.
+  A="run --workload great_net --image 32 --width 0.25 --devices 2 --strategies ddp --iterations 6 --warmup 1 --device-kind cpu"
   "${MPI[@]}" -x PARBENCH_SLOW_RANK=1:2 -n 2 "$PARBENCH" $A --out "$DIR/slow" >/dev/null 2>&1 || fail "mpiexec -n 2 run, rank 1 slow"
-  "${MPI[@]}" -n 2 "$PARBENCH" $A --out "$DIR/even" >/dev/null 2>&1 || fail "mpiexec -n 2 run, balanced"
-  /usr/bin/python3 - "$DIR/slow" "$DIR/even" "$(hostname)" <<'PY' || fail "the straggler is not named as it should be"
+  /usr/bin/python3 - "$DIR/slow" "$(hostname)" <<'PY' || fail "the slow rank is not named as it should be"
 import csv, json, sys
-slow, even, host = sys.argv[1:4]
+slow, host = sys.argv[1:3]
 named = f"rank 1 ({host}, cpu(1))"
 row = next(csv.DictReader(open(slow + "/report.csv")))
 assert row["straggler"] == named, row["straggler"]
@@ -223,10 +224,18 @@ assert float(row["straggler_ratio"]) > 1.2, row["straggler_ratio"]
 assert float(row["iter_p99_ms"]) >= float(row["iter_p50_ms"]) > 0
 assert json.load(open(slow + "/report.json"))["groups"][0]["rows"][0]["straggler"] == named
 assert "**" + named + "**" in open(slow + "/report.md").read()
-row = next(csv.DictReader(open(even + "/report.csv")))
-assert row["straggler"] == "", ("balanced run names", row["straggler"], row["straggler_ratio"])
-print("slow run names", named, "; balanced run: none, slowest/median", row["straggler_ratio"])
+print("slow run names", named, "at", row["straggler_ratio"])
 PY
+  for try in 1 2 3; do
+    "${MPI[@]}" -n 2 "$PARBENCH" $A --out "$DIR/even$try" >/dev/null 2>&1 || fail "mpiexec -n 2 run, balanced"
+    /usr/bin/python3 - "$DIR/even$try" <<'PY' && break
+import csv, sys
+row = next(csv.DictReader(open(sys.argv[1] + "/report.csv")))
+print("balanced run names", repr(row["straggler"]), "; slowest/median", row["straggler_ratio"])
+sys.exit(row["straggler"] != "")
+PY
+    [ $try -lt 3 ] || fail "every balanced run named a straggler"
+  done
   ;;
 fail-rank)
   # Rank 1 throws during setup while rank 0 goes on into collectives: the job must end, fast.
