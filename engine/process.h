@@ -16,6 +16,7 @@ struct ProcessInfo {
   int local_rank = 0;               // among the job's processes on this host (GPUs: engine/gpu_placement.h)
   std::vector<int> local_ranks;     // per rank
   std::vector<std::string> hosts;   // per rank
+  std::vector<int> host_cpus;       // per rank: the CPUs its host's ranks may run on (their affinity masks' union)
 };
 
 // Whether an MPI launcher started this process (OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK set),

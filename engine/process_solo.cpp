@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -24,6 +25,9 @@ const ProcessInfo& process() {
     gethostname(host, sizeof host - 1);
     p.local_ranks = {0};
     p.hosts = {host};
+    cpu_set_t cpus;
+    CPU_ZERO(&cpus);
+    p.host_cpus = {sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1};
     return p;
   }();
   return info;

@@ -3,6 +3,7 @@
 // host-side collectives over MPI_COMM_WORLD.
 #include "engine/process.h"
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <condition_variable>
@@ -13,6 +14,7 @@
 #include <string>
 
 #include <mpi.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include "engine/check.h"
@@ -27,6 +29,9 @@ ProcessInfo g_info = [] {
   char host[256] = {0};
   gethostname(host, sizeof host - 1);  // MPI_Get_processor_name is not callable before MPI_Init
   p.hosts = {host};
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  p.host_cpus = {sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1};
   return p;
 }();
 bool g_initialized = false;
@@ -95,6 +100,23 @@ int count_of(int64_t n) {
   PB_CHECK(0 <= n && n <= INT_MAX, "an MPI message of {} values", n);
   return static_cast<int>(n);
 }
+// Open MPI's shared-memory transport polls: a rank inside a collective whose peer shares its CPU
+// spins until the scheduler runs that peer, and that time is booked as transfer (docs/mpi.md,
+// "More ranks than CPUs").
+void warn_oversubscribed_hosts(const ProcessInfo& p) {
+  std::vector<std::string> seen;
+  for (int r = 0; r < p.size; ++r) {
+    if (std::find(seen.begin(), seen.end(), p.hosts[r]) != seen.end()) continue;
+    seen.push_back(p.hosts[r]);
+    const auto ranks = std::count(p.hosts.begin(), p.hosts.end(), p.hosts[r]);
+    if (ranks > p.host_cpus[r])
+      std::fprintf(stderr,
+                   "parbench: warning: %ld ranks on host %s share %d CPU%s: their collectives wait for peers the "
+                   "scheduler has not run, and that wait is booked as transfer (docs/mpi.md, \"More ranks than CPUs\")\n",
+                   static_cast<long>(ranks), p.hosts[r].c_str(), p.host_cpus[r], p.host_cpus[r] == 1 ? "" : "s");
+  }
+}
+
 }  // namespace
 
 bool launched_by_mpi() {
@@ -126,7 +148,14 @@ ProcessSession::ProcessSession(int* argc, char*** argv) {
   MPI_Comm node;
   MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, p.rank, MPI_INFO_NULL, &node));
   MPI_CHECK(MPI_Comm_rank(node, &p.local_rank));
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  if (sched_getaffinity(0, sizeof cpus, &cpus) != 0) CPU_SET(0, &cpus);
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &cpus, static_cast<int>(sizeof cpus), MPI_BYTE, MPI_BOR, node));
+  int host_cpus = CPU_COUNT(&cpus);
   MPI_CHECK(MPI_Comm_free(&node));
+  p.host_cpus.assign(p.size, 0);
+  MPI_CHECK(MPI_Allgather(&host_cpus, 1, MPI_INT, p.host_cpus.data(), 1, MPI_INT, MPI_COMM_WORLD));
   p.local_ranks.assign(p.size, 0);
   MPI_CHECK(MPI_Allgather(&p.local_rank, 1, MPI_INT, p.local_ranks.data(), 1, MPI_INT, MPI_COMM_WORLD));
   char host[MPI_MAX_PROCESSOR_NAME] = {0};
@@ -137,6 +166,7 @@ ProcessSession::ProcessSession(int* argc, char*** argv) {
                           MPI_COMM_WORLD));
   p.hosts.clear();
   for (int r = 0; r < p.size; ++r) p.hosts.emplace_back(all.data() + static_cast<std::size_t>(r) * MPI_MAX_PROCESSOR_NAME);
+  if (p.rank == 0) warn_oversubscribed_hosts(p);
 }
 
 ProcessSession::~ProcessSession() {
