@@ -68,7 +68,7 @@ class Simulation {
 
  private:
   void issue(int w, int id, const std::string& m) { issues_.push_back({w, id, describe(p_, w, id) + ": " + m}); }
-  const std::string& buffer_name(int b) const { return p_.buffers[b].name; }
+  std::string buffer_name(int b) const { return buffer_label(p_.buffers[b]); }
   std::string who(const Epoch& e) const { return describe(p_, e.worker, e.action); }
 
   void access(int b, const Epoch& e, const Clock& v, bool write) {
@@ -157,7 +157,7 @@ class Simulation {
         const PlanBuffer& pb = p_.buffers[buf];
         if (pb.bytes > 0 && pb.bytes < message)
           issue(o.worker, o.action, fmt::format("{} {} bytes, buffer '{}' holds {}", a.kind == ActionKind::Send ? "sends" : "receives",
-                                                message, pb.name, pb.bytes));
+                                                message, buffer_label(pb), pb.bytes));
       }
     }
   }
@@ -287,7 +287,7 @@ void check_references(const Plan& p, std::vector<PlanIssue>* out) {
       for (const auto* ids : {&a.reads, &a.writes})
         for (int b : *ids)
           if (b < 0 || b >= static_cast<int>(p.buffers.size())) bad(w, i, fmt::format("names buffer {}, undefined", b));
-          else if (p.buffers[b].worker != w) bad(w, i, fmt::format("touches buffer '{}' of worker {}", p.buffers[b].name, p.buffers[b].worker));
+          else if (p.buffers[b].worker != w) bad(w, i, fmt::format("touches buffer '{}' of worker {}", buffer_label(p.buffers[b]), p.buffers[b].worker));
       const bool comm = a.kind == ActionKind::Send || a.kind == ActionKind::Recv || a.kind == ActionKind::Collective;
       if (!comm) continue;
       if (a.group < 0 || a.group >= static_cast<int>(p.groups.size())) {

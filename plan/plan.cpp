@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <ostream>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -20,7 +22,25 @@ constexpr const char* kKindNames[kActionKinds] = {"forward", "recompute", "backw
                                                   "send", "recv", "collective", "wait", "group_start", "group_end",
                                                   "copy", "free", "optimizer"};
 constexpr const char* kLaneNames[kPlanLanes] = {"compute", "send_up", "send_down", "coll"};
+constexpr const char* kRoleNames[kBufferRoles] = {"x",    "in",   "t",      "y",    "dy",           "dy_local",
+                                                  "dx",   "loss", "acts",   "keep", "params",       "grads",
+                                                  "adam", "shard_params", "shard_grads", "unit_grads", "gathered"};
 }  // namespace
+
+const char* buffer_role_name(BufferRole r) { return kRoleNames[static_cast<int>(r)]; }
+
+BufferRole parse_buffer_role(const std::string& name, const std::string& what) {
+  for (int i = 0; i < kBufferRoles; ++i)
+    if (name == kRoleNames[i]) return static_cast<BufferRole>(i);
+  throw UsageError(fmt::format("{}: unknown buffer role '{}': expected one of {}", what, name, fmt::join(kRoleNames, ", ")));
+}
+
+std::string buffer_label(const PlanBuffer& b) {
+  std::string s = b.chunk > 0 ? fmt::format("c{}/", b.chunk) : "";
+  s += buffer_role_name(b.role);
+  if (b.index >= 0) s += fmt::format("[{}]", b.index);
+  return s;
+}
 
 const char* action_kind_name(ActionKind k) { return kKindNames[static_cast<int>(k)]; }
 const char* lane_name(PlanLane l) { return kLaneNames[static_cast<int>(l)]; }
@@ -64,10 +84,11 @@ int PlanBuilder::group(const std::string& name, const std::vector<int>& members)
   return static_cast<int>(plan_.groups.size()) - 1;
 }
 
-int PlanBuilder::buffer(int worker, const std::string& name, int64_t bytes, DType dtype) {
+int PlanBuilder::buffer(int worker, BufferRole role, int index, int64_t bytes, DType dtype, int chunk) {
+  const PlanBuffer key{worker, role, index, chunk, bytes, dtype};
   for (std::size_t b = 0; b < plan_.buffers.size(); ++b)
-    if (plan_.buffers[b].worker == worker && plan_.buffers[b].name == name) return static_cast<int>(b);
-  plan_.buffers.push_back({worker, name, bytes, dtype});
+    if (same_buffer(plan_.buffers[b], key)) return static_cast<int>(b);
+  plan_.buffers.push_back(key);
   return static_cast<int>(plan_.buffers.size()) - 1;
 }
 
@@ -114,7 +135,7 @@ namespace {
 
 std::string buffer_names(const Plan& p, const std::vector<int>& ids) {
   std::vector<std::string> names;
-  for (int b : ids) names.push_back(b >= 0 && b < static_cast<int>(p.buffers.size()) ? p.buffers[b].name : "?");
+  for (int b : ids) names.push_back(b >= 0 && b < static_cast<int>(p.buffers.size()) ? buffer_label(p.buffers[b]) : "?");
   return fmt::format("{}", fmt::join(names, "|"));
 }
 
@@ -191,8 +212,12 @@ std::string plan_to_json(const Plan& p) {
   for (const PlanGroup& g : p.groups) j["groups"].push_back({{"name", g.name}, {"members", g.members}});
   j["buffers"] = nlohmann::json::array();
   for (const PlanBuffer& b : p.buffers) {
-    j["buffers"].push_back({{"worker", b.worker}, {"name", b.name}, {"bytes", b.bytes}});
-    if (b.dtype != DType::F32) j["buffers"].back()["dtype"] = dtype_label(b.dtype);
+    nlohmann::json o = {{"worker", b.worker}, {"role", buffer_role_name(b.role)}};
+    if (b.index >= 0) o["index"] = b.index;
+    if (b.chunk > 0) o["chunk"] = b.chunk;
+    o["bytes"] = b.bytes;
+    if (b.dtype != DType::F32) o["dtype"] = dtype_label(b.dtype);
+    j["buffers"].push_back(std::move(o));
   }
   j["actions"] = nlohmann::json::array();
   for (int w = 0; w < p.workers; ++w)
@@ -299,12 +324,24 @@ Plan plan_from_json(const std::string& text, const std::string& source) {
     PlanGroup pg{field<std::string>(g, "name", where, "", true), int_list<int>(g, "members", where, 0, p.workers - 1, true)};
     p.groups.push_back(std::move(pg));
   }
+  std::map<std::tuple<int, BufferRole, int, int>, int> seen;  // a buffer twice would alias its memory
   for (const auto& b : buffer_list) {
     const std::string where = fmt::format("{}: buffer {}", source, p.buffers.size());
-    PlanBuffer pb{static_cast<int>(int_field(b, "worker", where, 0, 0, p.workers - 1, true)),
-                  field<std::string>(b, "name", where, "", true), int_field(b, "bytes", where, 0, 0, kMaxBytes)};
+    if (b.is_object() && !b.contains("role") && b.contains("name"))
+      throw UsageError(fmt::format("{}: has a 'name' and no 'role': buffers say their role, index and chunk since "
+                                   "plans were typed; make the plan again with `parbench plan --format json`",
+                                   where));
+    PlanBuffer pb;
+    pb.worker = static_cast<int>(int_field(b, "worker", where, 0, 0, p.workers - 1, true));
+    pb.role = parse_buffer_role(field<std::string>(b, "role", where, "", true), where + ": 'role'");
+    pb.index = static_cast<int>(int_field(b, "index", where, -1, -1, kMaxInt));
+    pb.chunk = static_cast<int>(int_field(b, "chunk", where, 0, 0, kMaxInt));
+    pb.bytes = int_field(b, "bytes", where, 0, 0, kMaxBytes);
     pb.dtype = parse_dtype_label(field<std::string>(b, "dtype", where, "fp32"), where + ": 'dtype'");
-    p.buffers.push_back(std::move(pb));
+    const auto [at, fresh] = seen.emplace(std::make_tuple(pb.worker, pb.role, pb.index, pb.chunk), static_cast<int>(p.buffers.size()));
+    if (!fresh)
+      throw UsageError(fmt::format("{}: worker {}'s {} again (buffer {})", where, pb.worker, buffer_label(pb), at->second));
+    p.buffers.push_back(pb);
   }
   p.actions.resize(p.workers);
   const int buffers = static_cast<int>(p.buffers.size());

@@ -43,13 +43,45 @@ ActionKind parse_action_kind(const std::string& name, const std::string& what);
 PlanLane parse_lane(const std::string& name, const std::string& what);
 CollKind parse_coll_kind(const std::string& name, const std::string& what);
 
+// What a buffer holds. Interpreters bind a buffer to memory by its role, index and chunk; its
+// label ("c1/x[3]") is for people. The JSON word of each is its label's stem.
+enum class BufferRole : uint8_t {
+  Input,            // x: the step's input; x[j]: micro-batch j's, at a pipeline's first stage
+  StageInput,       // in[s]: a later stage's received input, slot s
+  Target,           // t
+  Output,           // y: the net's output (a data-parallel worker's gathered one)
+  OutputGrad,       // dy: the loss's gradient, or a stage's received output gradient
+  LocalOutputGrad,  // dy_local: tp's own channels of it
+  InputGrad,        // dx[s]: an input gradient going back, slot s
+  Loss,
+  Activations,      // acts: the model's own; acts[i]: slot i, or unit / layer i's output
+  KeptGrad,         // keep[s]: a split backward's output gradients, kept for its weight pass
+  Params,
+  Grads,            // grads: all of them; grads[k]: bucket k
+  AdamState,        // adam
+  ShardParams,
+  ShardGrads,
+  UnitGrads,        // an fsdp unit's whole gradients before the reduce-scatter
+  Gathered,         // gathered parameters (fsdp: unit or prefetch slot i) or channels (tp)
+};
+inline constexpr int kBufferRoles = 17;
+const char* buffer_role_name(BufferRole r);
+BufferRole parse_buffer_role(const std::string& name, const std::string& what);
+
 // A buffer of one worker (a tensor, or a region of one the plan tells apart: a micro-batch slot).
 struct PlanBuffer {
   int worker = 0;
-  std::string name;
+  BufferRole role = BufferRole::Input;
+  int index = -1;  // which of the role's buffers (micro-batch, slot, bucket, unit); -1: the only one
+  int chunk = 0;   // an interleaved pipeline's model chunk on its worker
   int64_t bytes = 0;
   DType dtype = DType::F32;  // what its values are kept in (fsdp's gathered parameters: bf16 under --param-dtype bf16)
 };
+// "x", "x[3]", "c1/x[3]": for messages and the text and CSV plans.
+std::string buffer_label(const PlanBuffer& b);
+inline bool same_buffer(const PlanBuffer& a, const PlanBuffer& b) {
+  return a.worker == b.worker && a.role == b.role && a.index == b.index && a.chunk == b.chunk;
+}
 
 // The workers a communicator spans; a worker's rank in it is its index in `members`.
 struct PlanGroup {
@@ -103,7 +135,8 @@ class PlanBuilder {
  public:
   PlanBuilder(std::string strategy, int workers, int64_t batch, int micro_batches);
   int group(const std::string& name, const std::vector<int>& members);  // reused by name
-  int buffer(int worker, const std::string& name, int64_t bytes, DType dtype = DType::F32);  // reused by (worker, name)
+  // Reused by (worker, role, index, chunk); `bytes` and `dtype` are the first call's.
+  int buffer(int worker, BufferRole role, int index, int64_t bytes, DType dtype = DType::F32, int chunk = 0);
   Action& add(int worker, ActionKind kind, PlanLane lane = PlanLane::Compute);
   // Communication: a Send / Recv over `group` to / from worker `peer`, its lane by direction.
   Action& p2p(int worker, ActionKind kind, int group, int peer, int64_t count, int buf, bool async);

@@ -25,14 +25,16 @@ struct Whole {
   int w;
   int64_t n;
   int layers() const { return static_cast<int>(net.layers.size()); }
-  int buf(const std::string& name, int64_t values) { return b.buffer(w, name, values * kF); }
-  void forward(const std::string& x) {
-    b.compute(w, ActionKind::Forward, 0, layers(), 0, {buf(x, n * numel_of(net.input)), params()}, {acts()}).bytes =
-        n * numel_of(net.output) * kF;
+  int buf(BufferRole role, int64_t values, int index = -1) { return b.buffer(w, role, index, values * kF); }
+  void forward() {
+    b.compute(w, ActionKind::Forward, 0, layers(), 0, {buf(BufferRole::Input, n * numel_of(net.input)), params()},
+              {acts()}).bytes = n * numel_of(net.output) * kF;
   }
-  void loss(const std::string& y, int64_t samples) {
+  // The loss over `samples` outputs in buffer `y`.
+  void loss(int y, int64_t samples) {
     const int64_t out = samples * numel_of(net.output);
-    Action& a = b.compute(w, ActionKind::Loss, -1, -1, 0, {buf(y, out), buf("t", out)}, {buf("dy", out), buf("loss", 1)});
+    Action& a = b.compute(w, ActionKind::Loss, -1, -1, 0, {y, buf(BufferRole::Target, out)},
+                          {buf(BufferRole::OutputGrad, out), buf(BufferRole::Loss, 1)});
     a.bytes = out * kF, a.samples = samples;
   }
   // Backward over layers [lo, hi): the weight gradients into `grads`, the data gradient on.
@@ -40,12 +42,13 @@ struct Whole {
     b.compute(w, ActionKind::BackwardWeights, lo, hi, 0, {dy(), acts()}, grads);
     b.compute(w, ActionKind::BackwardData, lo, hi, 0, {dy(), acts(), params()}, {});
   }
-  int params() { return buf("params", net.param_count); }
-  int grads() { return buf("grads", net.param_count); }
-  int acts() { return buf("acts", 0); }  // the model's activations (its own slot)
-  int dy() { return buf("dy", n * numel_of(net.output)); }
+  int params() { return buf(BufferRole::Params, net.param_count); }
+  int grads() { return buf(BufferRole::Grads, net.param_count); }
+  int acts() { return buf(BufferRole::Activations, 0); }  // the model's activations (its own slot)
+  int dy() { return buf(BufferRole::OutputGrad, n * numel_of(net.output)); }
+  int adam(int64_t count) { return buf(BufferRole::AdamState, 2 * count); }
   void optimizer(int params, int grads, int64_t count) {
-    b.compute(w, ActionKind::Optimizer, -1, -1, -1, {grads}, {params, buf("adam", 2 * count)}).bytes = count * kF;
+    b.compute(w, ActionKind::Optimizer, -1, -1, -1, {grads}, {params, adam(count)}).bytes = count * kF;
   }
 };
 
@@ -56,8 +59,8 @@ Plan plan_regular(const NetPlan& net, const StrategyOptions&, int64_t batch) {
   b.plan().replica[0] = 0;
   Whole s{b, net, 0, batch};
   b.at(0, batch);
-  s.forward("x");
-  s.loss("acts", batch);
+  s.forward();
+  s.loss(s.acts(), batch);
   s.backward(0, s.layers(), {s.grads()});
   s.optimizer(s.params(), s.grads(), net.param_count);
   return b.take();
@@ -77,17 +80,17 @@ Plan plan_dp(const NetPlan& net, const StrategyOptions& o, int64_t batch) {
     Action& bc = b.collective(i, CollKind::Broadcast, world, np, np * kF, false);
     bc.root = 0;
     (i == 0 ? bc.reads : bc.writes).push_back(params);
-    const int x = s.buf("x", (i == 0 ? batch : chunks[i]) * in);
+    const int x = s.buf(BufferRole::Input, (i == 0 ? batch : chunks[i]) * in);
     if (i == 0)
       for (int j = 1; j < used; ++j) b.p2p(0, ActionKind::Send, world, j, chunks[j] * in, x, false);
     else
       b.p2p(i, ActionKind::Recv, world, 0, chunks[i] * in, x, false);
-    s.forward("x");
+    s.forward();
     if (i == 0) {
-      const int y = s.buf("y", batch * out), dy = s.buf("dy", batch * out);
+      const int y = s.buf(BufferRole::Output, batch * out), dy = s.buf(BufferRole::OutputGrad, batch * out);
       b.compute(0, ActionKind::Copy, -1, -1, -1, {s.acts()}, {y}).bytes = chunks[0] * out * kF;
       for (int j = 1; j < used; ++j) b.p2p(0, ActionKind::Recv, world, j, chunks[j] * out, y, false);
-      s.loss("y", batch);
+      s.loss(y, batch);
       for (int j = 1; j < used; ++j) b.p2p(0, ActionKind::Send, world, j, chunks[j] * out, dy, false);
     } else {
       b.p2p(i, ActionKind::Send, world, 0, chunks[i] * out, s.acts(), false);
@@ -114,14 +117,14 @@ Plan plan_ddp(const NetPlan& net, const StrategyOptions& o, int64_t batch) {
     b.plan().replica[i] = i;
     Whole s{b, net, i, chunks[i]};
     b.at(i, chunks[i]);
-    s.forward("x");
-    s.loss("acts", chunks[i]);
+    s.forward();
+    s.loss(s.acts(), chunks[i]);
     // Backward down to each bucket's lowest layer, then its all-reduce starts (ddp's callback).
     std::vector<int> starts;
     int top = s.layers();
     for (std::size_t k = 0; k < buckets.size(); ++k) {
       const BucketLayout& bk = buckets[k];
-      const int g = s.buf(fmt::format("grads[{}]", k), bk.end - bk.begin);
+      const int g = s.buf(BufferRole::Grads, bk.end - bk.begin, static_cast<int>(k));
       s.backward(bk.first_layer, top, {g});
       top = bk.first_layer;
       Action& ar = on_wire(b.collective(i, CollKind::AllReduce, world, bk.end - bk.begin, (bk.end - bk.begin) * kF, true),
@@ -132,8 +135,8 @@ Plan plan_ddp(const NetPlan& net, const StrategyOptions& o, int64_t batch) {
     if (top > 0) s.backward(0, top, {});  // leading layers without parameters
     b.wait(i, starts);
     std::vector<int> grads;
-    for (std::size_t k = 0; k < buckets.size(); ++k) grads.push_back(s.buf(fmt::format("grads[{}]", k), 0));
-    Action& opt = b.compute(i, ActionKind::Optimizer, -1, -1, -1, grads, {s.params(), s.buf("adam", 2 * net.param_count)});
+    for (std::size_t k = 0; k < buckets.size(); ++k) grads.push_back(s.buf(BufferRole::Grads, 0, static_cast<int>(k)));
+    Action& opt = b.compute(i, ActionKind::Optimizer, -1, -1, -1, grads, {s.params(), s.adam(net.param_count)});
     opt.bytes = net.param_count * kF;
   }
   return b.take();
@@ -176,16 +179,16 @@ Plan plan_fsdp(const NetPlan& net, const StrategyOptions& o, int64_t batch, cons
     b.at(r, chunks[r]);
     const int64_t c = chunks[r];
     const int group = shard_group[r / S];
-    const int shard_params = s.buf("shard_params", total), shard_grads = s.buf("shard_grads", total);
+    const int shard_params = s.buf(BufferRole::ShardParams, total), shard_grads = s.buf(BufferRole::ShardGrads, total);
     // --param-dtype bf16 over several shards: the whole parameters are gathered into bf16 and
     // computed with as they are (one worker's shards are its whole parameters, fp32).
     const DType whole_dtype = S > 1 ? o.param_dtype : DType::F32;
     auto gathered = [&](int u) {
-      const std::string name = !reshard ? fmt::format("gathered[{}]", u) : prefetch ? fmt::format("gathered@{}", u % 2) : "gathered";
+      const int index = !reshard ? u : prefetch ? u % 2 : -1;  // zero2: a unit's own; fsdp-prefetch: a slot
       const int64_t bytes = reshard ? 0 : S * units[u].shard * static_cast<int64_t>(dtype_size(whole_dtype));
-      return b.buffer(r, name, bytes, whole_dtype);
+      return b.buffer(r, BufferRole::Gathered, index, bytes, whole_dtype);
     };
-    auto act = [&](int u) { return u < 0 ? s.buf("x", c * numel_of(net.input)) : s.buf(fmt::format("acts[{}]", u), 0); };
+    auto act = [&](int u) { return u < 0 ? s.buf(BufferRole::Input, c * numel_of(net.input)) : s.buf(BufferRole::Activations, 0, u); };
     // The unit's communication and Free carry its layers: the executor finds its shard's place by them.
     auto of_unit = [&](Action& a, int u) {
       a.layer_begin = units[u].begin, a.layer_end = units[u].end;
@@ -211,14 +214,14 @@ Plan plan_fsdp(const NetPlan& net, const StrategyOptions& o, int64_t batch, cons
       settle();
     }
     if (prefetch && reshard) pending = gather(nu - 1, true);  // backward's first unit, under the loss
-    if (c > 0) s.loss(fmt::format("acts[{}]", nu - 1), c);
+    if (c > 0) s.loss(act(nu - 1), c);
     int dy = s.dy();
     for (int u = nu - 1; u >= 0; --u) {
       settle();
       if (reshard && !prefetch) gather(u);
       if (reshard && prefetch && u > 0) pending = gather(u - 1, true);
-      const int ug = s.buf("unit_grads", 0);
-      const int dx = u > 0 ? s.buf(fmt::format("dx[{}]", u % 2), 0) : -1;
+      const int ug = s.buf(BufferRole::UnitGrads, 0);
+      const int dx = u > 0 ? s.buf(BufferRole::InputGrad, 0, u % 2) : -1;
       if (c > 0) {
         b.compute(r, ActionKind::BackwardWeights, units[u].begin, units[u].end, 0, {dy, act(u - 1)}, {ug});
         b.compute(r, ActionKind::BackwardData, units[u].begin, units[u].end, 0, {dy, gathered(u)},
@@ -238,7 +241,7 @@ Plan plan_fsdp(const NetPlan& net, const StrategyOptions& o, int64_t batch, cons
       of_unit(b.compute(r, ActionKind::Free, -1, -1, -1, {}, {gathered(u)}), u);
       dy = dx;
     }
-    b.compute(r, ActionKind::Optimizer, -1, -1, -1, {shard_grads}, {shard_params, s.buf("adam", 2 * total)}).bytes =
+    b.compute(r, ActionKind::Optimizer, -1, -1, -1, {shard_grads}, {shard_params, s.adam(total)}).bytes =
         total * kF;
   }
   return b.take();

@@ -2,7 +2,6 @@
 // buckets are all-reduced (sum) as soon as backward has finished them, and every replica steps.
 // Gradients are those of the global mean by default, or torch DDP's mean of the ranks' local
 // means (--grad-average local).
-#include <cstdio>
 
 #include "engine/check.h"
 #include "strategies/batch.h"
@@ -135,11 +134,10 @@ class DistributedDataParallel final : public GroupStrategy {
     for (std::size_t b = 0; b < plan_.buffers.size(); ++b) {
       const PlanBuffer& buf = plan_.buffers[b];
       if (buf.worker != w.rank) continue;
-      int k = 0;
-      if (std::sscanf(buf.name.c_str(), "grads[%d]", &k) == 1) at[b] = w.model->grads().data() + buckets_.at(k).begin;
-      else if (buf.name == "x") at[b] = w.x.data();
-      else if (buf.name == "dy") at[b] = w.dy.data();
-      else if (buf.name == "params") at[b] = w.model->params().data();
+      if (buf.role == BufferRole::Grads && buf.index >= 0) at[b] = w.model->grads().data() + buckets_.at(buf.index).begin;
+      else if (buf.role == BufferRole::Input) at[b] = w.x.data();
+      else if (buf.role == BufferRole::OutputGrad) at[b] = w.dy.data();
+      else if (buf.role == BufferRole::Params) at[b] = w.model->params().data();
     }
     return at;
   }

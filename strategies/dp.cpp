@@ -57,16 +57,18 @@ class DataParallel final : public GroupStrategy {
     PlanExecutor::Binding b;
     b.tracer = &w.tracer;
     b.at = [&](const Action& a, int buf, bool) -> float* {
-      const std::string& name = bufs[buf].name;
       // Device 0's piece of the batch for peer j: its chunk's samples.
       const int64_t at = i == 0 && a.peer > 0 ? offsets_[a.peer] : 0;
-      if (name == "params") return m.params().data();
-      if (name == "grads") return m.grads().data();
-      if (name == "x") return w.x.data() + at * in;
-      if (name == "y") return w.y.data() + at * out;
-      if (name == "dy") return w.dy.data() + at * out;
-      if (name == "acts") return const_cast<float*>(y);  // the forward's output
-      PB_CHECK(false, "dp: worker {} has no buffer {} for {}", i, name, describe(plan_, i, a.id));
+      switch (bufs[buf].role) {
+        case BufferRole::Params: return m.params().data();
+        case BufferRole::Grads: return m.grads().data();
+        case BufferRole::Input: return w.x.data() + at * in;
+        case BufferRole::Output: return w.y.data() + at * out;
+        case BufferRole::OutputGrad: return w.dy.data() + at * out;
+        case BufferRole::Activations: return const_cast<float*>(y);  // the forward's output
+        default: break;
+      }
+      PB_CHECK(false, "dp: worker {} has no buffer {} for {}", i, buffer_label(bufs[buf]), describe(plan_, i, a.id));
       return nullptr;
     };
     b.comm = [&](int) -> std::pair<Communicator*, int> { return {&g.comm(), i}; };

@@ -13,7 +13,6 @@
 // S workers (worker r: shard r % S of group r / S), each reduced shard then all-reduced over the R
 // workers that hold it, on communicators of their own.
 #include <algorithm>
-#include <cstdio>
 
 #include <fmt/format.h>
 
@@ -171,16 +170,16 @@ class FullyShardedDataParallel final : public GroupStrategy {
     b.at = [&](const Action& a, int buf, bool) -> float* {
       const int u = unit_of(a);
       const Unit& unit = units_[u];
-      const std::string& nm = plan_.buffers[buf].name;
-      if (nm == "shard_params") return s.params.data() + unit.at;
-      if (nm == "shard_grads") return s.grads.data() + unit.at;
-      if (nm == "unit_grads") {  // also without a chunk: then the zeros it holds
+      const BufferRole role = plan_.buffers[buf].role;
+      if (role == BufferRole::ShardParams) return s.params.data() + unit.at;
+      if (role == BufferRole::ShardGrads) return s.grads.data() + unit.at;
+      if (role == BufferRole::UnitGrads) {  // also without a chunk: then the zeros it holds
         grads_view(u);
         // hsdp<R>x1: the shard is the whole, and last step's all-reduce left its sum there.
         if (n == 0 && !s.unit_grads.defined()) w.be().fill(models[u]->grads().data(), models[u]->grads().numel(), 0.0f);
         return models[u]->grads().data();
       }
-      Sequential& m = *models[u];  // "gathered": the unit's whole parameters (fsdp-prefetch: slot u % 2)
+      Sequential& m = *models[u];  // gathered: the unit's whole parameters (fsdp-prefetch: slot u % 2)
       m.params() = whole(s.params, s.gathered, gathered_at(u), ways_, unit);
       return m.params().data();
     };

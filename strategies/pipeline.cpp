@@ -27,7 +27,6 @@
 // micro-batches; after its last backward, each stage's gradients are all-reduced (summed) among
 // the D workers that hold it (a communicator per stage), and every worker steps its stage.
 #include <algorithm>
-#include <cstdio>
 
 #include "engine/check.h"
 #include "strategies/batch.h"
@@ -118,12 +117,6 @@ class Staged final : public GroupStrategy {
       check_stage_plan(*opts_.plan, plan_, ranges_, slots, opts_.recompute, opts_.plan_source.empty() ? "--plan" : opts_.plan_source);
       plan_ = *opts_.plan;
     }
-    // Per buffer of the plan that runs (a plan file's own list: other buffers, in another order).
-    chunk_of_.clear();
-    for (const PlanBuffer& buf : plan_.buffers) {
-      int c = 0;
-      chunk_of_.push_back(std::sscanf(buf.name.c_str(), "c%d/", &c) == 1 ? c : 0);
-    }
     staging_.clear();
     for (int r = 0; r < workers(); ++r) staging_.push_back(transfer_staging(plan_, r));
     ptrs_.assign(workers(), {});
@@ -189,7 +182,7 @@ class Staged final : public GroupStrategy {
     PlanExecutor::Binding b;
     b.tracer = &w.tracer;
     b.at = [&](const Action& a, int buf, bool) {  // null: an activation, its slot's output
-      return at[buf] ? at[buf] : const_cast<float*>(out[chunk_of_[buf]].at(a.micro));
+      return at[buf] ? at[buf] : const_cast<float*>(out[plan_.buffers[buf].chunk].at(a.micro));
     };
     b.comm = [&](int group) -> std::pair<Communicator*, int> {
       if (group == 0) return {&g.comm(), rank};  // the world
@@ -197,7 +190,7 @@ class Staged final : public GroupStrategy {
     };
     b.compute = [&](const Action& a) {
       // The chunk an action computes on: its first buffer's (the optimizer's: its gradients).
-      const int c = chunk_of_[a.reads.empty() ? a.writes.at(0) : a.reads[0]];
+      const int c = plan_.buffers[a.reads.empty() ? a.writes.at(0) : a.reads[0]].chunk;
       Chunk& ch = chunk_[rank][c];
       Sequential& m = *ch.model;
       const int slot = opts_.recompute ? 0 : a.micro % ch.slots;
@@ -238,7 +231,7 @@ class Staged final : public GroupStrategy {
  private:
   // Whether the buffers name B's kept output gradients: a split backward (ZB-H1's B or W).
   bool kept(const std::vector<int>& bufs) const {
-    return split_ && std::any_of(bufs.begin(), bufs.end(), [&](int b) { return plan_.buffers[b].name.rfind("keep[", 0) == 0; });
+    return split_ && std::any_of(bufs.begin(), bufs.end(), [&](int b) { return plan_.buffers[b].role == BufferRole::KeptGrad; });
   }
 
   // Where each of the worker's plan buffers lives (null: an activation, known once made).
@@ -249,16 +242,17 @@ class Staged final : public GroupStrategy {
     for (std::size_t b = 0; b < plan_.buffers.size(); ++b) {
       const PlanBuffer& buf = plan_.buffers[b];
       if (buf.worker != w.rank) continue;
-      const Chunk& ch = chunk_[w.rank].at(chunk_of_[b]);
+      const Chunk& ch = chunk_[w.rank].at(buf.chunk);
       const int64_t in = numel_of(ch.model->in_sample());
-      const std::size_t slash = buf.name.find('/');
-      const char* name = buf.name.c_str() + (slash == std::string::npos ? 0 : slash + 1);
-      int j = 0;
-      if (std::sscanf(name, "x[%d]", &j) == 1) at[b] = ch.x_->data() + offsets_[d][j] * in;
-      else if (std::sscanf(name, "in[%d]", &j) == 1) at[b] = ch.x_->data() + j * most * in;
-      else if (std::sscanf(name, "dx[%d]", &j) == 1) at[b] = ch.dx_->data() + j * most * in;
-      else if (std::string(name) == "dy") at[b] = ch.dy_->data();
-      else if (std::string(name) == "grads") at[b] = ch.model->grads().data();
+      const int j = buf.index;
+      switch (buf.role) {
+        case BufferRole::Input: at[b] = ch.x_->data() + offsets_[d].at(j) * in; break;
+        case BufferRole::StageInput: at[b] = ch.x_->data() + j * most * in; break;
+        case BufferRole::InputGrad: at[b] = ch.dx_->data() + j * most * in; break;
+        case BufferRole::OutputGrad: at[b] = ch.dy_->data(); break;
+        case BufferRole::Grads: at[b] = ch.model->grads().data(); break;
+        default: break;
+      }
     }
     return at;
   }
@@ -284,7 +278,6 @@ class Staged final : public GroupStrategy {
   Plan plan_;                                 // the step, every worker's actions
   std::vector<std::vector<float*>> ptrs_;     // per local worker: its plan buffers' places
   std::vector<std::vector<Chunk>> chunk_;     // per worker: its chunks
-  std::vector<int> chunk_of_;                 // per plan buffer: its chunk
   std::vector<std::vector<int64_t>> staging_; // per worker: its bf16 transfer staging (transfer_staging)
 };
 

@@ -35,9 +35,9 @@ struct StageEmitter {
   int backwards = 0, last_scratch_send = kNone;
   bool own_group = false;
   bool* grouped = nullptr;  // the worker's open p2p group, shared by its chunks
-  // Interleaved chunks: the previous and next stages' workers, and the buffer prefix.
+  // Interleaved chunks: the previous and next stages' workers, and the chunk its buffers belong to.
   int prev = w - 1, next = w + 1;
-  std::string pre{};
+  int chunk = 0;
   // Megatron's batches (interleaved): receives posted a step ahead (post_*), a step's sends held
   // until its computations are done (flush), each step's transfers one group.
   bool batched = false;
@@ -54,13 +54,14 @@ struct StageEmitter {
   Action& p2p(ActionKind kind, int peer, int64_t n, int into) {
     return on_wire(b.p2p(w, kind, world, peer, n, into, true), wire);
   }
-  int buf(const std::string& name, int64_t values) { return b.buffer(w, pre + name, values * kF); }
+  int buf(BufferRole role, int64_t values, int index = -1) { return b.buffer(w, role, index, values * kF, DType::F32, chunk); }
   int input(int k) {
-    return s == 0 ? buf(fmt::format("x[{}]", k), sizes[k] * in) : buf(fmt::format("in[{}]", k % slots), sizes[0] * in);
+    return s == 0 ? buf(BufferRole::Input, sizes[k] * in, k) : buf(BufferRole::StageInput, sizes[0] * in, k % slots);
   }
-  int acts(int k) { return buf(fmt::format("acts[{}]", recompute ? 0 : k % slots), 0); }
-  int params() { return buf("params", 0); }
-  int grads() { return buf("grads", 0); }
+  int acts(int k) { return buf(BufferRole::Activations, 0, recompute ? 0 : k % slots); }
+  int params() { return buf(BufferRole::Params, 0); }
+  int grads() { return buf(BufferRole::Grads, 0); }
+  int dy() { return buf(BufferRole::OutputGrad, sizes[0] * out); }
   void open() {
     if (!grouped) grouped = &own_group;
     if (!*grouped) b.add(w, ActionKind::GroupStart);
@@ -98,7 +99,7 @@ struct StageEmitter {
   void post_backward(int k) {
     if (last) return;
     open();
-    Action& a = p2p(ActionKind::Recv, next, sizes[k] * out, buf("dy", sizes[0] * out));
+    Action& a = p2p(ActionKind::Recv, next, sizes[k] * out, dy());
     a.micro = k, posted_dy[k] = a.id;
   }
   void flush() {
@@ -130,7 +131,7 @@ struct StageEmitter {
     act_send[k] = a.id;
     if (recompute) last_scratch_send = k;
   }
-  int keep(int k) { return buf(fmt::format("keep[{}]", k % slots), 0); }  // B's output gradients, for W
+  int keep(int k) { return buf(BufferRole::KeptGrad, 0, k % slots); }  // B's output gradients, for W
   // ZB-H1's W: the weight gradients from what B kept.
   void weights(int k, bool first) {
     b.at(w, sizes[k]);
@@ -143,7 +144,7 @@ struct StageEmitter {
   void backward(int k, bool first, bool again, bool split = false) {
     const int64_t n = sizes[k];
     b.at(w, n);
-    const int dy = buf("dy", sizes[0] * out);
+    const int dy = this->dy();
     if (!last) {
       if (batched) close(), b.wait(w, {posted_dy.at(k)});
       else receive(dy, n * out, next, k);
@@ -155,13 +156,13 @@ struct StageEmitter {
       b.compute(w, ActionKind::Recompute, begin, end, k, {input(k), params()}, {acts(k)}).bytes = n * out * kF;
     }
     if (last)
-      b.compute(w, ActionKind::Loss, -1, -1, k, {acts(k), buf("t", 0)}, {dy, buf("loss", 0)}).bytes = n * out * kF;
+      b.compute(w, ActionKind::Loss, -1, -1, k, {acts(k), buf(BufferRole::Target, 0)}, {dy, buf(BufferRole::Loss, 0)}).bytes = n * out * kF;
     const int slot = backwards++ % 2;
     int dx = kNone;
     if (s > 0) {
       if (grad_send[slot] != kNone) b.wait(w, {grad_send[slot]});
       grad_send[slot] = kNone;
-      dx = buf(fmt::format("dx[{}]", slot), sizes[0] * in);
+      dx = buf(BufferRole::InputGrad, sizes[0] * in, slot);
     }
     std::vector<int> reads = {dy, acts(k)};
     if (!first) reads.push_back(grads());  // later micro-batches add to the gradients
@@ -181,8 +182,8 @@ struct StageEmitter {
   }
 };
 
-// Interleaved 1F1B: worker r's chunk c is stage c * P + r, each chunk a stage's emitter (buffers
-// "c<c>/..."), all of a worker's sharing its open p2p group. Activations and gradients share the
+// Interleaved 1F1B: worker r's chunk c is stage c * P + r, each chunk a stage's emitter (its
+// buffers' chunk c), all of a worker's sharing its open p2p group. Activations and gradients share the
 // world group: Megatron's order has each worker receive a peer's messages in the order sent
 // (PipelineSchedule.InterleavedRunsEveryChunkWithoutDeadlock), so no tags are needed. Transfers go
 // in Megatron's batches: on NCCL's in-order stream a lone send may wait on a peer whose send
@@ -210,9 +211,9 @@ Plan plan_interleaved(const NetPlan& net, const StrategyOptions& o, int64_t batc
                    numel_of(net.layers[begin].in), numel_of(net.layers[end - 1].out), sizes, std::vector<int>(m, kNone)});
       StageEmitter& x = e.back();
       x.grouped = &grouped, x.prev = (r + P - 1) % P, x.next = (r + 1) % P;
-      x.pre = fmt::format("c{}/", c);
+      x.chunk = c;
       x.wire = activation_wire(o);
-      x.buf("params", np[c]), x.buf("grads", np[c]);
+      x.buf(BufferRole::Params, np[c]), x.buf(BufferRole::Grads, np[c]);
     }
     // Megatron's steps: each warm-up forward, each steady forward with its backward, each cool-down
     // backward; after a step one group sends its outputs and receives the next step's inputs.
@@ -243,7 +244,7 @@ Plan plan_interleaved(const NetPlan& net, const StrategyOptions& o, int64_t batc
         if (id != kNone) b.wait(r, {id});
     }
     for (int c = 0; c < V; ++c)
-      b.compute(r, ActionKind::Optimizer, -1, -1, -1, {e[c].grads()}, {e[c].params(), e[c].buf("adam", 2 * np[c])}).bytes =
+      b.compute(r, ActionKind::Optimizer, -1, -1, -1, {e[c].grads()}, {e[c].params(), e[c].buf(BufferRole::AdamState, 2 * np[c])}).bytes =
           np[c] * kF;
   }
   return b.take();
@@ -312,8 +313,8 @@ Plan plan_stage_steps(const NetPlan& net, const StrategyOptions& o, int64_t batc
                    numel_of(net.layers[begin].in), numel_of(net.layers[end - 1].out), sizes,
                    std::vector<int>(sizes.size(), kNone)};
     e.wire = activation_wire(o);
-    b.buffer(r, "params", np * kF);
-    b.buffer(r, "grads", np * kF);
+    b.buffer(r, BufferRole::Params, -1, np * kF);
+    b.buffer(r, BufferRole::Grads, -1, np * kF);
     for (const PipeOp& op : pipeline_ops(schedule, o.recompute, stages, s, m)) {
       if (op.forward) e.forward(op.micro);
       else if (op.part == PipeOp::Part::Weights) e.weights(op.micro, op.first_backward);
@@ -327,7 +328,7 @@ Plan plan_stage_steps(const NetPlan& net, const StrategyOptions& o, int64_t batc
       Action& ar = on_wire(b.collective(r, CollKind::AllReduce, stage_group[s], np, np * kF, false), o.reduce_dtype);
       ar.reads.push_back(e.grads()), ar.writes.push_back(e.grads());
     }
-    b.compute(r, ActionKind::Optimizer, -1, -1, -1, {e.grads()}, {e.params(), e.buf("adam", 2 * np)}).bytes = np * kF;
+    b.compute(r, ActionKind::Optimizer, -1, -1, -1, {e.grads()}, {e.params(), e.buf(BufferRole::AdamState, 2 * np)}).bytes = np * kF;
   }
   return b.take();
 }

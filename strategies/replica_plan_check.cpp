@@ -2,6 +2,8 @@
 // function -- beyond what the validator proves, its own plan's computations in the same order, its
 // buffers, and each all-reduce over the bucket its own plan reduces.
 #include <algorithm>
+#include <tuple>
+#include <vector>
 
 #include <fmt/ranges.h>
 
@@ -18,9 +20,9 @@ bool computation(ActionKind k) {
          k == ActionKind::BackwardWeights || k == ActionKind::Loss || k == ActionKind::Optimizer;
 }
 
-std::vector<std::string> names(const Plan& p, const std::vector<int>& buffers) {
-  std::vector<std::string> out;
-  for (int b : buffers) out.push_back(p.buffers.at(b).name);
+std::vector<std::tuple<BufferRole, int, int>> keys(const Plan& p, const std::vector<int>& buffers) {
+  std::vector<std::tuple<BufferRole, int, int>> out;
+  for (int b : buffers) out.emplace_back(p.buffers.at(b).role, p.buffers.at(b).index, p.buffers.at(b).chunk);
   return out;
 }
 
@@ -29,7 +31,7 @@ bool same_call(const Plan& a, const Action& x, const Plan& b, const Action& y) {
   auto group = [](const Plan& p, int g) { return g < 0 ? std::string() : p.groups.at(g).name; };
   return x.kind == y.kind && x.coll == y.coll && group(a, x.group) == group(b, y.group) && x.peer == y.peer &&
          x.root == y.root && x.count == y.count && x.bytes == y.bytes && x.async == y.async &&
-         names(a, x.reads) == names(b, y.reads) && names(a, x.writes) == names(b, y.writes);
+         keys(a, x.reads) == keys(b, y.reads) && keys(a, x.writes) == keys(b, y.writes);
 }
 
 }  // namespace
@@ -54,8 +56,10 @@ void check_replica_plan(const Plan& user, const Plan& own, const std::string& so
         for (int b : *list) {
           const PlanBuffer& mine = user.buffers.at(b);
           bool kept = false;
-          for (const PlanBuffer& o : own.buffers) kept = kept || (o.worker == w && o.name == mine.name && o.bytes == mine.bytes);
-          if (!kept) refuse(w, a.id, fmt::format("buffer '{}' ({} B) is none that {} keeps on worker {}", mine.name, mine.bytes, own.strategy, w));
+          for (const PlanBuffer& o : own.buffers) kept = kept || (same_buffer(o, mine) && o.bytes == mine.bytes);
+          if (!kept)
+            refuse(w, a.id, fmt::format("buffer '{}' ({} B) is none that {} keeps on worker {}", buffer_label(mine), mine.bytes,
+                                        own.strategy, w));
         }
     // Its computations: the strategy's own, in the same order (the step runs backward as one call).
     std::vector<const Action*> mine_compute, own_compute, own_calls;

@@ -2,7 +2,6 @@
 // for pipeline.cpp's step to compute the same function -- beyond what the validator proves, the
 // places the strategy keeps each micro-batch's input, activations and gradients.
 #include <algorithm>
-#include <cstdio>
 #include <map>
 #include <set>
 #include <tuple>
@@ -104,25 +103,25 @@ void check_stage_plan(const Plan& user, const Plan& own, const std::vector<std::
                                 dtype_label(own_t)));
   const int stages = static_cast<int>(ranges.size());
   for (int w = 0; w < user.workers; ++w) {
-    std::set<std::string> places;  // the buffers the strategy keeps for this worker
+    std::set<std::tuple<BufferRole, int, int>> places;  // the buffers the strategy keeps for this worker
     for (const PlanBuffer& b : own.buffers)
-      if (b.worker == w) places.insert(b.name);
-    auto name = [&](int b) -> const std::string& { return user.buffers.at(b).name; };
+      if (b.worker == w) places.insert({b.role, b.index, b.chunk});
+    auto name = [&](int b) { return buffer_label(user.buffers.at(b)); };
+    // Of the worker's first chunk (the one an interleaved worker's others are checked by the executor).
+    auto is = [&](int b, BufferRole role) { return user.buffers.at(b).role == role && user.buffers.at(b).chunk == 0; };
     const int s = w % stages, slot_count = recompute ? 1 : slots.at(w);
     std::map<int, int> holds;     // buffer -> the micro-batch it holds
     std::map<int, int> input_of;  // micro-batch -> the buffer its forward read
     std::vector<int> act_slot(slot_count, -1);  // Sequential's activation slots: their micro-batch
     int backwards = 0, steps = 0;
-    for (const PlanBuffer& b : user.buffers) {  // stage 0's inputs: x[j] is micro-batch j's
-      int j = 0;
-      if (b.worker == w && std::sscanf(b.name.c_str(), "x[%d", &j) == 1 && b.name == fmt::format("x[{}]", j))
-        holds[static_cast<int>(&b - user.buffers.data())] = j;
-    }
+    for (const PlanBuffer& b : user.buffers)  // stage 0's inputs: x[j] is micro-batch j's
+      if (b.worker == w && b.role == BufferRole::Input && b.chunk == 0 && b.index >= 0)
+        holds[static_cast<int>(&b - user.buffers.data())] = b.index;
     for (const Action& a : user.actions[w]) {
       if (a.kind == ActionKind::Optimizer && ++steps > 1) refuse(w, a.id, "a second optimizer step");
       for (const auto* ids : {&a.reads, &a.writes})
         for (int b : *ids)
-          if (!places.count(name(b)))
+          if (const PlanBuffer& ub = user.buffers.at(b); !places.count({ub.role, ub.index, ub.chunk}))
             refuse(w, a.id, fmt::format("buffer '{}' is none that {} keeps on worker {}", name(b), own.strategy, w));
       const int k = a.micro;
       if (stage_compute(a.kind) && (a.layer_begin != ranges[s].first || a.layer_end != ranges[s].second))
@@ -159,14 +158,14 @@ void check_stage_plan(const Plan& user, const Plan& own, const std::vector<std::
                                         act_slot[slot], k));
           if (input_of.count(k)) expect(input_of[k], "the input its activations refer to");
           for (int b : a.reads)
-            if (name(b) == "dy") expect(b, "the output gradient");
+            if (is(b, BufferRole::OutputGrad) && user.buffers[b].index < 0) expect(b, "the output gradient");
           for (int b : a.writes) holds[b] = k;
           break;
         case ActionKind::Send:
           for (int b : a.reads) {
-            if (name(b).rfind("acts", 0) == 0 && act_slot[slot] != k)
+            if (is(b, BufferRole::Activations) && act_slot[slot] != k)
               refuse(w, a.id, fmt::format("the activation slot {} holds micro-batch {}, not {}", slot, act_slot[slot], k));
-            if (name(b).rfind("acts", 0) != 0) expect(b, "what it sends");
+            if (!is(b, BufferRole::Activations)) expect(b, "what it sends");
           }
           break;
         default:

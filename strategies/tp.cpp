@@ -14,7 +14,6 @@
 // kept and all-gathered in bf16, the partial input gradients are summed in fp32 and rounded once
 // after (docs/bf16.md, "tp across workers").
 #include <algorithm>
-#include <cstdio>
 #include <optional>
 
 #include "engine/check.h"
@@ -211,16 +210,17 @@ class TensorParallel final : public GroupStrategy {
     auto piece_of = [&](const Slice& s) { return b * s.piece * s.per_sample; };
     auto gathered_at = [&](const Action& a, bool write) { return write ? 0 : r * piece_of(slices_.at(a.layer_begin)); };
     bind.at16 = [&](const Action& a, int buf, bool write) -> Bf16* {
-      PB_CHECK(plan_.buffers[buf].name == "gathered", "{}: worker {} keeps no {} in bf16", name(), w.rank, plan_.buffers[buf].name);
+      PB_CHECK(plan_.buffers[buf].role == BufferRole::Gathered, "{}: worker {} keeps no {} in bf16", name(), w.rank,
+               buffer_label(plan_.buffers[buf]));
       return st.gathered.data_bf16() + gathered_at(a, write);
     };
     bind.at = [&](const Action& a, int buf, bool write) -> float* {
-      const std::string& nm = plan_.buffers[buf].name;
-      if (nm == "gathered") return st.gathered.data() + gathered_at(a, write);
-      if (nm == "grads") return st.grads.data();
-      int k = 0;
-      PB_CHECK(std::sscanf(nm.c_str(), "dx[%d]", &k) == 1, "{}: worker {} has no buffer {}", name(), w.rank, nm);
-      return st.dx[k].data();
+      const PlanBuffer& pb = plan_.buffers[buf];
+      if (pb.role == BufferRole::Gathered) return st.gathered.data() + gathered_at(a, write);
+      if (pb.role == BufferRole::Grads) return st.grads.data();
+      PB_CHECK(pb.role == BufferRole::InputGrad && pb.index >= 0 && pb.index < 2, "{}: worker {} has no buffer {}", name(),
+               w.rank, buffer_label(pb));
+      return st.dx[pb.index].data();
     };
     std::optional<Tracer::Scope> fwd_span, bwd_span;  // one span each over the layers' calls, as a Sequential's
     float* gout = w.dy.data();

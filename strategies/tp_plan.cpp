@@ -53,21 +53,22 @@ Plan plan_tp(const NetPlan& net, const StrategyOptions& o, int64_t batch, const 
     const int64_t bsz = pieces[d];
     b.plan().replica[w] = w;
     b.at(w, bsz);
-    auto buf = [&](const std::string& n, int64_t values) { return b.buffer(w, n, values * kF); };
-    auto act = [&](const std::string& n, int64_t values) { return b.buffer(w, n, values * kA, act_dtype); };
+    using R = BufferRole;
+    auto buf = [&](R role, int64_t values, int index = -1) { return b.buffer(w, role, index, values * kF); };
+    auto act = [&](R role, int64_t values, int index = -1) { return b.buffer(w, role, index, values * kA, act_dtype); };
     int64_t total = 0;
     for (const TpSlice& s : slices)
       if (s.channels > 0) total += s.k[r] * (s.fan + 1);
-    const int params = buf("params", total), grads = buf("grads", total);
+    const int params = buf(R::Params, total), grads = buf(R::Grads, total);
     const int64_t out_n = numel_of(net.output);
-    const int dy = buf("dy", bsz * out_n);
+    const int dy = buf(R::OutputGrad, bsz * out_n);
     auto optimizer = [&] {
-      b.compute(w, ActionKind::Optimizer, -1, -1, -1, {grads}, {params, buf("adam", 2 * total)}).bytes = total * kF;
+      b.compute(w, ActionKind::Optimizer, -1, -1, -1, {grads}, {params, buf(R::AdamState, 2 * total)}).bytes = total * kF;
     };
     if (workers == 1) {  // one worker: regular's step, the whole net as one Sequential
-      const int x = buf("x", bsz * numel_of(net.input)), acts = buf("acts", 0);
+      const int x = buf(R::Input, bsz * numel_of(net.input)), acts = buf(R::Activations, 0);
       b.compute(w, ActionKind::Forward, 0, layers, 0, {x, params}, {acts});
-      b.compute(w, ActionKind::Loss, -1, -1, 0, {acts, buf("t", bsz * out_n)}, {dy, buf("loss", 1)});
+      b.compute(w, ActionKind::Loss, -1, -1, 0, {acts, buf(R::Target, bsz * out_n)}, {dy, buf(R::Loss, 1)});
       b.compute(w, ActionKind::BackwardWeights, 0, layers, 0, {dy, acts}, {grads});
       b.compute(w, ActionKind::BackwardData, 0, layers, 0, {dy, acts, params}, {});
       optimizer();
@@ -75,9 +76,9 @@ Plan plan_tp(const NetPlan& net, const StrategyOptions& o, int64_t batch, const 
     }
     auto out_of = [&](int i) {  // a layer's whole output (Flatten, in-place ReLU: their input's)
       while (i >= 0 && !owned[i]) --i;
-      return i < 0 ? buf("x", bsz * numel_of(net.input)) : act(fmt::format("acts[{}]", i), bsz * numel_of(net.layers[i].out));
+      return i < 0 ? buf(R::Input, bsz * numel_of(net.input)) : act(R::Activations, bsz * numel_of(net.layers[i].out), i);
     };
-    const int gathered = act("gathered", 0), dy_local = buf("dy_local", 0);
+    const int gathered = act(R::Gathered, 0), dy_local = buf(R::LocalOutputGrad, 0);
     for (int i = 0; i < layers; ++i) {
       const LayerPlan& l = net.layers[i];
       const TpSlice& s = slices[i];
@@ -98,7 +99,7 @@ Plan plan_tp(const NetPlan& net, const StrategyOptions& o, int64_t batch, const 
       for (int q = 0; q < ways; ++q)  // [worker][sample][its channels] -> [sample][channel]
         b.compute(w, ActionKind::Copy, i, i + 1, 0, {gathered}, {y}).bytes = bsz * s.k[q] * s.per_sample * kA;
     }
-    b.compute(w, ActionKind::Loss, -1, -1, 0, {out_of(layers - 1), buf("t", bsz * out_n)}, {dy, buf("loss", 1)}).bytes =
+    b.compute(w, ActionKind::Loss, -1, -1, 0, {out_of(layers - 1), buf(R::Target, bsz * out_n)}, {dy, buf(R::Loss, 1)}).bytes =
         bsz * out_n * kF;
     int gout = dy, next = 0;
     for (int i = layers - 1; i >= 0; --i) {
@@ -119,7 +120,7 @@ Plan plan_tp(const NetPlan& net, const StrategyOptions& o, int64_t batch, const 
         b.compute(w, ActionKind::Copy, i, i + 1, 0, {gout}, {dy_local}).bytes = bsz * s.k[r] * s.per_sample * kF;
         dyk = dy_local;
       }
-      const int dx = i > 0 ? buf(fmt::format("dx[{}]", next), 0) : -1;
+      const int dx = i > 0 ? buf(R::InputGrad, 0, next) : -1;
       const double part = static_cast<double>(s.k[r]) / static_cast<double>(s.channels);
       b.compute(w, ActionKind::BackwardWeights, i, i + 1, 0, {x, dyk}, {grads}).part = part;
       b.compute(w, ActionKind::BackwardData, i, i + 1, 0, {dyk, params}, dx >= 0 ? std::vector<int>{dx} : std::vector<int>{})

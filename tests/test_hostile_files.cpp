@@ -141,6 +141,39 @@ TEST_F(HostileFiles, PlanNumbersAreRangeCheckedNotWrapped) {
   EXPECT_THAT(r.err, Not(HasSubstr("--micro-batches")));
 }
 
+// A buffer is its role, index and chunk: interpreters bind it by them, so a plan says each once,
+// with a role they know; a plan from before roles is told how to get one.
+TEST_F(HostileFiles, PlanBuffersAreTypedAndEachSaidOnce) {
+  auto refused = [&](const std::function<void(json&)>& edit, const std::string& part) {
+    json j = json::parse(read_file(plan_fixture()));
+    edit(j);
+    try {
+      plan_from_json(j.dump(), "p.json");
+      ADD_FAILURE() << "accepted: " << part;
+    } catch (const UsageError& e) {
+      EXPECT_THAT(e.what(), HasSubstr(part));
+      EXPECT_THAT(e.what(), HasSubstr("p.json: buffer 1"));
+    }
+  };
+  refused([](json& j) { j["buffers"][1]["role"] = "scratch"; }, "unknown buffer role 'scratch': expected one of x, in,");
+  refused([](json& j) { j["buffers"][1]["index"] = 0; }, "worker 0's x[0] again (buffer 0)");
+  refused([](json& j) { j["buffers"][1]["index"] = -2; }, "field 'index'");
+  refused([](json& j) { j["buffers"][1].erase("role"); }, "missing field 'role'");
+  refused([](json& j) { j["buffers"][1].erase("role"), j["buffers"][1]["name"] = "x[1]"; },
+          "has a 'name' and no 'role'");
+  // The same buffer on another chunk is another buffer; written back, a plan reads the same.
+  json j = json::parse(read_file(plan_fixture()));
+  j["buffers"][1]["index"] = 0, j["buffers"][1]["chunk"] = 1;
+  const Plan p = plan_from_json(j.dump(), "p.json");
+  EXPECT_EQ(buffer_label(p.buffers[1]), "c1/x[0]");
+  const Plan back = plan_from_json(plan_to_json(p), "back.json");
+  ASSERT_EQ(back.buffers.size(), p.buffers.size());
+  for (std::size_t b = 0; b < p.buffers.size(); ++b) {
+    EXPECT_TRUE(same_buffer(back.buffers[b], p.buffers[b])) << buffer_label(p.buffers[b]);
+    EXPECT_EQ(back.buffers[b].bytes, p.buffers[b].bytes);
+  }
+}
+
 TEST_F(HostileFiles, SendAndReceiveMustAgreeOnDtypeBytesAndFitTheirBuffers) {
   const Plan good = read_plan_file(plan_fixture());
   ASSERT_TRUE(validate_plan(good).empty()) << issues_text(validate_plan(good));
@@ -190,7 +223,7 @@ TEST_F(HostileFiles, EndlessFilesAreRefusedNamingTheFileAndItsLimit) {
   // A valid plan padded with unused buffers: checked in time linear in its size, and it runs (the
   // pipeline indexed the file's buffers by its own plan's list).
   const std::string padded = plan_with("padded.json", [](json& j) {
-    for (int i = 0; i < 200000; ++i) j["buffers"].push_back({{"worker", i % 2}, {"name", fmt::format("pad{}", i)}, {"bytes", 4}});
+    for (int i = 0; i < 200000; ++i) j["buffers"].push_back({{"worker", i % 2}, {"role", "gathered"}, {"index", i}, {"bytes", 4}});
   });
   const auto start = std::chrono::steady_clock::now();
   EXPECT_EQ(parbench("plan --check " + padded).code, 0);

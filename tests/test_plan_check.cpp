@@ -77,7 +77,7 @@ TEST(PlanCheck, AMissingWaitForAReceiveIsARaceOnItsBuffer) {
   const int wait = find_action(p, 1, ActionKind::Wait, recv,
                                [&](const Action& a) { return a.waits == std::vector<int>{recv}; });
   ASSERT_GE(wait, 0);
-  const std::string buffer = p.buffers[p.actions[1][recv].writes.at(0)].name;
+  const std::string buffer = buffer_label(p.buffers[p.actions[1][recv].writes.at(0)]);
   erase_action(p, 1, wait);
   const auto issues = check_plan_order(p);
   ASSERT_FALSE(issues.empty());
@@ -169,10 +169,10 @@ TEST(PlanFormat, GatheredParametersAreKeptInTheParamDtype) {
       ASSERT_EQ(fp32.buffers.size(), bf16.buffers.size());
       int gathered = 0;
       for (std::size_t b = 0; b < bf16.buffers.size(); ++b) {
-        const bool whole = bf16.buffers[b].name.rfind("gathered", 0) == 0;
+        const bool whole = bf16.buffers[b].role == BufferRole::Gathered;
         gathered += whole;
-        EXPECT_EQ(bf16.buffers[b].dtype, whole && n > 1 ? DType::Bf16 : DType::F32) << bf16.buffers[b].name;
-        EXPECT_EQ(bf16.buffers[b].bytes * (whole && n > 1 ? 2 : 1), fp32.buffers[b].bytes) << bf16.buffers[b].name;
+        EXPECT_EQ(bf16.buffers[b].dtype, whole && n > 1 ? DType::Bf16 : DType::F32) << buffer_label(bf16.buffers[b]);
+        EXPECT_EQ(bf16.buffers[b].bytes * (whole && n > 1 ? 2 : 1), fp32.buffers[b].bytes) << buffer_label(bf16.buffers[b]);
       }
       EXPECT_GT(gathered, 0);
       const Plan back = plan_from_json(plan_to_json(bf16), "plan.json");

@@ -180,9 +180,9 @@ TEST(PlanComm, TpBf16GathersInBf16) {
     int kept = 0;
     for (std::size_t i = 0; i < p.buffers.size(); ++i) {
       const PlanBuffer& b = p.buffers[i];
-      const bool act = b.name == "gathered" || b.name.rfind("acts[", 0) == 0;
-      EXPECT_EQ(b.dtype, act && c.devices > 1 ? DType::Bf16 : DType::F32) << "worker " << b.worker << "'s " << b.name;
-      EXPECT_EQ(b.bytes * (b.dtype == DType::Bf16 ? 2 : 1), p32.buffers[i].bytes) << "worker " << b.worker << "'s " << b.name;
+      const bool act = b.role == BufferRole::Gathered || (b.role == BufferRole::Activations && b.index >= 0);
+      EXPECT_EQ(b.dtype, act && c.devices > 1 ? DType::Bf16 : DType::F32) << "worker " << b.worker << "'s " << buffer_label(b);
+      EXPECT_EQ(b.bytes * (b.dtype == DType::Bf16 ? 2 : 1), p32.buffers[i].bytes) << "worker " << b.worker << "'s " << buffer_label(b);
       kept += b.dtype == DType::Bf16 && b.bytes > 0;
     }
     EXPECT_GT(kept, 0) << "no activation kept in bf16";

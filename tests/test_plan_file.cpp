@@ -81,11 +81,13 @@ TEST(PlanFile, APlanThatComputesSomethingElseIsRefusedNamingWorkerAndAction) {
   // A buffer the pipeline does not keep.
   refused(changed([](Plan& p) {
             // As large as the message sent from it (a smaller one the validator refuses first).
-            p.buffers.push_back({1, "scratch", p.buffers[p.actions[1][18].reads[0]].bytes});
+            PlanBuffer scratch{1, BufferRole::Gathered, 7};
+            scratch.bytes = p.buffers[p.actions[1][18].reads[0]].bytes;
+            p.buffers.push_back(scratch);
             p.actions[1][16].writes = {static_cast<int>(p.buffers.size()) - 1};
             p.actions[1][18].reads = {static_cast<int>(p.buffers.size()) - 1};
           }),
-          {"worker 1 action 16", "buffer 'scratch' is none that pipeline-1f1b keeps on worker 1"});
+          {"worker 1 action 16", "buffer 'gathered[7]' is none that pipeline-1f1b keeps on worker 1"});
   // What the validator finds comes first: a wait deleted (the send's buffer is then reused unordered).
   refused(changed([](Plan& p) { p.actions[1][20].waits = {18}; }), {"test plan", "worker 1"});
   // Strategies other than the staged ones run only their own plans.
