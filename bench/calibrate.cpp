@@ -25,6 +25,7 @@
 #include "reports/units.h"
 #include "strategies/pool.h"
 #include "strategies/strategy.h"
+#include "strategies/sweep.h"
 #include "workloads/workload.h"
 
 namespace pb {
@@ -261,7 +262,7 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   warn_if_disturbed(disturbed, "parbench calibrate", "while it calibrated", "its timings are not this machine's own",
                     "calibrate again");
   const std::string text = pj::machine_json(m).dump(2) + "\n";
-  pj::parse_machine(text, f.str("out"));  // what we write must read back
+  pj::parse_machine(text, f.str("out"), unit_classes());  // what we write must read back
   make_dirs(std::filesystem::path(f.str("out")).parent_path().string());
   write_file_atomic(f.str("out"), text);
   fmt::print("parbench calibrate: wrote {} ({}; {:.2f} of {} cores free; conv {:.3g} GFLOP/s; all_reduce alpha {:.3g} us, bus {:.3g} GB/s)\n",

@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/backend.h"
-#include "projection/projection.h"
+#include "scenarios/scenarios.h"
 
 namespace pb::calibration {
 

@@ -120,7 +120,7 @@ int cmd_project(const std::vector<std::string>& args) {
     return project_combine(f);
   }
   if (!f.has("machine")) throw UsageError("--machine FILE is required (machines/*.json, or one written by parbench calibrate)");
-  const pj::Machine m = pj::load_machine(f.str("machine"));
+  const pj::Machine m = pj::load_machine(f.str("machine"), unit_classes());
   std::vector<pj::Profile> profiles;
   for (const std::string& path : split_list(f.str("profile"))) profiles.push_back(pj::load_profile(path));
   if (f.integer("reps") < 1) throw UsageError("--reps must be at least 1");
@@ -172,7 +172,7 @@ int cmd_project(const std::vector<std::string>& args) {
   if (f.has("from-machine") && f.has("from-profile-peak"))
     throw UsageError("--from-machine and --from-profile-peak both scale compute times: give one");
   if (f.has("from-machine")) {
-    const pj::Machine from = pj::load_machine(f.str("from-machine"));
+    const pj::Machine from = pj::load_machine(f.str("from-machine"), unit_classes());
     o.compute_scale = from.peak(have) / m.peak(want);
     scale_note = fmt::format("Compute times scaled from {} ({:.3g} TFLOP/s {}) to {} ({:.3g} TFLOP/s {}): x{:.3g}.", from.name,
                              from.peak(have) / 1e12, have, m.name, m.peak(want) / 1e12, want, o.compute_scale);

@@ -10,7 +10,7 @@
 #include "engine/backend.h"
 #include "engine/net.h"
 #include "plan/plan.h"
-#include "projection/projection.h"
+#include "scenarios/scenarios.h"
 
 namespace pb {
 

@@ -13,6 +13,7 @@
 #include "bench/roofline.h"
 #include "engine/check.h"
 #include "projection/machine.h"
+#include "strategies/sweep.h"
 
 namespace pb {
 
@@ -41,7 +42,7 @@ double cpu_copy_bytes_per_s(int threads) {
 Roofline device_roofline(Device d, Precision p, const std::string& machine_file) {
   const std::string kind = d.kind == DeviceKind::Cuda ? "cuda" : "cpu";
   if (!machine_file.empty()) {
-    const projection::Machine m = projection::load_machine(machine_file);
+    const projection::Machine m = projection::load_machine(machine_file, unit_classes());
     if (m.kind != kind)
       throw UsageError(fmt::format("--machine {}: device.kind is {}, but the run's devices are {}", machine_file, m.kind, kind));
     return machine_roofline(m, p);

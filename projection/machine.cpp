@@ -13,7 +13,6 @@
 #include "engine/json_input.h"
 #include "projection/links.h"
 #include "projection/strict_json.h"
-#include "strategies/sweep.h"
 
 namespace pb::projection {
 
@@ -145,7 +144,7 @@ json links_json(const LinkCosts& l) {
 }
 }  // namespace
 
-Machine parse_machine(const std::string& text, const std::string& source) {
+Machine parse_machine(const std::string& text, const std::string& source, const std::vector<std::string>& unit_classes) {
   const json doc = parse_json_input(text, source);
   Obj top(doc, source, "");
   Machine m;
@@ -191,7 +190,7 @@ Machine parse_machine(const std::string& text, const std::string& source) {
   m.action_overhead_s = top.number_or("action_overhead_s", 0, 0);
   if (top.has("unit_overhead_s")) {
     Obj u(top.raw("unit_overhead_s"), source, "unit_overhead_s");
-    for (const std::string& k : unit_classes())  // the classes the registry's strategies declare
+    for (const std::string& k : unit_classes)
       if (u.has(k)) m.unit_overhead_s[k] = u.number(k, 0);
     u.done();
   }
@@ -234,7 +233,9 @@ int Machine::threads_per_worker(int devices, int fixed) const {
   return fixed > 0 ? fixed : std::max(1, shared_cores / std::max(1, std::min(devices, devices_per_node)));
 }
 
-Machine load_machine(const std::string& path) { return parse_machine(read_file(path), path); }
+Machine load_machine(const std::string& path, const std::vector<std::string>& unit_classes) {
+  return parse_machine(read_file(path), path, unit_classes);
+}
 
 json machine_json(const Machine& m) {
   json j;

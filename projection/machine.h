@@ -89,8 +89,8 @@ struct Machine {
   // the call it makes (a collective at one worker included), as calibrate measured it. 0: free
   // (devices whose host runs ahead of them).
   double action_overhead_s = 0;
-  // Per unit class a registry line declares (strategies/sweep.h: the sharded strategies'), per unit
-  // and step: the strategy's own bookkeeping beyond the unit's layers and collectives (gathering
+  // Per unit class (a name the caller lists: the sharded strategies' classes), per unit and step:
+  // the strategy's own bookkeeping beyond the unit's layers and collectives (gathering
   // into fresh buffers, freeing them, zeroed gradients).
   std::map<std::string, double> unit_overhead_s;
   LinkCosts intra_node, inter_node;
@@ -101,8 +101,10 @@ struct Machine {
   int threads_per_worker(int devices, int fixed) const;
 };
 
-Machine parse_machine(const std::string& text, const std::string& source);
-Machine load_machine(const std::string& path);
+// `unit_classes`: the names unit_overhead_s may hold (strategies/sweep.h unit_classes()); any
+// other is refused, naming the file and the field.
+Machine parse_machine(const std::string& text, const std::string& source, const std::vector<std::string>& unit_classes);
+Machine load_machine(const std::string& path, const std::vector<std::string>& unit_classes);
 nlohmann::json machine_json(const Machine& m);
 
 }  // namespace pb::projection

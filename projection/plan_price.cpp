@@ -10,10 +10,6 @@
 #include <fmt/format.h>
 
 #include "engine/check.h"
-#include "strategies/memory_estimate.h"
-#include "strategies/plan_gen.h"
-#include "strategies/registry.h"
-#include "workloads/workload.h"
 
 namespace pb::projection {
 
@@ -40,58 +36,6 @@ NetPlan net_of(const Profile& p) {
   }
   if (!plan.layers.empty()) plan.input = plan.layers.front().in, plan.output = plan.layers.back().out;
   return plan;
-}
-
-Setting setting_of(const Config& c) {
-  Setting s;
-  s.strategy = c.strategy;
-  s.micro_batches = c.micro_batches;
-  parse_schedule(c.schedule, &s.schedule);
-  s.recompute = c.recompute;
-  s.bucket_bytes = c.bucket_bytes;
-  return s;
-}
-
-std::string run_name(const Config& c) { return pb::run_name(setting_of(c)); }
-
-StrategyOptions options_of(const Config& c, const Profile* p) {
-  StrategyOptions o;
-  o.devices = c.devices;
-  o.micro_batches = c.micro_batches;
-  o.cap_micro_batches = c.cap_micro_batches;
-  o.bucket_bytes = static_cast<std::size_t>(c.bucket_bytes);
-  o.first_bucket_bytes = static_cast<std::size_t>(c.first_bucket_bytes);
-  o.balance = c.balance;
-  o.profile_batch = c.global_batch;
-  o.schedule = Schedule::GPipe;
-  parse_schedule(c.schedule, &o.schedule);
-  o.recompute = c.recompute;
-  o.virtual_stages = c.virtual_stages;
-  if (takes_reduce_dtype(c.strategy)) o.reduce_dtype = parse_dtype_label(c.reduce_dtype, "--reduce-dtype");
-  if (takes_param_dtype(c.strategy)) o.param_dtype = parse_dtype_label(c.param_dtype, "--param-dtype");
-  if (p && p->precision != "bf16") o.param_dtype = DType::F32;  // fp32 compute gathers fp32 (project refuses the flag)
-  if (p) o.backend.precision = parse_precision(p->precision);  // bf16: activations travel in bf16, as run's
-  using By = StrategyOptions::BalanceBy;
-  if (c.balance_by == "time" && p) {
-    o.balance_by = By::Time;
-    o.layer_seconds = [p](int64_t n) {  // as the run times them: forward + both backwards
-      std::vector<double> s;
-      for (int i = 0; i < static_cast<int>(p->layers.size()); ++i)
-        s.push_back(p->forward(i, n) + p->backward_data(i, n) + p->backward_weights(i, n));
-      return s;
-    };
-  } else if (c.balance_by == "seed") {
-    o.balance_by = By::Seed;
-    o.seed_first_stage = kGreatNetSeedFirstStage;
-  } else if (c.balance_by != "flops" && c.balance_by != "time") {
-    throw UsageError(fmt::format("balance '{}': expected flops, time or seed", c.balance_by));
-  }
-  return o;
-}
-
-Plan plan_for(const Profile& p, const Config& c) {
-  if (c.plan) return *c.plan;
-  return make_plan(run_name(c), net_of(p), options_of(c, &p), c.global_batch);
 }
 
 namespace {
@@ -253,8 +197,7 @@ PricedPlan price_plan(const Plan& plan, const Profile& p, const Machine& m, Step
   for (int w : first)
     for (const Action& a : plan.actions[w])
       if (a.kind == ActionKind::Forward && a.layer_begin >= 0) chunk_stages.insert({a.layer_begin, a.layer_end});
-  if (first.size() > 1 && chunk_stages.size() > first.size() &&
-      memory_model_of(plan.strategy).layout == MemoryModel::Layout::Stages)
+  if (first.size() > 1 && chunk_stages.size() > first.size())
     out.stages.assign(chunk_stages.begin(), chunk_stages.end());
   else if (first.size() > 1)
     for (int w : first) {

@@ -8,7 +8,8 @@
 #include <vector>
 
 #include "projection/links.h"
-#include "projection/predict.h"
+#include "projection/machine.h"
+#include "projection/options.h"
 #include "projection/profile.h"
 #include "projection/simulator.h"
 
@@ -17,8 +18,9 @@ namespace pb::projection {
 // What every strategy program needs: the profile's times at a batch, scaled, and link costs.
 class StepBuilder {
  public:
-  StepBuilder(const Profile& p, const Machine& m, const Config& c, const Options& o, int threads)
-      : p_(p), m_(m), c_(c), o_(o), bound_(bound_round_robin(m, threads, c.devices)) {}
+  // `devices`: the plan's workers; `threads`: CPU threads per worker.
+  StepBuilder(const Profile& p, const Machine& m, int devices, const Options& o, int threads)
+      : p_(p), m_(m), devices_(devices), o_(o), bound_(bound_round_robin(m, threads, devices)) {}
 
   double fwd(int b, int e, double n) const {
     double t = 0;
@@ -54,7 +56,7 @@ class StepBuilder {
   CollTime coll(CollKind c, double bytes, const std::vector<int>& devices) {
     comm_bytes += bytes * static_cast<double>(devices.size() > 1 ? devices.size() : 0);
     const int g = static_cast<int>(devices.size());
-    const int fit = m_.shared_cores > 0 ? std::max(g, std::min(c_.devices, m_.devices_per_node)) : 0;
+    const int fit = m_.shared_cores > 0 ? std::max(g, std::min(devices_, m_.devices_per_node)) : 0;
     const std::optional<AlphaBeta::Layout> l = layout(devices);
     auto cost = [&](bool late) { return collective_cost(m_, c, bytes, g, spans(devices), fit, l ? &*l : nullptr, late).seconds; };
     return {cost(false), cost(true)};
@@ -68,7 +70,7 @@ class StepBuilder {
   // of them, evenly spaced (a message's pair too), takes calibrate's fit of that layout where it
   // timed one: a pair on one core, or of neighbours, meets more slowly than either count's fit says.
   std::optional<AlphaBeta::Layout> layout(const std::vector<int>& devices) const {
-    const int g = static_cast<int>(devices.size()), local = std::min(c_.devices, m_.devices_per_node);
+    const int g = static_cast<int>(devices.size()), local = std::min(devices_, m_.devices_per_node);
     if (!bound_ || g < 2 || g >= local || spans(devices)) return std::nullopt;
     const AlphaBeta::Layout l{g, local, devices[1] - devices[0]};
     for (int k = 1; k < g; ++k)
@@ -83,7 +85,7 @@ class StepBuilder {
 
   const Profile& p_;
   const Machine& m_;
-  const Config& c_;
+  const int devices_;
   const Options& o_;
   const bool bound_;  // one-thread workers beyond the cores, bound round robin
   double comm_bytes = 0;

@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "projection/projection.h"
+#include "scenarios/scenarios.h"
 #include "reports/table.h"
 
 namespace pb::projection {

@@ -55,19 +55,19 @@ TEST(ProfilePrecision, RecordedOrFp32AndOnlyAKnownOne) {
 
 TEST(MachinePrecision, PeakPerPrecisionOrAnErrorNamingTheField) {
   json m = fixture_json("machine.json");
-  pj::Machine plain = pj::parse_machine(m.dump(), "m.json");
+  pj::Machine plain = pj::parse_machine(m.dump(), "m.json", unit_classes());
   EXPECT_EQ(plain.peak("fp32"), plain.peak_flops);
   expect_usage_error([&] { (void)plain.peak("bf16"); }, {"m.json", "device.peak_flops_by_precision.bf16", "missing"});
   m["device"]["peak_flops_by_precision"] = {{"bf16", 4e12}};
-  const pj::Machine with = pj::parse_machine(m.dump(), "m.json");
+  const pj::Machine with = pj::parse_machine(m.dump(), "m.json", unit_classes());
   EXPECT_EQ(with.peak("bf16"), 4e12);
   expect_usage_error([&] { (void)with.peak("tf32"); }, {"device.peak_flops_by_precision.tf32"});
   // Written and read back alike.
-  EXPECT_EQ(pj::parse_machine(pj::machine_json(with).dump(), "again.json").peak("bf16"), 4e12);
+  EXPECT_EQ(pj::parse_machine(pj::machine_json(with).dump(), "again.json", unit_classes()).peak("bf16"), 4e12);
   m["device"]["peak_flops_by_precision"] = {{"fp16", 4e12}};
-  expect_usage_error([&] { pj::parse_machine(m.dump(), "m.json"); }, {"device.peak_flops_by_precision.fp16", "unknown"});
+  expect_usage_error([&] { pj::parse_machine(m.dump(), "m.json", unit_classes()); }, {"device.peak_flops_by_precision.fp16", "unknown"});
   m["device"]["peak_flops_by_precision"] = {{"bf16", -1}};
-  expect_usage_error([&] { pj::parse_machine(m.dump(), "m.json"); }, {"device.peak_flops_by_precision.bf16"});
+  expect_usage_error([&] { pj::parse_machine(m.dump(), "m.json", unit_classes()); }, {"device.peak_flops_by_precision.bf16"});
 }
 
 TEST_F(ProjectPrecision, ABf16ProfileIsPricedInBf16AndItsMemoryIsBf16s) {

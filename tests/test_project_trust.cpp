@@ -11,7 +11,7 @@
 
 #include "engine/fsutil.h"
 #include "strategies/memory_estimate.h"
-#include "projection/projection.h"
+#include "scenarios/scenarios.h"
 #include "strategies/stages.h"
 #include "tests/cli_fixture.h"
 #include "tests/test_projection_support.h"
@@ -46,7 +46,7 @@ TEST(ProjectionTrust, TimePerSampleNeverFallsBeyondTheProfiledBatches) {
       EXPECT_GE(p.forward(l, b) / b, p.forward(l, 2) / 2 * (1 - 1e-12)) << "layer " << l << " at batch " << b;
       EXPECT_GE(p.backward_weights(l, b) / b, p.backward_weights(l, 2) / 2 * (1 - 1e-12)) << "layer " << l << " at batch " << b;
     }
-  const pj::Machine m = pj::load_machine(fixture("machine.json"));
+  const pj::Machine m = pj::load_machine(fixture("machine.json"), unit_classes());
   double last = 0;
   for (int64_t b : {2, 4, 8, 16}) {
     pj::Config c;
@@ -74,7 +74,7 @@ TEST(ProjectionTrust, MemoryPerDeviceIsTheEstimateRunsAreCheckedAgainst) {
   }
   const NetPlan plan = plan_net(net);
   const pj::Profile p = pj::load_profile(fixture("uniform.json"));
-  const pj::Machine m = pj::load_machine(fixture("machine.json"));
+  const pj::Machine m = pj::load_machine(fixture("machine.json"), unit_classes());
   ASSERT_EQ(plan.param_count, p.param_count());
   for (const char* s : {"regular", "dp", "ddp", "mp", "pipeline", "pipeline-1f1b", "pipeline-recompute", "fsdp", "zero2", "tp",
                         "dp2xpp2", "dp2xtp2"})

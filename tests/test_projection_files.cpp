@@ -46,39 +46,39 @@ TEST(Projection, ProfileErrorsNameFileAndField) {
 TEST(Projection, MachineErrorsNameFileAndField) {
   json j = fixture_json("machine.json");
   j["device"].erase("peak_flops");
-  expect_usage_error([&] { pj::parse_machine(j.dump(), "m.json"); }, {"m.json", "device.peak_flops", "missing"});
+  expect_usage_error([&] { pj::parse_machine(j.dump(), "m.json", unit_classes()); }, {"m.json", "device.peak_flops", "missing"});
   j = fixture_json("machine.json");
   j["links"]["intra_node"]["all_reduce"]["butterfly"] = {{"alpha_s", 0}, {"bus_bytes_per_s", 1}};
-  expect_usage_error([&] { pj::parse_machine(j.dump(), "m.json"); }, {"links.intra_node.all_reduce.butterfly", "ring, tree or direct"});
+  expect_usage_error([&] { pj::parse_machine(j.dump(), "m.json", unit_classes()); }, {"links.intra_node.all_reduce.butterfly", "ring, tree or direct"});
   j = fixture_json("machine.json");
   j["links"]["intra_node"]["send_recv"]["direct"]["bus_bytes_per_s"] = 0;
-  expect_usage_error([&] { pj::parse_machine(j.dump(), "m.json"); }, {"links.intra_node.send_recv.direct.bus_bytes_per_s", "> 0"});
+  expect_usage_error([&] { pj::parse_machine(j.dump(), "m.json", unit_classes()); }, {"links.intra_node.send_recv.direct.bus_bytes_per_s", "> 0"});
   j = fixture_json("machine.json");
   j["links"].erase("inter_node");
-  expect_usage_error([&] { pj::parse_machine(j.dump(), "m.json"); }, {"links.inter_node", "nodes > 1"});
+  expect_usage_error([&] { pj::parse_machine(j.dump(), "m.json", unit_classes()); }, {"links.inter_node", "nodes > 1"});
   for (const char* key : {"1", "two", "2x"}) {
     j = fixture_json("machine.json");
     j["links"]["intra_node"]["all_reduce"]["ring"]["ranks"][key] = {{"alpha_s", 1e-5}, {"bus_bytes_per_s", 1e9}};
-    expect_usage_error([&] { pj::parse_machine(j.dump(), "m.json"); },
+    expect_usage_error([&] { pj::parse_machine(j.dump(), "m.json", unit_classes()); },
                        {fmt::format("links.intra_node.all_reduce.ring.ranks.{}", key), "worker count of 2 or more"});
   }
   j = fixture_json("machine.json");
   j["unit_overhead_s"] = {{"ddp", 1e-6}};
-  expect_usage_error([&] { pj::parse_machine(j.dump(), "m.json"); }, {"unit_overhead_s.ddp", "unknown"});
+  expect_usage_error([&] { pj::parse_machine(j.dump(), "m.json", unit_classes()); }, {"unit_overhead_s.ddp", "unknown"});
   j["unit_overhead_s"] = {{"fsdp", -1e-6}};
-  expect_usage_error([&] { pj::parse_machine(j.dump(), "m.json"); }, {"unit_overhead_s.fsdp", ">= 0"});
+  expect_usage_error([&] { pj::parse_machine(j.dump(), "m.json", unit_classes()); }, {"unit_overhead_s.fsdp", ">= 0"});
   j = fixture_json("machine.json");
   j["links"]["intra_node"]["all_reduce"]["ring"]["ranks"]["4"] = {{"alpha_s", 1e-5}};
-  expect_usage_error([&] { pj::parse_machine(j.dump(), "m.json"); }, {"links.intra_node.all_reduce.ring.ranks.4.bus_bytes_per_s", "missing"});
+  expect_usage_error([&] { pj::parse_machine(j.dump(), "m.json", unit_classes()); }, {"links.intra_node.all_reduce.ring.ranks.4.bus_bytes_per_s", "missing"});
   j = fixture_json("machine.json");
   j["devices_per_node"] = int64_t{1} << 40;  // an int cannot hold it: an error, not a wrapped count
-  expect_usage_error([&] { pj::parse_machine(j.dump(), "m.json"); }, {"m.json", "devices_per_node", "an integer from 1 to 2147483647"});
+  expect_usage_error([&] { pj::parse_machine(j.dump(), "m.json", unit_classes()); }, {"m.json", "devices_per_node", "an integer from 1 to 2147483647"});
 }
 
 TEST(Projection, PresetsParseAndRoundTrip) {
   for (const auto& e : std::filesystem::directory_iterator(test::source_dir() / "machines")) {
-    const pj::Machine m = pj::load_machine(e.path().string());
-    const pj::Machine again = pj::parse_machine(pj::machine_json(m).dump(), "again");
+    const pj::Machine m = pj::load_machine(e.path().string(), unit_classes());
+    const pj::Machine again = pj::parse_machine(pj::machine_json(m).dump(), "again", unit_classes());
     EXPECT_EQ(again.name, m.name);
     EXPECT_EQ(again.total_devices(), m.total_devices());
     EXPECT_EQ(pj::machine_json(again), pj::machine_json(m)) << e.path();

@@ -28,7 +28,7 @@ TEST(Projection, AlphaBetaPerCollectiveAndAlgorithm) {
   EXPECT_NEAR(pj::collective_cost(at, CollKind::AllReduce, 1e6, 4, false).seconds, c.seconds, 1e-12);
   EXPECT_NEAR(pj::collective_cost(at, CollKind::AllReduce, 1e6, 2, true).seconds,
               pj::collective_cost(m, CollKind::AllReduce, 1e6, 2, true).seconds, 1e-12);  // between nodes: its own level
-  const pj::Machine again = pj::parse_machine(pj::machine_json(at).dump(), "again");
+  const pj::Machine again = pj::parse_machine(pj::machine_json(at).dump(), "again", unit_classes());
   ASSERT_EQ(again.intra_node.at("all_reduce").at("ring").at_ranks.size(), 1u);
   EXPECT_DOUBLE_EQ(again.intra_node.at("all_reduce").at("ring").at_ranks.at(2).alpha_s, 3e-5);
   pj::Machine no_gather = m;
@@ -70,16 +70,16 @@ TEST(Projection, MeasuredPointsAreReadOffBetweenTheSizesTimed) {
   EXPECT_DOUBLE_EQ(pj::collective_cost(m, CollKind::AllReduce, 4096, 2, false, 0, nullptr, true).seconds,
                    pj::collective_cost(m, CollKind::AllReduce, 4096, 2, false, 0, nullptr, false).seconds);
   // The machine file keeps them.
-  const pj::Machine again = pj::parse_machine(pj::machine_json(m).dump(), "again");
+  const pj::Machine again = pj::parse_machine(pj::machine_json(m).dump(), "again", unit_classes());
   EXPECT_EQ(again.intra_node.at("all_reduce").at("ring").at_ranks.at(2).late_points, ab.at_ranks[2].late_points);
   EXPECT_EQ(again.intra_node.at("all_reduce").at("ring").at_ranks.at(2).points, ab.at_ranks[2].points);
   EXPECT_EQ(again.intra_node.at("all_reduce").at("ring").in_groups.at(pairs).points, ab.in_groups[pairs].points);
   json j = pj::machine_json(m);
   j["links"]["intra_node"]["all_reduce"]["ring"]["ranks"]["2"]["points"] = {{1024, 5e-6}, {64, 4e-6}};
-  expect_usage_error([&] { pj::parse_machine(j.dump(), "m.json"); },
+  expect_usage_error([&] { pj::parse_machine(j.dump(), "m.json", unit_classes()); },
                      {"m.json", "links.intra_node.all_reduce.ring.ranks.2.points[1]", "bytes above the previous pair's 1024"});
   j["links"]["intra_node"]["all_reduce"]["ring"]["ranks"]["2"]["points"] = {{64, 0}};
-  expect_usage_error([&] { pj::parse_machine(j.dump(), "m.json"); }, {"ranks.2.points[0]", "[bytes, seconds] of finite numbers > 0"});
+  expect_usage_error([&] { pj::parse_machine(j.dump(), "m.json", unit_classes()); }, {"ranks.2.points[0]", "[bytes, seconds] of finite numbers > 0"});
 }
 
 TEST(Projection, MonotonePointsPoolNeighboursMeasuredOutOfOrder) {
@@ -116,13 +116,13 @@ TEST(Projection, WorkerOverheadPerWorkerCount) {
   o.threads_per_worker = 1;
   EXPECT_NEAR(pj::predict(uniform(), m, config("ddp", 4, 8), o).step_s - pj::predict(uniform(), none, config("ddp", 4, 8), o).step_s,
               14e-6, 1e-12);
-  const pj::Machine again = pj::parse_machine(pj::machine_json(m).dump(), "again");
+  const pj::Machine again = pj::parse_machine(pj::machine_json(m).dump(), "again", unit_classes());
   EXPECT_EQ(again.worker_overhead_at_s, m.worker_overhead_at_s);
   json j = fixture_json("machine.json");
   j["worker_overhead_at_s"] = {{"1", 1e-6}};
-  expect_usage_error([&] { pj::parse_machine(j.dump(), "m.json"); }, {"m.json", "worker_overhead_at_s.1", "worker count of 2 or more"});
+  expect_usage_error([&] { pj::parse_machine(j.dump(), "m.json", unit_classes()); }, {"m.json", "worker_overhead_at_s.1", "worker count of 2 or more"});
   j["worker_overhead_at_s"] = {{"2", -1e-6}};
-  expect_usage_error([&] { pj::parse_machine(j.dump(), "m.json"); }, {"worker_overhead_at_s.2", ">= 0"});
+  expect_usage_error([&] { pj::parse_machine(j.dump(), "m.json", unit_classes()); }, {"worker_overhead_at_s.2", ">= 0"});
 }
 
 // Workers on cores of their own start after worker 0 (calibrate's worker_start_at_s): ddp's one
@@ -144,7 +144,7 @@ TEST(Projection, AWorkerStartingLateMeetsItsPeerWaiting) {
   // A lag under the gap: the two still contend, as arriving together.
   m.late_arrival_gap_s = 0.6e-6;
   EXPECT_NEAR(pj::predict(uniform(), m, config("ddp", 2, 4), o).step_s, together.step_s, 1e-12);
-  const pj::Machine again = pj::parse_machine(pj::machine_json(m).dump(), "again");
+  const pj::Machine again = pj::parse_machine(pj::machine_json(m).dump(), "again", unit_classes());
   EXPECT_EQ(again.worker_start_at_s, m.worker_start_at_s);
   EXPECT_DOUBLE_EQ(again.late_arrival_gap_s, 0.6e-6);
 }
@@ -168,7 +168,7 @@ TEST(Projection, TheReceiverOfABlockingSendGoesOnFirst) {
   // A trail under the gap: the two still meet together at the reduce.
   m.late_arrival_gap_s = 0.6e-6;
   EXPECT_NEAR(pj::predict(uniform(), m, config("dp", 2, 4), o).step_s, together.step_s, 1e-12);
-  EXPECT_DOUBLE_EQ(pj::parse_machine(pj::machine_json(m).dump(), "again").sender_trails_s, 0.5e-6);
+  EXPECT_DOUBLE_EQ(pj::parse_machine(pj::machine_json(m).dump(), "again", unit_classes()).sender_trails_s, 0.5e-6);
 }
 
 // Each plan action costs its worker's host action_overhead_s before it begins: at one worker, a
@@ -187,7 +187,7 @@ TEST(Projection, EveryActionCostsItsWorkersHostTheActionOverhead) {
   const double ddp_more = pj::predict(uniform(), m, config("ddp", 1, 4), o).step_s - ddp.step_s;
   EXPECT_NEAR(ddp_more, 1e-6 * actions("ddp"), 1e-12);
   EXPECT_GT(actions("ddp"), actions("regular"));
-  EXPECT_DOUBLE_EQ(pj::parse_machine(pj::machine_json(m).dump(), "again").action_overhead_s, 1e-6);
+  EXPECT_DOUBLE_EQ(pj::parse_machine(pj::machine_json(m).dump(), "again", unit_classes()).action_overhead_s, 1e-6);
 }
 
 TEST(Projection, SharedCoreGroupsTakeTheFitOfTheNodesWorkers) {
@@ -239,13 +239,13 @@ TEST(Projection, BoundWorkerGroupsTakeTheirLayoutsFit) {
               pj::predict(uniform(), machine_without_groups(m), config("dp2xtp2", 4, 8), o).step_s, 1e-12);
   // The key as machine files write it, and back.
   EXPECT_EQ(pj::layout_key({2, 4, 2}), "2 of 4 stride 2");
-  const pj::Machine again = pj::parse_machine(pj::machine_json(m).dump(), "again");
+  const pj::Machine again = pj::parse_machine(pj::machine_json(m).dump(), "again", unit_classes());
   EXPECT_EQ(again.intra_node.at("all_reduce").at("ring").in_groups.size(), 2u);
   EXPECT_DOUBLE_EQ(again.intra_node.at("all_reduce").at("ring").in_groups.at({2, 4, 2}).alpha_s, 30e-6);
   for (const char* bad : {"2 of 4", "1 of 4 stride 1", "2 of 2 stride 1", "2 of 4 stride 4", "2 of 4 stride 1 ", "02 of 4 stride 1", "2 of 99999999999999999999 stride 1", "-2 of 4 stride 1"}) {
     json j = pj::machine_json(m);
     j["links"]["intra_node"]["all_reduce"]["ring"]["groups"][bad] = {{"alpha_s", 1e-6}, {"bus_bytes_per_s", 1e9}};
-    expect_usage_error([&] { pj::parse_machine(j.dump(), "m.json"); },
+    expect_usage_error([&] { pj::parse_machine(j.dump(), "m.json", unit_classes()); },
                        {"m.json", fmt::format("links.intra_node.all_reduce.ring.groups.{}", bad), "G of N stride S"});
   }
 }

@@ -154,7 +154,7 @@ TEST(ProjectionPlans, PipelineWaitsAndMemoryAreTheRunsSlots) {
     c.micro_batches = 4;
     const Plan plan = pj::plan_for(p, c);
     pj::Options o;
-    pj::StepBuilder bl(p, m, c, o, 1);
+    pj::StepBuilder bl(p, m, c.devices, o, 1);
     const pj::PricedPlan priced = pj::price_plan(plan, p, m, bl);
     for (int w = 0; w < plan.workers; ++w) {
       std::size_t waits = 0, signals = 0;
@@ -188,7 +188,7 @@ TEST(ProjectionPlans, InterleavedShortensOneFOneBsBubble) {
   i.micro_batches = f.micro_batches = 4;
   const Plan plan = pj::plan_for(p, i);
   pj::Options o;
-  pj::StepBuilder bl(p, m, i, o, 1);
+  pj::StepBuilder bl(p, m, i.devices, o, 1);
   EXPECT_EQ(pj::price_plan(plan, p, m, bl).stages, (std::vector<std::pair<int, int>>{{0, 1}, {1, 2}, {2, 3}, {3, 4}}));
   const pj::Prediction pi = pj::predict(p, m, i), pf = pj::predict(p, m, f);
   ASSERT_TRUE(pi.feasible);
@@ -205,7 +205,7 @@ TEST(ProjectionPlans, InterleavedTakesTheRunsVirtualStages) {
   auto stages = [&](int v) {
     c.virtual_stages = v;
     pj::Options o;
-    pj::StepBuilder bl(p, m, c, o, 1);
+    pj::StepBuilder bl(p, m, c.devices, o, 1);
     return pj::price_plan(pj::plan_for(p, c), p, m, bl).stages.size();
   };
   EXPECT_EQ(stages(2), 4u);

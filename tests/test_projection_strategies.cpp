@@ -1,4 +1,4 @@
-// Each strategy's simulated step (projection/strategy_model.h) against closed forms: the profile
+// Each strategy's simulated step (scenarios/strategy_model.h) against closed forms: the profile
 // sum, the GPipe bubble, 1F1B, recompute, overlap, shared cores, fsdp / zero2, tp, the hybrids.
 #include "tests/test_projection_support.h"
 

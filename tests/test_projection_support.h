@@ -17,7 +17,7 @@
 #include "engine/check.h"
 #include "engine/cpu_steal.h"
 #include "engine/fsutil.h"
-#include "projection/projection.h"
+#include "scenarios/scenarios.h"
 #include "reports/stats.h"
 #include "strategies/stages.h"
 #include "strategies/strategy.h"
@@ -43,7 +43,7 @@ inline std::string write_cpu_machine(const std::string& path) {
 }
 
 inline pj::Profile uniform() { return pj::load_profile(fixture("uniform.json")); }
-inline pj::Machine machine() { return pj::load_machine(fixture("machine.json")); }
+inline pj::Machine machine() { return pj::load_machine(fixture("machine.json"), unit_classes()); }
 
 // A machine whose links cost nothing: only compute and schedule remain.
 inline pj::Machine free_links() {

@@ -12,7 +12,7 @@ TEST_F(ProjectCli, ValidateComparesEveryMeasuredConfiguration) {
   ASSERT_EQ(r.code, 0) << r.err;
   r = parbench("calibrate --ranks 2,4 --sizes 64B,4 --reps 2 --pools 2 --out " + path("cpu.json"));
   ASSERT_EQ(r.code, 0) << r.err;
-  const pj::Machine cpu = pj::load_machine(path("cpu.json"));
+  const pj::Machine cpu = pj::load_machine(path("cpu.json"), unit_classes());
   for (const char* c : {"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "send_recv"})
     EXPECT_TRUE(cpu.intra_node.count(c)) << c;
   // Each collective fitted at 2 and at 4 workers alone besides over both, and those times kept to be read

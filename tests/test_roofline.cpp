@@ -13,6 +13,7 @@
 #include "projection/machine.h"
 #include "reports/table.h"
 #include "strategies/rules.h"
+#include "strategies/sweep.h"
 #include "tests/test_harness_support.h"
 #include "workloads/workload.h"
 
@@ -94,7 +95,7 @@ TEST(Roofline, MachineFileGivesPeakPerPrecisionAndBandwidth) {
   const projection::Machine m = projection::parse_machine(
       machine_text(R"("kind": "cuda", "model": "x", "peak_flops": 1e13, "peak_flops_by_precision": {"bf16": 4e13},
                       "memory_bytes": 1e10, "copy_bytes_per_s": 1e12)"),
-      "gpu.json");
+      "gpu.json", unit_classes());
   const Roofline bf16 = machine_roofline(m, Precision::Bf16);
   EXPECT_EQ(bf16.flops_per_s, 4e13);
   EXPECT_EQ(bf16.bytes_per_s, 2e12);  // a copy reads and writes each byte

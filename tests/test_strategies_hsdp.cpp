@@ -4,7 +4,7 @@
 // exposed communication measured; projected from its plan.
 #include "tests/test_strategies_support.h"
 
-#include "projection/predict.h"
+#include "scenarios/predict.h"
 #include "strategies/breakdown.h"
 #include "tests/test_projection_support.h"
 

@@ -7,7 +7,7 @@
 
 #include "strategies/memory_estimate.h"
 #include "plan/check.h"
-#include "projection/predict.h"
+#include "scenarios/predict.h"
 #include "strategies/breakdown.h"
 #include "strategies/plan_gen.h"
 #include "strategies/rules.h"

@@ -5,7 +5,7 @@
 #include "strategies/memory_estimate.h"
 #include "strategies/registry.h"
 #include "projection/plan_price.h"
-#include "projection/predict.h"
+#include "scenarios/predict.h"
 
 namespace pb::projection {
 

@@ -1,12 +1,12 @@
 // predict: a configuration's plan, priced (projection/plan_price.h) and played by the simulator,
 // with the machine's per-step overheads and the memory estimate.
-#include "projection/predict.h"
+#include "scenarios/predict.h"
 
 #include <algorithm>
 
 #include "engine/check.h"
 #include "projection/simulator.h"
-#include "projection/strategy_model.h"
+#include "scenarios/strategy_model.h"
 
 namespace pb::projection {
 

@@ -1,6 +1,6 @@
-// The strategy model (projection/strategy_model.h): the registry's configurations of each
+// The strategy model (scenarios/strategy_model.h): the registry's configurations of each
 // strategy (strategies/sweep.h), what they need timed, and their plans priced.
-#include "projection/strategy_model.h"
+#include "scenarios/strategy_model.h"
 
 #include <algorithm>
 
@@ -26,38 +26,12 @@ void apply(Config& c, const Setting& s) {
 }
 }  // namespace
 
-std::string Config::label() const {
-  if (plan) return fmt::format("{} (plan file, M={})", strategy, micro_batches);
-  return setting_label(setting_of(*this));
-}
-
-std::vector<std::string> Config::options() const { return setting_options(setting_of(*this)); }
-
 const std::vector<std::string>& modelled_strategies() {
   static const std::vector<std::string> v = swept_strategies();
   return v;
 }
 
 bool is_modelled(const std::string& s) { return is_swept(s); }
-
-void set_balance(Config& c, const std::string& b, const std::string& what) {
-  c.balance.clear();
-  c.balance_by = "flops";
-  if (b.empty()) return;
-  if (b == "time" || b == "seed") {
-    c.balance_by = b;
-    return;
-  }
-  std::size_t at = 0;
-  while (at <= b.size()) {
-    const std::size_t comma = std::min(b.find(',', at), b.size());
-    const std::string item = b.substr(at, comma - at);
-    if (item.empty() || item.find_first_not_of("0123456789") != std::string::npos || item.size() > 6)
-      throw UsageError(fmt::format("{}: expected layers per stage (e.g. 14,14), time or seed, got '{}'", what, b));
-    c.balance.push_back(std::stoi(item));
-    at = comma + 1;
-  }
-}
 
 std::vector<Config> configurations(const std::string& s, int n, int64_t global, const Sweep& sweep) {
   SweepAxes axes{sweep.micro_batches, {}, sweep.bucket_bytes, sweep.recompute};
@@ -182,7 +156,7 @@ StepProgram step_program(const Profile& p, const Machine& m, const Config& named
   if (!strategy_info(out.name).multi_process && N > m.devices_per_node)
     return refuse(fmt::format("{} runs in one process: one node's devices at most", out.name));
   out.micro_batches = plan.micro_batches;
-  StepBuilder bl(p, m, c, o, threads);
+  StepBuilder bl(p, m, N, o, threads);
   PricedPlan priced = price_plan(plan, p, m, bl);
   out.actors = std::move(priced.actors);
   out.workers = N;

@@ -11,8 +11,10 @@
 #include <vector>
 
 #include "engine/net.h"
-#include "projection/predict.h"
+#include "projection/machine.h"
+#include "projection/options.h"
 #include "projection/simulator.h"
+#include "scenarios/config.h"
 
 namespace pb::projection {
 
@@ -33,9 +35,6 @@ struct Sweep {
   std::vector<double> bucket_bytes;
   bool recompute = false;  // also the variants that recompute stage activations
 };
-// Config::balance / balance_by from run's --balance value (L1,L2,.. | time | seed; empty: by
-// FLOPs); UsageError naming `what` for anything else.
-void set_balance(Config& c, const std::string& balance, const std::string& what);
 // Every configuration of --strategies word `strategy` at n devices and a global batch.
 std::vector<Config> configurations(const std::string& strategy, int n, int64_t global, const Sweep& sweep);
 // Why `strategy` has no configuration at any of the device counts (`micro`: the --micro-batches counts).
