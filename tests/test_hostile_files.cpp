@@ -30,6 +30,19 @@ using namespace projection_test;
 
 std::string plan_fixture() { return (test::source_dir() / "tests/fixtures/plans/onefoneb_2stages.json").string(); }
 
+// The fixture plan edited by `edit`, read back as p.json: refused, naming p.json and `part`.
+void expect_plan_refused(const std::function<void(nlohmann::json&)>& edit, const std::string& part) {
+  nlohmann::json j = nlohmann::json::parse(read_file(plan_fixture()));
+  edit(j);
+  try {
+    plan_from_json(j.dump(), "p.json");
+    ADD_FAILURE() << "accepted: " << part;
+  } catch (const UsageError& e) {
+    EXPECT_THAT(e.what(), HasSubstr(part));
+    EXPECT_THAT(e.what(), HasSubstr("p.json"));
+  }
+}
+
 class HostileFiles : public ProjectCli {
  protected:
   std::string write(const std::string& name, const std::string& text) const {
@@ -115,17 +128,7 @@ TEST_F(HostileFiles, APlanThatComputesAnotherStepIsRefusedByRunAndProject) {
 // --- 2. numbers in a plan are exact integers in range, never narrowed --------------------------
 
 TEST_F(HostileFiles, PlanNumbersAreRangeCheckedNotWrapped) {
-  auto refused = [&](const std::function<void(json&)>& edit, const std::string& part) {
-    json j = json::parse(read_file(plan_fixture()));
-    edit(j);
-    try {
-      plan_from_json(j.dump(), "p.json");
-      ADD_FAILURE() << "accepted: " << part;
-    } catch (const UsageError& e) {
-      EXPECT_THAT(e.what(), HasSubstr(part));
-      EXPECT_THAT(e.what(), HasSubstr("p.json"));
-    }
-  };
+  const auto refused = expect_plan_refused;
   refused([](json& j) { j["workers"] = 4294967298ull; }, "field 'workers': expected an integer from 1 to 65536");
   refused([](json& j) { j["micro_batches"] = 1e12; }, "field 'micro_batches'");
   refused([](json& j) { j["batch"] = 2.5; }, "field 'batch'");
@@ -144,16 +147,9 @@ TEST_F(HostileFiles, PlanNumbersAreRangeCheckedNotWrapped) {
 // A buffer is its role, index and chunk: interpreters bind it by them, so a plan says each once,
 // with a role they know; a plan from before roles is told how to get one.
 TEST_F(HostileFiles, PlanBuffersAreTypedAndEachSaidOnce) {
-  auto refused = [&](const std::function<void(json&)>& edit, const std::string& part) {
-    json j = json::parse(read_file(plan_fixture()));
-    edit(j);
-    try {
-      plan_from_json(j.dump(), "p.json");
-      ADD_FAILURE() << "accepted: " << part;
-    } catch (const UsageError& e) {
-      EXPECT_THAT(e.what(), HasSubstr(part));
-      EXPECT_THAT(e.what(), HasSubstr("p.json: buffer 1"));
-    }
+  auto refused = [](const std::function<void(json&)>& edit, const std::string& part) {
+    expect_plan_refused(edit, "p.json: buffer 1: ");
+    expect_plan_refused(edit, part);
   };
   refused([](json& j) { j["buffers"][1]["role"] = "scratch"; }, "unknown buffer role 'scratch': expected one of x, in,");
   refused([](json& j) { j["buffers"][1]["index"] = 0; }, "worker 0's x[0] again (buffer 0)");

@@ -23,15 +23,22 @@
 namespace pb {
 
 namespace {
+// The CPUs this process may run on.
+cpu_set_t affinity() {
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  if (sched_getaffinity(0, sizeof cpus, &cpus) != 0) CPU_SET(0, &cpus);
+  return cpus;
+}
+
 ProcessInfo g_info = [] {
   ProcessInfo p;
   p.local_ranks = {0};
   char host[256] = {0};
   gethostname(host, sizeof host - 1);  // MPI_Get_processor_name is not callable before MPI_Init
   p.hosts = {host};
-  cpu_set_t cpus;
-  CPU_ZERO(&cpus);
-  p.host_cpus = {sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1};
+  const cpu_set_t cpus = affinity();
+  p.host_cpus = {CPU_COUNT(&cpus)};
   return p;
 }();
 bool g_initialized = false;
@@ -148,9 +155,7 @@ ProcessSession::ProcessSession(int* argc, char*** argv) {
   MPI_Comm node;
   MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, p.rank, MPI_INFO_NULL, &node));
   MPI_CHECK(MPI_Comm_rank(node, &p.local_rank));
-  cpu_set_t cpus;
-  CPU_ZERO(&cpus);
-  if (sched_getaffinity(0, sizeof cpus, &cpus) != 0) CPU_SET(0, &cpus);
+  cpu_set_t cpus = affinity();  // the host's ranks' together
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &cpus, static_cast<int>(sizeof cpus), MPI_BYTE, MPI_BOR, node));
   int host_cpus = CPU_COUNT(&cpus);
   MPI_CHECK(MPI_Comm_free(&node));
