@@ -53,14 +53,22 @@ int64_t context_int(const reports::RunFile& f, const reports::schema::Key& k) {
   throw UsageError(fmt::format("{}: context \"{}\" is \"{}\", expected an integer", f.source, k.name, v));
 }
 
-}  // namespace
 
-int project_validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profile> profiles) {
+// What the run recorded of how it ran, read from its context; a malformed value is bad input
+// naming the key.
+struct RunSetup {
+  std::string scaling, balance, precision, reduce_dtype, param_dtype;
+  int fixed_micro = 0;    // --micro-batches as run; 0: its default, min(4, global batch)
+  int fixed_threads = 0;  // --threads as run; 0: auto
+  int world = 1, cores = 0, virtual_stages = 2;
+  double bucket_mb = 25, first_bucket_mb = 1;
+};
+
+RunSetup run_setup(const reports::RunFile& run) {
   namespace ctx = reports::schema::context;
-  const reports::RunFile run = reports::load_run_json(f.str("validate"));
-  const std::string scaling = run.context_value(ctx::scaling.name, "weak");
+  RunSetup r;
+  r.scaling = run.context_value(ctx::scaling.name, "weak");
   context_int(run, ctx::batch);  // a run that did not record its batch is not one we can read
-  // Context values as numbers; a malformed one is bad input naming the key.
   auto number = [&](const reports::schema::Key& k, const std::string& fallback) {
     const std::string v = run.context_value(k.name, fallback);
     try {
@@ -79,27 +87,74 @@ int project_validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profi
     return static_cast<int>(x);
   };
   const std::string micro_ctx = run.context_value(ctx::micro_batches.name, "min(4, global batch)");
-  const int fixed_micro = micro_ctx.rfind("min(", 0) == 0 ? 0 : count(ctx::micro_batches, "");
-  const double bucket_mb = number(ctx::bucket_mb, "25");
-  const double first_bucket_mb = number(ctx::first_bucket_mb, "1");
-  const std::string balance = run.context_value(ctx::balance.name, "");
+  r.fixed_micro = micro_ctx.rfind("min(", 0) == 0 ? 0 : count(ctx::micro_batches, "");
+  r.bucket_mb = number(ctx::bucket_mb, "25");
+  r.first_bucket_mb = number(ctx::first_bucket_mb, "1");
+  r.balance = run.context_value(ctx::balance.name, "");
   const std::string threads_ctx = run.context_value(ctx::threads_per_worker.name, "auto");
-  const int fixed_threads = threads_ctx == "auto" ? 0 : count(ctx::threads_per_worker, "");
-  const int world = count(ctx::world_size, "1");
+  r.fixed_threads = threads_ctx == "auto" ? 0 : count(ctx::threads_per_worker, "");
+  r.world = count(ctx::world_size, "1");
   // What the run computed in and sent its gradients and gathered parameters in (absent: fp32).
-  const std::string precision = run.context_value(ctx::precision.name, "fp32");
-  const std::string reduce_dtype = run.context_value(ctx::reduce_dtype.name, "fp32");
-  const std::string param_dtype = run.context_value(ctx::param_dtype.name, "fp32");
+  r.precision = run.context_value(ctx::precision.name, "fp32");
+  r.reduce_dtype = run.context_value(ctx::reduce_dtype.name, "fp32");
+  r.param_dtype = run.context_value(ctx::param_dtype.name, "fp32");
   try {
-    parse_precision(precision);
+    parse_precision(r.precision);
   } catch (const UsageError&) {
-    throw UsageError(fmt::format("{}: context \"precision\" is \"{}\", expected fp32, tf32 or bf16", run.source, precision));
+    throw UsageError(fmt::format("{}: context \"precision\" is \"{}\", expected fp32, tf32 or bf16", run.source, r.precision));
   }
-  for (const auto& [key, v] : {std::pair{ctx::reduce_dtype.name, reduce_dtype}, std::pair{ctx::param_dtype.name, param_dtype}})
+  for (const auto& [key, v] : {std::pair{ctx::reduce_dtype.name, r.reduce_dtype}, std::pair{ctx::param_dtype.name, r.param_dtype}})
     if (v != "fp32" && v != "bf16")
       throw UsageError(fmt::format("{}: context \"{}\" is \"{}\", expected fp32 or bf16", run.source, key, v));
-  const int cores = count(ctx::cpu_threads, "0");
-  const int virtual_stages = std::max(1, count(ctx::virtual_stages, "2"));
+  r.cores = count(ctx::cpu_threads, "0");
+  r.virtual_stages = std::max(1, count(ctx::virtual_stages, "2"));
+  return r;
+}
+
+// Profiles timed apart from the whole net's: layer by layer, keyed (slices, threads, concurrent,
+// tp), and stage by stage, keyed (stages, threads, concurrent).
+struct PartProfiles {
+  std::map<std::tuple<int, int, int, bool>, pj::Profile> layerwise;
+  std::map<std::tuple<int, int, int>, pj::Profile> stagewise;
+};
+
+// --load-profile PREFIX: the files --save-profile wrote, so that the run is predicted again from
+// the same profiles (a model changed since, say) without timing anything.
+void load_saved_profiles(const std::string& prefix_flag, std::vector<pj::Profile>& profiles, PartProfiles& parts) {
+  const std::filesystem::path prefix(prefix_flag);
+  const std::filesystem::path dir = prefix.has_parent_path() ? prefix.parent_path() : ".";
+  const std::string base = prefix.filename().string();
+  const std::regex name("(?:(tp|layers|stages)([0-9]+)-)?threads([0-9]+)-workers([0-9]+)\\.json");
+  std::error_code ec;
+  std::vector<std::filesystem::path> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  for (const std::filesystem::path& file : files) {
+    const std::string fn = file.filename().string();
+    std::smatch mt;
+    if (fn.rfind(base + "-", 0) != 0) continue;
+    const std::string rest = fn.substr(base.size() + 1);
+    if (!std::regex_match(rest, mt, name)) continue;
+    pj::Profile p = pj::load_profile(file.string());
+    const int n = mt[2].matched ? std::stoi(mt[2].str()) : 0, t = std::stoi(mt[3].str()), k = std::stoi(mt[4].str());
+    if (!mt[1].matched) profiles.push_back(std::move(p));
+    else if (mt[1] == "stages") parts.stagewise.emplace(std::make_tuple(n, t, k), std::move(p));
+    else parts.layerwise.emplace(std::make_tuple(n, t, k, mt[1] == "tp"), std::move(p));
+  }
+  if (profiles.empty())
+    throw UsageError(fmt::format("--load-profile {}: no {}-threadsT-workersK.json in {} (files that --save-profile writes)",
+                                 prefix_flag, base, dir.string()));
+}
+
+}  // namespace
+
+int project_validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profile> profiles) {
+  namespace ctx = reports::schema::context;
+  const reports::RunFile run = reports::load_run_json(f.str("validate"));
+  const RunSetup rs = run_setup(run);
+  const std::string& scaling = rs.scaling;
+  const int fixed_micro = rs.fixed_micro, fixed_threads = rs.fixed_threads, world = rs.world, cores = rs.cores;
+  const std::string& precision = rs.precision;
   if (run.context_value(ctx::device_kind.name) != m.kind)
     throw UsageError(fmt::format("--validate {}: the run is on {} but --machine {} describes {}", run.source,
                                  run.context_value(ctx::device_kind.name), m.source, m.kind));
@@ -138,19 +193,20 @@ int project_validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profi
     c.devices = x.devices;
     c.global_batch = x.global;
     c.micro_batches = micro_of(x.global);
-    c.bucket_bytes = bucket_mb * kMiB;
-    c.first_bucket_bytes = first_bucket_mb * kMiB;
+    c.bucket_bytes = rs.bucket_mb * kMiB;
+    c.first_bucket_bytes = rs.first_bucket_mb * kMiB;
     c.cap_micro_batches = fixed_micro == 0;  // the run's default: min(4, batch), capped per replica
-    c.virtual_stages = virtual_stages;
-    if (takes_reduce_dtype(x.strategy)) c.reduce_dtype = reduce_dtype;
-    if (takes_param_dtype(x.strategy)) c.param_dtype = param_dtype;
-    pj::set_balance(c, balance, run.source + ": context \"balance\"");
+    c.virtual_stages = rs.virtual_stages;
+    if (takes_reduce_dtype(x.strategy)) c.reduce_dtype = rs.reduce_dtype;
+    if (takes_param_dtype(x.strategy)) c.param_dtype = rs.param_dtype;
+    pj::set_balance(c, rs.balance, run.source + ": context \"balance\"");
     return c;
   };
   // Layers are timed alone (or as slices) only when this command times the workload itself.
   std::optional<NetPlan> timed_plan;
-  std::map<std::tuple<int, int, int, bool>, pj::Profile> layerwise_profiles;  // (slices, threads, concurrent, tp) -> layer by layer
-  std::map<std::tuple<int, int, int>, pj::Profile> stagewise_profiles;  // (stages, threads, concurrent) -> stage by stage
+  PartProfiles parts;
+  auto& layerwise_profiles = parts.layerwise;
+  auto& stagewise_profiles = parts.stagewise;
   const int reps = static_cast<int>(f.integer("reps")), rounds = static_cast<int>(f.integer("profile-rounds"));
   // --save-profile: PREFIX-<what>threadsT-workersK.json
   auto save_profile = [&](const std::string& what, const pj::Profile& p, int threads, int concurrent) {
@@ -159,33 +215,7 @@ int project_validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profi
     write_file_atomic(file, pj::profile_json(p).dump(1) + "\n");
     fmt::print(stderr, "parbench project: wrote {}\n", file);
   };
-  if (f.has("load-profile")) {
-    // The files --save-profile wrote: the run predicted again from the same profiles (a model
-    // changed since, say) without timing anything.
-    const std::filesystem::path prefix(f.str("load-profile"));
-    const std::filesystem::path dir = prefix.has_parent_path() ? prefix.parent_path() : ".";
-    const std::string base = prefix.filename().string();
-    const std::regex name("(?:(tp|layers|stages)([0-9]+)-)?threads([0-9]+)-workers([0-9]+)\\.json");
-    std::error_code ec;
-    std::vector<std::filesystem::path> files;
-    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) files.push_back(e.path());
-    std::sort(files.begin(), files.end());
-    for (const std::filesystem::path& file : files) {
-      const std::string fn = file.filename().string();
-      std::smatch mt;
-      if (fn.rfind(base + "-", 0) != 0) continue;
-      const std::string rest = fn.substr(base.size() + 1);
-      if (!std::regex_match(rest, mt, name)) continue;
-      pj::Profile p = pj::load_profile(file.string());
-      const int n = mt[2].matched ? std::stoi(mt[2].str()) : 0, t = std::stoi(mt[3].str()), k = std::stoi(mt[4].str());
-      if (!mt[1].matched) profiles.push_back(std::move(p));
-      else if (mt[1] == "stages") stagewise_profiles.emplace(std::make_tuple(n, t, k), std::move(p));
-      else layerwise_profiles.emplace(std::make_tuple(n, t, k, mt[1] == "tp"), std::move(p));
-    }
-    if (profiles.empty())
-      throw UsageError(fmt::format("--load-profile {}: no {}-threadsT-workersK.json in {} (files that --save-profile writes)",
-                                   f.str("load-profile"), base, dir.string()));
-  }
+  if (f.has("load-profile")) load_saved_profiles(f.str("load-profile"), profiles, parts);
   if (profiles.empty()) {
     // Time the run's own workload here, at every thread count and batch piece it needs.
     WorkloadOptions wo;
