@@ -125,9 +125,13 @@ struct DnnlBf16::Impl {
         dnnl::convolution_backward_data::desc(alg, any(d.src, Dt::bf16), any(d.wei, Dt::bf16), any(d.dst, Dt::bf16),
                                               d.strides, d.pad, d.pad),
         attr, eng, fpd);
+    // oneDNN 2.6's AMX bf16 weight gradient is wrong where the input is narrower than the stride
+    // (an input 1 wide at stride 2: a tap's gradient read from outside the input); with plain
+    // layouts oneDNN takes another kernel (docs/bf16.md, "oneDNN").
+    const bool narrow = g.stride_w > g.w || g.stride_h > g.h;
     dnnl::convolution_backward_weights::primitive_desc wpd(
-        dnnl::convolution_backward_weights::desc(alg, any(d.src, Dt::bf16), any(d.wei, Dt::f32), p.db,
-                                                 any(d.dst, Dt::bf16), d.strides, d.pad, d.pad),
+        dnnl::convolution_backward_weights::desc(alg, narrow ? p.x : any(d.src, Dt::bf16), any(d.wei, Dt::f32), p.db,
+                                                 narrow ? p.y : any(d.dst, Dt::bf16), d.strides, d.pad, d.pad),
         attr, eng, fpd);
     p.impl[0] = native_impl(fpd, "convolution forward");
     p.impl[1] = native_impl(dpd, "convolution backward data");
