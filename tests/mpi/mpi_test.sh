@@ -163,6 +163,7 @@ PY
   [ "$(grep -c '^| strategy | devices | ms/iteration' "$DIR/out.txt")" = 1 ] || fail "the table must be printed once (rank 0 only)"
   ;;
 breakdown-mp | breakdown-pipeline | breakdown-fsdp)
+  [ "${PARBENCH_SANITIZED:-0}" = 1 ] && { echo "SKIP: shares of a step compared under the sanitizers"; exit 77; }
   # The time breakdown does not depend on whether the workers are threads or processes: over MPI
   # a rank's wait for its peers is idle, as in-process (a pipeline's bubble is not transfer). The
   # in-process split is the reference; the margins leave room for 2 processes on shared cores, and
@@ -188,6 +189,7 @@ PY
   done
   ;;
 busbw)
+  [ "${PARBENCH_SANITIZED:-0}" = 1 ] && { echo "SKIP: bandwidths compared under the sanitizers"; exit 77; }
   # ddp's all-reduce bus bandwidth over MPI against in-process is what the transports allow: their
   # ratio is no more than 2x below the ratio calibrate measures for bare all-reduces on the same
   # machine (a wait for a late peer booked as transfer made it several times lower). Each ratio
@@ -232,6 +234,7 @@ assert json.load(open(slow + "/report.json"))["groups"][0]["rows"][0]["straggler
 assert "**" + named + "**" in open(slow + "/report.md").read()
 print("slow run names", named, "at", row["straggler_ratio"])
 PY
+  [ "${PARBENCH_SANITIZED:-0}" = 1 ] && { echo "balanced runs not compared under the sanitizers"; exit 0; }
   for try in 1 2 3; do
     "${MPI[@]}" -n 2 "$PARBENCH" $A --out "$DIR/even$try" >/dev/null 2>&1 || fail "mpiexec -n 2 run, balanced"
     /usr/bin/python3 - "$DIR/even$try" <<'PY' && break
