@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <tuple>
 
 #include "engine/check.h"
 #include "engine/cpu_backend.h"
@@ -237,11 +238,8 @@ void check_narrow_conv(Backend& be, bool cudnn) {
   }
 }
 
-void check_linear(Backend& be) {
-  Rand r;
-  for (int trial = 0; trial < 20; ++trial) {
-    const int64_t n = r.i(1, 40), in = r.i(1, 70), out = r.i(1, 30);
-    SCOPED_TRACE(fmt::format("seed {} trial {}: n {} in {} out {}", r.seed, trial, n, in, out));
+void check_linear_at(Backend& be, int64_t n, int64_t in, int64_t out, Rand& r) {
+  {
     const Vals x = bf16_vals(r, n * in), w = bf16_vals(r, out * in), b = bf16_vals(r, out), dy = bf16_vals(r, n * out);
     const auto X16 = dev(be, x.b), W16 = dev(be, w.b), B16 = dev(be, b.b), DY16 = dev(be, dy.b);
     auto Y = dev(be, std::vector<Bf16>(n * out, Bf16{0x7fc0})), DX = dev(be, std::vector<Bf16>(n * in, Bf16{0x7fc0}));
@@ -272,6 +270,15 @@ void check_linear(Backend& be) {
   }
 }
 
+void check_linear(Backend& be) {
+  Rand r;
+  for (int trial = 0; trial < 20; ++trial) {
+    const int64_t n = r.i(1, 40), in = r.i(1, 70), out = r.i(1, 30);
+    SCOPED_TRACE(fmt::format("seed {} trial {}: n {} in {} out {}", r.seed, trial, n, in, out));
+    check_linear_at(be, n, in, out, r);
+  }
+}
+
 TEST(Bf16Ops, ConvMatchesReference) {
   SKIP_WITHOUT_BF16();
   check_conv(*bf16_backend(), false);
@@ -285,6 +292,17 @@ TEST(Bf16Ops, ConvOfAnInputNarrowerThanItsStrideMatchesReference) {
 TEST(Bf16Ops, LinearMatchesReference) {
   SKIP_WITHOUT_BF16();
   check_linear(*bf16_backend());
+}
+
+// A reduced dimension of 63 -- inputs (forward), outputs (backward data), samples (weights) -- with
+// 33 or more rows: oneDNN 2.6's AMX matmul got these wrong or died of SIGILL (engine/dnnl/dnnl_bf16.cpp).
+TEST(Bf16Ops, LinearOverSixtyThreeMatchesReference) {
+  SKIP_WITHOUT_BF16();
+  Rand r;
+  for (const auto& [n, in, out] : {std::tuple<int64_t, int64_t, int64_t>{37, 63, 9}, {33, 63, 17}, {37, 9, 63}, {63, 9, 37}}) {
+    SCOPED_TRACE(fmt::format("seed {}: n {} in {} out {}", r.seed, n, in, out));
+    check_linear_at(*bf16_backend(), n, in, out, r);
+  }
 }
 
 // The CUDA path, where there is a GPU (of compute capability 8.0 or newer).

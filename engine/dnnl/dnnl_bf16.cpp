@@ -211,8 +211,15 @@ struct DnnlBf16::Impl {
         attr.set_post_ops(po);
       }
     }
-    const auto pd = kind == 0 ? dnnl::matmul::primitive_desc(dnnl::matmul::desc(p.src, p.wei, p.bias, p.dst), attr, eng)
-                              : dnnl::matmul::primitive_desc(dnnl::matmul::desc(p.src, p.wei, p.dst), attr, eng);
+    const dnnl::matmul::desc md = kind == 0 ? dnnl::matmul::desc(p.src, p.wei, p.bias, p.dst) : dnnl::matmul::desc(p.src, p.wei, p.dst);
+    dnnl::matmul::primitive_desc pd(md, attr, eng);
+    const int64_t reduced = kind == 0 ? in : kind == 2 ? n : out;
+    // oneDNN 2.6's AMX bf16 matmul over a reduced dimension of exactly 63 computes wrong values or
+    // dies of SIGILL (docs/bf16.md, "oneDNN"); the next implementation it offers is right. (The
+    // descriptor is made in place: a copied primitive_desc cannot iterate.)
+    if (reduced == 63)
+      while (std::string(pd.impl_info_str()).find("amx") != std::string::npos && pd.next_impl()) {
+      }
     native_impl(pd, "linear layer");
     p.pad = pd.scratchpad_desc();
     p.prim = dnnl::matmul(pd);
