@@ -324,7 +324,7 @@ Plan plan_from_json(const std::string& text, const std::string& source) {
     PlanGroup pg{field<std::string>(g, "name", where, "", true), int_list<int>(g, "members", where, 0, p.workers - 1, true)};
     p.groups.push_back(std::move(pg));
   }
-  std::map<std::tuple<int, BufferRole, int, int>, int> seen;  // a buffer twice would alias its memory
+  std::map<BufferKey, int> seen;  // a buffer twice would alias its memory
   for (const auto& b : buffer_list) {
     const std::string where = fmt::format("{}: buffer {}", source, p.buffers.size());
     if (b.is_object() && !b.contains("role") && b.contains("name"))
@@ -338,7 +338,7 @@ Plan plan_from_json(const std::string& text, const std::string& source) {
     pb.chunk = static_cast<int>(int_field(b, "chunk", where, 0, 0, kMaxInt));
     pb.bytes = int_field(b, "bytes", where, 0, 0, kMaxBytes);
     pb.dtype = parse_dtype_label(field<std::string>(b, "dtype", where, "fp32"), where + ": 'dtype'");
-    const auto [at, fresh] = seen.emplace(std::make_tuple(pb.worker, pb.role, pb.index, pb.chunk), static_cast<int>(p.buffers.size()));
+    const auto [at, fresh] = seen.emplace(buffer_key(pb), static_cast<int>(p.buffers.size()));
     if (!fresh)
       throw UsageError(fmt::format("{}: worker {}'s {} again (buffer {})", where, pb.worker, buffer_label(pb), at->second));
     p.buffers.push_back(pb);

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <iosfwd>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -79,9 +80,10 @@ struct PlanBuffer {
 };
 // "x", "x[3]", "c1/x[3]": for messages and the text and CSV plans.
 std::string buffer_label(const PlanBuffer& b);
-inline bool same_buffer(const PlanBuffer& a, const PlanBuffer& b) {
-  return a.worker == b.worker && a.role == b.role && a.index == b.index && a.chunk == b.chunk;
-}
+// What tells buffers apart: (worker, role, index, chunk).
+using BufferKey = std::tuple<int, BufferRole, int, int>;
+inline BufferKey buffer_key(const PlanBuffer& b) { return {b.worker, b.role, b.index, b.chunk}; }
+inline bool same_buffer(const PlanBuffer& a, const PlanBuffer& b) { return buffer_key(a) == buffer_key(b); }
 
 // The workers a communicator spans; a worker's rank in it is its index in `members`.
 struct PlanGroup {

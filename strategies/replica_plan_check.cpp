@@ -20,9 +20,9 @@ bool computation(ActionKind k) {
          k == ActionKind::BackwardWeights || k == ActionKind::Loss || k == ActionKind::Optimizer;
 }
 
-std::vector<std::tuple<BufferRole, int, int>> keys(const Plan& p, const std::vector<int>& buffers) {
-  std::vector<std::tuple<BufferRole, int, int>> out;
-  for (int b : buffers) out.emplace_back(p.buffers.at(b).role, p.buffers.at(b).index, p.buffers.at(b).chunk);
+std::vector<BufferKey> keys(const Plan& p, const std::vector<int>& buffers) {
+  std::vector<BufferKey> out;
+  for (int b : buffers) out.push_back(buffer_key(p.buffers.at(b)));
   return out;
 }
 

@@ -103,9 +103,9 @@ void check_stage_plan(const Plan& user, const Plan& own, const std::vector<std::
                                 dtype_label(own_t)));
   const int stages = static_cast<int>(ranges.size());
   for (int w = 0; w < user.workers; ++w) {
-    std::set<std::tuple<BufferRole, int, int>> places;  // the buffers the strategy keeps for this worker
+    std::set<BufferKey> places;  // the buffers the strategy keeps for this worker
     for (const PlanBuffer& b : own.buffers)
-      if (b.worker == w) places.insert({b.role, b.index, b.chunk});
+      if (b.worker == w) places.insert(buffer_key(b));
     auto name = [&](int b) { return buffer_label(user.buffers.at(b)); };
     // Of the worker's first chunk (the one an interleaved worker's others are checked by the executor).
     auto is = [&](int b, BufferRole role) { return user.buffers.at(b).role == role && user.buffers.at(b).chunk == 0; };
@@ -121,7 +121,7 @@ void check_stage_plan(const Plan& user, const Plan& own, const std::vector<std::
       if (a.kind == ActionKind::Optimizer && ++steps > 1) refuse(w, a.id, "a second optimizer step");
       for (const auto* ids : {&a.reads, &a.writes})
         for (int b : *ids)
-          if (const PlanBuffer& ub = user.buffers.at(b); !places.count({ub.role, ub.index, ub.chunk}))
+          if (!places.count(buffer_key(user.buffers.at(b))))
             refuse(w, a.id, fmt::format("buffer '{}' is none that {} keeps on worker {}", name(b), own.strategy, w));
       const int k = a.micro;
       if (stage_compute(a.kind) && (a.layer_begin != ranges[s].first || a.layer_end != ranges[s].second))
