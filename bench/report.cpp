@@ -14,6 +14,7 @@
 #include "engine/check.h"
 #include "engine/fsutil.h"
 #include "reports/table.h"
+#include "parbench_paths.h"
 
 extern char** environ;
 
@@ -33,9 +34,7 @@ std::string find_script(const std::string& name, const char* env_var) {
     if (fs::exists(dir / "scripts" / name)) return (dir / "scripts" / name).string();
     if (dir == dir.root_path()) break;
   }
-#ifdef PARBENCH_SOURCE_DIR
   if (fs::exists(std::string(PARBENCH_SOURCE_DIR "/scripts/") + name)) return PARBENCH_SOURCE_DIR "/scripts/" + name;
-#endif
   if (fs::exists("scripts/" + name)) return "scripts/" + name;
   return "";
 }

@@ -12,9 +12,14 @@ scripts/install-deps.sh
 command -v clang++ >/dev/null || { echo "scripts/fuzz.sh: clang++ not found (apt-get install clang)" >&2; exit 2; }
 
 build=build-fuzz
+launcher=${CMAKE_CXX_COMPILER_LAUNCHER:-}
+if [ -z "$launcher" ] && command -v ccache >/dev/null 2>&1; then  # as scripts/test.sh
+  launcher=ccache
+  export CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=1
+fi
 cmake -S . -B "$build" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DPARBENCH_FUZZ=ON \
   -DPARBENCH_CUDA=OFF -DPARBENCH_MPI=OFF -DPARBENCH_DNNL=OFF -DBUILD_TESTING=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  ${CMAKE_CXX_COMPILER_LAUNCHER:+-DCMAKE_CXX_COMPILER_LAUNCHER=$CMAKE_CXX_COMPILER_LAUNCHER} >/dev/null
+  ${launcher:+-DCMAKE_C_COMPILER_LAUNCHER=$launcher -DCMAKE_CXX_COMPILER_LAUNCHER=$launcher} >/dev/null
 cmake --build "$build" -j"$(nproc)" --target npy_fuzz net_json_fuzz gbjson_fuzz plan_fuzz config_fuzz
 
 # Seed corpora: every fixture of the kind each parser reads, plus the example nets.

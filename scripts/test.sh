@@ -13,6 +13,13 @@ case "${1:-}" in
 esac
 
 scripts/install-deps.sh
+# Where ccache is installed it compiles each unchanged source once. Its keys leave out where the
+# tree is checked out (paths under it are made relative, the build folder not hashed), so a fresh
+# clone of the same commit, as CI's, reuses what the working tree compiled.
+if command -v ccache >/dev/null 2>&1; then
+  export CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=1
+  flags+=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+fi
 cmake -S . -B "$build" "${flags[@]}"
 cmake --build "$build" -j"$(nproc)"
 # Leak checks stay on; OpenMP's thread pool is process-lifetime, not a leak.

@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <string>
 
+#include "parbench_paths.h"
+
 namespace pb::test {
 
 inline std::filesystem::path self_dir() {
@@ -19,11 +21,7 @@ inline std::string parbench_binary() {
   if (const char* env = std::getenv("PARBENCH_BINARY"); env && *env) return env;
   const auto next = self_dir() / "parbench";
   if (std::filesystem::exists(next)) return next.string();
-#ifdef PARBENCH_BINARY
   return PARBENCH_BINARY;
-#else
-  return "parbench";
-#endif
 }
 
 // $PARBENCH_SOURCE_DIR, else the first folder at or above this test binary that holds
@@ -34,11 +32,7 @@ inline std::filesystem::path source_dir() {
     if (std::filesystem::exists(dir / "tests" / "fixtures")) return dir;
     if (dir == dir.root_path()) break;
   }
-#ifdef PARBENCH_SOURCE_DIR
   return PARBENCH_SOURCE_DIR;
-#else
-  return ".";
-#endif
 }
 
 }  // namespace pb::test

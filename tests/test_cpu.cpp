@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "parbench_paths.h"
 #include "reference.h"
 #ifdef PARBENCH_HAVE_DNNL
 #include "engine/dnnl/winograd.h"

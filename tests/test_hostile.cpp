@@ -25,6 +25,7 @@
 #include "engine/npy.h"
 #include "reports/gbjson.h"
 #include "workloads/workload.h"
+#include "parbench_paths.h"
 
 namespace pb {
 namespace {

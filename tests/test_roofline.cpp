@@ -16,6 +16,7 @@
 #include "strategies/sweep.h"
 #include "tests/test_harness_support.h"
 #include "workloads/workload.h"
+#include "parbench_paths.h"
 
 namespace pb {
 namespace {

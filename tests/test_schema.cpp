@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "reports/schema.h"
+#include "parbench_paths.h"
 
 namespace pb::reports::schema {
 namespace {
