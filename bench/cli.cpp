@@ -212,25 +212,20 @@ int worker_count(const Flags& f) {
   if (multi_process()) return process().size;
   const HybridShape h = hybrid_shape(f);
   if (h.dp > 0 && h.pp + h.tp > 0) return h.dp * (h.pp + h.tp);
-  int dp = 0, side = 0;
-  Schedule schedule = Schedule::GPipe;
-  bool recompute = false;
-  if (f.has("strategy") && (parse_hybrid_name(f.str("strategy"), &dp, &side, &schedule, &recompute) ||
-                            parse_dptp_name(f.str("strategy"), &dp, &side) || parse_hsdp_name(f.str("strategy"), &dp, &side)))
-    return dp * side;
+  if (f.has("strategy"))
+    if (const auto spec = parse_strategy(f.str("strategy")); spec && spec->member()) return spec->devices();
   return static_cast<int>(f.integer("devices"));
 }
 
 std::string strategy_name(const Flags& f, const std::string& given, bool strict) {
-  Schedule schedule = Schedule::GPipe;
-  bool recompute = false;
   std::string name = given;
-  int dp = 0, pp = 0;
+  StrategySpec spec = parse_strategy(name).value_or(StrategySpec{});
   if (strict) {
     const HybridShape h = hybrid_shape(f);
-    const bool tp = h.tp > 0 || name == kDpTpFamily || parse_dptp_name(name, &dp, &pp);
-    const bool member = tp ? parse_dptp_name(name, &dp, &pp) : parse_hybrid_name(name, &dp, &pp, &schedule, &recompute);
+    const bool tp = h.tp > 0 || spec.entry == kDpTpFamily;
     const std::string family = tp ? kDpTpFamily : kHybridFamily;
+    const bool member = spec.member_of(family);
+    const int dp = spec.first, pp = spec.second;
     const char* side = tp ? "tp" : "pp";
     if (h.given()) {
       if (!member && name != family && f.has("strategy"))
@@ -240,17 +235,19 @@ std::string strategy_name(const Flags& f, const std::string& given, bool strict)
       if (h.dp == 0 || other == 0) throw UsageError(fmt::format("--dp and --{} name one hybrid together: give both", side));
       if (member && (dp != h.dp || pp != other))
         throw UsageError(fmt::format("--strategy {} disagrees with --dp {} --{} {}", name, h.dp, side, other));
-      name = tp ? dptp_name(h.dp, other) : hybrid_name(h.dp, other, schedule, recompute);
+      name = tp ? dptp_name(h.dp, other) : hybrid_name(h.dp, other, member ? spec.schedule : Schedule::GPipe, member && spec.recompute);
+      spec = parse_strategy(name).value_or(StrategySpec{});
     } else if (name == family) {
       throw UsageError(fmt::format("--strategy {}: pick one member, dp<D>x{}<{}> (e.g. dp2x{}2), or give --dp and --{}",
                                    name, side, tp ? "T" : "P", side, side));
     }
   }
-  if (parse_hybrid_name(name, &dp, &pp, &schedule, &recompute)) {
+  Schedule schedule = spec.schedule;
+  if (spec.member_of(kHybridFamily)) {
     if (f.has("schedule")) schedule = pipeline_schedule(f.str("schedule"));
-    return hybrid_name(dp, pp, schedule, recompute || f.on("recompute"));
+    return hybrid_name(spec.first, spec.second, schedule, spec.recompute || f.on("recompute"));
   }
-  if (!parse_pipeline_name(name, &schedule, &recompute)) {
+  if (!spec.fill_drain) {
     if (strict && (f.has("schedule") || f.on("recompute")))
       throw UsageError(name == pipeline_name(Schedule::ZeroBubble, false)
                            ? fmt::format("--{}: {} is a schedule of its own, without recompute; leave --{} out",
@@ -261,7 +258,7 @@ std::string strategy_name(const Flags& f, const std::string& given, bool strict)
     return name;
   }
   if (f.has("schedule")) schedule = pipeline_schedule(f.str("schedule"));
-  return pipeline_name(schedule, recompute || f.on("recompute"));
+  return pipeline_name(schedule, spec.recompute || f.on("recompute"));
 }
 
 std::optional<std::size_t> conv_workspace_cap(const Flags& f) {

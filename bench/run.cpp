@@ -164,15 +164,8 @@ RunPlan plan_run(const Flags& f, Sweep& sw) {
     if (!shape.tp) strategies.push_back(kHybridFamily);
     if (!shape.pp) strategies.push_back(kDpTpFamily);
   }
-  auto is_hybrid = [](const std::string& s) {
-    int dp = 0, side = 0;
-    Schedule sc = Schedule::GPipe;
-    bool rc = false;
-    return s == kHybridFamily || s == kDpTpFamily || s == kHsdpFamily || parse_hybrid_name(s, &dp, &side, &sc, &rc) ||
-           parse_dptp_name(s, &dp, &side) || parse_hsdp_name(s, &dp, &side);
-  };
   for (const std::string& s : strategies)
-    if (std::find(known.begin(), known.end(), s) == known.end() && !is_hybrid(s))
+    if (!parse_strategy(s))
       throw UsageError(fmt::format("unknown strategy '{}' in --strategies: expected all or some of {} (members of {} "
                                    "as dp<D>xpp<P>, of {} as dp<D>xtp<T>, of {} as hsdp<R>x<S>)", s, fmt::join(known, ", "),
                                    kHybridFamily, kDpTpFamily, kHsdpFamily));
@@ -228,9 +221,7 @@ RunPlan plan_run(const Flags& f, Sweep& sw) {
         continue;
       }
       std::vector<std::string> members = {s};
-      int dp = 0, side = 0;
-      Schedule sc = Schedule::GPipe;
-      bool rc = false;
+      const auto spec = parse_strategy(s);
       if (s == kHybridFamily || s == kDpTpFamily) {  // every D x S = d; both at least 2 unless the flags fix one
         const bool tp = s == kDpTpFamily;
         const int want = tp ? shape.tp : shape.pp;
@@ -240,8 +231,7 @@ RunPlan plan_run(const Flags& f, Sweep& sw) {
       } else if (s == kHsdpFamily) {  // every R x S = d, both at least 2
         members.clear();
         for (const auto& [R, S] : hybrid_factorizations(static_cast<int>(d))) members.push_back(hsdp_name(R, S));
-      } else if ((parse_hybrid_name(s, &dp, &side, &sc, &rc) || parse_dptp_name(s, &dp, &side) ||
-                  parse_hsdp_name(s, &dp, &side)) && dp * side != d) {
+      } else if (spec && spec->member() && spec->devices() != d) {
         members.clear();
       }
       if (members.empty()) unshaped.push_back(fmt::format("{} x{}", s, d));
@@ -259,7 +249,7 @@ RunPlan plan_run(const Flags& f, Sweep& sw) {
     }
   if (!one_device_all && proc.rank == 0 && std::find(device_counts.begin(), device_counts.end(), 1) != device_counts.end())
     for (const std::string& s : strategies)
-      if (!strategy_info(s).single_device && !is_hybrid(s)) not_at_one.push_back(s);
+      if (!strategy_info(s).single_device && !parse_strategy(s).value().family) not_at_one.push_back(s);
   if (!not_at_one.empty())
     fmt::print(stderr, "parbench run: on one device only {} runs (the others' one-device step is its arithmetic); "
                "--all-at-one-device adds {} x1\n", fmt::join(at_one, ", "), fmt::join(not_at_one, " x1, "));

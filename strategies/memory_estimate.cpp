@@ -138,11 +138,12 @@ MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch, const 
   const MemoryModel& model = memory_model_of(c.strategy);
   const std::string& s = c.strategy;
   const ProjectionFacts& facts = *projection_facts_of(s);
-  int D = 1, S = N;
-  Schedule schedule = facts.projected.schedule;  // what a variant's name stands for
-  bool recompute = facts.projected.recompute;
-  const bool member = facts.family && facts.family.parse(s, &D, &S, &schedule, &recompute);
-  if (!member) D = 1, S = N;
+  const auto spec = parse_strategy(s);
+  const bool member = spec && spec->member(), staged = spec && spec->member_of(kHybridFamily);
+  const int D = member ? spec->first : 1, S = member ? spec->second : N;
+  // What a variant's name stands for, or a dp x pp member's suffix.
+  const Schedule schedule = staged ? spec->schedule : facts.projected.schedule;
+  const bool recompute = staged ? spec->recompute : facts.projected.recompute;
   MemoryModel::Layout layout = model.layout;
   const bool sharded = layout == MemoryModel::Layout::Shards, prefetch = s == "fsdp-prefetch";
   // A sharded strategy's bf16 staging, in floats (largest: the largest unit, padded to W shards):

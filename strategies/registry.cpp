@@ -2,6 +2,7 @@
 #include "strategies/registry.h"
 
 #include <algorithm>
+#include <stdexcept>
 #include <utility>
 
 #include <fmt/ranges.h>
@@ -229,16 +230,32 @@ std::vector<std::string> strategy_names() {
   return names;
 }
 
-const StrategyInfo& strategy_info(const std::string& name) {
-  int dp = 0, pp = 0;
-  Schedule schedule = Schedule::GPipe;
-  bool recompute = false;
-  const std::string& key = parse_hybrid_name(name, &dp, &pp, &schedule, &recompute) ? kHybridFamily
-                           : parse_dptp_name(name, &dp, &pp)                         ? kDpTpFamily
-                           : parse_hsdp_name(name, &dp, &pp)                         ? kHsdpFamily
-                                                                                     : name;
+std::optional<StrategySpec> parse_strategy(const std::string& name) {
+  for (const Entry& e : registry()) {
+    StrategySpec s;
+    s.entry = e.info.name;
+    s.family = static_cast<bool>(e.family);
+    if (s.family && e.family.parse(name, &s.first, &s.second, &s.schedule, &s.recompute)) {
+      s.fill_drain = s.entry == kHybridFamily;
+      return s;
+    }
+    if (name != e.info.name) continue;
+    s.fill_drain = !s.family && parse_pipeline_name(name, &s.schedule, &s.recompute);
+    return s;
+  }
+  return std::nullopt;
+}
+
+namespace {
+const Entry& entry_of(const StrategySpec& spec) {
   for (const Entry& e : registry())
-    if (e.info.name == key) return e.info;
+    if (e.info.name == spec.entry) return e;
+  throw std::logic_error("a parsed strategy without its registry line: " + spec.entry);
+}
+}  // namespace
+
+const StrategyInfo& strategy_info(const std::string& name) {
+  if (const auto spec = parse_strategy(name)) return entry_of(*spec).info;
   throw UsageError(fmt::format("unknown strategy '{}': expected one of {} (members of {} as dp<D>xpp<P>, of {} as "
                                "dp<D>xtp<T>, of {} as hsdp<R>x<S>)", name, fmt::join(strategy_names(), ", "),
                                kHybridFamily, kDpTpFamily, kHsdpFamily));
@@ -247,21 +264,19 @@ const StrategyInfo& strategy_info(const std::string& name) {
 std::unique_ptr<Strategy> make_strategy(const std::string& name, const StrategyOptions& opts) {
   if (opts.devices < 1) throw UsageError(fmt::format("--devices must be at least 1, got {}", opts.devices));
   check_wire_dtypes(name, opts);
-  int dp = 0, pp = 0;
-  Schedule schedule = Schedule::GPipe;
-  bool recompute = false;
-  if (opts.plan && name != "mp" && name != "ddp" && !parse_pipeline_name(name, &schedule, &recompute) &&
-      !parse_hybrid_name(name, &dp, &pp, &schedule, &recompute))
+  const auto spec = parse_strategy(name);
+  if (!spec) strategy_info(name);  // throws, naming the known ones
+  if (opts.plan && name != "mp" && name != "ddp" && !spec->fill_drain)
     throw UsageError(fmt::format("{}: strategy {} runs only the plan it makes; a plan file runs as mp, a pipeline "
                                  "(pipeline, pipeline-1f1b, ...), a dp<D>xpp<P> or ddp", opts.plan_source, name));
-  if (parse_hybrid_name(name, &dp, &pp, &schedule, &recompute)) {  // a suffix selects as the options do
+  if (spec->member_of(kHybridFamily)) {  // a suffix selects as the options do
     StrategyOptions o = opts;
-    if (schedule != Schedule::GPipe) o.schedule = schedule;
-    o.recompute = o.recompute || recompute;
-    return make_hybrid(o, dp, pp);
+    if (spec->schedule != Schedule::GPipe) o.schedule = spec->schedule;
+    o.recompute = o.recompute || spec->recompute;
+    return make_hybrid(o, spec->first, spec->second);
   }
-  if (parse_dptp_name(name, &dp, &pp)) return make_dptp(opts, dp, pp);
-  if (parse_hsdp_name(name, &dp, &pp)) return make_hsdp(opts, dp, pp);
+  if (spec->member_of(kDpTpFamily)) return make_dptp(opts, spec->first, spec->second);
+  if (spec->member_of(kHsdpFamily)) return make_hsdp(opts, spec->first, spec->second);
   if (name == kHsdpFamily)
     throw UsageError(fmt::format("{} names a family of strategies: pick one as hsdp<R>x<S> (e.g. hsdp2x2)", name));
   if (name == kHybridFamily)
@@ -270,10 +285,7 @@ std::unique_ptr<Strategy> make_strategy(const std::string& name, const StrategyO
   if (name == kDpTpFamily)
     throw UsageError(fmt::format("{} names a family of strategies: pick one as dp<D>xtp<T> (e.g. dp2xtp2), or use "
                                  "--dp D --tp T", name));
-  for (const Entry& e : registry())
-    if (e.info.name == name) return e.make(opts);
-  strategy_info(name);  // throws, naming the known ones
-  return nullptr;
+  return entry_of(*spec).make(opts);
 }
 
 namespace {
@@ -281,36 +293,35 @@ Plan plan_of(const std::string& name, const NetPlan& net, const StrategyOptions&
   if (opts.devices < 1) throw UsageError(fmt::format("--devices must be at least 1, got {}", opts.devices));
   if (batch < 1) throw UsageError(fmt::format("--batch must be at least 1, got {}", batch));
   check_wire_dtypes(name, opts);
-  int dp = 0, pp = 0;
-  Schedule schedule = Schedule::GPipe;
-  bool recompute = false;
-  if (parse_hybrid_name(name, &dp, &pp, &schedule, &recompute)) {  // as make_strategy
+  const auto spec = parse_strategy(name);
+  const int dp = spec ? spec->first : 0, pp = spec ? spec->second : 0;
+  if (spec && spec->member_of(kHybridFamily)) {  // as make_strategy
     StrategyOptions o = opts;
-    if (schedule != Schedule::GPipe) o.schedule = schedule;
-    o.recompute = o.recompute || recompute;
+    if (spec->schedule != Schedule::GPipe) o.schedule = spec->schedule;
+    o.recompute = o.recompute || spec->recompute;
     if (o.devices != dp * pp)
       throw UsageError(fmt::format("{}: {} replicas of a {}-stage pipeline run on {} devices, got --devices {}", name,
                                    dp, pp, dp * pp, o.devices));
     return plan_staged(net, o, batch, hybrid_name(dp, pp, o.schedule, o.recompute), o.micro_batches, dp);
   }
-  if (parse_dptp_name(name, &dp, &pp)) {
+  if (spec && spec->member_of(kDpTpFamily)) {
     if (opts.devices != dp * pp)
       throw UsageError(fmt::format("{}: {} replicas of a {}-way tp group run on {} devices, got --devices {}", name, dp,
                                    pp, dp * pp, opts.devices));
     return plan_tp(net, opts, batch, name, dp);
   }
-  if (parse_hsdp_name(name, &dp, &pp)) {
+  if (spec && spec->member_of(kHsdpFamily)) {
     if (opts.devices != dp * pp)
       throw UsageError(fmt::format("{}: {} groups of {} sharding workers run on {} devices, got --devices {}", name, dp,
                                    pp, dp * pp, opts.devices));
     return plan_fsdp(net, opts, batch, name, true, false, dp);
   }
-  for (const Entry& e : registry())
-    if (e.info.name == name && e.plan) {
-      if (e.info.single_device && opts.devices != 1)
-        throw UsageError(fmt::format("strategy {} runs on one device, got --devices {}", name, opts.devices));
-      return e.plan(net, opts, batch);
-    }
+  if (spec && !spec->family) {
+    const Entry& e = entry_of(*spec);
+    if (e.info.single_device && opts.devices != 1)
+      throw UsageError(fmt::format("strategy {} runs on one device, got --devices {}", name, opts.devices));
+    if (e.plan) return e.plan(net, opts, batch);
+  }
   make_strategy(name, opts);  // throws, naming the known ones or the family's members
   throw UsageError(fmt::format("no plan for strategy '{}'", name));
 }
@@ -326,20 +337,15 @@ const std::vector<ProjectionFacts>& projection_facts() {
 }
 
 const ProjectionFacts* projection_facts_of(const std::string& name) {
-  int d = 0, s = 0;
-  Schedule schedule = Schedule::GPipe;
-  bool recompute = false;
+  const auto spec = parse_strategy(name);
+  if (!spec) return nullptr;
   for (const ProjectionFacts& f : projection_facts())
-    if (f.name == name || (f.family && f.family.parse(name, &d, &s, &schedule, &recompute))) return &f;
+    if (f.name == spec->entry) return &f;
   return nullptr;
 }
 
 const MemoryModel& memory_model_of(const std::string& name) {
-  int d = 0, s = 0;
-  Schedule schedule = Schedule::GPipe;
-  bool recompute = false;
-  for (const Entry& e : registry())
-    if (e.info.name == name || (e.family && e.family.parse(name, &d, &s, &schedule, &recompute))) return e.memory;
+  if (const auto spec = parse_strategy(name)) return entry_of(*spec).memory;
   throw UsageError(fmt::format("memory estimate: no model for strategy '{}'", name));
 }
 

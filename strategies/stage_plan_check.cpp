@@ -177,24 +177,23 @@ void check_stage_plan(const Plan& user, const Plan& own, const std::vector<std::
 }
 
 void check_plan_file(const Plan& user, const NetPlan& net, const StrategyOptions& o, const std::string& source) {
-  int dp = 0, pp = 0;
-  Schedule schedule = Schedule::GPipe;
-  bool recompute = false;
   const std::string& name = user.strategy;
+  const auto spec = parse_strategy(name);
   if (name == "ddp") {  // a replica's step: its own plan at these options
     StrategyOptions own_options = o;
     own_options.plan = nullptr;
     check_replica_plan(user, make_plan(name, net, own_options, user.batch), source);
     return;
   }
-  if (name != "mp" && !parse_pipeline_name(name, &schedule, &recompute) && !parse_hybrid_name(name, &dp, &pp, &schedule, &recompute))
+  if (name != "mp" && !(spec && spec->fill_drain))
     throw UsageError(fmt::format("{}: strategy {} runs only the plan it makes; a plan file runs as mp, a pipeline "
                                  "(pipeline, pipeline-1f1b, ...), a dp<D>xpp<P> or ddp", source, name));
   StrategyOptions own_options = o;
   own_options.plan = nullptr;
   own_options.micro_batches = user.micro_batches;
   own_options.cap_micro_batches = false;
-  own_options.recompute = recompute = o.recompute || recompute;
+  Schedule schedule = spec->schedule;
+  bool recompute = own_options.recompute = o.recompute || spec->recompute;
   if (name == "mp") schedule = Schedule::GPipe, recompute = false;
   const Plan own = make_plan(name, net, own_options, user.batch);
   std::vector<std::pair<int, int>> ranges;

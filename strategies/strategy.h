@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -168,6 +169,23 @@ bool parse_factor_name(const std::string& name, const char* first, const char* s
 // The hybrids of a family at `devices`: every D x S = devices (S: stages or tp ways), D ascending,
 // both sides at least 2 unless `dp` or `side` (> 0) fix one.
 std::vector<std::pair<int, int>> hybrid_factorizations(int devices, int dp = 0, int side = 0);
+
+// A strategy name parsed by the registry's one grammar: the registry line it names (a strategy,
+// a family, or the family of a member such as dp2xpp2) and what the name itself fixes.
+struct StrategySpec {
+  std::string entry;                    // the registry line: "ddp", "pipeline-1f1b", kHybridFamily, ...
+  bool family = false;                  // the line is a family (the name is the family or a member)
+  int first = 0, second = 0;            // a member's factors: D x P, D x T or R x S; 0 for other names
+  Schedule schedule = Schedule::GPipe;  // a GPipe/1F1B pipeline's or a dp x pp member's
+  bool recompute = false;
+  bool fill_drain = false;              // pipeline[-1f1b][-recompute] or a dp x pp member: --schedule and
+                                        // --recompute apply, and a plan file may run as it
+  bool member() const { return first > 0; }
+  bool member_of(const std::string& f) const { return member() && entry == f; }
+  int devices() const { return first * second; }
+};
+// nullopt for a name that is neither a registered strategy or family nor a family's member.
+std::optional<StrategySpec> parse_strategy(const std::string& name);
 
 // Every strategy, in display order (the seed's comparison first).
 const std::vector<StrategyInfo>& strategy_infos();

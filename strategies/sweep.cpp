@@ -18,11 +18,9 @@ const std::vector<std::pair<Schedule, std::string>>& schedules() {
 
 // A family's member by its own name: its shape.
 std::optional<std::pair<int, int>> member_shape(const ProjectionFacts& f, const std::string& name) {
-  int d = 0, s = 0;
-  Schedule sc = Schedule::GPipe;
-  bool rc = false;
-  if (!f.family || !f.family.parse(name, &d, &s, &sc, &rc)) return std::nullopt;
-  return std::make_pair(d, s);
+  const auto spec = parse_strategy(name);
+  if (!spec || !spec->member_of(f.name)) return std::nullopt;
+  return std::make_pair(spec->first, spec->second);
 }
 
 bool sweeps_micro(const ProjectionRule& p) {
@@ -177,11 +175,9 @@ Setting as_swept(const Setting& s) {
 std::string run_name(const Setting& s) {
   const ProjectionFacts* f = projection_facts_of(s.strategy);
   if (!f) return s.strategy;
-  int d = 0, n = 0;
-  Schedule sc = Schedule::GPipe;
-  bool rc = false;
-  if (f->family && f->family.parse(s.strategy, &d, &n, &sc, &rc))  // the name's schedule, else the setting's
-    return f->family.member(d, n, sc != Schedule::GPipe ? sc : s.schedule, rc || s.recompute);
+  if (const auto spec = parse_strategy(s.strategy); spec && spec->member())  // the name's schedule, else the setting's
+    return f->family.member(spec->first, spec->second, spec->schedule != Schedule::GPipe ? spec->schedule : s.schedule,
+                            spec->recompute || s.recompute);
   for (const ProjectionFacts& v : projection_facts()) {  // the variant registered for these options
     const ProjectionRule& p = v.projected;
     const std::string& base = p.variant_of.empty() ? v.name : p.variant_of;

@@ -8,17 +8,18 @@ namespace pb {
 
 // fsdp, zero2, their -prefetch variants and hsdp<R>x<S>: parameters sharded, gathered per unit.
 bool takes_param_dtype(const std::string& name) {
-  int r = 0, s = 0;
-  return name.rfind("fsdp", 0) == 0 || name.rfind("zero2", 0) == 0 || parse_hsdp_name(name, &r, &s);
+  const auto s = parse_strategy(name);
+  if (!s) return false;
+  for (const char* e : {"fsdp", "zero2", "fsdp-prefetch", "zero2-prefetch"})
+    if (s->entry == e) return true;
+  return s->member_of(kHsdpFamily);
 }
 
 // Every strategy that sums gradients over replicas.
 bool takes_reduce_dtype(const std::string& name) {
-  int d = 0, p = 0;
-  Schedule schedule = Schedule::GPipe;
-  bool recompute = false;
-  return name == "dp" || name == "ddp" || takes_param_dtype(name) ||
-         parse_hybrid_name(name, &d, &p, &schedule, &recompute) || parse_dptp_name(name, &d, &p);
+  const auto s = parse_strategy(name);
+  return s && (s->entry == "dp" || s->entry == "ddp" || takes_param_dtype(name) || s->member_of(kHybridFamily) ||
+               s->member_of(kDpTpFamily));
 }
 
 void check_wire_dtypes(const std::string& name, const StrategyOptions& o) {

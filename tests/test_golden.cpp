@@ -147,12 +147,8 @@ TEST_P(Golden, HybridsReproducePyTorchTrajectory) {
   }
   EXPECT_FALSE(names.empty()) << "no factorization fits this fixture";
   for (const std::string& name : names) {
-    int dp = 0, side = 0;
-    Schedule schedule = Schedule::GPipe;
-    bool recompute = false;
-    if (!parse_hybrid_name(name, &dp, &side, &schedule, &recompute)) parse_dptp_name(name, &dp, &side);
     StrategyOptions o;
-    o.devices = dp * side;
+    o.devices = parse_strategy(name).value().devices();
     o.backend.threads = 1;
     o.micro_batches = 2;
     o.cap_micro_batches = true;

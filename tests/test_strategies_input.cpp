@@ -46,6 +46,33 @@ TEST(Strategies, BadInput) {
   }
 }
 
+// One grammar: every name the program takes comes back as the registry line it names and the
+// factors, schedule and recompute the name fixes.
+TEST(Strategies, NamesParseIntoATypedSpec) {
+  const StrategySpec zbr = parse_strategy("dp2xpp4-1f1b-recompute").value();
+  EXPECT_EQ(zbr.entry, kHybridFamily);
+  EXPECT_TRUE(zbr.family && zbr.fill_drain && zbr.recompute);
+  EXPECT_EQ(zbr.schedule, Schedule::OneFOneB);
+  EXPECT_EQ(std::make_pair(zbr.first, zbr.second), std::make_pair(2, 4));
+  EXPECT_EQ(zbr.devices(), 8);
+  const StrategySpec tp = parse_strategy("dp3xtp2").value();
+  EXPECT_TRUE(tp.member_of(kDpTpFamily) && !tp.member_of(kHybridFamily) && !tp.fill_drain);
+  EXPECT_EQ(parse_strategy("hsdp2x4").value().devices(), 8);
+  EXPECT_TRUE(parse_strategy("hsdp2x4")->member_of(kHsdpFamily));
+  const StrategySpec family = parse_strategy(kHsdpFamily).value();  // the family's word: no factors
+  EXPECT_TRUE(family.family && !family.member());
+  const StrategySpec p = parse_strategy("pipeline-1f1b-recompute").value();
+  EXPECT_EQ(p.entry, "pipeline-1f1b-recompute");
+  EXPECT_TRUE(p.fill_drain && p.recompute && !p.member());
+  EXPECT_EQ(p.schedule, Schedule::OneFOneB);
+  EXPECT_FALSE(parse_strategy("pipeline-zb")->fill_drain);  // a schedule of its own
+  EXPECT_FALSE(parse_strategy("ddp")->fill_drain);
+  for (const std::string& n : strategy_names()) EXPECT_EQ(parse_strategy(n).value().entry, n);
+  for (const char* bad : {"dp02xpp2", "dp2xtp2-1f1b", "hsdp2x", "Ddp", "pipeline-gpipe", "", "dpxpp2"})
+    EXPECT_FALSE(parse_strategy(bad)) << bad;
+  EXPECT_THROW(parse_strategy("dp70000xpp2"), UsageError);  // beyond a run's devices, not a wrapped int
+}
+
 TEST(Strategies, HybridNamesAndRefusals) {
   int dp = 0, pp = 0;
   Schedule sc = Schedule::GPipe;
