@@ -74,6 +74,207 @@ std::vector<Flag> profile_flags() {
   return flags;
 }
 
+// What `profile` was asked for, its flags checked.
+struct ProfileArgs {
+  DeviceKind kind = DeviceKind::Cpu;
+  std::vector<int64_t> batches;  // ascending, each once
+  int64_t warmup = 0, reps = 0, threads = 0, index = 0;
+  std::string out_path;
+};
+
+ProfileArgs profile_args(const Flags& f) {
+  if (!f.positional().empty()) throw UsageError(fmt::format("unexpected argument '{}'", f.positional()[0]));
+  ProfileArgs a;
+  a.kind = device_kind(f.str("device-kind"));
+  a.batches = f.int_list("batch");
+  if (a.batches.empty()) throw UsageError("--batch expects at least one batch size, e.g. 1,2,4");
+  for (int64_t b : a.batches)
+    if (b < 1) throw UsageError(fmt::format("--batch {}: every batch size must be at least 1, got {}", f.str("batch"), b));
+  std::sort(a.batches.begin(), a.batches.end());
+  a.batches.erase(std::unique(a.batches.begin(), a.batches.end()), a.batches.end());
+  a.warmup = f.integer("warmup"), a.reps = f.integer("reps"), a.threads = f.integer("threads");
+  a.index = f.integer("device");
+  if (a.warmup < 0) throw UsageError(fmt::format("--warmup must be >= 0, got {}", a.warmup));
+  if (a.reps < 1) throw UsageError(fmt::format("--reps must be at least 1, got {}", a.reps));
+  if (a.threads < 0) throw UsageError(fmt::format("--threads must be >= 0, got {}", a.threads));
+  const int devices_there = a.kind == DeviceKind::Cuda ? cuda_device_count() : 1;
+  if (a.index < 0 || a.index >= devices_there)
+    throw UsageError(fmt::format("--device {}: expected 0{}", a.index,
+                                 devices_there > 1 ? fmt::format(" to {} ({} GPUs)", devices_there - 1, devices_there) : " (one device)"));
+  a.out_path = f.str("out");
+  if (a.out_path.empty() || std::filesystem::is_directory(a.out_path))
+    throw UsageError(fmt::format("--out expects a file to write, got '{}'", a.out_path));
+  return a;
+}
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+// One batch size's table: every layer's steady and first-call times, bytes and roofline share,
+// the whole passes, and the algorithm and workspace of each convolution's passes.
+void print_profile(const std::string& net_name, const NetPlan& plan, const Device& dev, const Backend& be,
+                   const NetProfile& p, int64_t reps, const std::vector<std::size_t>& workspace, const Roofline& roof,
+                   int value_bytes) {
+  const int L = static_cast<int>(plan.layers.size());
+  fmt::print("\n{} on {} ({}), batch {}: median of {} repetitions, ms; first: the first step's call "
+             "(plan, algorithm search, workspace growth)\n", net_name, dev.str(), be.name(), p.batch, reps);
+  fmt::print("{:>5}  {:<7}  {:<18}  {:>10}  {:>12}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  {:>10}  {:>7}\n", "layer",
+             "type", "output", "params", "MFLOP/sample", "forward", "bwd-data", "bwd-wts", "1st fwd", "1st data",
+             "1st wts", "act MiB", "wksp MiB", "roof %");
+  LayerTimes sum;
+  for (int i = 0; i < L; ++i) {
+    const LayerPlan& l = plan.layers[i];
+    const LayerTimes& t = p.layers[i];
+    sum.forward_s += t.forward_s, sum.backward_data_s += t.backward_data_s, sum.backward_weights_s += t.backward_weights_s;
+    const LayerTimes& first = p.first_call[i];
+    // The layer's passes together against their rooflines; "!" below 10%, where a kernel is far off.
+    double roof_s = 0;
+    for (LayerPass pass : {LayerPass::Forward, LayerPass::BackwardData, LayerPass::BackwardWeights}) {
+      const LayerWork w = layer_work(l, p.batch, pass, value_bytes, value_bytes);
+      roof_s += roofline_time(w.flops, w.bytes, roof);
+    }
+    const std::optional<double> frac =
+        roof.known() && t.total_s() > 0 && roof_s > 0 ? std::optional<double>(roof_s / t.total_s()) : std::nullopt;
+    const std::string roof_cell = frac ? fmt::format("{:.1f}{}", 100 * *frac, *frac < 0.1 ? "!" : "") : "-";
+    fmt::print("{:>5}  {:<7}  {:<18}  {:>10}  {:>12.4g}  {:>9.3f}  {:>9.3f}  {:>9.3f}  {:>9.3f}  {:>9.3f}  {:>9.3f}  {:>9.3f}  "
+               "{:>10.3f}  {:>7}\n",
+               i, layer_type_name(l.spec.type), shape_str(l.out), l.weight_numel + l.bias_numel, l.forward_flops / 1e6,
+               t.forward_s * 1e3, t.backward_data_s * 1e3, t.backward_weights_s * 1e3, first.forward_s * 1e3,
+               first.backward_data_s * 1e3, first.backward_weights_s * 1e3, 4.0 * p.batch * numel_of(l.out) / kMiB,
+               workspace[i] / kMiB, roof_cell);
+  }
+  fmt::print("{:>5}  {:<7}  {:<18}  {:>10}  {:>12.4g}  {:>9.3f}  {:>9.3f}  {:>9.3f}\n", "sum", "", "", plan.param_count,
+             plan.forward_flops / 1e6, sum.forward_s * 1e3, sum.backward_data_s * 1e3, sum.backward_weights_s * 1e3);
+  fmt::print("whole passes: forward {:.3f} ms (layers sum to {:.0f}% of it), backward {:.3f} ms (layers: {:.0f}%), "
+             "loss {:.3f} ms, Adam {:.3f} ms; parameters {:.3f} MiB\n",
+             p.forward_s * 1e3, 100 * sum.forward_s / p.forward_s, p.backward_s * 1e3,
+             100 * (sum.backward_data_s + sum.backward_weights_s) / p.backward_s, p.loss_s * 1e3, p.optimizer_s * 1e3,
+             4.0 * plan.param_count / kMiB);
+  // Which algorithm ran each convolution's passes (cuDNN's algorithm or engine; oneDNN's
+  // implementation or the engine's own Winograd) and the workspace each call needed.
+  for (int i = 0; i < L; ++i) {
+    const PerPass<std::string>& a = p.algorithms[i];
+    if (a[0].empty() && a[1].empty() && a[2].empty()) continue;
+    const PerPass<std::size_t>& w = p.workspace_bytes[i];
+    fmt::print("  layer {}: forward {} ({:.3f} MiB), backward-data {} ({:.3f} MiB), backward-weights {} ({:.3f} MiB)\n", i,
+               short_algorithm(a[0]), w[0] / kMiB, i > 0 ? short_algorithm(a[1]) : "-", w[1] / kMiB,
+               short_algorithm(a[2]), w[2] / kMiB);
+  }
+}
+
+// profile.json's context: the machine, the build, the device's roofline and what was profiled.
+ojson profile_context(const Flags& f, const ProfileArgs& a, const Device& dev, const Backend& be, const BackendOptions& bo,
+                      const Roofline& roof, const NetSpec& net, const WorkloadOptions& wo, const NetPlan& plan) {
+  ojson c;
+  for (const auto& [k, v] : system_context(a.kind)) c[k] = v;
+  c["device"] = dev.str();
+  c["backend"] = be.name();
+  c[ctx::parbench_version.name] = PARBENCH_VERSION;
+  c[ctx::parbench_commit.name] = PARBENCH_GIT_COMMIT;
+  c["date"] = utc_now();
+  c["timing"] = "median of the repetitions on the device's own clock (CPU: steady clock around synchronous calls; "
+                "CUDA: events on the compute stream); first_call_s: the first step's call";
+  c["data"] = "hashed pseudo-random values made on the device (Backend::fill_normal), not run's training data";
+  c[ctx::precision.name] = f.str("precision");
+  c[ctx::conv_workspace_policy.name] =
+      a.kind == DeviceKind::Cuda ? conv_workspace_policy_name(bo.conv_workspace_cap_bytes) : "n/a";
+  c[ctx::roofline_peak.name] = fmt::format("{:.6g}", roof.flops_per_s);
+  c[ctx::roofline_bandwidth.name] = fmt::format("{:.6g}", roof.bytes_per_s);
+  c[ctx::roofline_source.name] = roof.source;
+  c[ctx::threads_per_worker.name] = a.threads == 0 ? "auto" : std::to_string(a.threads);
+  c[ctx::workload.name] = net.name;
+  c[ctx::workload_source.name] = f.str("workload");
+  if (net.name == "great_net") c[ctx::workload_params.name] = fmt::format("image {}, width {:g}", wo.image, wo.width);
+  c[ctx::input_shape.name] = shape_str(plan.input);
+  c[ctx::param_count.name] = std::to_string(plan.param_count);
+  c[ctx::forward_flops_per_sample.name] = fmt::format("{:.17g}", plan.forward_flops);
+  c[ctx::warmup.name] = std::to_string(a.warmup);
+  c["repetitions"] = std::to_string(a.reps);
+  c[ctx::seed.name] = std::to_string(static_cast<uint64_t>(f.integer("seed")));
+  return c;
+}
+
+// One layer of profile.json: its shapes and, per pass, one entry per batch size of every figure.
+ojson layer_json(const LayerPlan& l, int i, const std::vector<NetProfile>& profiles,
+                 const std::vector<std::vector<std::size_t>>& workspace, const Roofline& roof, int value_bytes) {
+  ojson e;
+  e["index"] = i;
+  e["type"] = layer_type_name(l.spec.type);
+  e["in"] = l.in;
+  e["out"] = l.out;
+  e["params"] = l.weight_numel + l.bias_numel;
+  e["forward_flops"] = l.forward_flops;
+  std::vector<double> fw, bd, bw;
+  std::vector<std::size_t> ws;
+  for (std::size_t k = 0; k < profiles.size(); ++k) {
+    fw.push_back(profiles[k].layers[i].forward_s);
+    bd.push_back(profiles[k].layers[i].backward_data_s);
+    bw.push_back(profiles[k].layers[i].backward_weights_s);
+    ws.push_back(workspace[k][i]);
+  }
+  e["forward_s"] = fw;
+  e["backward_data_s"] = bd;
+  e["backward_weights_s"] = bw;
+  e["activation_bytes_per_sample"] = 4 * numel_of(l.out);
+  e["workspace_bytes"] = *std::max_element(ws.begin(), ws.end());
+  e["workspace_bytes_per_batch"] = ws;
+  // Per pass, every array one entry per batch: what a reader of one call needs in one place.
+  ojson passes;
+  for (LayerPass pass : {LayerPass::Forward, LayerPass::BackwardData, LayerPass::BackwardWeights}) {
+    const auto q = static_cast<std::size_t>(pass);
+    ojson r;
+    std::vector<double> s, first;
+    std::vector<std::size_t> bytes;
+    std::vector<std::string> algo;
+    ojson work_flops = ojson::array(), work_bytes = ojson::array(), fractions = ojson::array();
+    for (const NetProfile& p : profiles) {
+      const LayerTimes& t = p.layers[i];
+      const LayerTimes& f1 = p.first_call[i];
+      s.push_back(q == 0 ? t.forward_s : q == 1 ? t.backward_data_s : t.backward_weights_s);
+      first.push_back(q == 0 ? f1.forward_s : q == 1 ? f1.backward_data_s : f1.backward_weights_s);
+      bytes.push_back(p.workspace_bytes[i][q]);
+      algo.push_back(p.algorithms[i][q]);
+      const bool called = s.back() > 0 || first.back() > 0;  // layer 0 computes no input gradient
+      const LayerWork w = called ? layer_work(l, p.batch, pass, value_bytes, value_bytes) : LayerWork{};
+      work_flops.push_back(w.flops);
+      work_bytes.push_back(w.bytes);
+      // The pass's roofline time over its measured time: 1 at the hardware's limit; null when the
+      // pass makes no call or the peak is unknown.
+      const std::optional<double> fr =
+          s.back() > 0 && w.flops + w.bytes > 0 ? roofline_fraction(w.flops, w.bytes, s.back(), roof) : std::nullopt;
+      fractions.push_back(fr ? ojson(*fr) : ojson(nullptr));
+    }
+    r["s"] = s;
+    r["first_call_s"] = first;
+    r["workspace_bytes"] = bytes;
+    r["algorithm"] = algo;
+    r["flops_per_sample"] = pass_flops(l, i, pass);
+    r["flops"] = work_flops;
+    r["bytes"] = work_bytes;
+    r["roofline_fraction"] = fractions;
+    passes[q == 0 ? "forward" : q == 1 ? "backward_data" : "backward_weights"] = r;
+  }
+  e["passes"] = passes;
+  return e;
+}
+
+// The whole passes per batch size, and Adam's time per parameter (the median over every batch
+// size: it does not depend on the batch).
+void add_totals(ojson& j, const std::vector<NetProfile>& profiles, int64_t param_count) {
+  std::vector<double> loss, fwd, bwd, opts;
+  for (const NetProfile& p : profiles) {
+    loss.push_back(p.loss_s);
+    fwd.push_back(p.forward_s);
+    bwd.push_back(p.backward_s);
+    opts.push_back(p.optimizer_s);
+  }
+  std::sort(opts.begin(), opts.end());
+  const double opt = opts.size() % 2 ? opts[opts.size() / 2] : (opts[opts.size() / 2 - 1] + opts[opts.size() / 2]) / 2;
+  j["loss_s"] = loss;
+  j["optimizer_s_per_param"] = param_count > 0 ? opt / static_cast<double>(param_count) : 0.0;
+  j["forward_total_s"] = fwd;
+  j["backward_total_s"] = bwd;
+}
+
 }  // namespace
 
 int cmd_profile(const std::vector<std::string>& args) {
@@ -86,37 +287,18 @@ int cmd_profile(const std::vector<std::string>& args) {
           "batch size and writes profile.json (format: docs/reports.md). --image and --width default as in `run`.",
           profile_flags());
   if (!f.parse(args)) return 0;
-  if (!f.positional().empty()) throw UsageError(fmt::format("unexpected argument '{}'", f.positional()[0]));
-  const DeviceKind kind = device_kind(f.str("device-kind"));
-  std::vector<int64_t> batches = f.int_list("batch");
-  if (batches.empty()) throw UsageError("--batch expects at least one batch size, e.g. 1,2,4");
-  for (int64_t b : batches)
-    if (b < 1) throw UsageError(fmt::format("--batch {}: every batch size must be at least 1, got {}", f.str("batch"), b));
-  std::sort(batches.begin(), batches.end());
-  batches.erase(std::unique(batches.begin(), batches.end()), batches.end());
-  const int64_t warmup = f.integer("warmup"), reps = f.integer("reps"), threads = f.integer("threads");
-  const int64_t index = f.integer("device");
-  if (warmup < 0) throw UsageError(fmt::format("--warmup must be >= 0, got {}", warmup));
-  if (reps < 1) throw UsageError(fmt::format("--reps must be at least 1, got {}", reps));
-  if (threads < 0) throw UsageError(fmt::format("--threads must be >= 0, got {}", threads));
-  const int devices_there = kind == DeviceKind::Cuda ? cuda_device_count() : 1;
-  if (index < 0 || index >= devices_there)
-    throw UsageError(fmt::format("--device {}: expected 0{}", index,
-                                 devices_there > 1 ? fmt::format(" to {} ({} GPUs)", devices_there - 1, devices_there) : " (one device)"));
-  const std::string out_path = f.str("out");
-  if (out_path.empty() || std::filesystem::is_directory(out_path))
-    throw UsageError(fmt::format("--out expects a file to write, got '{}'", out_path));
+  const ProfileArgs a = profile_args(f);
 
   const auto start = std::chrono::steady_clock::now();
-  const WorkloadOptions wo = workload_options(f, kind);
+  const WorkloadOptions wo = workload_options(f, a.kind);
   const NetSpec net = resolve_workload(f.str("workload"), wo);
   const NetPlan plan = plan_net(net);
-  check_memory_fits(plan, batches.back(), kind, 1, 0, workload_sizing(f, net));
+  check_memory_fits(plan, a.batches.back(), a.kind, 1, 0, workload_sizing(f, net));
   BackendOptions bo;
-  bo.threads = static_cast<int>(threads);
+  bo.threads = static_cast<int>(a.threads);
   bo.precision = parse_precision(f.str("precision"));
   bo.conv_workspace_cap_bytes = conv_workspace_cap(f);
-  const Device dev{kind, static_cast<int>(index)};
+  const Device dev{a.kind, static_cast<int>(a.index)};
   const uint64_t seed = static_cast<uint64_t>(f.integer("seed"));
   // One backend times every layer and batch, and measures each call's workspace.
   std::unique_ptr<Backend> be = make_backend(dev, bo);
@@ -125,22 +307,15 @@ int cmd_profile(const std::vector<std::string>& args) {
   const Roofline roof = device_roofline(dev, bo.precision, f.str("machine"));
   const double backend_s = seconds_since(start);
   const int value_bytes = bo.precision == Precision::Bf16 ? 2 : 4;
-  // A pass's roofline time over its measured time: 1 at the hardware's limit; nullopt when the
-  // pass makes no call or the peak is unknown.
-  const auto fraction = [&](const LayerPlan& l, int64_t batch, LayerPass pass, double seconds) {
-    const LayerWork w = layer_work(l, batch, pass, value_bytes, value_bytes);
-    return seconds > 0 && w.flops + w.bytes > 0 ? roofline_fraction(w.flops, w.bytes, seconds, roof) : std::nullopt;
-  };
 
-  const int L = static_cast<int>(plan.layers.size());
   std::vector<NetProfile> profiles;
   std::vector<std::vector<std::size_t>> workspace;  // per batch, per layer
   double setup_s = 0, first_s = 0, steps_s = 0;
-  for (int64_t b : batches) {
+  for (int64_t b : a.batches) {
     fmt::print(stderr, "parbench profile: batch {}: first step, {} more warm-up step(s), {} repetition(s) on {}\n", b,
-               std::max<int64_t>(warmup - 1, 0), reps, dev.str());
+               std::max<int64_t>(a.warmup - 1, 0), a.reps, dev.str());
     const auto t = std::chrono::steady_clock::now();
-    profiles.push_back(profile_net(plan, *be, {b, static_cast<int>(warmup), static_cast<int>(reps), seed}));
+    profiles.push_back(profile_net(plan, *be, {b, static_cast<int>(a.warmup), static_cast<int>(a.reps), seed}));
     const NetProfile& p = profiles.back();
     const double all = seconds_since(t);
     setup_s += p.setup_s, first_s += p.first_step_s, steps_s += all - p.setup_s - p.first_step_s;
@@ -151,163 +326,21 @@ int cmd_profile(const std::vector<std::string>& args) {
   fmt::print(stderr, "parbench profile: {:.2f} s in all: backend and plan {:.2f} s, setup {:.2f} s, first steps {:.2f} s, "
                      "warm-up and timed steps {:.2f} s\n",
              seconds_since(start), backend_s, setup_s, first_s, steps_s);
-
-  constexpr double kMiB = 1024.0 * 1024.0;
-  for (std::size_t k = 0; k < batches.size(); ++k) {
-    const NetProfile& p = profiles[k];
-    fmt::print("\n{} on {} ({}), batch {}: median of {} repetitions, ms; first: the first step's call "
-               "(plan, algorithm search, workspace growth)\n", net.name, dev.str(), be->name(), p.batch, reps);
-    fmt::print("{:>5}  {:<7}  {:<18}  {:>10}  {:>12}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  {:>10}  {:>7}\n", "layer",
-               "type", "output", "params", "MFLOP/sample", "forward", "bwd-data", "bwd-wts", "1st fwd", "1st data",
-               "1st wts", "act MiB", "wksp MiB", "roof %");
-    LayerTimes sum;
-    for (int i = 0; i < L; ++i) {
-      const LayerPlan& l = plan.layers[i];
-      const LayerTimes& t = p.layers[i];
-      sum.forward_s += t.forward_s, sum.backward_data_s += t.backward_data_s, sum.backward_weights_s += t.backward_weights_s;
-      const LayerTimes& first = p.first_call[i];
-      // The layer's passes together against their rooflines; "!" below 10%, where a kernel is far off.
-      double roof_s = 0;
-      for (LayerPass pass : {LayerPass::Forward, LayerPass::BackwardData, LayerPass::BackwardWeights}) {
-        const LayerWork w = layer_work(l, p.batch, pass, value_bytes, value_bytes);
-        roof_s += roofline_time(w.flops, w.bytes, roof);
-      }
-      const std::optional<double> frac =
-          roof.known() && t.total_s() > 0 && roof_s > 0 ? std::optional<double>(roof_s / t.total_s()) : std::nullopt;
-      const std::string roof_cell = frac ? fmt::format("{:.1f}{}", 100 * *frac, *frac < 0.1 ? "!" : "") : "-";
-      fmt::print("{:>5}  {:<7}  {:<18}  {:>10}  {:>12.4g}  {:>9.3f}  {:>9.3f}  {:>9.3f}  {:>9.3f}  {:>9.3f}  {:>9.3f}  {:>9.3f}  "
-                 "{:>10.3f}  {:>7}\n",
-                 i, layer_type_name(l.spec.type), shape_str(l.out), l.weight_numel + l.bias_numel, l.forward_flops / 1e6,
-                 t.forward_s * 1e3, t.backward_data_s * 1e3, t.backward_weights_s * 1e3, first.forward_s * 1e3,
-                 first.backward_data_s * 1e3, first.backward_weights_s * 1e3, 4.0 * p.batch * numel_of(l.out) / kMiB,
-                 workspace[k][i] / kMiB, roof_cell);
-    }
-    fmt::print("{:>5}  {:<7}  {:<18}  {:>10}  {:>12.4g}  {:>9.3f}  {:>9.3f}  {:>9.3f}\n", "sum", "", "", plan.param_count,
-               plan.forward_flops / 1e6, sum.forward_s * 1e3, sum.backward_data_s * 1e3, sum.backward_weights_s * 1e3);
-    fmt::print("whole passes: forward {:.3f} ms (layers sum to {:.0f}% of it), backward {:.3f} ms (layers: {:.0f}%), "
-               "loss {:.3f} ms, Adam {:.3f} ms; parameters {:.3f} MiB\n",
-               p.forward_s * 1e3, 100 * sum.forward_s / p.forward_s, p.backward_s * 1e3,
-               100 * (sum.backward_data_s + sum.backward_weights_s) / p.backward_s, p.loss_s * 1e3, p.optimizer_s * 1e3,
-               4.0 * plan.param_count / kMiB);
-    // Which algorithm ran each convolution's passes (cuDNN's algorithm or engine; oneDNN's
-    // implementation or the engine's own Winograd) and the workspace each call needed.
-    for (int i = 0; i < L; ++i) {
-      const PerPass<std::string>& a = p.algorithms[i];
-      if (a[0].empty() && a[1].empty() && a[2].empty()) continue;
-      const PerPass<std::size_t>& w = p.workspace_bytes[i];
-      fmt::print("  layer {}: forward {} ({:.3f} MiB), backward-data {} ({:.3f} MiB), backward-weights {} ({:.3f} MiB)\n", i,
-                 short_algorithm(a[0]), w[0] / kMiB, i > 0 ? short_algorithm(a[1]) : "-", w[1] / kMiB,
-                 short_algorithm(a[2]), w[2] / kMiB);
-    }
-  }
+  for (std::size_t k = 0; k < a.batches.size(); ++k)
+    print_profile(net.name, plan, dev, *be, profiles[k], a.reps, workspace[k], roof, value_bytes);
 
   ojson j;
   j["parbench_profile"] = 1;
-  ojson c;
-  for (const auto& [k, v] : system_context(kind)) c[k] = v;
-  c["device"] = dev.str();
-  c["backend"] = be->name();
-  c[ctx::parbench_version.name] = PARBENCH_VERSION;
-  c[ctx::parbench_commit.name] = PARBENCH_GIT_COMMIT;
-  c["date"] = utc_now();
-  c["timing"] = "median of the repetitions on the device's own clock (CPU: steady clock around synchronous calls; "
-                "CUDA: events on the compute stream); first_call_s: the first step's call";
-  c["data"] = "hashed pseudo-random values made on the device (Backend::fill_normal), not run's training data";
-  c[ctx::precision.name] = f.str("precision");
-  c[ctx::conv_workspace_policy.name] = kind == DeviceKind::Cuda ? conv_workspace_policy_name(bo.conv_workspace_cap_bytes) : "n/a";
-  c[ctx::roofline_peak.name] = fmt::format("{:.6g}", roof.flops_per_s);
-  c[ctx::roofline_bandwidth.name] = fmt::format("{:.6g}", roof.bytes_per_s);
-  c[ctx::roofline_source.name] = roof.source;
-  c[ctx::threads_per_worker.name] = threads == 0 ? "auto" : std::to_string(threads);
-  c[ctx::workload.name] = net.name;
-  c[ctx::workload_source.name] = f.str("workload");
-  if (net.name == "great_net") c[ctx::workload_params.name] = fmt::format("image {}, width {:g}", wo.image, wo.width);
-  c[ctx::input_shape.name] = shape_str(plan.input);
-  c[ctx::param_count.name] = std::to_string(plan.param_count);
-  c[ctx::forward_flops_per_sample.name] = fmt::format("{:.17g}", plan.forward_flops);
-  c[ctx::warmup.name] = std::to_string(warmup);
-  c["repetitions"] = std::to_string(reps);
-  c[ctx::seed.name] = std::to_string(seed);
-  j["context"] = c;
-  j["batches"] = batches;
+  j["context"] = profile_context(f, a, dev, *be, bo, roof, net, wo, plan);
+  j["batches"] = a.batches;
   ojson layers = ojson::array();
-  for (int i = 0; i < L; ++i) {
-    const LayerPlan& l = plan.layers[i];
-    ojson e;
-    e["index"] = i;
-    e["type"] = layer_type_name(l.spec.type);
-    e["in"] = l.in;
-    e["out"] = l.out;
-    e["params"] = l.weight_numel + l.bias_numel;
-    e["forward_flops"] = l.forward_flops;
-    std::vector<double> fw, bd, bw;
-    std::vector<std::size_t> ws;
-    for (std::size_t k = 0; k < batches.size(); ++k) {
-      fw.push_back(profiles[k].layers[i].forward_s);
-      bd.push_back(profiles[k].layers[i].backward_data_s);
-      bw.push_back(profiles[k].layers[i].backward_weights_s);
-      ws.push_back(workspace[k][i]);
-    }
-    e["forward_s"] = fw;
-    e["backward_data_s"] = bd;
-    e["backward_weights_s"] = bw;
-    e["activation_bytes_per_sample"] = 4 * numel_of(l.out);
-    e["workspace_bytes"] = *std::max_element(ws.begin(), ws.end());
-    e["workspace_bytes_per_batch"] = ws;
-    // Per pass, every array one entry per batch: what a reader of one call needs in one place.
-    ojson passes;
-    for (LayerPass pass : {LayerPass::Forward, LayerPass::BackwardData, LayerPass::BackwardWeights}) {
-      const auto q = static_cast<std::size_t>(pass);
-      ojson r;
-      std::vector<double> s, first;
-      std::vector<std::size_t> bytes;
-      std::vector<std::string> algo;
-      ojson work_flops = ojson::array(), work_bytes = ojson::array(), fractions = ojson::array();
-      for (const NetProfile& p : profiles) {
-        const LayerTimes& t = p.layers[i];
-        const LayerTimes& f1 = p.first_call[i];
-        s.push_back(q == 0 ? t.forward_s : q == 1 ? t.backward_data_s : t.backward_weights_s);
-        first.push_back(q == 0 ? f1.forward_s : q == 1 ? f1.backward_data_s : f1.backward_weights_s);
-        bytes.push_back(p.workspace_bytes[i][q]);
-        algo.push_back(p.algorithms[i][q]);
-        const bool called = s.back() > 0 || first.back() > 0;  // layer 0 computes no input gradient
-        const LayerWork w = called ? layer_work(l, p.batch, pass, value_bytes, value_bytes) : LayerWork{};
-        work_flops.push_back(w.flops);
-        work_bytes.push_back(w.bytes);
-        const std::optional<double> fr = fraction(l, p.batch, pass, s.back());
-        fractions.push_back(fr ? ojson(*fr) : ojson(nullptr));
-      }
-      r["s"] = s;
-      r["first_call_s"] = first;
-      r["workspace_bytes"] = bytes;
-      r["algorithm"] = algo;
-      r["flops_per_sample"] = pass_flops(l, i, pass);
-      r["flops"] = work_flops;
-      r["bytes"] = work_bytes;
-      r["roofline_fraction"] = fractions;
-      passes[q == 0 ? "forward" : q == 1 ? "backward_data" : "backward_weights"] = r;
-    }
-    e["passes"] = passes;
-    layers.push_back(e);
-  }
+  for (int i = 0; i < static_cast<int>(plan.layers.size()); ++i)
+    layers.push_back(layer_json(plan.layers[i], i, profiles, workspace, roof, value_bytes));
   j["layers"] = layers;
-  std::vector<double> loss, fwd, bwd;
-  std::vector<double> opts;  // Adam's time does not depend on the batch: the median over all
-  for (const NetProfile& p : profiles) {
-    loss.push_back(p.loss_s);
-    fwd.push_back(p.forward_s);
-    bwd.push_back(p.backward_s);
-    opts.push_back(p.optimizer_s);
-  }
-  std::sort(opts.begin(), opts.end());
-  const double opt = opts.size() % 2 ? opts[opts.size() / 2] : (opts[opts.size() / 2 - 1] + opts[opts.size() / 2]) / 2;
-  j["loss_s"] = loss;
-  j["optimizer_s_per_param"] = plan.param_count > 0 ? opt / static_cast<double>(plan.param_count) : 0.0;
-  j["forward_total_s"] = fwd;
-  j["backward_total_s"] = bwd;
-  make_dirs(std::filesystem::path(out_path).parent_path().string());
-  write_file_atomic(out_path, j.dump(2) + "\n");
-  fmt::print("\nwrote {}\n", out_path);
+  add_totals(j, profiles, plan.param_count);
+  make_dirs(std::filesystem::path(a.out_path).parent_path().string());
+  write_file_atomic(a.out_path, j.dump(2) + "\n");
+  fmt::print("\nwrote {}\n", a.out_path);
   return 0;
 }
 
