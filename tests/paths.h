@@ -7,9 +7,12 @@
 #include <filesystem>
 #include <string>
 
-#include "parbench_paths.h"
-
 namespace pb::test {
+
+// This build's own paths (tests/paths.cpp): in one file, so that no other test's object depends
+// on where the tree is checked out.
+const char* built_binary();
+const char* built_source_dir();
 
 inline std::filesystem::path self_dir() {
   std::error_code ec;
@@ -21,7 +24,7 @@ inline std::string parbench_binary() {
   if (const char* env = std::getenv("PARBENCH_BINARY"); env && *env) return env;
   const auto next = self_dir() / "parbench";
   if (std::filesystem::exists(next)) return next.string();
-  return PARBENCH_BINARY;
+  return built_binary();
 }
 
 // $PARBENCH_SOURCE_DIR, else the first folder at or above this test binary that holds
@@ -32,7 +35,7 @@ inline std::filesystem::path source_dir() {
     if (std::filesystem::exists(dir / "tests" / "fixtures")) return dir;
     if (dir == dir.root_path()) break;
   }
-  return PARBENCH_SOURCE_DIR;
+  return built_source_dir();
 }
 
 }  // namespace pb::test

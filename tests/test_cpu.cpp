@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "parbench_paths.h"
+#include "tests/paths.h"
 #include "reference.h"
 #ifdef PARBENCH_HAVE_DNNL
 #include "engine/dnnl/winograd.h"
@@ -156,7 +156,7 @@ TEST_F(CpuWinograd, WideGreatNetLayersMatchReference) {
 // libgomp shows how its threads wait in OMP_DISPLAY_ENV=verbose: GOMP_SPINCOUNT '0' is passive
 // waiting, its default (no OMP_WAIT_POLICY) spins 300000 times first.
 TEST(CpuOpenMp, ProgramWaitsPassivelyUnlessTheUserChose) {
-  const std::string bin = PARBENCH_BINARY;
+  const std::string bin = test::parbench_binary();
   const std::string plain = output_of(fmt::format("env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT OMP_DISPLAY_ENV=verbose "
                                                   "{} --help",
                                                   bin));

@@ -25,7 +25,7 @@
 #include "engine/npy.h"
 #include "reports/gbjson.h"
 #include "workloads/workload.h"
-#include "parbench_paths.h"
+#include "tests/paths.h"
 
 namespace pb {
 namespace {
@@ -89,7 +89,7 @@ TEST_F(Hostile, CompareOutToASymlinkKeepsTheLink) {
   const std::string md = write("real.md", "old");
   const std::string link = path("summary.md");
   fs::create_symlink(md, link);
-  const std::string run = std::string(PARBENCH_SOURCE_DIR) + "/tests/fixtures/linear/expected.json";
+  const std::string run = (test::source_dir() / "tests/fixtures/linear/expected.json").string();
   // Any Google Benchmark JSON will do; write a minimal one.
   const std::string gb = write("a.json", R"({"context": {}, "benchmarks": [
     {"name": "x/regular/devices:1/batch:1", "run_type": "iteration", "real_time": 1.0, "time_unit": "ms",

@@ -16,7 +16,7 @@
 #include "strategies/sweep.h"
 #include "tests/test_harness_support.h"
 #include "workloads/workload.h"
-#include "parbench_paths.h"
+#include "tests/paths.h"
 
 namespace pb {
 namespace {
@@ -260,7 +260,7 @@ TEST_F(Harness, MfuIsFlopRateOverThePeakOfTheDevicesHeld) {
 
 TEST_F(Harness, MachineFileOfAnotherDeviceKindIsRefused) {
   Result r = parbench("run --workload linear --strategies regular --devices 1 --device-kind cpu --machine " +
-                      std::string(PARBENCH_SOURCE_DIR) + "/machines/h200_hgx.json --out " + path("run"));
+                      (test::source_dir() / "machines/h200_hgx.json").string() + " --out " + path("run"));
   EXPECT_EQ(r.code, 2) << r.out << r.err;
   EXPECT_THAT(r.err, HasSubstr("device.kind is cuda, but the run's devices are cpu"));
 }

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "reports/schema.h"
-#include "parbench_paths.h"
+#include "tests/paths.h"
 
 namespace pb::reports::schema {
 namespace {
@@ -23,7 +23,7 @@ struct DocRow {
 // The rows "| `key` | unit | meaning [| match] |" of the table under the heading that starts
 // with `heading`, up to the next heading.
 std::map<std::string, DocRow> doc_table(const std::string& heading) {
-  std::ifstream in(PARBENCH_SOURCE_DIR "/docs/reports.md");
+  std::ifstream in(test::source_dir() / "docs/reports.md");
   EXPECT_TRUE(in.good()) << "cannot read docs/reports.md";
   std::map<std::string, DocRow> rows;
   std::string line;
@@ -90,7 +90,7 @@ TEST(Schema, ContextKeysAreDocumentedWithTheirCompareRule) {
 }
 
 TEST(Schema, IterationTimesFieldIsDocumented) {
-  std::ifstream in(PARBENCH_SOURCE_DIR "/docs/reports.md");
+  std::ifstream in(test::source_dir() / "docs/reports.md");
   std::stringstream ss;
   ss << in.rdbuf();
   EXPECT_THAT(ss.str(), ::testing::HasSubstr(std::string("`") + iteration_times.name + "`"));
