@@ -27,8 +27,8 @@ inline void busy_work(int iters = 600) {
   for (int i = 0; i < iters; ++i) x = x * 0.999f + 0.001f;
 }
 
-// What the last worker computes more than the others when it is to arrive late: about 1 us, beyond
-// the 0.3 us after which its peers no longer contend with it for the rendezvous.
+// What the last worker computes more than the others when it is to arrive late: long enough that
+// its peers are already waiting, no longer contending with it for the rendezvous.
 inline constexpr int kLateIters = 450;
 inline constexpr int64_t kSmall = 64 * 1024;  // messages up to this size: latency, microseconds; timed more often
 

@@ -1,6 +1,6 @@
 // The CUDA backend (cuDNN, cuBLAS, NCCL) is a separately built shared module,
 // libparbench_cuda.so, opened at run time only when a GPU is used or asked about: loading
-// those libraries costs ~200 MiB of resident memory, which a CPU run should not pay.
+// those libraries costs resident memory that a CPU run should not pay.
 //
 // This header is the whole contract between the program and the module; neither side
 // includes CUDA headers through it. The module resolves the engine's own symbols (Allocator,
