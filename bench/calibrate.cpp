@@ -62,47 +62,33 @@ std::vector<int64_t> size_list(const std::string& text, int64_t max_ranks) {
 
 std::string size_text(double bytes) { return bytes < 1024 ? fmt::format("{:g} B", bytes) : fmt::format("{:g} KiB", bytes / 1024); }
 
-}  // namespace
+// What calibrate was asked to time, its flags checked.
+struct CalibrateArgs {
+  int reps = 0;
+  double skew_s = 0;
+  int pools = 1;
+  std::vector<int64_t> ranks, sizes;
+};
 
-int cmd_calibrate(const std::vector<std::string>& args) {
-  Flags f("parbench calibrate",
-          "Times the collectives the strategies use between CPU workers (all-reduce, broadcast, reduce,\n"
-          "all-gather, reduce-scatter, send/recv) at a few sizes and worker counts -- in-process threads,\n"
-          "or MPI ranks when started by mpirun -- fits alpha (per step) and bus bandwidth per collective\n"
-          "by least squares (over all worker counts, and at each alone; where a count outnumbers the\n"
-          "cores, also with its workers in groups meeting at once: pairs of neighbours, pairs 2 apart;\n"
-          "messages up to 64 KiB also with the last worker arriving late, its peers already waiting),\n"
-          "measures a plan action's cost (a small MLP's ddp step at one device less regular's, over\n"
-          "the actions ddp adds), the step overhead (its regular step as run times it, less its\n"
-          "predicted work; fsdp's and zero2's per unit; ddp's on 2 and 4 workers, per worker count)\n"
-          "and the engine's best convolution rate, and writes a machine description for `parbench\n"
-          "project` (the \"this CPU\" preset).",
-          {
-              {"out", "FILE", "machine JSON to write", "machines/this_cpu.json"},
-              {"ranks", "LIST", "worker counts to time (in-process; under mpirun: the job's size)", "2,4"},
-              {"sizes", "LIST", "message sizes: KiB, or bytes with a B suffix (64B); between the smallest and largest, project reads a count's or group's time off these", "64B,1,4,64,1024,8192"},
-              {"reps", "N", "timed calls per size (median; 20 x N up to 64 KiB, whose microseconds need more calls to average a VM's hiccups out)", "7"},
-              {"skew-us", "US", "in-process: rank i arrives at each call US x i microseconds late, its peers asleep by then; the time counts from the last arrival (0: every worker computes about 2 us between calls, as a step's do, and the calls' cost is the loop's time less the same loop without them)", "0"},
-              {"pools", "N", "in-process: N passes over every size, count and group in turn, each timing with a fresh set of worker threads; a point's time is its median over the passes (where the scheduler places a set of threads lasts as long as they do, and a slow spell as long as it does: either can change a small message's time several-fold)", "5"},
-              {"name", "TEXT", "the machine's name", ""},
-          });
-  if (!f.parse(args)) return 0;
+CalibrateArgs calibrate_args(const Flags& f) {
   if (!f.positional().empty()) throw UsageError(fmt::format("unexpected argument '{}'", f.positional()[0]));
-  const int reps = static_cast<int>(f.integer("reps"));
-  const double skew_s = f.number("skew-us") * 1e-6;
-  if (!(skew_s >= 0)) throw UsageError(fmt::format("--skew-us must be 0 or more, got {}", f.str("skew-us")));
-  if (reps < 1) throw UsageError(fmt::format("--reps must be at least 1, got {}", reps));
-  const int pools = multi_process() ? 1 : static_cast<int>(f.integer("pools"));
-  if (pools < 1) throw UsageError(fmt::format("--pools must be at least 1, got {}", f.str("pools")));
-  std::vector<int64_t> ranks = f.int_list("ranks");
-  if (multi_process()) ranks = {process().size};
-  for (int64_t r : ranks)
+  CalibrateArgs a;
+  a.reps = static_cast<int>(f.integer("reps"));
+  a.skew_s = f.number("skew-us") * 1e-6;
+  if (!(a.skew_s >= 0)) throw UsageError(fmt::format("--skew-us must be 0 or more, got {}", f.str("skew-us")));
+  if (a.reps < 1) throw UsageError(fmt::format("--reps must be at least 1, got {}", a.reps));
+  a.pools = multi_process() ? 1 : static_cast<int>(f.integer("pools"));
+  if (a.pools < 1) throw UsageError(fmt::format("--pools must be at least 1, got {}", f.str("pools")));
+  a.ranks = f.int_list("ranks");
+  if (multi_process()) a.ranks = {process().size};
+  for (int64_t r : a.ranks)
     if (r < 2) throw UsageError(fmt::format("--ranks: every count must be at least 2, got {}", r));
-  const std::vector<int64_t> sizes = size_list(f.str("sizes"), *std::max_element(ranks.begin(), ranks.end()));
-  const bool lead = process().rank == 0;
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  a.sizes = size_list(f.str("sizes"), *std::max_element(a.ranks.begin(), a.ranks.end()));
+  return a;
+}
 
-  const std::optional<CpuTimes> cpu_before = read_cpu_times();
+// The machine description's fixed part: what a CPU's workers are, before anything is timed.
+pj::Machine cpu_machine(const Flags& f, const std::vector<int64_t>& ranks, int cores) {
   pj::Machine m;
   m.name = f.has("name") ? f.str("name") : (multi_process() ? "this CPU (MPI processes)" : "this CPU");
   m.kind = "cpu";
@@ -114,81 +100,90 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   m.nodes = 1;
   m.overlap = false;  // the worker's own thread moves the data (in-process) or progresses it (MPI)
   m.memory_bytes = static_cast<double>(available_ram_bytes());
-  nlohmann::json record = nlohmann::json::object();
+  return m;
+}
+
+using Timed = std::vector<std::pair<pj::Sample, size_t>>;  // samples (their seconds: later) and their points
+
+// One collective's timed points: at each worker count, in groups, and with the last worker late.
+struct Planned {
+  CollKind c;
+  std::string alg;
+  Timed counts, late_counts;
+  struct Group {
+    pj::AlphaBeta::Layout layout;
+    Timed timed, late;
+  };
+  std::vector<Group> groups;
+};
+
+// Every point to time, each a function returning its seconds, and where each collective's are.
+struct Points {
+  std::vector<std::function<double()>> timings;
+  std::vector<Planned> collectives;
+  std::map<int, size_t> start_lag;  // in-process: how late w workers start
+  size_t sender_trail = 0;          // in-process: how far a blocking send's receiver goes on first
+};
+
+Points plan_points(const CalibrateArgs& a, int cores) {
+  Points pts;
   const std::vector<std::pair<CollKind, std::string>> colls = {
       {CollKind::AllReduce, "ring"},     {CollKind::Broadcast, "ring"},     {CollKind::Reduce, "ring"},
       {CollKind::AllGather, "ring"},     {CollKind::ReduceScatter, "ring"}, {CollKind::SendRecv, "direct"}};
-  // Every point -- a collective at a size over some workers (or in groups), a dispatch -- is timed
-  // once per pass with a fresh set of worker threads, the passes going over all points in turn, and
-  // a point's time is its median over the passes. A slow spell (a VM's core taken away for a
-  // second, a set of threads placed badly) so sets a pass or two of any point, not every timing of
-  // a few neighbouring points. Small messages: latency alone, microseconds; more calls per timing.
-  std::vector<std::function<double()>> points;
+  // Small messages: latency alone, microseconds; more calls per timing.
   auto collective = [&](CollKind c, int workers, int64_t bytes, double skew, std::optional<pj::AlphaBeta::Layout> layout, bool late = false) {
-    const int calls = bytes <= kSmall ? 20 * reps : reps;
-    points.push_back([=] { return time_collective(c, workers, bytes / 4, calls, skew, layout ? &*layout : nullptr, late); });
-    return points.size() - 1;
-  };
-  using Timed = std::vector<std::pair<pj::Sample, size_t>>;  // samples (their seconds: later) and their points
-  struct Planned {
-    CollKind c;
-    std::string alg;
-    Timed counts, late_counts;
-    struct Group {
-      pj::AlphaBeta::Layout layout;
-      Timed timed, late;
-    };
-    std::vector<Group> groups;
+    const int calls = bytes <= kSmall ? 20 * a.reps : a.reps;
+    pts.timings.push_back([=] { return time_collective(c, workers, bytes / 4, calls, skew, layout ? &*layout : nullptr, late); });
+    return pts.timings.size() - 1;
   };
   // Small messages in-process are timed a second way too: the last worker arriving late. Not
   // send/recv, whose pair meets as sender and receiver, not as peers.
   auto times_late = [&](CollKind c, int64_t bytes) {
-    return !multi_process() && skew_s == 0 && c != CollKind::SendRecv && bytes <= kSmall;
+    return !multi_process() && a.skew_s == 0 && c != CollKind::SendRecv && bytes <= kSmall;
   };
-  std::vector<Planned> plan;
   for (const auto& [c, alg] : colls) {
     Planned p{c, alg, {}, {}, {}};
-    for (int64_t r : ranks) {
-      if (c == CollKind::SendRecv && r != ranks.front()) continue;
-      for (int64_t bytes : sizes) {
+    for (int64_t r : a.ranks) {
+      if (c == CollKind::SendRecv && r != a.ranks.front()) continue;
+      for (int64_t bytes : a.sizes) {
         const int workers = static_cast<int>(c == CollKind::SendRecv && !multi_process() ? 2 : r);
         const pj::Sample s{static_cast<int>(c == CollKind::SendRecv ? 2 : r), static_cast<double>(bytes), 0};
-        p.counts.push_back({s, collective(c, workers, bytes, skew_s, {})});
+        p.counts.push_back({s, collective(c, workers, bytes, a.skew_s, {})});
         if (times_late(c, bytes)) p.late_counts.push_back({s, collective(c, workers, bytes, 0, {}, true)});
       }
     }
     // Bound one-thread workers outnumbering the cores, in groups meeting at once (dp x tp's
     // pairs): neither a fraction of all the workers' meeting nor a pair's alone.
-    for (const pj::AlphaBeta::Layout& l : group_layouts(ranks, cores, c == CollKind::SendRecv, skew_s)) {
+    for (const pj::AlphaBeta::Layout& l : group_layouts(a.ranks, cores, c == CollKind::SendRecv, a.skew_s)) {
       p.groups.push_back({l, {}, {}});
-      for (int64_t bytes : sizes) {
+      for (int64_t bytes : a.sizes) {
         const pj::Sample s{l.size, static_cast<double>(bytes), 0};
         p.groups.back().timed.push_back({s, collective(c, l.workers, bytes, 0, l)});
         if (times_late(c, bytes)) p.groups.back().late.push_back({s, collective(c, l.workers, bytes, 0, l, true)});
       }
     }
-    plan.push_back(std::move(p));
+    pts.collectives.push_back(std::move(p));
   }
-  // In-process: how far a blocking send's receiver goes on first, and how late workers start.
-  std::map<int, size_t> start_lag;
-  size_t sender_trail = 0;
   if (!multi_process()) {
-    points.push_back([] { return time_sender_trail(200); });
-    sender_trail = points.size() - 1;
+    pts.timings.push_back([] { return time_sender_trail(200); });
+    pts.sender_trail = pts.timings.size() - 1;
     for (int w : {2, 4}) {
-      points.push_back([w] { return time_start_lag(w, 50); });
-      start_lag[w] = points.size() - 1;
+      pts.timings.push_back([w] { return time_start_lag(w, 50); });
+      pts.start_lag[w] = pts.timings.size() - 1;
     }
   }
-  const std::vector<double> medians = pb::reports::medians_over_passes(points, pools, [&](int pass) {
-    if (lead && pools > 1) fmt::print(stderr, "parbench calibrate: pass {} of {} over {} points\n", pass + 1, pools, points.size());
-  });
+  return pts;
+}
 
+// Each collective's alpha-beta fit over every worker count, at each count alone, and in each
+// group layout, with their measured points and late-arrival points; every time also in `record`.
+void fit_collectives(std::vector<Planned>& collectives, const std::vector<double>& medians,
+                     const std::vector<int64_t>& ranks, bool lead, pj::Machine& m, nlohmann::json& record) {
   // The late times of one count or group as read-off points (the measured points' own alongside).
-  auto late_points = [&](const Timed& late, int ranks, const std::string& what, nlohmann::json& rec) {
+  auto late_points = [&](const Timed& late, int count, const std::string& what, nlohmann::json& rec) {
     std::vector<pj::Sample> samples;
     for (const auto& [s0, k] : late) {
-      if (s0.ranks != ranks) continue;
+      if (s0.ranks != count) continue;
       pj::Sample s = s0;
       s.seconds = medians[k];
       samples.push_back(s);
@@ -197,7 +192,7 @@ int cmd_calibrate(const std::vector<std::string>& args) {
     }
     return samples.empty() ? std::vector<std::pair<double, double>>{} : pj::monotone_points(samples);
   };
-  for (Planned& p : plan) {
+  for (Planned& p : collectives) {
     std::vector<pj::Sample> samples;
     for (auto& [s, k] : p.counts) {
       s.seconds = medians[k];
@@ -232,24 +227,74 @@ int cmd_calibrate(const std::vector<std::string>& args) {
                                       record["late"]["groups"][coll_kind_name(p.c)][pj::layout_key(l)])};
     }
   }
+}
+
+// The engine's convolution rate and the step's overheads: regular's measured (a single rank's
+// dispatch under MPI, where regular does not run); in-process each further worker's, ddp's
+// measured beyond its prediction, a plan action's and a sharded unit's.
+void measure_compute_and_overheads(const Points& pts, const std::vector<double>& medians, int cores, pj::Machine& m,
+                                   nlohmann::json& record) {
   m.peak_flops = conv_flops(cores);
   m.parallel_threads = parallel_threads(cores);
-  // Step overhead: regular's measured (a single rank's dispatch under MPI, where regular does not
-  // run); each further worker's, ddp's measured beyond its prediction (in-process).
   if (multi_process()) {
     m.step_overhead_s = time_dispatch(1, 50);
-  } else {
-    for (const auto& [w, k] : start_lag) m.worker_start_at_s[w] = medians[k];
-    m.sender_trails_s = medians[sender_trail];
-    const Overheads o = time_overheads(cores, 5, m, &record);
-    m.step_overhead_s = o.step_s;
-    m.action_overhead_s = o.action_s;
-    m.unit_overhead_s = o.unit_s;
-    m.worker_overhead_at_s = o.workers_s;
-    m.worker_overhead_s = (o.workers_s.at(2) + o.workers_s.at(4) / 3) / 2;
+    return;
   }
+  for (const auto& [w, k] : pts.start_lag) m.worker_start_at_s[w] = medians[k];
+  m.sender_trails_s = medians[pts.sender_trail];
+  const Overheads o = time_overheads(cores, 5, m, &record);
+  m.step_overhead_s = o.step_s;
+  m.action_overhead_s = o.action_s;
+  m.unit_overhead_s = o.unit_s;
+  m.worker_overhead_at_s = o.workers_s;
+  m.worker_overhead_s = (o.workers_s.at(2) + o.workers_s.at(4) / 3) / 2;
+}
+
+}  // namespace
+
+int cmd_calibrate(const std::vector<std::string>& args) {
+  Flags f("parbench calibrate",
+          "Times the collectives the strategies use between CPU workers (all-reduce, broadcast, reduce,\n"
+          "all-gather, reduce-scatter, send/recv) at a few sizes and worker counts -- in-process threads,\n"
+          "or MPI ranks when started by mpirun -- fits alpha (per step) and bus bandwidth per collective\n"
+          "by least squares (over all worker counts, and at each alone; where a count outnumbers the\n"
+          "cores, also with its workers in groups meeting at once: pairs of neighbours, pairs 2 apart;\n"
+          "messages up to 64 KiB also with the last worker arriving late, its peers already waiting),\n"
+          "measures a plan action's cost (a small MLP's ddp step at one device less regular's, over\n"
+          "the actions ddp adds), the step overhead (its regular step as run times it, less its\n"
+          "predicted work; fsdp's and zero2's per unit; ddp's on 2 and 4 workers, per worker count)\n"
+          "and the engine's best convolution rate, and writes a machine description for `parbench\n"
+          "project` (the \"this CPU\" preset).",
+          {
+              {"out", "FILE", "machine JSON to write", "machines/this_cpu.json"},
+              {"ranks", "LIST", "worker counts to time (in-process; under mpirun: the job's size)", "2,4"},
+              {"sizes", "LIST", "message sizes: KiB, or bytes with a B suffix (64B); between the smallest and largest, project reads a count's or group's time off these", "64B,1,4,64,1024,8192"},
+              {"reps", "N", "timed calls per size (median; 20 x N up to 64 KiB, whose microseconds need more calls to average a VM's hiccups out)", "7"},
+              {"skew-us", "US", "in-process: rank i arrives at each call US x i microseconds late, its peers asleep by then; the time counts from the last arrival (0: every worker computes about 2 us between calls, as a step's do, and the calls' cost is the loop's time less the same loop without them)", "0"},
+              {"pools", "N", "in-process: N passes over every size, count and group in turn, each timing with a fresh set of worker threads; a point's time is its median over the passes (where the scheduler places a set of threads lasts as long as they do, and a slow spell as long as it does: either can change a small message's time several-fold)", "5"},
+              {"name", "TEXT", "the machine's name", ""},
+          });
+  if (!f.parse(args)) return 0;
+  const CalibrateArgs a = calibrate_args(f);
+  const bool lead = process().rank == 0;
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+
+  const std::optional<CpuTimes> cpu_before = read_cpu_times();
+  pj::Machine m = cpu_machine(f, a.ranks, cores);
+  nlohmann::json record = nlohmann::json::object();
+  // Every point -- a collective at a size over some workers (or in groups), a dispatch -- is timed
+  // once per pass with a fresh set of worker threads, the passes going over all points in turn, and
+  // a point's time is its median over the passes. A slow spell (a VM's core taken away for a
+  // second, a set of threads placed badly) so sets a pass or two of any point, not every timing of
+  // a few neighbouring points.
+  Points pts = plan_points(a, cores);
+  const std::vector<double> medians = pb::reports::medians_over_passes(pts.timings, a.pools, [&](int pass) {
+    if (lead && a.pools > 1) fmt::print(stderr, "parbench calibrate: pass {} of {} over {} points\n", pass + 1, a.pools, pts.timings.size());
+  });
+  fit_collectives(pts.collectives, medians, a.ranks, lead, m, record);
+  measure_compute_and_overheads(pts, medians, cores, m, record);
   if (!multi_process()) {
-    record["skew_s"] = skew_s;
+    record["skew_s"] = a.skew_s;
     record["skew_note"] = "rank i arrived skew_s x i late at every timed call; times run from the last arrival to the last rank done";
   }
   record["parallel_threads_note"] = "one-thread convolutions that run at full speed together: k threads' total rate over one thread's, the best k";
