@@ -153,22 +153,31 @@ std::string Group::title() const {
   return t;
 }
 
-Report build_report(const std::vector<RunFile>& files) {
-  Report report;
-  std::vector<GroupBuild> builds;
-  std::vector<std::string> order;  // strategies in display order
+namespace {
+
+// The strategies in display order: as the runs recorded it, then any other a benchmark names.
+std::vector<std::string> strategy_order(const std::vector<RunFile>& files) {
+  std::vector<std::string> order;
   for (const RunFile& f : files)
     for (const std::string& s : split_commas(f.context_value(schema::context::strategy_order.name)))
       if (std::find(order.begin(), order.end(), s) == order.end()) order.push_back(s);
-  std::string baseline_strategy;   // single-device: the speedup's reference
+  return order;
+}
+
+// The single-device strategy speedups are against: the first a run recorded, else regular.
+std::string baseline_strategy_of(const std::vector<RunFile>& files) {
   for (const RunFile& f : files) {
     const auto single = split_commas(f.context_value(schema::context::single_device_strategies.name));
-    if (!single.empty() && baseline_strategy.empty()) baseline_strategy = single.front();
+    if (!single.empty()) return single.front();
   }
-  if (baseline_strategy.empty()) baseline_strategy = "regular";  // runs that did not record it
+  return "regular";  // runs that did not record it
+}
 
+// Every file's benchmarks in groups of one workload, batch and setting (the context keys that
+// must match), a benchmark seen in several files merged; `order` gains strategies it lacked.
+std::vector<GroupBuild> group_benchmarks(const std::vector<RunFile>& files, std::vector<std::string>& order) {
+  std::vector<GroupBuild> builds;
   for (const RunFile& f : files) {
-    report.sources.push_back(f.source);
     std::string scaling = f.context_value(schema::context::scaling.name);
     const bool assumed = scaling.empty();
     if (assumed) scaling = "weak";
@@ -225,7 +234,11 @@ Report build_report(const std::vector<RunFile>& files) {
       if (std::find(from.begin(), from.end(), f.source) == from.end()) from.push_back(f.source);
     }
   }
-  // Groups with the same title name what sets them apart (a bucket size, a thread count, ...).
+  return builds;
+}
+
+// Groups with the same title name what sets them apart (a bucket size, a thread count, ...).
+void name_distinctions(std::vector<GroupBuild>& builds) {
   std::vector<std::string> titles;
   for (const GroupBuild& g : builds) titles.push_back(g.group.title());
   for (std::size_t i = 0; i < builds.size(); ++i)
@@ -240,128 +253,146 @@ Report build_report(const std::vector<RunFile>& files) {
           g.group.distinction += (g.group.distinction.empty() ? "" : ", ") + entry;
       }
     }
+}
+
+// One benchmark's row: its time, spread, throughput, MFU, memory, where its step went, its
+// bubble and bus bandwidths, and its spread across ranks.
+Row row_of(const Benchmark& b, const std::vector<std::string>& runs, const Group& g) {
+  const BenchName n = *parse_bench_name(b.name);
+  Row r;
+  r.name = b.name;
+  r.runs = runs;
+  r.strategy = n.strategy;
+  r.devices = n.devices;
+  r.repetitions = b.repetitions();
+  r.error = b.error;
+  r.error_message = b.error_message;
+  const auto med = b.median_s();
+  if (!r.error && med && *med > 0) {
+    r.median_ms = *med * 1e3;
+    if (b.times_s.size() >= 2) {
+      r.cv = coefficient_of_variation(b.times_s);
+    } else if (auto c = b.counter_median(schema::counter::iter_cv.name)) {
+      r.cv = *c;
+      r.cv_within_run = true;
+    }
+    // Samples per iteration: the run's own count, else what the scaling mode implies.
+    double samples = static_cast<double>(g.scaling == "weak" ? n.batch * n.devices : n.batch);
+    if (auto s = b.counter_median(schema::counter::global_batch.name)) samples = *s;
+    r.samples_per_iteration = samples;
+    r.samples_per_s = samples / *med;  // throughput = samples per iteration / seconds per iteration
+    if (auto fwd = b.counter_median(schema::context::forward_flops_per_sample.name); fwd && *fwd > 0)
+      r.flop_per_s = 3 * *fwd * samples / *med;  // backward ~ 2x forward
+    else if (auto fl = b.counter_median(schema::counter::flop_per_s.name))
+      r.flop_per_s = *fl;
+    r.mfu = b.counter_median(schema::counter::mfu.name);
+    r.warmup_s = b.counter_median(schema::counter::warmup_s.name);
+    if (auto p = b.counter_max(schema::counter::peak_bytes_max.name)) r.peak_mib_max = *p / kMiB;
+    if (auto p = b.counter_max(schema::counter::peak_bytes_dev0.name)) r.peak_mib_dev0 = *p / kMiB;
+    if (auto it = b.counters.find(schema::counter::device_peak_bytes.name); it != b.counters.end() && !it->second.empty()) {
+      // The parts from the repetition with the largest total, so that they add up to it.
+      const std::vector<double>& total = it->second;
+      const std::size_t at = static_cast<std::size_t>(std::max_element(total.begin(), total.end()) - total.begin());
+      r.device_peak_mib = total[at] / kMiB;
+      auto part = [&](const schema::Key& k) -> std::optional<double> {
+        auto p = b.counters.find(k.name);
+        if (p == b.counters.end() || p->second.size() != total.size()) return std::nullopt;
+        return p->second[at] / kMiB;
+      };
+      r.tensor_mib = part(schema::counter::tensor_bytes);
+      r.workspace_mib = part(schema::counter::workspace_bytes);
+      r.runtime_mib = part(schema::counter::runtime_bytes);
+    }
+    namespace k = schema::counter;
+    r.compute_share = b.counter_median(k::compute_share.name);
+    r.transfer_share = b.counter_median(k::transfer_share.name);
+    r.idle_share = b.counter_median(k::idle_share.name);
+    r.other_share = b.counter_median(k::other_share.name);
+    if (auto c = b.counter_median(k::exposed_comm_s.name)) r.exposed_comm_share = *c / *med;
+    if (auto c = b.counter_median(k::bytes_sent_per_iter.name)) r.comm_mib_per_iteration = *c / kMiB;
+    r.measured_bubble = b.counter_median(k::measured_bubble.name);
+    for (const schema::Key& key : schema::kCounters) {
+      const std::string name = key.name;
+      if (name.rfind("algbw_", 0) == 0 || name.rfind("busbw_", 0) == 0)
+        if (auto v = b.counter_median(name)) (name[0] == 'a' ? r.algbw : r.busbw)[name.substr(6)] = *v;
+    }
+    if (auto bub = b.counter_median(k::bubble_fraction.name); bub && (*bub > 0 || b.counter_median(k::micro_batches.name).value_or(0) > 1))
+      r.bubble = *bub;
+    if (auto w = b.counter_median(schema::counter::workers_used.name)) r.workers_used = *w;
+    if (auto o = b.counter_max(schema::counter::oversubscribed.name)) r.oversubscribed = *o;
+    r.threads = b.counter_median(k::worker_threads.name);
+    if (auto p = b.counter_max(k::predicted_bytes.name)) r.predicted_mib = *p / kMiB;
+    if (auto a = b.counter_max(k::allocated_bytes.name)) r.allocated_mib = *a / kMiB;
+    // Spread and stragglers (reports/straggler.h).
+    if (auto p = b.counter_median(k::iter_p50_s.name)) r.iter_p50_ms = *p * 1e3;
+    if (auto p = b.counter_median(k::iter_p99_s.name)) r.iter_p99_ms = *p * 1e3;
+    r.straggler_ratio = b.counter_max(k::straggler_ratio.name);
+    if (auto st = b.counter_median(k::straggler_rank.name)) {
+      const int rank = static_cast<int>(*st);
+      const std::string host = g.hosts.empty() ? "?" : g.hosts[std::min<std::size_t>(rank, g.hosts.size() - 1)];
+      r.straggler = fmt::format("rank {} ({}, {}({}))", rank, host, g.device_kind, rank);
+    }
+  }
+  return r;
+}
+
+// Speedup and scaling efficiency against the one-device rows, and the ideal line's base.
+void rate_against_one_device(Group& g, const std::string& baseline_strategy) {
+  auto one_device = [&](const std::string& strategy) -> const Row* {
+    for (const Row& r : g.rows)
+      if (r.strategy == strategy && r.devices == 1 && r.samples_per_s) return &r;
+    return nullptr;
+  };
+  const Row* base = one_device(baseline_strategy);
+  if (base) {
+    g.baseline = base->name;
+    g.ideal_base_samples_per_s = base->samples_per_s;
+  }
+  for (Row& r : g.rows) {
+    if (!r.samples_per_s) continue;
+    // Speedup: throughput over regular's on one device (under strong scaling the same as
+    // T_regular(1) / T(N), the global batch being equal).
+    if (base) r.speedup = *r.samples_per_s / *base->samples_per_s;
+    const Row* eb = one_device(r.strategy);
+    if (!eb) {
+      eb = base;
+      r.efficiency_from_regular = true;
+    }
+    if (!eb) continue;
+    r.efficiency_base = eb->name;
+    if (g.scaling == "weak")
+      r.efficiency = *r.samples_per_s / (r.devices * *eb->samples_per_s);  // thr(N) / (N thr(1))
+    else
+      r.efficiency = *eb->median_ms / (r.devices * *r.median_ms);  // T(1) / (N T(N))
+  }
+  if (!g.ideal_base_samples_per_s)
+    for (const Row& r : g.rows)
+      if (r.devices == 1 && r.samples_per_s) {
+        g.ideal_base_samples_per_s = r.samples_per_s;
+        break;
+      }
+}
+
+}  // namespace
+
+Report build_report(const std::vector<RunFile>& files) {
+  Report report;
+  for (const RunFile& f : files) report.sources.push_back(f.source);
+  std::vector<std::string> order = strategy_order(files);
+  const std::string baseline_strategy = baseline_strategy_of(files);
+  std::vector<GroupBuild> builds = group_benchmarks(files, order);
+  name_distinctions(builds);
   auto strategy_rank = [&](const std::string& s) {
     return static_cast<int>(std::find(order.begin(), order.end(), s) - order.begin());
   };
-
   for (GroupBuild& gb : builds) {
     Group& g = gb.group;
-    for (const Benchmark& b : gb.benches) {
-      const BenchName n = *parse_bench_name(b.name);
-      Row r;
-      r.name = b.name;
-      r.runs = gb.sources[b.name];
-      r.strategy = n.strategy;
-      r.devices = n.devices;
-      r.repetitions = b.repetitions();
-      r.error = b.error;
-      r.error_message = b.error_message;
-      const auto med = b.median_s();
-      if (!r.error && med && *med > 0) {
-        r.median_ms = *med * 1e3;
-        if (b.times_s.size() >= 2) {
-          r.cv = coefficient_of_variation(b.times_s);
-        } else if (auto c = b.counter_median(schema::counter::iter_cv.name)) {
-          r.cv = *c;
-          r.cv_within_run = true;
-        }
-        // Samples per iteration: the run's own count, else what the scaling mode implies.
-        double samples = static_cast<double>(g.scaling == "weak" ? n.batch * n.devices : n.batch);
-        if (auto s = b.counter_median(schema::counter::global_batch.name)) samples = *s;
-        r.samples_per_iteration = samples;
-        r.samples_per_s = samples / *med;  // throughput = samples per iteration / seconds per iteration
-        if (auto fwd = b.counter_median(schema::context::forward_flops_per_sample.name); fwd && *fwd > 0)
-          r.flop_per_s = 3 * *fwd * samples / *med;  // backward ~ 2x forward
-        else if (auto fl = b.counter_median(schema::counter::flop_per_s.name))
-          r.flop_per_s = *fl;
-        r.mfu = b.counter_median(schema::counter::mfu.name);
-        r.warmup_s = b.counter_median(schema::counter::warmup_s.name);
-        if (auto p = b.counter_max(schema::counter::peak_bytes_max.name)) r.peak_mib_max = *p / kMiB;
-        if (auto p = b.counter_max(schema::counter::peak_bytes_dev0.name)) r.peak_mib_dev0 = *p / kMiB;
-        if (auto it = b.counters.find(schema::counter::device_peak_bytes.name); it != b.counters.end() && !it->second.empty()) {
-          // The parts from the repetition with the largest total, so that they add up to it.
-          const std::vector<double>& total = it->second;
-          const std::size_t at = static_cast<std::size_t>(std::max_element(total.begin(), total.end()) - total.begin());
-          r.device_peak_mib = total[at] / kMiB;
-          auto part = [&](const schema::Key& k) -> std::optional<double> {
-            auto p = b.counters.find(k.name);
-            if (p == b.counters.end() || p->second.size() != total.size()) return std::nullopt;
-            return p->second[at] / kMiB;
-          };
-          r.tensor_mib = part(schema::counter::tensor_bytes);
-          r.workspace_mib = part(schema::counter::workspace_bytes);
-          r.runtime_mib = part(schema::counter::runtime_bytes);
-        }
-        namespace k = schema::counter;
-        r.compute_share = b.counter_median(k::compute_share.name);
-        r.transfer_share = b.counter_median(k::transfer_share.name);
-        r.idle_share = b.counter_median(k::idle_share.name);
-        r.other_share = b.counter_median(k::other_share.name);
-        if (auto c = b.counter_median(k::exposed_comm_s.name)) r.exposed_comm_share = *c / *med;
-        if (auto c = b.counter_median(k::bytes_sent_per_iter.name)) r.comm_mib_per_iteration = *c / kMiB;
-        r.measured_bubble = b.counter_median(k::measured_bubble.name);
-        for (const schema::Key& key : schema::kCounters) {
-          const std::string name = key.name;
-          if (name.rfind("algbw_", 0) == 0 || name.rfind("busbw_", 0) == 0)
-            if (auto v = b.counter_median(name)) (name[0] == 'a' ? r.algbw : r.busbw)[name.substr(6)] = *v;
-        }
-        if (auto bub = b.counter_median(k::bubble_fraction.name); bub && (*bub > 0 || b.counter_median(k::micro_batches.name).value_or(0) > 1))
-          r.bubble = *bub;
-        if (auto w = b.counter_median(schema::counter::workers_used.name)) r.workers_used = *w;
-        if (auto o = b.counter_max(schema::counter::oversubscribed.name)) r.oversubscribed = *o;
-        r.threads = b.counter_median(k::worker_threads.name);
-        if (auto p = b.counter_max(k::predicted_bytes.name)) r.predicted_mib = *p / kMiB;
-        if (auto a = b.counter_max(k::allocated_bytes.name)) r.allocated_mib = *a / kMiB;
-        // Spread and stragglers (reports/straggler.h).
-        if (auto p = b.counter_median(k::iter_p50_s.name)) r.iter_p50_ms = *p * 1e3;
-        if (auto p = b.counter_median(k::iter_p99_s.name)) r.iter_p99_ms = *p * 1e3;
-        r.straggler_ratio = b.counter_max(k::straggler_ratio.name);
-        if (auto st = b.counter_median(k::straggler_rank.name)) {
-          const int rank = static_cast<int>(*st);
-          const std::string host = g.hosts.empty() ? "?" : g.hosts[std::min<std::size_t>(rank, g.hosts.size() - 1)];
-          r.straggler = fmt::format("rank {} ({}, {}({}))", rank, host, g.device_kind, rank);
-        }
-      }
-      g.rows.push_back(std::move(r));
-    }
+    for (const Benchmark& b : gb.benches) g.rows.push_back(row_of(b, gb.sources[b.name], g));
     std::stable_sort(g.rows.begin(), g.rows.end(), [&](const Row& a, const Row& b) {
       if (a.devices != b.devices) return a.devices < b.devices;
       return strategy_rank(a.strategy) < strategy_rank(b.strategy);
     });
-
-    auto one_device = [&](const std::string& strategy) -> const Row* {
-      for (const Row& r : g.rows)
-        if (r.strategy == strategy && r.devices == 1 && r.samples_per_s) return &r;
-      return nullptr;
-    };
-    const Row* base = one_device(baseline_strategy);
-    if (base) {
-      g.baseline = base->name;
-      g.ideal_base_samples_per_s = base->samples_per_s;
-    }
-    for (Row& r : g.rows) {
-      if (!r.samples_per_s) continue;
-      // Speedup: throughput over regular's on one device (under strong scaling the same as
-      // T_regular(1) / T(N), the global batch being equal).
-      if (base) r.speedup = *r.samples_per_s / *base->samples_per_s;
-      const Row* eb = one_device(r.strategy);
-      if (!eb) {
-        eb = base;
-        r.efficiency_from_regular = true;
-      }
-      if (!eb) continue;
-      r.efficiency_base = eb->name;
-      if (g.scaling == "weak")
-        r.efficiency = *r.samples_per_s / (r.devices * *eb->samples_per_s);  // thr(N) / (N thr(1))
-      else
-        r.efficiency = *eb->median_ms / (r.devices * *r.median_ms);  // T(1) / (N T(N))
-    }
-    if (!g.ideal_base_samples_per_s)
-      for (const Row& r : g.rows)
-        if (r.devices == 1 && r.samples_per_s) {
-          g.ideal_base_samples_per_s = r.samples_per_s;
-          break;
-        }
+    rate_against_one_device(g, baseline_strategy);
     mark_implausible(g);
     mark_best(g);
     report.groups.push_back(std::move(g));
