@@ -103,34 +103,11 @@ std::vector<Flag> run_flags() {
   return flags;
 }
 
-RunPlan plan_run(const Flags& f, Sweep& sw) {
-  RunPlan p;
-  // Presets: the seed's net and sizes on GPUs; a scaled great_net that finishes in minutes on CPU.
-  p.kind = device_kind(f.str("device-kind"));
-  const bool gpu = p.kind == DeviceKind::Cuda;
-  p.wo = workload_options(f, p.kind);
-  p.workload = f.str("workload");
-  sw.net = resolve_workload(p.workload, p.wo);
-  sw.plan = plan_net(sw.net);
-  sw.seed = static_cast<uint64_t>(f.integer("seed"));
-  sw.warmup = f.integer("warmup");
-  p.batch = f.integer("batch");
-  p.iterations = f.integer("iterations");
-  p.scaling = f.str("scaling");
-  if (p.batch < 1) throw UsageError(fmt::format("--batch must be at least 1, got {}", p.batch));
-  if (sw.warmup < 0) throw UsageError(fmt::format("--warmup must be >= 0, got {}", sw.warmup));
-  if (p.iterations < 0) throw UsageError(fmt::format("--iterations must be >= 0, got {}", p.iterations));
+// The device counts to run: the job's size under MPI, else --devices, the --dp x --pp/--tp
+// shape, every power of two up to the GPUs' count, or 1 and 2 on CPU.
+std::vector<int64_t> run_device_counts(const Flags& f, const HybridShape& shape, bool gpu) {
   const ProcessInfo& proc = process();
-  // Every rank must run the same number of steps: Google Benchmark's own iteration count search
-  // could pick different counts on different ranks.
-  if (proc.size > 1 && p.iterations == 0)
-    throw UsageError("--iterations 0 (Google Benchmark decides) is not possible in an MPI job: every rank must run "
-                     "the same number of steps");
-  if (p.scaling != "weak" && p.scaling != "strong")
-    throw UsageError(fmt::format("--scaling expects weak or strong, got '{}'", p.scaling));
-
-  const HybridShape shape = hybrid_shape(f);
-  std::vector<int64_t>& device_counts = p.device_counts;
+  std::vector<int64_t> device_counts;
   if (proc.size > 1) {  // one process per device: the job's size is the device count
     device_counts = f.has("devices") ? f.int_list("devices") : std::vector<int64_t>{proc.size};
     for (int64_t d : device_counts)
@@ -153,11 +130,17 @@ RunPlan plan_run(const Flags& f, Sweep& sw) {
   if (device_counts.empty()) throw UsageError("--devices needs at least one device count");
   for (int64_t d : device_counts)
     if (d < 1) throw UsageError(fmt::format("--devices: every count must be at least 1, got {}", d));
+  return device_counts;
+}
 
+// The strategies to run, as their variants' names: --strategies (or the hybrids --dp/--pp/--tp
+// shape), checked against the registry and the flags, the single-process ones left out of an MPI
+// job that asked for all.
+std::vector<std::string> run_strategies(const Flags& f, const HybridShape& shape) {
+  const ProcessInfo& proc = process();
   const std::vector<std::string> known = strategy_names();
   const bool all = f.str("strategies") == "all";
-  std::vector<std::string>& strategies = p.strategies;
-  strategies = all ? known : reports::split_commas(f.str("strategies"));
+  std::vector<std::string> strategies = all ? known : reports::split_commas(f.str("strategies"));
   // --dp/--pp/--tp alone: the hybrids they shape (--dp alone: both families).
   if (shape.given() && !f.has("strategies")) {
     strategies.clear();
@@ -191,14 +174,20 @@ RunPlan plan_run(const Flags& f, Sweep& sw) {
   for (std::string& s : strategies) s = strategy_name(f, s, false);  // --schedule / --recompute pick pipeline variants
   dedupe(strategies);
   if (strategies.empty()) throw UsageError("--strategies needs at least one strategy");
+  return strategies;
+}
 
-  // --plan FILE: its strategy on its workers at its global batch, nothing else.
-  const std::shared_ptr<const Plan> user = run_plan_file(f, sw.net, sw.plan);
-  sw.identity = plan_identity(f, sw.net, sw.plan);  // of the plans the run keeps
-  if (user) strategies = {user->strategy}, device_counts = {user->workers}, p.scaling = "strong", p.batch = user->batch;
-
-  // Configurations, registered with Google Benchmark in sweep order. A single-device strategy is
-  // one device by definition: at N > 1 it is skipped, whether named or part of all.
+// Every configuration, registered with Google Benchmark in sweep order: a family's members at
+// each device count; what is skipped (a single-device strategy beyond one device, a hybrid with
+// no factorization there) said on stderr.
+void add_configs(const Flags& f, const HybridShape& shape, const std::shared_ptr<const Plan>& user, const Sweep& sw,
+                 RunPlan& p) {
+  const ProcessInfo& proc = process();
+  const std::vector<int64_t>& device_counts = p.device_counts;
+  const std::vector<std::string>& strategies = p.strategies;
+  const bool all = f.str("strategies") == "all";
+  // A single-device strategy is one device by definition: at N > 1 it is skipped, whether named or
+  // part of all.
   // At N = 1 every strategy runs regular's arithmetic: in a sweep that also has N > 1, one device
   // runs the single-device strategies only (regular, the baseline, when none is named) unless
   // --all-at-one-device; rows of the same work would only pick a "best" among noise.
@@ -264,35 +253,75 @@ RunPlan plan_run(const Flags& f, Sweep& sw) {
                                        fmt::join(strategies, ", "), f.str("devices"))
                          : fmt::format("nothing to run: no configuration fits --devices {} ({} has no factorization "
                                        "there)", fmt::join(device_counts, ","), fmt::join(unshaped, ", ")));
-  // Strategies named on the command line: each configuration's plan made now. One that the flags
-  // shaping a split (--micro-batches, --virtual-stages, --balance) make impossible, where the
-  // defaults would run, is refused before anything runs. One the net cannot take at that device
-  // count whatever the flags (more stages than layers) stays a failed row, as under `all`, where
-  // every strategy is tried. (--balance time: by FLOPs here; timing layers is work.)
-  if (!all && !user)
-    for (const Config& c : p.configs) {
-      StrategyOptions o = c.options;
-      if (o.balance_by == StrategyOptions::BalanceBy::Time) o.balance_by = StrategyOptions::BalanceBy::Flops;
-      StrategyOptions plain = o;
-      plain.micro_batches = static_cast<int>(std::min<int64_t>(kDefaultMicroBatches, c.global_batch));
-      plain.cap_micro_batches = true;
-      plain.virtual_stages = StrategyOptions{}.virtual_stages;
-      plain.balance.clear();
-      plain.balance_by = StrategyOptions::BalanceBy::Flops;
+}
+
+// Strategies named on the command line: each configuration's plan made now. One that the flags
+// shaping a split (--micro-batches, --virtual-stages, --balance) make impossible, where the
+// defaults would run, is refused before anything runs. One the net cannot take at that device
+// count whatever the flags (more stages than layers) stays a failed row, as under `all`, where
+// every strategy is tried. (--balance time: by FLOPs here; timing layers is work.)
+void refuse_impossible_splits(const RunPlan& p, const Sweep& sw) {
+  for (const Config& c : p.configs) {
+    StrategyOptions o = c.options;
+    if (o.balance_by == StrategyOptions::BalanceBy::Time) o.balance_by = StrategyOptions::BalanceBy::Flops;
+    StrategyOptions plain = o;
+    plain.micro_batches = static_cast<int>(std::min<int64_t>(kDefaultMicroBatches, c.global_batch));
+    plain.cap_micro_batches = true;
+    plain.virtual_stages = StrategyOptions{}.virtual_stages;
+    plain.balance.clear();
+    plain.balance_by = StrategyOptions::BalanceBy::Flops;
+    try {
+      (void)make_plan(c.strategy, sw.plan, o, c.global_batch);
+    } catch (const UsageError& e) {
+      bool plain_runs = true;
       try {
-        (void)make_plan(c.strategy, sw.plan, o, c.global_batch);
-      } catch (const UsageError& e) {
-        bool plain_runs = true;
-        try {
-          (void)make_plan(c.strategy, sw.plan, plain, c.global_batch);
-        } catch (const UsageError&) {
-          plain_runs = false;
-        }
-        if (plain_runs) throw UsageError(fmt::format("--devices {}, global batch {}: {}", c.devices, c.global_batch, e.what()));
+        (void)make_plan(c.strategy, sw.plan, plain, c.global_batch);
+      } catch (const UsageError&) {
+        plain_runs = false;
       }
+      if (plain_runs) throw UsageError(fmt::format("--devices {}, global batch {}: {}", c.devices, c.global_batch, e.what()));
     }
+  }
+}
+
+RunPlan plan_run(const Flags& f, Sweep& sw) {
+  RunPlan p;
+  // Presets: the seed's net and sizes on GPUs; a scaled great_net that finishes in minutes on CPU.
+  p.kind = device_kind(f.str("device-kind"));
+  const bool gpu = p.kind == DeviceKind::Cuda;
+  p.wo = workload_options(f, p.kind);
+  p.workload = f.str("workload");
+  sw.net = resolve_workload(p.workload, p.wo);
+  sw.plan = plan_net(sw.net);
+  sw.seed = static_cast<uint64_t>(f.integer("seed"));
+  sw.warmup = f.integer("warmup");
+  p.batch = f.integer("batch");
+  p.iterations = f.integer("iterations");
+  p.scaling = f.str("scaling");
+  if (p.batch < 1) throw UsageError(fmt::format("--batch must be at least 1, got {}", p.batch));
+  if (sw.warmup < 0) throw UsageError(fmt::format("--warmup must be >= 0, got {}", sw.warmup));
+  if (p.iterations < 0) throw UsageError(fmt::format("--iterations must be >= 0, got {}", p.iterations));
+  const ProcessInfo& proc = process();
+  // Every rank must run the same number of steps: Google Benchmark's own iteration count search
+  // could pick different counts on different ranks.
+  if (proc.size > 1 && p.iterations == 0)
+    throw UsageError("--iterations 0 (Google Benchmark decides) is not possible in an MPI job: every rank must run "
+                     "the same number of steps");
+  if (p.scaling != "weak" && p.scaling != "strong")
+    throw UsageError(fmt::format("--scaling expects weak or strong, got '{}'", p.scaling));
+
+  const HybridShape shape = hybrid_shape(f);
+  p.device_counts = run_device_counts(f, shape, gpu);
+  p.strategies = run_strategies(f, shape);
+
+  // --plan FILE: its strategy on its workers at its global batch, nothing else.
+  const std::shared_ptr<const Plan> user = run_plan_file(f, sw.net, sw.plan);
+  sw.identity = plan_identity(f, sw.net, sw.plan);  // of the plans the run keeps
+  if (user) p.strategies = {user->strategy}, p.device_counts = {user->workers}, p.scaling = "strong", p.batch = user->batch;
+  add_configs(f, shape, user, sw, p);
+  if (f.str("strategies") != "all" && !user) refuse_impossible_splits(p, sw);
   sw.total = static_cast<int>(p.configs.size());
-  check_memory_fits(sw.plan, 1, p.kind, static_cast<int>(*std::max_element(device_counts.begin(), device_counts.end())),
+  check_memory_fits(sw.plan, 1, p.kind, static_cast<int>(*std::max_element(p.device_counts.begin(), p.device_counts.end())),
                     p.configs.front().options.backend.memory_limit_bytes, workload_sizing(f, sw.net));
   sw.params = init_params(sw.plan, sw.seed);
   return p;
