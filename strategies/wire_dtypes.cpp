@@ -6,19 +6,24 @@
 
 namespace pb {
 
+namespace {
 // fsdp, zero2, their -prefetch variants and hsdp<R>x<S>: parameters sharded, gathered per unit.
+bool gathers_params(const StrategySpec& s) {
+  for (const char* e : {"fsdp", "zero2", "fsdp-prefetch", "zero2-prefetch"})
+    if (s.entry == e) return true;
+  return s.member_of(kHsdpFamily);
+}
+}  // namespace
+
 bool takes_param_dtype(const std::string& name) {
   const auto s = parse_strategy(name);
-  if (!s) return false;
-  for (const char* e : {"fsdp", "zero2", "fsdp-prefetch", "zero2-prefetch"})
-    if (s->entry == e) return true;
-  return s->member_of(kHsdpFamily);
+  return s && gathers_params(*s);
 }
 
 // Every strategy that sums gradients over replicas.
 bool takes_reduce_dtype(const std::string& name) {
   const auto s = parse_strategy(name);
-  return s && (s->entry == "dp" || s->entry == "ddp" || takes_param_dtype(name) || s->member_of(kHybridFamily) ||
+  return s && (s->entry == "dp" || s->entry == "ddp" || gathers_params(*s) || s->member_of(kHybridFamily) ||
                s->member_of(kDpTpFamily));
 }
 
