@@ -11,10 +11,11 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/check.h"
+#include "engine/memory_estimate.h"
 #include "engine/fsutil.h"
-#include "strategies/memory_estimate.h"
 #include "engine/process.h"
 #include "engine/trace.h"
+#include "plan/memory.h"
 #include "plan/plan.h"
 #include "strategies/breakdown.h"
 #include "strategies/plan_gen.h"
@@ -87,33 +88,19 @@ void write_trace(Sweep& sw, const Config& c, Strategy& s) {
 
 // The configuration's per-worker estimate, summed over its workers; stage ranges are the ones
 // the strategy chose from its plan (--balance), known once it is set up.
-double predicted_bytes(Sweep& sw, const Config& c, const StepStats& st) {
-  MemoryConfig mc;
-  mc.strategy = c.strategy;
-  mc.devices = c.devices;
-  mc.micro_batches = st.micro_batches;
-  mc.bf16 = c.options.backend.precision == Precision::Bf16;
-  mc.reduce_bf16 = c.options.reduce_dtype == DType::Bf16;
-  mc.param_bf16 = c.options.param_dtype == DType::Bf16;
-  mc.virtual_stages = c.options.virtual_stages;
-  if (!st.chunk_stages.empty()) mc.stages = st.chunk_stages;
-  else if (st.staged)
-    for (const auto& w : st.workers) {
-      const std::pair<int, int> range{w.layer_begin, w.layer_end};
-      if (mc.stages.empty() || range.first > mc.stages.back().first) mc.stages.push_back(range);
-    }
+double predicted_bytes(Sweep& sw, const Config& c, const Strategy& s) {
+  WorkspaceProbes probes;
   if (c.options.kind == DeviceKind::Cpu) {  // on a GPU the probe would raise a worker's peak: the im2col bound
-    auto& probe = sw.workspace[c.options.backend.threads];
-    if (!probe) probe = measured_workspace(c.options.backend, cpu(kWorkspaceProbeSlot));
-    mc.workspace = probe;
+    auto& layers = sw.workspace[c.options.backend.threads];
+    if (!layers) layers = measured_workspace(c.options.backend, cpu(kWorkspaceProbeSlot));
     auto& seq = sw.sequential_workspace[c.options.backend.threads];
     if (!seq) seq = measured_sequential_workspace(c.options.backend, cpu(kWorkspaceProbeSlot));
-    mc.sequential_workspace = seq;
     auto& tp = sw.tp_workspace[c.options.backend.threads];
     if (!tp) tp = measured_tp_workspace(c.options.backend, cpu(kWorkspaceProbeSlot));
-    mc.tp_workspace = tp;
+    probes = {layers, seq, tp};
   }
-  const MemoryEstimate e = estimate_memory(sw.plan, c.global_batch, mc);
+  const Plan plan = s.step_plan() ? *s.step_plan() : make_plan(c.strategy, sw.plan, c.options, c.global_batch);
+  const MemoryEstimate e = plan_memory(plan, sw.plan, probes);
   double sum = 0;
   for (double b : e.per_worker) sum += b;
   return e.per_worker.empty() ? e.total() : sum;
@@ -145,7 +132,7 @@ Strategy& prepare(Sweep& sw, const Config& c) {
     const double dt = world_max(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     if (i == 0) sw.warmup_s[c.name] = dt;
   }
-  sw.predicted_bytes[c.name] = predicted_bytes(sw, c, s->stats());
+  sw.predicted_bytes[c.name] = predicted_bytes(sw, c, *s);
   // The step it runs, kept beside the results (every process holds the whole plan: rank 0 writes).
   if (!sw.plan_dir.empty() && !sw.planned.count(c.name) && s->step_plan() && process().rank == 0) {
     Plan kept = *s->step_plan();

@@ -45,7 +45,7 @@ struct Sweep {
   std::map<std::string, std::vector<std::vector<double>>> calls;
   // Per configuration: its stages' layer ranges and ddp's buckets (schema layout), as JSON.
   std::map<std::string, std::string> layouts;
-  // Per configuration: the per-worker memory estimate (engine/memory_estimate.h) summed over its
+  // Per configuration: the per-worker memory of the plan it ran (plan/memory.h) summed over its
   // workers, as allocated_bytes sums their allocators' peaks; the library workspace it counts is
   // measured once per layer list and threads per worker (oneDNN's scratch grows with its team) on a
   // CPU slot no worker uses (`workspace`, kept across configurations).

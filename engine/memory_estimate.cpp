@@ -7,6 +7,7 @@
 #include <memory>
 #include <sstream>
 
+#include "engine/bf16.h"
 #include "engine/check.h"
 #include "engine/model.h"
 #include "engine/process.h"
@@ -42,6 +43,39 @@ MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch) {
   m.grads_and_moments = 3 * m.params;
   m.activations = act * b * f;
   return m;
+}
+
+SequentialBuffers sequential_buffers(const NetPlan& net, int begin, int end, int64_t n, bool bf16) {
+  SequentialBuffers s;
+  if (n <= 0 || begin >= end) return s;
+  int64_t keep = 0, widest_in = 0, params = 0, weighted = 0;
+  bool owned = false;
+  for (int i = begin; i < end; ++i) {
+    const LayerPlan& l = net.layers[i];
+    const LayerType t = l.spec.type;
+    const bool alias = t == LayerType::Flatten || (t == LayerType::ReLU && (owned || bf16));
+    if (!alias) keep += numel_of(l.out);
+    owned = owned || !alias;
+    widest_in = std::max(widest_in, numel_of(l.in));
+    params += l.weight_numel + l.bias_numel;
+    if (l.weight_numel + l.bias_numel > 0) weighted += numel_of(l.out);
+  }
+  const int64_t in = numel_of(net.layers[begin].in), out = numel_of(net.layers[end - 1].out);
+  const int64_t f = sizeof(float), h = sizeof(Bf16);
+  s.activations = bf16 ? h * (keep + in) * n + f * out * n : f * keep * n;
+  s.scratch = bf16 ? f * std::max(out, widest_in) * n : 2 * f * widest_in * n;
+  s.param_copy = bf16 ? h * params : 0;
+  s.kept = (bf16 ? h : f) * weighted * n;
+  return s;
+}
+
+double im2col_workspace(const std::vector<LayerPlan>& layers) {
+  double w = 0;
+  for (const LayerPlan& l : layers)
+    if (l.spec.type == LayerType::Conv2d)
+      w = std::max(w, static_cast<double>(l.in[0]) * l.spec.kernel_h * l.spec.kernel_w * numel_d(l.out) /
+                          static_cast<double>(l.out[0]) * sizeof(float));
+  return w;
 }
 
 std::size_t resident_bytes() {

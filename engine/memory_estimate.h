@@ -18,7 +18,7 @@ namespace pb {
 // estimate_memory(plan, batch): a lower bound over all workers together: every strategy holds the
 // parameters, their gradients and Adam's two moments, keeps each layer's output for the backward
 // pass, and needs the largest conv layer's unfolded input (im2col) or an equivalent workspace for
-// one sample. One configuration's peak per worker: strategies/memory_estimate.h.
+// one sample. One configuration's peak per worker: plan/memory.h, from the plan it runs.
 struct MemoryEstimate {
   double params = 0, grads_and_moments = 0, activations = 0, workspace = 0;  // bytes
   std::string largest;  // the layer with the largest output, e.g. "layer 4 (conv2d), output (16, 96, 96)"
@@ -34,16 +34,32 @@ struct MemoryEstimate {
 
 MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch);
 
-// A workspace measure (MemoryConfig::workspace, strategies/memory_estimate.h) that runs the layers once, each alone in turn, on a fresh backend of
+// What a Sequential over layers [begin, end) keeps for n samples (engine/model.cpp,
+// model_bf16.cpp), in bytes, made at its first step and kept: plan generators size their buffers by it.
+struct SequentialBuffers {
+  // Each layer's output but flatten views and ReLUs in place on an output of the run; bf16: every
+  // output but the ReLUs' in bf16, with the input rounded to bf16 and the output widened to fp32.
+  int64_t activations = 0;
+  int64_t scratch = 0;     // backward's two input-gradient buffers (bf16: they also hold the output's)
+  int64_t param_copy = 0;  // bf16: the parameters' bf16 copy, made at the first forward
+  int64_t kept = 0;        // one set of a split backward's kept output gradients (its weighted layers')
+};
+SequentialBuffers sequential_buffers(const NetPlan& net, int begin, int end, int64_t n, bool bf16);
+
+// Without a measured workspace: one sample's unfolded input of the largest convolution (im2col
+// unfolds a sample at a time, into one buffer for every layer), in bytes.
+double im2col_workspace(const std::vector<LayerPlan>& layers);
+
+// A workspace measure (WorkspaceProbes::layers, plan/memory.h) that runs the layers once, each alone in turn, on a fresh backend of
 // `options` on `device` (untimed; milliseconds for a small net), and returns the growth of the
 // device's workspace count; results are kept per list of shapes and batch. Its buffers raise
 // `device`'s allocator peak: measure before a run resets it, or on a slot no worker uses.
 std::function<double(const std::vector<LayerPlan>&, int64_t)> measured_workspace(const BackendOptions& options, Device device);
-// A MemoryConfig::sequential_workspace that runs the layers once as one Sequential (forward and
+// A WorkspaceProbes::sequential that runs the layers once as one Sequential (forward and
 // backward, as measured_workspace does), with the same caveats.
 std::function<double(const std::vector<LayerPlan>&, int64_t)> measured_sequential_workspace(const BackendOptions& options,
                                                                                               Device device);
-// A MemoryConfig::tp_workspace: measured_workspace's, and under bf16 each layer's input gradient
+// A WorkspaceProbes::sliced: measured_workspace's, and under bf16 each layer's input gradient
 // also written in fp32 (the backward-data tp's split layers run, strategies/tp_ops.h).
 std::function<double(const std::vector<LayerPlan>&, int64_t)> measured_tp_workspace(const BackendOptions& options, Device device);
 

@@ -24,7 +24,8 @@ constexpr const char* kKindNames[kActionKinds] = {"forward", "recompute", "backw
 constexpr const char* kLaneNames[kPlanLanes] = {"compute", "send_up", "send_down", "coll"};
 constexpr const char* kRoleNames[kBufferRoles] = {"x",    "in",   "t",      "y",    "dy",           "dy_local",
                                                   "dx",   "loss", "acts",   "keep", "params",       "grads",
-                                                  "adam", "shard_params", "shard_grads", "unit_grads", "gathered"};
+                                                  "adam", "shard_params", "shard_grads", "unit_grads", "gathered",
+                                                  "scratch", "params16", "staging"};
 }  // namespace
 
 const char* buffer_role_name(BufferRole r) { return kRoleNames[static_cast<int>(r)]; }

@@ -64,8 +64,11 @@ enum class BufferRole : uint8_t {
   ShardGrads,
   UnitGrads,        // an fsdp unit's whole gradients before the reduce-scatter
   Gathered,         // gathered parameters (fsdp: unit or prefetch slot i) or channels (tp)
+  Scratch,          // a computation's own working buffers (a Sequential's backward input gradients)
+  ParamCopy,        // bf16: the bf16 copy of parameters a Sequential computes with (params16)
+  Staging,          // the communicator's bf16 wire slots (staging[k]; -1: a collective's)
 };
-inline constexpr int kBufferRoles = 17;
+inline constexpr int kBufferRoles = 20;
 const char* buffer_role_name(BufferRole r);
 BufferRole parse_buffer_role(const std::string& name, const std::string& what);
 
@@ -75,6 +78,8 @@ struct PlanBuffer {
   BufferRole role = BufferRole::Input;
   int index = -1;  // which of the role's buffers (micro-batch, slot, bucket, unit); -1: the only one
   int chunk = 0;   // an interleaved pipeline's model chunk on its worker
+  // Its size, held from setup (or its first use) to the end of the step, as the engine keeps its
+  // buffers for the next step; a KeptGrad's only from its write to its read (plan/memory.h).
   int64_t bytes = 0;
   DType dtype = DType::F32;  // what its values are kept in (fsdp's gathered parameters: bf16 under --param-dtype bf16)
 };

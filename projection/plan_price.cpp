@@ -190,22 +190,6 @@ PricedPlan price_plan(const Plan& plan, const Profile& p, const Machine& m, Step
   for (const Action& a : plan.actions.at(0))
     if (a.kind == ActionKind::Free) freed.insert({a.layer_begin, a.layer_end});
   out.freed_units = static_cast<int>(freed.size());
-  std::vector<int> first;
-  for (int w = 0; w < W; ++w)
-    if (plan.replica[w] == 0) first.push_back(w);
-  std::set<std::pair<int, int>> chunk_stages;  // a worker computing several stages: interleaved chunks
-  for (int w : first)
-    for (const Action& a : plan.actions[w])
-      if (a.kind == ActionKind::Forward && a.layer_begin >= 0) chunk_stages.insert({a.layer_begin, a.layer_end});
-  if (first.size() > 1 && chunk_stages.size() > first.size())
-    out.stages.assign(chunk_stages.begin(), chunk_stages.end());
-  else if (first.size() > 1)
-    for (int w : first) {
-      int b = -1, e = -1;
-      for (const Action& a : plan.actions[w])
-        if (a.kind == ActionKind::Forward) b = b < 0 ? a.layer_begin : std::min(b, a.layer_begin), e = std::max(e, a.layer_end);
-      out.stages.push_back({b, e});
-    }
   return out;
 }
 

@@ -25,7 +25,6 @@ struct PricedPlan {
   std::vector<Actor> actors;
   double comm_bytes = 0;
   int freed_units = 0;  // distinct layer ranges worker 0 gathers and frees (fsdp's units)
-  std::vector<std::pair<int, int>> stages;  // the layers of each worker of replica 0, when more than one
 };
 PricedPlan price_plan(const Plan& plan, const Profile& p, const Machine& m, StepBuilder& bl);
 

@@ -95,7 +95,7 @@ std::string memory_table(const Group& g) {
                        num(*r.allocated_mib), (*r.predicted_mib / *r.allocated_mib - 1) * 100);
   }
   if (!out.empty())
-    out += fmt::format("\n{}: the estimate (strategies/memory_estimate.h) of every worker's tensors and workspace together; "
+    out += fmt::format("\n{}: the memory the plan it ran names (plan/memory.h), every worker's tensors and workspace together; "
                        "{}: the workers' allocator peaks, summed; {} = predicted / allocated - 1.\n\n",
                        fig::predicted.heading, fig::allocated.heading, fig::predicted_error.heading);
   return out;

@@ -43,7 +43,7 @@ Prediction predict_impl(const Profile& p, const Machine& m, const Config& named,
   r.compute_s = sim.compute[busiest];
   r.exposed_comm_s = sim.exposed[busiest];
   r.idle_s = std::max(0.0, r.step_s - r.compute_s - r.exposed_comm_s);
-  r.peak_bytes = memory_peak(p, c, prog.name, prog.micro_batches, prog.stages);
+  r.peak_bytes = memory_peak(p, prog.plan);
   r.fits = r.peak_bytes <= m.memory_bytes / (m.shared_cores > 0 ? std::min(N, m.devices_per_node) : 1);
   r.comm_bytes = prog.comm_bytes;
   r.samples_per_s = static_cast<double>(c.global_batch) / r.step_s;

@@ -35,11 +35,9 @@ struct Prediction {
 
 Prediction predict(const Profile& p, const Machine& m, const Config& c, const Options& o = {});
 
-// The largest worker's peak memory for `c` (its run name, micro-batches as its plan runs them),
-// as strategies/memory_estimate.h counts each strategy's buffers, with the profile's workspace of the
-// layers a worker runs (their largest: one backend's scratch serves them all). `stages`: mp,
-// pipeline, dp<D>xpp<P>: each stage's layers [begin, end). Prediction::peak_bytes.
-double memory_peak(const Profile& p, const Config& c, const std::string& name, int micro_batches,
-                   const std::vector<std::pair<int, int>>& stages);
+// The largest worker's peak memory in `plan` (a step of the profile's net), as plan/memory.h counts
+// its buffers, with the profile's workspace of the layers a worker runs (their largest: one
+// backend's scratch serves them all). Prediction::peak_bytes.
+double memory_peak(const Profile& p, const Plan& plan);
 
 }  // namespace pb::projection

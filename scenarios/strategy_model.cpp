@@ -160,12 +160,12 @@ StepProgram step_program(const Profile& p, const Machine& m, const Config& named
   PricedPlan priced = price_plan(plan, p, m, bl);
   out.actors = std::move(priced.actors);
   out.workers = N;
-  out.stages = std::move(priced.stages);
   // Calibrated per strategy, or for its class as the registry gives it (fsdp, zero2).
   const std::string unit_key = m.unit_overhead_s.count(out.name) ? out.name : unit_class_of(out.name);
   if (const auto it = m.unit_overhead_s.find(unit_key); it != m.unit_overhead_s.end())
     out.bookkeeping_s = priced.freed_units * it->second;
   out.comm_bytes = priced.comm_bytes;
+  out.plan = std::move(plan);
   return out;
 }
 

@@ -68,9 +68,9 @@ struct StepProgram {
   Config priced;  // the configuration as priced: a named pipeline variant as pipeline + its schedule
   std::string name;      // as run names it (pipeline-1f1b, dp2xpp2-recompute, ...; a plan file's strategy)
   int micro_batches = 1; // as its plan runs them (dp x pp: capped at a replica's samples)
+  Plan plan;             // the step priced
   std::vector<Actor> actors;
   int workers = 0;
-  std::vector<std::pair<int, int>> stages;  // mp, pipeline, dp x pp: each stage's layers
   double bookkeeping_s = 0;                 // per step, on every worker at once: fsdp / zero2's units
   double comm_bytes = 0;                    // per step, sent by all workers together
 };

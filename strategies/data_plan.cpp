@@ -1,7 +1,9 @@
 // The plans of the strategies whose workers each run the whole net: regular, dp, ddp, fsdp, zero2.
 #include <fmt/format.h>
 
+#include "engine/bf16.h"
 #include "engine/check.h"
+#include "engine/memory_estimate.h"
 #include "strategies/batch.h"
 #include "strategies/plan_gen.h"
 #include "strategies/rules.h"
@@ -18,14 +20,25 @@ std::vector<int> first_workers(int n) {
   return v;
 }
 
-// Forward, loss, backward of the whole net on one worker's chunk of n samples (no communication).
+bool bf16_of(const StrategyOptions& o) { return o.backend.precision == Precision::Bf16; }
+
+// Forward, loss, backward of the whole net on one worker's chunk of n samples (no communication),
+// as one Sequential.
 struct Whole {
   PlanBuilder& b;
   const NetPlan& net;
   int w;
   int64_t n;
+  bool bf16 = false;
   int layers() const { return static_cast<int>(net.layers.size()); }
   int buf(BufferRole role, int64_t values, int index = -1) { return b.buffer(w, role, index, values * kF); }
+  // What the Sequential keeps beside its activations: its backward scratch and, under bf16, its
+  // parameters' bf16 copy (none on a worker without samples).
+  void keeps() {
+    const SequentialBuffers s = sequential_buffers(net, 0, layers(), n, bf16);
+    if (s.scratch > 0) b.buffer(w, BufferRole::Scratch, -1, s.scratch);
+    if (s.param_copy > 0) b.buffer(w, BufferRole::ParamCopy, -1, s.param_copy, DType::Bf16);
+  }
   void forward() {
     b.compute(w, ActionKind::Forward, 0, layers(), 0, {buf(BufferRole::Input, n * numel_of(net.input)), params()},
               {acts()}).bytes = n * numel_of(net.output) * kF;
@@ -44,7 +57,9 @@ struct Whole {
   }
   int params() { return buf(BufferRole::Params, net.param_count); }
   int grads() { return buf(BufferRole::Grads, net.param_count); }
-  int acts() { return buf(BufferRole::Activations, 0); }  // the model's activations (its own slot)
+  int acts() {  // the model's activations (its own slot)
+    return b.buffer(w, BufferRole::Activations, -1, sequential_buffers(net, 0, layers(), n, bf16).activations);
+  }
   int dy() { return buf(BufferRole::OutputGrad, n * numel_of(net.output)); }
   int adam(int64_t count) { return buf(BufferRole::AdamState, 2 * count); }
   void optimizer(int params, int grads, int64_t count) {
@@ -52,13 +67,20 @@ struct Whole {
   }
 };
 
+// --reduce-dtype bf16: the communicator's bf16 copy of every gradient (ddp's buckets are all in
+// flight at once; dp's reduce is one call).
+void wire_staging(PlanBuilder& b, int w, const StrategyOptions& o, int64_t params) {
+  if (o.reduce_dtype == DType::Bf16) b.buffer(w, BufferRole::Staging, -1, params * static_cast<int64_t>(sizeof(Bf16)), DType::Bf16);
+}
+
 }  // namespace
 
-Plan plan_regular(const NetPlan& net, const StrategyOptions&, int64_t batch) {
+Plan plan_regular(const NetPlan& net, const StrategyOptions& o, int64_t batch) {
   PlanBuilder b("regular", 1, batch, 1);
   b.plan().replica[0] = 0;
-  Whole s{b, net, 0, batch};
+  Whole s{b, net, 0, batch, bf16_of(o)};
   b.at(0, batch);
+  s.keeps();
   s.forward();
   s.loss(s.acts(), batch);
   s.backward(0, s.layers(), {s.grads()});
@@ -74,9 +96,11 @@ Plan plan_dp(const NetPlan& net, const StrategyOptions& o, int64_t batch) {
   const int64_t in = numel_of(net.input), out = numel_of(net.output), np = net.param_count;
   for (int i = 0; i < used; ++i) {
     b.plan().replica[i] = i;
-    Whole s{b, net, i, chunks[i]};
+    Whole s{b, net, i, chunks[i], bf16_of(o)};
     b.at(i, chunks[i]);
     const int params = s.params();
+    s.keeps();
+    wire_staging(b, i, o, np);
     Action& bc = b.collective(i, CollKind::Broadcast, world, np, np * kF, false);
     bc.root = 0;
     (i == 0 ? bc.reads : bc.writes).push_back(params);
@@ -103,6 +127,8 @@ Plan plan_dp(const NetPlan& net, const StrategyOptions& o, int64_t batch) {
     if (i == 0) rd.writes.push_back(s.grads());
     if (i == 0) s.optimizer(params, s.grads(), np);
   }
+  for (int i = used; i < o.devices; ++i)  // without a chunk: its replica alone
+    b.buffer(i, BufferRole::Params, -1, np * kF), b.buffer(i, BufferRole::Grads, -1, np * kF);
   (void)offsets;
   return b.take();
 }
@@ -115,8 +141,10 @@ Plan plan_ddp(const NetPlan& net, const StrategyOptions& o, int64_t batch) {
   const int world = b.group("world", first_workers(used));
   for (int i = 0; i < used; ++i) {
     b.plan().replica[i] = i;
-    Whole s{b, net, i, chunks[i]};
+    Whole s{b, net, i, chunks[i], bf16_of(o)};
     b.at(i, chunks[i]);
+    s.keeps();
+    wire_staging(b, i, o, net.param_count);
     s.forward();
     s.loss(s.acts(), chunks[i]);
     // Backward down to each bucket's lowest layer, then its all-reduce starts (ddp's callback).
@@ -138,6 +166,10 @@ Plan plan_ddp(const NetPlan& net, const StrategyOptions& o, int64_t batch) {
     for (std::size_t k = 0; k < buckets.size(); ++k) grads.push_back(s.buf(BufferRole::Grads, 0, static_cast<int>(k)));
     Action& opt = b.compute(i, ActionKind::Optimizer, -1, -1, -1, grads, {s.params(), s.adam(net.param_count)});
     opt.bytes = net.param_count * kF;
+  }
+  for (int i = used; i < o.devices; ++i) {  // without a chunk: its replica alone, stepped as the others'
+    Whole s{b, net, i, 0};
+    s.params(), s.grads(), s.adam(net.param_count);
   }
   return b.take();
 }
@@ -171,24 +203,53 @@ Plan plan_fsdp(const NetPlan& net, const StrategyOptions& o, int64_t batch, cons
     }
   }
   const int nu = static_cast<int>(units.size());
-  int64_t total = 0;
-  for (const FsdpUnit& u : units) total += u.shard;
+  int64_t total = 0, largest = 0;  // values: a worker's shards, the largest unit's whole parameters
+  for (const FsdpUnit& u : units) total += u.shard, largest = std::max(largest, S * u.shard);
+  const bool bf16 = bf16_of(o), param16 = o.param_dtype == DType::Bf16, reduce16 = o.reduce_dtype == DType::Bf16;
+  // --param-dtype bf16 over several shards: the whole parameters are gathered into bf16 and
+  // computed with as they are (one worker's shards are its whole parameters, fp32).
+  const DType whole_dtype = S > 1 ? o.param_dtype : DType::F32;
+  // The communicator's bf16 staging, in values (engine/comm_wire.cpp): a reduce-scatter's send (a
+  // unit) and receive (a shard) slots, an all-gather's the other way round; blocking calls share
+  // the slots, fsdp-prefetch's gather holds its own while a reduce-scatter runs. Over several shards
+  // a bf16 gather writes the whole parameters in bf16 itself: its send slot only. hsdp: the
+  // all-reduce over the groups is another communicator's, with a slot of its own.
+  const double L = static_cast<double>(largest), shard = L / S;
+  const double gather16 = param16 ? 0.5 * (shard + (S > 1 ? 0 : L)) : 0, reduce_16 = reduce16 ? 0.5 * (L + shard) : 0;
+  const double shared = gather16 > 0 && reduce_16 > 0 && S == 1 ? 0.5 * (L - shard) : 0;
+  const double staging = (prefetch && reshard ? gather16 + reduce_16 : std::max(gather16, reduce_16) + shared) +
+                         (reduce16 && replicas > 1 ? 0.5 * shard : 0);
   for (int r = 0; r < n; ++r) {
     b.plan().replica[r] = chunks[r] > 0 ? r : -1;  // without a chunk: only the collectives
-    Whole s{b, net, r, chunks[r]};
+    Whole s{b, net, r, chunks[r], bf16};
     b.at(r, chunks[r]);
     const int64_t c = chunks[r];
     const int group = shard_group[r / S];
     const int shard_params = s.buf(BufferRole::ShardParams, total), shard_grads = s.buf(BufferRole::ShardGrads, total);
-    // --param-dtype bf16 over several shards: the whole parameters are gathered into bf16 and
-    // computed with as they are (one worker's shards are its whole parameters, fp32).
-    const DType whole_dtype = S > 1 ? o.param_dtype : DType::F32;
+    // Made once at setup beyond one worker: the gathered parameters (fsdp: the largest unit's; two
+    // with prefetch, the unit computing and the next; zero2: every unit's), one unit's whole
+    // gradients; the units' Sequentials share one backward scratch and one bf16 parameter copy
+    // (the largest unit's; none where the gathered parameters are bf16 themselves), and two input
+    // gradients of the largest unit input pass between them.
+    if (staging > 0) b.buffer(r, BufferRole::Staging, -1, std::llround(staging * kF), DType::Bf16);
+    if (S > 1) s.buf(BufferRole::UnitGrads, largest);
+    int64_t scratch = 0, max_in = 0;
+    for (int u = 0; u < nu; ++u) {
+      scratch = std::max(scratch, sequential_buffers(net, units[u].begin, units[u].end, c, bf16).scratch);
+      if (u > 0) max_in = std::max(max_in, c * numel_of(net.layers[units[u].begin].in));
+    }
+    if (scratch > 0) b.buffer(r, BufferRole::Scratch, -1, scratch);
+    if (bf16 && c > 0 && !(param16 && S > 1)) b.buffer(r, BufferRole::ParamCopy, -1, largest * static_cast<int64_t>(sizeof(Bf16)), DType::Bf16);
+    for (int k = 0; k < 2 && max_in > 0; ++k) s.buf(BufferRole::InputGrad, max_in, k);
     auto gathered = [&](int u) {
       const int index = !reshard ? u : prefetch ? u % 2 : -1;  // zero2: a unit's own; fsdp-prefetch: a slot
-      const int64_t bytes = reshard ? 0 : S * units[u].shard * static_cast<int64_t>(dtype_size(whole_dtype));
-      return b.buffer(r, BufferRole::Gathered, index, bytes, whole_dtype);
+      const int64_t values = S == 1 ? 0 : reshard ? largest : S * units[u].shard;
+      return b.buffer(r, BufferRole::Gathered, index, values * static_cast<int64_t>(dtype_size(whole_dtype)), whole_dtype);
     };
-    auto act = [&](int u) { return u < 0 ? s.buf(BufferRole::Input, c * numel_of(net.input)) : s.buf(BufferRole::Activations, 0, u); };
+    auto act = [&](int u) {
+      return u < 0 ? s.buf(BufferRole::Input, c * numel_of(net.input))
+                   : b.buffer(r, BufferRole::Activations, u, sequential_buffers(net, units[u].begin, units[u].end, c, bf16).activations);
+    };
     // The unit's communication and Free carry its layers: the executor finds its shard's place by them.
     auto of_unit = [&](Action& a, int u) {
       a.layer_begin = units[u].begin, a.layer_end = units[u].end;

@@ -5,7 +5,9 @@
 
 #include <fmt/format.h>
 
+#include "engine/bf16.h"
 #include "engine/check.h"
+#include "engine/memory_estimate.h"
 #include "strategies/batch.h"
 #include "strategies/plan_gen.h"
 #include "strategies/rules.h"
@@ -50,6 +52,11 @@ struct StageEmitter {
   // What activations and their gradients travel in: bf16 under --precision bf16, whose stage
   // outputs and received gradients are bf16 values (docs/bf16.md), so no value changes.
   DType wire = DType::F32;
+  const NetPlan* net = nullptr;  // sizes the Sequential's buffers
+  bool bf16 = false;
+  int64_t first_backward = 0;  // the samples of its first backward
+
+  SequentialBuffers keeps(int64_t n) const { return sequential_buffers(*net, begin, end, n, bf16); }
 
   Action& p2p(ActionKind kind, int peer, int64_t n, int into) {
     return on_wire(b.p2p(w, kind, world, peer, n, into, true), wire);
@@ -58,7 +65,12 @@ struct StageEmitter {
   int input(int k) {
     return s == 0 ? buf(BufferRole::Input, sizes[k] * in, k) : buf(BufferRole::StageInput, sizes[0] * in, k % slots);
   }
-  int acts(int k) { return buf(BufferRole::Activations, 0, recompute ? 0 : k % slots); }
+  // Micro-batch k's activation slot, as large as the first micro-batch it serves (torch.chunk's
+  // sizes do not grow).
+  int acts(int k) {
+    const int slot = recompute ? 0 : k % slots;
+    return b.buffer(w, BufferRole::Activations, slot, keeps(sizes[slot]).activations, DType::F32, chunk);
+  }
   int params() { return buf(BufferRole::Params, 0); }
   int grads() { return buf(BufferRole::Grads, 0); }
   int dy() { return buf(BufferRole::OutputGrad, sizes[0] * out); }
@@ -131,7 +143,9 @@ struct StageEmitter {
     act_send[k] = a.id;
     if (recompute) last_scratch_send = k;
   }
-  int keep(int k) { return buf(BufferRole::KeptGrad, 0, k % slots); }  // B's output gradients, for W
+  int keep(int k) {  // B's output gradients, for W
+    return b.buffer(w, BufferRole::KeptGrad, k % slots, keeps(sizes[0]).kept, DType::F32, chunk);
+  }
   // ZB-H1's W: the weight gradients from what B kept.
   void weights(int k, bool first) {
     b.at(w, sizes[k]);
@@ -144,6 +158,7 @@ struct StageEmitter {
   void backward(int k, bool first, bool again, bool split = false) {
     const int64_t n = sizes[k];
     b.at(w, n);
+    if (backwards == 0) first_backward = n;
     const int dy = this->dy();
     if (!last) {
       if (batched) close(), b.wait(w, {posted_dy.at(k)});
@@ -155,8 +170,13 @@ struct StageEmitter {
       free_scratch();
       b.compute(w, ActionKind::Recompute, begin, end, k, {input(k), params()}, {acts(k)}).bytes = n * out * kF;
     }
-    if (last)
-      b.compute(w, ActionKind::Loss, -1, -1, k, {acts(k), buf(BufferRole::Target, 0)}, {dy, buf(BufferRole::Loss, 0)}).bytes = n * out * kF;
+    if (last) {
+      int64_t piece = 0;  // the target of every micro-batch, a loss each
+      for (int64_t m : sizes) piece += m;
+      b.compute(w, ActionKind::Loss, -1, -1, k, {acts(k), buf(BufferRole::Target, piece * out)},
+                {dy, buf(BufferRole::Loss, static_cast<int64_t>(sizes.size()))})
+          .bytes = n * out * kF;
+    }
     const int slot = backwards++ % 2;
     int dx = kNone;
     if (s > 0) {
@@ -181,6 +201,30 @@ struct StageEmitter {
     }
   }
 };
+
+// What a worker's Sequentials keep beside their slots, once its actions are made: a later stage's
+// pair of input gradients (both, though one backward uses one), one backward scratch for all its chunks (and, where the first backward runs fewer samples than a later one,
+// the smaller scratch it outgrows, alive for a moment), each chunk's bf16 parameter copy, dp x pp's
+// bf16 gradient staging, and the bf16 transfer staging its sends and receives take.
+void stage_keeps(PlanBuilder& b, const StrategyOptions& o, int w, const std::vector<StageEmitter>& chunks, bool replicated) {
+  int64_t scratch = 0, regrow = 0;
+  for (const StageEmitter& e : chunks) {
+    for (int k = 0; k < 2 && e.s > 0; ++k) b.buffer(w, BufferRole::InputGrad, k, e.sizes[0] * e.in * kF, DType::F32, e.chunk);
+    const int64_t most = e.sizes[0], np = e.keeps(1).param_copy / static_cast<int64_t>(sizeof(Bf16));
+    scratch = std::max(scratch, e.keeps(most).scratch);
+    if (e.first_backward > 0 && e.first_backward < most) regrow = std::max(regrow, e.keeps(e.first_backward).scratch / 2);
+    if (np > 0) b.buffer(w, BufferRole::ParamCopy, -1, np * static_cast<int64_t>(sizeof(Bf16)), DType::Bf16, e.chunk);
+    int64_t params = 0;
+    for (int i = e.begin; i < e.end; ++i) params += e.net->layers[i].weight_numel + e.net->layers[i].bias_numel;
+    if (replicated && o.reduce_dtype == DType::Bf16)
+      b.buffer(w, BufferRole::Staging, -1, params * static_cast<int64_t>(sizeof(Bf16)), DType::Bf16, e.chunk);
+  }
+  if (scratch > 0) b.buffer(w, BufferRole::Scratch, 0, scratch);
+  if (regrow > 0) b.buffer(w, BufferRole::Scratch, 1, regrow);
+  const std::vector<int64_t> slots = transfer_staging(b.plan(), w);
+  for (std::size_t k = 0; k < slots.size(); ++k)
+    b.buffer(w, BufferRole::Staging, static_cast<int>(k), slots[k] * static_cast<int64_t>(sizeof(Bf16)), DType::Bf16);
+}
 
 // Interleaved 1F1B: worker r's chunk c is stage c * P + r, each chunk a stage's emitter (its
 // buffers' chunk c), all of a worker's sharing its open p2p group. Activations and gradients share the
@@ -213,6 +257,7 @@ Plan plan_interleaved(const NetPlan& net, const StrategyOptions& o, int64_t batc
       x.grouped = &grouped, x.prev = (r + P - 1) % P, x.next = (r + 1) % P;
       x.chunk = c;
       x.wire = activation_wire(o);
+      x.net = &net, x.bf16 = o.backend.precision == Precision::Bf16;
       x.buf(BufferRole::Params, np[c]), x.buf(BufferRole::Grads, np[c]);
     }
     // Megatron's steps: each warm-up forward, each steady forward with its backward, each cool-down
@@ -246,6 +291,7 @@ Plan plan_interleaved(const NetPlan& net, const StrategyOptions& o, int64_t batc
     for (int c = 0; c < V; ++c)
       b.compute(r, ActionKind::Optimizer, -1, -1, -1, {e[c].grads()}, {e[c].params(), e[c].buf(BufferRole::AdamState, 2 * np[c])}).bytes =
           np[c] * kF;
+    stage_keeps(b, o, r, e, false);
   }
   return b.take();
 }
@@ -313,6 +359,7 @@ Plan plan_stage_steps(const NetPlan& net, const StrategyOptions& o, int64_t batc
                    numel_of(net.layers[begin].in), numel_of(net.layers[end - 1].out), sizes,
                    std::vector<int>(sizes.size(), kNone)};
     e.wire = activation_wire(o);
+    e.net = &net, e.bf16 = o.backend.precision == Precision::Bf16;
     b.buffer(r, BufferRole::Params, -1, np * kF);
     b.buffer(r, BufferRole::Grads, -1, np * kF);
     for (const PipeOp& op : pipeline_ops(schedule, o.recompute, stages, s, m)) {
@@ -329,6 +376,7 @@ Plan plan_stage_steps(const NetPlan& net, const StrategyOptions& o, int64_t batc
       ar.reads.push_back(e.grads()), ar.writes.push_back(e.grads());
     }
     b.compute(r, ActionKind::Optimizer, -1, -1, -1, {e.grads()}, {e.params(), e.buf(BufferRole::AdamState, 2 * np)}).bytes = np * kF;
+    stage_keeps(b, o, r, {e}, replicas > 1);
   }
   return b.take();
 }

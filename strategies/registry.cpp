@@ -8,7 +8,6 @@
 #include <fmt/ranges.h>
 
 #include "engine/check.h"
-#include "strategies/memory_estimate.h"
 #include "strategies/plan_gen.h"
 #include "strategies/sweep.h"
 
@@ -21,31 +20,9 @@ struct Entry {
   StrategyInfo info;
   StrategyFactory make;
   PlanFactory plan;  // one step of it as data (strategies/*_plan.cpp)
-  MemoryModel memory = {};   // how it lays out a worker's buffers (strategies/memory_estimate.h)
   ProjectionRule projected = {};  // what project sweeps of it (strategies/sweep.h)
   Family family = {};        // a family: its members' names
 };
-
-MemoryModel laid_out(MemoryModel::Layout layout) {
-  MemoryModel m;
-  m.layout = layout;
-  return m;
-}
-MemoryModel replicas(bool root = false) {
-  MemoryModel m;
-  m.root = root;
-  return m;
-}
-MemoryModel stages(bool one_micro = false) {
-  MemoryModel m = laid_out(MemoryModel::Layout::Stages);
-  m.one_micro = one_micro;
-  return m;
-}
-MemoryModel shards(int gathered) {
-  MemoryModel m = laid_out(MemoryModel::Layout::Shards);
-  m.gathered = gathered;
-  return m;
-}
 
 ProjectionRule swept(ProjectionRule::Axes axes) {
   ProjectionRule p;
@@ -120,58 +97,57 @@ const std::vector<Entry>& registry() {
   static const std::vector<Entry> r = {
       {{"regular", "one device, the whole batch", true, false}, make_regular, plan_regular},
       {{"dp", "torch.nn.DataParallel: scatter from device 0, replicate, gather, step on device 0", false, false},
-       make_dp, plan_dp, replicas(true)},
+       make_dp, plan_dp},
       {{"ddp", "a replica per worker, bucketed gradient all-reduce overlapped with backward", false, true}, make_ddp, plan_ddp,
-       replicas(), swept(ProjectionRule::Axes::Buckets)},
-      {{"mp", "layers split into contiguous stages, one per worker", false, true}, make_mp, mp_plan, stages(true),
+       swept(ProjectionRule::Axes::Buckets)},
+      {{"mp", "layers split into contiguous stages, one per worker", false, true}, make_mp, mp_plan,
        shown_among("pipeline")},
       {{"pipeline", "mp with micro-batches in a GPipe fill-drain schedule", false, true}, make_pipeline,
-       pipeline_plan(Schedule::GPipe, false), stages(), swept(ProjectionRule::Axes::Schedules)},
+       pipeline_plan(Schedule::GPipe, false), swept(ProjectionRule::Axes::Schedules)},
       {{"pipeline-1f1b", "pipeline in a 1F1B schedule (PipeDream-flush): at most P micro-batches in flight", false, true},
        pipeline_variant(Schedule::OneFOneB, false), pipeline_plan(Schedule::OneFOneB, false),
-       stages(), pipeline_projected(Schedule::OneFOneB, false)},
+       pipeline_projected(Schedule::OneFOneB, false)},
       {{"pipeline-zb", "zero-bubble ZB-H1: 1F1B with backward split into input and weight gradients, weight "
                        "gradients deferred into the drain; at most P micro-batches in flight", false, true},
        pipeline_variant(Schedule::ZeroBubble, false), pipeline_plan(Schedule::ZeroBubble, false),
-       stages(), own_schedule(Schedule::ZeroBubble)},
+       own_schedule(Schedule::ZeroBubble)},
       {{"pipeline-interleaved", "interleaved 1F1B (Megatron's virtual stages): V model chunks per worker "
                                 "(--virtual-stages), bubble (P-1)/(VM) of the ideal step; M a multiple of P", false, true},
        pipeline_variant(Schedule::Interleaved, false), pipeline_plan(Schedule::Interleaved, false),
-       stages(), own_schedule(Schedule::Interleaved)},
+       own_schedule(Schedule::Interleaved)},
       {{"pipeline-recompute", "GPipe pipeline keeping only stage inputs, recomputing activations in backward", false, true},
        pipeline_variant(Schedule::GPipe, true), pipeline_plan(Schedule::GPipe, true),
-       stages(), pipeline_projected(Schedule::GPipe, true)},
+       pipeline_projected(Schedule::GPipe, true)},
       {{"pipeline-1f1b-recompute", "1F1B pipeline with recomputed activations", false, true},
        pipeline_variant(Schedule::OneFOneB, true), pipeline_plan(Schedule::OneFOneB, true),
-       stages(), pipeline_projected(Schedule::OneFOneB, true)},
+       pipeline_projected(Schedule::OneFOneB, true)},
       {{"fsdp", "ddp with parameters, gradients and Adam state sharded (ZeRO-3): all-gather per layer, reduce-scatter", false, true},
        make_fsdp, [](const NetPlan& n, const StrategyOptions& o, int64_t b) { return plan_fsdp(n, o, b, "fsdp", true); },
-       shards(1), units("fsdp")},
+       units("fsdp")},
       {{"zero2", "fsdp keeping the gathered parameters from forward to backward (ZeRO-2): one all-gather per layer", false, true},
        make_zero2, [](const NetPlan& n, const StrategyOptions& o, int64_t b) { return plan_fsdp(n, o, b, "zero2", false); },
-       shards(0), units("zero2")},
+       units("zero2")},
       {{"fsdp-prefetch", "fsdp starting the next layer's all-gather before this layer's compute, forward and "
                          "backward (FSDP2 prefetch): two layers' parameters held", false, true},
        make_fsdp_prefetch,
        [](const NetPlan& n, const StrategyOptions& o, int64_t b) { return plan_fsdp(n, o, b, "fsdp-prefetch", true, true); },
-       shards(2), units("fsdp")},
+       units("fsdp")},
       {{"zero2-prefetch", "zero2 starting the next layer's all-gather before this layer's forward", false, true},
        make_zero2_prefetch,
        [](const NetPlan& n, const StrategyOptions& o, int64_t b) { return plan_fsdp(n, o, b, "zero2-prefetch", false, true); },
-       shards(0), units("zero2")},
+       units("zero2")},
       {{"tp", "tensor parallel: each worker computes a slice of every layer's output channels, activations all-gathered", false, true},
-       make_tp, [](const NetPlan& n, const StrategyOptions& o, int64_t b) { return plan_tp(n, o, b, "tp", 1); },
-       laid_out(MemoryModel::Layout::Slices)},
+       make_tp, [](const NetPlan& n, const StrategyOptions& o, int64_t b) { return plan_tp(n, o, b, "tp", 1); }},
       // A family: its members are named dp<D>xpp<P> (hybrid_name); the sweep expands it.
       {{kHybridFamily, "dp x pp: D replicas of a P-stage pipeline, each stage's gradients all-reduced among its D "
                        "workers (dp<D>xpp<P>; --dp D --pp P)", false, true},
-       nullptr, nullptr, stages(), swept(ProjectionRule::Axes::Schedules), dpxpp_members},
+       nullptr, nullptr, swept(ProjectionRule::Axes::Schedules), dpxpp_members},
       {{kDpTpFamily, "dp x tp: D replicas of a T-way tp group, each tp rank's slice gradients all-reduced among its "
                      "D workers (dp<D>xtp<T>; --dp D --tp T)", false, true},
-       nullptr, nullptr, laid_out(MemoryModel::Layout::Slices), {}, dptp_members},
+       nullptr, nullptr, {}, dptp_members},
       {{kHsdpFamily, "hybrid sharded data parallel: fsdp within R groups of S workers, each shard's reduced gradients "
                      "all-reduced across the groups (hsdp<R>x<S>)", false, true},
-       nullptr, nullptr, shards(1), units("fsdp"), hsdp_members},
+       nullptr, nullptr, units("fsdp"), hsdp_members},
   };
   return r;
 }
@@ -342,11 +318,6 @@ const ProjectionFacts* projection_facts_of(const std::string& name) {
   for (const ProjectionFacts& f : projection_facts())
     if (f.name == spec->entry) return &f;
   return nullptr;
-}
-
-const MemoryModel& memory_model_of(const std::string& name) {
-  if (const auto spec = parse_strategy(name)) return entry_of(*spec).memory;
-  throw UsageError(fmt::format("memory estimate: no model for strategy '{}'", name));
 }
 
 Plan make_plan(const std::string& name, const NetPlan& net, const StrategyOptions& opts, int64_t batch) {

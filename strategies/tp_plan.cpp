@@ -3,7 +3,9 @@
 // data gradients and the partial sums' all-reduce backward -- from the same slices (tp_slices).
 #include <fmt/format.h>
 
+#include "engine/bf16.h"
 #include "engine/check.h"
+#include "engine/memory_estimate.h"
 #include "strategies/batch.h"
 #include "strategies/plan_gen.h"
 #include "strategies/rules.h"
@@ -66,7 +68,10 @@ Plan plan_tp(const NetPlan& net, const StrategyOptions& o, int64_t batch, const 
       b.compute(w, ActionKind::Optimizer, -1, -1, -1, {grads}, {params, buf(R::AdamState, 2 * total)}).bytes = total * kF;
     };
     if (workers == 1) {  // one worker: regular's step, the whole net as one Sequential
-      const int x = buf(R::Input, bsz * numel_of(net.input)), acts = buf(R::Activations, 0);
+      const SequentialBuffers sb = sequential_buffers(net, 0, layers, bsz, act_dtype == DType::Bf16);
+      if (sb.scratch > 0) b.buffer(w, R::Scratch, -1, sb.scratch);
+      if (sb.param_copy > 0) b.buffer(w, R::ParamCopy, -1, sb.param_copy, DType::Bf16);
+      const int x = buf(R::Input, bsz * numel_of(net.input)), acts = b.buffer(w, R::Activations, -1, sb.activations);
       b.compute(w, ActionKind::Forward, 0, layers, 0, {x, params}, {acts});
       b.compute(w, ActionKind::Loss, -1, -1, 0, {acts, buf(R::Target, bsz * out_n)}, {dy, buf(R::Loss, 1)});
       b.compute(w, ActionKind::BackwardWeights, 0, layers, 0, {dy, acts}, {grads});
@@ -78,7 +83,27 @@ Plan plan_tp(const NetPlan& net, const StrategyOptions& o, int64_t batch, const 
       while (i >= 0 && !owned[i]) --i;
       return i < 0 ? buf(R::Input, bsz * numel_of(net.input)) : act(R::Activations, bsz * numel_of(net.layers[i].out), i);
     };
-    const int gathered = act(R::Gathered, 0), dy_local = buf(R::LocalOutputGrad, 0);
+    // Made once: the gathered pieces of the widest split layer (compute dtype) and its own channels
+    // of the output gradient, two input gradients of the widest input used in turn; bf16: the
+    // weights' bf16 copy, the output widened for the loss, and the rounded input and output-gradient
+    // scratch of the widest layer (tp_ops.h); --reduce-dtype bf16 over replicas: the gradients' staging.
+    int64_t widest_gather = 0, widest_local = 0, widest_in = 0, in16 = 0, out16 = 0;
+    for (int i = 0; i < layers; ++i) {
+      const TpSlice& s = slices[i];
+      widest_in = std::max(widest_in, bsz * numel_of(net.layers[i].in));
+      if (s.channels == 0) continue;
+      in16 = std::max(in16, bsz * numel_of(net.layers[i].in)), out16 = std::max(out16, bsz * s.k[r] * s.per_sample);
+      if (s.split) widest_gather = std::max(widest_gather, ways * bsz * s.piece * s.per_sample),
+                   widest_local = std::max(widest_local, bsz * s.piece * s.per_sample);
+    }
+    const int gathered = act(R::Gathered, widest_gather), dy_local = buf(R::LocalOutputGrad, widest_local);
+    for (int k = 0; k < 2; ++k) buf(R::InputGrad, widest_in, k);
+    if (act_dtype == DType::Bf16) {
+      b.buffer(w, R::ParamCopy, -1, total * kA, DType::Bf16);
+      buf(R::Output, bsz * out_n);
+      b.buffer(w, R::Scratch, -1, (in16 + out16) * kA, DType::Bf16);
+    }
+    if (replicas > 1 && o.reduce_dtype == DType::Bf16) b.buffer(w, R::Staging, -1, total * static_cast<int64_t>(sizeof(Bf16)), DType::Bf16);
     for (int i = 0; i < layers; ++i) {
       const LayerPlan& l = net.layers[i];
       const TpSlice& s = slices[i];

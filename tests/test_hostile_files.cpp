@@ -151,7 +151,7 @@ TEST_F(HostileFiles, PlanBuffersAreTypedAndEachSaidOnce) {
     expect_plan_refused(edit, "p.json: buffer 1: ");
     expect_plan_refused(edit, part);
   };
-  refused([](json& j) { j["buffers"][1]["role"] = "scratch"; }, "unknown buffer role 'scratch': expected one of x, in,");
+  refused([](json& j) { j["buffers"][1]["role"] = "scratchpad"; }, "unknown buffer role 'scratchpad': expected one of x, in,");
   refused([](json& j) { j["buffers"][1]["index"] = 0; }, "worker 0's x[0] again (buffer 0)");
   refused([](json& j) { j["buffers"][1]["index"] = -2; }, "field 'index'");
   refused([](json& j) { j["buffers"][1].erase("role"); }, "missing field 'role'");

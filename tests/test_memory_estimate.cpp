@@ -1,6 +1,7 @@
-// The per-configuration memory estimate against the allocators: every registered strategy and
+// The memory of a plan (plan/memory.h) against the allocators: every registered strategy and
 // variant a few steps on the CPU backend at 1-4 workers, each worker's measured peak within 10%
-// of the estimate (what project's "fits" column and the run report's predicted column rely on).
+// of what the plan it ran names (what project's "fits" column and the run report's predicted
+// column rely on).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,7 +13,8 @@
 #include <fmt/format.h>
 
 #include "engine/check.h"
-#include "strategies/memory_estimate.h"
+#include "plan/memory.h"
+#include "strategies/plan_gen.h"
 #include "strategies/registry.h"
 #include "strategies/stages.h"
 #include "tests/bf16_skip.h"
@@ -70,7 +72,6 @@ double check_every_strategy(const NetSpec& net, int64_t batch, Precision precisi
   BackendOptions bo;
   bo.threads = 1;  // as the workers below
   bo.precision = precision;
-  const bool bf16 = precision == Precision::Bf16;
   const auto workspace = measured_workspace(bo, cpu(59));  // a slot no worker uses
   const auto sequential = measured_sequential_workspace(bo, cpu(59));
   const auto tp = measured_tp_workspace(bo, cpu(59));
@@ -89,23 +90,10 @@ double check_every_strategy(const NetSpec& net, int64_t batch, Precision precisi
     s->load_batch(x, t, batch);
     for (int k = 0; k < 3; ++k) s->step();
     const StepStats st = s->stats();
-    MemoryConfig mc;
-    mc.strategy = c.strategy;
-    mc.devices = c.devices;
-    mc.micro_batches = o.micro_batches;
-    mc.bf16 = bf16;
-    if (!st.chunk_stages.empty()) mc.stages = st.chunk_stages;
-    else if (st.staged)
-      for (int r = 0; r < c.devices; ++r) {
-        const std::pair<int, int> range{st.workers[r].layer_begin, st.workers[r].layer_end};
-        if (mc.stages.empty() || range.first > mc.stages.back().first) mc.stages.push_back(range);
-      }
-    MemoryConfig tensors_only = mc;
-    tensors_only.workspace = [](const std::vector<LayerPlan>&, int64_t) { return 0.0; };
-    mc.workspace = workspace;
-    mc.sequential_workspace = sequential;
-    mc.tp_workspace = tp;
-    const MemoryEstimate e = estimate_memory(plan, batch, mc), te = estimate_memory(plan, batch, tensors_only);
+    WorkspaceProbes none;
+    none.layers = [](const std::vector<LayerPlan>&, int64_t) { return 0.0; };
+    const MemoryEstimate e = plan_memory(*s->step_plan(), plan, {workspace, sequential, tp}),
+                         te = plan_memory(*s->step_plan(), plan, none);
     EXPECT_GE(e.worker_peak(), *std::max_element(e.per_worker.begin(), e.per_worker.end()));
     EXPECT_DOUBLE_EQ(e.worker_peak(), e.total()) << "the parts are the largest worker's";
     EXPECT_EQ(static_cast<int>(e.per_worker.size()), c.devices);
@@ -119,7 +107,7 @@ double check_every_strategy(const NetSpec& net, int64_t batch, Precision precisi
       report += fmt::format("{:>14} {:>4} {:>24} x{} worker {}: predicted {:8.1f} KiB, measured {:8.1f} KiB, {:+5.1f}%; tensors {:+5.1f}%\n",
                             net.name, precision_name(precision), c.strategy, c.devices, r, predicted / 1024, measured / 1024, err * 100, terr * 100);
       EXPECT_LE(std::abs(err), 0.10) << "worker " << r << ": predicted " << predicted << " B, measured " << measured << " B";
-      // tp's estimate mirrors its buffers and probes the calls its slices make (bf16: the fp32-output
+      // tp's plan names its buffers and probes the calls its slices make (bf16: the fp32-output
       // backward-data too, whose scratch alone was 3-8% of a worker): within 1%.
       if (c.strategy == "tp" || c.strategy.find("xtp") != std::string::npos) {
         EXPECT_LE(std::abs(err), 0.01) << "worker " << r << ": predicted " << predicted << " B, measured " << measured << " B";
@@ -150,15 +138,35 @@ TEST(MemoryEstimate, Bf16EveryStrategyWithinTenPercentOfTheAllocatorsPeak) {
 // largest convolution, for every strategy alike.
 TEST(MemoryEstimate, UnmeasuredWorkspaceIsTheIm2colBound) {
   const NetPlan plan = plan_net(small_net());
-  MemoryConfig c;
-  const MemoryEstimate e = estimate_memory(plan, 4, c);
   double im2col = 0;
   for (const LayerPlan& l : plan.layers)
     if (l.spec.type == LayerType::Conv2d)
       im2col = std::max(im2col, static_cast<double>(l.in[0] * l.spec.kernel_h * l.spec.kernel_w * l.out[1] * l.out[2]) * 4);
-  EXPECT_DOUBLE_EQ(e.workspace, im2col);
-  c.strategy = "no-such";
-  EXPECT_THROW(estimate_memory(plan, 4, c), UsageError);
+  for (const char* s : {"regular", "ddp", "fsdp", "pipeline"}) {
+    StrategyOptions o;
+    o.devices = std::string(s) == "regular" ? 1 : 2;
+    const MemoryEstimate e = plan_memory(make_plan(s, plan, o, 4), plan);
+    EXPECT_DOUBLE_EQ(e.workspace, im2col) << s;
+  }
+}
+
+// A kept output gradient holds memory from the backward that writes it to the one that reads it:
+// the peak is the most kept at once, not every slot's sum.
+TEST(MemoryEstimate, KeptGradientsCountWhileHeld) {
+  const NetPlan net = plan_net(small_net());
+  PlanBuilder b("hand", 1, 4, 3);
+  std::vector<int> kept;
+  for (int k = 0; k < 3; ++k) kept.push_back(b.buffer(0, BufferRole::KeptGrad, k, 1000));
+  const int params = b.buffer(0, BufferRole::Params, -1, 10);
+  // B0 W0 B1 B2 W1 W2: two held at once at most.
+  b.compute(0, ActionKind::BackwardData, 0, 1, 0, {params}, {kept[0]});
+  b.compute(0, ActionKind::BackwardWeights, 0, 1, 0, {kept[0]}, {});
+  b.compute(0, ActionKind::BackwardData, 0, 1, 1, {params}, {kept[1]});
+  b.compute(0, ActionKind::BackwardData, 0, 1, 2, {params}, {kept[2]});
+  b.compute(0, ActionKind::BackwardWeights, 0, 1, 1, {kept[1]}, {});
+  b.compute(0, ActionKind::BackwardWeights, 0, 1, 2, {kept[2]}, {});
+  const MemoryEstimate e = plan_memory(b.take(), net);
+  EXPECT_DOUBLE_EQ(e.per_worker.at(0), 10 + 2000);
 }
 
 }  // namespace

@@ -1,11 +1,11 @@
 // The memory estimate of the bf16 wire (--reduce-dtype / --param-dtype bf16): the communicator's
 // staging, kept from the first step on, and fsdp's whole parameters gathered into bf16 move each
-// worker's allocator peak by exactly what the estimate moves (strategies/memory_estimate.cpp).
+// worker's allocator peak by exactly what the estimate moves (plan/memory.h: the buffers the plan names).
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
 
-#include "strategies/memory_estimate.h"
+#include "plan/memory.h"
 #include "strategies/registry.h"
 #include "tests/bf16_skip.h"
 #include "workloads/workload.h"
@@ -20,10 +20,12 @@ struct Case {
   bool act = false;  // a pipeline's activations and gradients in bf16 (under --precision bf16)
 };
 
-// Each worker's peak after three steps of `c` on `net`; stages: the stage split the run made (the
-// estimate's default split may differ).
-std::vector<double> peaks(const NetSpec& net, int64_t batch, const Case& c, Precision precision,
-                          std::vector<std::pair<int, int>>* stages = nullptr) {
+// Each worker's peak after three steps of `c` on `net`, and the estimate of the plan it ran
+// (without workspace: the difference of two runs holds none).
+struct Run {
+  std::vector<double> peaks, estimate;
+};
+Run run(const NetSpec& net, int64_t batch, const Case& c, Precision precision) {
   const NetPlan plan = plan_net(net);
   const std::vector<float> x = synthetic_values(batch * numel_of(plan.input), 1),
                            t = synthetic_values(batch * numel_of(plan.output), 2);
@@ -38,28 +40,12 @@ std::vector<double> peaks(const NetSpec& net, int64_t batch, const Case& c, Prec
   s->setup(plan, init_params(plan, 0), net.adam);
   s->load_batch(x, t, batch);
   for (int k = 0; k < 3; ++k) s->step();
-  std::vector<double> p;
-  const StepStats st = s->stats();
-  for (const WorkerStats& w : st.workers) p.push_back(static_cast<double>(w.peak_bytes));
-  if (stages && !st.chunk_stages.empty()) *stages = st.chunk_stages;
-  else if (stages && st.staged)
-    for (const WorkerStats& w : st.workers)
-      if (stages->empty() || w.layer_begin > stages->back().first) stages->push_back({w.layer_begin, w.layer_end});
-  return p;
-}
-
-std::vector<double> estimate(const NetSpec& net, int64_t batch, const Case& c, Precision precision,
-                             const std::vector<std::pair<int, int>>& stages) {
-  MemoryConfig mc;
-  mc.bf16 = precision == Precision::Bf16;
-  mc.strategy = c.strategy;
-  mc.devices = c.devices;
-  mc.micro_batches = 2;
-  mc.reduce_bf16 = c.reduce, mc.param_bf16 = c.param;
-  mc.bf16_activation_wire = c.act;
-  mc.stages = stages;
-  mc.workspace = [](const std::vector<LayerPlan>&, int64_t) { return 0.0; };
-  return estimate_memory(plan_net(net), batch, mc).per_worker;
+  Run out;
+  for (const WorkerStats& w : s->stats().workers) out.peaks.push_back(static_cast<double>(w.peak_bytes));
+  WorkspaceProbes none;
+  none.layers = [](const std::vector<LayerPlan>&, int64_t) { return 0.0; };
+  out.estimate = plan_memory(*s->step_plan(), plan, none).per_worker;
+  return out;
 }
 
 // Each case against `base` of it: each worker's peak moves by exactly what the estimate moves,
@@ -69,10 +55,8 @@ void check(const std::vector<Case>& cases, Precision precision, Case (*base_of)(
   const int64_t batch = 7;  // uneven chunks
   for (const Case& c : cases) {
     SCOPED_TRACE(fmt::format("{} x{} reduce {} param {} activations {}", c.strategy, c.devices, c.reduce, c.param, c.act));
-    const Case b = base_of(c);
-    std::vector<std::pair<int, int>> stages;
-    const std::vector<double> wired = peaks(net, batch, c, precision, &stages), base = peaks(net, batch, b, precision);
-    const std::vector<double> e0 = estimate(net, batch, b, precision, stages), e1 = estimate(net, batch, c, precision, stages);
+    const Run one = run(net, batch, c, precision), other = run(net, batch, base_of(c), precision);
+    const std::vector<double>&wired = one.peaks, &base = other.peaks, &e1 = one.estimate, &e0 = other.estimate;
     ASSERT_EQ(base.size(), e0.size());
     double added = 0;
     for (std::size_t r = 0; r < base.size(); ++r) {

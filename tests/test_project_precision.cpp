@@ -3,7 +3,8 @@
 // scale it to another by the peaks of the two, saying so.
 #include "tests/test_projection_support.h"
 
-#include "strategies/memory_estimate.h"
+#include "plan/memory.h"
+#include "strategies/plan_gen.h"
 #include "projection/plan_price.h"
 
 namespace pb::projection_test {
@@ -90,12 +91,14 @@ TEST_F(ProjectPrecision, ABf16ProfileIsPricedInBf16AndItsMemoryIsBf16s) {
   EXPECT_DOUBLE_EQ(bf16.at("compute_scale").get<double>(), fp32.at("compute_scale").get<double>());
   for (const auto& [s, n] : std::vector<std::pair<std::string, int>>{{"regular", 1}, {"ddp", 2}}) {
     EXPECT_DOUBLE_EQ(row(bf16, s, n).at("compute_s").get<double>(), row(fp32, s, n).at("compute_s").get<double>()) << s;
-    MemoryConfig mc;
-    mc.strategy = s;
-    mc.devices = n;
-    mc.bf16 = true;
-    mc.workspace = [](const std::vector<LayerPlan>&, int64_t) { return 0.0; };
-    const double want = estimate_memory(pj::net_of(uniform()), row(bf16, s, n).at("global_batch").get<int64_t>(), mc).worker_peak();
+    StrategyOptions o;
+    o.devices = n;
+    o.backend.precision = Precision::Bf16;
+    WorkspaceProbes none;
+    none.layers = [](const std::vector<LayerPlan>&, int64_t) { return 0.0; };
+    const NetPlan net = pj::net_of(uniform());
+    const double want =
+        plan_memory(make_plan(s, net, o, row(bf16, s, n).at("global_batch").get<int64_t>()), net, none).worker_peak();
     EXPECT_DOUBLE_EQ(row(bf16, s, n).at("peak_bytes_per_device").get<double>(), want) << s;
     EXPECT_LT(row(bf16, s, n).at("peak_bytes_per_device").get<double>(),
               row(fp32, s, n).at("peak_bytes_per_device").get<double>()) << s;

@@ -10,8 +10,9 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/fsutil.h"
-#include "strategies/memory_estimate.h"
+#include "plan/memory.h"
 #include "scenarios/scenarios.h"
+#include "strategies/plan_gen.h"
 #include "strategies/stages.h"
 #include "tests/cli_fixture.h"
 #include "tests/test_projection_support.h"
@@ -62,7 +63,7 @@ TEST(ProjectionTrust, TimePerSampleNeverFallsBeyondTheProfiledBatches) {
 
 // project's memory per device ("fits") is the run's per-worker estimate, not a second model: on
 // uniform.json's net (four 3x3 convolutions of 4 channels, 8x8, no workspace) every strategy's
-// peak equals strategies/memory_estimate.h's, which the allocators are checked against.
+// peak is plan/memory.h's of the plan the run makes, which the allocators are checked against.
 TEST(ProjectionTrust, MemoryPerDeviceIsTheEstimateRunsAreCheckedAgainst) {
   NetSpec net;
   net.input = {4, 8, 8};
@@ -86,16 +87,12 @@ TEST(ProjectionTrust, MemoryPerDeviceIsTheEstimateRunsAreCheckedAgainst) {
       c.micro_batches = std::string(s).find("pp") != std::string::npos || std::string(s).rfind("pipeline", 0) == 0 ? 2 : 1;
       const pj::Prediction r = pj::predict(p, m, c);
       if (!r.feasible) continue;  // regular beyond one device, hybrids off their 4
-      MemoryConfig mc;
-      mc.strategy = s;
-      mc.devices = n;
-      mc.micro_batches = c.micro_batches;
-      if (c.strategy == "mp" || std::string(s).find("pp") != std::string::npos || std::string(s).rfind("pipeline", 0) == 0) {
-        const int stages = std::string(s) == "dp2xpp2" ? 2 : n;
-        mc.stages = split_stages(plan, stages, {}, s);
-      }
-      mc.workspace = [](const std::vector<LayerPlan>&, int64_t) { return 0.0; };
-      EXPECT_DOUBLE_EQ(r.peak_bytes, estimate_memory(plan, 8, mc).worker_peak()) << s << " x" << n;
+      StrategyOptions o;
+      o.devices = n;
+      o.micro_batches = c.micro_batches;
+      WorkspaceProbes none;
+      none.layers = [](const std::vector<LayerPlan>&, int64_t) { return 0.0; };
+      EXPECT_DOUBLE_EQ(r.peak_bytes, plan_memory(make_plan(s, plan, o, 8), plan, none).worker_peak()) << s << " x" << n;
     }
 }
 

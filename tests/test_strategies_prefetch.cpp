@@ -5,7 +5,7 @@
 // measured; the projection prices the same plan and hides the gathers behind compute.
 #include "tests/test_strategies_support.h"
 
-#include "strategies/memory_estimate.h"
+#include "plan/memory.h"
 #include "plan/check.h"
 #include "scenarios/predict.h"
 #include "strategies/breakdown.h"
@@ -139,10 +139,7 @@ TEST(FsdpPrefetch, HoldsOneUnitsParametersMoreThanFsdpAndAsMuchAsZero2Does) {
     std::map<std::string, MemoryEstimate> e;
     for (const char* s : {"fsdp", "fsdp-prefetch", "zero2", "zero2-prefetch"}) {
       t[s] = train(s, options(n), net, {8}, 1);
-      MemoryConfig mc;
-      mc.strategy = s;
-      mc.devices = n;
-      e[s] = estimate_memory(plan, 8, mc);
+      e[s] = plan_memory(make_plan(s, plan, options(n), 8), plan);
     }
     for (int r = 0; r < n; ++r) {
       auto peak = [&](const char* s) { return static_cast<double>(t[s].stats.workers[r].peak_bytes); };

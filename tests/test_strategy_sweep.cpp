@@ -1,12 +1,13 @@
 // What project sweeps of each strategy, its rows' labels, its unit class and its memory layout,
-// all read off the registry's lines (strategies/sweep.h, strategies/memory_estimate.h).
+// all read off the registry's lines (strategies/sweep.h), and each strategy's memory from its plan (plan/memory.h).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 
 #include "engine/check.h"
 #include "engine/net.h"
-#include "strategies/memory_estimate.h"
+#include "plan/memory.h"
+#include "strategies/plan_gen.h"
 #include "strategies/sweep.h"
 #include "workloads/workload.h"
 
@@ -97,24 +98,22 @@ TEST(StrategySweep, TablesGroupAndMeasureSpeedupsAsTheLinesSay) {
   EXPECT_EQ(shown_with("no-such"), "no-such");
 }
 
-TEST(StrategySweep, EveryRegisteredStrategyHasAMemoryLayout) {
+// Every registered strategy's plan names what its workers keep: each has a peak.
+TEST(StrategySweep, EveryRegisteredStrategysPlanHasAMemoryPeak) {
   const NetPlan plan = plan_net(great_net(16, 0.25));
   for (const StrategyInfo& i : strategy_infos()) {
     if (is_family(i.name)) continue;
-    MemoryConfig c;
-    c.strategy = i.name;
-    c.devices = i.single_device ? 1 : 2;
-    c.micro_batches = 2;
-    const MemoryEstimate e = estimate_memory(plan, 4, c);
-    EXPECT_EQ(e.per_worker.size(), static_cast<std::size_t>(c.devices)) << i.name;
-    EXPECT_GT(e.worker_peak(), 0) << i.name;
+    StrategyOptions o;
+    o.devices = i.single_device ? 1 : 2;
+    o.micro_batches = 2;
+    const MemoryEstimate e = plan_memory(make_plan(i.name, plan, o, 4), plan);
+    EXPECT_EQ(e.per_worker.size(), static_cast<std::size_t>(o.devices)) << i.name;
+    // Over two workers each holds at least half the parameters, with their gradients and Adam state.
+    for (double b : e.per_worker) EXPECT_GT(b, static_cast<double>(plan.param_count) * sizeof(float)) << i.name;
   }
-  MemoryConfig member;
-  member.strategy = "dp2xpp2-1f1b";
+  StrategyOptions member;
   member.devices = 4;
-  EXPECT_EQ(memory_model_of(member.strategy).layout, MemoryModel::Layout::Stages);
-  EXPECT_EQ(estimate_memory(plan, 8, member).per_worker.size(), 4u);
-  EXPECT_THROW(memory_model_of("no-such"), UsageError);
+  EXPECT_EQ(plan_memory(make_plan("dp2xpp2-1f1b", plan, member, 8), plan).per_worker.size(), 4u);
 }
 
 }  // namespace
