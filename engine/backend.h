@@ -13,6 +13,12 @@
 
 namespace pb {
 
+// A batch of image planes, [n, c, h, w]: the input of pooling and upsampling.
+struct Planes {
+  int64_t n = 0, c = 0, h = 0, w = 0;
+  int64_t numel() const { return n * c * h * w; }
+};
+
 struct ConvGeom {
   int64_t n = 0, c = 0, h = 0, w = 0;  // input NCHW
   int64_t k = 0, r = 0, s = 0;         // output channels, kernel height, kernel width
@@ -150,6 +156,19 @@ class Backend {
   // dx = dy * (y > 0); may be in place (dx == dy).
   virtual void relu_backward(int64_t n, const float* y, const float* dy, float* dx) = 0;
 
+  // y = a + b over n values (a residual add; y may be a or b). Its backward is dy to each input.
+  virtual void add(int64_t n, const float* a, const float* b, float* y) = 0;
+  // 2x2 max pooling of stride 2 (torch.nn.MaxPool2d(2)): x [n, c, h, w] -> y [n, c, h/2, w/2], an
+  // odd last row or column left out.
+  virtual void max_pool2x2_forward(const Planes& x_shape, const float* x, float* y) = 0;
+  // dx [n, c, h, w]: each window's dy at its first largest x in row-major order (PyTorch's choice
+  // among equal values), 0 elsewhere.
+  virtual void max_pool2x2_backward(const Planes& x_shape, const float* x, const float* dy, float* dx) = 0;
+  // Nearest 2x upsampling (torch.nn.Upsample(scale_factor=2)): x [n, c, h, w] -> y [n, c, 2h, 2w].
+  virtual void upsample2x_forward(const Planes& x_shape, const float* x, float* y) = 0;
+  // dx [n, c, h, w]: the sum of the four dy each x value went to.
+  virtual void upsample2x_backward(const Planes& x_shape, const float* dy, float* dx) = 0;
+
   // loss_sum[0] = sum (y - t)^2 over n elements (device scalar);
   // dy = grad_scale * (y - t), with grad_scale = 2 / (elements of the global batch).
   virtual void mse_loss_grad(int64_t n, const float* y, const float* t, float grad_scale,
@@ -179,6 +198,12 @@ class Backend {
                                              float* dx);
   virtual void relu_forward_bf16(int64_t n, const Bf16* x, Bf16* y);                   // may be in place
   virtual void relu_backward_bf16(int64_t n, const Bf16* y, const Bf16* dy, Bf16* dx);  // may be in place
+  // The ops above in bf16, each value computed in fp32 and rounded once (as PyTorch's bf16 kernels).
+  virtual void add_bf16(int64_t n, const Bf16* a, const Bf16* b, Bf16* y);
+  virtual void max_pool2x2_forward_bf16(const Planes& x_shape, const Bf16* x, Bf16* y);
+  virtual void max_pool2x2_backward_bf16(const Planes& x_shape, const Bf16* x, const Bf16* dy, Bf16* dx);
+  virtual void upsample2x_forward_bf16(const Planes& x_shape, const Bf16* x, Bf16* y);
+  virtual void upsample2x_backward_bf16(const Planes& x_shape, const Bf16* dy, Bf16* dx);
   // dst = src rounded to nearest even (NaN stays NaN); the reverse is exact.
   virtual void to_bf16(int64_t n, const float* src, Bf16* dst);
   virtual void from_bf16(int64_t n, const Bf16* src, float* dst);

@@ -38,6 +38,11 @@ void Backend::linear_backward_data_bf16_f32(int64_t, int64_t, int64_t, const Bf1
 }
 void Backend::relu_forward_bf16(int64_t, const Bf16*, Bf16*) { no_bf16(*this, "ReLU"); }
 void Backend::relu_backward_bf16(int64_t, const Bf16*, const Bf16*, Bf16*) { no_bf16(*this, "ReLU"); }
+void Backend::add_bf16(int64_t, const Bf16*, const Bf16*, Bf16*) { no_bf16(*this, "add"); }
+void Backend::max_pool2x2_forward_bf16(const Planes&, const Bf16*, Bf16*) { no_bf16(*this, "max pooling"); }
+void Backend::max_pool2x2_backward_bf16(const Planes&, const Bf16*, const Bf16*, Bf16*) { no_bf16(*this, "max pooling"); }
+void Backend::upsample2x_forward_bf16(const Planes&, const Bf16*, Bf16*) { no_bf16(*this, "upsampling"); }
+void Backend::upsample2x_backward_bf16(const Planes&, const Bf16*, Bf16*) { no_bf16(*this, "upsampling"); }
 void Backend::to_bf16(int64_t, const float*, Bf16*) { no_bf16(*this, "conversion"); }
 void Backend::from_bf16(int64_t, const Bf16*, float*) { no_bf16(*this, "conversion"); }
 void Backend::copy_2d_bf16(Bf16*, int64_t, const Bf16*, int64_t, int64_t, int64_t) { no_bf16(*this, "copy"); }

@@ -48,6 +48,17 @@ class CpuBackend final : public Backend {
                                float* dw, float* db, bool accumulate) override;
   void relu_forward(int64_t n, const float* x, float* y) override;
   void relu_backward(int64_t n, const float* y, const float* dy, float* dx) override;
+  // engine/cpu_resample.cpp, fp32 and bf16.
+  void add(int64_t n, const float* a, const float* b, float* y) override;
+  void max_pool2x2_forward(const Planes& x_shape, const float* x, float* y) override;
+  void max_pool2x2_backward(const Planes& x_shape, const float* x, const float* dy, float* dx) override;
+  void upsample2x_forward(const Planes& x_shape, const float* x, float* y) override;
+  void upsample2x_backward(const Planes& x_shape, const float* dy, float* dx) override;
+  void add_bf16(int64_t n, const Bf16* a, const Bf16* b, Bf16* y) override;
+  void max_pool2x2_forward_bf16(const Planes& x_shape, const Bf16* x, Bf16* y) override;
+  void max_pool2x2_backward_bf16(const Planes& x_shape, const Bf16* x, const Bf16* dy, Bf16* dx) override;
+  void upsample2x_forward_bf16(const Planes& x_shape, const Bf16* x, Bf16* y) override;
+  void upsample2x_backward_bf16(const Planes& x_shape, const Bf16* dy, Bf16* dx) override;
   void mse_loss_grad(int64_t n, const float* y, const float* t, float grad_scale, float* dy,
                      float* loss_sum) override;
   void adam_step(int64_t n, float* p, const float* g, float* m, float* v, const AdamParams& a,

@@ -58,6 +58,22 @@ Launch mse_loss_grad(int64_t n) {
 
 Launch adam(int64_t n, bool weight_decay) { return grid_stride(n, 28, weight_decay ? 15 : 13, "adam"); }
 
+Launch add(int64_t n, int value_bytes) { return grid_stride(n, 3.0 * value_bytes, 1, "add"); }
+// Bytes count each value once: a window's four inputs are read by the one thread that writes its
+// output (forward) or by the four threads of its inputs, one each (backward), its dy shared.
+Launch max_pool2x2_forward(int64_t outputs, int value_bytes) {
+  return grid_stride(outputs, 5.0 * value_bytes, 3, "max_pool2x2_forward");
+}
+Launch max_pool2x2_backward(int64_t inputs, int value_bytes) {
+  return grid_stride(inputs, 2.25 * value_bytes, 3, "max_pool2x2_backward");
+}
+Launch upsample2x_forward(int64_t outputs, int value_bytes) {
+  return grid_stride(outputs, 1.25 * value_bytes, 0, "upsample2x_forward");
+}
+Launch upsample2x_backward(int64_t inputs, int value_bytes) {
+  return grid_stride(inputs, 5.0 * value_bytes, 3, "upsample2x_backward");
+}
+
 Launch to_bf16(int64_t n) { return grid_stride(n, 6, 0, "to_bf16"); }
 Launch from_bf16(int64_t n) { return grid_stride(n, 6, 0, "from_bf16"); }
 Launch relu_bf16(int64_t n) { return grid_stride(n, 4, 1, "relu_bf16"); }

@@ -39,6 +39,15 @@ Launch relu_forward(int64_t n);
 Launch relu_backward(int64_t n);
 // y[i, o] = b[o], rows x cols (fp32 Linear's bias before the GEMM adds to it).
 Launch broadcast_rows(int64_t rows, int64_t cols);
+// The ops of nets with skips, over fp32 (value_bytes 4) or bf16 (2) values, each a grid-stride
+// loop over the values it writes: the residual add; 2x2 max pooling over its outputs (forward:
+// a window of four each) and over its inputs (backward: each thread its window's argmax and dy);
+// nearest 2x upsampling over its outputs (forward) and its inputs (backward: four dy each).
+Launch add(int64_t n, int value_bytes);
+Launch max_pool2x2_forward(int64_t outputs, int value_bytes);
+Launch max_pool2x2_backward(int64_t inputs, int value_bytes);
+Launch upsample2x_forward(int64_t outputs, int value_bytes);
+Launch upsample2x_backward(int64_t inputs, int value_bytes);
 // dy = scale (y - t) and the sum of (y - t)^2: blocks of partial sums, the last block adds them.
 Launch mse_loss_grad(int64_t n);
 // Adam's step over n parameters (p, g, m, v read; p, m, v written).

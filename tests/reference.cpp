@@ -1,6 +1,7 @@
 // Double-precision reference implementations: direct loops over the definitions.
 #include "reference.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fmt/format.h>
 
@@ -91,6 +92,53 @@ void linear_backward_weights(int64_t n, int64_t in, int64_t out, const Vec& x, c
       db[o] += dy[i * out + o];
       for (int64_t j = 0; j < in; ++j) dw[o * in + j] += dy[i * out + o] * x[i * in + j];
     }
+}
+
+Vec max_pool2x2(const Planes& s, const Vec& x) {
+  const int64_t ho = s.h / 2, wo = s.w / 2;
+  Vec y;
+  for (int64_t p = 0; p < s.n * s.c; ++p)
+    for (int64_t i = 0; i < ho; ++i)
+      for (int64_t j = 0; j < wo; ++j) {
+        double m = x[(p * s.h + 2 * i) * s.w + 2 * j];
+        for (int64_t a = 0; a < 2; ++a)
+          for (int64_t b = 0; b < 2; ++b) m = std::max(m, x[(p * s.h + 2 * i + a) * s.w + 2 * j + b]);
+        y.push_back(m);
+      }
+  return y;
+}
+
+Vec max_pool2x2_backward(const Planes& s, const Vec& x, const Vec& dy) {
+  const int64_t ho = s.h / 2, wo = s.w / 2;
+  Vec dx(static_cast<std::size_t>(s.numel()), 0.0);
+  for (int64_t p = 0; p < s.n * s.c; ++p)
+    for (int64_t i = 0; i < ho; ++i)
+      for (int64_t j = 0; j < wo; ++j) {
+        int64_t best = (p * s.h + 2 * i) * s.w + 2 * j;
+        for (int64_t a = 0; a < 2; ++a)
+          for (int64_t b = 0; b < 2; ++b) {
+            const int64_t at = (p * s.h + 2 * i + a) * s.w + 2 * j + b;
+            if (x[at] > x[best]) best = at;  // strictly larger: the first of equal ones stays
+          }
+        dx[best] += dy[(p * ho + i) * wo + j];
+      }
+  return dx;
+}
+
+Vec upsample2x(const Planes& s, const Vec& x) {
+  Vec y;
+  for (int64_t p = 0; p < s.n * s.c; ++p)
+    for (int64_t i = 0; i < 2 * s.h; ++i)
+      for (int64_t j = 0; j < 2 * s.w; ++j) y.push_back(x[(p * s.h + i / 2) * s.w + j / 2]);
+  return y;
+}
+
+Vec upsample2x_backward(const Planes& s, const Vec& dy) {
+  Vec dx(static_cast<std::size_t>(s.numel()), 0.0);
+  for (int64_t p = 0; p < s.n * s.c; ++p)
+    for (int64_t i = 0; i < 2 * s.h; ++i)
+      for (int64_t j = 0; j < 2 * s.w; ++j) dx[(p * s.h + i / 2) * s.w + j / 2] += dy[(p * 2 * s.h + i) * 2 * s.w + j];
+  return dx;
 }
 
 Vec relu(const Vec& x) {

@@ -18,6 +18,13 @@ Vec linear_forward(int64_t n, int64_t in, int64_t out, const Vec& x, const Vec& 
 Vec linear_backward_data(int64_t n, int64_t in, int64_t out, const Vec& dy, const Vec& w);
 void linear_backward_weights(int64_t n, int64_t in, int64_t out, const Vec& x, const Vec& dy, Vec& dw, Vec& db);
 Vec relu(const Vec& x);
+// 2x2 max pooling of stride 2 over x [n, c, h, w] (an odd last row or column left out), and its
+// backward: each window's dy to its first largest x in row-major order.
+Vec max_pool2x2(const Planes& s, const Vec& x);
+Vec max_pool2x2_backward(const Planes& s, const Vec& x, const Vec& dy);
+// Nearest 2x upsampling of x [n, c, h, w], and its backward (each x the sum of its four dy).
+Vec upsample2x(const Planes& s, const Vec& x);
+Vec upsample2x_backward(const Planes& s, const Vec& dy);
 // Loss = mean (y - t)^2 and its gradient w.r.t. y.
 double mse(const Vec& y, const Vec& t, Vec* dy = nullptr);
 void adam(Vec& p, const Vec& g, Vec& m, Vec& v, const AdamParams& a, int64_t step);

@@ -305,6 +305,44 @@ TEST(Bf16Ops, LinearOverSixtyThreeMatchesReference) {
   }
 }
 
+// The residual add, 2x2 max pooling and nearest 2x upsampling in bf16: selection and copies exact,
+// the sums (add: two terms, upsampling's backward: four) fp32 rounded once to bf16.
+void check_resample(Backend& be, Rand& r) {
+  for (int trial = 0; trial < 20; ++trial) {
+    const Planes s{r.i(1, 3), r.i(1, 5), r.i(1, 9), r.i(1, 9)};
+    SCOPED_TRACE(fmt::format("seed {} trial {}: {}x{}x{}x{}", r.seed, trial, s.n, s.c, s.h, s.w));
+    const int64_t n = s.numel(), pooled = s.n * s.c * (s.h / 2) * (s.w / 2);
+    Vals x = bf16_vals(r, n);
+    if (trial % 2)  // ties in the windows
+      for (std::size_t k = 0; k < x.f.size(); ++k) x.f[k] = std::round(x.f[k]), x.b[k] = to_bf16(x.f[k]);
+    const Vals a = bf16_vals(r, n), pdy = bf16_vals(r, pooled), udy = bf16_vals(r, 4 * n);
+    const auto X = dev(be, x.b), A = dev(be, a.b), PDY = dev(be, pdy.b), UDY = dev(be, udy.b);
+    const Bf16 nan{0x7fc0};
+    auto SUM = dev(be, std::vector<Bf16>(n, nan)), P = dev(be, std::vector<Bf16>(pooled, nan)),
+         PDX = dev(be, std::vector<Bf16>(n, nan)), U = dev(be, std::vector<Bf16>(4 * n, nan)),
+         UDX = dev(be, std::vector<Bf16>(n, nan));
+    be.add_bf16(n, X.p(), A.p(), SUM.p());
+    be.max_pool2x2_forward_bf16(s, X.p(), P.p());
+    be.max_pool2x2_backward_bf16(s, X.p(), PDY.p(), PDX.p());
+    be.upsample2x_forward_bf16(s, X.p(), U.p());
+    be.upsample2x_backward_bf16(s, UDY.p(), UDX.p());
+    ref::Vec sum, mag;
+    for (int64_t k = 0; k < n; ++k) sum.push_back(double(x.f[k]) + a.f[k]), mag.push_back(std::abs(double(x.f[k])) + std::abs(double(a.f[k])));
+    expect_within(widen(SUM.host()), sum, mag, 2, Rounded::Once, "add");
+    const ref::Vec X64 = ref::to_double(x.f);
+    EXPECT_EQ(ref::to_double(widen(P.host())), ref::max_pool2x2(s, X64));
+    EXPECT_EQ(ref::to_double(widen(PDX.host())), ref::max_pool2x2_backward(s, X64, ref::to_double(pdy.f)));
+    EXPECT_EQ(ref::to_double(widen(U.host())), ref::upsample2x(s, X64));
+    expect_within(widen(UDX.host()), ref::upsample2x_backward(s, ref::to_double(udy.f)),
+                  ref::upsample2x_backward(s, absd(udy.f)), 4, Rounded::Once, "upsampling backward");
+  }
+}
+TEST(Bf16Ops, ResampleOpsMatchReference) {
+  SKIP_WITHOUT_BF16();
+  Rand r;
+  check_resample(*bf16_backend(), r);
+}
+
 // The CUDA path, where there is a GPU (of compute capability 8.0 or newer).
 std::unique_ptr<Backend> gpu_bf16_backend() {
   BackendOptions o;
@@ -327,6 +365,11 @@ TEST(Bf16OpsGpu, ConvThroughTheLegacyApiMatchesReference) {
 TEST(Bf16OpsGpu, LinearMatchesReference) {
   PB_REQUIRE_GPU();
   check_linear(*gpu_bf16_backend());
+}
+TEST(Bf16OpsGpu, ResampleOpsMatchReference) {
+  PB_REQUIRE_GPU();
+  Rand r;
+  check_resample(*gpu_bf16_backend(), r);
 }
 
 TEST(Bf16Ops, ReluIsExact) {

@@ -52,6 +52,11 @@ class FakeBackend final : public Backend {
 
   // One compute op: a worker's micro-batch, as far as the queues are concerned.
   void relu_forward(int64_t, const float*, float*) override { ++queued_; }
+  void add(int64_t, const float*, const float*, float*) override { ++queued_; }
+  void max_pool2x2_forward(const Planes&, const float*, float*) override { ++queued_; }
+  void max_pool2x2_backward(const Planes&, const float*, const float*, float*) override { ++queued_; }
+  void upsample2x_forward(const Planes&, const float*, float*) override { ++queued_; }
+  void upsample2x_backward(const Planes&, const float*, float*) override { ++queued_; }
 
   void fill(float*, int64_t, float, Stream* s) override { queue_op(s); }
   void copy_2d(float*, int64_t, const float*, int64_t, int64_t, int64_t, Stream* s) override { queue_op(s); }

@@ -143,6 +143,28 @@ TEST(KernelGeometry, EveryKernelFillsAGpuAtGreatNet512) {
   }
 }
 
+// The skip ops (residual add, 2x2 max pooling, nearest 2x upsampling), fp32 and bf16, at a
+// U-Net's levels from 512x512 with 32 channels down to 32x32 with 512, batch 1 and 4.
+TEST(KernelGeometry, SkipOpsFillAGpuAtUNetShapes) {
+  int checked = 0;
+  for (int64_t batch : {1, 4})
+    for (int64_t level = 0; level < 5; ++level) {
+      const int64_t c = 32 << level, hw = 512 >> level, n = batch * c * hw * hw;
+      for (int bytes : {4, 2}) {
+        const std::string at = fmt::format("{} B, {}x{}x{}x{}: ", bytes, batch, c, hw, hw);
+        for (const Case& k : {Case{at + "add", kernels::add(n, bytes), n},
+                              Case{at + "max_pool2x2_forward", kernels::max_pool2x2_forward(n / 4, bytes), n / 4},
+                              Case{at + "max_pool2x2_backward", kernels::max_pool2x2_backward(n, bytes), n},
+                              Case{at + "upsample2x_forward", kernels::upsample2x_forward(4 * n, bytes), 4 * n},
+                              Case{at + "upsample2x_backward", kernels::upsample2x_backward(n, bytes), n}}) {
+          EXPECT_THAT(problems(k), IsEmpty());
+          ++checked;
+        }
+      }
+    }
+  EXPECT_EQ(checked, 2 * 5 * 2 * 5);
+}
+
 // The reductions at Linear and small-image shapes, both paths and the boundary between them:
 // Linear layers from one sample to a million, 2 to 4096 features; images of 1x1 to 64x64.
 TEST(KernelGeometry, BiasGradientsFillAGpuAtLinearAndSmallImageShapes) {

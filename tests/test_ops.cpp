@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <random>
 
 #include "engine/model.h"
@@ -110,6 +111,59 @@ TEST_P(OnEveryBackend, ReluAndMseMatchReference) {
   const double rloss = ref::mse(ref::to_double(x), ref::to_double(t), &rg);
   EXPECT_NEAR(L.to_host()[0] / n, rloss, 1e-6 * rloss);
   EXPECT_CLOSE(G.to_host(), rg, 1e-9, 1e-5);
+}
+
+// Planes of 1-3 samples, 1-5 channels, 1-9 x 1-9 (odd sizes: pooling leaves a row or column out).
+Planes random_planes(Rand& r) { return {r.i(1, 3), r.i(1, 5), r.i(1, 9), r.i(1, 9)}; }
+
+TEST_P(OnEveryBackend, ResidualAddMatchesReference) {
+  Rand r;
+  const int64_t n = r.i(1, 200000);
+  SCOPED_TRACE(fmt::format("seed {} n {}", r.seed, n));
+  const auto a = r.vec(n), b = r.vec(n);
+  Tensor A = dev(a);
+  const Tensor B = dev(b);
+  Tensor Y = poisoned(n);
+  be->add(n, A.data(), B.data(), Y.data());
+  ref::Vec want(static_cast<std::size_t>(n));
+  for (int64_t i = 0; i < n; ++i) want[i] = static_cast<double>(a[i]) + b[i];
+  EXPECT_CLOSE(Y.to_host(), want, 0, 1.0 / (1 << 24));  // one fp32 rounding
+  be->add(n, A.data(), B.data(), A.data());  // in place
+  EXPECT_EQ(A.to_host(), Y.to_host());
+}
+
+TEST_P(OnEveryBackend, MaxPoolMatchesReferenceIncludingTies) {
+  Rand r;
+  for (int trial = 0; trial < 30; ++trial) {
+    const Planes s = random_planes(r);
+    SCOPED_TRACE(fmt::format("seed {} trial {}: {}x{}x{}x{}", r.seed, trial, s.n, s.c, s.h, s.w));
+    std::vector<float> x = r.vec(s.numel());
+    if (trial % 2)  // few distinct values: windows with ties, the first largest taking the gradient
+      for (float& v : x) v = std::round(v);
+    const int64_t yn = s.n * s.c * (s.h / 2) * (s.w / 2);
+    const auto dy = r.vec(yn);
+    const Tensor X = dev(x), DY = dev(dy);
+    Tensor Y = poisoned(yn), DX = poisoned(s.numel());
+    be->max_pool2x2_forward(s, X.data(), Y.data());
+    be->max_pool2x2_backward(s, X.data(), DY.data(), DX.data());
+    EXPECT_CLOSE(Y.to_host(), ref::max_pool2x2(s, ref::to_double(x)), 0, 0);
+    EXPECT_CLOSE(DX.to_host(), ref::max_pool2x2_backward(s, ref::to_double(x), ref::to_double(dy)), 0, 0);
+  }
+}
+
+TEST_P(OnEveryBackend, UpsampleMatchesReference) {
+  Rand r;
+  for (int trial = 0; trial < 30; ++trial) {
+    const Planes s = random_planes(r);
+    SCOPED_TRACE(fmt::format("seed {} trial {}: {}x{}x{}x{}", r.seed, trial, s.n, s.c, s.h, s.w));
+    const auto x = r.vec(s.numel()), dy = r.vec(4 * s.numel());
+    const Tensor X = dev(x), DY = dev(dy);
+    Tensor Y = poisoned(4 * s.numel()), DX = poisoned(s.numel());
+    be->upsample2x_forward(s, X.data(), Y.data());
+    be->upsample2x_backward(s, DY.data(), DX.data());
+    EXPECT_CLOSE(Y.to_host(), ref::upsample2x(s, ref::to_double(x)), 0, 0);
+    EXPECT_CLOSE(DX.to_host(), ref::upsample2x_backward(s, ref::to_double(dy)), 1e-6, 1e-6);  // four fp32 adds
+  }
 }
 
 TEST_P(OnEveryBackend, AdamMatchesReferenceOverSteps) {

@@ -16,6 +16,7 @@
 #include "engine/cuda/cudnn_graph.h"
 #include "engine/cuda/cuda_kernels.h"
 #include "engine/cuda/cuda_random_fill.h"
+#include "engine/cuda/cuda_resample.h"
 #include "engine/cuda/cuda_util.h"
 #include "engine/tensor.h"
 
@@ -218,6 +219,48 @@ class CudaBackend final : public Backend {
   void relu_backward(int64_t n, const float* y, const float* dy, float* dx) override {
     cu::use_device(device_);
     cu::launch_relu_backward(stream_, n, y, dy, dx);
+  }
+
+  // The ops of nets with skips (engine/cuda/cuda_resample.cu), fp32 and bf16.
+  void add(int64_t n, const float* a, const float* b, float* y) override {
+    cu::use_device(device_);
+    cu::launch_add(stream_, n, a, b, y);
+  }
+  void max_pool2x2_forward(const Planes& s, const float* x, float* y) override {
+    cu::use_device(device_);
+    cu::launch_max_pool2x2_forward(stream_, s, x, y);
+  }
+  void max_pool2x2_backward(const Planes& s, const float* x, const float* dy, float* dx) override {
+    cu::use_device(device_);
+    cu::launch_max_pool2x2_backward(stream_, s, x, dy, dx);
+  }
+  void upsample2x_forward(const Planes& s, const float* x, float* y) override {
+    cu::use_device(device_);
+    cu::launch_upsample2x_forward(stream_, s, x, y);
+  }
+  void upsample2x_backward(const Planes& s, const float* dy, float* dx) override {
+    cu::use_device(device_);
+    cu::launch_upsample2x_backward(stream_, s, dy, dx);
+  }
+  void add_bf16(int64_t n, const Bf16* a, const Bf16* b, Bf16* y) override {
+    cu::use_device(device_);
+    cu::launch_add(stream_, n, a, b, y);
+  }
+  void max_pool2x2_forward_bf16(const Planes& s, const Bf16* x, Bf16* y) override {
+    cu::use_device(device_);
+    cu::launch_max_pool2x2_forward(stream_, s, x, y);
+  }
+  void max_pool2x2_backward_bf16(const Planes& s, const Bf16* x, const Bf16* dy, Bf16* dx) override {
+    cu::use_device(device_);
+    cu::launch_max_pool2x2_backward(stream_, s, x, dy, dx);
+  }
+  void upsample2x_forward_bf16(const Planes& s, const Bf16* x, Bf16* y) override {
+    cu::use_device(device_);
+    cu::launch_upsample2x_forward(stream_, s, x, y);
+  }
+  void upsample2x_backward_bf16(const Planes& s, const Bf16* dy, Bf16* dx) override {
+    cu::use_device(device_);
+    cu::launch_upsample2x_backward(stream_, s, dy, dx);
   }
 
   void mse_loss_grad(int64_t n, const float* y, const float* t, float grad_scale, float* dy,
