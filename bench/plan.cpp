@@ -6,11 +6,13 @@
 #include <sstream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "bench/cli.h"
 #include "engine/check.h"
 #include "engine/fsutil.h"
 #include "plan/check.h"
+#include "plan/memory.h"
 #include "plan/plan.h"
 #include "strategies/plan_gen.h"
 
@@ -45,11 +47,12 @@ int cmd_plan(const std::vector<std::string>& args) {
   if (format != "text" && format != "csv" && format != "json")
     throw UsageError(fmt::format("--format expects text, csv or json, got '{}'", format));
   Plan p;
+  NetPlan plan;
   if (f.has("check")) {
     p = read_plan_file(f.str("check"));
   } else {
     const NetSpec net = resolve_workload(f.str("workload"), workload_options(f, device_kind(f.str("device-kind"))));
-    const NetPlan plan = plan_net(net);
+    plan = plan_net(net);
     const int64_t batch = f.integer("batch");
     if (batch < 1) throw UsageError(fmt::format("--batch must be at least 1, got {}", batch));
     StrategyOptions so = strategy_options(f, worker_count(f), batch);
@@ -63,8 +66,17 @@ int cmd_plan(const std::vector<std::string>& args) {
     return 1;
   }
   std::ostringstream os;
-  if (format == "text") write_plan_text(os, p);
-  else if (format == "csv") write_plan_csv(os, p);
+  if (format == "text") {
+    write_plan_text(os, p);
+    if (!f.has("check")) {  // what its buffers add up to per worker, with an unmeasured workspace
+      const MemoryEstimate m = plan_memory(p, plan);
+      std::vector<std::string> each;
+      for (std::size_t w = 0; w < m.per_worker.size(); ++w)
+        each.push_back(fmt::format("worker {} {}", w, bytes_label(static_cast<int64_t>(m.per_worker[w]))));
+      os << fmt::format("memory per worker (its buffers, and the im2col bound for the library's workspace): {}\n",
+                        fmt::join(each, ", "));
+    }
+  } else if (format == "csv") write_plan_csv(os, p);
   else os << plan_to_json(p);
   if (f.has("out")) write_file_atomic(f.str("out"), os.str());
   else std::cout << os.str();

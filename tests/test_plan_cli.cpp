@@ -1,13 +1,17 @@
 // parbench plan: its CSV and JSON (one row / entry per action; the JSON reads back as the same
-// plan), --check on a written file and on a broken one, and its flag errors.
+// plan), the text's buffers and memory per worker, --check on a written file and on a broken one,
+// and its flag errors.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "plan/memory.h"
 #include "plan/plan.h"
+#include "strategies/plan_gen.h"
 #include "tests/cli_fixture.h"
+#include "workloads/workload.h"
 
 namespace pb {
 namespace {
@@ -45,6 +49,26 @@ TEST_F(PlanCli, CsvHasOneRowPerActionAndJsonParses) {
         r.find(",all_reduce,") != std::string::npos)
       ++all_reduces;
   EXPECT_EQ(all_reduces, 4);
+}
+
+// The text lists each worker's buffers at their sizes and ends with what they add up to per
+// worker: plan/memory.h's count of the same plan.
+TEST_F(PlanCli, TextSaysWhatEachWorkerKeepsAndItsPeak) {
+  const test::Result text = parbench(fmt::format("plan --strategy pipeline-zb --devices 2 --micro-batches 3 {}", kNet));
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_THAT(text.out, HasSubstr("\n  keeps params "));
+  EXPECT_THAT(text.out, HasSubstr(", keep[0] "));  // ZB-H1's kept output gradients on the second stage
+  WorkloadOptions wo;
+  wo.image = 8, wo.width = 0.1875;
+  const NetPlan net = plan_net(resolve_workload("great_net", wo));
+  StrategyOptions o;
+  o.devices = 2, o.micro_batches = 3;
+  const MemoryEstimate m = plan_memory(make_plan("pipeline-zb", net, o, 6), net);
+  ASSERT_EQ(m.per_worker.size(), 2u);
+  EXPECT_THAT(text.out, HasSubstr(fmt::format("memory per worker (its buffers, and the im2col bound for the library's workspace): "
+                                              "worker 0 {}, worker 1 {}\n",
+                                              bytes_label(static_cast<int64_t>(m.per_worker[0])),
+                                              bytes_label(static_cast<int64_t>(m.per_worker[1])))));
 }
 
 // Under --precision bf16 a pipeline's transfers are bf16 in every form: CSV's dtype column, the
