@@ -168,6 +168,20 @@ class Backend {
   virtual void upsample2x_forward(const Planes& x_shape, const float* x, float* y) = 0;
   // dx [n, c, h, w]: the sum of the four dy each x value went to.
   virtual void upsample2x_backward(const Planes& x_shape, const float* dy, float* dx) = 0;
+  // y[i, c, j] += b[c] for i < n, c < channels, j < inner: a bias over NCHW values.
+  virtual void add_channel_bias(int64_t n, int64_t channels, int64_t inner, const float* b, float* y) = 0;
+  // db[c] (+)= the sum over i < n, j < inner of dy[i, c, j] (added to db when accumulate).
+  virtual void channel_sums(int64_t n, int64_t channels, int64_t inner, const float* dy, float* db, bool accumulate) = 0;
+
+  // A 2-D transposed convolution (torch.nn.ConvTranspose2d, no output padding or dilation): the
+  // adjoint of the convolution `g`, so x is g's output shape [n, g.k, p, q], y its input shape
+  // [n, g.c, g.h, g.w], the weights [g.k, g.c, g.r, g.s] (ConvTranspose2d's [in, out, kH, kW])
+  // and the bias [g.c]. Made of the convolution's own passes: forward is g's backward-data (plus
+  // the bias), backward-data g's forward, backward-weights g's with x and dy in each other's place.
+  void conv_transpose2d_forward(const ConvGeom& g, const float* x, const float* w, const float* b, float* y);
+  void conv_transpose2d_backward_data(const ConvGeom& g, const float* dy, const float* w, float* dx);
+  void conv_transpose2d_backward_weights(const ConvGeom& g, const float* x, const float* dy, float* dw, float* db,
+                                         bool accumulate);
 
   // loss_sum[0] = sum (y - t)^2 over n elements (device scalar);
   // dy = grad_scale * (y - t), with grad_scale = 2 / (elements of the global batch).

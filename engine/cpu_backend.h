@@ -54,6 +54,8 @@ class CpuBackend final : public Backend {
   void max_pool2x2_backward(const Planes& x_shape, const float* x, const float* dy, float* dx) override;
   void upsample2x_forward(const Planes& x_shape, const float* x, float* y) override;
   void upsample2x_backward(const Planes& x_shape, const float* dy, float* dx) override;
+  void add_channel_bias(int64_t n, int64_t channels, int64_t inner, const float* b, float* y) override;
+  void channel_sums(int64_t n, int64_t channels, int64_t inner, const float* dy, float* db, bool accumulate) override;
   void add_bf16(int64_t n, const Bf16* a, const Bf16* b, Bf16* y) override;
   void max_pool2x2_forward_bf16(const Planes& x_shape, const Bf16* x, Bf16* y) override;
   void max_pool2x2_backward_bf16(const Planes& x_shape, const Bf16* x, const Bf16* dy, Bf16* dx) override;

@@ -1,6 +1,7 @@
 // The CPU backend's ops of nets with skips and scales: the residual add, 2x2 max pooling and
-// nearest 2x upsampling, in fp32 and bf16 (each value computed in fp32, rounded once). Every loop
-// runs over the values it writes, so no two threads write one value.
+// nearest 2x upsampling, in fp32 and bf16 (each value computed in fp32, rounded once), and the
+// per-channel bias and its gradient a transposed convolution adds to the convolution's passes.
+// Every loop runs over the values it writes, so no two threads write one value.
 #include <cmath>
 
 #include "engine/cpu_backend.h"
@@ -92,6 +93,22 @@ void CpuBackend::max_pool2x2_backward(const Planes& s, const float* x, const flo
 void CpuBackend::upsample2x_forward(const Planes& s, const float* x, float* y) { upsample_forward_impl(threads_, s, x, y); }
 void CpuBackend::upsample2x_backward(const Planes& s, const float* dy, float* dx) {
   upsample_backward_impl(threads_, s, dy, dx);
+}
+
+void CpuBackend::add_channel_bias(int64_t n, int64_t channels, int64_t inner, const float* b, float* y) {
+  parallel_for(n * channels * inner, threads_, n * channels, [=](int64_t plane) {
+    const float v = b[plane % channels];
+    for (int64_t j = 0; j < inner; ++j) y[plane * inner + j] += v;
+  });
+}
+
+void CpuBackend::channel_sums(int64_t n, int64_t channels, int64_t inner, const float* dy, float* db, bool accumulate) {
+  parallel_for(n * channels * inner, threads_, channels, [=](int64_t c) {
+    double s = 0;  // in double, as the convolutions' bias gradients
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < inner; ++j) s += dy[(i * channels + c) * inner + j];
+    db[c] = accumulate ? db[c] + static_cast<float>(s) : static_cast<float>(s);
+  });
 }
 
 void CpuBackend::add_bf16(int64_t n, const Bf16* a, const Bf16* b, Bf16* y) { add_impl(threads_, n, a, b, y); }

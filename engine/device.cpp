@@ -242,6 +242,19 @@ void Backend::conv2d_backward_weights_in(const ConvGeom& g, ConvLayouts io, cons
   conv2d_backward_weights(g, x, dy, dw, db, accumulate);
 }
 
+void Backend::conv_transpose2d_forward(const ConvGeom& g, const float* x, const float* w, const float* b, float* y) {
+  conv2d_backward_data(g, x, w, y);
+  if (b) add_channel_bias(g.n, g.c, g.h * g.w, b, y);
+}
+void Backend::conv_transpose2d_backward_data(const ConvGeom& g, const float* dy, const float* w, float* dx) {
+  conv2d_forward(g, dy, w, nullptr, dx);
+}
+void Backend::conv_transpose2d_backward_weights(const ConvGeom& g, const float* x, const float* dy, float* dw, float* db,
+                                                bool accumulate) {
+  conv2d_backward_weights(g, dy, x, dw, nullptr, accumulate);
+  if (db) channel_sums(g.n, g.c, g.h * g.w, dy, db, accumulate);
+}
+
 const char* precision_name(Precision p) { return p == Precision::Fp32 ? "fp32" : p == Precision::Tf32 ? "tf32" : "bf16"; }
 
 Precision parse_precision(const std::string& s) {

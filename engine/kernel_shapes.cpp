@@ -74,6 +74,12 @@ Launch upsample2x_backward(int64_t inputs, int value_bytes) {
   return grid_stride(inputs, 5.0 * value_bytes, 3, "upsample2x_backward");
 }
 
+Launch add_channel_bias(int64_t n, int64_t channels) {
+  Launch l = grid_stride(n, 8, 1, "add_channel_bias");
+  if (l.blocks > 0) l.bytes += 4.0 * static_cast<double>(channels);
+  return l;
+}
+
 Launch to_bf16(int64_t n) { return grid_stride(n, 6, 0, "to_bf16"); }
 Launch from_bf16(int64_t n) { return grid_stride(n, 6, 0, "from_bf16"); }
 Launch relu_bf16(int64_t n) { return grid_stride(n, 4, 1, "relu_bf16"); }

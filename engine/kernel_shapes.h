@@ -48,6 +48,8 @@ Launch max_pool2x2_forward(int64_t outputs, int value_bytes);
 Launch max_pool2x2_backward(int64_t inputs, int value_bytes);
 Launch upsample2x_forward(int64_t outputs, int value_bytes);
 Launch upsample2x_backward(int64_t inputs, int value_bytes);
+// y += b[c] over n fp32 values of `channels` channels (a transposed convolution's bias).
+Launch add_channel_bias(int64_t n, int64_t channels);
 // dy = scale (y - t) and the sum of (y - t)^2: blocks of partial sums, the last block adds them.
 Launch mse_loss_grad(int64_t n);
 // Adam's step over n parameters (p, g, m, v read; p, m, v written).
@@ -89,6 +91,10 @@ struct ChannelSums {
 ChannelSums channel_sums(int64_t outer, int64_t channels, int64_t inner, int value_bytes, int acc_bytes,
                          bool accumulate);
 // fp32 Linear: db[o] (+)= sum_i dy[i, o], in double.
+// fp32 NCHW values, summed in double (a transposed convolution's bias gradient).
+inline ChannelSums channel_sums_f32(int64_t outer, int64_t channels, int64_t inner, bool accumulate) {
+  return channel_sums(outer, channels, inner, 4, 8, accumulate);
+}
 inline ChannelSums column_sums(int64_t rows, int64_t cols, bool accumulate) {
   return channel_sums(rows, cols, 1, 4, 8, accumulate);
 }

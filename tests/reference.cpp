@@ -141,6 +141,38 @@ Vec upsample2x_backward(const Planes& s, const Vec& dy) {
   return dx;
 }
 
+ConvTranspose conv_transpose2d(const ConvGeom& g, const Vec& x, const Vec& w, const Vec& b, const Vec& dy) {
+  const int64_t P = g.p(), Q = g.q();
+  ConvTranspose t;
+  t.y.assign(static_cast<std::size_t>(g.n * g.c * g.h * g.w), 0.0);
+  t.dx.assign(x.size(), 0.0);
+  t.dw.assign(w.size(), 0.0);
+  t.db.assign(static_cast<std::size_t>(g.c), 0.0);
+  for (int64_t n = 0; n < g.n; ++n)
+    for (int64_t ci = 0; ci < g.k; ++ci)
+      for (int64_t i = 0; i < P; ++i)
+        for (int64_t j = 0; j < Q; ++j) {
+          const int64_t xi = ((n * g.k + ci) * P + i) * Q + j;
+          for (int64_t co = 0; co < g.c; ++co)
+            for (int64_t r = 0; r < g.r; ++r)
+              for (int64_t s = 0; s < g.s; ++s) {
+                const int64_t hh = i * g.stride_h + r - g.pad_h, ww = j * g.stride_w + s - g.pad_w;
+                if (hh < 0 || hh >= g.h || ww < 0 || ww >= g.w) continue;
+                const int64_t yi = ((n * g.c + co) * g.h + hh) * g.w + ww, wi = ((ci * g.c + co) * g.r + r) * g.s + s;
+                t.y[yi] += x[xi] * w[wi];
+                t.dx[xi] += dy[yi] * w[wi];
+                t.dw[wi] += x[xi] * dy[yi];
+              }
+        }
+  for (int64_t n = 0; n < g.n; ++n)
+    for (int64_t co = 0; co < g.c; ++co)
+      for (int64_t e = 0; e < g.h * g.w; ++e) {
+        t.y[(n * g.c + co) * g.h * g.w + e] += b[co];
+        t.db[co] += dy[(n * g.c + co) * g.h * g.w + e];
+      }
+  return t;
+}
+
 Vec relu(const Vec& x) {
   Vec y(x.size());
   for (std::size_t i = 0; i < x.size(); ++i) y[i] = x[i] > 0 ? x[i] : 0.0;

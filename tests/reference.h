@@ -25,6 +25,12 @@ Vec max_pool2x2_backward(const Planes& s, const Vec& x, const Vec& dy);
 // Nearest 2x upsampling of x [n, c, h, w], and its backward (each x the sum of its four dy).
 Vec upsample2x(const Planes& s, const Vec& x);
 Vec upsample2x_backward(const Planes& s, const Vec& dy);
+// The transposed convolution of conv g (x [n, g.k, p, q] -> y [n, g.c, g.h, g.w], w [g.k, g.c,
+// g.r, g.s]) by scattering each x value into y, and its gradients by the same index map.
+struct ConvTranspose {
+  Vec y, dx, dw, db;
+};
+ConvTranspose conv_transpose2d(const ConvGeom& g, const Vec& x, const Vec& w, const Vec& b, const Vec& dy);
 // Loss = mean (y - t)^2 and its gradient w.r.t. y.
 double mse(const Vec& y, const Vec& t, Vec* dy = nullptr);
 void adam(Vec& p, const Vec& g, Vec& m, Vec& v, const AdamParams& a, int64_t step);

@@ -57,6 +57,8 @@ class FakeBackend final : public Backend {
   void max_pool2x2_backward(const Planes&, const float*, const float*, float*) override { ++queued_; }
   void upsample2x_forward(const Planes&, const float*, float*) override { ++queued_; }
   void upsample2x_backward(const Planes&, const float*, float*) override { ++queued_; }
+  void add_channel_bias(int64_t, int64_t, int64_t, const float*, float*) override { ++queued_; }
+  void channel_sums(int64_t, int64_t, int64_t, const float*, float*, bool) override { ++queued_; }
 
   void fill(float*, int64_t, float, Stream* s) override { queue_op(s); }
   void copy_2d(float*, int64_t, const float*, int64_t, int64_t, int64_t, Stream* s) override { queue_op(s); }

@@ -143,8 +143,9 @@ TEST(KernelGeometry, EveryKernelFillsAGpuAtGreatNet512) {
   }
 }
 
-// The skip ops (residual add, 2x2 max pooling, nearest 2x upsampling), fp32 and bf16, at a
-// U-Net's levels from 512x512 with 32 channels down to 32x32 with 512, batch 1 and 4.
+// The skip ops (residual add, 2x2 max pooling, nearest 2x upsampling), fp32 and bf16, and a
+// transposed convolution's bias and its gradient, at a U-Net's levels from 512x512 with 32
+// channels down to 32x32 with 512, batch 1 and 4.
 TEST(KernelGeometry, SkipOpsFillAGpuAtUNetShapes) {
   int checked = 0;
   for (int64_t batch : {1, 4})
@@ -156,13 +157,18 @@ TEST(KernelGeometry, SkipOpsFillAGpuAtUNetShapes) {
                               Case{at + "max_pool2x2_forward", kernels::max_pool2x2_forward(n / 4, bytes), n / 4},
                               Case{at + "max_pool2x2_backward", kernels::max_pool2x2_backward(n, bytes), n},
                               Case{at + "upsample2x_forward", kernels::upsample2x_forward(4 * n, bytes), 4 * n},
-                              Case{at + "upsample2x_backward", kernels::upsample2x_backward(n, bytes), n}}) {
+                              Case{at + "upsample2x_backward", kernels::upsample2x_backward(n, bytes), n},
+                              Case{at + "add_channel_bias", kernels::add_channel_bias(n, c), n}}) {
           EXPECT_THAT(problems(k), IsEmpty());
           ++checked;
         }
       }
+      std::vector<Case> sums;
+      add_channel_sums(sums, "channel_sums_f32 (transposed convolution's bias gradient)",
+                       kernels::channel_sums_f32(batch, c, hw * hw, true), batch, c, hw * hw);
+      for (const Case& k : sums) EXPECT_THAT(problems(k), IsEmpty());
     }
-  EXPECT_EQ(checked, 2 * 5 * 2 * 5);
+  EXPECT_EQ(checked, 2 * 5 * 2 * 6);
 }
 
 // The reductions at Linear and small-image shapes, both paths and the boundary between them:

@@ -242,6 +242,14 @@ class CudaBackend final : public Backend {
     cu::use_device(device_);
     cu::launch_upsample2x_backward(stream_, s, dy, dx);
   }
+  void add_channel_bias(int64_t n, int64_t channels, int64_t inner, const float* b, float* y) override {
+    cu::use_device(device_);
+    cu::launch_add_channel_bias(stream_, n, channels, inner, b, y);
+  }
+  void channel_sums(int64_t n, int64_t channels, int64_t inner, const float* dy, float* db, bool accumulate) override {
+    cu::use_device(device_);
+    cu::launch_channel_sums(stream_, n, channels, inner, dy, db, accumulate, partials_);
+  }
   void add_bf16(int64_t n, const Bf16* a, const Bf16* b, Bf16* y) override {
     cu::use_device(device_);
     cu::launch_add(stream_, n, a, b, y);

@@ -127,6 +127,12 @@ void launch_column_sums(cudaStream_t stream, int64_t rows, int64_t cols, const f
                               scratch);
 }
 
+void launch_channel_sums(cudaStream_t stream, int64_t outer, int64_t channels, int64_t inner, const float* dy, float* db,
+                         bool accumulate, PartialsScratch& scratch) {
+  channel_sums<float, double>(stream, kernels::channel_sums_f32(outer, channels, inner, accumulate), outer, channels, inner,
+                              dy, db, accumulate, scratch);
+}
+
 void launch_channel_sums_bf16(cudaStream_t s, int64_t outer, int64_t channels, int64_t inner, const Bf16* dy,
                               float* db, bool accumulate, PartialsScratch& scratch) {
   channel_sums<__nv_bfloat16, float>(s, kernels::channel_sums_bf16(outer, channels, inner, accumulate), outer,

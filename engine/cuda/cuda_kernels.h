@@ -44,6 +44,10 @@ void launch_broadcast_rows(cudaStream_t stream, int64_t rows, int64_t cols, cons
 void launch_column_sums(cudaStream_t stream, int64_t rows, int64_t cols, const float* dy, float* db,
                         bool accumulate, PartialsScratch& scratch);
 
+// db[c] (+)= sum over NCHW dy [outer, channels, inner] of channel c, in double (ChannelSums).
+void launch_channel_sums(cudaStream_t stream, int64_t outer, int64_t channels, int64_t inner, const float* dy, float* db,
+                         bool accumulate, PartialsScratch& scratch);
+
 // Scratch the MSE reduction needs: one double per block plus a completion counter that must
 // start at zero (the kernel leaves it at zero again).
 constexpr int kMseMaxBlocks = kernels::kMseMaxBlocks;

@@ -92,6 +92,10 @@ __global__ void upsample_backward_kernel(int64_t n, int64_t h, int64_t w, const 
   }
 }
 
+__global__ void add_channel_bias_kernel(int64_t n, int64_t channels, int64_t inner, const float* b, float* y) {
+  PB_GRID_LOOP(i, n) y[i] += b[(i / inner) % channels];
+}
+
 const bf* B(const Bf16* p) { return reinterpret_cast<const bf*>(p); }
 bf* B(Bf16* p) { return reinterpret_cast<bf*>(p); }
 const float* B(const float* p) { return p; }
@@ -144,6 +148,12 @@ void launch_max_pool2x2_backward(cudaStream_t st, const Planes& s, const float* 
 void launch_upsample2x_forward(cudaStream_t st, const Planes& s, const float* x, float* y) { upsample_forward_on(st, s, x, y); }
 void launch_upsample2x_backward(cudaStream_t st, const Planes& s, const float* dy, float* dx) {
   upsample_backward_on(st, s, dy, dx);
+}
+void launch_add_channel_bias(cudaStream_t st, int64_t n, int64_t channels, int64_t inner, const float* b, float* y) {
+  const int64_t total = n * channels * inner;
+  if (total <= 0) return;
+  add_channel_bias_kernel<<<grid(kernels::add_channel_bias(total, channels)), kThreads, 0, st>>>(total, channels, inner, b, y);
+  CUDA_CHECK_LAST();
 }
 void launch_add(cudaStream_t st, int64_t n, const Bf16* a, const Bf16* b, Bf16* y) { add_on(st, n, a, b, y); }
 void launch_max_pool2x2_forward(cudaStream_t st, const Planes& s, const Bf16* x, Bf16* y) { pool_forward_on(st, s, x, y); }
