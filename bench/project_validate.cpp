@@ -146,20 +146,8 @@ void load_saved_profiles(const std::string& prefix_flag, std::vector<pj::Profile
                                  prefix_flag, base, dir.string()));
 }
 
-}  // namespace
-
-int project_validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profile> profiles) {
-  namespace ctx = reports::schema::context;
-  const reports::RunFile run = reports::load_run_json(f.str("validate"));
-  const RunSetup rs = run_setup(run);
-  const std::string& scaling = rs.scaling;
-  const int fixed_micro = rs.fixed_micro, fixed_threads = rs.fixed_threads, world = rs.world, cores = rs.cores;
-  const std::string& precision = rs.precision;
-  if (run.context_value(ctx::device_kind.name) != m.kind)
-    throw UsageError(fmt::format("--validate {}: the run is on {} but --machine {} describes {}", run.source,
-                                 run.context_value(ctx::device_kind.name), m.source, m.kind));
-  if (m.shared_cores > 0 && cores > 0 && cores != m.shared_cores)
-    fmt::print(stderr, "parbench project: warning: the run's machine has {} cores, {} says {}\n", cores, m.source, m.shared_cores);
+// The run's measured configurations: each benchmark's median and its timed iterations.
+std::vector<Measured> measured_of(const reports::RunFile& run, const std::string& scaling) {
   std::vector<Measured> meas;
   for (const reports::Benchmark& b : reports::collect_benchmarks(run)) {
     const auto n = reports::parse_bench_name(b.name);
@@ -170,82 +158,133 @@ int project_validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profi
     meas.push_back({b.name, n->strategy, n->devices, scaling == "weak" ? n->batch * n->devices : n->batch, *med, std::move(times)});
   }
   if (meas.empty()) throw UsageError(fmt::format("--validate {}: no measured benchmark in the run", run.source));
-  auto threads_of = [&](int devices) {
-    if (world > 1) return std::max(1, (fixed_threads > 0 ? fixed_threads : std::max(1, cores / world)));
-    return m.threads_per_worker(devices, fixed_threads);
-  };
+  return meas;
+}
+
+// One configuration predicted: the measurement, the threads a worker had, the prediction, the
+// configuration priced and the profile it was priced from.
+struct Row {
+  const Measured* x;
+  int threads;
+  pj::Prediction r;
+  pj::Config c;
+  const pj::Profile* use;
+};
+
+// A run and the profiles it is predicted from: how each configuration ran (threads, workers at
+// once, micro-batches, options), the profiles timed or loaded, and each configuration's prediction.
+class Validation {
+ public:
+  Validation(const Flags& f, const pj::Machine& m, std::vector<pj::Profile> profiles)
+      : f_(f), m_(m), run_(reports::load_run_json(f.str("validate"))), rs_(run_setup(run_)), profiles_(std::move(profiles)),
+        reps_(static_cast<int>(f.integer("reps"))), rounds_(static_cast<int>(f.integer("profile-rounds"))) {
+    namespace ctx = reports::schema::context;
+    if (run_.context_value(ctx::device_kind.name) != m.kind)
+      throw UsageError(fmt::format("--validate {}: the run is on {} but --machine {} describes {}", run_.source,
+                                   run_.context_value(ctx::device_kind.name), m.source, m.kind));
+    if (m.shared_cores > 0 && rs_.cores > 0 && rs_.cores != m.shared_cores)
+      fmt::print(stderr, "parbench project: warning: the run's machine has {} cores, {} says {}\n", rs_.cores, m.source,
+                 m.shared_cores);
+    meas_ = measured_of(run_, rs_.scaling);
+    if (f.has("load-profile")) load_saved_profiles(f.str("load-profile"), profiles_, parts_);
+    if (profiles_.empty()) time_workload();
+    for (const pj::Profile& p : profiles_)  // a profile of another precision would price other kernels
+      if (p.precision != rs_.precision)
+        throw UsageError(fmt::format("--validate {}: the run computed in {}, but profile {} was timed in {}", run_.source,
+                                     rs_.precision, p.source.empty() ? std::string("(timed here)") : p.source, p.precision));
+  }
+
+  const reports::RunFile& run() const { return run_; }
+  const std::vector<Measured>& measured() const { return meas_; }
+
+  // Its prediction, priced from the profile that times it as the run ran it: layer by layer or
+  // stage by stage where the run runs them apart (projection::timing_of says which), timed here
+  // the first time a kind is needed.
+  Row predict(const Measured& x) {
+    const pj::Config c = config_of(x);
+    const int t = threads_of(x.devices);
+    pj::Options o;
+    o.threads_per_worker = t;
+    o.busy_seconds = busy_curve(profiles_, t);
+    const pj::Profile& base = profile_for(profiles_, t, concurrent_of(x.devices));
+    const pj::Timing timing = pj::timing_of(timed_plan_ ? *timed_plan_ : pj::net_of(base), c);
+    const pj::Profile* layers = timing.kind == pj::Timing::Layers ? layerwise(timing, t, base) : nullptr;
+    const pj::Profile* stages = timing.kind == pj::Timing::Stages ? stagewise(timing, c, t, base) : nullptr;
+    const bool missing = (timing.kind == pj::Timing::Layers && !layers) || (timing.kind == pj::Timing::Stages && timing.stages > 1 && !stages);
+    if (f_.has("load-profile") && missing)
+      fmt::print(stderr, "parbench project: warning: --load-profile {} has no {} profile for {}; predicted from the whole-net profile\n",
+                 f_.str("load-profile"), timing.kind == pj::Timing::Layers ? "layer-by-layer" : "stage-by-stage", x.name);
+    const pj::Profile& use = layers ? *layers : stages ? *stages : base;
+    return {&x, t, pj::predict(use, m_, c, o), c, &use};
+  }
+
+ private:
+  int threads_of(int devices) const {
+    if (rs_.world > 1) return std::max(1, (rs_.fixed_threads > 0 ? rs_.fixed_threads : std::max(1, rs_.cores / rs_.world)));
+    return m_.threads_per_worker(devices, rs_.fixed_threads);
+  }
   // Workers computing side by side on this machine: the run's workers (in-process or MPI ranks),
   // at most as many as the cores run at once. Beyond that the simulator shares the cores among
   // the busy workers in proportion: timed side by side, more workers than cores take turns
-  // between calls, and a layer call shorter than a time slice then measures at full speed
-  // (linear's on 4 workers over 2 cores: predicted 17-45% too fast).
-  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  auto concurrent_of = [&](int devices) {
-    if (world > 1) return world;
-    return std::max(1, std::min({devices, m.devices_per_node, std::max(1, hw / threads_of(devices))}));
-  };
-  auto micro_of = [&](int64_t global) {
-    return fixed_micro > 0 ? fixed_micro : static_cast<int>(std::min<int64_t>(4, global));
-  };
-  auto config_of = [&](const Measured& x) {
+  // between calls, and a layer call shorter than a time slice then measures at full speed.
+  int concurrent_of(int devices) const {
+    if (rs_.world > 1) return rs_.world;
+    const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    return std::max(1, std::min({devices, m_.devices_per_node, std::max(1, hw / threads_of(devices))}));
+  }
+  pj::Config config_of(const Measured& x) const {
     pj::Config c;
     c.strategy = x.strategy;
     c.devices = x.devices;
     c.global_batch = x.global;
-    c.micro_batches = micro_of(x.global);
-    c.bucket_bytes = rs.bucket_mb * kMiB;
-    c.first_bucket_bytes = rs.first_bucket_mb * kMiB;
-    c.cap_micro_batches = fixed_micro == 0;  // the run's default: min(4, batch), capped per replica
-    c.virtual_stages = rs.virtual_stages;
-    if (takes_reduce_dtype(x.strategy)) c.reduce_dtype = rs.reduce_dtype;
-    if (takes_param_dtype(x.strategy)) c.param_dtype = rs.param_dtype;
-    pj::set_balance(c, rs.balance, run.source + ": context \"balance\"");
+    c.micro_batches = rs_.fixed_micro > 0 ? rs_.fixed_micro : static_cast<int>(std::min<int64_t>(4, x.global));
+    c.bucket_bytes = rs_.bucket_mb * kMiB;
+    c.first_bucket_bytes = rs_.first_bucket_mb * kMiB;
+    c.cap_micro_batches = rs_.fixed_micro == 0;  // the run's default: min(4, batch), capped per replica
+    c.virtual_stages = rs_.virtual_stages;
+    if (takes_reduce_dtype(x.strategy)) c.reduce_dtype = rs_.reduce_dtype;
+    if (takes_param_dtype(x.strategy)) c.param_dtype = rs_.param_dtype;
+    pj::set_balance(c, rs_.balance, run_.source + ": context \"balance\"");
     return c;
-  };
-  // Layers are timed alone (or as slices) only when this command times the workload itself.
-  std::optional<NetPlan> timed_plan;
-  PartProfiles parts;
-  auto& layerwise_profiles = parts.layerwise;
-  auto& stagewise_profiles = parts.stagewise;
-  const int reps = static_cast<int>(f.integer("reps")), rounds = static_cast<int>(f.integer("profile-rounds"));
+  }
   // --save-profile: PREFIX-<what>threadsT-workersK.json
-  auto save_profile = [&](const std::string& what, const pj::Profile& p, int threads, int concurrent) {
-    if (!f.has("save-profile")) return;
-    const std::string file = fmt::format("{}-{}threads{}-workers{}.json", f.str("save-profile"), what, threads, concurrent);
+  void save_profile(const std::string& what, const pj::Profile& p, int threads, int concurrent) const {
+    if (!f_.has("save-profile")) return;
+    const std::string file = fmt::format("{}-{}threads{}-workers{}.json", f_.str("save-profile"), what, threads, concurrent);
     write_file_atomic(file, pj::profile_json(p).dump(1) + "\n");
     fmt::print(stderr, "parbench project: wrote {}\n", file);
-  };
-  if (f.has("load-profile")) load_saved_profiles(f.str("load-profile"), profiles, parts);
-  if (profiles.empty()) {
-    // Time the run's own workload here, at every thread count and batch piece it needs.
+  }
+
+  // Times the run's own workload here, at every thread count and batch piece its configurations
+  // need, with the numbers of workers that compute at once -- each, and one worker alone, for the
+  // slowdown curve (busy_seconds). Batch by batch, the worker counts in turn, all of it `rounds`
+  // times: a load that drifts meanwhile touches each alike, and a slow spell only one round.
+  void time_workload() {
+    namespace ctx = reports::schema::context;
     WorkloadOptions wo;
-    const std::string params = run.context_value(ctx::workload_params.name);
+    const std::string params = run_.context_value(ctx::workload_params.name);
     if (!params.empty() && std::sscanf(params.c_str(), "image %ld, width %lf", &wo.image, &wo.width) != 2)
-      throw UsageError(fmt::format("{}: context \"workload_params\" is \"{}\", expected \"image N, width W\"", run.source, params));
-    const NetSpec net = resolve_workload(run.context_value(ctx::workload_source.name, run.context_value(ctx::workload.name)), wo);
+      throw UsageError(fmt::format("{}: context \"workload_params\" is \"{}\", expected \"image N, width W\"", run_.source, params));
+    const NetSpec net = resolve_workload(run_.context_value(ctx::workload_source.name, run_.context_value(ctx::workload.name)), wo);
     const NetPlan plan = plan_net(net);
-    timed_plan = plan;
-    // Per thread count: the batch pieces its configurations need, and the numbers of workers that
-    // compute at once -- each timed, and one worker alone, for the slowdown curve (busy_seconds).
+    timed_plan_ = plan;
     std::map<int, std::vector<int64_t>> need;
     std::map<int, std::set<int>> together;
-    for (const Measured& x : meas) {
+    for (const Measured& x : meas_) {
       const int t = threads_of(x.devices);
-      auto& v = need[t];
       together[t].insert({1, concurrent_of(x.devices)});
-      for (int64_t c : pj::batch_pieces(plan, config_of(x))) v.push_back(c);
+      for (int64_t c : pj::batch_pieces(plan, config_of(x))) need[t].push_back(c);
     }
     for (auto& [t, v] : need) {
       std::sort(v.begin(), v.end());
       v.erase(std::unique(v.begin(), v.end()), v.end());
       fmt::print(stderr, "parbench project: timing {}'s layers with {} thread(s), {} worker(s) at once, at batch {}\n", net.name,
                  t, fmt::join(together[t], " / "), fmt::join(v, ","));
-      // Batch by batch, the worker counts in turn, all of it `rounds` times: a load that drifts
-      // meanwhile touches each alike, and a slow spell only one round (the median of them).
       std::map<std::pair<int, int64_t>, std::vector<pj::Profile>> timed;
-      for (int round = 0; round < rounds; ++round)
+      for (int round = 0; round < rounds_; ++round)
         for (int64_t b : v)
-          for (int k : together[t]) timed[{k, b}].push_back(engine_profile(plan, net.name, {b}, t, reps, k, parse_precision(precision)));
+          for (int k : together[t])
+            timed[{k, b}].push_back(engine_profile(plan, net.name, {b}, t, reps_, k, parse_precision(rs_.precision)));
       std::map<int, pj::Profile> by_k;
       for (int64_t b : v)
         for (int k : together[t]) {
@@ -255,82 +294,68 @@ int project_validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profi
         }
       for (auto& [k, p] : by_k) {
         p.context["workload_params"] = params;
-        profiles.push_back(std::move(p));
+        profiles_.push_back(std::move(p));
       }
     }
-    for (const pj::Profile& p : profiles) save_profile("", p, p.threads, p.concurrent);
+    for (const pj::Profile& p : profiles_) save_profile("", p, p.threads, p.concurrent);
   }
-  for (const pj::Profile& p : profiles)  // a profile of another precision would price other kernels
-    if (p.precision != precision)
-      throw UsageError(fmt::format("--validate {}: the run computed in {}, but profile {} was timed in {}", run.source, precision,
-                                   p.source.empty() ? std::string("(timed here)") : p.source, p.precision));
-  std::string out = fmt::format(
-      "## Validation: {} against {} (projected on {})\n\n"
-      "| configuration | threads/worker | measured ms | predicted ms | error | compute ms | exposed comm ms | idle ms |\n"
-      "|---|--:|--:|--:|--:|--:|--:|--:|\n",
-      run.source, m.source, m.name);
-  struct Row {
-    const Measured* x;
-    int threads;
-    pj::Prediction r;
-    pj::Config c;
-    const pj::Profile* use;
-  };
-  std::vector<Row> got;
-  for (const Measured& x : meas) {
-    const pj::Config c = config_of(x);
-    const int t = threads_of(x.devices);
-    pj::Options o;
-    o.threads_per_worker = t;
-    o.busy_seconds = busy_curve(profiles, t);
-    const pj::Profile& base = profile_for(profiles, t, concurrent_of(x.devices));
-    // Layers or stages that the run runs apart are timed apart (projection::timing_of says which).
-    const pj::Timing timing = pj::timing_of(timed_plan ? *timed_plan : pj::net_of(base), c);
-    const bool layerwise = timing.kind == pj::Timing::Layers;
-    const int slices = timing.slices;
-    const bool tp = timing.tp;
-    const std::tuple<int, int, int, bool> key{slices, t, base.concurrent, tp};
-    if (layerwise && timed_plan && !layerwise_profiles.count(key)) {
-      fmt::print(stderr, "parbench project: timing layer by layer ({} channel slice(s){}, {} worker(s) at once)\n", slices,
-                 tp ? ", ReLUs and layout copies as tp runs them" : "", base.concurrent);
-      const pj::Profile& lp = layerwise_profiles.emplace(key, layerwise_profile(base, *timed_plan, slices, reps, rounds, tp)).first->second;
-      save_profile(fmt::format("{}{}-", tp ? "tp" : "layers", slices), lp, t, base.concurrent);
+
+  // The layer-by-layer profile (slices, tp's ReLUs and copies) of this timing, timed the first
+  // time where the workload is timed here; null where there is none.
+  const pj::Profile* layerwise(const pj::Timing& timing, int t, const pj::Profile& base) {
+    const std::tuple<int, int, int, bool> key{timing.slices, t, base.concurrent, timing.tp};
+    if (timed_plan_ && !parts_.layerwise.count(key)) {
+      fmt::print(stderr, "parbench project: timing layer by layer ({} channel slice(s){}, {} worker(s) at once)\n", timing.slices,
+                 timing.tp ? ", ReLUs and layout copies as tp runs them" : "", base.concurrent);
+      const pj::Profile& lp =
+          parts_.layerwise.emplace(key, layerwise_profile(base, *timed_plan_, timing.slices, reps_, rounds_, timing.tp)).first->second;
+      save_profile(fmt::format("{}{}-", timing.tp ? "tp" : "layers", timing.slices), lp, t, base.concurrent);
     }
-    const auto lw_it = layerwise_profiles.find(key);
-    const bool staged = timing.kind == pj::Timing::Stages;
-    const int stages = timing.stages;
-    const std::tuple<int, int, int> skey{stages, t, base.concurrent};
-    if (staged && stages > 1 && timed_plan && !stagewise_profiles.count(skey)) {
+    const auto it = parts_.layerwise.find(key);
+    return it == parts_.layerwise.end() ? nullptr : &it->second;
+  }
+  // The stage-by-stage profile of this timing, likewise (timed for more than one stage).
+  const pj::Profile* stagewise(const pj::Timing& timing, const pj::Config& c, int t, const pj::Profile& base) {
+    const std::tuple<int, int, int> key{timing.stages, t, base.concurrent};
+    if (timing.stages > 1 && timed_plan_ && !parts_.stagewise.count(key)) {
       std::vector<std::pair<int, int>> ranges;
       try {
-        ranges = pj::stage_ranges(*timed_plan, c, &base);
+        ranges = pj::stage_ranges(*timed_plan_, c, &base);
       } catch (const UsageError&) {  // more stages than layers: the prediction says so
       }
       if (!ranges.empty()) {
-        fmt::print(stderr, "parbench project: timing stage by stage ({} stages, {} worker(s) at once)\n", stages, base.concurrent);
-        const pj::Profile& sp = stagewise_profiles.emplace(skey, stagewise_profile(base, *timed_plan, ranges, reps, rounds)).first->second;
-        save_profile(fmt::format("stages{}-", stages), sp, t, base.concurrent);
+        fmt::print(stderr, "parbench project: timing stage by stage ({} stages, {} worker(s) at once)\n", timing.stages,
+                   base.concurrent);
+        const pj::Profile& sp =
+            parts_.stagewise.emplace(key, stagewise_profile(base, *timed_plan_, ranges, reps_, rounds_)).first->second;
+        save_profile(fmt::format("stages{}-", timing.stages), sp, t, base.concurrent);
       }
     }
-    const auto sw_it = stagewise_profiles.find(skey);
-    if (f.has("load-profile") && ((layerwise && lw_it == layerwise_profiles.end()) || (staged && stages > 1 && sw_it == stagewise_profiles.end())))
-      fmt::print(stderr, "parbench project: warning: --load-profile {} has no {} profile for {}; predicted from the whole-net profile\n",
-                 f.str("load-profile"), layerwise ? "layer-by-layer" : "stage-by-stage", x.name);
-    const pj::Profile& use = layerwise && lw_it != layerwise_profiles.end() ? lw_it->second
-                             : staged && sw_it != stagewise_profiles.end() ? sw_it->second
-                                                                           : base;
-    got.push_back({&x, t, pj::predict(use, m, c, o), c, &use});
+    const auto it = parts_.stagewise.find(key);
+    return it == parts_.stagewise.end() ? nullptr : &it->second;
   }
-  // --anchor: the machine's speed while the run was measured against while the profile was timed,
-  // from the one-device regular run; every prediction is scaled by it, and that row is left out.
-  double scale = 1;
-  const Row* anchor = nullptr;
-  if (f.has("anchor")) {
-    for (const Row& g : got)
-      if (g.x->strategy == "regular" && g.x->devices == 1 && g.r.feasible) anchor = &g;
-    if (!anchor) throw UsageError(fmt::format("--anchor: {} has no regular run on one device to anchor to", run.source));
-    scale = anchor->x->seconds / anchor->r.step_s;
-  }
+
+  const Flags& f_;
+  const pj::Machine& m_;
+  const reports::RunFile run_;
+  const RunSetup rs_;
+  std::vector<pj::Profile> profiles_;
+  const int reps_, rounds_;
+  std::vector<Measured> meas_;
+  std::optional<NetPlan> timed_plan_;  // the workload, where this command times it itself
+  PartProfiles parts_;
+};
+
+// --anchor: the machine's speed while the run was measured against while the profile was timed,
+// from the one-device regular run's measured time over its prediction; that row is left out.
+double anchor_scale(const std::vector<Row>& got, const std::string& source, const Row** anchor) {
+  for (const Row& g : got)
+    if (g.x->strategy == "regular" && g.x->devices == 1 && g.r.feasible) *anchor = &g;
+  if (!*anchor) throw UsageError(fmt::format("--anchor: {} has no regular run on one device to anchor to", source));
+  return (*anchor)->x->seconds / (*anchor)->r.step_s;
+}
+
+std::vector<Checked> checked_rows(const std::vector<Row>& got, double scale, const Row* anchor) {
   std::vector<Checked> checked;
   for (const Row& g : got) {
     Checked k;
@@ -347,6 +372,20 @@ int project_validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profi
     k.anchor = &g == anchor;
     checked.push_back(std::move(k));
   }
+  return checked;
+}
+
+}  // namespace
+
+int project_validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profile> profiles) {
+  Validation v(f, m, std::move(profiles));
+  const reports::RunFile& run = v.run();
+  std::vector<Row> got;
+  for (const Measured& x : v.measured()) got.push_back(v.predict(x));
+  double scale = 1;
+  const Row* anchor = nullptr;
+  if (f.has("anchor")) scale = anchor_scale(got, run.source, &anchor);
+  const std::vector<Checked> checked = checked_rows(got, scale, anchor);
   const std::string tail =
       anchor ? fmt::format("Anchored: every prediction x {:.3f}, the one-device regular run's measured time over its prediction "
                            "(the machine's speed while the run was measured against while the profile was timed); that row is "
@@ -359,6 +398,11 @@ int project_validate(const Flags& f, const pj::Machine& m, std::vector<pj::Profi
   json per_action = json::array();
   const std::filesystem::path run_dir = std::filesystem::path(f.str("validate")).parent_path();
   const std::string by_action = per_action_report(run_dir.empty() ? "." : run_dir.string(), actions, &per_action);
+  const std::string out = fmt::format(
+      "## Validation: {} against {} (projected on {})\n\n"
+      "| configuration | threads/worker | measured ms | predicted ms | error | compute ms | exposed comm ms | idle ms |\n"
+      "|---|--:|--:|--:|--:|--:|--:|--:|\n",
+      run.source, m.source, m.name);
   json extra = {{"run", run.source}, {"machine", m.source}, {"anchor_scale", scale}};
   if (!per_action.empty()) extra["per_action"] = per_action;
   report_validation(f, out, checked, "measured = the run's median ms/iteration", tail + by_action, extra);
