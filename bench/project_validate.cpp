@@ -210,7 +210,8 @@ class Validation {
     const pj::Timing timing = pj::timing_of(timed_plan_ ? *timed_plan_ : pj::net_of(base), c);
     const pj::Profile* layers = timing.kind == pj::Timing::Layers ? layerwise(timing, t, base) : nullptr;
     const pj::Profile* stages = timing.kind == pj::Timing::Stages ? stagewise(timing, c, t, base) : nullptr;
-    const bool missing = (timing.kind == pj::Timing::Layers && !layers) || (timing.kind == pj::Timing::Stages && timing.stages > 1 && !stages);
+    const bool missing = (timing.kind == pj::Timing::Layers && !layers) ||
+                         (timing.kind == pj::Timing::Stages && timing.stages > 1 && !stages);
     if (f_.has("load-profile") && missing)
       fmt::print(stderr, "parbench project: warning: --load-profile {} has no {} profile for {}; predicted from the whole-net profile\n",
                  f_.str("load-profile"), timing.kind == pj::Timing::Layers ? "layer-by-layer" : "stage-by-stage", x.name);

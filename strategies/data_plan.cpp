@@ -239,7 +239,8 @@ Plan plan_fsdp(const NetPlan& net, const StrategyOptions& o, int64_t batch, cons
       if (u > 0) max_in = std::max(max_in, c * numel_of(net.layers[units[u].begin].in));
     }
     if (scratch > 0) b.buffer(r, BufferRole::Scratch, -1, scratch);
-    if (bf16 && c > 0 && !(param16 && S > 1)) b.buffer(r, BufferRole::ParamCopy, -1, largest * static_cast<int64_t>(sizeof(Bf16)), DType::Bf16);
+    if (bf16 && c > 0 && !(param16 && S > 1))
+      b.buffer(r, BufferRole::ParamCopy, -1, largest * static_cast<int64_t>(sizeof(Bf16)), DType::Bf16);
     for (int k = 0; k < 2 && max_in > 0; ++k) s.buf(BufferRole::InputGrad, max_in, k);
     auto gathered = [&](int u) {
       const int index = !reshard ? u : prefetch ? u % 2 : -1;  // zero2: a unit's own; fsdp-prefetch: a slot

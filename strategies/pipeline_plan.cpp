@@ -203,27 +203,27 @@ struct StageEmitter {
 };
 
 // What a worker's Sequentials keep beside their slots, once its actions are made: a later stage's
-// pair of input gradients (both, though one backward uses one), one backward scratch for all its chunks (and, where the first backward runs fewer samples than a later one,
-// the smaller scratch it outgrows, alive for a moment), each chunk's bf16 parameter copy, dp x pp's
-// bf16 gradient staging, and the bf16 transfer staging its sends and receives take.
+// pair of input gradients (both, though one backward uses one), one backward scratch for all its
+// chunks (and, where the first backward runs fewer samples than a later one, the smaller scratch
+// it outgrows, alive for a moment), each chunk's bf16 parameter copy, dp x pp's bf16 gradient
+// staging, and the bf16 transfer staging its sends and receives take.
 void stage_keeps(PlanBuilder& b, const StrategyOptions& o, int w, const std::vector<StageEmitter>& chunks, bool replicated) {
+  constexpr int64_t kH = sizeof(Bf16);
   int64_t scratch = 0, regrow = 0;
   for (const StageEmitter& e : chunks) {
     for (int k = 0; k < 2 && e.s > 0; ++k) b.buffer(w, BufferRole::InputGrad, k, e.sizes[0] * e.in * kF, DType::F32, e.chunk);
-    const int64_t most = e.sizes[0], np = e.keeps(1).param_copy / static_cast<int64_t>(sizeof(Bf16));
+    const int64_t most = e.sizes[0];
     scratch = std::max(scratch, e.keeps(most).scratch);
     if (e.first_backward > 0 && e.first_backward < most) regrow = std::max(regrow, e.keeps(e.first_backward).scratch / 2);
-    if (np > 0) b.buffer(w, BufferRole::ParamCopy, -1, np * static_cast<int64_t>(sizeof(Bf16)), DType::Bf16, e.chunk);
     int64_t params = 0;
     for (int i = e.begin; i < e.end; ++i) params += e.net->layers[i].weight_numel + e.net->layers[i].bias_numel;
-    if (replicated && o.reduce_dtype == DType::Bf16)
-      b.buffer(w, BufferRole::Staging, -1, params * static_cast<int64_t>(sizeof(Bf16)), DType::Bf16, e.chunk);
+    if (e.bf16 && params > 0) b.buffer(w, BufferRole::ParamCopy, -1, params * kH, DType::Bf16, e.chunk);
+    if (replicated && o.reduce_dtype == DType::Bf16) b.buffer(w, BufferRole::Staging, -1, params * kH, DType::Bf16, e.chunk);
   }
   if (scratch > 0) b.buffer(w, BufferRole::Scratch, 0, scratch);
   if (regrow > 0) b.buffer(w, BufferRole::Scratch, 1, regrow);
   const std::vector<int64_t> slots = transfer_staging(b.plan(), w);
-  for (std::size_t k = 0; k < slots.size(); ++k)
-    b.buffer(w, BufferRole::Staging, static_cast<int>(k), slots[k] * static_cast<int64_t>(sizeof(Bf16)), DType::Bf16);
+  for (std::size_t k = 0; k < slots.size(); ++k) b.buffer(w, BufferRole::Staging, static_cast<int>(k), slots[k] * kH, DType::Bf16);
 }
 
 // Interleaved 1F1B: worker r's chunk c is stage c * P + r, each chunk a stage's emitter (its

@@ -93,8 +93,9 @@ Plan plan_tp(const NetPlan& net, const StrategyOptions& o, int64_t batch, const 
       widest_in = std::max(widest_in, bsz * numel_of(net.layers[i].in));
       if (s.channels == 0) continue;
       in16 = std::max(in16, bsz * numel_of(net.layers[i].in)), out16 = std::max(out16, bsz * s.k[r] * s.per_sample);
-      if (s.split) widest_gather = std::max(widest_gather, ways * bsz * s.piece * s.per_sample),
-                   widest_local = std::max(widest_local, bsz * s.piece * s.per_sample);
+      if (!s.split) continue;
+      widest_gather = std::max(widest_gather, ways * bsz * s.piece * s.per_sample);
+      widest_local = std::max(widest_local, bsz * s.piece * s.per_sample);
     }
     const int gathered = act(R::Gathered, widest_gather), dy_local = buf(R::LocalOutputGrad, widest_local);
     for (int k = 0; k < 2; ++k) buf(R::InputGrad, widest_in, k);
