@@ -39,6 +39,14 @@ LayerWork layer_work(const LayerPlan& l, int64_t batch, LayerPass pass, int act_
       work.bytes = (pass == LayerPass::Forward ? 2 : 3) * out * act_bytes;
       break;
     case LayerType::Flatten: break;  // a view
+    case LayerType::MaxPool2d:  // forward: a window's 4 in, 1 out; backward: x and dy in, dx out
+      work.flops = 3 * out;
+      work.bytes = (pass == LayerPass::Forward ? in + out : 2 * in + out) * act_bytes;
+      break;
+    case LayerType::Upsample:  // forward: x in, 4 copies out; backward: 4 dy in, their sum out
+      work.flops = pass == LayerPass::Forward ? 0 : 3 * in;
+      work.bytes = (in + out) * act_bytes;
+      break;
   }
   return work;
 }
@@ -127,6 +135,12 @@ const float* Sequential::forward(const float* x, int64_t batch, int slot_id) {
         if (!relu_done) observed_layer(observer_, tracer_, l, batch, bf16_, fwd, [&] { be.relu_forward(out_n, cur, y); });
         break;
       case LayerType::Flatten: break;
+      case LayerType::MaxPool2d:
+        observed_layer(observer_, tracer_, l, batch, bf16_, fwd, [&] { be.max_pool2x2_forward(planes(l, batch), cur, y); });
+        break;
+      case LayerType::Upsample:
+        observed_layer(observer_, tracer_, l, batch, bf16_, fwd, [&] { be.upsample2x_forward(planes(l, batch), cur, y); });
+        break;
     }
     slot.out[j] = y;
     cur_owned = cur_owned || !alias;
@@ -236,6 +250,18 @@ void Sequential::backward_pass(const float* dy, float* dx, bool accumulate, int 
         if (i == begin_ && dx != nullptr)
           be.copy(be.device(), dx, be.device(), gout, static_cast<std::size_t>(batch * numel_of(l.out)) * sizeof(float));
         if (i > begin_) continue;
+        break;
+      case LayerType::MaxPool2d:
+        if (grads_ready) grads_ready(i);
+        if (need_dx)
+          observed_layer(observer_, tracer_, l, batch, bf16_, LayerPass::BackwardData,
+                         [&] { be.max_pool2x2_backward(planes(l, batch), xin, gout, gin); });
+        break;
+      case LayerType::Upsample:
+        if (grads_ready) grads_ready(i);
+        if (need_dx)
+          observed_layer(observer_, tracer_, l, batch, bf16_, LayerPass::BackwardData,
+                         [&] { be.upsample2x_backward(planes(l, batch), gout, gin); });
         break;
     }
     gout = gin;

@@ -65,6 +65,12 @@ const float* Sequential::forward_bf16(const float* x, int64_t batch, int slot_id
         break;
       case LayerType::ReLU: observed_layer(observer_, tracer_, l, batch, bf16_, fwd, [&] { be.relu_forward_bf16(n, cur, y); }); break;
       case LayerType::Flatten: break;
+      case LayerType::MaxPool2d:
+        observed_layer(observer_, tracer_, l, batch, bf16_, fwd, [&] { be.max_pool2x2_forward_bf16(planes(l, batch), cur, y); });
+        break;
+      case LayerType::Upsample:
+        observed_layer(observer_, tracer_, l, batch, bf16_, fwd, [&] { be.upsample2x_forward_bf16(planes(l, batch), cur, y); });
+        break;
     }
     slot.out16[j] = y;
     cur = y;
@@ -143,6 +149,18 @@ void Sequential::backward_bf16(const float* dy, float* dx, bool accumulate, int 
       case LayerType::Flatten:
         if (grads_ready) grads_ready(i);
         gin = const_cast<Bf16*>(gout);  // same memory layout: the gradient passes through
+        break;
+      case LayerType::MaxPool2d:
+        if (grads_ready) grads_ready(i);
+        if (need_dx)
+          observed_layer(observer_, tracer_, l, batch, bf16_, LayerPass::BackwardData,
+                         [&] { be.max_pool2x2_backward_bf16(planes(l, batch), xin, gout, gin); });
+        break;
+      case LayerType::Upsample:
+        if (grads_ready) grads_ready(i);
+        if (need_dx)
+          observed_layer(observer_, tracer_, l, batch, bf16_, LayerPass::BackwardData,
+                         [&] { be.upsample2x_backward_bf16(planes(l, batch), gout, gin); });
         break;
     }
     gout = gin;

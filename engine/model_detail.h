@@ -52,4 +52,7 @@ inline ConvGeom geom(const LayerPlan& l, int64_t batch) {
   return g;
 }
 
+// A pooling or upsampling layer's input, as the backend ops take it.
+inline Planes planes(const LayerPlan& l, int64_t batch) { return {batch, l.in[0], l.in[1], l.in[2]}; }
+
 }  // namespace pb::model_detail

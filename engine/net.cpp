@@ -2,6 +2,7 @@
 #include "engine/net.h"
 
 #include <cmath>
+#include <iterator>
 
 #include "engine/check.h"
 
@@ -13,8 +14,23 @@ const char* layer_type_name(LayerType t) {
     case LayerType::ReLU: return "relu";
     case LayerType::Linear: return "linear";
     case LayerType::Flatten: return "flatten";
+    case LayerType::MaxPool2d: return "maxpool2d";
+    case LayerType::Upsample: return "upsample";
   }
   return "?";
+}
+
+bool parse_layer_type(const std::string& name, LayerType* type) {
+  for (LayerType t : kLayerTypes)
+    if (name == layer_type_name(t)) return *type = t, true;
+  return false;
+}
+
+std::string layer_type_names() {
+  std::string s;
+  for (std::size_t i = 0; i < std::size(kLayerTypes); ++i)
+    s += std::string(i == 0 ? "" : i + 1 == std::size(kLayerTypes) ? " or " : ", ") + layer_type_name(kLayerTypes[i]);
+  return s;
 }
 
 namespace {
@@ -91,6 +107,15 @@ NetPlan plan_net(const NetSpec& net) {
         break;
       case LayerType::Flatten:
         lp.out = {numel_of(cur)};
+        break;
+      case LayerType::MaxPool2d:
+        if (cur.size() != 3 || cur[1] < 2 || cur[2] < 2)
+          bad_layer(nm, i, s.type, fmt::format("expects a [C, H, W] input of at least 2x2, got {}", shape_str(cur)));
+        lp.out = {cur[0], cur[1] / 2, cur[2] / 2};  // an odd last row or column left out, as PyTorch
+        break;
+      case LayerType::Upsample:
+        if (cur.size() != 3) bad_layer(nm, i, s.type, fmt::format("expects a [C, H, W] input, got {}", shape_str(cur)));
+        lp.out = {cur[0], 2 * cur[1], 2 * cur[2]};
         break;
     }
     // Sizes beyond 2^48 values fit no device and would overflow the int64 element counts.

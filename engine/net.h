@@ -10,8 +10,15 @@
 
 namespace pb {
 
-enum class LayerType { Conv2d, ReLU, Linear, Flatten };
+// MaxPool2d: 2x2, stride 2 (torch.nn.MaxPool2d(2)); Upsample: nearest, 2x (torch.nn.Upsample(scale_factor=2)).
+enum class LayerType { Conv2d, ReLU, Linear, Flatten, MaxPool2d, Upsample };
 const char* layer_type_name(LayerType t);
+inline constexpr LayerType kLayerTypes[] = {LayerType::Conv2d, LayerType::ReLU,      LayerType::Linear,
+                                            LayerType::Flatten, LayerType::MaxPool2d, LayerType::Upsample};
+// The type layer_type_name gives `name`; false when none does.
+bool parse_layer_type(const std::string& name, LayerType* type);
+// "conv2d, relu, linear, flatten, maxpool2d or upsample", for messages.
+std::string layer_type_names();
 
 struct LayerSpec {
   LayerType type = LayerType::ReLU;

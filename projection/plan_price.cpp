@@ -14,15 +14,12 @@
 namespace pb::projection {
 
 NetPlan net_of(const Profile& p) {
-  static const std::map<std::string, LayerType> types = {
-      {"conv2d", LayerType::Conv2d}, {"linear", LayerType::Linear}, {"relu", LayerType::ReLU}, {"flatten", LayerType::Flatten}};
   NetPlan plan;
   for (const LayerProfile& l : p.layers) {
     LayerPlan lp;
     lp.index = static_cast<int>(plan.layers.size());
-    const auto t = types.find(l.type);
-    if (t == types.end()) throw UsageError(fmt::format("{}: layer {}: unknown type '{}'", p.source, l.index, l.type));
-    lp.spec.type = t->second;
+    if (!parse_layer_type(l.type, &lp.spec.type))
+      throw UsageError(fmt::format("{}: layer {}: unknown type '{}'", p.source, l.index, l.type));
     lp.in = l.in, lp.out = l.out;
     const bool weighted = lp.spec.type == LayerType::Conv2d || lp.spec.type == LayerType::Linear;
     lp.bias_numel = weighted && !l.out.empty() ? std::min(l.params, l.out.front()) : 0;

@@ -7,6 +7,7 @@
 #include "engine/check.h"
 #include "engine/fsutil.h"
 #include "engine/json_input.h"
+#include "engine/net.h"
 #include "projection/strict_json.h"
 
 namespace pb::projection {
@@ -98,8 +99,8 @@ Profile parse_profile(const std::string& text, const std::string& source) {
     lp.index = l.small_integer("index", 0);
     if (lp.index != static_cast<int>(i)) l.fail(l.at_path("index"), fmt::format("{} (layers in order)", i));
     lp.type = l.str("type");
-    if (lp.type != "conv2d" && lp.type != "relu" && lp.type != "linear" && lp.type != "flatten")
-      l.fail(l.at_path("type"), "conv2d, relu, linear or flatten");
+    LayerType type;
+    if (!parse_layer_type(lp.type, &type)) l.fail(l.at_path("type"), layer_type_names());
     lp.in = l.ints("in", 1);
     lp.out = l.ints("out", 1);
     if (lp.in.empty() || lp.out.empty()) l.fail(l.at_path(lp.in.empty() ? "in" : "out"), "a per-sample shape");

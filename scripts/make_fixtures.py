@@ -29,6 +29,8 @@ def conv(out, k, s=1, p=0):
 
 RELU = {"type": "relu"}
 FLATTEN = {"type": "flatten"}
+POOL = {"type": "maxpool2d"}
+UPSAMPLE = {"type": "upsample"}
 
 # (net description, batch size)
 NETS = [
@@ -53,6 +55,10 @@ NETS = [
     ({"name": "linear", "input": [5],
       "layers": [{"type": "linear", "out_features": 2}],
       "target": "random", "lr": 1e-3}, 30),
+    # Odd sizes: pooling leaves the last row out; upsampling doubles what is left.
+    ({"name": "conv_pool_upsample", "input": [2, 9, 7],
+      "layers": [conv(4, 3, 1, 1), RELU, POOL, conv(6, 3, 1, 1), RELU, UPSAMPLE, conv(2, 3, 1, 1)],
+      "target": "random", "lr": 1e-3}, 3),
     ({"name": "conv_linear", "input": [1, 6, 6],
       "layers": [conv(3, 3, 1, 1), RELU, FLATTEN, {"type": "linear", "out_features": 4}],
       "target": "random", "lr": 1e-3, "weight_decay": 0.01}, 4),
@@ -61,7 +67,7 @@ NETS = [
 
 # Nets of NETS (same seed, so the same initial parameters and batch as their fp32 fixtures) that
 # also get an autocast bf16 trajectory; the tests compare the engine's bf16 run with both.
-BF16_NETS = ["conv_odd", "conv_linear", "conv_stride2"]
+BF16_NETS = ["conv_odd", "conv_linear", "conv_stride2", "conv_pool_upsample"]
 
 
 def train_autocast(model, x, target, lr, weight_decay, steps):

@@ -86,6 +86,16 @@ def build_model(net):
         elif kind == "flatten":
             modules.append(nn.Flatten())
             shape = [math.prod(shape)]
+        elif kind == "maxpool2d":
+            if len(shape) != 3 or shape[1] < 2 or shape[2] < 2:
+                raise ValueError(f"layer {i}: maxpool2d needs a [C, H, W] input of at least 2x2, got {shape}")
+            modules.append(nn.MaxPool2d(2))
+            shape = [shape[0], shape[1] // 2, shape[2] // 2]
+        elif kind == "upsample":
+            if len(shape) != 3:
+                raise ValueError(f"layer {i}: upsample needs a [C, H, W] input, got {shape}")
+            modules.append(nn.Upsample(scale_factor=2, mode="nearest"))
+            shape = [shape[0], 2 * shape[1], 2 * shape[2]]
         elif kind == "linear":
             if len(shape) != 1:
                 raise ValueError(f"layer {i}: linear needs a flat input, got {shape} (add a flatten)")

@@ -222,6 +222,8 @@ double net_loss(const NetPlan& plan, const Vec& params, const Vec& x, const Vec&
       case LayerType::Linear: acts.push_back(linear_forward(batch, l.in[0], l.out[0], in, w, b)); break;
       case LayerType::ReLU: acts.push_back(relu(in)); break;
       case LayerType::Flatten: acts.push_back(in); break;
+      case LayerType::MaxPool2d: acts.push_back(max_pool2x2({batch, l.in[0], l.in[1], l.in[2]}, in)); break;
+      case LayerType::Upsample: acts.push_back(upsample2x({batch, l.in[0], l.in[1], l.in[2]}, in)); break;
     }
   }
   Vec dy;
@@ -247,6 +249,8 @@ double net_loss(const NetPlan& plan, const Vec& params, const Vec& x, const Vec&
         for (std::size_t k = 0; k < dx.size(); ++k) dx[k] = acts[i + 1][k] > 0 ? dy[k] : 0.0;
         break;
       case LayerType::Flatten: dx = dy; break;
+      case LayerType::MaxPool2d: dx = max_pool2x2_backward({batch, l.in[0], l.in[1], l.in[2]}, in, dy); break;
+      case LayerType::Upsample: dx = upsample2x_backward({batch, l.in[0], l.in[1], l.in[2]}, dy); break;
     }
     std::copy(dw.begin(), dw.end(), grad->begin() + l.param_offset);
     std::copy(db.begin(), db.end(), grad->begin() + l.param_offset + l.weight_numel);

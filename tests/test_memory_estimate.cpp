@@ -62,6 +62,8 @@ NetSpec small_net() {
 }
 
 NetSpec example_net() { return load_net_json((test::source_dir() / "workloads/examples/mixed_stride_pad.json").string()); }
+// Pooling and upsampling (odd sizes: a row left out), as the golden fixture has them.
+NetSpec pool_net() { return load_net_json((test::source_dir() / "tests/fixtures/conv_pool_upsample/net.json").string()); }
 
 // Each worker's peak (tensors and workspace) and its tensors' own peak against the estimate's,
 // printed per worker; returns the worst error.
@@ -77,9 +79,12 @@ double check_every_strategy(const NetSpec& net, int64_t batch, Precision precisi
   const auto tp = measured_tp_workspace(bo, cpu(59));
   double worst = 0;
   std::string report;
+  bool tp_takes = true;  // pooling and upsampling have no tensor-parallel form yet
+  for (const LayerPlan& l : plan.layers) tp_takes = tp_takes && l.spec.type != LayerType::MaxPool2d && l.spec.type != LayerType::Upsample;
   for (const Case& c : cases()) {
     // torch.chunk cuts a batch of 6 into 3 pieces, not 4 micro-batches.
     if (c.micro > 3 && batch < 2 * c.micro - 1) continue;
+    if (!tp_takes && (c.strategy == "tp" || c.strategy.find("xtp") != std::string::npos)) continue;
     SCOPED_TRACE(fmt::format("{}: {} x{} {}", net.name, c.strategy, c.devices, precision_name(precision)));
     StrategyOptions o;
     o.devices = c.devices;
@@ -121,8 +126,9 @@ double check_every_strategy(const NetSpec& net, int64_t batch, Precision precisi
 }
 
 TEST(MemoryEstimate, EveryStrategyWithinTenPercentOfTheAllocatorsPeak) {
-  const double a = check_every_strategy(small_net(), 8), b = check_every_strategy(example_net(), 6);
-  std::printf("worst error %.1f%%\n", std::max(a, b) * 100);
+  const double a = check_every_strategy(small_net(), 8), b = check_every_strategy(example_net(), 6),
+               c = check_every_strategy(pool_net(), 6);
+  std::printf("worst error %.1f%%\n", std::max({a, b, c}) * 100);
 }
 
 // bf16 (autocast): each Sequential's bf16 parameter copy, bf16 activations and gradients, and
@@ -130,8 +136,8 @@ TEST(MemoryEstimate, EveryStrategyWithinTenPercentOfTheAllocatorsPeak) {
 TEST(MemoryEstimate, Bf16EveryStrategyWithinTenPercentOfTheAllocatorsPeak) {
   SKIP_WITHOUT_BF16();
   const double a = check_every_strategy(small_net(), 8, Precision::Bf16),
-               b = check_every_strategy(example_net(), 6, Precision::Bf16);
-  std::printf("worst error %.1f%%\n", std::max(a, b) * 100);
+               b = check_every_strategy(example_net(), 6, Precision::Bf16), c = check_every_strategy(pool_net(), 6, Precision::Bf16);
+  std::printf("worst error %.1f%%\n", std::max({a, b, c}) * 100);
 }
 
 // Without a measurement the workspace is the im2col bound: one sample's unfolded input of the

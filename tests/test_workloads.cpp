@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/check.h"
+#include "tests/paths.h"
 #include "workloads/workload.h"
 
 namespace pb {
@@ -91,6 +92,28 @@ TEST(Workloads, JsonErrorsNameTheFileLayerAndField) {
   EXPECT_THAT(error_of(R"({"input": [3, 4, 4], "layers": []})"), HasSubstr("the layer list is empty"));
   EXPECT_THAT(error_of(R"({"input": [3, 4, 4], "layers": [{"type": "relu"}], "lr": -1})"), HasSubstr("\"lr\""));
   EXPECT_THAT(error_of(R"({"inputs": [3, 4, 4], "layers": [{"type": "relu"}]})"), HasSubstr("unknown field \"inputs\""));
+  // Pooling and upsampling: PyTorch's MaxPool2d(2) and Upsample(scale_factor=2) only.
+  EXPECT_THAT(error_of(R"({"input": [3, 4, 4], "target": "random", "layers": [{"type": "maxpool2d", "kernel_size": 3}]})"),
+              HasSubstr("layer 0 (maxpool2d): \"kernel_size\" must be 2"));
+  EXPECT_THAT(error_of(R"({"input": [3, 1, 4], "target": "random", "layers": [{"type": "maxpool2d"}]})"),
+              HasSubstr("layer 0 (maxpool2d): expects a [C, H, W] input of at least 2x2, got (3, 1, 4)"));
+  EXPECT_THAT(error_of(R"({"input": [3, 4, 4], "target": "random", "layers": [{"type": "upsample", "scale_factor": 3}]})"),
+              HasSubstr("layer 0 (upsample): \"scale_factor\" must be 2"));
+  EXPECT_THAT(error_of(R"({"input": [3, 4, 4], "target": "random", "layers": [{"type": "upsample", "mode": "bilinear"}]})"),
+              HasSubstr("layer 0 (upsample): \"mode\" must be \"nearest\""));
+}
+
+// Pooling halves the planes (an odd last row or column left out) and upsampling doubles them, so
+// an hourglass of even size reconstructs its input.
+TEST(Workloads, PoolingAndUpsamplingShapes) {
+  const NetPlan odd = plan_net(load_net_json((test::source_dir() / "tests/fixtures/conv_pool_upsample/net.json").string()));
+  EXPECT_EQ(odd.layers[2].out, (Shape{4, 4, 3}));  // maxpool2d of (4, 9, 7)
+  EXPECT_EQ(odd.layers[5].out, (Shape{6, 8, 6}));  // upsample of (6, 4, 3)
+  EXPECT_EQ(odd.param_count, odd.layers[0].weight_numel + 4 + odd.layers[3].weight_numel + 6 + odd.layers[6].weight_numel + 2);
+  NetSpec hourglass;
+  hourglass.input = {3, 8, 8};
+  hourglass.layers = {LayerSpec{LayerType::MaxPool2d}, LayerSpec{LayerType::Upsample}};
+  EXPECT_EQ(plan_net(hourglass).output, hourglass.input);  // target "input" accepted
 }
 
 TEST(Workloads, UnknownWorkloadAndMissingFile) {

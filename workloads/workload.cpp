@@ -162,8 +162,20 @@ NetSpec parse_net_json(const std::string& text, const std::string& src) {
       s.type = LayerType::ReLU;
     } else if (type == "flatten") {
       s.type = LayerType::Flatten;
+    } else if (type == "maxpool2d") {  // torch.nn.MaxPool2d(2): the only window it takes
+      s.type = LayerType::MaxPool2d;
+      for (const char* k : {"kernel_size", "stride"})
+        if (get_pair(l, src, where + " (maxpool2d)", k, 2, false) != std::pair<int64_t, int64_t>{2, 2})
+          bad(src, where + " (maxpool2d)", fmt::format("\"{}\" must be 2 (2x2 windows of stride 2)", k));
+      allowed = {"type", "kernel_size", "stride"};
+    } else if (type == "upsample") {  // torch.nn.Upsample(scale_factor=2), nearest
+      s.type = LayerType::Upsample;
+      if (get_int(l, src, where + " (upsample)", "scale_factor", 2, false) != 2)
+        bad(src, where + " (upsample)", "\"scale_factor\" must be 2");
+      if (l.contains("mode") && l["mode"] != "nearest") bad(src, where + " (upsample)", "\"mode\" must be \"nearest\"");
+      allowed = {"type", "scale_factor", "mode"};
     } else {
-      bad(src, where, fmt::format("unknown layer type \"{}\" (known: conv2d, relu, linear, flatten)", type));
+      bad(src, where, fmt::format("unknown layer type \"{}\" (known: conv2d, relu, linear, flatten, maxpool2d, upsample)", type));
     }
     for (const auto& [k, v] : l.items())
       if (std::find(allowed.begin(), allowed.end(), k) == allowed.end())
