@@ -72,7 +72,7 @@ int cmd_plan(const std::vector<std::string>& args) {
       const MemoryEstimate m = plan_memory(p, plan);
       std::vector<std::string> each;
       for (std::size_t w = 0; w < m.per_worker.size(); ++w)
-        each.push_back(fmt::format("worker {} {}", w, bytes_label(static_cast<int64_t>(m.per_worker[w]))));
+        each.push_back(fmt::format("worker {} {}", w, bytes_str(m.per_worker[w])));
       os << fmt::format("memory per worker (its buffers, and the im2col bound for the library's workspace): {}\n",
                         fmt::join(each, ", "));
     }

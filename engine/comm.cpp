@@ -26,13 +26,6 @@ const char* coll_kind_name(CollKind k) {
 namespace {
 CommCallObserver g_observer;
 bool g_observed = false;  // g_observer is set; read on every call
-
-// A payload for span names: "640 B", "64 KiB", "3.2 MiB".
-std::string size_str(double bytes) {
-  if (bytes < 1024) return fmt::format("{:.0f} B", bytes);
-  if (bytes < 1024 * 1024) return fmt::format("{:.3g} KiB", bytes / 1024);
-  return fmt::format("{:.3g} MiB", bytes / (1024 * 1024));
-}
 }  // namespace
 
 void set_comm_call_observer(CommCallObserver observer) {
@@ -98,7 +91,7 @@ const CommStats& Communicator::stats(int rank) {
       const std::string idle =
           !named ? std::string() : c.peer >= 0 ? fmt::format("wait for peer {}", c.peer) : "wait for peers";
       const std::string what =
-          named ? fmt::format("{} {}{}", coll_kind_name(c.kind), size_str(static_cast<double>(c.bytes)),
+          named ? fmt::format("{} {}{}", coll_kind_name(c.kind), bytes_str(static_cast<double>(c.bytes)),
                               c.peer >= 0 ? fmt::format(" peer {}", c.peer) : "")
                 : std::string();
       if (d.on_host) {
@@ -171,7 +164,7 @@ void Communicator::timed(int rank, std::size_t bytes, F&& f, CollKind kind, int 
     const std::string what =
         !named ? std::string()
         : (kind == CollKind::AllReduce || kind == CollKind::AllGather) && n <= 0 ? fmt::format("{} completion", coll_kind_name(kind))
-        : fmt::format("{} {}{}", coll_kind_name(kind), size_str(static_cast<double>(n > 0 ? n : 0) * elem),
+        : fmt::format("{} {}{}", coll_kind_name(kind), bytes_str(static_cast<double>(n > 0 ? n : 0) * elem),
                             peer >= 0 ? fmt::format(" peer {}", peer) : "");
     const std::string idle = named ? (peer >= 0 ? fmt::format("wait for peer {}", peer) : std::string("wait for peers")) : std::string();
     if (ranks_[rank]->device().kind != DeviceKind::Cpu && t1 > t0)  // a CPU backend never queues

@@ -3,6 +3,7 @@
 // per-channel bias and its gradient a transposed convolution adds to the convolution's passes.
 // Every loop runs over the values it writes, so no two threads write one value.
 #include <cmath>
+#include <type_traits>
 
 #include "engine/cpu_backend.h"
 #include "engine/cpu_parallel.h"

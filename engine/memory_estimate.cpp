@@ -36,10 +36,8 @@ MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch) {
       largest_out = out;
       m.largest = fmt::format("layer {} ({}), output {}", l.index, layer_type_name(l.spec.type), shape_str(l.out));
     }
-    if (l.spec.type == LayerType::Conv2d)
-      m.workspace = std::max(m.workspace, numel_d(l.in) / static_cast<double>(l.in[1] * l.in[2]) * l.spec.kernel_h *
-                                              l.spec.kernel_w * static_cast<double>(l.out[1] * l.out[2]) * f);
   }
+  m.workspace = im2col_workspace(plan.layers);
   m.grads_and_moments = 3 * m.params;
   m.activations = act * b * f;
   return m;

@@ -14,6 +14,13 @@ int64_t numel_of(const Shape& s) {
   return n;
 }
 
+std::string bytes_str(double bytes) {
+  if (bytes < 1024) return fmt::format("{:.0f} B", bytes);
+  if (bytes < 1024.0 * 1024) return fmt::format("{:.3g} KiB", bytes / 1024);
+  if (bytes < 1024.0 * 1024 * 1024) return fmt::format("{:.3g} MiB", bytes / (1024.0 * 1024));
+  return fmt::format("{:.3g} GiB", bytes / (1024.0 * 1024 * 1024));
+}
+
 std::string shape_str(const Shape& s) {
   std::string out = "(";
   for (std::size_t i = 0; i < s.size(); ++i) {

@@ -19,6 +19,8 @@ using Shape = std::vector<int64_t>;
 
 int64_t numel_of(const Shape& s);
 std::string shape_str(const Shape& s);
+// A size for names and messages: "640 B", "64 KiB", "3.2 MiB", "1.5 GiB" (three significant digits).
+std::string bytes_str(double bytes);
 
 enum class DType { F32, Bf16 };
 const char* dtype_name(DType t);

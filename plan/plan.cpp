@@ -168,13 +168,6 @@ std::string describe(const Plan& p, int worker, int id) {
   return fmt::format("worker {} action {} ({})", worker, id, what(p, list[id]));
 }
 
-std::string bytes_label(int64_t b) {
-  if (b < 1024) return fmt::format("{} B", b);
-  if (b < (int64_t{1} << 20)) return fmt::format("{:.1f} KiB", static_cast<double>(b) / 1024);
-  if (b < (int64_t{1} << 30)) return fmt::format("{:.1f} MiB", static_cast<double>(b) / (1 << 20));
-  return fmt::format("{:.2f} GiB", static_cast<double>(b) / (1 << 30));
-}
-
 void write_plan_text(std::ostream& os, const Plan& p) {
   os << fmt::format("plan of {}: {} worker(s), batch {}, {} micro-batch(es)\n", p.strategy, p.workers, p.batch,
                     p.micro_batches);
@@ -184,7 +177,7 @@ void write_plan_text(std::ostream& os, const Plan& p) {
     os << fmt::format("worker {} (replica {}):\n", w, p.replica[w]);
     std::vector<std::string> kept;  // its buffers, as large as it allocates them
     for (const PlanBuffer& b : p.buffers)
-      if (b.worker == w) kept.push_back(fmt::format("{} {}", buffer_label(b), bytes_label(b.bytes)));
+      if (b.worker == w) kept.push_back(fmt::format("{} {}", buffer_label(b), bytes_str(static_cast<double>(b.bytes))));
     if (!kept.empty()) os << fmt::format("  keeps {}\n", fmt::join(kept, ", "));
     for (const Action& a : p.actions[w]) {
       os << fmt::format("  {:4} {:<9} {}", a.id, lane_name(a.lane), what(p, a));

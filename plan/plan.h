@@ -162,9 +162,6 @@ class PlanBuilder {
   std::vector<int64_t> samples_;
 };
 
-// "512 B", "3.5 KiB", "36.0 MiB", "1.25 GiB".
-std::string bytes_label(int64_t bytes);
-
 // Writers: text (each worker's buffers with their sizes, then one line per action, readable), CSV
 // (one row per action, a header) and JSON
 // (the whole plan; read_plan_json reads it back).

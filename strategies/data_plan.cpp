@@ -67,12 +67,6 @@ struct Whole {
   }
 };
 
-// --reduce-dtype bf16: the communicator's bf16 copy of every gradient (ddp's buckets are all in
-// flight at once; dp's reduce is one call).
-void wire_staging(PlanBuilder& b, int w, const StrategyOptions& o, int64_t params) {
-  if (o.reduce_dtype == DType::Bf16) b.buffer(w, BufferRole::Staging, -1, params * static_cast<int64_t>(sizeof(Bf16)), DType::Bf16);
-}
-
 }  // namespace
 
 Plan plan_regular(const NetPlan& net, const StrategyOptions& o, int64_t batch) {
@@ -100,7 +94,7 @@ Plan plan_dp(const NetPlan& net, const StrategyOptions& o, int64_t batch) {
     b.at(i, chunks[i]);
     const int params = s.params();
     s.keeps();
-    wire_staging(b, i, o, np);
+    gradient_staging(b, i, o, np);
     Action& bc = b.collective(i, CollKind::Broadcast, world, np, np * kF, false);
     bc.root = 0;
     (i == 0 ? bc.reads : bc.writes).push_back(params);
@@ -144,7 +138,7 @@ Plan plan_ddp(const NetPlan& net, const StrategyOptions& o, int64_t batch) {
     Whole s{b, net, i, chunks[i], bf16_of(o)};
     b.at(i, chunks[i]);
     s.keeps();
-    wire_staging(b, i, o, net.param_count);
+    gradient_staging(b, i, o, net.param_count);
     s.forward();
     s.loss(s.acts(), chunks[i]);
     // Backward down to each bucket's lowest layer, then its all-reduce starts (ddp's callback).

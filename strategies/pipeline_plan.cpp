@@ -54,6 +54,7 @@ struct StageEmitter {
   DType wire = DType::F32;
   const NetPlan* net = nullptr;  // sizes the Sequential's buffers
   bool bf16 = false;
+  int64_t param_count = 0;      // the stage's parameters
   int64_t first_backward = 0;  // the samples of its first backward
 
   SequentialBuffers keeps(int64_t n) const { return sequential_buffers(*net, begin, end, n, bf16); }
@@ -215,10 +216,8 @@ void stage_keeps(PlanBuilder& b, const StrategyOptions& o, int w, const std::vec
     const int64_t most = e.sizes[0];
     scratch = std::max(scratch, e.keeps(most).scratch);
     if (e.first_backward > 0 && e.first_backward < most) regrow = std::max(regrow, e.keeps(e.first_backward).scratch / 2);
-    int64_t params = 0;
-    for (int i = e.begin; i < e.end; ++i) params += e.net->layers[i].weight_numel + e.net->layers[i].bias_numel;
-    if (e.bf16 && params > 0) b.buffer(w, BufferRole::ParamCopy, -1, params * kH, DType::Bf16, e.chunk);
-    if (replicated && o.reduce_dtype == DType::Bf16) b.buffer(w, BufferRole::Staging, -1, params * kH, DType::Bf16, e.chunk);
+    if (e.bf16 && e.param_count > 0) b.buffer(w, BufferRole::ParamCopy, -1, e.param_count * kH, DType::Bf16, e.chunk);
+    if (replicated) gradient_staging(b, w, o, e.param_count, e.chunk);
   }
   if (scratch > 0) b.buffer(w, BufferRole::Scratch, 0, scratch);
   if (regrow > 0) b.buffer(w, BufferRole::Scratch, 1, regrow);
@@ -257,7 +256,7 @@ Plan plan_interleaved(const NetPlan& net, const StrategyOptions& o, int64_t batc
       x.grouped = &grouped, x.prev = (r + P - 1) % P, x.next = (r + 1) % P;
       x.chunk = c;
       x.wire = activation_wire(o);
-      x.net = &net, x.bf16 = o.backend.precision == Precision::Bf16;
+      x.net = &net, x.bf16 = o.backend.precision == Precision::Bf16, x.param_count = np[c];
       x.buf(BufferRole::Params, np[c]), x.buf(BufferRole::Grads, np[c]);
     }
     // Megatron's steps: each warm-up forward, each steady forward with its backward, each cool-down
@@ -359,7 +358,7 @@ Plan plan_stage_steps(const NetPlan& net, const StrategyOptions& o, int64_t batc
                    numel_of(net.layers[begin].in), numel_of(net.layers[end - 1].out), sizes,
                    std::vector<int>(sizes.size(), kNone)};
     e.wire = activation_wire(o);
-    e.net = &net, e.bf16 = o.backend.precision == Precision::Bf16;
+    e.net = &net, e.bf16 = o.backend.precision == Precision::Bf16, e.param_count = np;
     b.buffer(r, BufferRole::Params, -1, np * kF);
     b.buffer(r, BufferRole::Grads, -1, np * kF);
     for (const PipeOp& op : pipeline_ops(schedule, o.recompute, stages, s, m)) {

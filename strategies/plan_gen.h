@@ -24,6 +24,13 @@ inline Action& on_wire(Action& a, DType t) {
   return a;
 }
 
+// --reduce-dtype bf16: the communicator's bf16 copy of `params` gradients reduced in one call (or
+// in buckets all in flight at once), a staging buffer of `worker` (its model chunk `chunk`).
+inline void gradient_staging(PlanBuilder& b, int worker, const StrategyOptions& o, int64_t params, int chunk = 0) {
+  if (o.reduce_dtype == DType::Bf16)
+    b.buffer(worker, BufferRole::Staging, -1, params * static_cast<int64_t>(dtype_size(DType::Bf16)), DType::Bf16, chunk);
+}
+
 // Per slot, the values of the bf16 transfer staging `worker`'s step takes (its Send and Recv in
 // bf16, replayed in order through the communicator's WireSlots); empty: none.
 std::vector<int64_t> transfer_staging(const Plan& p, int worker);

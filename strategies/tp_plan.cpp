@@ -104,7 +104,7 @@ Plan plan_tp(const NetPlan& net, const StrategyOptions& o, int64_t batch, const 
       buf(R::Output, bsz * out_n);
       b.buffer(w, R::Scratch, -1, (in16 + out16) * kA, DType::Bf16);
     }
-    if (replicas > 1 && o.reduce_dtype == DType::Bf16) b.buffer(w, R::Staging, -1, total * static_cast<int64_t>(sizeof(Bf16)), DType::Bf16);
+    if (replicas > 1) gradient_staging(b, w, o, total);
     for (int i = 0; i < layers; ++i) {
       const LayerPlan& l = net.layers[i];
       const TpSlice& s = slices[i];

@@ -37,13 +37,6 @@ std::vector<std::string> fixture_names() {
   return names;
 }
 
-// Whether tp takes the net: every layer conv2d, linear, ReLU or flatten.
-bool tp_runs(const pb::NetPlan& plan) {
-  for (const pb::LayerPlan& l : plan.layers)
-    if (l.spec.type == pb::LayerType::MaxPool2d || l.spec.type == pb::LayerType::Upsample) return false;
-  return true;
-}
-
 class Golden : public ::testing::TestWithParam<std::string> {
  protected:
   fs::path dir() const { return pb::test::source_dir() / "tests/fixtures" / GetParam(); }
@@ -145,7 +138,7 @@ TEST_P(Golden, HybridsReproducePyTorchTrajectory) {
   int64_t widest = 0;
   for (const LayerPlan& l : plan.layers)
     if (l.weight_numel > 0) widest = std::max(widest, l.out[0]);
-  if (!tp_runs(plan)) widest = 0;  // dp x tp refuses it as tp does (below)
+  if (!pb::test::tp_runs(plan)) widest = 0;  // dp x tp refuses it as tp does (below)
   std::vector<std::string> names;
   for (const auto& [dp, side] : {std::pair{2, 1}, {1, 2}, {2, 2}}) {
     if (static_cast<int>(chunk_sizes(batch, dp).size()) < dp) continue;
@@ -195,7 +188,7 @@ TEST_P(Golden, FsdpPrefetchAndHsdpReproducePyTorchTrajectory) {
 // fewer outputs than workers are refused (nothing to split).
 TEST_P(Golden, TpReproducesPyTorchTrajectory) {
   const NetPlan plan = plan_net(load_net_json((dir() / "net.json").string()));
-  if (!tp_runs(plan)) {  // pooling and upsampling have no tensor-parallel form yet: refused by name
+  if (!pb::test::tp_runs(plan)) {  // pooling and upsampling have no tensor-parallel form yet: refused by name
     for (const auto& [name, devices] : {std::pair{"tp", 2}, {"dp2xtp2", 4}})
       try {
         expect_pytorch_trajectory(dir(), name, devices);

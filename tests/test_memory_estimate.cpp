@@ -19,6 +19,7 @@
 #include "strategies/stages.h"
 #include "tests/bf16_skip.h"
 #include "tests/paths.h"
+#include "tests/support.h"
 #include "workloads/workload.h"
 
 namespace pb {
@@ -79,8 +80,7 @@ double check_every_strategy(const NetSpec& net, int64_t batch, Precision precisi
   const auto tp = measured_tp_workspace(bo, cpu(59));
   double worst = 0;
   std::string report;
-  bool tp_takes = true;  // pooling and upsampling have no tensor-parallel form yet
-  for (const LayerPlan& l : plan.layers) tp_takes = tp_takes && l.spec.type != LayerType::MaxPool2d && l.spec.type != LayerType::Upsample;
+  const bool tp_takes = test::tp_runs(plan);
   for (const Case& c : cases()) {
     // torch.chunk cuts a batch of 6 into 3 pieces, not 4 micro-batches.
     if (c.micro > 3 && batch < 2 * c.micro - 1) continue;

@@ -67,8 +67,7 @@ TEST_F(PlanCli, TextSaysWhatEachWorkerKeepsAndItsPeak) {
   ASSERT_EQ(m.per_worker.size(), 2u);
   EXPECT_THAT(text.out, HasSubstr(fmt::format("memory per worker (its buffers, and the im2col bound for the library's workspace): "
                                               "worker 0 {}, worker 1 {}\n",
-                                              bytes_label(static_cast<int64_t>(m.per_worker[0])),
-                                              bytes_label(static_cast<int64_t>(m.per_worker[1])))));
+                                              bytes_str(m.per_worker[0]), bytes_str(m.per_worker[1]))));
 }
 
 // Under --precision bf16 a pipeline's transfers are bf16 in every form: CSV's dtype column, the

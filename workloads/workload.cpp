@@ -175,7 +175,7 @@ NetSpec parse_net_json(const std::string& text, const std::string& src) {
       if (l.contains("mode") && l["mode"] != "nearest") bad(src, where + " (upsample)", "\"mode\" must be \"nearest\"");
       allowed = {"type", "scale_factor", "mode"};
     } else {
-      bad(src, where, fmt::format("unknown layer type \"{}\" (known: conv2d, relu, linear, flatten, maxpool2d, upsample)", type));
+      bad(src, where, fmt::format("unknown layer type \"{}\" (known: {})", type, layer_type_names()));
     }
     for (const auto& [k, v] : l.items())
       if (std::find(allowed.begin(), allowed.end(), k) == allowed.end())
