@@ -88,7 +88,8 @@ std::string conv_layer_choices(const RunPlan& p, const Sweep& sw) {
   }
   std::vector<std::string> out;
   for (std::size_t i = 0; i < choices.size(); ++i) {
-    if (sw.plan.layers[i].spec.type != LayerType::Conv2d) continue;
+    const LayerType t = sw.plan.layers[i].spec.type;
+    if (t != LayerType::Conv2d && t != LayerType::ConvTranspose2d) continue;
     const LayerConvChoice& c = choices[i];
     out.push_back(fmt::format("layer {}: workspace {} B{}", i, c.workspace_bytes,
                               c.algorithms.empty() ? std::string() : "; " + c.algorithms));

@@ -195,7 +195,8 @@ class Backend {
   // bf16 ops (Precision::Bf16 only; the defaults refuse, naming the backend). Convolutions and
   // linear layers read bf16 and accumulate in fp32; forward and backward-data round their output
   // to bf16 once, backward-weights writes fp32 dw and db (overwritten, or added to when
-  // accumulate). Shapes and layouts as in the fp32 calls above; activations Plain only.
+  // accumulate). Shapes and layouts as in the fp32 calls above; activations Plain only. A null b
+  // (db) is no bias (no bias gradient).
   virtual void conv2d_forward_bf16(const ConvGeom& g, const Bf16* x, const Bf16* w, const Bf16* b, Bf16* y);
   virtual void conv2d_backward_data_bf16(const ConvGeom& g, const Bf16* dy, const Bf16* w, Bf16* dx);
   virtual void conv2d_backward_weights_bf16(const ConvGeom& g, const Bf16* x, const Bf16* dy, float* dw, float* db,
@@ -218,6 +219,14 @@ class Backend {
   virtual void max_pool2x2_backward_bf16(const Planes& x_shape, const Bf16* x, const Bf16* dy, Bf16* dx);
   virtual void upsample2x_forward_bf16(const Planes& x_shape, const Bf16* x, Bf16* y);
   virtual void upsample2x_backward_bf16(const Planes& x_shape, const Bf16* dy, Bf16* dx);
+  virtual void add_channel_bias_bf16(int64_t n, int64_t channels, int64_t inner, const Bf16* b, Bf16* y);
+  // db in fp32, as the convolutions' bias gradients.
+  virtual void channel_sums_bf16(int64_t n, int64_t channels, int64_t inner, const Bf16* dy, float* db, bool accumulate);
+  // conv_transpose2d_* in bf16 (weights and bias bf16, weight gradients fp32), made the same way.
+  void conv_transpose2d_forward_bf16(const ConvGeom& g, const Bf16* x, const Bf16* w, const Bf16* b, Bf16* y);
+  void conv_transpose2d_backward_data_bf16(const ConvGeom& g, const Bf16* dy, const Bf16* w, Bf16* dx);
+  void conv_transpose2d_backward_weights_bf16(const ConvGeom& g, const Bf16* x, const Bf16* dy, float* dw, float* db,
+                                              bool accumulate);
   // dst = src rounded to nearest even (NaN stays NaN); the reverse is exact.
   virtual void to_bf16(int64_t n, const float* src, Bf16* dst);
   virtual void from_bf16(int64_t n, const Bf16* src, float* dst);

@@ -43,6 +43,23 @@ void Backend::max_pool2x2_forward_bf16(const Planes&, const Bf16*, Bf16*) { no_b
 void Backend::max_pool2x2_backward_bf16(const Planes&, const Bf16*, const Bf16*, Bf16*) { no_bf16(*this, "max pooling"); }
 void Backend::upsample2x_forward_bf16(const Planes&, const Bf16*, Bf16*) { no_bf16(*this, "upsampling"); }
 void Backend::upsample2x_backward_bf16(const Planes&, const Bf16*, Bf16*) { no_bf16(*this, "upsampling"); }
+void Backend::add_channel_bias_bf16(int64_t, int64_t, int64_t, const Bf16*, Bf16*) { no_bf16(*this, "bias"); }
+void Backend::channel_sums_bf16(int64_t, int64_t, int64_t, const Bf16*, float*, bool) { no_bf16(*this, "bias gradient"); }
+
+// As the fp32 ones (device.cpp). The forward rounds twice, the convolution's output and then its sum
+// with the bias, as PyTorch's cuDNN path does (oneDNN's rounds once: a half-ulp apart at most).
+void Backend::conv_transpose2d_forward_bf16(const ConvGeom& g, const Bf16* x, const Bf16* w, const Bf16* b, Bf16* y) {
+  conv2d_backward_data_bf16(g, x, w, y);
+  if (b) add_channel_bias_bf16(g.n, g.c, g.h * g.w, b, y);
+}
+void Backend::conv_transpose2d_backward_data_bf16(const ConvGeom& g, const Bf16* dy, const Bf16* w, Bf16* dx) {
+  conv2d_forward_bf16(g, dy, w, nullptr, dx);
+}
+void Backend::conv_transpose2d_backward_weights_bf16(const ConvGeom& g, const Bf16* x, const Bf16* dy, float* dw,
+                                                     float* db, bool accumulate) {
+  conv2d_backward_weights_bf16(g, dy, x, dw, nullptr, accumulate);
+  if (db) channel_sums_bf16(g.n, g.c, g.h * g.w, dy, db, accumulate);
+}
 void Backend::to_bf16(int64_t, const float*, Bf16*) { no_bf16(*this, "conversion"); }
 void Backend::from_bf16(int64_t, const Bf16*, float*) { no_bf16(*this, "conversion"); }
 void Backend::copy_2d_bf16(Bf16*, int64_t, const Bf16*, int64_t, int64_t, int64_t) { no_bf16(*this, "copy"); }

@@ -61,6 +61,8 @@ class CpuBackend final : public Backend {
   void max_pool2x2_backward_bf16(const Planes& x_shape, const Bf16* x, const Bf16* dy, Bf16* dx) override;
   void upsample2x_forward_bf16(const Planes& x_shape, const Bf16* x, Bf16* y) override;
   void upsample2x_backward_bf16(const Planes& x_shape, const Bf16* dy, Bf16* dx) override;
+  void add_channel_bias_bf16(int64_t n, int64_t channels, int64_t inner, const Bf16* b, Bf16* y) override;
+  void channel_sums_bf16(int64_t n, int64_t channels, int64_t inner, const Bf16* dy, float* db, bool accumulate) override;
   void mse_loss_grad(int64_t n, const float* y, const float* t, float grad_scale, float* dy,
                      float* loss_sum) override;
   void adam_step(int64_t n, float* p, const float* g, float* m, float* v, const AdamParams& a,

@@ -84,6 +84,24 @@ void upsample_backward_impl(int threads, const Planes& s, const T* dy, T* dx) {
   });
 }
 
+template <class T>
+void add_channel_bias_impl(int threads, int64_t n, int64_t channels, int64_t inner, const T* b, T* y) {
+  parallel_for(n * channels * inner, threads, n * channels, [=](int64_t plane) {
+    const float v = load(b[plane % channels]);
+    for (int64_t j = 0; j < inner; ++j) y[plane * inner + j] = store<T>(load(y[plane * inner + j]) + v);
+  });
+}
+
+template <class T>
+void channel_sums_impl(int threads, int64_t n, int64_t channels, int64_t inner, const T* dy, float* db, bool accumulate) {
+  parallel_for(n * channels * inner, threads, channels, [=](int64_t c) {
+    double s = 0;  // in double, as the convolutions' bias gradients
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < inner; ++j) s += load(dy[(i * channels + c) * inner + j]);
+    db[c] = accumulate ? db[c] + static_cast<float>(s) : static_cast<float>(s);
+  });
+}
+
 }  // namespace
 
 void CpuBackend::add(int64_t n, const float* a, const float* b, float* y) { add_impl(threads_, n, a, b, y); }
@@ -97,19 +115,16 @@ void CpuBackend::upsample2x_backward(const Planes& s, const float* dy, float* dx
 }
 
 void CpuBackend::add_channel_bias(int64_t n, int64_t channels, int64_t inner, const float* b, float* y) {
-  parallel_for(n * channels * inner, threads_, n * channels, [=](int64_t plane) {
-    const float v = b[plane % channels];
-    for (int64_t j = 0; j < inner; ++j) y[plane * inner + j] += v;
-  });
+  add_channel_bias_impl(threads_, n, channels, inner, b, y);
 }
-
 void CpuBackend::channel_sums(int64_t n, int64_t channels, int64_t inner, const float* dy, float* db, bool accumulate) {
-  parallel_for(n * channels * inner, threads_, channels, [=](int64_t c) {
-    double s = 0;  // in double, as the convolutions' bias gradients
-    for (int64_t i = 0; i < n; ++i)
-      for (int64_t j = 0; j < inner; ++j) s += dy[(i * channels + c) * inner + j];
-    db[c] = accumulate ? db[c] + static_cast<float>(s) : static_cast<float>(s);
-  });
+  channel_sums_impl(threads_, n, channels, inner, dy, db, accumulate);
+}
+void CpuBackend::add_channel_bias_bf16(int64_t n, int64_t channels, int64_t inner, const Bf16* b, Bf16* y) {
+  add_channel_bias_impl(threads_, n, channels, inner, b, y);
+}
+void CpuBackend::channel_sums_bf16(int64_t n, int64_t channels, int64_t inner, const Bf16* dy, float* db, bool accumulate) {
+  channel_sums_impl(threads_, n, channels, inner, dy, db, accumulate);
 }
 
 void CpuBackend::add_bf16(int64_t n, const Bf16* a, const Bf16* b, Bf16* y) { add_impl(threads_, n, a, b, y); }

@@ -21,13 +21,13 @@ Sequential::Sequential(const NetPlan& plan, int begin, int end, Backend& backend
 
 LayerWork layer_work(const LayerPlan& l, int64_t batch, LayerPass pass, int act_bytes, int weight_bytes, double part) {
   const double in = static_cast<double>(batch * numel_of(l.in)), all_out = static_cast<double>(batch * numel_of(l.out));
-  const bool weighted = l.spec.type == LayerType::Conv2d || l.spec.type == LayerType::Linear;
-  const double share = weighted ? part : 1;
+  const double share = has_weights(l.spec.type) ? part : 1;
   const double out = all_out * share;
   const double w = static_cast<double>(l.weight_numel) * share, b = static_cast<double>(l.bias_numel) * share;
   LayerWork work;
   switch (l.spec.type) {
     case LayerType::Conv2d:
+    case LayerType::ConvTranspose2d:
     case LayerType::Linear:
       work.flops = l.forward_flops * static_cast<double>(batch) * share;
       if (pass == LayerPass::Forward) work.bytes = (in + out) * act_bytes + (w + b) * weight_bytes;
@@ -128,6 +128,10 @@ const float* Sequential::forward(const float* x, int64_t batch, int slot_id) {
         });
         break;
       }
+      case LayerType::ConvTranspose2d:
+        observed_layer(observer_, tracer_, l, batch, bf16_, fwd,
+                       [&] { be.conv_transpose2d_forward(transposed_geom(l, batch), cur, w, w + l.weight_numel, y); });
+        break;
       case LayerType::Linear:
         observed_layer(observer_, tracer_, l, batch, bf16_, fwd, [&] { be.linear_forward(batch, l.in[0], l.out[0], cur, w, w + l.weight_numel, y); });
         break;
@@ -202,8 +206,7 @@ void Sequential::backward_pass(const float* dy, float* dx, bool accumulate, int 
     float* w = params_.data() + (l.param_offset - base);
     float* gw = grads_.data() + (l.param_offset - base);
     Tracer::Scope layer = layer_span(tracer_, Phase::Backward, slot_id, l);
-    const bool weighted = l.spec.type == LayerType::Conv2d || l.spec.type == LayerType::Linear;
-    if (weighted && kept) {
+    if (has_weights(l.spec.type) && kept) {
       Tensor& k = (*kept)[j];
       const int64_t n = batch * numel_of(l.out);
       if (pass == Pass::Data) {  // a copy: gout lives in scratch (or the caller's dy) that later layers reuse
@@ -225,6 +228,17 @@ void Sequential::backward_pass(const float* dy, float* dx, bool accumulate, int 
         if (grads_ready) grads_ready(i);
         if (need_dx)
           observed_layer(observer_, tracer_, l, batch, bf16_, LayerPass::BackwardData, [&] { be.conv2d_backward_data_in(g, io, gout, w, gin); });
+        break;
+      }
+      case LayerType::ConvTranspose2d: {
+        const ConvGeom g = transposed_geom(l, batch);
+        if (weights)
+          observed_layer(observer_, tracer_, l, batch, bf16_, LayerPass::BackwardWeights,
+                         [&] { be.conv_transpose2d_backward_weights(g, xin, gout, gw, gw + l.weight_numel, accumulate); });
+        if (grads_ready) grads_ready(i);
+        if (need_dx)
+          observed_layer(observer_, tracer_, l, batch, bf16_, LayerPass::BackwardData,
+                         [&] { be.conv_transpose2d_backward_data(g, gout, w, gin); });
         break;
       }
       case LayerType::Linear:

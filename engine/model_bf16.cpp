@@ -59,6 +59,10 @@ const float* Sequential::forward_bf16(const float* x, int64_t batch, int slot_id
       case LayerType::Conv2d:
         observed_layer(observer_, tracer_, l, batch, bf16_, fwd, [&] { be.conv2d_forward_bf16(geom(l, batch), cur, w, w + l.weight_numel, y); });
         break;
+      case LayerType::ConvTranspose2d:
+        observed_layer(observer_, tracer_, l, batch, bf16_, fwd,
+                       [&] { be.conv_transpose2d_forward_bf16(transposed_geom(l, batch), cur, w, w + l.weight_numel, y); });
+        break;
       case LayerType::Linear:
         observed_layer(observer_, tracer_, l, batch, bf16_, fwd,
                  [&] { be.linear_forward_bf16(batch, l.in[0], l.out[0], cur, w, w + l.weight_numel, y); });
@@ -108,8 +112,7 @@ void Sequential::backward_bf16(const float* dy, float* dx, bool accumulate, int 
     const Bf16* w = weights16() + (l.param_offset - base);
     float* gw = grads_.data() + (l.param_offset - base);
     Tracer::Scope layer = layer_span(tracer_, Phase::Backward, slot_id, l);
-    const bool weighted = l.spec.type == LayerType::Conv2d || l.spec.type == LayerType::Linear;
-    if (weighted && kept) {
+    if (has_weights(l.spec.type) && kept) {
       Tensor& k = (*kept)[j];
       const int64_t n = batch * numel_of(l.out);
       if (pass == Pass::Data) {  // a copy: gout lives in scratch that later layers reuse
@@ -128,6 +131,17 @@ void Sequential::backward_bf16(const float* dy, float* dx, bool accumulate, int 
         if (grads_ready) grads_ready(i);
         if (need_dx)
           observed_layer(observer_, tracer_, l, batch, bf16_, LayerPass::BackwardData, [&] { be.conv2d_backward_data_bf16(g, gout, w, gin); });
+        break;
+      }
+      case LayerType::ConvTranspose2d: {
+        const ConvGeom g = transposed_geom(l, batch);
+        if (weights)
+          observed_layer(observer_, tracer_, l, batch, bf16_, LayerPass::BackwardWeights,
+                         [&] { be.conv_transpose2d_backward_weights_bf16(g, xin, gout, gw, gw + l.weight_numel, accumulate); });
+        if (grads_ready) grads_ready(i);
+        if (need_dx)
+          observed_layer(observer_, tracer_, l, batch, bf16_, LayerPass::BackwardData,
+                         [&] { be.conv_transpose2d_backward_data_bf16(g, gout, w, gin); });
         break;
       }
       case LayerType::Linear:

@@ -52,6 +52,18 @@ inline ConvGeom geom(const LayerPlan& l, int64_t batch) {
   return g;
 }
 
+// A conv_transpose2d layer as the convolution it is the adjoint of (Backend::conv_transpose2d_*):
+// that convolution's input is the layer's output, and its output the layer's input.
+inline ConvGeom transposed_geom(const LayerPlan& l, int64_t batch) {
+  ConvGeom g;
+  g.n = batch;
+  g.c = l.out[0], g.h = l.out[1], g.w = l.out[2];
+  g.k = l.in[0], g.r = l.spec.kernel_h, g.s = l.spec.kernel_w;
+  g.stride_h = l.spec.stride_h, g.stride_w = l.spec.stride_w;
+  g.pad_h = l.spec.pad_h, g.pad_w = l.spec.pad_w;
+  return g;
+}
+
 // A pooling or upsampling layer's input, as the backend ops take it.
 inline Planes planes(const LayerPlan& l, int64_t batch) { return {batch, l.in[0], l.in[1], l.in[2]}; }
 

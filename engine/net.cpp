@@ -16,6 +16,7 @@ const char* layer_type_name(LayerType t) {
     case LayerType::Flatten: return "flatten";
     case LayerType::MaxPool2d: return "maxpool2d";
     case LayerType::Upsample: return "upsample";
+    case LayerType::ConvTranspose2d: return "conv_transpose2d";
   }
   return "?";
 }
@@ -37,6 +38,20 @@ namespace {
 [[noreturn]] void bad_layer(const std::string& net, int i, LayerType t, const std::string& what) {
   throw UsageError(fmt::format("{}: layer {} ({}): {}", net.empty() ? "net" : net, i,
                                layer_type_name(t), what));
+}
+// What conv2d and conv_transpose2d ask of their fields and input.
+void check_conv(const std::string& nm, int i, const LayerSpec& s, const Shape& cur) {
+  if (cur.size() != 3) bad_layer(nm, i, s.type, fmt::format("expects a [C, H, W] input, got {}", shape_str(cur)));
+  if (s.out_channels <= 0) bad_layer(nm, i, s.type, fmt::format("out_channels must be positive, got {}", s.out_channels));
+  if (s.kernel_h <= 0 || s.kernel_w <= 0)
+    bad_layer(nm, i, s.type, fmt::format("kernel_size must be positive, got [{}, {}]", s.kernel_h, s.kernel_w));
+  if (s.stride_h <= 0 || s.stride_w <= 0)
+    bad_layer(nm, i, s.type, fmt::format("stride must be positive, got [{}, {}]", s.stride_h, s.stride_w));
+  if (s.pad_h < 0 || s.pad_w < 0)
+    bad_layer(nm, i, s.type, fmt::format("padding must not be negative, got [{}, {}]", s.pad_h, s.pad_w));
+  if (s.in_channels >= 0 && s.in_channels != cur[0])
+    bad_layer(nm, i, s.type, fmt::format("in_channels is {} but the previous layer gives {} channels", s.in_channels,
+                                         cur[0]));
 }
 }  // namespace
 
@@ -66,18 +81,7 @@ NetPlan plan_net(const NetSpec& net) {
     lp.param_offset = plan.param_count;
     switch (s.type) {
       case LayerType::Conv2d: {
-        if (cur.size() != 3)
-          bad_layer(nm, i, s.type, fmt::format("expects a [C, H, W] input, got {}", shape_str(cur)));
-        if (s.out_channels <= 0) bad_layer(nm, i, s.type, fmt::format("out_channels must be positive, got {}", s.out_channels));
-        if (s.kernel_h <= 0 || s.kernel_w <= 0)
-          bad_layer(nm, i, s.type, fmt::format("kernel_size must be positive, got [{}, {}]", s.kernel_h, s.kernel_w));
-        if (s.stride_h <= 0 || s.stride_w <= 0)
-          bad_layer(nm, i, s.type, fmt::format("stride must be positive, got [{}, {}]", s.stride_h, s.stride_w));
-        if (s.pad_h < 0 || s.pad_w < 0)
-          bad_layer(nm, i, s.type, fmt::format("padding must not be negative, got [{}, {}]", s.pad_h, s.pad_w));
-        if (s.in_channels >= 0 && s.in_channels != cur[0])
-          bad_layer(nm, i, s.type, fmt::format("in_channels is {} but the previous layer gives {} channels",
-                                               s.in_channels, cur[0]));
+        check_conv(nm, i, s, cur);
         const int64_t ph = cur[1] + 2 * s.pad_h, pw = cur[2] + 2 * s.pad_w;
         if (s.kernel_h > ph || s.kernel_w > pw)
           bad_layer(nm, i, s.type, fmt::format("kernel_size [{}, {}] is larger than the padded input {}x{}",
@@ -87,6 +91,25 @@ NetPlan plan_net(const NetSpec& net) {
         lp.weight_shape = {s.out_channels, cur[0], s.kernel_h, s.kernel_w};
         lp.bias_shape = {s.out_channels};
         lp.forward_flops = 2.0 * s.out_channels * oh * ow * cur[0] * s.kernel_h * s.kernel_w;
+        break;
+      }
+      case LayerType::ConvTranspose2d: {  // the adjoint of a conv2d from its output to its input
+        check_conv(nm, i, s, cur);
+        // In double first: a file's stride or padding may be any int64.
+        const double dh = static_cast<double>(cur[1] - 1) * static_cast<double>(s.stride_h) - 2.0 * static_cast<double>(s.pad_h) +
+                          static_cast<double>(s.kernel_h);
+        const double dw = static_cast<double>(cur[2] - 1) * static_cast<double>(s.stride_w) - 2.0 * static_cast<double>(s.pad_w) +
+                          static_cast<double>(s.kernel_w);
+        if (dh <= 0 || dw <= 0)
+          bad_layer(nm, i, s.type, fmt::format("padding [{}, {}] leaves no output from a {}x{} input", s.pad_h, s.pad_w,
+                                               cur[1], cur[2]));
+        if (dh * dw > 0x1p48)
+          bad_layer(nm, i, s.type, fmt::format("its {:.3g} x {:.3g} output is more than any device can hold", dh, dw));
+        const int64_t oh = static_cast<int64_t>(dh), ow = static_cast<int64_t>(dw);
+        lp.out = {s.out_channels, oh, ow};
+        lp.weight_shape = {cur[0], s.out_channels, s.kernel_h, s.kernel_w};  // [in, out, kH, kW], as PyTorch's
+        lp.bias_shape = {s.out_channels};
+        lp.forward_flops = 2.0 * cur[0] * cur[1] * cur[2] * s.out_channels * s.kernel_h * s.kernel_w;
         break;
       }
       case LayerType::Linear: {

@@ -10,19 +10,25 @@
 
 namespace pb {
 
-// MaxPool2d: 2x2, stride 2 (torch.nn.MaxPool2d(2)); Upsample: nearest, 2x (torch.nn.Upsample(scale_factor=2)).
-enum class LayerType { Conv2d, ReLU, Linear, Flatten, MaxPool2d, Upsample };
+// MaxPool2d: 2x2, stride 2 (torch.nn.MaxPool2d(2)); Upsample: nearest, 2x (torch.nn.Upsample(scale_factor=2));
+// ConvTranspose2d: torch.nn.ConvTranspose2d without output padding, dilation or groups.
+enum class LayerType { Conv2d, ReLU, Linear, Flatten, MaxPool2d, Upsample, ConvTranspose2d };
 const char* layer_type_name(LayerType t);
-inline constexpr LayerType kLayerTypes[] = {LayerType::Conv2d, LayerType::ReLU,      LayerType::Linear,
-                                            LayerType::Flatten, LayerType::MaxPool2d, LayerType::Upsample};
+inline constexpr LayerType kLayerTypes[] = {LayerType::Conv2d,  LayerType::ReLU,      LayerType::Linear,
+                                            LayerType::Flatten, LayerType::MaxPool2d, LayerType::Upsample,
+                                            LayerType::ConvTranspose2d};
+// The layers with weights and a bias: conv2d, conv_transpose2d and linear.
+inline bool has_weights(LayerType t) {
+  return t == LayerType::Conv2d || t == LayerType::ConvTranspose2d || t == LayerType::Linear;
+}
 // The type layer_type_name gives `name`; false when none does.
 bool parse_layer_type(const std::string& name, LayerType* type);
-// "conv2d, relu, linear, flatten, maxpool2d or upsample", for messages.
+// "conv2d, relu, ..., upsample or conv_transpose2d", for messages.
 std::string layer_type_names();
 
 struct LayerSpec {
   LayerType type = LayerType::ReLU;
-  // conv2d
+  // conv2d, conv_transpose2d
   int64_t out_channels = 0, kernel_h = 0, kernel_w = 0;
   int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
   int64_t in_channels = -1;  // declared by the user; -1 = inferred

@@ -38,7 +38,7 @@ std::function<double(const std::vector<LayerPlan>&, int64_t)> probe(const Backen
       probes.push_back(plan_net(all));
     }
     for (const LayerPlan& l : sequential ? std::vector<LayerPlan>{} : layers) {
-      if (l.spec.type != LayerType::Conv2d && l.spec.type != LayerType::Linear) continue;  // no library call
+      if (!has_weights(l.spec.type)) continue;  // no library call
       // Every strategy computes a layer's input gradient except the net's first layer's: a ReLU
       // before it makes the probe do the same.
       const bool dx = l.index > 0;

@@ -28,11 +28,11 @@ Part part_of(BufferRole r) {
 
 // `l` as a worker computes `part` of its output channels: the slice tp gives it.
 LayerPlan slice_of(const LayerPlan& l, double part) {
-  if (part >= 1 || (l.spec.type != LayerType::Conv2d && l.spec.type != LayerType::Linear)) return l;
+  if (part >= 1 || !has_weights(l.spec.type)) return l;
   const int64_t K = l.out[0], k = std::max<int64_t>(1, std::llround(part * static_cast<double>(K)));
   LayerPlan s = l;
   s.out[0] = k;
-  (l.spec.type == LayerType::Conv2d ? s.spec.out_channels : s.spec.out_features) = k;
+  (l.spec.type == LayerType::Linear ? s.spec.out_features : s.spec.out_channels) = k;
   s.weight_numel = l.weight_numel / K * k, s.bias_numel = l.bias_numel > 0 ? k : 0;
   return s;
 }
@@ -67,7 +67,7 @@ double workspace_of(const Plan& p, int w, const NetPlan& net, const WorkspacePro
   for (const Run& r : runs) {
     most = std::max(most, r.samples);
     for (const LayerPlan& l : range(r))
-      if (!sliced || l.spec.type == LayerType::Conv2d || l.spec.type == LayerType::Linear) all.push_back(slice_of(l, r.part));
+      if (!sliced || has_weights(l.spec.type)) all.push_back(slice_of(l, r.part));
     if (!sliced && r.end - r.begin > 1) longest = std::max(longest, measure(seq, range(r), r.samples));
   }
   return std::max(longest, measure(sliced && probes.sliced ? probes.sliced : probes.layers, all, most));

@@ -21,10 +21,10 @@ NetPlan net_of(const Profile& p) {
     if (!parse_layer_type(l.type, &lp.spec.type))
       throw UsageError(fmt::format("{}: layer {}: unknown type '{}'", p.source, l.index, l.type));
     lp.in = l.in, lp.out = l.out;
-    const bool weighted = lp.spec.type == LayerType::Conv2d || lp.spec.type == LayerType::Linear;
+    const bool weighted = has_weights(lp.spec.type);
     lp.bias_numel = weighted && !l.out.empty() ? std::min(l.params, l.out.front()) : 0;
     lp.weight_numel = l.params - lp.bias_numel;
-    if (weighted && !l.out.empty()) (lp.spec.type == LayerType::Conv2d ? lp.spec.out_channels : lp.spec.out_features) = l.out.front();
+    if (weighted && !l.out.empty()) (lp.spec.type == LayerType::Linear ? lp.spec.out_features : lp.spec.out_channels) = l.out.front();
     lp.forward_flops = l.forward_flops;
     lp.param_offset = plan.param_count;
     plan.param_count += l.params;

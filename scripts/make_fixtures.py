@@ -27,6 +27,10 @@ def conv(out, k, s=1, p=0):
     return {"type": "conv2d", "out_channels": out, "kernel_size": k, "stride": s, "padding": p}
 
 
+def conv_t(out, k, s=1, p=0):
+    return {"type": "conv_transpose2d", "out_channels": out, "kernel_size": k, "stride": s, "padding": p}
+
+
 RELU = {"type": "relu"}
 FLATTEN = {"type": "flatten"}
 POOL = {"type": "maxpool2d"}
@@ -59,6 +63,11 @@ NETS = [
     ({"name": "conv_pool_upsample", "input": [2, 9, 7],
       "layers": [conv(4, 3, 1, 1), RELU, POOL, conv(6, 3, 1, 1), RELU, UPSAMPLE, conv(2, 3, 1, 1)],
       "target": "random", "lr": 1e-3}, 3),
+    # nnU-Net's up-sampling (2x2, stride 2) after pooling, and an odd kernel, stride and padding.
+    ({"name": "conv_transpose", "input": [2, 8, 6],
+      "layers": [conv(4, 3, 1, 1), RELU, POOL, conv(6, 3, 1, 1), RELU, conv_t(3, 2, 2), RELU,
+                 conv_t(2, [3, 2], [1, 2], [1, 0]), RELU, conv(2, [1, 3], 1, [0, 1])],
+      "target": "random", "lr": 1e-3}, 3),
     ({"name": "conv_linear", "input": [1, 6, 6],
       "layers": [conv(3, 3, 1, 1), RELU, FLATTEN, {"type": "linear", "out_features": 4}],
       "target": "random", "lr": 1e-3, "weight_decay": 0.01}, 4),
@@ -67,7 +76,7 @@ NETS = [
 
 # Nets of NETS (same seed, so the same initial parameters and batch as their fp32 fixtures) that
 # also get an autocast bf16 trajectory; the tests compare the engine's bf16 run with both.
-BF16_NETS = ["conv_odd", "conv_linear", "conv_stride2", "conv_pool_upsample"]
+BF16_NETS = ["conv_odd", "conv_linear", "conv_stride2", "conv_pool_upsample", "conv_transpose"]
 
 
 def train_autocast(model, x, target, lr, weight_decay, steps):

@@ -219,7 +219,7 @@ std::vector<TpSlice> tp_slices(const NetPlan& plan, int n, const std::string& st
     const LayerPlan& l = plan.layers[i];
     TpSlice& s = slices[i];
     s.at = at;
-    if (l.spec.type == LayerType::MaxPool2d || l.spec.type == LayerType::Upsample)
+    if (l.spec.type == LayerType::MaxPool2d || l.spec.type == LayerType::Upsample || l.spec.type == LayerType::ConvTranspose2d)
       throw UsageError(fmt::format("{}: layer {} ({}) has no tensor-parallel form yet: tp splits conv2d and linear layers "
                                    "and runs ReLU and flatten on their outputs",
                                    strategy, i, layer_type_name(l.spec.type)));

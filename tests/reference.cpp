@@ -208,6 +208,14 @@ ConvGeom geom_of(const LayerPlan& l, int64_t batch) {
   g.stride_h = l.spec.stride_h, g.stride_w = l.spec.stride_w, g.pad_h = l.spec.pad_h, g.pad_w = l.spec.pad_w;
   return g;
 }
+// A conv_transpose2d layer as the convolution it is the adjoint of (x and y swap places).
+ConvGeom transposed_geom_of(const LayerPlan& l, int64_t batch) {
+  ConvGeom g;
+  g.n = batch, g.c = l.out[0], g.h = l.out[1], g.w = l.out[2];
+  g.k = l.in[0], g.r = l.spec.kernel_h, g.s = l.spec.kernel_w;
+  g.stride_h = l.spec.stride_h, g.stride_w = l.spec.stride_w, g.pad_h = l.spec.pad_h, g.pad_w = l.spec.pad_w;
+  return g;
+}
 Vec slice(const Vec& v, int64_t off, int64_t n) { return Vec(v.begin() + off, v.begin() + off + n); }
 }  // namespace
 
@@ -224,6 +232,11 @@ double net_loss(const NetPlan& plan, const Vec& params, const Vec& x, const Vec&
       case LayerType::Flatten: acts.push_back(in); break;
       case LayerType::MaxPool2d: acts.push_back(max_pool2x2({batch, l.in[0], l.in[1], l.in[2]}, in)); break;
       case LayerType::Upsample: acts.push_back(upsample2x({batch, l.in[0], l.in[1], l.in[2]}, in)); break;
+      case LayerType::ConvTranspose2d: {
+        const Vec no_dy(static_cast<std::size_t>(batch * numel_of(l.out)), 0.0);
+        acts.push_back(conv_transpose2d(transposed_geom_of(l, batch), in, w, b, no_dy).y);
+        break;
+      }
     }
   }
   Vec dy;
@@ -251,6 +264,12 @@ double net_loss(const NetPlan& plan, const Vec& params, const Vec& x, const Vec&
       case LayerType::Flatten: dx = dy; break;
       case LayerType::MaxPool2d: dx = max_pool2x2_backward({batch, l.in[0], l.in[1], l.in[2]}, in, dy); break;
       case LayerType::Upsample: dx = upsample2x_backward({batch, l.in[0], l.in[1], l.in[2]}, dy); break;
+      case LayerType::ConvTranspose2d: {
+        ConvTranspose t = conv_transpose2d(transposed_geom_of(l, batch), in, w,
+                                           slice(params, l.param_offset + l.weight_numel, l.bias_numel), dy);
+        dx = std::move(t.dx), dw = std::move(t.dw), db = std::move(t.db);
+        break;
+      }
     }
     std::copy(dw.begin(), dw.end(), grad->begin() + l.param_offset);
     std::copy(db.begin(), db.end(), grad->begin() + l.param_offset + l.weight_numel);

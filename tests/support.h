@@ -92,10 +92,12 @@ inline NetSpec linear_relu_pairs(const std::string& name, int64_t width, int pai
   return net;
 }
 
-// Whether tp takes the net: pooling and upsampling have no tensor-parallel form yet (refused by name).
+// Whether tp takes the net: pooling, upsampling and transposed convolutions have no tensor-parallel
+// form yet (refused by name).
 inline bool tp_runs(const NetPlan& plan) {
   return std::none_of(plan.layers.begin(), plan.layers.end(), [](const LayerPlan& l) {
-    return l.spec.type == LayerType::MaxPool2d || l.spec.type == LayerType::Upsample;
+    const LayerType t = l.spec.type;
+    return t == LayerType::MaxPool2d || t == LayerType::Upsample || t == LayerType::ConvTranspose2d;
   });
 }
 

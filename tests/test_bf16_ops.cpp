@@ -238,6 +238,32 @@ void check_narrow_conv(Backend& be, bool cudnn) {
   }
 }
 
+// The transposed convolution, made of the bf16 convolution passes: its forward rounds the
+// convolution's output and then its sum with the bias (two roundings, within Partials' bound); the
+// bias gradient is the fp32 channel sums.
+void check_conv_transpose(Backend& be, bool cudnn) {
+  Rand r;
+  for (int trial = 0; trial < 20; ++trial) {
+    const ConvGeom g = random_geom(r);
+    SCOPED_TRACE(fmt::format("seed {} trial {}: transpose of {}", r.seed, trial, geom_str(g)));
+    const int64_t xn = g.n * g.k * g.p() * g.q(), wn = g.k * g.c * g.r * g.s, yn = g.n * g.c * g.h * g.w;
+    const Vals x = bf16_vals(r, xn), w = bf16_vals(r, wn), b = bf16_vals(r, g.c), dy = bf16_vals(r, yn);
+    const auto X16 = dev(be, x.b), W16 = dev(be, w.b), B16 = dev(be, b.b), DY16 = dev(be, dy.b);
+    auto Y = dev(be, std::vector<Bf16>(yn, Bf16{0x7fc0})), DX = dev(be, std::vector<Bf16>(xn, Bf16{0x7fc0}));
+    auto DW = dev(be, std::vector<float>(wn, NAN)), DB = dev(be, std::vector<float>(g.c, NAN));
+    be.conv_transpose2d_forward_bf16(g, X16.p(), W16.p(), B16.p(), Y.p());
+    be.conv_transpose2d_backward_data_bf16(g, DY16.p(), W16.p(), DX.p());
+    be.conv_transpose2d_backward_weights_bf16(g, X16.p(), DY16.p(), DW.p(), DB.p(), false);
+    const ref::ConvTranspose t = ref::conv_transpose2d(g, ref::to_double(x.f), ref::to_double(w.f), ref::to_double(b.f),
+                                                       ref::to_double(dy.f));
+    const ref::ConvTranspose m = ref::conv_transpose2d(g, absd(x.f), absd(w.f), absd(b.f), absd(dy.f));
+    expect_within(widen(Y.host()), t.y, m.y, g.k * g.r * g.s + 1, Rounded::Partials, "forward");
+    expect_within(widen(DX.host()), t.dx, m.dx, g.c * g.r * g.s, cudnn ? Rounded::Partials : Rounded::Once, "backward data");
+    expect_within(DW.host(), t.dw, m.dw, g.n * g.h * g.w, cudnn ? Rounded::Partials : Rounded::No, "backward weights");
+    expect_within(DB.host(), t.db, m.db, g.n * g.h * g.w, Rounded::No, "bias gradient");
+  }
+}
+
 void check_linear_at(Backend& be, int64_t n, int64_t in, int64_t out, Rand& r) {
   {
     const Vals x = bf16_vals(r, n * in), w = bf16_vals(r, out * in), b = bf16_vals(r, out), dy = bf16_vals(r, n * out);
@@ -287,6 +313,11 @@ TEST(Bf16Ops, ConvMatchesReference) {
 TEST(Bf16Ops, ConvOfAnInputNarrowerThanItsStrideMatchesReference) {
   SKIP_WITHOUT_BF16();
   check_narrow_conv(*bf16_backend(), false);
+}
+
+TEST(Bf16Ops, ConvTransposeMatchesReference) {
+  SKIP_WITHOUT_BF16();
+  check_conv_transpose(*bf16_backend(), false);
 }
 
 TEST(Bf16Ops, LinearMatchesReference) {
@@ -361,6 +392,10 @@ TEST(Bf16OpsGpu, ConvThroughTheLegacyApiMatchesReference) {
   PB_REQUIRE_GPU();
   test::ScopedEnv api("PARBENCH_CUDNN_API", "legacy");
   check_conv(*gpu_bf16_backend(), true);
+}
+TEST(Bf16OpsGpu, ConvTransposeMatchesReference) {
+  PB_REQUIRE_GPU();
+  check_conv_transpose(*gpu_bf16_backend(), true);
 }
 TEST(Bf16OpsGpu, LinearMatchesReference) {
   PB_REQUIRE_GPU();

@@ -65,6 +65,8 @@ NetSpec small_net() {
 NetSpec example_net() { return load_net_json((test::source_dir() / "workloads/examples/mixed_stride_pad.json").string()); }
 // Pooling and upsampling (odd sizes: a row left out), as the golden fixture has them.
 NetSpec pool_net() { return load_net_json((test::source_dir() / "tests/fixtures/conv_pool_upsample/net.json").string()); }
+// Transposed convolutions (nnU-Net's 2x2 stride-2 up-sampling and an odd one), as their golden fixture.
+NetSpec transpose_net() { return load_net_json((test::source_dir() / "tests/fixtures/conv_transpose/net.json").string()); }
 
 // Each worker's peak (tensors and workspace) and its tensors' own peak against the estimate's,
 // printed per worker; returns the worst error.
@@ -127,8 +129,8 @@ double check_every_strategy(const NetSpec& net, int64_t batch, Precision precisi
 
 TEST(MemoryEstimate, EveryStrategyWithinTenPercentOfTheAllocatorsPeak) {
   const double a = check_every_strategy(small_net(), 8), b = check_every_strategy(example_net(), 6),
-               c = check_every_strategy(pool_net(), 6);
-  std::printf("worst error %.1f%%\n", std::max({a, b, c}) * 100);
+               c = check_every_strategy(pool_net(), 6), d = check_every_strategy(transpose_net(), 6);
+  std::printf("worst error %.1f%%\n", std::max({a, b, c, d}) * 100);
 }
 
 // bf16 (autocast): each Sequential's bf16 parameter copy, bf16 activations and gradients, and
@@ -136,8 +138,9 @@ TEST(MemoryEstimate, EveryStrategyWithinTenPercentOfTheAllocatorsPeak) {
 TEST(MemoryEstimate, Bf16EveryStrategyWithinTenPercentOfTheAllocatorsPeak) {
   SKIP_WITHOUT_BF16();
   const double a = check_every_strategy(small_net(), 8, Precision::Bf16),
-               b = check_every_strategy(example_net(), 6, Precision::Bf16), c = check_every_strategy(pool_net(), 6, Precision::Bf16);
-  std::printf("worst error %.1f%%\n", std::max({a, b, c}) * 100);
+               b = check_every_strategy(example_net(), 6, Precision::Bf16), c = check_every_strategy(pool_net(), 6, Precision::Bf16),
+               d = check_every_strategy(transpose_net(), 6, Precision::Bf16);
+  std::printf("worst error %.1f%%\n", std::max({a, b, c, d}) * 100);
 }
 
 // Without a measurement the workspace is the im2col bound: one sample's unfolded input of the

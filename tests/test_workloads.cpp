@@ -116,6 +116,26 @@ TEST(Workloads, PoolingAndUpsamplingShapes) {
   EXPECT_EQ(plan_net(hourglass).output, hourglass.input);  // target "input" accepted
 }
 
+// A transposed convolution's output is (in - 1) * stride - 2 * padding + kernel, its weights
+// [in, out, kH, kW] as PyTorch's ConvTranspose2d; what leaves no output is refused by name.
+TEST(Workloads, TransposedConvolutionShapes) {
+  const NetPlan t = plan_net(load_net_json((test::source_dir() / "tests/fixtures/conv_transpose/net.json").string()));
+  EXPECT_EQ(t.layers[5].out, (Shape{3, 8, 6}));  // 2x2, stride 2, of (6, 4, 3)
+  EXPECT_EQ(t.layers[5].weight_shape, (Shape{6, 3, 2, 2}));
+  EXPECT_EQ(t.layers[7].out, (Shape{2, 8, 12}));  // [3, 2] kernel, stride [1, 2], padding [1, 0]: 7 - 2 + 3, 10 + 2
+  EXPECT_EQ(t.layers[7].bias_shape, (Shape{2}));
+  EXPECT_DOUBLE_EQ(t.layers[5].forward_flops, 2.0 * 6 * 4 * 3 * 3 * 2 * 2);  // every input value into k*k outputs per channel
+  EXPECT_THAT(error_of(R"({"input": [3, 2, 2], "target": "random", "layers": [{"type": "conv_transpose2d", "out_channels": 2,
+      "kernel_size": 1, "padding": 1}]})"),
+              HasSubstr("layer 0 (conv_transpose2d): padding [1, 1] leaves no output from a 2x2 input"));
+  EXPECT_THAT(error_of(R"({"input": [3, 2, 2], "target": "random", "layers": [{"type": "conv_transpose2d", "out_channels": 2,
+      "kernel_size": 2, "stride": 4611686018427387904}]})"),
+              HasSubstr("more than any device can hold"));
+  EXPECT_THAT(error_of(R"({"input": [3, 2, 2], "layers": [{"type": "conv_transpose2d", "out_channels": 2, "kernel_size": 2,
+      "output_padding": 1}]})"),
+              HasSubstr("layer 0 (conv_transpose2d): unknown field \"output_padding\""));
+}
+
 TEST(Workloads, UnknownWorkloadAndMissingFile) {
   EXPECT_THROW(resolve_workload("resnet", {}), UsageError);
   try {

@@ -145,13 +145,14 @@ NetSpec parse_net_json(const std::string& text, const std::string& src) {
     const std::string type = l["type"].get<std::string>();
     LayerSpec s;
     std::vector<std::string> allowed{"type"};
-    if (type == "conv2d") {
-      s.type = LayerType::Conv2d;
-      s.out_channels = get_int(l, src, where + " (conv2d)", "out_channels", 0, true);
-      s.in_channels = get_int(l, src, where + " (conv2d)", "in_channels", -1, false);
-      std::tie(s.kernel_h, s.kernel_w) = get_pair(l, src, where + " (conv2d)", "kernel_size", 0, true);
-      std::tie(s.stride_h, s.stride_w) = get_pair(l, src, where + " (conv2d)", "stride", 1, false);
-      std::tie(s.pad_h, s.pad_w) = get_pair(l, src, where + " (conv2d)", "padding", 0, false);
+    if (type == "conv2d" || type == "conv_transpose2d") {  // torch.nn.Conv2d's or ConvTranspose2d's fields
+      s.type = type == "conv2d" ? LayerType::Conv2d : LayerType::ConvTranspose2d;
+      const std::string at = fmt::format("{} ({})", where, type);
+      s.out_channels = get_int(l, src, at, "out_channels", 0, true);
+      s.in_channels = get_int(l, src, at, "in_channels", -1, false);
+      std::tie(s.kernel_h, s.kernel_w) = get_pair(l, src, at, "kernel_size", 0, true);
+      std::tie(s.stride_h, s.stride_w) = get_pair(l, src, at, "stride", 1, false);
+      std::tie(s.pad_h, s.pad_w) = get_pair(l, src, at, "padding", 0, false);
       allowed = {"type", "out_channels", "in_channels", "kernel_size", "stride", "padding"};
     } else if (type == "linear") {
       s.type = LayerType::Linear;

@@ -270,6 +270,14 @@ class CudaBackend final : public Backend {
     cu::use_device(device_);
     cu::launch_upsample2x_backward(stream_, s, dy, dx);
   }
+  void add_channel_bias_bf16(int64_t n, int64_t channels, int64_t inner, const Bf16* b, Bf16* y) override {
+    cu::use_device(device_);
+    cu::launch_add_channel_bias(stream_, n, channels, inner, b, y);
+  }
+  void channel_sums_bf16(int64_t n, int64_t channels, int64_t inner, const Bf16* dy, float* db, bool accumulate) override {
+    cu::use_device(device_);
+    cu::launch_channel_sums_bf16(stream_, n, channels, inner, dy, db, accumulate, partials_);
+  }
 
   void mse_loss_grad(int64_t n, const float* y, const float* t, float grad_scale, float* dy,
                      float* loss_sum) override {

@@ -110,14 +110,18 @@ void CudaBf16::conv_forward(const ConvGeom& g, const Bf16* x, const Bf16* w, con
   const int64_t pq = g.p() * g.q();
   const auto ws = [this](std::size_t bytes) { return workspace(bytes); };
   const GraphConvCall c{ConvDir::Forward, g, CUDNN_DATA_BFLOAT16, Precision::Bf16, 1.0f, x, w, y};
-  // A timed search writes y: the bias goes in after it.
+  // A timed search writes y: the bias (or, with none, zeros) goes in after it.
+  const auto start = [&] {
+    if (b) launch_broadcast_bf16(stream_, g.n * g.k * pq, g.k, pq, b, y);
+    else CUDA_CHECK(cudaMemsetAsync(y, 0, static_cast<std::size_t>(g.n * g.k * pq) * sizeof(Bf16), stream_));
+  };
   if (graph_api_ && graph_.prepare(c, ws)) {
-    launch_broadcast_bf16(stream_, g.n * g.k * pq, g.k, pq, b, y);
+    start();
     graph_.run(c, ws);
     return;
   }
   Plan& p = plan(g);
-  launch_broadcast_bf16(stream_, g.n * g.k * pq, g.k, pq, b, y);
+  start();
   CUDNN_CHECK(cudnnConvolutionForward(cudnn_, &kOne, p.x, x, p.w, w, p.conv, p.fwd, workspace(p.ws_fwd), p.ws_fwd,
                                       &kOne, p.y, y));
 }
@@ -147,7 +151,7 @@ void CudaBf16::conv_backward_weights(const ConvGeom& g, const Bf16* x, const Bf1
                                                workspace(p.ws_filter), p.ws_filter, &kZero, p.w, d16));
   }
   launch_widen_bf16(stream_, wn, d16, dw, accumulate);
-  launch_channel_sums_bf16(stream_, g.n, g.k, g.p() * g.q(), dy, db, accumulate, *partials_);
+  if (db) launch_channel_sums_bf16(stream_, g.n, g.k, g.p() * g.q(), dy, db, accumulate, *partials_);
 }
 
 std::string CudaBf16::algorithms(const ConvGeom& g) const {

@@ -92,8 +92,9 @@ __global__ void upsample_backward_kernel(int64_t n, int64_t h, int64_t w, const 
   }
 }
 
-__global__ void add_channel_bias_kernel(int64_t n, int64_t channels, int64_t inner, const float* b, float* y) {
-  PB_GRID_LOOP(i, n) y[i] += b[(i / inner) % channels];
+template <class T>
+__global__ void add_channel_bias_kernel(int64_t n, int64_t channels, int64_t inner, const T* b, T* y) {
+  PB_GRID_LOOP(i, n) y[i] = store<T>(load(y[i]) + load(b[(i / inner) % channels]));
 }
 
 const bf* B(const Bf16* p) { return reinterpret_cast<const bf*>(p); }
@@ -138,6 +139,15 @@ void upsample_backward_on(cudaStream_t stream, const Planes& s, const T* dy, T* 
   CUDA_CHECK_LAST();
 }
 
+template <class T>
+void add_channel_bias_on(cudaStream_t stream, int64_t n, int64_t channels, int64_t inner, const T* b, T* y) {
+  const int64_t total = n * channels * inner;
+  if (total <= 0) return;
+  add_channel_bias_kernel<<<grid(kernels::add_channel_bias(total, channels)), kThreads, 0, stream>>>(total, channels,
+                                                                                                     inner, B(b), B(y));
+  CUDA_CHECK_LAST();
+}
+
 }  // namespace
 
 void launch_add(cudaStream_t st, int64_t n, const float* a, const float* b, float* y) { add_on(st, n, a, b, y); }
@@ -150,10 +160,10 @@ void launch_upsample2x_backward(cudaStream_t st, const Planes& s, const float* d
   upsample_backward_on(st, s, dy, dx);
 }
 void launch_add_channel_bias(cudaStream_t st, int64_t n, int64_t channels, int64_t inner, const float* b, float* y) {
-  const int64_t total = n * channels * inner;
-  if (total <= 0) return;
-  add_channel_bias_kernel<<<grid(kernels::add_channel_bias(total, channels)), kThreads, 0, st>>>(total, channels, inner, b, y);
-  CUDA_CHECK_LAST();
+  add_channel_bias_on(st, n, channels, inner, b, y);
+}
+void launch_add_channel_bias(cudaStream_t st, int64_t n, int64_t channels, int64_t inner, const Bf16* b, Bf16* y) {
+  add_channel_bias_on(st, n, channels, inner, b, y);
 }
 void launch_add(cudaStream_t st, int64_t n, const Bf16* a, const Bf16* b, Bf16* y) { add_on(st, n, a, b, y); }
 void launch_max_pool2x2_forward(cudaStream_t st, const Planes& s, const Bf16* x, Bf16* y) { pool_forward_on(st, s, x, y); }

@@ -18,8 +18,9 @@ void launch_max_pool2x2_backward(cudaStream_t stream, const Planes& s, const flo
 void launch_upsample2x_forward(cudaStream_t stream, const Planes& s, const float* x, float* y);
 void launch_upsample2x_backward(cudaStream_t stream, const Planes& s, const float* dy, float* dx);
 
-// y[i, c, j] += b[c] over n x channels x inner fp32 values.
+// y[i, c, j] += b[c] over n x channels x inner values (bf16: in fp32, rounded once).
 void launch_add_channel_bias(cudaStream_t stream, int64_t n, int64_t channels, int64_t inner, const float* b, float* y);
+void launch_add_channel_bias(cudaStream_t stream, int64_t n, int64_t channels, int64_t inner, const Bf16* b, Bf16* y);
 
 void launch_add(cudaStream_t stream, int64_t n, const Bf16* a, const Bf16* b, Bf16* y);
 void launch_max_pool2x2_forward(cudaStream_t stream, const Planes& s, const Bf16* x, Bf16* y);

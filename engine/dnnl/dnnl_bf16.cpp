@@ -102,6 +102,7 @@ struct DnnlBf16::Impl {
   // destroyed on another thread (a leak with workers >= 2).
   dnnl_plan::Scratch pad;
   std::vector<float> db_tmp;
+  std::vector<Bf16> zero_bias;  // a forward without bias (a transposed convolution's backward data)
   std::map<dnnl_plan::Key, ConvPlan> convs;
   std::map<dnnl_plan::Key, DataF32Plan> data_f32;
   std::map<std::tuple<int, int64_t, int64_t, int64_t, bool>, MatPlan> mats;
@@ -272,6 +273,10 @@ void DnnlBf16::conv_forward(const ConvGeom& g, const Bf16* x, const Bf16* w, con
     const auto& fpd = p.fpd;
     memory mx = I.in(fpd.src_desc(), p.x, x, 0), mw = I.in(fpd.weights_desc(), p.w, w, 1);
     memory my = I.out(fpd.dst_desc(), p.y, y, 2);
+    if (!b) {
+      I.zero_bias.assign(static_cast<std::size_t>(g.k), Bf16{});
+      b = I.zero_bias.data();
+    }
     p.fwd.execute(I.strm, {{DNNL_ARG_SRC, mx}, {DNNL_ARG_WEIGHTS, mw},
                            {DNNL_ARG_BIAS, memory(p.b, I.eng, const_cast<Bf16*>(b))}, {DNNL_ARG_DST, my},
                            {DNNL_ARG_SCRATCHPAD, I.scratchpad(fpd.scratchpad_desc())}});
@@ -322,7 +327,7 @@ void DnnlBf16::conv_backward_weights(const ConvGeom& g, const Bf16* x, const Bf1
     memory mdw = accumulate ? memory(pd.diff_weights_desc(), I.eng, I.s[2].get(pd.diff_weights_desc().get_size()))
                             : I.out(pd.diff_weights_desc(), p.dw, dw, 2);
     float* dbp = db;
-    if (accumulate) {
+    if (accumulate || !db) {  // no db: written to scratch and dropped
       I.db_tmp.resize(static_cast<std::size_t>(g.k));
       dbp = I.db_tmp.data();
     }
@@ -331,7 +336,7 @@ void DnnlBf16::conv_backward_weights(const ConvGeom& g, const Bf16* x, const Bf1
                                    {DNNL_ARG_SCRATCHPAD, I.scratchpad(pd.scratchpad_desc())}});
     I.out_done(mdw, p.dw, dw, accumulate);
     I.strm.wait();
-    if (accumulate)
+    if (accumulate && db)
       for (int64_t k = 0; k < g.k; ++k) db[k] += dbp[k];
   });
 }
