@@ -19,7 +19,8 @@ namespace pb {
 int cmd_replay(const std::vector<std::string>& args) {
   std::vector<Flag> flags = training_flags();
   std::vector<Flag> own = {
-      {"params", "DIR", "initial parameters, <layer>.weight.npy / <layer>.bias.npy (default: seeded PyTorch-style init)", ""},
+      {"params", "DIR", "initial parameters, <layer>.weight.npy / <layer>.bias.npy, <layer> its name or index "
+                        "(default: seeded PyTorch-style init)", ""},
       {"input", "FILE", "input batch .npy [B, ...] (default: --batch seeded random samples)", ""},
       {"target", "FILE", "target .npy [B, ...output] for target \"random\" nets (default: seeded random)", ""},
       {"batch", "B", "batch size when no --input is given", "2"},
@@ -33,7 +34,8 @@ int cmd_replay(const std::vector<std::string>& args) {
   Flags f("parbench replay",
           "Runs K training steps of a workload from parameters and an input batch given as .npy\n"
           "files and writes the loss of every step (OUT/losses.json) and the final parameters\n"
-          "(OUT/params/*.npy, named by the PyTorch state_dict keys of the equivalent nn.Sequential).",
+          "(OUT/params/*.npy, named by the PyTorch state_dict keys: a layer's \"name\", or its index in\n"
+          "the equivalent nn.Sequential).",
           flags);
   if (!f.parse(args)) return 0;
   if (!f.positional().empty()) throw UsageError(fmt::format("unexpected argument '{}'", f.positional()[0]));

@@ -13,8 +13,9 @@ std::vector<ParamEntry> param_entries(const NetPlan& plan) {
   std::vector<ParamEntry> out;
   for (const LayerPlan& l : plan.layers) {
     if (l.weight_numel == 0) continue;
-    out.push_back({fmt::format("{}.weight", l.index), l.param_offset, l.weight_shape});
-    out.push_back({fmt::format("{}.bias", l.index), l.param_offset + l.weight_numel, l.bias_shape});
+    const std::string prefix = l.spec.name.empty() ? std::to_string(l.index) : l.spec.name;
+    out.push_back({prefix + ".weight", l.param_offset, l.weight_shape});
+    out.push_back({prefix + ".bias", l.param_offset + l.weight_numel, l.bias_shape});
   }
   return out;
 }

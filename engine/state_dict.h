@@ -1,5 +1,5 @@
-// Parameters as PyTorch state_dict files: DIR/<layer>.weight.npy and DIR/<layer>.bias.npy,
-// named as in the equivalent nn.Sequential.
+// Parameters as PyTorch state_dict files: DIR/<layer>.weight.npy and DIR/<layer>.bias.npy, <layer>
+// the layer's name, or its index as in the equivalent nn.Sequential.
 #pragma once
 
 #include <string>

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/check.h"
+#include "engine/state_dict.h"
 #include "tests/paths.h"
 #include "workloads/workload.h"
 
@@ -134,6 +135,29 @@ TEST(Workloads, TransposedConvolutionShapes) {
   EXPECT_THAT(error_of(R"({"input": [3, 2, 2], "layers": [{"type": "conv_transpose2d", "out_channels": 2, "kernel_size": 2,
       "output_padding": 1}]})"),
               HasSubstr("layer 0 (conv_transpose2d): unknown field \"output_padding\""));
+}
+
+// A layer's name is its parameter files' prefix (a module path, as torch_export.py writes it);
+// unnamed layers keep their index, and a name that would clash with one is refused.
+TEST(Workloads, LayerNamesNameTheParameterFiles) {
+  const NetPlan p = plan_net(parse_net_json(R"({"input": [3, 4, 4], "target": "random", "layers": [
+      {"type": "conv2d", "name": "encoder.0", "out_channels": 2, "kernel_size": 3},
+      {"type": "relu"}, {"type": "conv2d", "out_channels": 2, "kernel_size": 1},
+      {"type": "flatten", "name": "flat"}, {"type": "linear", "name": "fc", "out_features": 2}]})", "named.json"));
+  std::vector<std::string> keys;
+  for (const ParamEntry& e : param_entries(p)) keys.push_back(e.key);
+  EXPECT_EQ(keys, (std::vector<std::string>{"encoder.0.weight", "encoder.0.bias", "2.weight", "2.bias", "fc.weight",
+                                            "fc.bias"}));
+  auto layers_with = [](const std::string& second_name) {
+    return R"({"input": [3, 4, 4], "target": "random", "layers": [{"type": "conv2d", "name": "a", "out_channels": 2,
+        "kernel_size": 1}, {"type": "conv2d", "name": )" + second_name + R"(, "out_channels": 2, "kernel_size": 1}]})";
+  };
+  EXPECT_THAT(error_of(layers_with("\"a\"")), HasSubstr("layer 1 (conv2d): name 'a' is given to an earlier layer too"));
+  EXPECT_THAT(error_of(layers_with("\"0\"")), HasSubstr("layer 1 (conv2d): name '0' is another layer's index"));
+  EXPECT_THAT(error_of(layers_with("\"../x\"")), HasSubstr("name '../x' must be 1 to 200 letters"));
+  EXPECT_THAT(error_of(layers_with("\"a.\"")), HasSubstr("not starting or ending with '.'"));
+  EXPECT_THAT(error_of(layers_with("7")), HasSubstr("field \"name\" must be a string, got 7"));
+  EXPECT_NO_THROW(plan_net(parse_net_json(layers_with("\"1\""), "own_index.json")));  // its own index
 }
 
 TEST(Workloads, UnknownWorkloadAndMissingFile) {

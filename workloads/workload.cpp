@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "engine/check.h"
@@ -100,6 +101,24 @@ double get_double(const json& j, const std::string& src, const char* key, double
   return v.get<double>();
 }
 
+// A layer's "name": the prefix of its parameter files, so letters, digits, '_', '.' and '-' (a module
+// path), unique, and not a number other than its own index (another layer's files).
+std::string layer_name(const json& v, const std::string& src, const std::string& where, int index,
+                       std::set<std::string>& names) {
+  if (!v.is_string()) bad(src, where, fmt::format("field \"name\" must be a string, got {}", v.dump()));
+  const std::string name = v.get<std::string>();
+  bool ok = !name.empty() && name.size() <= 200 && name.front() != '.' && name.back() != '.';
+  for (char c : name) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-');
+  if (!ok)
+    bad(src, where, fmt::format("name '{}' must be 1 to 200 letters, digits, '_', '.' or '-', not starting or ending "
+                                "with '.' (a module path)", name.size() > 80 ? name.substr(0, 80) + "..." : name));
+  const bool number = std::all_of(name.begin(), name.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+  if (number && name != std::to_string(index))
+    bad(src, where, fmt::format("name '{}' is another layer's index (its parameter files' default name)", name));
+  if (!names.insert(name).second) bad(src, where, fmt::format("name '{}' is given to an earlier layer too", name));
+  return name;
+}
+
 }  // namespace
 
 void check_workload_name(const std::string& name, const std::string& where) {
@@ -138,6 +157,7 @@ NetSpec parse_net_json(const std::string& text, const std::string& src) {
   }
   if (!j.contains("layers") || !j["layers"].is_array()) bad(src, "field \"layers\"", "missing or not an array");
   int i = 0;
+  std::set<std::string> names;
   for (const json& l : j["layers"]) {
     const std::string where = fmt::format("layer {}", i);
     if (!l.is_object() || !l.contains("type") || !l["type"].is_string())
@@ -178,9 +198,11 @@ NetSpec parse_net_json(const std::string& text, const std::string& src) {
     } else {
       bad(src, where, fmt::format("unknown layer type \"{}\" (known: {})", type, layer_type_names()));
     }
+    allowed.push_back("name");
     for (const auto& [k, v] : l.items())
       if (std::find(allowed.begin(), allowed.end(), k) == allowed.end())
         bad(src, fmt::format("{} ({})", where, type), fmt::format("unknown field \"{}\"", k));
+    if (l.contains("name")) s.name = layer_name(l["name"], src, fmt::format("{} ({})", where, type), i, names);
     net.layers.push_back(s);
     ++i;
   }
