@@ -30,7 +30,7 @@ struct LayerSpec {
   LayerType type = LayerType::ReLU;
   // Its parameter files' prefix (<name>.weight.npy): a module path, as a state_dict names it;
   // empty: the layer's index, as in an nn.Sequential.
-  std::string name;
+  std::string name{};
   // conv2d, conv_transpose2d
   int64_t out_channels = 0, kernel_h = 0, kernel_w = 0;
   int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
