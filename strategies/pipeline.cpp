@@ -18,15 +18,18 @@
 // which on one NCCL stream in any other grouping would wait on each other
 // (tests/test_nccl_order.cpp).
 //
-// Interleaved 1F1B (pipeline-interleaved, Megatron's virtual stages): the net in V * P stages,
-// worker r holding stages r, P + r, ... as V chunks (w.model and w.chunks), each with its own
-// slots, buffers and Adam, the plan naming a chunk's buffers "c<c>/...".
+// Chunked schedules (strategies/rules.h: interleaved 1F1B, Megatron's virtual stages, and any
+// other): the net in V * P stages, worker r holding the V its schedule places there as chunks
+// (w.model and w.chunks), each with its own slots, buffers and Adam, the plan naming a chunk's
+// buffers "c<c>/...". A chunk whose neighbour stage is on its own worker reads that stage's output
+// (or input gradient) in place.
 //
 // dp x pp hybrids (dp<D>xpp<P>): D replicas of the P-stage pipeline, worker r being stage r % P
 // of replica r / P. Each replica takes its torch.chunk piece of the batch and cuts it into
 // micro-batches; after its last backward, each stage's gradients are all-reduced (summed) among
 // the D workers that hold it (a communicator per stage), and every worker steps its stage.
 #include <algorithm>
+#include <optional>
 
 #include "engine/check.h"
 #include "strategies/batch.h"
@@ -44,13 +47,16 @@ namespace {
 
 class Staged final : public GroupStrategy {
  public:
-  Staged(const StrategyOptions& o, const std::string& name, int micro_batches, int replicas)
+  Staged(const StrategyOptions& o, const std::string& name, int micro_batches, int replicas,
+         std::optional<ChunkSchedule> sched = std::nullopt)
       : GroupStrategy(o, name, true, /*replicas=*/false), micro_(micro_batches), replicas_(replicas),
-        split_(o.schedule == Schedule::ZeroBubble), chunks_(o.schedule == Schedule::Interleaved ? o.virtual_stages : 1) {
-    if (o.schedule == Schedule::Interleaved && o.plan)
+        split_(o.schedule == Schedule::ZeroBubble), sched_(std::move(sched)) {
+    if (o.schedule == Schedule::Interleaved && !sched_) sched_ = interleaved_schedule(o);
+    if (sched_ && o.plan)
       throw UsageError(fmt::format("{}: runs its own plan (--plan takes mp, GPipe, 1F1B and dp x pp plans)", name));
-    if (o.schedule == Schedule::Interleaved && chunks_ < 2)
-      throw UsageError(fmt::format("{}: --virtual-stages must be at least 2, got {}", name, chunks_));
+    if (o.schedule == Schedule::Interleaved && o.virtual_stages < 2)
+      throw UsageError(fmt::format("{}: --virtual-stages must be at least 2, got {}", name, o.virtual_stages));
+    PB_CHECK(!sched_ || replicas == 1, "{}: a chunked schedule has no dp x pp form", name);
     if (micro_ < 1) throw UsageError(fmt::format("{}: --micro-batches must be at least 1, got {}", name, micro_));
     PB_CHECK(replicas_ >= 1 && o.devices % replicas_ == 0, "{}: {} replicas over {} workers", name, replicas_, o.devices);
   }
@@ -60,7 +66,8 @@ class Staged final : public GroupStrategy {
  protected:
   void plan_workers() override {
     // By time: profiled at one micro-batch of one replica's piece.
-    chunks_ = pipeline_chunks(opts_, stages());  // one worker: nothing to interleave
+    if (opts_.schedule == Schedule::Interleaved && stages() == 1) sched_.reset();  // one worker: 1F1B on one stage
+    chunks_ = sched_ ? sched_->chunks : 1;
     ranges_ = stage_ranges(plan(), stages() * chunks_, opts_, micro_ * replicas_, group().first_local().device, name());
     chunk_.clear();
     chunk_.resize(workers());
@@ -68,13 +75,13 @@ class Staged final : public GroupStrategy {
     staged_ = true;
     if (chunks_ > 1) chunk_stages_ = ranges_;
     for (int r = 0; r < workers(); ++r) {
-      group().worker(r).stats.layer_begin = ranges_[stage_of(r)].first;
-      group().worker(r).stats.layer_end = ranges_[stage_of(r)].second;
+      group().worker(r).stats.layer_begin = ranges_[stage_at(r, 0)].first;
+      group().worker(r).stats.layer_end = ranges_[stage_at(r, 0)].second;
     }
   }
 
   void setup_worker(Worker& w, const std::vector<float>& params, const AdamParams& adam) override {
-    const auto [begin, end] = ranges_[stage_of(w.rank)];
+    const auto [begin, end] = ranges_[stage_at(w.rank, 0)];
     w.chunks.clear();
     auto& ch = chunk_[w.rank];
     for (Chunk& c : ch) c = Chunk{};
@@ -83,7 +90,7 @@ class Staged final : public GroupStrategy {
     w.adam = std::make_unique<Adam>(w.be(), w.model->params().numel(), adam);  // its own slice
     ch[0].model = w.model.get(), ch[0].adam = w.adam.get();
     for (int c = 1; c < chunks_; ++c) {
-      const auto [b, e] = ranges_[c * stages() + stage_of(w.rank)];
+      const auto [b, e] = ranges_[stage_at(w.rank, c)];
       w.chunks.push_back(std::make_unique<Sequential>(plan(), b, e, w.be()));
       Sequential& m = *w.chunks.back();
       m.load_params(params);
@@ -102,14 +109,14 @@ class Staged final : public GroupStrategy {
     offsets_.clear();
     for (const auto& sizes : micro_sizes_) offsets_.push_back(chunk_offsets(sizes));
     micro_batches_ = static_cast<int>(micro_sizes_[0].size());
-    // ZB-H1 with forward, B and W of equal time: (P-1)(F+B-W) / (M(F+B+W) + (P-1)(F+B-W)); interleaved
-    // (P-1) / (VM + P-1): the fill and drain are of chunks, a V-th of a stage.
-    bubble_fraction_ = static_cast<double>(stages() - 1) / ((split_ ? 3 : chunks_) * micro_batches_ + stages() - 1);
-    plan_ = plan_stage_steps(plan(), opts_, batch, name(), ranges_, micro_sizes_);
+    // ZB-H1 with forward, B and W of equal time: (P-1)(F+B-W) / (M(F+B+W) + (P-1)(F+B-W)).
+    bubble_fraction_ = sched_ ? sched_->bubble(stages(), micro_batches_)
+                              : static_cast<double>(stages() - 1) / ((split_ ? 3 : 1) * micro_batches_ + stages() - 1);
+    plan_ = sched_ ? plan_chunked(plan(), opts_, batch, name(), ranges_, micro_sizes_[0], *sched_)
+                   : plan_stage_steps(plan(), opts_, batch, name(), ranges_, micro_sizes_);
     for (int r = 0; r < workers(); ++r) {
-      const std::vector<PipeOp> ops = chunks_ > 1 ? interleaved_ops(stages(), chunks_, r, micro_batches_, name())
-                                                  : std::vector<PipeOp>{};
-      for (int c = 0; c < chunks_; ++c) chunk_[r][c].slots = chunks_ > 1 ? interleaved_slots(ops, c) : in_flight(r);
+      const std::vector<PipeOp> ops = sched_ ? sched_->ops(stages(), r, micro_batches_, name()) : std::vector<PipeOp>{};
+      for (int c = 0; c < chunks_; ++c) chunk_[r][c].slots = sched_ ? chunk_slots(ops, c) : in_flight(r);
     }
     if (opts_.plan) {  // a plan file: run instead, once it computes what this strategy's own plan does
       std::vector<int> slots;
@@ -120,6 +127,11 @@ class Staged final : public GroupStrategy {
     staging_.clear();
     for (int r = 0; r < workers(); ++r) staging_.push_back(transfer_staging(plan_, r));
     ptrs_.assign(workers(), {});
+    if (sched_ && sched_->gradient_channel) {  // the gradients' channel: a second communicator over all
+      std::vector<int> all(workers());
+      for (int r = 0; r < workers(); ++r) all[r] = r;
+      group().connect_parts("grads", {all});
+    }
     if (replicas_ > 1) {  // the workers of each stage, for its gradients' all-reduce
       std::vector<std::vector<int>> parts(stages());
       for (int r = 0; r < workers(); ++r) parts[stage_of(r)].push_back(r);
@@ -130,6 +142,14 @@ class Staged final : public GroupStrategy {
 
   int stages() const { return workers() / replicas_; }
   int stage_of(int rank) const { return rank % stages(); }
+  // The stage of the net (of stages() * chunks_) that worker `rank`'s chunk c holds.
+  int stage_at(int rank, int c) const { return sched_ ? sched_->stage(stages(), stage_of(rank), c) : stage_of(rank); }
+  // Whether the step's plan names a buffer of `role` for that chunk (a chunk fed in place has no
+  // input slots of its own; one whose next stage is in place, no output gradient).
+  bool names(int rank, int c, BufferRole role) const {
+    return std::any_of(plan_.buffers.begin(), plan_.buffers.end(),
+                       [&](const PlanBuffer& b) { return b.worker == rank && b.chunk == c && b.role == role; });
+  }
   int replica_of(int rank) const { return rank / stages(); }
 
   // Micro-batches whose activations a worker holds at once: all M under GPipe, P - s under 1F1B.
@@ -146,21 +166,24 @@ class Staged final : public GroupStrategy {
     auto piece = [&](const std::vector<float>& v, int64_t per_sample) {  // the replica's samples
       return replicas_ == 1 ? v : std::vector<float>(v.begin() + at * per_sample, v.begin() + (at + b) * per_sample);
     };
+    int last = -1;  // the chunk that holds the net's last stage, if this worker has it
     for (int c = 0; c < chunks_; ++c) {
       Chunk& ch = chunk_[w.rank][c];
       const Sequential& m = *ch.model;
       Tensor& cx = c == 0 ? w.x : ch.x;
       Tensor& cdx = c == 0 ? w.dx : ch.dx;
       Tensor& cdy = c == 0 ? w.dy : ch.dy;
-      const bool first = c == 0 && stage_of(w.rank) == 0;
-      cx = first ? Tensor::from_host({m.in_numel(b)}, piece(x, m.in_numel(1)), w.device)
-                 : Tensor::empty({ch.slots * m.in_numel(most)}, w.device);
+      const bool first = stage_at(w.rank, c) == 0;
+      cx = Tensor(), cdx = Tensor(), cdy = Tensor();
+      if (first) cx = Tensor::from_host({m.in_numel(b)}, piece(x, m.in_numel(1)), w.device);
+      else if (names(w.rank, c, BufferRole::StageInput)) cx = Tensor::empty({ch.slots * m.in_numel(most)}, w.device);
       if (!first) cdx = Tensor::empty({2 * m.in_numel(most)}, w.device);
-      cdy = Tensor::empty({m.out_numel(most)}, w.device);  // one micro-batch's output gradient
+      if (names(w.rank, c, BufferRole::OutputGrad)) cdy = Tensor::empty({m.out_numel(most)}, w.device);  // one micro-batch's
       ch.x_ = &cx, ch.dx_ = &cdx, ch.dy_ = &cdy;
+      if (stage_at(w.rank, c) == stages() * chunks_ - 1) last = c;
     }
-    const Sequential& m = *chunk_[w.rank][chunks_ - 1].model;
-    if (stage_of(w.rank) == stages() - 1) {  // the loss of every micro-batch, on the last stage
+    if (last >= 0) {  // the loss of every micro-batch, on the last stage
+      const Sequential& m = *chunk_[w.rank][last].model;
       w.t = Tensor::from_host({m.out_numel(b)}, piece(t, m.out_numel(1)), w.device);
       w.loss = Tensor::zeros({static_cast<int64_t>(micro_sizes_[d].size())}, w.device);
     }
@@ -186,7 +209,8 @@ class Staged final : public GroupStrategy {
     };
     b.comm = [&](int group) -> std::pair<Communicator*, int> {
       if (group == 0) return {&g.comm(), rank};  // the world
-      return {&g.part_comm("stage", rank), g.part_rank("stage", rank)};
+      const std::string key = plan_.groups.at(group).name == "grads" ? "grads" : "stage";
+      return {&g.part_comm(key, rank), g.part_rank(key, rank)};
     };
     b.compute = [&](const Action& a) {
       // The chunk an action computes on: its first buffer's (the optimizer's: its gradients).
@@ -203,7 +227,7 @@ class Staged final : public GroupStrategy {
           const int k = a.micro;
           auto loss_span = w.tracer.compute(Phase::Loss, k, [] { return std::string("mse loss"); });
           w.be().mse_loss_grad(sizes[k] * out_n, out[c][k], w.t.data() + offsets[k] * out_n, grad_scale(),
-                               ch.dy_->data(), w.loss.data() + k);
+                               at[a.writes.at(0)], w.loss.data() + k);
           break;
         }
         case ActionKind::BackwardWeights:
@@ -211,10 +235,12 @@ class Staged final : public GroupStrategy {
           if (kept(a.reads)) m.backward_weights(accumulate, slot);  // ZB-H1's W
           break;                                                                          // else: with the data's
         case ActionKind::BackwardData: {
+          // Its first read: the output gradient (its own, or the next stage's input gradient in place).
           // Its first write: dx[j] on later stages; none, or B's kept gradients (no place here), on stage 0.
+          const float* dy = at[a.reads.at(0)];
           float* dx = a.writes.empty() ? nullptr : at[a.writes[0]];
-          if (kept(a.writes)) m.backward_data(ch.dy_->data(), dx, slot);  // ZB-H1's B
-          else m.backward(ch.dy_->data(), dx, accumulate, slot);
+          if (kept(a.writes)) m.backward_data(dy, dx, slot);  // a split backward's B
+          else m.backward(dy, dx, accumulate, slot);
           break;
         }
         case ActionKind::Optimizer: ch.adam->step(m.params(), m.grads()); break;
@@ -231,7 +257,7 @@ class Staged final : public GroupStrategy {
  private:
   // Whether the buffers name B's kept output gradients: a split backward (ZB-H1's B or W).
   bool kept(const std::vector<int>& bufs) const {
-    return split_ && std::any_of(bufs.begin(), bufs.end(), [&](int b) { return plan_.buffers[b].role == BufferRole::KeptGrad; });
+    return std::any_of(bufs.begin(), bufs.end(), [&](int b) { return plan_.buffers[b].role == BufferRole::KeptGrad; });
   }
 
   // Where each of the worker's plan buffers lives (null: an activation, known once made).
@@ -271,7 +297,8 @@ class Staged final : public GroupStrategy {
   int micro_;
   int replicas_;
   bool split_;  // ZB-H1: backward as B and W, two actions
-  int chunks_;  // interleaved 1F1B: V
+  std::optional<ChunkSchedule> sched_;  // a chunked schedule (interleaved 1F1B, ...); none: one stage a worker
+  int chunks_ = 1;                      // its chunks per worker
   std::vector<std::pair<int, int>> ranges_;  // per stage: its layers [begin, end)
   std::vector<int64_t> piece_, piece_offset_;  // per replica: its samples, and where they start
   std::vector<std::vector<int64_t>> micro_sizes_, offsets_;  // per replica: its micro-batches
@@ -285,6 +312,10 @@ class Staged final : public GroupStrategy {
 
 std::unique_ptr<Strategy> make_staged(const StrategyOptions& o, const std::string& name, int micro_batches) {
   return std::make_unique<Staged>(o, name, micro_batches, 1);
+}
+
+std::unique_ptr<Strategy> make_chunk_pipeline(const StrategyOptions& o, const std::string& name, ChunkSchedule sched) {
+  return std::make_unique<Staged>(o, name, o.micro_batches, 1, std::move(sched));
 }
 
 std::string pipeline_name(Schedule schedule, bool recompute) {

@@ -37,9 +37,14 @@ struct StageEmitter {
   int backwards = 0, last_scratch_send = kNone;
   bool own_group = false;
   bool* grouped = nullptr;  // the worker's open p2p group, shared by its chunks
-  // Interleaved chunks: the previous and next stages' workers, and the chunk its buffers belong to.
+  // Chunked schedules: the previous and next stages' workers, the chunk its buffers belong to, and
+  // the emitters of those stages where they are this worker's own chunks (handed over in place).
   int prev = w - 1, next = w + 1;
   int chunk = 0;
+  StageEmitter* local_prev = nullptr;
+  StageEmitter* local_next = nullptr;
+  std::map<int, int> dx_of{};         // micro-batch -> the input-gradient buffer its backward wrote
+  int unread_dx[2] = {kNone, kNone};  // per input-gradient buffer: the micro-batch a local next has yet to read
   // Megatron's batches (interleaved): receives posted a step ahead (post_*), a step's sends held
   // until its computations are done (flush), each step's transfers one group.
   bool batched = false;
@@ -59,11 +64,13 @@ struct StageEmitter {
 
   SequentialBuffers keeps(int64_t n) const { return sequential_buffers(*net, begin, end, n, bf16); }
 
-  Action& p2p(ActionKind kind, int peer, int64_t n, int into) {
-    return on_wire(b.p2p(w, kind, world, peer, n, into, true), wire);
+  int grad_channel = -1;  // the gradients' group, when not the world's
+  Action& p2p(ActionKind kind, int peer, int64_t n, int into, bool grad = false) {
+    return on_wire(b.p2p(w, kind, grad && grad_channel >= 0 ? grad_channel : world, peer, n, into, true), wire);
   }
   int buf(BufferRole role, int64_t values, int index = -1) { return b.buffer(w, role, index, values * kF, DType::F32, chunk); }
   int input(int k) {
+    if (local_prev) return local_prev->acts(k);  // the previous stage's output, in place
     return s == 0 ? buf(BufferRole::Input, sizes[k] * in, k) : buf(BufferRole::StageInput, sizes[0] * in, k % slots);
   }
   // Micro-batch k's activation slot, as large as the first micro-batch it serves (torch.chunk's
@@ -85,9 +92,9 @@ struct StageEmitter {
     if (*grouped) b.add(w, ActionKind::GroupEnd);
     *grouped = false;
   }
-  void receive(int into, int64_t n, int peer, int micro) {
+  void receive(int into, int64_t n, int peer, int micro, bool grad = false) {
     open();
-    Action& a = p2p(ActionKind::Recv, peer, n, into);
+    Action& a = p2p(ActionKind::Recv, peer, n, into, grad);
     a.micro = micro;
     const int id = a.id;
     close();
@@ -104,21 +111,21 @@ struct StageEmitter {
     last_scratch_send = kNone;
   }
   void post_forward(int k) {
-    if (s == 0) return;
+    if (s == 0 || local_prev) return;
     open();
     Action& a = p2p(ActionKind::Recv, prev, sizes[k] * in, input(k));
     a.micro = k, posted_in[k] = a.id;
   }
   void post_backward(int k) {
-    if (last) return;
+    if (last || local_next) return;
     open();
-    Action& a = p2p(ActionKind::Recv, next, sizes[k] * out, dy());
+    Action& a = p2p(ActionKind::Recv, next, sizes[k] * out, dy(), true);
     a.micro = k, posted_dy[k] = a.id;
   }
   void flush() {
     for (const Pending& p : pending) {
       open();
-      Action& a = p2p(ActionKind::Send, p.act ? next : prev, sizes[p.micro] * (p.act ? out : in), p.buffer);
+      Action& a = p2p(ActionKind::Send, p.act ? next : prev, sizes[p.micro] * (p.act ? out : in), p.buffer, !p.act);
       a.micro = p.micro;
       (p.act ? act_send[p.micro] : grad_send[p.slot]) = a.id;
     }
@@ -127,7 +134,9 @@ struct StageEmitter {
   void forward(int k) {
     const int64_t n = sizes[k];
     b.at(w, n);
-    if (s > 0 && batched) {
+    if (s > 0 && local_prev) {
+      // in place: nothing travels
+    } else if (s > 0 && batched) {
       close();
       b.wait(w, {posted_in.at(k)});
     } else if (s > 0) {
@@ -136,13 +145,20 @@ struct StageEmitter {
     close();
     free_scratch();
     b.compute(w, ActionKind::Forward, begin, end, k, {input(k), params()}, {acts(k)}).bytes = n * out * kF;
-    if (last) return;
+    if (last || local_next) return;
     if (batched) return pending.push_back({true, k, acts(k), -1});
     open();
     Action& a = p2p(ActionKind::Send, next, n * out, acts(k));
     a.micro = k;
     act_send[k] = a.id;
     if (recompute) last_scratch_send = k;
+  }
+  // Micro-batch k's input gradient, read in place by the previous stage on this worker.
+  int take_dx(int k) {
+    const int id = dx_of.at(k);
+    for (int& u : unread_dx)
+      if (u == k) u = kNone;
+    return id;
   }
   int keep(int k) {  // B's output gradients, for W
     return b.buffer(w, BufferRole::KeptGrad, k % slots, keeps(sizes[0]).kept, DType::F32, chunk);
@@ -160,10 +176,11 @@ struct StageEmitter {
     const int64_t n = sizes[k];
     b.at(w, n);
     if (backwards == 0) first_backward = n;
-    const int dy = this->dy();
-    if (!last) {
+    // The output gradient: the loss's, the next stage's input gradient in place, or received.
+    const int dy = local_next ? local_next->take_dx(k) : this->dy();
+    if (!last && !local_next) {
       if (batched) close(), b.wait(w, {posted_dy.at(k)});
-      else receive(dy, n * out, next, k);
+      else receive(dy, n * out, next, k, true);
       if (!recompute) wait_send(k);
     }
     close();
@@ -183,7 +200,11 @@ struct StageEmitter {
     if (s > 0) {
       if (grad_send[slot] != kNone) b.wait(w, {grad_send[slot]});
       grad_send[slot] = kNone;
+      PB_CHECK(unread_dx[slot] == kNone, "{}: worker {} stage {} overwrites micro-batch {}'s input gradient before the "
+               "previous stage reads it", b.plan().strategy, w, s, unread_dx[slot]);
       dx = buf(BufferRole::InputGrad, sizes[0] * in, slot);
+      dx_of[k] = dx;
+      if (local_prev) unread_dx[slot] = k;
     }
     std::vector<int> reads = {dy, acts(k)};
     if (!first) reads.push_back(grads());  // later micro-batches add to the gradients
@@ -192,11 +213,13 @@ struct StageEmitter {
     if (dx != kNone) writes.push_back(dx);
     if (split) writes.push_back(keep(k));
     b.compute(w, ActionKind::BackwardData, begin, end, k, {dy, acts(k), params()}, writes);
-    if (s > 0 && batched) {
+    if (s > 0 && local_prev) {
+      // read in place by the previous stage's backward (take_dx)
+    } else if (s > 0 && batched) {
       pending.push_back({false, k, dx, slot});
     } else if (s > 0) {
       open();
-      Action& a = p2p(ActionKind::Send, prev, n * in, dx);
+      Action& a = p2p(ActionKind::Send, prev, n * in, dx, true);
       a.micro = k;
       grad_send[slot] = a.id;
     }
@@ -225,61 +248,87 @@ void stage_keeps(PlanBuilder& b, const StrategyOptions& o, int w, const std::vec
   for (std::size_t k = 0; k < slots.size(); ++k) b.buffer(w, BufferRole::Staging, static_cast<int>(k), slots[k] * kH, DType::Bf16);
 }
 
-// Interleaved 1F1B: worker r's chunk c is stage c * P + r, each chunk a stage's emitter (its
-// buffers' chunk c), all of a worker's sharing its open p2p group. Activations and gradients share the
-// world group: Megatron's order has each worker receive a peer's messages in the order sent
-// (PipelineSchedule.InterleavedRunsEveryChunkWithoutDeadlock), so no tags are needed. Transfers go
-// in Megatron's batches: on NCCL's in-order stream a lone send may wait on a peer whose send
-// waits for this worker's next launch (tests/test_nccl_order.cpp).
-Plan plan_interleaved(const NetPlan& net, const StrategyOptions& o, int64_t batch, const std::string& name,
-                      const std::vector<std::pair<int, int>>& ranges, const std::vector<int64_t>& sizes) {
-  const int V = o.virtual_stages, S = static_cast<int>(ranges.size()), P = S / V, m = static_cast<int>(sizes.size());
-  PB_CHECK(V >= 2 && P >= 2 && P * V == S, "{}: {} stages for {} chunks per worker", name, S, V);
+}  // namespace
+
+// A chunked schedule (strategies/rules.h): each worker's chunks a stage's emitter each (their
+// buffers' chunk c), all of a worker's sharing its open p2p group. Activations and gradients share
+// the world group, so a worker must receive a peer's messages in the order sent: interleaved 1F1B's
+// order does (PipelineSchedule.InterleavedRunsEveryChunkWithoutDeadlock) and goes in Megatron's
+// batches, since on NCCL's in-order stream a lone send may wait on a peer whose send waits for this
+// worker's next launch (tests/test_nccl_order.cpp); others send after each computation and receive
+// before, as 1F1B.
+Plan plan_chunked(const NetPlan& net, const StrategyOptions& o, int64_t batch, const std::string& name,
+                  const std::vector<std::pair<int, int>>& ranges, const std::vector<int64_t>& sizes,
+                  const ChunkSchedule& sched) {
+  const int V = sched.chunks, S = static_cast<int>(ranges.size()), P = S / V, m = static_cast<int>(sizes.size());
+  PB_CHECK(V >= 1 && P >= 1 && P * V == S, "{}: {} stages for {} chunks per worker", name, S, V);
   PlanBuilder b(name, P, batch, m);
   std::vector<int> all(P);
   for (int r = 0; r < P; ++r) all[r] = r;
   const int world = b.group("world", all);
+  const int grad_channel = sched.gradient_channel ? b.group("grads", all) : -1;
+  std::vector<std::pair<int, int>> owner(S, {-1, -1});  // stage -> (worker, chunk)
+  for (int r = 0; r < P; ++r)
+    for (int c = 0; c < V; ++c) {
+      const int st = sched.stage(P, r, c);
+      PB_CHECK(st >= 0 && st < S && owner[st].first < 0, "{}: worker {} chunk {} at stage {}", name, r, c, st);
+      owner[st] = {r, c};
+    }
   for (int r = 0; r < P; ++r) {
-    const std::vector<PipeOp> ops = interleaved_ops(P, V, r, m, name);
+    const std::vector<PipeOp> ops = sched.ops(P, r, m, name);
     b.plan().replica[r] = 0;
     bool grouped = false;
     std::vector<StageEmitter> e;
     e.reserve(V);
     std::vector<int64_t> np(V, 0);
     for (int c = 0; c < V; ++c) {
-      const int s = c * P + r;
+      const int s = sched.stage(P, r, c);
       const auto [begin, end] = ranges[s];
       for (int i = begin; i < end; ++i) np[c] += net.layers[i].weight_numel + net.layers[i].bias_numel;
-      e.push_back({b, r, world, s, s == S - 1, false, interleaved_slots(ops, c), begin, end,
+      e.push_back({b, r, world, s, s == S - 1, false, chunk_slots(ops, c), begin, end,
                    numel_of(net.layers[begin].in), numel_of(net.layers[end - 1].out), sizes, std::vector<int>(m, kNone)});
       StageEmitter& x = e.back();
-      x.grouped = &grouped, x.prev = (r + P - 1) % P, x.next = (r + 1) % P;
+      x.grouped = &grouped, x.grad_channel = grad_channel;
+      x.prev = s > 0 ? owner[s - 1].first : -1, x.next = s + 1 < S ? owner[s + 1].first : -1;
       x.chunk = c;
       x.wire = activation_wire(o);
+      x.batched = sched.batched;
       x.net = &net, x.bf16 = o.backend.precision == Precision::Bf16, x.param_count = np[c];
       x.buf(BufferRole::Params, np[c]), x.buf(BufferRole::Grads, np[c]);
     }
-    // Megatron's steps: each warm-up forward, each steady forward with its backward, each cool-down
-    // backward; after a step one group sends its outputs and receives the next step's inputs.
-    const std::size_t total = ops.size() / 2;
-    std::size_t lead = 0, i = 0;
-    while (lead < ops.size() && ops[lead].forward) ++lead;
-    std::vector<std::vector<PipeOp>> steps;
-    for (; i < (lead == total ? total : lead - 1); ++i) steps.push_back({ops[i]});
-    for (; i + 1 < ops.size() && ops[i].forward; i += 2) steps.push_back({ops[i], ops[i + 1]});
-    for (; i < ops.size(); ++i) steps.push_back({ops[i]});
-    auto post = [&](const std::vector<PipeOp>& step) {
-      for (const PipeOp& op : step) op.forward ? e[op.chunk].post_forward(op.micro) : e[op.chunk].post_backward(op.micro);
-      e[0].close();
+    for (StageEmitter& x : e) {
+      if (x.s > 0 && owner[x.s - 1].first == r) x.local_prev = &e[owner[x.s - 1].second];
+      if (x.s + 1 < S && owner[x.s + 1].first == r) x.local_next = &e[owner[x.s + 1].second];
+    }
+    auto run = [&](const PipeOp& op) {
+      StageEmitter& x = e[op.chunk];
+      if (op.forward) x.forward(op.micro);
+      else if (op.part == PipeOp::Part::Weights) x.weights(op.micro, op.first_backward);
+      else x.backward(op.micro, op.first_backward, false, op.part == PipeOp::Part::Data);
     };
-    for (StageEmitter& x : e) x.batched = true;
-    post(steps[0]);
-    for (std::size_t j = 0; j < steps.size(); ++j) {
-      for (const PipeOp& op : steps[j])
-        if (op.forward) e[op.chunk].forward(op.micro);
-        else e[op.chunk].backward(op.micro, op.first_backward, false);
-      for (const PipeOp& op : steps[j]) e[op.chunk].flush();
-      if (j + 1 < steps.size()) post(steps[j + 1]);
+    if (sched.batched) {
+      // Megatron's steps: each warm-up forward, each steady forward with its backward, each cool-down
+      // backward; after a step one group sends its outputs and receives the next step's inputs.
+      const std::size_t total = ops.size() / 2;
+      std::size_t lead = 0, i = 0;
+      while (lead < ops.size() && ops[lead].forward) ++lead;
+      std::vector<std::vector<PipeOp>> steps;
+      for (; i < (lead == total ? total : lead - 1); ++i) steps.push_back({ops[i]});
+      for (; i + 1 < ops.size() && ops[i].forward; i += 2) steps.push_back({ops[i], ops[i + 1]});
+      for (; i < ops.size(); ++i) steps.push_back({ops[i]});
+      auto post = [&](const std::vector<PipeOp>& step) {
+        for (const PipeOp& op : step) op.forward ? e[op.chunk].post_forward(op.micro) : e[op.chunk].post_backward(op.micro);
+        e[0].close();
+      };
+      post(steps[0]);
+      for (std::size_t j = 0; j < steps.size(); ++j) {
+        for (const PipeOp& op : steps[j]) run(op);
+        for (const PipeOp& op : steps[j]) e[op.chunk].flush();
+        if (j + 1 < steps.size()) post(steps[j + 1]);
+        e[0].close();
+      }
+    } else {
+      for (const PipeOp& op : ops) run(op);
       e[0].close();
     }
     for (StageEmitter& x : e) {
@@ -294,8 +343,6 @@ Plan plan_interleaved(const NetPlan& net, const StrategyOptions& o, int64_t batc
   }
   return b.take();
 }
-
-}  // namespace
 
 std::vector<int64_t> transfer_staging(const Plan& p, int worker) {
   const std::vector<Action>& list = p.actions.at(worker);
@@ -314,6 +361,17 @@ std::vector<int64_t> transfer_staging(const Plan& p, int worker) {
   return slots.sizes();
 }
 
+Plan plan_chunk_pipeline(const NetPlan& net, const StrategyOptions& o, int64_t batch, const std::string& name,
+                         const ChunkSchedule& sched) {
+  if (o.micro_batches < 1)
+    throw UsageError(fmt::format("{}: --micro-batches must be at least 1, got {}", name, o.micro_batches));
+  sched.ops(o.devices, 0, o.micro_batches, name);  // refuses an M it cannot run, before the split is timed
+  const auto ranges = stage_ranges(net, o.devices * sched.chunks, o, o.micro_batches, cpu(0), name);
+  const std::vector<int64_t> pieces = replica_pieces(batch, 1, name);
+  return plan_chunked(net, o, batch, name, ranges,
+                      replica_micro_batches(pieces, o.micro_batches, o.cap_micro_batches, batch, name).at(0), sched);
+}
+
 Plan plan_staged(const NetPlan& net, const StrategyOptions& o, int64_t batch, const std::string& name, int micro,
                  int replicas) {
   if (micro < 1) throw UsageError(fmt::format("{}: --micro-batches must be at least 1, got {}", name, micro));
@@ -322,6 +380,7 @@ Plan plan_staged(const NetPlan& net, const StrategyOptions& o, int64_t batch, co
   const bool interleaved = o.schedule == Schedule::Interleaved;
   PB_CHECK(!interleaved || replicas == 1, "{}: interleaved 1F1B has no dp x pp form", name);
   if (interleaved) interleaved_ops(stages, o.virtual_stages, 0, micro, name);  // refuses an M or V it cannot run
+  if (interleaved && stages > 1) return plan_chunk_pipeline(net, o, batch, name, interleaved_schedule(o));
   const auto ranges = stage_ranges(net, stages * pipeline_chunks(o, stages), o, micro * replicas, cpu(0), name);
   const std::vector<int64_t> pieces = replica_pieces(batch, replicas, name);
   return plan_stage_steps(net, o, batch, name, ranges, replica_micro_batches(pieces, micro, o.cap_micro_batches, batch, name));
@@ -331,7 +390,7 @@ Plan plan_stage_steps(const NetPlan& net, const StrategyOptions& o, int64_t batc
                       const std::vector<std::pair<int, int>>& ranges,
                       const std::vector<std::vector<int64_t>>& micro_sizes) {
   if (o.schedule == Schedule::Interleaved && ranges.size() > 1)  // one worker: 1F1B on one stage, below
-    return plan_interleaved(net, o, batch, name, ranges, micro_sizes.at(0));
+    return plan_chunked(net, o, batch, name, ranges, micro_sizes.at(0), interleaved_schedule(o));
   const int replicas = static_cast<int>(micro_sizes.size()), stages = static_cast<int>(ranges.size());
   const int workers = replicas * stages;
   PlanBuilder b(name, workers, batch, static_cast<int>(micro_sizes[0].size()));

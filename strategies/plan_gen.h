@@ -47,6 +47,14 @@ Plan plan_fsdp(const NetPlan& net, const StrategyOptions& o, int64_t batch, cons
 // mp, pipeline and its variants (replicas 1), dp x pp (replicas D): o.schedule, o.recompute.
 Plan plan_staged(const NetPlan& net, const StrategyOptions& o, int64_t batch, const std::string& name, int micro,
                  int replicas);
+// A chunked schedule's pipeline over o.devices workers, o.micro_batches micro-batches.
+struct ChunkSchedule;
+Plan plan_chunk_pipeline(const NetPlan& net, const StrategyOptions& o, int64_t batch, const std::string& name,
+                         const ChunkSchedule& sched);
+// The same from a stage split (workers x chunks stages) and micro-batch sizes already made.
+Plan plan_chunked(const NetPlan& net, const StrategyOptions& o, int64_t batch, const std::string& name,
+                  const std::vector<std::pair<int, int>>& ranges, const std::vector<int64_t>& sizes,
+                  const ChunkSchedule& sched);
 // The same from a stage split and each replica's micro-batch sizes already made (the strategy's own).
 Plan plan_stage_steps(const NetPlan& net, const StrategyOptions& o, int64_t batch, const std::string& name,
                       const std::vector<std::pair<int, int>>& ranges,

@@ -14,6 +14,10 @@ std::unique_ptr<Strategy> make_pipeline(const StrategyOptions& o);
 // Stages over the workers with `micro_batches` micro-batches (pipeline.cpp) under o's schedule
 // and recompute; mp is one micro-batch.
 std::unique_ptr<Strategy> make_staged(const StrategyOptions& o, const std::string& name, int micro_batches);
+// A pipeline of a chunked schedule (strategies/rules.h) over o.devices workers, o.micro_batches
+// micro-batches (pipeline.cpp); its plan is plan_chunk_pipeline's.
+struct ChunkSchedule;
+std::unique_ptr<Strategy> make_chunk_pipeline(const StrategyOptions& o, const std::string& name, ChunkSchedule sched);
 // The registered pipeline variant for a schedule and recompute: pipeline, pipeline-1f1b,
 // pipeline-recompute, pipeline-1f1b-recompute.
 std::string pipeline_name(Schedule schedule, bool recompute);

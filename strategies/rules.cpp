@@ -178,11 +178,64 @@ int pipeline_chunks(const StrategyOptions& o, int stages) {
   return o.schedule == Schedule::Interleaved && stages > 1 ? o.virtual_stages : 1;
 }
 
-int interleaved_slots(const std::vector<PipeOp>& ops, int chunk) {
+int chunk_slots(const std::vector<PipeOp>& ops, int chunk) {
   int held = 0, most = 0;
   for (const PipeOp& o : ops)
-    if (o.chunk == chunk) most = std::max(most, held += o.forward ? 1 : -1);
+    if (o.chunk == chunk && (o.forward || o.part != PipeOp::Part::Data))
+      most = std::max(most, held += o.forward ? 1 : -1);
   return most;
+}
+
+double chunk_bubble(const ChunkSchedule& s, int workers, int micro, double f, double b, double w) {
+  const int S = workers * s.chunks;
+  std::vector<std::vector<PipeOp>> ops;
+  for (int r = 0; r < workers; ++r) ops.push_back(s.ops(workers, r, micro, "schedule"));
+  // When each stage's forward and input gradient of each micro-batch end (-1: not yet).
+  std::vector<std::vector<double>> fwd(S, std::vector<double>(micro, -1)), grad(S, std::vector<double>(micro, -1));
+  std::vector<std::size_t> next(workers, 0);
+  std::vector<double> clock(workers, 0);
+  double busy = 0;
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (int r = 0; r < workers; ++r)
+      for (; next[r] < ops[r].size(); ++next[r]) {
+        const PipeOp& op = ops[r][next[r]];
+        const int st = s.stage(workers, r, op.chunk), k = op.micro;
+        double ready = 0, took = 0;
+        if (op.forward) {
+          ready = st > 0 ? fwd[st - 1][k] : 0, took = f;
+        } else if (op.part == PipeOp::Part::Weights) {
+          ready = grad[st][k], took = w;
+        } else {
+          ready = st + 1 < S ? grad[st + 1][k] : fwd[st][k];
+          took = op.part == PipeOp::Part::Whole ? b + w : b;
+        }
+        if (ready < 0) break;  // waits for another worker
+        const double end = std::max(clock[r], ready) + took;
+        clock[r] = end, busy += took, moved = true;
+        if (op.forward) fwd[st][k] = end;
+        else if (op.part != PipeOp::Part::Weights) grad[st][k] = end;  // what the previous stage waits for
+      }
+  }
+  for (int r = 0; r < workers; ++r)
+    PB_CHECK(next[r] == ops[r].size(), "the schedule stops: worker {} waits at its op {} of {}", r, next[r], ops[r].size());
+  const double span = *std::max_element(clock.begin(), clock.end());
+  return span > 0 ? 1 - busy / (workers * span) : 0;
+}
+
+ChunkSchedule interleaved_schedule(const StrategyOptions& o) {
+  ChunkSchedule s;
+  s.chunks = o.virtual_stages;
+  s.stage = [](int workers, int rank, int chunk) { return chunk * workers + rank; };
+  s.ops = [v = o.virtual_stages](int workers, int rank, int micro, const std::string& strategy) {
+    return interleaved_ops(workers, v, rank, micro, strategy);
+  };
+  // The fill and drain are of chunks, a V-th of a stage: (P-1) / (VM + P-1).
+  s.bubble = [v = o.virtual_stages](int workers, int micro) {
+    return static_cast<double>(workers - 1) / (v * micro + workers - 1);
+  };
+  s.batched = true;
+  return s;
 }
 
 std::vector<FsdpUnit> fsdp_units(const NetPlan& plan, int workers) {

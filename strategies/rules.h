@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -44,8 +45,37 @@ std::vector<PipeOp> interleaved_ops(int workers, int chunks, int rank, int micro
 // Model chunks per worker: V for interleaved 1F1B over several workers; one worker has nothing to
 // interleave (its chunks would hand over to themselves) and runs 1F1B on one stage.
 int pipeline_chunks(const StrategyOptions& o, int stages);
-// Micro-batches chunk `chunk` of that worker holds at once (its activation and input slots).
-int interleaved_slots(const std::vector<PipeOp>& ops, int chunk);
+// Micro-batches chunk `chunk` of a worker running `ops` holds at once (its activation and input
+// slots): from its forward to the backward that last reads them (whole, or the weights' part).
+int chunk_slots(const std::vector<PipeOp>& ops, int chunk);
+
+// A pipeline schedule over model chunks: each of P workers holds `chunks` stages of the net (cut
+// into P * chunks), placed by `stage`, and runs the forwards and backwards (whole, or split into
+// input and weight gradients) of every chunk in the order `ops` gives. Stages next to each other
+// on one worker hand over in place; on two workers, by send and receive. A schedule is one of these
+// and its registry line: pipeline.cpp runs it, pipeline_plan.cpp plans it.
+struct ChunkSchedule {
+  int chunks = 1;
+  std::function<int(int workers, int rank, int chunk)> stage;
+  // UsageError naming `strategy` for a micro-batch count it cannot run.
+  std::function<std::vector<PipeOp>(int workers, int rank, int micro, const std::string& strategy)> ops;
+  // The share of each worker's step spent idle when every pass of a chunk takes one time (F = B =
+  // W, a whole backward B + W): the report's bubble_fraction.
+  std::function<double(int workers, int micro)> bubble;
+  // Megatron's batched transfers: each step's receives posted a step ahead and its sends held to
+  // its end, one group each (interleaved 1F1B, whose order needs them on NCCL's in-order stream).
+  bool batched = false;
+  // Gradients on a channel of their own (the plan's "grads" group), activations on the world's: a
+  // worker receives each kind in the order its peer sends it, not both in one order.
+  bool gradient_channel = false;
+};
+// Interleaved 1F1B's: o.virtual_stages chunks, worker r's chunk c stage c * P + r.
+ChunkSchedule interleaved_schedule(const StrategyOptions& o);
+// The schedule played out on `workers` workers and `micro` micro-batches, a chunk's forward taking
+// f, its backward's input gradient b and its weight gradients w (a whole backward b + w) and no
+// transfer any time: the share of the step each worker is idle (every worker does the same work,
+// so the same share). PB_CHECK fails where the order cannot finish.
+double chunk_bubble(const ChunkSchedule& s, int workers, int micro, double f, double b, double w);
 
 // fsdp / zero2: each layer with parameters with the parameterless ones after it; leading
 // parameterless layers join the first unit; one worker: the whole net as one unit.

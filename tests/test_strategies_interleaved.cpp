@@ -59,8 +59,8 @@ TEST(PipelineSchedule, InterleavedRunsEveryChunkWithoutDeadlock) {
             }
             EXPECT_EQ(f, m);
             EXPECT_EQ(b, m);
-            EXPECT_GE(interleaved_slots(ops.back(), c), 1);
-            EXPECT_LE(interleaved_slots(ops.back(), c), m);
+            EXPECT_GE(chunk_slots(ops.back(), c), 1);
+            EXPECT_LE(chunk_slots(ops.back(), c), m);
           }
         }
         std::vector<std::vector<bool>> fwd(stages, std::vector<bool>(m)), bwd = fwd;
@@ -93,6 +93,21 @@ TEST(PipelineSchedule, InterleavedRunsEveryChunkWithoutDeadlock) {
             if (!o.forward && s + 1 < stages) received[{up, r}].push_back(grad);
           }
         EXPECT_EQ(sent, received);
+      }
+}
+
+// The schedule played out with every pass of a chunk taking one time (a whole backward two) idles
+// each worker (P-1) / (VM + P-1) of the step: the formula the strategy reports.
+TEST(PipelineSchedule, PlayedInterleavedBubbleIsItsFormula) {
+  for (int p = 2; p <= 4; ++p)
+    for (int v = 2; v <= 3; ++v)
+      for (int m : {p, 2 * p, 3 * p}) {
+        SCOPED_TRACE(fmt::format("P {} V {} M {}", p, v, m));
+        StrategyOptions o;
+        o.virtual_stages = v;
+        const ChunkSchedule s = interleaved_schedule(o);
+        EXPECT_NEAR(chunk_bubble(s, p, m, 1, 1, 1), (p - 1.0) / (v * m + p - 1), 1e-12);
+        EXPECT_DOUBLE_EQ(s.bubble(p, m), (p - 1.0) / (v * m + p - 1));
       }
 }
 
