@@ -41,6 +41,7 @@ ArrivalSplit split_arrival(double from_s, double to_s, const std::vector<double>
 
 int NcclJob::add_comm(std::vector<int> members) {
   batchers_.emplace_back(members.size());
+  started_.emplace_back(members.size());
   members_.push_back(std::move(members));
   return static_cast<int>(members_.size()) - 1;
 }
@@ -49,27 +50,49 @@ void NcclJob::call(int comm, int rank, const CommCall& c) {
   const std::vector<int>& members = members_.at(comm);
   P2pBatcher& b = batchers_.at(comm).at(rank);
   std::vector<NcclLaunch>& out = launches_.at(members.at(rank));
-  auto issue = [&](const std::vector<NcclLaunch>& ls) {
-    for (const NcclLaunch& l : ls)
-      if (!l.ops.empty()) out.push_back(l);  // NcclComm launches nothing for an empty group
+  const int job_rank = members.at(rank);
+  std::map<int, int>& waited = waited_.at(job_rank);
+  // Issues the launches, each on this communicator's stream after what the compute waited for;
+  // `blocking`: the compute waits for them too. Returns the last one's index (-1: none).
+  auto issue = [&](const std::vector<NcclLaunch>& ls, bool blocking) {
+    int last = -1;
+    for (NcclLaunch l : ls) {
+      if (l.ops.empty()) continue;  // NcclComm launches nothing for an empty group
+      l.stream = comm;
+      for (const auto& [stream, launch] : waited)
+        if (stream != comm) l.after.push_back(launch);
+      last = static_cast<int>(out.size());
+      out.push_back(std::move(l));
+    }
+    if (blocking && last >= 0) waited[comm] = last;
+    return last;
+  };
+  auto issue_batch = [&](const std::vector<P2pStart>& batch) {
+    const int at = issue({p2p_launch(batch, comm, members)}, false);
+    for (const P2pStart& s : batch) started_.at(comm).at(rank)[s.id] = at;
   };
   switch (c.op) {
     case CommCall::GroupStart: b.group_start(); break;
-    case CommCall::GroupEnd: issue({p2p_launch(b.take(), comm, members)}); break;
+    case CommCall::GroupEnd: issue_batch(b.take()); break;
     case CommCall::Send:
     case CommCall::Recv: {
       P2pStart s;
-      s.send = c.op == CommCall::Send, s.peer = c.peer, s.n = c.n;
+      s.send = c.op == CommCall::Send, s.peer = c.peer, s.n = c.n, s.id = c.id;
       if (c.id < 0) {  // a blocking send or recv: a batch of its own, and nothing happens when n is 0
-        if (c.n > 0) issue({p2p_launch({s}, comm, members)});
+        if (c.n > 0) issue({p2p_launch({s}, comm, members)}, true);
       } else if (b.add(s)) {
-        issue({p2p_launch(b.take(), comm, members)});
+        issue_batch(b.take());
       }
       break;
     }
-    case CommCall::WaitTransfer: break;  // a stream wait, not an NCCL call
+    case CommCall::WaitTransfer: {  // a stream wait, not an NCCL call: what follows runs after it
+      const auto it = started_.at(comm).at(rank).find(c.id);
+      if (it != started_.at(comm).at(rank).end() && it->second >= 0)
+        waited[comm] = std::max(waited.count(comm) ? waited[comm] : -1, it->second);
+      break;
+    }
     case CommCall::Collective:
-      if (c.n > 0) issue(collective_launches(c.kind, c.n, c.peer, comm));
+      if (c.n > 0) issue(collective_launches(c.kind, c.n, c.peer, comm), true);
       break;
   }
 }
@@ -162,10 +185,21 @@ std::string simulate_nccl(const std::vector<std::vector<NcclLaunch>>& ranks, con
   std::vector<std::vector<std::vector<char>>> done(n);
   for (int r = 0; r < n; ++r)
     for (const NcclLaunch& l : ranks[r]) done[r].emplace_back(l.ops.size(), 0);
+  auto complete = [&](int r, int l) {
+    for (char d : done[r][l])
+      if (!d) return false;
+    return true;
+  };
+  // At the front of its stream, and what it comes after complete.
+  auto started = [&](int r, int l) {
+    for (int a : ranks[r][l].after)
+      if (!complete(r, a)) return false;
+    return true;
+  };
   auto running = [&](const OpRef& x) {
     const auto& q = queue[{x.rank, ranks[x.rank][x.launch].stream}];
     const std::size_t f = front[{x.rank, ranks[x.rank][x.launch].stream}];
-    return f < q.size() && q[f] == x.launch;
+    return f < q.size() && q[f] == x.launch && started(x.rank, x.launch);
   };
   for (bool moved = true; moved;) {
     moved = false;
@@ -173,6 +207,7 @@ std::string simulate_nccl(const std::vector<std::vector<NcclLaunch>>& ranks, con
       std::size_t& f = front[key];
       if (f >= q.size()) continue;
       const int r = key.first, l = q[f];
+      if (!started(r, l)) continue;
       for (std::size_t o = 0; o < ranks[r][l].ops.size(); ++o) {
         if (done[r][l][o]) continue;
         bool ready = true;
@@ -181,12 +216,7 @@ std::string simulate_nccl(const std::vector<std::vector<NcclLaunch>>& ranks, con
         for (const OpRef& p : partners[r][l][o]) done[p.rank][p.launch][p.op] = 1;
         done[r][l][o] = 1;
       }
-      while (f < q.size()) {
-        bool all = true;
-        for (char d : done[r][q[f]]) all = all && d;
-        if (!all) break;
-        ++f, moved = true;
-      }
+      while (f < q.size() && complete(r, q[f])) ++f, moved = true;
     }
   }
   std::string stuck;

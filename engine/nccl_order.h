@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,9 @@ struct NcclOp {
 struct NcclLaunch {
   std::vector<NcclOp> ops;
   int stream = 0;
+  // Launches of the same rank (indices) that complete before it starts: the transfers the rank's
+  // compute waited for before issuing it, on other streams (its own stream orders the rest).
+  std::vector<int> after = {};
 };
 
 // A point-to-point start; buf and id are NcclComm's.
@@ -86,12 +90,12 @@ class P2pBatcher {
 };
 
 // The launches of every rank of a job, from its ranks' front-end calls (CommCall), as NcclComm
-// makes them: one stream per rank for all its communicators. That is exact where a rank's calls
-// on different communicators are ordered by events, as in every strategy (a pipeline waits for
-// its transfers before the stage all-reduce, and the all-reduce's wait orders what follows).
+// makes them: each communicator's on a stream of its own (per rank), every launch starting only
+// once the compute queued before it may run, so after the transfers that compute waited for (a
+// wait_transfer, or a blocking call) on the rank's other communicators.
 class NcclJob {
  public:
-  explicit NcclJob(int ranks) : launches_(ranks) {}
+  explicit NcclJob(int ranks) : launches_(ranks), waited_(ranks) {}
   // A communicator over members (job ranks; position = rank in it); returns its id.
   int add_comm(std::vector<int> members);
   // Rank `rank` of communicator `comm` made call c.
@@ -103,10 +107,12 @@ class NcclJob {
   std::vector<std::vector<NcclLaunch>> launches_;  // per job rank
   std::vector<std::vector<int>> members_;          // per communicator
   std::vector<std::vector<P2pBatcher>> batchers_;  // per communicator, per rank in it
+  std::vector<std::vector<std::map<int64_t, int>>> started_;  // per communicator, rank in it: transfer id -> launch
+  std::vector<std::map<int, int>> waited_;  // per job rank: stream -> the latest launch its compute waited for
 };
 
 // NCCL's matching, run to the end: each (rank, stream) runs its launches one after another in
-// issue order; the k-th send from r to p on a communicator meets the k-th receive at p from r on
+// issue order, each once the launches it comes after (NcclLaunch::after) are complete; the k-th send from r to p on a communicator meets the k-th receive at p from r on
 // it, of the same count, and the j-th collective on a communicator is every member's j-th there,
 // of the same kind, count and root; an op completes only when its match is in the launch running
 // at the peer (every member, for a collective). Returns "" when everything meets and completes;
