@@ -125,7 +125,10 @@ class Staged final : public GroupStrategy {
       plan_ = *opts_.plan;
     }
     staging_.clear();
-    for (int r = 0; r < workers(); ++r) staging_.push_back(transfer_staging(plan_, r));
+    for (int r = 0; r < workers(); ++r) {
+      staging_.emplace_back();
+      for (std::size_t g = 0; g < plan_.groups.size(); ++g) staging_.back().push_back(transfer_staging(plan_, r, static_cast<int>(g)));
+    }
     ptrs_.assign(workers(), {});
     if (sched_ && sched_->gradient_channel) {  // the gradients' channel: a second communicator over all
       std::vector<int> all(workers());
@@ -198,7 +201,11 @@ class Staged final : public GroupStrategy {
     const int64_t out_n = numel_of(plan().output);
     const std::vector<float*>& at = ptrs_[rank];
     // bf16 transfers' staging (--precision bf16) made before the step's peak, as the estimate has it.
-    g.comm().reserve_transfer_staging(rank, staging_[rank]);
+    for (std::size_t k = 0; k < staging_[rank].size(); ++k)
+      if (!staging_[rank][k].empty()) {
+        const auto [c, in] = comm_of(g, rank, static_cast<int>(k));
+        c->reserve_transfer_staging(in, staging_[rank][k]);
+      }
     // per chunk and micro-batch: its output, in its slot
     std::vector<std::vector<const float*>> out(chunks_, std::vector<const float*>(sizes.size(), nullptr));
     bool accumulate = false;
@@ -207,21 +214,21 @@ class Staged final : public GroupStrategy {
     b.at = [&](const Action& a, int buf, bool) {  // null: an activation, its slot's output
       return at[buf] ? at[buf] : const_cast<float*>(out[plan_.buffers[buf].chunk].at(a.micro));
     };
-    b.comm = [&](int group) -> std::pair<Communicator*, int> {
-      if (group == 0) return {&g.comm(), rank};  // the world
-      const std::string key = plan_.groups.at(group).name == "grads" ? "grads" : "stage";
-      return {&g.part_comm(key, rank), g.part_rank(key, rank)};
+    // A forward's input: the stage's input (slot), or the previous chunk's output in place.
+    auto input = [&](const Action& a) -> const float* {
+      const int buf = a.reads.at(0);
+      return at[buf] ? at[buf] : out[plan_.buffers[buf].chunk].at(a.micro);
     };
+    b.comm = [&](int group) { return comm_of(g, rank, group); };
     b.compute = [&](const Action& a) {
-      // The chunk an action computes on: its first buffer's (the optimizer's: its gradients).
-      const int c = plan_.buffers[a.reads.empty() ? a.writes.at(0) : a.reads[0]].chunk;
+      const int c = chunk_of(a);
       Chunk& ch = chunk_[rank][c];
       Sequential& m = *ch.model;
       const int slot = opts_.recompute ? 0 : a.micro % ch.slots;
       switch (a.kind) {
         case ActionKind::Forward:
         case ActionKind::Recompute:
-          out[c][a.micro] = m.forward(at[a.reads[0]], sizes[a.micro], slot);
+          out[c][a.micro] = m.forward(input(a), sizes[a.micro], slot);
           break;
         case ActionKind::Loss: {
           const int k = a.micro;
@@ -255,6 +262,24 @@ class Staged final : public GroupStrategy {
   const Plan* step_plan() const override { return &plan_; }
 
  private:
+  // The communicator of plan group `group` and worker `rank`'s rank there: the world's, the
+  // gradient channel's, or its stage's (dp x pp's all-reduce).
+  std::pair<Communicator*, int> comm_of(Group& g, int rank, int group) const {
+    if (group == 0) return {&g.comm(), rank};
+    const std::string key = plan_.groups.at(group).name == "grads" ? "grads" : "stage";
+    return {&g.part_comm(key, rank), g.part_rank(key, rank)};
+  }
+
+  // The chunk an action computes on: its parameters' or gradients' (a forward may read the
+  // previous chunk's output, a backward the next chunk's input gradient); a loss, its input's.
+  int chunk_of(const Action& a) const {
+    for (const std::vector<int>* bufs : {&a.reads, &a.writes})
+      for (int i : *bufs)
+        if (const BufferRole r = plan_.buffers[i].role; r == BufferRole::Params || r == BufferRole::Grads)
+          return plan_.buffers[i].chunk;
+    return plan_.buffers[a.reads.empty() ? a.writes.at(0) : a.reads[0]].chunk;
+  }
+
   // Whether the buffers name B's kept output gradients: a split backward (ZB-H1's B or W).
   bool kept(const std::vector<int>& bufs) const {
     return std::any_of(bufs.begin(), bufs.end(), [&](int b) { return plan_.buffers[b].role == BufferRole::KeptGrad; });
@@ -305,7 +330,7 @@ class Staged final : public GroupStrategy {
   Plan plan_;                                 // the step, every worker's actions
   std::vector<std::vector<float*>> ptrs_;     // per local worker: its plan buffers' places
   std::vector<std::vector<Chunk>> chunk_;     // per worker: its chunks
-  std::vector<std::vector<int64_t>> staging_; // per worker: its bf16 transfer staging (transfer_staging)
+  std::vector<std::vector<std::vector<int64_t>>> staging_;  // per worker, plan group: its bf16 transfer staging
 };
 
 }  // namespace
@@ -315,6 +340,8 @@ std::unique_ptr<Strategy> make_staged(const StrategyOptions& o, const std::strin
 }
 
 std::unique_ptr<Strategy> make_chunk_pipeline(const StrategyOptions& o, const std::string& name, ChunkSchedule sched) {
+  if (!sched.gpu_refusal.empty() && o.kind == DeviceKind::Cuda)
+    throw UsageError(fmt::format("{}: runs on CPU workers only for now: {}", name, sched.gpu_refusal));
   return std::make_unique<Staged>(o, name, o.micro_batches, 1, std::move(sched));
 }
 

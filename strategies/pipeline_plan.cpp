@@ -244,8 +244,10 @@ void stage_keeps(PlanBuilder& b, const StrategyOptions& o, int w, const std::vec
   }
   if (scratch > 0) b.buffer(w, BufferRole::Scratch, 0, scratch);
   if (regrow > 0) b.buffer(w, BufferRole::Scratch, 1, regrow);
-  const std::vector<int64_t> slots = transfer_staging(b.plan(), w);
-  for (std::size_t k = 0; k < slots.size(); ++k) b.buffer(w, BufferRole::Staging, static_cast<int>(k), slots[k] * kH, DType::Bf16);
+  int k = 0;  // each communicator's slots (the world's, a gradient channel's), numbered on
+  for (std::size_t g = 0; g < b.plan().groups.size(); ++g)
+    for (int64_t values : transfer_staging(b.plan(), w, static_cast<int>(g)))
+      b.buffer(w, BufferRole::Staging, k++, values * kH, DType::Bf16);
 }
 
 }  // namespace
@@ -344,12 +346,12 @@ Plan plan_chunked(const NetPlan& net, const StrategyOptions& o, int64_t batch, c
   return b.take();
 }
 
-std::vector<int64_t> transfer_staging(const Plan& p, int worker) {
+std::vector<int64_t> transfer_staging(const Plan& p, int worker, int group) {
   const std::vector<Action>& list = p.actions.at(worker);
   WireSlots slots;
   std::vector<int> held(list.size(), -1);  // per started transfer: its slot
   for (const Action& a : list) {
-    if ((a.kind == ActionKind::Send || a.kind == ActionKind::Recv) && a.dtype == DType::Bf16) {
+    if ((a.kind == ActionKind::Send || a.kind == ActionKind::Recv) && a.dtype == DType::Bf16 && a.group == group) {
       const int k = slots.take(a.count);
       if (a.async) held.at(a.id) = k;
       else slots.give(k);

@@ -31,9 +31,10 @@ inline void gradient_staging(PlanBuilder& b, int worker, const StrategyOptions& 
     b.buffer(worker, BufferRole::Staging, -1, params * static_cast<int64_t>(dtype_size(DType::Bf16)), DType::Bf16, chunk);
 }
 
-// Per slot, the values of the bf16 transfer staging `worker`'s step takes (its Send and Recv in
-// bf16, replayed in order through the communicator's WireSlots); empty: none.
-std::vector<int64_t> transfer_staging(const Plan& p, int worker);
+// Per slot, the values of the bf16 transfer staging `worker`'s step takes on the communicator of
+// plan group `group` (its Send and Recv there in bf16, replayed in order through that
+// communicator's WireSlots); empty: none.
+std::vector<int64_t> transfer_staging(const Plan& p, int worker, int group = 0);
 
 Plan plan_regular(const NetPlan& net, const StrategyOptions& o, int64_t batch);
 Plan plan_dp(const NetPlan& net, const StrategyOptions& o, int64_t batch);

@@ -68,6 +68,9 @@ struct ChunkSchedule {
   // Gradients on a channel of their own (the plan's "grads" group), activations on the world's: a
   // worker receives each kind in the order its peer sends it, not both in one order.
   bool gradient_channel = false;
+  // Why it cannot run on GPUs (NCCL) yet, where its transfers would not meet in NCCL's order
+  // (tests/test_nccl_order.cpp); empty: it can. The strategy refuses --device-kind cuda with it.
+  std::string gpu_refusal;
 };
 // Interleaved 1F1B's: o.virtual_stages chunks, worker r's chunk c stage c * P + r.
 ChunkSchedule interleaved_schedule(const StrategyOptions& o);
