@@ -9,9 +9,12 @@
 
 #include "engine/check.h"
 #include "strategies/plan_gen.h"
+#include "strategies/rules.h"
 #include "strategies/sweep.h"
 
 namespace pb {
+
+ChunkSchedule zbv_schedule(const StrategyOptions& o);  // pipeline_zbv.cpp
 
 namespace {
 using PlanFactory = std::function<Plan(const NetPlan&, const StrategyOptions&, int64_t)>;
@@ -85,6 +88,15 @@ PlanFactory pipeline_plan(Schedule schedule, bool recompute) {
   };
 }
 
+// A chunked schedule's pipeline (strategies/rules.h), by the function that makes the schedule.
+using ScheduleMaker = ChunkSchedule (*)(const StrategyOptions&);
+StrategyFactory chunked(const char* name, ScheduleMaker sched) {
+  return [=](const StrategyOptions& o) { return make_chunk_pipeline(o, name, sched(o)); };
+}
+PlanFactory chunked_plan(const char* name, ScheduleMaker sched) {
+  return [=](const NetPlan& n, const StrategyOptions& o, int64_t b) { return plan_chunk_pipeline(n, o, b, name, sched(o)); };
+}
+
 Plan mp_plan(const NetPlan& net, const StrategyOptions& o, int64_t batch) {
   StrategyOptions one = o;  // as make_mp
   one.schedule = Schedule::GPipe;
@@ -115,6 +127,9 @@ const std::vector<Entry>& registry() {
                                 "(--virtual-stages), bubble (P-1)/(VM) of the ideal step; M a multiple of P", false, true},
        pipeline_variant(Schedule::Interleaved, false), pipeline_plan(Schedule::Interleaved, false),
        own_schedule(Schedule::Interleaved)},
+      {{"pipeline-zbv", "zero-bubble V (ScheduleZBVZeroBubble): two chunks per worker in a V, stages r and 2P-1-r, "
+                        "backward split into input and weight gradients, weight gradients filling the bubble", false, true},
+       chunked("pipeline-zbv", zbv_schedule), chunked_plan("pipeline-zbv", zbv_schedule), swept(ProjectionRule::Axes::MicroBatches)},
       {{"pipeline-recompute", "GPipe pipeline keeping only stage inputs, recomputing activations in backward", false, true},
        pipeline_variant(Schedule::GPipe, true), pipeline_plan(Schedule::GPipe, true),
        pipeline_projected(Schedule::GPipe, true)},

@@ -37,8 +37,8 @@ inline StrategyOptions plan_options(const PlanCase& c) {
 
 inline std::vector<PlanCase> plan_cases() {
   std::vector<PlanCase> v = {{"regular", 1, 1}};
-  const std::vector<std::string> pipelines = {"pipeline", "pipeline-1f1b", "pipeline-zb", "pipeline-recompute",
-                                              "pipeline-1f1b-recompute"};
+  const std::vector<std::string> pipelines = {"pipeline", "pipeline-1f1b", "pipeline-zb", "pipeline-zbv",
+                                              "pipeline-recompute", "pipeline-1f1b-recompute"};
   for (int n = 1; n <= 4; ++n) {
     for (const char* s : {"dp", "ddp", "mp", "fsdp", "zero2", "fsdp-prefetch", "zero2-prefetch", "tp"}) v.push_back({s, n, 1});
     for (const std::string& p : pipelines)

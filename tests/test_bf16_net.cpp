@@ -144,7 +144,7 @@ TEST(Bf16Strategies, FollowRegularOrRefuse) {
   const std::vector<float> p_want = run("regular", 1, want);
   for (const auto& [name, devices] : std::vector<std::pair<std::string, int>>{
            {"dp", 2}, {"ddp", 2}, {"mp", 2}, {"pipeline", 2}, {"pipeline-1f1b-recompute", 3}, {"pipeline-zb", 2},
-           {"pipeline-zb", 3}, {"fsdp", 2},
+           {"pipeline-zb", 3}, {"pipeline-zbv", 2}, {"pipeline-zbv", 3}, {"fsdp", 2},
            {"zero2", 2}, {"dp2xpp2", 4}, {"tp", 2}, {"tp", 3}, {"tp", 4}, {"dp2xtp2", 4}}) {
     SCOPED_TRACE(fmt::format("{} on {} workers", name, devices));
     std::vector<double> got;

@@ -23,10 +23,13 @@
 #include "strategies/group.h"
 #include "strategies/plan_gen.h"
 #include "strategies/pool.h"
+#include "strategies/rules.h"
 #include "tests/support.h"
 #include "workloads/workload.h"
 
 namespace pb {
+
+ChunkSchedule zbv_schedule(const StrategyOptions& o);  // strategies/pipeline_zbv.cpp
 namespace {
 
 StrategyOptions options(int devices) {
@@ -245,6 +248,48 @@ TEST(Breakdown, BalancedInterleavedTracksItsFormula) {
   const double formula = r.s->stats().bubble_fraction;
   EXPECT_DOUBLE_EQ(formula, 1.0 / 9);
   std::printf("interleaved 1F1B bubble measured %.3f, formula %.3f (1F1B's 0.2)\n", *bubble, formula);
+  EXPECT_NEAR(*bubble, formula, 0.05) << "measured bubble, median of the steps";
+}
+
+// Zero-bubble V on the same net in four equal chunks (two per worker, in a V) and 4 micro-batches:
+// its order played out with the forward, input-gradient and weight-gradient times the chunks took
+// (chunk_bubble) against the measured bubble.
+TEST(Breakdown, BalancedZeroBubbleVTracksItsOrderPlayedOut) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "timing under AddressSanitizer";
+#endif
+  StrategyOptions o = two_equal_stages();
+  o.balance = {4, 4, 4, 4};
+  Ready r = ready("pipeline-zbv", o, equal_linear(), 128);
+  const Plan plan = make_plan("pipeline-zbv", r.plan, o, 128);
+  auto kept = [&](const std::vector<int>& bufs) {
+    return std::any_of(bufs.begin(), bufs.end(), [&](int b) { return plan.buffers[b].role == BufferRole::KeptGrad; });
+  };
+  double f = 0, b = 0, w = 0, whole = 0;  // seconds, over the counted steps
+  int nf = 0, nb = 0, nw = 0, nwhole = 0;
+  std::string why;
+  const std::optional<double> bubble = balanced_bubble(r, &why, [&](const StepStats& st) {
+    for (int k = 0; k < 2; ++k)
+      for (const Span& sp : st.workers.at(k).spans) {
+        if (sp.lane != Lane::Compute || sp.action < 0) continue;
+        const Action& a = plan.actions[k].at(sp.action);
+        const double t = sp.end_s - sp.start_s;
+        if (a.kind == ActionKind::Forward) f += t, ++nf;
+        else if (a.kind == ActionKind::BackwardData && kept(a.writes)) b += t, ++nb;
+        else if (a.kind == ActionKind::BackwardWeights && kept(a.reads)) w += t, ++nw;
+        else if (a.kind == ActionKind::BackwardData) whole += t, ++nwhole;
+      }
+  });
+  if (!bubble) GTEST_SKIP() << why;
+  ASSERT_GT(nb, 0) << "no split backward ran";
+  ASSERT_GT(nw, 0);
+  ASSERT_GT(nwhole, 0);
+  f /= nf, b /= nb, w /= nw, whole /= nwhole;
+  const ChunkSchedule sched = zbv_schedule(o);
+  const double formula = chunk_bubble(sched, 2, 4, f, b, w), equal = r.s->stats().bubble_fraction;
+  EXPECT_DOUBLE_EQ(equal, chunk_bubble(sched, 2, 4, 1, 1, 1));
+  std::printf("ZB-V bubble measured %.3f, played out %.3f (F %.2f ms, B %.2f ms, W %.2f ms, B+W whole %.2f ms; equal: "
+              "%.3f)\n", *bubble, formula, f * 1e3, b * 1e3, w * 1e3, whole * 1e3, equal);
   EXPECT_NEAR(*bubble, formula, 0.05) << "measured bubble, median of the steps";
 }
 

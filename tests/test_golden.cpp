@@ -127,6 +127,10 @@ TEST_P(Golden, PipelineSchedulesReproducePyTorchTrajectory) {
     for (int n = 2; n <= std::min(4, layers); ++n) follows(name, n, static_cast<int>(std::min<int64_t>(3, batch)));
   // Interleaved 1F1B: two chunks a worker (2P stages), M a multiple of P.
   for (int n = 2; 2 * n <= layers && n <= batch && n <= 4; ++n) follows("pipeline-interleaved", n, n);
+  // Zero-bubble V: two chunks a worker in a V (one worker: both stages, handed over in place),
+  // fewer micro-batches than its warm-up fills and as many as the batch.
+  for (int n = 1; 2 * n <= layers && n <= 4; ++n)
+    for (int64_t m : {std::min<int64_t>(2, batch), batch}) follows("pipeline-zbv", n, static_cast<int>(m));
 }
 
 // dp x pp and dp x tp hybrids: replicas of the pipeline (tp group) on their pieces of the batch,

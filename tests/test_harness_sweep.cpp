@@ -49,7 +49,7 @@ TEST_F(Harness, SweepEnumeratesHybridFactorizations) {
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_THAT(slurp(path("run/report.md")), HasSubstr("| dp2xpp2 | 4 |"));
   EXPECT_EQ(load(path("run/results.json"))["context"]["strategy_order"], "regular,dp,ddp,mp,pipeline,pipeline-1f1b,"
-            "pipeline-zb,pipeline-interleaved,pipeline-recompute,pipeline-1f1b-recompute,fsdp,zero2,fsdp-prefetch,zero2-prefetch,tp,dp2xpp2");
+            "pipeline-zb,pipeline-interleaved,pipeline-zbv,pipeline-recompute,pipeline-1f1b-recompute,fsdp,zero2,fsdp-prefetch,zero2-prefetch,tp,dp2xpp2");
   r = parbench("replay --workload linear --dp 2 --tp 2 --batch 4 --steps 1 --device-kind cpu --out " + path("rt"));
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(load(path("rt/losses.json"))["strategy"], "dp2xtp2");

@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/check.h"
 #include "engine/net.h"
 #include "engine/nccl_order.h"
 #include "strategies/registry.h"
@@ -161,6 +162,21 @@ TEST(NcclOrder, InterleavedMeetsAndCompletes) {
       EXPECT_EQ(r.comms.size(), 1u);
       EXPECT_EQ(check_today(r), "");
     }
+}
+
+// Zero-bubble V: activations on the communicator over every worker, gradients on a second one (each
+// kind in its sender's order), sent after each computation and received before, as 1F1B. Each kind
+// then goes both ways between two workers, and two opposite sends, each its own launch, deadlock
+// on NCCL: so it runs on CPU workers only, and refuses GPUs saying so.
+TEST(NcclOrder, ZeroBubbleVDeadlocksOnNcclAndRefusesGpus) {
+  const Recorded r = record("pipeline-zbv", 2, 4, 24);
+  EXPECT_EQ(r.comms.size(), 2u);
+  EXPECT_THAT(check_today(r), HasSubstr("deadlock"));
+  StrategyOptions o;
+  o.devices = 2;
+  o.kind = DeviceKind::Cuda;
+  EXPECT_THAT([&] { make_strategy("pipeline-zbv", o); },
+              ::testing::ThrowsMessage<UsageError>(HasSubstr("pipeline-zbv: runs on CPU workers only for now")));
 }
 
 // Today's code's choice, on the same recordings: a send and its receive land on different

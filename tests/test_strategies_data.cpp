@@ -23,7 +23,7 @@ TEST(Strategies, WorkloadsActuallyTrain) {
 
 TEST(Strategies, RegisteredByName) {
   EXPECT_EQ(strategy_names(), (std::vector<std::string>{"regular", "dp", "ddp", "mp", "pipeline", "pipeline-1f1b",
-                                                       "pipeline-zb", "pipeline-interleaved", "pipeline-recompute", "pipeline-1f1b-recompute", "fsdp",
+                                                       "pipeline-zb", "pipeline-interleaved", "pipeline-zbv", "pipeline-recompute", "pipeline-1f1b-recompute", "fsdp",
                                                        "zero2", "fsdp-prefetch", "zero2-prefetch", "tp", "dpxpp",
                                                        "dpxtp", "hsdp"}));
 }

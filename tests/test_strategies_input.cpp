@@ -19,7 +19,7 @@ std::string usage_error(const std::string& strategy, StrategyOptions o, const Ne
 TEST(Strategies, BadInput) {
   EXPECT_THAT(usage_error("nope", options(1), linear_net(), 4),
               HasSubstr("unknown strategy 'nope': expected one of regular, dp, ddp, mp, pipeline, pipeline-1f1b, "
-                        "pipeline-zb, pipeline-interleaved, pipeline-recompute, pipeline-1f1b-recompute"));
+                        "pipeline-zb, pipeline-interleaved, pipeline-zbv, pipeline-recompute, pipeline-1f1b-recompute"));
   EXPECT_THAT(usage_error("dp", options(0), linear_net(), 4), HasSubstr("--devices must be at least 1, got 0"));
   EXPECT_THAT(usage_error("mp", options(2), linear_net(), 4),
               HasSubstr("mp: 2 stages but the net has only 1 layer(s)"));

@@ -25,6 +25,7 @@ TEST(ActivationWireBf16, PipelinesTrainBitForBitAsWithFp32OnTheWire) {
     for (const char* s : {"mp", "pipeline", "pipeline-1f1b", "pipeline-zb", "pipeline-recompute", "pipeline-1f1b-recompute"})
       cases.push_back({s, n, std::string(s) == "mp" ? 1 : 3});
   for (int n = 2; n <= 4; ++n) cases.push_back({"pipeline-interleaved", n, n});
+  for (int n = 2; n <= 4; ++n) cases.push_back({"pipeline-zbv", n, 3});
   for (const char* s : {"dp2xpp2", "dp2xpp2-1f1b", "dp2xpp2-recompute", "dp2xpp2-1f1b-recompute"}) cases.push_back({s, 4, 2});
   cases.push_back({"dp1xpp3", 3, 2});
   const NetSpec net = small_great_net();

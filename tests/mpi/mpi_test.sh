@@ -1,7 +1,7 @@
 #!/bin/bash
 # ctest driver for the multi-process (MPI) tests: runs parbench under `mpiexec -n 2` on CPU ranks.
 # usage: mpi_test.sh MPIEXEC PARBENCH CASE   (CASE: replay-ddp|replay-mp|replay-pipeline|replay-pipeline-1f1b|
-#   replay-pipeline-zb|replay-pipeline-interleaved|replay-pipeline-recompute|replay-pipeline-1f1b-recompute|replay-fsdp|
+#   replay-pipeline-zb|replay-pipeline-interleaved|replay-pipeline-zbv|replay-pipeline-recompute|replay-pipeline-1f1b-recompute|replay-fsdp|
 #   replay-zero2|replay-fsdp-prefetch|replay-zero2-prefetch|replay-tp|replay-hybrids|replay-bf16|replay-pipeline-bf16|replay-reduce-bf16|run|
 #   fail-rank|stopped-rank|mismatch|breakdown-mp|breakdown-pipeline|breakdown-fsdp|busbw|straggler|cpu-share)
 # Exit 77 (ctest: skipped) where a case cannot run on this machine.
@@ -25,15 +25,16 @@ fail() { echo "FAIL: $*"; exit 1; }
 
 case $CASE in
 replay-ddp | replay-mp | replay-pipeline | replay-pipeline-1f1b | replay-pipeline-zb | replay-pipeline-interleaved | \
-  replay-pipeline-recompute | \
+  replay-pipeline-zbv | replay-pipeline-recompute | \
   replay-pipeline-1f1b-recompute | \
   replay-fsdp | replay-zero2 | replay-fsdp-prefetch | replay-zero2-prefetch | replay-tp)
   S=${CASE#replay-}
   # A 4-conv net (the conv_odd fixture): well conditioned, so Adam does not amplify rounding noise.
   # fsdp also on 3 samples (chunks 2,1) and the linear net (12 parameters: shards of 6); the
   # -prefetch variants (their gathers MPI_Iallgather, waited for a unit later), pipeline-zb (its
-  # stages defer different numbers of W's) and pipeline-interleaved (8 chunks, the last worker's
-  # activations wrapping to the first) also on 4 processes.
+  # stages defer different numbers of W's), pipeline-interleaved (8 chunks, the last worker's
+  # activations wrapping to the first) and pipeline-zbv (8 chunks in a V, gradients on their own
+  # communicator) also on 4 processes.
   BATCHES=4
   [[ $S == fsdp* || $S == zero2* ]] && BATCHES="4 3"
   for B in $BATCHES; do
@@ -45,7 +46,7 @@ replay-ddp | replay-mp | replay-pipeline | replay-pipeline-1f1b | replay-pipelin
     "${MPI[@]}" -n 2 "$PARBENCH" replay --strategy "$S" --devices 2 $A --out "$DIR/$S" || fail "mpiexec -n 2 replay $S"
     /usr/bin/python3 "$HERE/compare_replay.py" "$DIR/regular" "$DIR/$S" || fail "$S over MPI differs from regular ($W)"
     grep -q '"world_size": 2' "$DIR/$S/losses.json" || fail "losses.json lacks world_size 2"
-    if [[ $S == *-prefetch || (($S == pipeline-zb || $S == pipeline-interleaved) && $W != *linear*) ]]; then  # over 4 processes; at batch 3 one holds shards only
+    if [[ $S == *-prefetch || (($S == pipeline-zb || $S == pipeline-interleaved || $S == pipeline-zbv) && $W != *linear*) ]]; then  # over 4 processes; at batch 3 one holds shards only
       "${MPI[@]}" -n 4 "$PARBENCH" replay --strategy "$S" --devices 4 $A --out "$DIR/$S-4" || fail "mpiexec -n 4 replay $S"
       /usr/bin/python3 "$HERE/compare_replay.py" "$DIR/regular" "$DIR/$S-4" || fail "$S over 4 processes differs ($W)"
     fi
