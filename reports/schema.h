@@ -50,7 +50,7 @@ inline constexpr Key algbw_all_gather{"algbw_all_gather", "bytes/s", "all-gather
 inline constexpr Key busbw_all_gather{"busbw_all_gather", "bytes/s", "algbw_all_gather x (N-1)/N"};
 inline constexpr Key algbw_reduce_scatter{"algbw_reduce_scatter", "bytes/s", "reduce-scatter input bytes / transfer time of the slowest rank, over the iterations"};
 inline constexpr Key busbw_reduce_scatter{"busbw_reduce_scatter", "bytes/s", "algbw_reduce_scatter x (N-1)/N"};
-inline constexpr Key bubble_fraction{"bubble_fraction", "fraction", "(P-1)/(M+P-1) as the strategy reports it (pipeline; mp is M = 1)"};
+inline constexpr Key bubble_fraction{"bubble_fraction", "fraction", "the idle share of the step its schedule's formula gives for equal stages and free transfers: (P-1)/(M+P-1) for GPipe and 1F1B (mp is M = 1), the schedule's own for the others"};
 inline constexpr Key micro_batches{"micro_batches", "count", "micro-batches the last step ran"};
 inline constexpr Key workers_used{"workers_used", "count", "workers that got work (torch.chunk may give fewer chunks than devices)"};
 inline constexpr Key oversubscribed{"oversubscribed", "0/1", "1 when workers share GPUs (--oversubscribe)"};

@@ -101,7 +101,7 @@ def main(argv):
         ax.set_xlabel("ms since the step began", fontsize=8)
         title = f"{s} x{meta['devices']}: step {step_ms:.1f} ms, global batch {meta.get('global_batch', '?')}"
         if (s == "mp" or s.startswith("pipeline")) and step_ms > 0:
-            title += (f"; bubble measured {100 * idle / (len(pids) * step_ms):.0f}%, formula (P-1)/(M+P-1) = "
+            title += (f"; bubble measured {100 * idle / (len(pids) * step_ms):.0f}%, formula "
                       f"{100 * float(meta.get('bubble_fraction', 0)):.0f}% (M = {meta.get('micro_batches', '?')})")
         ax.set_title(title, fontsize=9)
         ax.tick_params(axis="x", labelsize=7)
