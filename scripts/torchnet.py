@@ -66,35 +66,23 @@ def build_model(net):
     modules = []
     for i, layer in enumerate(net["layers"]):
         kind = layer["type"]
-        if kind == "conv2d":
+        if kind in ("conv2d", "conv_transpose2d"):
             if len(shape) != 3:
-                raise ValueError(f"layer {i}: conv2d needs a [C, H, W] input, got {shape}")
+                raise ValueError(f"layer {i}: {kind} needs a [C, H, W] input, got {shape}")
             c, h, w = shape
             _check_in(layer, "in_channels", c, i)
             k = _pair(layer["kernel_size"])
             s = _pair(layer.get("stride", 1))
             p = _pair(layer.get("padding", 0))
             out = int(layer["out_channels"])
-            modules.append(nn.Conv2d(c, out, k, stride=s, padding=p, bias=True))
-            h = (h + 2 * p[0] - k[0]) // s[0] + 1
-            w = (w + 2 * p[1] - k[1]) // s[1] + 1
+            if kind == "conv2d":
+                modules.append(nn.Conv2d(c, out, k, stride=s, padding=p, bias=True))
+                h, w = ((n + 2 * pad - ks) // st + 1 for n, pad, ks, st in zip((h, w), p, k, s))
+            else:
+                modules.append(nn.ConvTranspose2d(c, out, k, stride=s, padding=p, bias=True))
+                h, w = ((n - 1) * st - 2 * pad + ks for n, pad, ks, st in zip((h, w), p, k, s))
             if h < 1 or w < 1:
-                raise ValueError(f"layer {i}: conv2d output is empty ({h}x{w})")
-            shape = [out, h, w]
-        elif kind == "conv_transpose2d":
-            if len(shape) != 3:
-                raise ValueError(f"layer {i}: conv_transpose2d needs a [C, H, W] input, got {shape}")
-            c, h, w = shape
-            _check_in(layer, "in_channels", c, i)
-            k = _pair(layer["kernel_size"])
-            s = _pair(layer.get("stride", 1))
-            p = _pair(layer.get("padding", 0))
-            out = int(layer["out_channels"])
-            modules.append(nn.ConvTranspose2d(c, out, k, stride=s, padding=p, bias=True))
-            h = (h - 1) * s[0] - 2 * p[0] + k[0]
-            w = (w - 1) * s[1] - 2 * p[1] + k[1]
-            if h < 1 or w < 1:
-                raise ValueError(f"layer {i}: conv_transpose2d output is empty ({h}x{w})")
+                raise ValueError(f"layer {i}: {kind} output is empty ({h}x{w})")
             shape = [out, h, w]
         elif kind == "relu":
             modules.append(nn.ReLU())
