@@ -66,7 +66,9 @@ class Staged final : public GroupStrategy {
  protected:
   void plan_workers() override {
     // By time: profiled at one micro-batch of one replica's piece.
-    if (opts_.schedule == Schedule::Interleaved && stages() == 1) sched_.reset();  // one worker: 1F1B on one stage
+    // One worker: its chunks would only hand over to each other, so the net runs as one stage (as
+    // 1F1B for interleaved, whose o.schedule says so; as GPipe for another schedule).
+    if (stages() == 1) sched_.reset();
     chunks_ = sched_ ? sched_->chunks : 1;
     ranges_ = stage_ranges(plan(), stages() * chunks_, opts_, micro_ * replicas_, group().first_local().device, name());
     chunk_.clear();
@@ -340,7 +342,7 @@ std::unique_ptr<Strategy> make_staged(const StrategyOptions& o, const std::strin
 }
 
 std::unique_ptr<Strategy> make_chunk_pipeline(const StrategyOptions& o, const std::string& name, ChunkSchedule sched) {
-  if (!sched.gpu_refusal.empty() && o.kind == DeviceKind::Cuda)
+  if (!sched.gpu_refusal.empty() && o.kind == DeviceKind::Cuda && o.devices > 1)
     throw UsageError(fmt::format("{}: runs on CPU workers only for now: {}", name, sched.gpu_refusal));
   return std::make_unique<Staged>(o, name, o.micro_batches, 1, std::move(sched));
 }

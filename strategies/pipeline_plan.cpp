@@ -367,6 +367,7 @@ Plan plan_chunk_pipeline(const NetPlan& net, const StrategyOptions& o, int64_t b
                          const ChunkSchedule& sched) {
   if (o.micro_batches < 1)
     throw UsageError(fmt::format("{}: --micro-batches must be at least 1, got {}", name, o.micro_batches));
+  if (o.devices == 1) return plan_staged(net, o, batch, name, o.micro_batches, 1);  // one stage (Staged::plan_workers)
   sched.ops(o.devices, 0, o.micro_batches, name);  // refuses an M it cannot run, before the split is timed
   const auto ranges = stage_ranges(net, o.devices * sched.chunks, o, o.micro_batches, cpu(0), name);
   const std::vector<int64_t> pieces = replica_pieces(batch, 1, name);

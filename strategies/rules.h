@@ -52,8 +52,9 @@ int chunk_slots(const std::vector<PipeOp>& ops, int chunk);
 // A pipeline schedule over model chunks: each of P workers holds `chunks` stages of the net (cut
 // into P * chunks), placed by `stage`, and runs the forwards and backwards (whole, or split into
 // input and weight gradients) of every chunk in the order `ops` gives. Stages next to each other
-// on one worker hand over in place; on two workers, by send and receive. A schedule is one of these
-// and its registry line: pipeline.cpp runs it, pipeline_plan.cpp plans it.
+// on one worker hand over in place; on two workers, by send and receive. One worker runs the net
+// as one stage (its chunks would only hand over to each other). A schedule is one of these and its
+// registry line: pipeline.cpp runs it, pipeline_plan.cpp plans it.
 struct ChunkSchedule {
   int chunks = 1;
   std::function<int(int workers, int rank, int chunk)> stage;
