@@ -132,11 +132,8 @@ class Staged final : public GroupStrategy {
       for (std::size_t g = 0; g < plan_.groups.size(); ++g) staging_.back().push_back(transfer_staging(plan_, r, static_cast<int>(g)));
     }
     ptrs_.assign(workers(), {});
-    if (sched_ && sched_->gradient_channel) {  // the gradients' channel: a second communicator over all
-      std::vector<int> all(workers());
-      for (int r = 0; r < workers(); ++r) all[r] = r;
-      group().connect_parts("grads", {all});
-    }
+    for (std::size_t k = 1; k < plan_.groups.size(); ++k)  // one-way channels: a communicator each, over all
+      if (!is_stage_group(plan_.groups[k])) group().connect_parts(plan_.groups[k].name, {plan_.groups[k].members});
     if (replicas_ > 1) {  // the workers of each stage, for its gradients' all-reduce
       std::vector<std::vector<int>> parts(stages());
       for (int r = 0; r < workers(); ++r) parts[stage_of(r)].push_back(r);
@@ -264,13 +261,16 @@ class Staged final : public GroupStrategy {
   const Plan* step_plan() const override { return &plan_; }
 
  private:
-  // The communicator of plan group `group` and worker `rank`'s rank there: the world's, the
-  // gradient channel's, or its stage's (dp x pp's all-reduce).
+  // The communicator of plan group `group` and worker `rank`'s rank there: the world's, a one-way
+  // channel's, or its stage's (dp x pp's all-reduce).
   std::pair<Communicator*, int> comm_of(Group& g, int rank, int group) const {
     if (group == 0) return {&g.comm(), rank};
-    const std::string key = plan_.groups.at(group).name == "grads" ? "grads" : "stage";
+    const PlanGroup& pg = plan_.groups.at(group);
+    const std::string key = is_stage_group(pg) ? "stage" : pg.name;
     return {&g.part_comm(key, rank), g.part_rank(key, rank)};
   }
+  // dp x pp's group of the workers that hold one stage (the partition "stage"), not a channel.
+  static bool is_stage_group(const PlanGroup& g) { return g.name.rfind("stage ", 0) == 0; }
 
   // The chunk an action computes on: its parameters' or gradients' (a forward may read the
   // previous chunk's output, a backward the next chunk's input gradient); a loss, its input's.
@@ -342,8 +342,6 @@ std::unique_ptr<Strategy> make_staged(const StrategyOptions& o, const std::strin
 }
 
 std::unique_ptr<Strategy> make_chunk_pipeline(const StrategyOptions& o, const std::string& name, ChunkSchedule sched) {
-  if (!sched.gpu_refusal.empty() && o.kind == DeviceKind::Cuda && o.devices > 1)
-    throw UsageError(fmt::format("{}: runs on CPU workers only for now: {}", name, sched.gpu_refusal));
   return std::make_unique<Staged>(o, name, o.micro_batches, 1, std::move(sched));
 }
 

@@ -35,8 +35,8 @@ struct StageEmitter {
   std::vector<int> act_send;
   int grad_send[2] = {kNone, kNone};
   int backwards = 0, last_scratch_send = kNone;
-  bool own_group = false;
-  bool* grouped = nullptr;  // the worker's open p2p group, shared by its chunks
+  int own_group = -1;
+  int* grouped = nullptr;  // the worker's open p2p group, shared by its chunks: its plan group (-1: none)
   // Chunked schedules: the previous and next stages' workers, the chunk its buffers belong to, and
   // the emitters of those stages where they are this worker's own chunks (handed over in place).
   int prev = w - 1, next = w + 1;
@@ -64,9 +64,12 @@ struct StageEmitter {
 
   SequentialBuffers keeps(int64_t n) const { return sequential_buffers(*net, begin, end, n, bf16); }
 
-  int grad_channel = -1;  // the gradients' group, when not the world's
+  // The groups its transfers go on: activations received and sent, gradients received and sent
+  // (the world's, but for one-way channels).
+  int act_in = world, act_out = world, grad_in = world, grad_out = world;
+  int channel(bool grad, bool send) const { return grad ? (send ? grad_out : grad_in) : (send ? act_out : act_in); }
   Action& p2p(ActionKind kind, int peer, int64_t n, int into, bool grad = false) {
-    return on_wire(b.p2p(w, kind, grad && grad_channel >= 0 ? grad_channel : world, peer, n, into, true), wire);
+    return on_wire(b.p2p(w, kind, channel(grad, kind == ActionKind::Send), peer, n, into, true), wire);
   }
   int buf(BufferRole role, int64_t values, int index = -1) { return b.buffer(w, role, index, values * kF, DType::F32, chunk); }
   int input(int k) {
@@ -82,18 +85,26 @@ struct StageEmitter {
   int params() { return buf(BufferRole::Params, 0); }
   int grads() { return buf(BufferRole::Grads, 0); }
   int dy() { return buf(BufferRole::OutputGrad, sizes[0] * out); }
-  void open() {
+  // A group of the transfers that follow on plan group g's communicator (default: the world's);
+  // one open on another closes first (a group is one communicator's).
+  void open(int g = -1) {
     if (!grouped) grouped = &own_group;
-    if (!*grouped) b.add(w, ActionKind::GroupStart);
-    *grouped = true;
+    if (g < 0) g = world;
+    if (*grouped == g) return;
+    close();
+    Action& a = b.add(w, ActionKind::GroupStart);
+    if (g != world) a.group = g;
+    *grouped = g;
   }
   void close() {
     if (!grouped) grouped = &own_group;
-    if (*grouped) b.add(w, ActionKind::GroupEnd);
-    *grouped = false;
+    if (*grouped < 0) return;
+    Action& a = b.add(w, ActionKind::GroupEnd);
+    if (*grouped != world) a.group = *grouped;
+    *grouped = -1;
   }
   void receive(int into, int64_t n, int peer, int micro, bool grad = false) {
-    open();
+    open(channel(grad, false));
     Action& a = p2p(ActionKind::Recv, peer, n, into, grad);
     a.micro = micro;
     const int id = a.id;
@@ -112,19 +123,19 @@ struct StageEmitter {
   }
   void post_forward(int k) {
     if (s == 0 || local_prev) return;
-    open();
+    open(act_in);
     Action& a = p2p(ActionKind::Recv, prev, sizes[k] * in, input(k));
     a.micro = k, posted_in[k] = a.id;
   }
   void post_backward(int k) {
     if (last || local_next) return;
-    open();
+    open(grad_in);
     Action& a = p2p(ActionKind::Recv, next, sizes[k] * out, dy(), true);
     a.micro = k, posted_dy[k] = a.id;
   }
   void flush() {
     for (const Pending& p : pending) {
-      open();
+      open(channel(!p.act, true));
       Action& a = p2p(ActionKind::Send, p.act ? next : prev, sizes[p.micro] * (p.act ? out : in), p.buffer, !p.act);
       a.micro = p.micro;
       (p.act ? act_send[p.micro] : grad_send[p.slot]) = a.id;
@@ -147,7 +158,7 @@ struct StageEmitter {
     b.compute(w, ActionKind::Forward, begin, end, k, {input(k), params()}, {acts(k)}).bytes = n * out * kF;
     if (last || local_next) return;
     if (batched) return pending.push_back({true, k, acts(k), -1});
-    open();
+    open(act_out);
     Action& a = p2p(ActionKind::Send, next, n * out, acts(k));
     a.micro = k;
     act_send[k] = a.id;
@@ -218,7 +229,7 @@ struct StageEmitter {
     } else if (s > 0 && batched) {
       pending.push_back({false, k, dx, slot});
     } else if (s > 0) {
-      open();
+      open(grad_out);
       Action& a = p2p(ActionKind::Send, prev, n * in, dx, true);
       a.micro = k;
       grad_send[slot] = a.id;
@@ -268,7 +279,12 @@ Plan plan_chunked(const NetPlan& net, const StrategyOptions& o, int64_t batch, c
   std::vector<int> all(P);
   for (int r = 0; r < P; ++r) all[r] = r;
   const int world = b.group("world", all);
-  const int grad_channel = sched.gradient_channel ? b.group("grads", all) : -1;
+  std::vector<int> acts(V, world), grads(V, world);  // per chunk: the group its inputs, its output gradients come on
+  if (sched.one_way_channels)
+    for (int c = 0; c < V; ++c) {
+      if (c > 0) acts[c] = b.group(fmt::format("acts {}", c), all);
+      grads[c] = b.group(fmt::format("grads {}", c), all);
+    }
   std::vector<std::pair<int, int>> owner(S, {-1, -1});  // stage -> (worker, chunk)
   for (int r = 0; r < P; ++r)
     for (int c = 0; c < V; ++c) {
@@ -279,7 +295,7 @@ Plan plan_chunked(const NetPlan& net, const StrategyOptions& o, int64_t batch, c
   for (int r = 0; r < P; ++r) {
     const std::vector<PipeOp> ops = sched.ops(P, r, m, name);
     b.plan().replica[r] = 0;
-    bool grouped = false;
+    int grouped = -1;
     std::vector<StageEmitter> e;
     e.reserve(V);
     std::vector<int64_t> np(V, 0);
@@ -290,7 +306,10 @@ Plan plan_chunked(const NetPlan& net, const StrategyOptions& o, int64_t batch, c
       e.push_back({b, r, world, s, s == S - 1, false, chunk_slots(ops, c), begin, end,
                    numel_of(net.layers[begin].in), numel_of(net.layers[end - 1].out), sizes, std::vector<int>(m, kNone)});
       StageEmitter& x = e.back();
-      x.grouped = &grouped, x.grad_channel = grad_channel;
+      x.grouped = &grouped;
+      x.act_in = acts[c], x.grad_in = grads[c];
+      if (s + 1 < S) x.act_out = acts[owner[s + 1].second];
+      if (s > 0) x.grad_out = grads[owner[s - 1].second];
       x.prev = s > 0 ? owner[s - 1].first : -1, x.next = s + 1 < S ? owner[s + 1].first : -1;
       x.chunk = c;
       x.wire = activation_wire(o);
@@ -319,7 +338,9 @@ Plan plan_chunked(const NetPlan& net, const StrategyOptions& o, int64_t batch, c
       for (; i + 1 < ops.size() && ops[i].forward; i += 2) steps.push_back({ops[i], ops[i + 1]});
       for (; i < ops.size(); ++i) steps.push_back({ops[i]});
       auto post = [&](const std::vector<PipeOp>& step) {
-        for (const PipeOp& op : step) op.forward ? e[op.chunk].post_forward(op.micro) : e[op.chunk].post_backward(op.micro);
+        for (const PipeOp& op : step)
+          if (op.forward) e[op.chunk].post_forward(op.micro);
+          else if (op.part != PipeOp::Part::Weights) e[op.chunk].post_backward(op.micro);  // W receives nothing
         e[0].close();
       };
       post(steps[0]);

@@ -64,12 +64,10 @@ ChunkSchedule zbv_schedule(const StrategyOptions&) {
   s.stage = [](int workers, int rank, int chunk) { return chunk == 0 ? rank : 2 * workers - 1 - rank; };
   s.ops = [](int workers, int rank, int micro, const std::string&) { return zbv_ops(workers, rank, micro); };
   s.bubble = [](int workers, int micro) { return chunk_bubble(zbv_schedule({}), workers, micro, 1, 1, 1); };
-  // Chunk 0's activations and chunk 1's input gradients both go from worker r to r + 1, in
-  // different orders: each kind on its own channel.
-  s.gradient_channel = true;
-  // Sent after each computation and received before, as 1F1B, activations and gradients each
-  // travel both ways between two workers, and on NCCL's blocking launches opposite sends deadlock.
-  s.gpu_refusal = "its transfers (each kind both ways between two workers, sent as 1F1B's) deadlock in NCCL's order";
+  // Between workers r and r + 1 chunk 0's activations and chunk 1's input gradients go down,
+  // chunk 1's activations and chunk 0's input gradients up, each kind in its own order: a channel
+  // each, one way.
+  s.one_way_channels = true;
   return s;
 }
 

@@ -66,12 +66,12 @@ struct ChunkSchedule {
   // Megatron's batched transfers: each step's receives posted a step ahead and its sends held to
   // its end, one group each (interleaved 1F1B, whose order needs them on NCCL's in-order stream).
   bool batched = false;
-  // Gradients on a channel of their own (the plan's "grads" group), activations on the world's: a
-  // worker receives each kind in the order its peer sends it, not both in one order.
-  bool gradient_channel = false;
-  // Why it cannot run on GPUs (NCCL) yet, where its transfers would not meet in NCCL's order
-  // (tests/test_nccl_order.cpp); empty: it can. The strategy refuses --device-kind cuda with it.
-  std::string gpu_refusal;
+  // Each chunk's incoming activations and each chunk's incoming gradients on a communicator of
+  // their own (plan groups "acts c" and "grads c"; chunk 0's activations the world's): where each
+  // of those flows one way between two workers (ZB-V's V), a worker receives every kind in the
+  // order its peer sends it, and no two sends on one communicator face each other, which on NCCL's
+  // blocking launches would deadlock.
+  bool one_way_channels = false;
 };
 // Interleaved 1F1B's: o.virtual_stages chunks, worker r's chunk c stage c * P + r.
 ChunkSchedule interleaved_schedule(const StrategyOptions& o);

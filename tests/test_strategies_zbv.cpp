@@ -1,11 +1,12 @@
 // Zero-bubble V (pipeline-zbv): PyTorch's ScheduleZBVZeroBubble order, two chunks a worker in a V,
 // every pass once, the order runs, and its activations and gradients each keep one order between
-// two workers (on one channel they would not: why the schedule asks for a gradient channel).
+// two workers (on one channel they would not: why the schedule asks for a channel each).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -124,30 +125,35 @@ TEST(ZbvSchedule, BubbleOfTheOrderPlayedOut) {
 }
 
 // Its plan: chunk 1 of the last worker reads chunk 0's activations and writes chunk 0's output
-// gradient in place (no transfer between them); gradients travel on the "grads" group.
-TEST(ZbvSchedule, PlanHandsOverInPlaceAndSendsGradientsOnTheirOwnChannel) {
+// gradient in place (no transfer between them); each chunk's activations and gradients travel on a
+// group of their own, each one way between the two workers.
+TEST(ZbvSchedule, PlanHandsOverInPlaceAndEachChannelGoesOneWay) {
   StrategyOptions o;
   o.devices = 2;
   o.micro_batches = 4;
   const NetPlan net = plan_net(great_net(8, 0.1875));
   const Plan plan = make_plan("pipeline-zbv", net, o, 8);
-  ASSERT_EQ(plan.groups.size(), 2u);
-  EXPECT_EQ(plan.groups[1].name, "grads");
-  int act_sends = 0, grad_sends = 0, last_worker_p2p = 0;
+  ASSERT_EQ(plan.groups.size(), 4u);
+  EXPECT_EQ(plan.groups[1].name, "grads 0");
+  EXPECT_EQ(plan.groups[2].name, "acts 1");
+  EXPECT_EQ(plan.groups[3].name, "grads 1");
+  std::map<int, std::set<std::pair<int, int>>> ways;  // group -> (from, to) of its sends
+  int sends = 0;
   for (int w = 0; w < 2; ++w)
     for (const Action& a : plan.actions[w]) {
       if (a.kind != ActionKind::Send) continue;
       const bool grad = plan.buffers.at(a.reads.at(0)).role == BufferRole::InputGrad;
-      EXPECT_EQ(a.group, grad ? 1 : 0) << describe(plan, w, a.id);
-      (grad ? grad_sends : act_sends)++;
+      EXPECT_EQ(plan.groups.at(a.group).name.rfind(grad ? "grads" : (a.group == 0 ? "world" : "acts"), 0), 0u)
+          << describe(plan, w, a.id);
       EXPECT_NE(a.peer, w);
-      last_worker_p2p += w == 1;
+      ways[a.group].insert({w, a.peer});
+      ++sends;
     }
   // Worker 0 sends stage 0's 4 outputs and stage 3's 4 input gradients; worker 1 stage 2's outputs
   // and stage 1's input gradients: stage 1 to 2 is in place.
-  EXPECT_EQ(act_sends, 8);
-  EXPECT_EQ(grad_sends, 8);
-  EXPECT_EQ(last_worker_p2p, 8);
+  EXPECT_EQ(sends, 16);
+  for (const auto& [group, pairs] : ways) EXPECT_EQ(pairs.size(), 1u) << plan.groups[group].name << " goes both ways";
+  EXPECT_EQ(ways.size(), 4u);
 }
 
 }  // namespace
