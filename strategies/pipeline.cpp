@@ -199,12 +199,16 @@ class Staged final : public GroupStrategy {
     const auto& offsets = offsets_[d];
     const int64_t out_n = numel_of(plan().output);
     const std::vector<float*>& at = ptrs_[rank];
+    // Per plan group, its communicator and this worker's rank there: looked up once a step, not per transfer.
+    std::vector<std::pair<Communicator*, int>> comms;
+    for (std::size_t k = 0; k < plan_.groups.size(); ++k) {
+      const std::vector<int>& m = plan_.groups[k].members;
+      const bool member = std::find(m.begin(), m.end(), rank) != m.end();
+      comms.push_back(member ? comm_of(g, rank, static_cast<int>(k)) : std::pair<Communicator*, int>{nullptr, -1});
+    }
     // bf16 transfers' staging (--precision bf16) made before the step's peak, as the estimate has it.
     for (std::size_t k = 0; k < staging_[rank].size(); ++k)
-      if (!staging_[rank][k].empty()) {
-        const auto [c, in] = comm_of(g, rank, static_cast<int>(k));
-        c->reserve_transfer_staging(in, staging_[rank][k]);
-      }
+      if (!staging_[rank][k].empty()) comms[k].first->reserve_transfer_staging(comms[k].second, staging_[rank][k]);
     // per chunk and micro-batch: its output, in its slot
     std::vector<std::vector<const float*>> out(chunks_, std::vector<const float*>(sizes.size(), nullptr));
     bool accumulate = false;
@@ -218,7 +222,7 @@ class Staged final : public GroupStrategy {
       const int buf = a.reads.at(0);
       return at[buf] ? at[buf] : out[plan_.buffers[buf].chunk].at(a.micro);
     };
-    b.comm = [&](int group) { return comm_of(g, rank, group); };
+    b.comm = [&](int group) { return comms.at(group); };
     b.compute = [&](const Action& a) {
       const int c = chunk_of(a);
       Chunk& ch = chunk_[rank][c];

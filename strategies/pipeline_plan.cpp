@@ -255,7 +255,7 @@ void stage_keeps(PlanBuilder& b, const StrategyOptions& o, int w, const std::vec
   }
   if (scratch > 0) b.buffer(w, BufferRole::Scratch, 0, scratch);
   if (regrow > 0) b.buffer(w, BufferRole::Scratch, 1, regrow);
-  int k = 0;  // each communicator's slots (the world's, a gradient channel's), numbered on
+  int k = 0;  // each communicator's slots (the world's, the one-way channels'), numbered on
   for (std::size_t g = 0; g < b.plan().groups.size(); ++g)
     for (int64_t values : transfer_staging(b.plan(), w, static_cast<int>(g)))
       b.buffer(w, BufferRole::Staging, k++, values * kH, DType::Bf16);
@@ -264,12 +264,12 @@ void stage_keeps(PlanBuilder& b, const StrategyOptions& o, int w, const std::vec
 }  // namespace
 
 // A chunked schedule (strategies/rules.h): each worker's chunks a stage's emitter each (their
-// buffers' chunk c), all of a worker's sharing its open p2p group. Activations and gradients share
-// the world group, so a worker must receive a peer's messages in the order sent: interleaved 1F1B's
-// order does (PipelineSchedule.InterleavedRunsEveryChunkWithoutDeadlock) and goes in Megatron's
-// batches, since on NCCL's in-order stream a lone send may wait on a peer whose send waits for this
-// worker's next launch (tests/test_nccl_order.cpp); others send after each computation and receive
-// before, as 1F1B.
+// buffers' chunk c), all of a worker's sharing its open p2p group. On one group a worker must
+// receive a peer's messages in the order sent: interleaved 1F1B's order does, activations and
+// gradients together on the world's (PipelineSchedule.InterleavedRunsEveryChunkWithoutDeadlock), in
+// Megatron's batches, since on NCCL's in-order stream a lone send may wait on a peer whose send
+// waits for this worker's next launch (tests/test_nccl_order.cpp); a schedule with one-way channels
+// (ZB-V) sends after each computation and receives before, as 1F1B, each kind on its own group.
 Plan plan_chunked(const NetPlan& net, const StrategyOptions& o, int64_t batch, const std::string& name,
                   const std::vector<std::pair<int, int>>& ranges, const std::vector<int64_t>& sizes,
                   const ChunkSchedule& sched) {
@@ -403,9 +403,9 @@ Plan plan_staged(const NetPlan& net, const StrategyOptions& o, int64_t batch, co
   const int stages = o.devices / replicas;
   const bool interleaved = o.schedule == Schedule::Interleaved;
   PB_CHECK(!interleaved || replicas == 1, "{}: interleaved 1F1B has no dp x pp form", name);
-  if (interleaved) interleaved_ops(stages, o.virtual_stages, 0, micro, name);  // refuses an M or V it cannot run
   if (interleaved && stages > 1) return plan_chunk_pipeline(net, o, batch, name, interleaved_schedule(o));
-  const auto ranges = stage_ranges(net, stages * pipeline_chunks(o, stages), o, micro * replicas, cpu(0), name);
+  if (interleaved) interleaved_ops(stages, o.virtual_stages, 0, micro, name);  // refuses a V it cannot run
+  const auto ranges = stage_ranges(net, stages, o, micro * replicas, cpu(0), name);  // one worker: 1F1B, one stage
   const std::vector<int64_t> pieces = replica_pieces(batch, replicas, name);
   return plan_stage_steps(net, o, batch, name, ranges, replica_micro_batches(pieces, micro, o.cap_micro_batches, batch, name));
 }
@@ -413,8 +413,6 @@ Plan plan_staged(const NetPlan& net, const StrategyOptions& o, int64_t batch, co
 Plan plan_stage_steps(const NetPlan& net, const StrategyOptions& o, int64_t batch, const std::string& name,
                       const std::vector<std::pair<int, int>>& ranges,
                       const std::vector<std::vector<int64_t>>& micro_sizes) {
-  if (o.schedule == Schedule::Interleaved && ranges.size() > 1)  // one worker: 1F1B on one stage, below
-    return plan_chunked(net, o, batch, name, ranges, micro_sizes.at(0), interleaved_schedule(o));
   const int replicas = static_cast<int>(micro_sizes.size()), stages = static_cast<int>(ranges.size());
   const int workers = replicas * stages;
   PlanBuilder b(name, workers, batch, static_cast<int>(micro_sizes[0].size()));

@@ -174,10 +174,6 @@ std::vector<PipeOp> interleaved_ops(int workers, int chunks, int rank, int micro
   return ops;
 }
 
-int pipeline_chunks(const StrategyOptions& o, int stages) {
-  return o.schedule == Schedule::Interleaved && stages > 1 ? o.virtual_stages : 1;
-}
-
 int chunk_slots(const std::vector<PipeOp>& ops, int chunk) {
   int held = 0, most = 0;
   for (const PipeOp& o : ops)

@@ -42,9 +42,6 @@ std::vector<PipeOp> pipeline_ops(Schedule schedule, bool recompute, int stages, 
 // `workers` holds `chunks` model chunks; its forwards and backwards of every chunk in Megatron's
 // order. UsageError naming `strategy` unless micro is a multiple of workers (as Megatron).
 std::vector<PipeOp> interleaved_ops(int workers, int chunks, int rank, int micro, const std::string& strategy);
-// Model chunks per worker: V for interleaved 1F1B over several workers; one worker has nothing to
-// interleave (its chunks would hand over to themselves) and runs 1F1B on one stage.
-int pipeline_chunks(const StrategyOptions& o, int stages);
 // Micro-batches chunk `chunk` of a worker running `ops` holds at once (its activation and input
 // slots): from its forward to the backward that last reads them (whole, or the weights' part).
 int chunk_slots(const std::vector<PipeOp>& ops, int chunk);

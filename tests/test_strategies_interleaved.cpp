@@ -81,7 +81,7 @@ TEST(PipelineSchedule, InterleavedRunsEveryChunkWithoutDeadlock) {
         for (int r = 0; r < p; ++r) EXPECT_EQ(next[r], ops[r].size()) << "worker " << r << " stuck";
         // Between two workers activations and gradients share one channel (the plan's world group, a
         // communicator without tags): each worker receives them in the order its peer sends them.
-        if (p == 1) continue;  // one worker runs it as 1F1B on one stage (pipeline_chunks)
+        if (p == 1) continue;  // one worker runs it as 1F1B on one stage (Staged::plan_workers)
         std::map<std::pair<int, int>, std::vector<std::string>> sent, received;  // (from, to) -> messages
         for (int r = 0; r < p; ++r)
           for (const PipeOp& o : ops[r]) {
