@@ -223,18 +223,21 @@ void check_conv(Backend& be, bool cudnn) {
   for (int trial = 0; trial < 20; ++trial) {
     const ConvGeom g = random_geom(r);
     SCOPED_TRACE(fmt::format("seed {} trial {}: {}", r.seed, trial, geom_str(g)));
-    check_conv_at(be, cudnn, g, r);
+    EXPECT_NO_THROW(check_conv_at(be, cudnn, g, r));
   }
 }
 
 // Inputs narrower than their stride (1 wide at stride 2, 2 wide at stride 3), a kernel tap wholly
-// in the padding: oneDNN 2.6's AMX weight gradient got these wrong (engine/dnnl/dnnl_bf16.cpp).
+// in the padding: oneDNN 2.6's AMX weight gradient got these wrong; with one input or output
+// channel it offered only its reference kernel or kept AMX (engine/dnnl/dnnl_bf16.cpp).
 void check_narrow_conv(Backend& be, bool cudnn) {
   Rand r;
   for (const ConvGeom& g : {ConvGeom{3, 7, 8, 1, 3, 2, 3, 2, 2, 0, 1}, ConvGeom{3, 7, 5, 1, 3, 1, 2, 2, 2, 0, 1},
-                            ConvGeom{2, 5, 2, 2, 4, 1, 3, 1, 3, 0, 1}, ConvGeom{2, 5, 1, 6, 4, 3, 1, 3, 1, 1, 0}}) {
+                            ConvGeom{2, 5, 2, 2, 4, 1, 3, 1, 3, 0, 1}, ConvGeom{2, 5, 1, 6, 4, 3, 1, 3, 1, 1, 0},
+                            ConvGeom{3, 6, 1, 2, 1, 3, 5, 2, 2, 1, 2}, ConvGeom{1, 7, 5, 1, 1, 4, 1, 2, 2, 0, 0},
+                            ConvGeom{3, 1, 1, 1, 3, 2, 2, 2, 3, 0, 2}, ConvGeom{3, 1, 1, 1, 1, 2, 5, 2, 3, 1, 2}}) {
     SCOPED_TRACE(fmt::format("seed {}: {}", r.seed, geom_str(g)));
-    check_conv_at(be, cudnn, g, r);
+    EXPECT_NO_THROW(check_conv_at(be, cudnn, g, r));
   }
 }
 

@@ -2,7 +2,9 @@
 // layouts inside, with reorders through scratch buffers where the two differ.
 #include "engine/dnnl/dnnl_bf16.h"
 
+#include <algorithm>
 #include <array>
+#include <cstring>
 #include <map>
 #include <unordered_map>
 #include <tuple>
@@ -56,6 +58,10 @@ memory::desc plain(const memory::dims& d, Dt t) {
   return memory::desc(d, t, d.size() == 4 ? Tag::abcd : d.size() == 2 ? Tag::ab : Tag::a);
 }
 memory::desc any(const memory::dims& d, Dt t) { return memory::desc(d, t, Tag::any); }
+// Plain NCHW / OIHW `d` inside a tensor whose dimension 1 has `full1` entries.
+memory::desc view(const memory::dims& d, Dt t, int64_t full1) {
+  return memory::desc(d, t, memory::dims{full1 * d[2] * d[3], d[2] * d[3], d[3], 1});
+}
 
 // The primitive's implementation name; oneDNN's reference kernels emulate bf16, slowly: refused.
 template <class Pd>
@@ -75,6 +81,10 @@ struct ConvPlan {
   dnnl::convolution_backward_data bwd_data;
   dnnl::convolution_backward_weights bwd_weights;
   memory::desc x, w, b, y, dw, db;  // the user's
+  // Set where the weight gradient runs on zero-padded channels (see conv()): the user's x, dy and
+  // dw as views into the padded plain buffers.
+  bool padded = false;
+  memory::desc x_view, y_view, dw_view;
   std::string impl[3];
 };
 
@@ -127,13 +137,33 @@ struct DnnlBf16::Impl {
                                               d.strides, d.pad, d.pad),
         attr, eng, fpd);
     // oneDNN 2.6's AMX bf16 weight gradient is wrong where the input is narrower than the stride
-    // (an input 1 wide at stride 2: a tap's gradient read from outside the input); with plain
-    // layouts oneDNN takes another kernel (docs/bf16.md, "oneDNN").
+    // (an input 1 wide at stride 2: a tap's gradient read from outside the input). With plain
+    // layouts and at least two input and output channels oneDNN takes another kernel; with one
+    // it has only its reference kernel or keeps AMX, so such channels are padded with zeros
+    // (docs/bf16.md, "oneDNN").
     const bool narrow = g.stride_w > g.w || g.stride_h > g.h;
-    dnnl::convolution_backward_weights::primitive_desc wpd(
-        dnnl::convolution_backward_weights::desc(alg, narrow ? p.x : any(d.src, Dt::bf16), any(d.wei, Dt::f32), p.db,
-                                                 narrow ? p.y : any(d.dst, Dt::bf16), d.strides, d.pad, d.pad),
-        attr, eng, fpd);
+    dnnl::convolution_backward_weights::primitive_desc wpd;
+    if (!narrow) {
+      wpd = {dnnl::convolution_backward_weights::desc(alg, any(d.src, Dt::bf16), any(d.wei, Dt::f32), p.db,
+                                                      any(d.dst, Dt::bf16), d.strides, d.pad, d.pad),
+             attr, eng, fpd};
+    } else {
+      ConvGeom gp = g;
+      gp.c = std::max<int64_t>(g.c, 2), gp.k = std::max<int64_t>(g.k, 2);
+      const dnnl_plan::Dims dp = dnnl_plan::dims(gp);
+      p.padded = gp.c != g.c || gp.k != g.k;
+      p.x_view = view(d.src, Dt::bf16, gp.c), p.y_view = view(d.dst, Dt::bf16, gp.k);
+      p.dw_view = view(d.wei, Dt::f32, gp.c);
+      const dnnl::convolution_forward::primitive_desc hint(
+          dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, plain(dp.src, Dt::bf16),
+                                          plain(dp.wei, Dt::bf16), plain(dp.bias, Dt::bf16), plain(dp.dst, Dt::bf16),
+                                          dp.strides, dp.pad, dp.pad),
+          attr, eng);
+      wpd = {dnnl::convolution_backward_weights::desc(alg, plain(dp.src, Dt::bf16), plain(dp.wei, Dt::f32),
+                                                      plain(dp.bias, Dt::f32), plain(dp.dst, Dt::bf16), dp.strides,
+                                                      dp.pad, dp.pad),
+             attr, eng, hint};
+    }
     p.impl[0] = native_impl(fpd, "convolution forward");
     p.impl[1] = native_impl(dpd, "convolution backward data");
     p.impl[2] = native_impl(wpd, "convolution backward weights");
@@ -170,6 +200,14 @@ struct DnnlBf16::Impl {
     memory m(prim, eng, s[i].get(prim.get_size()));
     dnnl::reorder(u, m).execute(strm, u, m);
     return m;
+  }
+  // `user` at p copied into zeroed scratch i of layout `prim`, where `view` places it.
+  memory in_padded(const memory::desc& prim, const memory::desc& view, const memory::desc& user, const void* p, int i) {
+    void* buf = s[i].get(prim.get_size());
+    std::memset(buf, 0, prim.get_size());
+    memory u(user, eng, const_cast<void*>(p)), v(view, eng, buf);
+    dnnl::reorder(u, v).execute(strm, u, v);
+    return memory(prim, eng, buf);
   }
   // Where a primitive writes an output meant for `user` at p: there, or scratch i (see out_done).
   memory out(const memory::desc& prim, const memory::desc& user, void* p, int i) {
@@ -322,22 +360,24 @@ void DnnlBf16::conv_backward_weights(const ConvGeom& g, const Bf16* x, const Bf1
   call("convolution backward weights", [&] {
     const ConvPlan& p = I.conv(g);
     const auto& pd = p.wpd;
-    memory mx = I.in(pd.src_desc(), p.x, x, 0), mdy = I.in(pd.diff_dst_desc(), p.y, dy, 1);
-    // Added to: the primitive overwrites, so it writes to scratch and a summing reorder adds.
-    memory mdw = accumulate ? memory(pd.diff_weights_desc(), I.eng, I.s[2].get(pd.diff_weights_desc().get_size()))
-                            : I.out(pd.diff_weights_desc(), p.dw, dw, 2);
+    memory mx = p.padded ? I.in_padded(pd.src_desc(), p.x_view, p.x, x, 0) : I.in(pd.src_desc(), p.x, x, 0);
+    memory mdy = p.padded ? I.in_padded(pd.diff_dst_desc(), p.y_view, p.y, dy, 1) : I.in(pd.diff_dst_desc(), p.y, dy, 1);
+    // Added to or padded: the primitive overwrites its whole output, so it writes to scratch and a
+    // (summing) reorder of the user's part finishes.
+    const auto& dwd = pd.diff_weights_desc();
+    memory mdw = accumulate || p.padded ? memory(dwd, I.eng, I.s[2].get(dwd.get_size())) : I.out(dwd, p.dw, dw, 2);
     float* dbp = db;
-    if (accumulate || !db) {  // no db: written to scratch and dropped
-      I.db_tmp.resize(static_cast<std::size_t>(g.k));
+    if (accumulate || p.padded || !db) {  // no db: written to scratch and dropped
+      I.db_tmp.resize(static_cast<std::size_t>(pd.diff_bias_desc().dims()[0]));
       dbp = I.db_tmp.data();
     }
     p.bwd_weights.execute(I.strm, {{DNNL_ARG_SRC, mx}, {DNNL_ARG_DIFF_DST, mdy}, {DNNL_ARG_DIFF_WEIGHTS, mdw},
-                                   {DNNL_ARG_DIFF_BIAS, memory(p.db, I.eng, dbp)},
+                                   {DNNL_ARG_DIFF_BIAS, memory(pd.diff_bias_desc(), I.eng, dbp)},
                                    {DNNL_ARG_SCRATCHPAD, I.scratchpad(pd.scratchpad_desc())}});
-    I.out_done(mdw, p.dw, dw, accumulate);
+    I.out_done(p.padded ? memory(p.dw_view, I.eng, mdw.get_data_handle()) : mdw, p.dw, dw, accumulate);
     I.strm.wait();
-    if (accumulate && db)
-      for (int64_t k = 0; k < g.k; ++k) db[k] += dbp[k];
+    if (db && dbp != db)
+      for (int64_t k = 0; k < g.k; ++k) db[k] = accumulate ? db[k] + dbp[k] : dbp[k];
   });
 }
 
