@@ -33,9 +33,9 @@ std::string strategy_names_help() {
 
 std::vector<Flag> training_flags() {
   return {
-      {"workload", "NAME|FILE", "great_net, linear, or a .json net description", "great_net"},
-      {"image", "PIXELS", "great_net: image height and width (default: 512 on GPU, 96 on CPU)", ""},
-      {"width", "SCALE", "great_net: channel width scale, 1 = the seed's channels (default: 1 on GPU, 0.5 on CPU)", "",
+      {"workload", "NAME|FILE", "great_net, resnet, unet, linear, or a .json net description", "great_net"},
+      {"image", "PIXELS", "great_net, resnet, unet: image height and width (default: 512 on GPU, 96 on CPU)", ""},
+      {"width", "SCALE", "great_net, resnet, unet: channel width scale, 1 = the seed's (ResNet-18's, the U-Net's) channels (default: 1 on GPU, 0.5 on CPU)", "",
        FlagType::Number},
       {"strategy", "NAME", "one of " + strategy_names_help(), "regular"},
       {"devices", "N", "workers (GPUs, or CPU worker threads)", "1"},
@@ -155,10 +155,10 @@ std::shared_ptr<const Plan> run_plan_file(const Flags& f, const NetSpec& spec, c
 
 WorkloadOptions workload_options(const Flags& f, DeviceKind kind) {
   const std::string workload = f.str("workload");
-  if (workload != "great_net")
+  if (!scaled_workload(workload))
     for (const char* flag : {"image", "width"})
       if (f.has(flag))
-        throw UsageError(fmt::format("--{} sizes great_net only; workload '{}' has a fixed shape (leave --{} out)", flag,
+        throw UsageError(fmt::format("--{} sizes great_net, resnet and unet only; workload '{}' has a fixed shape (leave --{} out)", flag,
                                      workload, flag));
   const bool gpu = kind == DeviceKind::Cuda;
   WorkloadOptions o;
@@ -384,8 +384,8 @@ void check_benchmark_flags(const std::vector<std::string>& args) {
 }
 
 std::string workload_sizing(const Flags& f, const NetSpec& net) {
-  if (net.name == "great_net")
-    return fmt::format("great_net (--image {}, --width {}, --batch)", f.has("image") ? f.str("image") : "default",
+  if (scaled_workload(net.name))
+    return fmt::format("{} (--image {}, --width {}, --batch)", net.name, f.has("image") ? f.str("image") : "default",
                        f.has("width") ? f.str("width") : "default");
   return fmt::format("workload {} (--workload {}, --batch)", net.name, f.str("workload"));
 }

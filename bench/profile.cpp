@@ -183,7 +183,7 @@ ojson profile_context(const Flags& f, const ProfileArgs& a, const Device& dev, c
   c[ctx::threads_per_worker.name] = a.threads == 0 ? "auto" : std::to_string(a.threads);
   c[ctx::workload.name] = net.name;
   c[ctx::workload_source.name] = f.str("workload");
-  if (net.name == "great_net") c[ctx::workload_params.name] = fmt::format("image {}, width {:g}", wo.image, wo.width);
+  if (scaled_workload(net.name)) c[ctx::workload_params.name] = fmt::format("image {}, width {:g}", wo.image, wo.width);
   c[ctx::input_shape.name] = shape_str(plan.input);
   c[ctx::param_count.name] = std::to_string(plan.param_count);
   c[ctx::forward_flops_per_sample.name] = fmt::format("{:.17g}", plan.forward_flops);
@@ -293,6 +293,11 @@ int cmd_profile(const std::vector<std::string>& args) {
   const WorkloadOptions wo = workload_options(f, a.kind);
   const NetSpec net = resolve_workload(f.str("workload"), wo);
   const NetPlan plan = plan_net(net);
+  // A profile lists layers as a chain, which project would price: a net with skips waits for
+  // profiles that keep them.
+  if (plan.has_skips())
+    throw UsageError(fmt::format("profile: workload {} has skips ({}); profiles (and so project) describe chains of "
+                                 "layers only, yet", net.name, first_skip(plan)));
   check_memory_fits(plan, a.batches.back(), a.kind, 1, 0, workload_sizing(f, net));
   BackendOptions bo;
   bo.threads = static_cast<int>(a.threads);

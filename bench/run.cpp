@@ -63,7 +63,7 @@ reports::BenchName config_name(const Sweep& sw, const WorkloadOptions& wo, const
                                int64_t batch) {
   reports::BenchName n;
   n.workload = sw.net.name;
-  if (sw.net.name == "great_net") n.workload_params = {fmt::format("image:{}", wo.image), fmt::format("width:{:g}", wo.width)};
+  if (scaled_workload(sw.net.name)) n.workload_params = {fmt::format("image:{}", wo.image), fmt::format("width:{:g}", wo.width)};
   n.strategy = strategy;
   n.devices = devices;
   n.batch = batch;

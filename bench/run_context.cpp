@@ -114,7 +114,7 @@ void add_run_context(const RunPlan& p, const Flags& f, const Sweep& sw) {
   put(ctx::batch_meaning, p.scaling == "weak" ? "per device" : "global");
   put(ctx::workload, sw.net.name);
   put(ctx::workload_source, p.workload);
-  if (sw.net.name == "great_net") put(ctx::workload_params, fmt::format("image {}, width {:g}", p.wo.image, p.wo.width));
+  if (scaled_workload(sw.net.name)) put(ctx::workload_params, fmt::format("image {}, width {:g}", p.wo.image, p.wo.width));
   put(ctx::input_shape, shape_str(sw.plan.input));
   put(ctx::param_count, std::to_string(sw.plan.param_count));
   put(ctx::forward_flops_per_sample, fmt::format("{:.17g}", sw.plan.forward_flops));

@@ -9,6 +9,7 @@
 
 #include "engine/bf16.h"
 #include "engine/check.h"
+#include "engine/graph_stage.h"
 #include "engine/model.h"
 #include "engine/process.h"
 
@@ -46,6 +47,19 @@ MemoryEstimate estimate_memory(const NetPlan& plan, int64_t global_batch) {
 SequentialBuffers sequential_buffers(const NetPlan& net, int begin, int end, int64_t n, bool bf16) {
   SequentialBuffers s;
   if (n <= 0 || begin >= end) return s;
+  if (is_graph_stage(net, begin, end)) {
+    // bf16: the outputs, the rounded input and the pool in bf16, the output widened to fp32, the
+    // loss gradient rounded (model_graph_bf16.cpp).
+    const GraphBuffers g = graph_buffers(net, begin, end);
+    const int64_t in = numel_of(net.layers[begin].in), out = numel_of(net.layers[end - 1].out);
+    const int64_t f = sizeof(float), h = sizeof(Bf16);
+    int64_t params = 0;
+    for (int i = begin; i < end; ++i) params += net.layers[i].weight_numel + net.layers[i].bias_numel;
+    s.activations = bf16 ? h * (g.activations + in) * n + f * out * n : f * g.activations * n;
+    s.scratch = bf16 ? h * (g.scratch + out) * n : f * g.scratch * n;
+    s.param_copy = bf16 ? h * params : 0;
+    return s;
+  }
   int64_t keep = 0, widest_in = 0, params = 0, weighted = 0;
   bool owned = false;
   for (int i = begin; i < end; ++i) {

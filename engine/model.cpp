@@ -13,6 +13,11 @@ Sequential::Sequential(const NetPlan& plan, int begin, int end, Backend& backend
     : plan_(plan), begin_(begin), end_(end), backend_(&backend), bf16_(backend.precision() == Precision::Bf16) {
   PB_CHECK(0 <= begin && begin < end && end <= static_cast<int>(plan.layers.size()),
            "stage [{}, {}) of a {}-layer net", begin, end, plan.layers.size());
+  graph_ = is_graph_stage(plan, begin, end);
+  if (graph_ && bf16_)
+    if (const std::string why = bf16_graph_refusal(plan, begin, end); !why.empty())
+      throw UsageError(fmt::format("precision bf16: {}", why));
+  if (graph_) graph_back_ = plan_graph_backward(plan, begin, end);
   int64_t n = 0;
   for (int i = begin; i < end; ++i) n += plan.layers[i].weight_numel + plan.layers[i].bias_numel;
   params_ = Tensor::zeros({n}, backend);
@@ -46,6 +51,13 @@ LayerWork layer_work(const LayerPlan& l, int64_t batch, LayerPass pass, int act_
     case LayerType::Upsample:  // forward: x in, 4 copies out; backward: 4 dy in, their sum out
       work.flops = pass == LayerPass::Forward ? 0 : 3 * in;
       work.bytes = (in + out) * act_bytes;
+      break;
+    case LayerType::Add:  // forward: a and b in, y out; backward: dy in, to each input
+      work.flops = pass == LayerPass::Forward ? out : 0;
+      work.bytes = 3 * out * act_bytes;
+      break;
+    case LayerType::Concat:  // copies: every input value in and out once
+      work.bytes = 2 * out * act_bytes;
       break;
   }
   return work;
@@ -86,6 +98,7 @@ std::vector<ActLayout> Sequential::layouts(int64_t batch) const {
 }
 
 const float* Sequential::forward(const float* x, int64_t batch, int slot_id) {
+  if (graph_) return bf16_ ? forward_graph_bf16(x, batch, slot_id) : forward_graph(x, batch, slot_id);
   if (bf16_) return forward_bf16(x, batch, slot_id);
   Slot& slot = slots_[slot_id];
   if (slot.batch != batch) {
@@ -145,6 +158,8 @@ const float* Sequential::forward(const float* x, int64_t batch, int slot_id) {
       case LayerType::Upsample:
         observed_layer(observer_, tracer_, l, batch, bf16_, fwd, [&] { be.upsample2x_forward(planes(l, batch), cur, y); });
         break;
+      case LayerType::Add:
+      case LayerType::Concat: PB_CHECK(false, "layer {} ({}) in a chain", i, layer_type_name(l.spec.type));
     }
     slot.out[j] = y;
     cur_owned = cur_owned || !alias;
@@ -183,6 +198,11 @@ void Sequential::backward_pass(const float* dy, float* dx, bool accumulate, int 
                                const std::function<void(int)>& grads_ready, Pass pass) {
   auto it = slots_.find(slot_id);
   PB_CHECK(it != slots_.end() && it->second.input != nullptr, "backward before forward in slot {}", slot_id);
+  if (graph_) {
+    PB_CHECK(pass == Pass::Both, "a stage of a net with skips runs whole backward passes");
+    return bf16_ ? backward_graph_bf16(dy, dx, accumulate, slot_id, grads_ready)
+                 : backward_graph(dy, dx, accumulate, slot_id, grads_ready);
+  }
   std::vector<Tensor>* kept = kept_set(it->second, slot_id, pass);  // the output gradients W reads, kept from B
   if (bf16_) return backward_bf16(dy, dx, accumulate, slot_id, grads_ready, pass, kept);
   Slot& slot = it->second;
@@ -277,6 +297,8 @@ void Sequential::backward_pass(const float* dy, float* dx, bool accumulate, int 
           observed_layer(observer_, tracer_, l, batch, bf16_, LayerPass::BackwardData,
                          [&] { be.upsample2x_backward(planes(l, batch), gout, gin); });
         break;
+      case LayerType::Add:
+      case LayerType::Concat: PB_CHECK(false, "layer {} ({}) in a chain", i, layer_type_name(l.spec.type));
     }
     gout = gin;
   }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/backend.h"
+#include "engine/graph_stage.h"
 #include "engine/net.h"
 #include "engine/tensor.h"
 #include "engine/trace.h"
@@ -84,7 +85,10 @@ class Sequential {
   // Every later forward/backward calls it around each layer's backend calls; null: none.
   void set_observer(LayerObserver* o) { observer_ = o; }
   // Frees backward's scratch for gradients between layers (made again when needed).
-  void release_scratch() { (*gbuf_)[0] = (*gbuf_)[1] = Tensor(); }
+  void release_scratch() {
+    (*gbuf_)[0] = (*gbuf_)[1] = Tensor();
+    graph_pool_.clear();
+  }
   // Uses other's scratch from now on: stages on one device whose backwards never overlap
   // (fsdp's units) hold one pair, the largest any needs, instead of one each.
   void share_scratch(Sequential& other) { gbuf_ = other.gbuf_; }
@@ -121,6 +125,16 @@ class Sequential {
   // hands it back); nullptr for a whole backward.
   std::vector<Tensor>* kept_set(Slot& slot, int slot_id, Pass pass);
   const float* forward_bf16(const float* x, int64_t batch, int slot);
+  // A stage of a net with skips (model_graph.cpp, model_graph_bf16.cpp): plain layouts, whole
+  // backward passes.
+  const float* forward_graph(const float* x, int64_t batch, int slot);
+  void backward_graph(const float* dy, float* dx, bool accumulate, int slot, const std::function<void(int layer)>& grads_ready);
+  float* graph_buffer(int k, int64_t batch);
+  const float* forward_graph_bf16(const float* x, int64_t batch, int slot);
+  void backward_graph_bf16(const float* dy, float* dx, bool accumulate, int slot,
+                           const std::function<void(int layer)>& grads_ready);
+  // bf16: params_ rounded into the bf16 copy (unless use_params16's), which it returns.
+  const Bf16* round_weights();
   void backward_bf16(const float* dy, float* dx, bool accumulate, int slot,
                      const std::function<void(int layer)>& grads_ready, Pass pass, std::vector<Tensor>* kept);
   Bf16* grad_scratch_bf16(int i, int64_t n);
@@ -132,6 +146,9 @@ class Sequential {
   int begin_, end_;
   Backend* backend_;
   bool bf16_;
+  bool graph_;  // is_graph_stage: run by forward_graph(_bf16) and backward_graph(_bf16)
+  GraphBackward graph_back_;
+  std::vector<Tensor> graph_pool_;  // graph_back_.pool's buffers, kept between calls
   Tensor params_, grads_;
   // bf16 path: params_ rounded to bf16 at every forward (shared: also at every backward).
   std::shared_ptr<Tensor> params16_ = std::make_shared<Tensor>();

@@ -17,6 +17,19 @@ Bf16* Sequential::grad_scratch_bf16(int i, int64_t n) {
   return b.data_bf16();
 }
 
+const Bf16* Sequential::round_weights() {
+  if (!ext16_) {
+    Tensor& p16 = *params16_;  // shared: grown to the largest stage, then kept
+    if (!p16.defined() || p16.numel() < params_.numel() || (!params16_shared_ && p16.numel() != params_.numel())) {
+      p16 = Tensor();
+      p16 = Tensor::empty({params_.numel()}, backend_->device(), DType::Bf16);
+    }
+    // The master weights may have changed since the last forward (an optimizer step, a load).
+    if (params_.numel() > 0) backend_->to_bf16(params_.numel(), params_.data(), p16.data_bf16());
+  }
+  return weights16();
+}
+
 const float* Sequential::forward_bf16(const float* x, int64_t batch, int slot_id) {
   Slot& slot = slots_[slot_id];
   Backend& be = *backend_;
@@ -30,16 +43,7 @@ const float* Sequential::forward_bf16(const float* x, int64_t batch, int slot_id
   const int64_t in_n = in_numel(batch), out_n = out_numel(batch);
   if (!slot.in16.defined() || slot.in16.numel() < in_n) slot.in16 = Tensor::empty({in_n}, be.device(), DType::Bf16);
   if (!slot.out32.defined() || slot.out32.numel() < out_n) slot.out32 = Tensor::empty({out_n}, be.device());
-  if (!ext16_) {
-    Tensor& p16 = *params16_;  // shared: grown to the largest stage, then kept
-    if (!p16.defined() || p16.numel() < params_.numel() || (!params16_shared_ && p16.numel() != params_.numel())) {
-      p16 = Tensor();
-      p16 = Tensor::empty({params_.numel()}, be.device(), DType::Bf16);
-    }
-    // The master weights may have changed since the last forward (an optimizer step, a load).
-    if (params_.numel() > 0) be.to_bf16(params_.numel(), params_.data(), p16.data_bf16());
-  }
-  const Bf16* w16 = weights16();
+  const Bf16* w16 = round_weights();
   be.to_bf16(in_n, x, slot.in16.data_bf16());
   const int64_t base = plan_.layers[begin_].param_offset;
   Bf16* cur = slot.in16.data_bf16();
@@ -75,6 +79,8 @@ const float* Sequential::forward_bf16(const float* x, int64_t batch, int slot_id
       case LayerType::Upsample:
         observed_layer(observer_, tracer_, l, batch, bf16_, fwd, [&] { be.upsample2x_forward_bf16(planes(l, batch), cur, y); });
         break;
+      case LayerType::Add:
+      case LayerType::Concat: PB_CHECK(false, "layer {} ({}) in a chain", i, layer_type_name(l.spec.type));
     }
     slot.out16[j] = y;
     cur = y;
@@ -176,6 +182,8 @@ void Sequential::backward_bf16(const float* dy, float* dx, bool accumulate, int 
           observed_layer(observer_, tracer_, l, batch, bf16_, LayerPass::BackwardData,
                          [&] { be.upsample2x_backward_bf16(planes(l, batch), gout, gin); });
         break;
+      case LayerType::Add:
+      case LayerType::Concat: PB_CHECK(false, "layer {} ({}) in a chain", i, layer_type_name(l.spec.type));
     }
     gout = gin;
   }

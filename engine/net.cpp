@@ -4,6 +4,8 @@
 #include <cmath>
 #include <iterator>
 
+#include <fmt/ranges.h>
+
 #include "engine/check.h"
 
 namespace pb {
@@ -17,6 +19,8 @@ const char* layer_type_name(LayerType t) {
     case LayerType::MaxPool2d: return "maxpool2d";
     case LayerType::Upsample: return "upsample";
     case LayerType::ConvTranspose2d: return "conv_transpose2d";
+    case LayerType::Add: return "add";
+    case LayerType::Concat: return "concat";
   }
   return "?";
 }
@@ -35,12 +39,13 @@ std::string layer_type_names() {
 }
 
 namespace {
+std::string source_name(int src) { return src == kNetInput ? std::string("the net's input") : fmt::format("layer {}", src); }
 [[noreturn]] void bad_layer(const std::string& net, int i, LayerType t, const std::string& what) {
   throw UsageError(fmt::format("{}: layer {} ({}): {}", net.empty() ? "net" : net, i,
                                layer_type_name(t), what));
 }
 // What conv2d and conv_transpose2d ask of their fields and input.
-void check_conv(const std::string& nm, int i, const LayerSpec& s, const Shape& cur) {
+void check_conv(const std::string& nm, int i, const LayerSpec& s, const Shape& cur, const std::string& from) {
   if (cur.size() != 3) bad_layer(nm, i, s.type, fmt::format("expects a [C, H, W] input, got {}", shape_str(cur)));
   if (s.out_channels <= 0) bad_layer(nm, i, s.type, fmt::format("out_channels must be positive, got {}", s.out_channels));
   if (s.kernel_h <= 0 || s.kernel_w <= 0)
@@ -50,8 +55,7 @@ void check_conv(const std::string& nm, int i, const LayerSpec& s, const Shape& c
   if (s.pad_h < 0 || s.pad_w < 0)
     bad_layer(nm, i, s.type, fmt::format("padding must not be negative, got [{}, {}]", s.pad_h, s.pad_w));
   if (s.in_channels >= 0 && s.in_channels != cur[0])
-    bad_layer(nm, i, s.type, fmt::format("in_channels is {} but the previous layer gives {} channels", s.in_channels,
-                                         cur[0]));
+    bad_layer(nm, i, s.type, fmt::format("in_channels is {} but {} gives {} channels", s.in_channels, from, cur[0]));
 }
 }  // namespace
 
@@ -70,18 +74,32 @@ NetPlan plan_net(const NetSpec& net) {
                                  shape_str(net.input), input_numel));
   if (net.layers.empty()) throw UsageError(fmt::format("{}: the layer list is empty", nm));
   plan.input = net.input;
-  Shape cur = net.input;
   for (std::size_t li = 0; li < net.layers.size(); ++li) {
     const LayerSpec& s = net.layers[li];
     const int i = static_cast<int>(li);
     LayerPlan lp;
     lp.spec = s;
     lp.index = i;
+    lp.inputs = s.inputs.empty() ? std::vector<int>{i - 1} : s.inputs;
+    std::vector<Shape> ins;
+    for (int src : lp.inputs) {
+      if (src < kNetInput || src >= i)
+        bad_layer(nm, i, s.type, fmt::format("reads layer {}, which is not an earlier layer (a layer reads the net's "
+                                             "input or layers before it)", src));
+      ins.push_back(src == kNetInput ? net.input : plan.layers[src].out);
+      if (src != kNetInput) ++plan.layers[src].readers;
+    }
+    const std::size_t arity = s.type == LayerType::Add ? 2 : s.type == LayerType::Concat ? 0 : 1;
+    if (arity ? lp.inputs.size() != arity : lp.inputs.size() < 2)
+      bad_layer(nm, i, s.type, fmt::format("reads {} inputs; it takes {}", lp.inputs.size(),
+                                           arity == 2 ? "two" : arity == 1 ? "one" : "two or more"));
+    const Shape& cur = ins[0];
+    const std::string from = s.inputs.empty() ? std::string("the previous layer") : source_name(lp.inputs[0]);
     lp.in = cur;
     lp.param_offset = plan.param_count;
     switch (s.type) {
       case LayerType::Conv2d: {
-        check_conv(nm, i, s, cur);
+        check_conv(nm, i, s, cur, from);
         const int64_t ph = cur[1] + 2 * s.pad_h, pw = cur[2] + 2 * s.pad_w;
         if (s.kernel_h > ph || s.kernel_w > pw)
           bad_layer(nm, i, s.type, fmt::format("kernel_size [{}, {}] is larger than the padded input {}x{}",
@@ -94,7 +112,7 @@ NetPlan plan_net(const NetSpec& net) {
         break;
       }
       case LayerType::ConvTranspose2d: {  // the adjoint of a conv2d from its output to its input
-        check_conv(nm, i, s, cur);
+        check_conv(nm, i, s, cur, from);
         // In double first: a file's stride or padding may be any int64.
         const double dh = static_cast<double>(cur[1] - 1) * static_cast<double>(s.stride_h) - 2.0 * static_cast<double>(s.pad_h) +
                           static_cast<double>(s.kernel_h);
@@ -117,8 +135,7 @@ NetPlan plan_net(const NetSpec& net) {
           bad_layer(nm, i, s.type, fmt::format("expects a flat [F] input, got {} (add a flatten layer)", shape_str(cur)));
         if (s.out_features <= 0) bad_layer(nm, i, s.type, fmt::format("out_features must be positive, got {}", s.out_features));
         if (s.in_features >= 0 && s.in_features != cur[0])
-          bad_layer(nm, i, s.type, fmt::format("in_features is {} but the previous layer gives {} features",
-                                               s.in_features, cur[0]));
+          bad_layer(nm, i, s.type, fmt::format("in_features is {} but {} gives {} features", s.in_features, from, cur[0]));
         lp.out = {s.out_features};
         lp.weight_shape = {s.out_features, cur[0]};
         lp.bias_shape = {s.out_features};
@@ -140,6 +157,23 @@ NetPlan plan_net(const NetSpec& net) {
         if (cur.size() != 3) bad_layer(nm, i, s.type, fmt::format("expects a [C, H, W] input, got {}", shape_str(cur)));
         lp.out = {cur[0], 2 * cur[1], 2 * cur[2]};
         break;
+      case LayerType::Add:
+        if (ins[1] != cur)
+          bad_layer(nm, i, s.type, fmt::format("adds inputs of two shapes, {} ({}) and {} ({})", shape_str(cur),
+                                               source_name(lp.inputs[0]), shape_str(ins[1]), source_name(lp.inputs[1])));
+        lp.out = cur;
+        break;
+      case LayerType::Concat: {
+        lp.out = cur;
+        for (std::size_t k = 0; k < ins.size(); ++k) {
+          if (cur.size() != 3 || ins[k].size() != 3 || ins[k][1] != cur[1] || ins[k][2] != cur[2])
+            bad_layer(nm, i, s.type, fmt::format("joins [C, H, W] inputs of one height and width along the channels; "
+                                                 "{} gives {} beside {}", source_name(lp.inputs[k]), shape_str(ins[k]),
+                                                 shape_str(cur)));
+          if (k > 0) lp.out[0] += ins[k][0];
+        }
+        break;
+      }
     }
     // Sizes beyond 2^48 values fit no device and would overflow the int64 element counts.
     for (const Shape* sh : {&lp.out, &lp.weight_shape}) {
@@ -155,14 +189,28 @@ NetPlan plan_net(const NetSpec& net) {
     }
     plan.param_count += lp.weight_numel + lp.bias_numel;
     plan.forward_flops += lp.forward_flops;
-    cur = lp.out;
     plan.layers.push_back(lp);
   }
-  plan.output = cur;
+  for (const LayerPlan& l : plan.layers)
+    if (l.readers == 0 && l.index + 1 < static_cast<int>(plan.layers.size()))
+      bad_layer(nm, l.index, l.spec.type, "its output is read by no layer (the last layer's output is the net's)");
+  plan.output = plan.layers.back().out;
   if (net.target == Target::Input && plan.output != plan.input)
     throw UsageError(fmt::format("{}: target \"input\" needs the output shape {} to equal the input shape {}",
                                  nm, shape_str(plan.output), shape_str(plan.input)));
   return plan;
+}
+
+bool NetPlan::has_skips() const { return !first_skip(*this).empty(); }
+
+std::string first_skip(const NetPlan& plan) {
+  for (const LayerPlan& l : plan.layers) {
+    if (l.inputs.empty() || (l.inputs.size() == 1 && l.inputs[0] == l.index - 1)) continue;
+    std::vector<std::string> from;
+    for (int src : l.inputs) from.push_back(source_name(src));
+    return fmt::format("layer {} ({}) reads {}", l.index, layer_type_name(l.spec.type), fmt::join(from, " and "));
+  }
+  return "";
 }
 
 uint64_t Rng::next_u64() {  // splitmix64

@@ -11,12 +11,13 @@
 namespace pb {
 
 // MaxPool2d: 2x2, stride 2 (torch.nn.MaxPool2d(2)); Upsample: nearest, 2x (torch.nn.Upsample(scale_factor=2));
-// ConvTranspose2d: torch.nn.ConvTranspose2d without output padding, dilation or groups.
-enum class LayerType { Conv2d, ReLU, Linear, Flatten, MaxPool2d, Upsample, ConvTranspose2d };
+// ConvTranspose2d: torch.nn.ConvTranspose2d without output padding, dilation or groups; Add: the sum
+// of two inputs of one shape (a residual); Concat: its inputs along the channels (torch.cat(dim=1)).
+enum class LayerType { Conv2d, ReLU, Linear, Flatten, MaxPool2d, Upsample, ConvTranspose2d, Add, Concat };
 const char* layer_type_name(LayerType t);
 inline constexpr LayerType kLayerTypes[] = {LayerType::Conv2d,  LayerType::ReLU,      LayerType::Linear,
                                             LayerType::Flatten, LayerType::MaxPool2d, LayerType::Upsample,
-                                            LayerType::ConvTranspose2d};
+                                            LayerType::ConvTranspose2d, LayerType::Add, LayerType::Concat};
 // The layers with weights and a bias: conv2d, conv_transpose2d and linear.
 inline bool has_weights(LayerType t) {
   return t == LayerType::Conv2d || t == LayerType::ConvTranspose2d || t == LayerType::Linear;
@@ -31,6 +32,9 @@ struct LayerSpec {
   // Its parameter files' prefix (<name>.weight.npy): a module path, as a state_dict names it;
   // empty: the layer's index, as in an nn.Sequential.
   std::string name{};
+  // The layers it reads, by index (kNetInput: the net's input), in order; empty: the layer before
+  // it (the net's input for the first). Only earlier layers: the list is in topological order.
+  std::vector<int> inputs{};
   // conv2d, conv_transpose2d
   int64_t out_channels = 0, kernel_h = 0, kernel_w = 0;
   int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
@@ -39,6 +43,8 @@ struct LayerSpec {
   int64_t out_features = 0;
   int64_t in_features = -1;  // declared by the user; -1 = inferred
 };
+
+inline constexpr int kNetInput = -1;
 
 enum class Target { Input, Random };  // reconstruct the input, or regress a random target
 
@@ -55,7 +61,11 @@ struct NetSpec {
 struct LayerPlan {
   LayerSpec spec;
   int index = 0;     // position in the layer list = PyTorch state_dict prefix
-  Shape in, out;     // per sample
+  // The layers it reads (kNetInput: the net's input; plan_net never leaves it empty, a plan made
+  // otherwise (a profile's) may: the layer before) and how many layers read it.
+  std::vector<int> inputs;
+  int readers = 0;
+  Shape in, out;     // per sample; in: its (first) input's
   int64_t weight_numel = 0, bias_numel = 0;
   Shape weight_shape, bias_shape;
   int64_t param_offset = 0;
@@ -67,7 +77,11 @@ struct NetPlan {
   Shape input, output;  // per sample
   int64_t param_count = 0;
   double forward_flops = 0;  // per sample
+  // Some layer reads other than the one before it (a skip: residual add, U-Net concat).
+  bool has_skips() const;
 };
+// "layer 5 (add) reads layer 2": the first skip, for messages; empty for a chain.
+std::string first_skip(const NetPlan& plan);
 
 // Validates the layer chain; errors (UsageError) name the layer index, type and field.
 NetPlan plan_net(const NetSpec& net);

@@ -18,6 +18,8 @@ NetPlan net_of(const Profile& p) {
   for (const LayerProfile& l : p.layers) {
     LayerPlan lp;
     lp.index = static_cast<int>(plan.layers.size());
+    lp.inputs = {lp.index - 1};  // a profile's layers are a chain
+    lp.readers = lp.index + 1 < static_cast<int>(p.layers.size()) ? 1 : 0;
     if (!parse_layer_type(l.type, &lp.spec.type))
       throw UsageError(fmt::format("{}: layer {}: unknown type '{}'", p.source, l.index, l.type));
     lp.in = l.in, lp.out = l.out;

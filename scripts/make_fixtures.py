@@ -6,7 +6,8 @@ input.npy, target.npy (random targets only), expected.json (per-step Adam losses
 and final/<key>.npy (parameters after --steps steps). The engine's tests replay
 them and compare. BF16_NETS get the same files under <out>/bf16/<name>/, trained
 under torch.autocast("cpu", dtype=torch.bfloat16) with the loss in fp32 (the
-engine's --precision bf16, docs/bf16.md).
+engine's --precision bf16, docs/bf16.md). GRAPH_NETS, nets with skips, get theirs
+under <out>/graph/<name>/ (their bf16 ones under <out>/bf16/<name>/ too).
 
     /usr/bin/python3 scripts/make_fixtures.py [--out DIR] [--steps K]
 """
@@ -74,9 +75,49 @@ NETS = [
 ]
 
 
+def at(layer, *inputs, name=None):
+    """A layer reading `inputs` (names, indices or "input"), optionally named."""
+    out = dict(layer, inputs=list(inputs))
+    if name:
+        out["name"] = name
+    return out
+
+
+def named(layer, name):
+    return dict(layer, name=name)
+
+
+ADD = {"type": "add"}
+CONCAT = {"type": "concat"}
+
+# Nets with skips, written under graph/: residual adds (an identity and a strided projection
+# shortcut, a ReLU output read twice) and U-Net concats (skips over one and two levels, one from
+# the net's input).
+GRAPH_NETS = [
+    ({"name": "resnet_small", "input": [3, 8, 8],
+      "layers": [conv(4, 3, 1, 1), named(RELU, "stem"), conv(4, 3, 1, 1), RELU, conv(4, 3, 1, 1),
+                 at(ADD, "stem", 4), RELU,
+                 conv(6, 3, 2, 1), RELU, conv(6, 3, 1, 1), at(conv(6, 1, 2, 0), 6), at(ADD, 9, 10), RELU,
+                 FLATTEN, {"type": "linear", "out_features": 3}],
+      "target": "random", "lr": 1e-3}, 3),
+    ({"name": "unet_small", "input": [2, 8, 8],
+      "layers": [conv(4, 3, 1, 1), named(RELU, "enc1"), POOL, conv(8, 3, 1, 1), named(RELU, "enc2"), POOL,
+                 conv(8, 3, 1, 1), RELU, conv_t(8, 2, 2), at(CONCAT, 8, "enc2"), conv(8, 3, 1, 1), RELU,
+                 conv_t(4, 2, 2), at(CONCAT, 12, "enc1", "input"), conv(4, 3, 1, 1), RELU, conv(2, 1)],
+      "target": "input", "lr": 1e-3}, 3),
+    # The same levels without the skip from the input, which autocast would keep in fp32: for bf16.
+    ({"name": "unet_levels", "input": [2, 8, 8],
+      "layers": [conv(4, 3, 1, 1), named(RELU, "enc1"), POOL, conv(8, 3, 1, 1), named(RELU, "enc2"), POOL,
+                 conv(8, 3, 1, 1), RELU, conv_t(8, 2, 2), at(CONCAT, 8, "enc2"), conv(8, 3, 1, 1), RELU,
+                 conv_t(4, 2, 2), at(CONCAT, 12, "enc1"), conv(4, 3, 1, 1), RELU, conv(2, 1)],
+      "target": "input", "lr": 1e-3}, 3),
+]
+
+
 # Nets of NETS (same seed, so the same initial parameters and batch as their fp32 fixtures) that
 # also get an autocast bf16 trajectory; the tests compare the engine's bf16 run with both.
-BF16_NETS = ["conv_odd", "conv_linear", "conv_stride2", "conv_pool_upsample", "conv_transpose"]
+BF16_NETS = ["conv_odd", "conv_linear", "conv_stride2", "conv_pool_upsample", "conv_transpose", "resnet_small",
+             "unet_levels"]
 
 
 def train_autocast(model, x, target, lr, weight_decay, steps):
@@ -126,6 +167,12 @@ def main():
         if net["name"] in BF16_NETS:
             losses = make_fixture(net, batch, args.out, args.steps, bf16=True)
             print(f"{net['name']:16s} batch {batch:2d}  loss {losses[0]:.6g} -> {losses[-1]:.6g}  (autocast bf16)")
+    for net, batch in GRAPH_NETS:
+        losses = make_fixture(net, batch, os.path.join(args.out, "graph"), args.steps)
+        print(f"{net['name']:16s} batch {batch:2d}  loss {losses[0]:.6g} -> {losses[-1]:.6g}  (skips)")
+        if net["name"] in BF16_NETS:
+            losses = make_fixture(net, batch, args.out, args.steps, bf16=True)
+            print(f"{net['name']:16s} batch {batch:2d}  loss {losses[0]:.6g} -> {losses[-1]:.6g}  (skips, autocast bf16)")
 
 
 if __name__ == "__main__":

@@ -60,55 +60,111 @@ def _check_in(layer, key, actual, i):
         raise ValueError(f"layer {i}: {key}={layer[key]} but the incoming size is {actual}")
 
 
+def _layer(layer, shape, i):
+    """(module or None for add/concat, output shape) of one layer on its first input's shape."""
+    kind = layer["type"]
+    if kind in ("conv2d", "conv_transpose2d"):
+        if len(shape) != 3:
+            raise ValueError(f"layer {i}: {kind} needs a [C, H, W] input, got {shape}")
+        c, h, w = shape
+        _check_in(layer, "in_channels", c, i)
+        k = _pair(layer["kernel_size"])
+        s = _pair(layer.get("stride", 1))
+        p = _pair(layer.get("padding", 0))
+        out = int(layer["out_channels"])
+        if kind == "conv2d":
+            module = nn.Conv2d(c, out, k, stride=s, padding=p, bias=True)
+            h, w = ((n + 2 * pad - ks) // st + 1 for n, pad, ks, st in zip((h, w), p, k, s))
+        else:
+            module = nn.ConvTranspose2d(c, out, k, stride=s, padding=p, bias=True)
+            h, w = ((n - 1) * st - 2 * pad + ks for n, pad, ks, st in zip((h, w), p, k, s))
+        if h < 1 or w < 1:
+            raise ValueError(f"layer {i}: {kind} output is empty ({h}x{w})")
+        return module, [out, h, w]
+    if kind == "relu":
+        return nn.ReLU(), shape
+    if kind == "flatten":
+        return nn.Flatten(), [math.prod(shape)]
+    if kind == "maxpool2d":
+        if len(shape) != 3 or shape[1] < 2 or shape[2] < 2:
+            raise ValueError(f"layer {i}: maxpool2d needs a [C, H, W] input of at least 2x2, got {shape}")
+        return nn.MaxPool2d(2), [shape[0], shape[1] // 2, shape[2] // 2]
+    if kind == "upsample":
+        if len(shape) != 3:
+            raise ValueError(f"layer {i}: upsample needs a [C, H, W] input, got {shape}")
+        return nn.Upsample(scale_factor=2, mode="nearest"), [shape[0], 2 * shape[1], 2 * shape[2]]
+    if kind == "linear":
+        if len(shape) != 1:
+            raise ValueError(f"layer {i}: linear needs a flat input, got {shape} (add a flatten)")
+        _check_in(layer, "in_features", shape[0], i)
+        out = int(layer["out_features"])
+        return nn.Linear(shape[0], out), [out]
+    if kind in ("add", "concat"):
+        return None, shape
+    raise ValueError(f"layer {i}: unknown layer type {kind!r}")
+
+
+def _inputs(net, i):
+    """Layer i's inputs as layer indices (-1: the net's input), as parbench reads "inputs"."""
+    layers = net["layers"]
+    if "inputs" not in layers[i]:
+        return [i - 1]
+    named = {l["name"]: k for k, l in enumerate(layers[:i]) if "name" in l}
+    return [-1 if v == "input" else named[v] if isinstance(v, str) else int(v) for v in layers[i]["inputs"]]
+
+
+class GraphNet(nn.Module):
+    """A net with skips: each layer reads the outputs its "inputs" name. Modules are registered
+    under the layer's "name" (a dotted module path) or index, in layer order."""
+
+    def __init__(self, net, modules):
+        super().__init__()
+        self.reads = [_inputs(net, i) for i in range(len(net["layers"]))]
+        self.kinds = [l["type"] for l in net["layers"]]
+        self.paths = []
+        for i, (layer, module) in enumerate(zip(net["layers"], modules)):
+            path = layer.get("name", str(i))
+            self.paths.append(path)
+            if module is None:
+                continue
+            parent = self
+            *outer, leaf = path.split(".")
+            for part in outer:
+                if not hasattr(parent, part):
+                    parent.add_module(part, nn.Module())
+                parent = getattr(parent, part)
+            parent.add_module(leaf, module)
+
+    def forward(self, x):
+        outs = []
+        for i, kind in enumerate(self.kinds):
+            ins = [x if k == -1 else outs[k] for k in self.reads[i]]
+            if kind == "add":
+                outs.append(ins[0] + ins[1])
+            elif kind == "concat":
+                outs.append(torch.cat(ins, dim=1))
+            else:
+                outs.append(self.get_submodule(self.paths[i])(ins[0]))
+        return outs[-1]
+
+
 def build_model(net):
-    """Return (nn.Sequential, per-sample output shape) for a net description."""
-    shape = [int(d) for d in net["input"]]
+    """Return (module, per-sample output shape) for a net description: an nn.Sequential for a
+    chain of unnamed layers, a GraphNet otherwise."""
+    shapes = []
     modules = []
     for i, layer in enumerate(net["layers"]):
-        kind = layer["type"]
-        if kind in ("conv2d", "conv_transpose2d"):
-            if len(shape) != 3:
-                raise ValueError(f"layer {i}: {kind} needs a [C, H, W] input, got {shape}")
-            c, h, w = shape
-            _check_in(layer, "in_channels", c, i)
-            k = _pair(layer["kernel_size"])
-            s = _pair(layer.get("stride", 1))
-            p = _pair(layer.get("padding", 0))
-            out = int(layer["out_channels"])
-            if kind == "conv2d":
-                modules.append(nn.Conv2d(c, out, k, stride=s, padding=p, bias=True))
-                h, w = ((n + 2 * pad - ks) // st + 1 for n, pad, ks, st in zip((h, w), p, k, s))
-            else:
-                modules.append(nn.ConvTranspose2d(c, out, k, stride=s, padding=p, bias=True))
-                h, w = ((n - 1) * st - 2 * pad + ks for n, pad, ks, st in zip((h, w), p, k, s))
-            if h < 1 or w < 1:
-                raise ValueError(f"layer {i}: {kind} output is empty ({h}x{w})")
-            shape = [out, h, w]
-        elif kind == "relu":
-            modules.append(nn.ReLU())
-        elif kind == "flatten":
-            modules.append(nn.Flatten())
-            shape = [math.prod(shape)]
-        elif kind == "maxpool2d":
-            if len(shape) != 3 or shape[1] < 2 or shape[2] < 2:
-                raise ValueError(f"layer {i}: maxpool2d needs a [C, H, W] input of at least 2x2, got {shape}")
-            modules.append(nn.MaxPool2d(2))
-            shape = [shape[0], shape[1] // 2, shape[2] // 2]
-        elif kind == "upsample":
-            if len(shape) != 3:
-                raise ValueError(f"layer {i}: upsample needs a [C, H, W] input, got {shape}")
-            modules.append(nn.Upsample(scale_factor=2, mode="nearest"))
-            shape = [shape[0], 2 * shape[1], 2 * shape[2]]
-        elif kind == "linear":
-            if len(shape) != 1:
-                raise ValueError(f"layer {i}: linear needs a flat input, got {shape} (add a flatten)")
-            _check_in(layer, "in_features", shape[0], i)
-            out = int(layer["out_features"])
-            modules.append(nn.Linear(shape[0], out))
-            shape = [out]
-        else:
-            raise ValueError(f"layer {i}: unknown layer type {kind!r}")
-    return nn.Sequential(*modules), shape
+        reads = _inputs(net, i)
+        ins = [list(net["input"]) if k == -1 else shapes[k] for k in reads]
+        module, shape = _layer(layer, [int(d) for d in ins[0]], i)
+        if layer["type"] == "add" and ins[0] != ins[1]:
+            raise ValueError(f"layer {i}: add of {ins[0]} and {ins[1]}")
+        if layer["type"] == "concat":
+            shape = [sum(s[0] for s in ins)] + list(ins[0][1:])
+        modules.append(module)
+        shapes.append(shape)
+    chain = all("inputs" not in l and "name" not in l and l["type"] not in ("add", "concat") for l in net["layers"])
+    return (nn.Sequential(*modules) if chain else GraphNet(net, modules)), shapes[-1]
 
 
 def setup(net, batch, seed):

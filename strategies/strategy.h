@@ -187,6 +187,10 @@ struct StrategySpec {
 // nullopt for a name that is neither a registered strategy or family nor a family's member.
 std::optional<StrategySpec> parse_strategy(const std::string& name);
 
+// Why strategy `name` does not run `plan`, a net with skips (residual adds, U-Net concats): only
+// regular, dp and ddp, whose workers each hold the whole net, run those yet.
+std::string skips_refusal(const std::string& name, const NetPlan& plan);
+
 // Every strategy, in display order (the seed's comparison first).
 const std::vector<StrategyInfo>& strategy_infos();
 // UsageError listing the known strategies when the name is unknown.

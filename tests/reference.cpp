@@ -219,10 +219,17 @@ ConvGeom transposed_geom_of(const LayerPlan& l, int64_t batch) {
 Vec slice(const Vec& v, int64_t off, int64_t n) { return Vec(v.begin() + off, v.begin() + off + n); }
 }  // namespace
 
-double net_loss(const NetPlan& plan, const Vec& params, const Vec& x, const Vec& t, int64_t batch, Vec* grad) {
-  std::vector<Vec> acts{x};
+// Layer by layer, each reading the outputs its inputs name; backward sums each output's gradient
+// over every layer that read it.
+double net_loss(const NetPlan& plan, const Vec& params, const Vec& x, const Vec& t, int64_t batch, Vec* grad,
+                Vec* dx_out) {
+  const int n = static_cast<int>(plan.layers.size());
+  std::vector<Vec> acts;  // acts[i + 1]: layer i's output; acts[0] the input
+  acts.push_back(x);
+  auto act = [&](int src) -> const Vec& { return acts[static_cast<std::size_t>(src + 1)]; };
+  auto numel = [&](int src) { return batch * numel_of(src == kNetInput ? plan.input : plan.layers[src].out); };
   for (const LayerPlan& l : plan.layers) {
-    const Vec& in = acts.back();
+    const Vec& in = act(l.inputs[0]);
     const Vec w = slice(params, l.param_offset, l.weight_numel);
     const Vec b = slice(params, l.param_offset + l.weight_numel, l.bias_numel);
     switch (l.spec.type) {
@@ -237,15 +244,37 @@ double net_loss(const NetPlan& plan, const Vec& params, const Vec& x, const Vec&
         acts.push_back(conv_transpose2d(transposed_geom_of(l, batch), in, w, b, no_dy).y);
         break;
       }
+      case LayerType::Add: {
+        Vec y = in;
+        for (std::size_t k = 0; k < y.size(); ++k) y[k] += act(l.inputs[1])[k];
+        acts.push_back(std::move(y));
+        break;
+      }
+      case LayerType::Concat: {  // sample by sample, each input's values in turn
+        Vec y;
+        for (int64_t s = 0; s < batch; ++s)
+          for (int src : l.inputs) {
+            const int64_t per = numel(src) / batch;
+            y.insert(y.end(), act(src).begin() + s * per, act(src).begin() + (s + 1) * per);
+          }
+        acts.push_back(std::move(y));
+        break;
+      }
     }
   }
-  Vec dy;
-  const double loss = mse(acts.back(), t, grad ? &dy : nullptr);
+  std::vector<Vec> grads(acts.size());  // the gradient of each output, summed over its readers
+  const double loss = mse(acts.back(), t, grad ? &grads.back() : nullptr);
   if (!grad) return loss;
   grad->assign(params.size(), 0.0);
-  for (int i = static_cast<int>(plan.layers.size()) - 1; i >= 0; --i) {
+  auto add_to = [&](int src, const Vec& g) {
+    Vec& d = grads[static_cast<std::size_t>(src + 1)];
+    if (d.empty()) d.assign(g.size(), 0.0);
+    for (std::size_t k = 0; k < g.size(); ++k) d[k] += g[k];
+  };
+  for (int i = n - 1; i >= 0; --i) {
     const LayerPlan& l = plan.layers[i];
-    const Vec& in = acts[i];
+    const Vec& in = act(l.inputs[0]);
+    const Vec& dy = grads[static_cast<std::size_t>(i + 1)];
     const Vec w = slice(params, l.param_offset, l.weight_numel);
     Vec dw, db, dx;
     switch (l.spec.type) {
@@ -259,7 +288,7 @@ double net_loss(const NetPlan& plan, const Vec& params, const Vec& x, const Vec&
         break;
       case LayerType::ReLU:
         dx = dy;
-        for (std::size_t k = 0; k < dx.size(); ++k) dx[k] = acts[i + 1][k] > 0 ? dy[k] : 0.0;
+        for (std::size_t k = 0; k < dx.size(); ++k) dx[k] = act(i)[k] > 0 ? dy[k] : 0.0;
         break;
       case LayerType::Flatten: dx = dy; break;
       case LayerType::MaxPool2d: dx = max_pool2x2_backward({batch, l.in[0], l.in[1], l.in[2]}, in, dy); break;
@@ -270,11 +299,29 @@ double net_loss(const NetPlan& plan, const Vec& params, const Vec& x, const Vec&
         dx = std::move(t.dx), dw = std::move(t.dw), db = std::move(t.db);
         break;
       }
+      case LayerType::Add:
+        add_to(l.inputs[1], dy);
+        dx = dy;
+        break;
+      case LayerType::Concat: {
+        int64_t at = 0;
+        const int64_t out_per = numel_of(l.out);
+        for (int src : l.inputs) {
+          const int64_t per = numel(src) / batch;
+          Vec g;
+          for (int64_t s = 0; s < batch; ++s) g.insert(g.end(), dy.begin() + s * out_per + at, dy.begin() + s * out_per + at + per);
+          if (src == l.inputs[0] && at == 0) dx = g;
+          else add_to(src, g);
+          at += per;
+        }
+        break;
+      }
     }
     std::copy(dw.begin(), dw.end(), grad->begin() + l.param_offset);
     std::copy(db.begin(), db.end(), grad->begin() + l.param_offset + l.weight_numel);
-    dy = std::move(dx);
+    add_to(l.inputs[0], dx);
   }
+  if (dx_out) *dx_out = grads[0];
   return loss;
 }
 

@@ -35,9 +35,10 @@ ConvTranspose conv_transpose2d(const ConvGeom& g, const Vec& x, const Vec& w, co
 double mse(const Vec& y, const Vec& t, Vec* dy = nullptr);
 void adam(Vec& p, const Vec& g, Vec& m, Vec& v, const AdamParams& a, int64_t step);
 
-// A whole net in double: loss of a batch, and its gradient w.r.t. the flat parameters.
+// A whole net in double: loss of a batch, and its gradient w.r.t. the flat parameters (and the
+// input, when dx is given; with grad only).
 double net_loss(const NetPlan& plan, const Vec& params, const Vec& x, const Vec& t, int64_t batch,
-                Vec* grad = nullptr);
+                Vec* grad = nullptr, Vec* dx = nullptr);
 
 Vec to_double(const std::vector<float>& v);
 

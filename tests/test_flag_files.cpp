@@ -126,12 +126,12 @@ TEST_F(FlagFiles, ImageAndWidthSizeGreatNetOnlyWithOneDefault) {
     for (const char* flag : {"image 8", "width 0.5"}) {
       const test::Result r = parbench(cmd + " --device-kind cpu --workload linear --" + flag);
       EXPECT_EQ(r.code, 2) << cmd << " " << flag;
-      EXPECT_THAT(r.err, HasSubstr("--" + std::string(flag).substr(0, 5) + " sizes great_net only; workload 'linear'"));
+      EXPECT_THAT(r.err, HasSubstr("--" + std::string(flag).substr(0, 5) + " sizes great_net, resnet and unet only; workload 'linear'"));
     }
   const std::string net = (test::source_dir() / "tests/fixtures/conv_odd/net.json").string();
   const test::Result json = parbench("replay --device-kind cpu --workload " + net + " --width 2 --out " + path("o"));
   EXPECT_EQ(json.code, 2);
-  EXPECT_THAT(json.err, HasSubstr("--width sizes great_net only"));
+  EXPECT_THAT(json.err, HasSubstr("--width sizes great_net, resnet and unet only"));
   EXPECT_FALSE(std::filesystem::exists(path("o")));
   // The default great_net: run names it, train builds it (96 x 96 on CPU, width 0.5: 32 channels first).
   const test::Result list = parbench("run --device-kind cpu --strategies regular --devices 1 --benchmark_list_tests");

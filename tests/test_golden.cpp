@@ -228,6 +228,24 @@ TEST(GoldenFixtures, CoverTheRequiredCases) {
     EXPECT_NE(std::find(names.begin(), names.end(), n), names.end()) << n;
 }
 
+// Nets with skips (tests/fixtures/graph/): the strategies whose workers hold the whole net follow
+// PyTorch's trajectory on every split of the batch; the rest refuse them (tests/test_graph_nets.cpp).
+TEST(GraphFixtures, ReplicasReproducePyTorchTrajectory) {
+  int nets = 0;
+  for (const auto& e : fs::directory_iterator(pb::test::source_dir() / "tests/fixtures/graph")) {
+    SCOPED_TRACE(e.path().filename().string());
+    ++nets;
+    ASSERT_TRUE(plan_net(load_net_json((e.path() / "net.json").string())).has_skips());
+    expect_pytorch_trajectory(e.path(), "regular", 1);
+    const int64_t batch = read_npy((e.path() / "input.npy").string()).shape[0];
+    for (int n = 2; n <= batch; ++n) {
+      expect_pytorch_trajectory(e.path(), "dp", n);
+      expect_pytorch_trajectory(e.path(), "ddp", n);
+    }
+  }
+  EXPECT_GE(nets, 2);
+}
+
 int run(const std::string& args) {
   const std::string cmd = pb::test::parbench_binary() + " " + args + " >/dev/null 2>&1";
   const int rc = std::system(cmd.c_str());

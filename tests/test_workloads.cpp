@@ -44,6 +44,63 @@ TEST(Workloads, GreatNetIsTheSeedsNetwork) {
   EXPECT_EQ(small.layers[26].out[0], 3);    // the output keeps 3 channels
 }
 
+// ResNet-18 without normalization: 17 convs on the main path and 3 projection shortcuts, 8
+// residual adds; at 224 pixels the stages run at 56, 28, 14 and 7 (the stem's pooling is 2x2).
+TEST(Workloads, ResnetIsResNet18sShape) {
+  const NetPlan p = plan_net(resnet(224, 1.0));
+  int convs = 0, adds = 0, projections = 0;
+  for (const LayerPlan& l : p.layers) {
+    convs += l.spec.type == LayerType::Conv2d;
+    adds += l.spec.type == LayerType::Add;
+    projections += l.spec.type == LayerType::Conv2d && l.spec.kernel_h == 1;
+    if (l.spec.type == LayerType::Add) {
+      EXPECT_EQ(p.layers[l.inputs[0]].out, p.layers[l.inputs[1]].out) << "layer " << l.index;
+      // The shortcut (identity) or the block's body (beside a projection) is a skip.
+      EXPECT_TRUE(l.inputs[0] != l.index - 1 || l.inputs[1] != l.index - 1) << "layer " << l.index;
+    }
+  }
+  EXPECT_EQ(convs, 20);
+  EXPECT_EQ(projections, 3);
+  EXPECT_EQ(adds, 8);
+  EXPECT_EQ(p.layers[2].out, (Shape{64, 56, 56}));
+  EXPECT_EQ(p.layers[p.layers.size() - 3].out, (Shape{512, 7, 7}));
+  EXPECT_EQ(p.output, (Shape{10}));
+  // torchvision's resnet18 has 11,689,512 parameters: its batch norms' 9,600 and its 512 -> 1000
+  // classifier's 513,000 go; its convs' biases (4,800: one per output channel) and a 512*49 -> 10
+  // classifier come.
+  EXPECT_EQ(p.param_count, 11689512 - 9600 - 513000 + 4800 + (512 * 49 * 10 + 10));
+  EXPECT_EQ(plan_net(resnet(32, 0.25)).layers[0].out, (Shape{16, 16, 16}));
+  EXPECT_THROW(resnet(3, 1.0), UsageError);
+  EXPECT_THROW(resnet(32, 0), UsageError);
+}
+
+// Depth 4: three poolings down, three transposed convs up, each meeting its level's encoder output.
+TEST(Workloads, UnetIsADepthFourUNet) {
+  const NetPlan p = plan_net(unet(64, 1.0));
+  int concats = 0;
+  for (const LayerPlan& l : p.layers) {
+    if (l.spec.type != LayerType::Concat) continue;
+    ++concats;
+    const LayerPlan& up = p.layers[l.inputs[0]];
+    const LayerPlan& skip = p.layers[l.inputs[1]];
+    EXPECT_EQ(up.spec.type, LayerType::ConvTranspose2d);
+    EXPECT_EQ(skip.spec.type, LayerType::ReLU);
+    EXPECT_EQ(up.out, skip.out) << "layer " << l.index;
+  }
+  EXPECT_EQ(concats, 3);
+  int64_t widest = 0;
+  for (const LayerPlan& l : p.layers) widest = std::max(widest, l.out[0]);
+  EXPECT_EQ(widest, 256);
+  EXPECT_EQ(p.output, p.input);
+  EXPECT_EQ(p.input, (Shape{3, 64, 64}));
+  try {
+    unet(60, 1.0);
+    ADD_FAILURE() << "a 60-pixel U-Net";
+  } catch (const UsageError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("unet: --image must be a multiple of 8"));
+  }
+}
+
 TEST(Workloads, LinearIsTheTutorialsModel) {
   const NetPlan p = plan_net(linear_net());
   EXPECT_EQ(p.input, Shape{5});
@@ -161,7 +218,7 @@ TEST(Workloads, LayerNamesNameTheParameterFiles) {
 }
 
 TEST(Workloads, UnknownWorkloadAndMissingFile) {
-  EXPECT_THROW(resolve_workload("resnet", {}), UsageError);
+  EXPECT_THROW(resolve_workload("resnet18", {}), UsageError);
   try {
     resolve_workload("/nonexistent/net.json", {});
     FAIL();

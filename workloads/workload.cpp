@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <map>
 #include <set>
 #include <nlohmann/json.hpp>
 
@@ -47,6 +48,110 @@ NetSpec great_net(int64_t image, double width) {
   net.adam.lr = 1e-4;
   return net;
 }
+
+namespace {
+void check_scale(const char* net, int64_t image, double width, int64_t widest) {
+  if (!(width > 0 && width * static_cast<double>(widest) <= double(1 << 30) * 2))
+    throw UsageError(fmt::format("{}: --width must be a positive finite scale (at most {}), got {}", net,
+                                 double(1 << 30) * 2 / static_cast<double>(widest), width));
+  if (static_cast<double>(image) * static_cast<double>(image) * width * static_cast<double>(widest) > 0x1p48)
+    throw UsageError(fmt::format("{}: --image {} makes activations of more values per sample than any device can "
+                                 "hold: give a smaller --image (or --width)", net, image));
+}
+int64_t scaled(int64_t channels, double width) { return std::max<int64_t>(1, std::llround(static_cast<double>(channels) * width)); }
+LayerSpec conv(int64_t out, int64_t k, int64_t stride, int64_t pad, std::vector<int> inputs = {}) {
+  LayerSpec c;
+  c.type = LayerType::Conv2d;
+  c.out_channels = out;
+  c.kernel_h = c.kernel_w = k;
+  c.stride_h = c.stride_w = stride;
+  c.pad_h = c.pad_w = pad;
+  c.inputs = std::move(inputs);
+  return c;
+}
+LayerSpec layer(LayerType t, std::vector<int> inputs = {}) {
+  LayerSpec l;
+  l.type = t;
+  l.inputs = std::move(inputs);
+  return l;
+}
+int last(const NetSpec& n) { return static_cast<int>(n.layers.size()) - 1; }
+}  // namespace
+
+NetSpec resnet(int64_t image, double width) {
+  if (image < 4) throw UsageError(fmt::format("resnet: --image must be at least 4 (its stem halves it twice), got {}", image));
+  check_scale("resnet", image, width, 64);
+  NetSpec net;
+  net.name = "resnet";
+  net.input = {3, image, image};
+  net.layers = {conv(scaled(64, width), 7, 2, 3), layer(LayerType::ReLU), layer(LayerType::MaxPool2d)};
+  int64_t channels = scaled(64, width);
+  for (int stage = 0; stage < 4; ++stage) {
+    const int64_t out = scaled(int64_t{64} << stage, width);
+    for (int block = 0; block < 2; ++block) {
+      const int stride = stage > 0 && block == 0 ? 2 : 1;
+      const int in = last(net);
+      net.layers.push_back(conv(out, 3, stride, 1));
+      net.layers.push_back(layer(LayerType::ReLU));
+      net.layers.push_back(conv(out, 3, 1, 1));
+      const int body = last(net);
+      int shortcut = in;
+      if (stride != 1 || out != channels) {  // a 1x1 projection, as torchvision's downsample
+        net.layers.push_back(conv(out, 1, stride, 0, {in}));
+        shortcut = last(net);
+      }
+      net.layers.push_back(layer(LayerType::Add, {body, shortcut}));
+      net.layers.push_back(layer(LayerType::ReLU));
+      channels = out;
+    }
+  }
+  net.layers.push_back(layer(LayerType::Flatten));
+  LayerSpec fc;
+  fc.type = LayerType::Linear;
+  fc.out_features = 10;
+  net.layers.push_back(fc);
+  net.target = Target::Random;
+  net.adam.lr = 1e-4;
+  return net;
+}
+
+NetSpec unet(int64_t image, double width) {
+  if (image < 8 || image % 8 != 0)
+    throw UsageError(fmt::format("unet: --image must be a multiple of 8 (three poolings and their up-samplings meet "
+                                 "the skips at the same size), got {}", image));
+  check_scale("unet", image, width, 256);
+  NetSpec net;
+  net.name = "unet";
+  net.input = {3, image, image};
+  std::vector<int> skips;
+  auto double_conv = [&](int64_t out) {
+    for (int k = 0; k < 2; ++k) {
+      net.layers.push_back(conv(out, 3, 1, 1));
+      net.layers.push_back(layer(LayerType::ReLU));
+    }
+  };
+  for (int level = 0; level < 4; ++level) {
+    if (level > 0) net.layers.push_back(layer(LayerType::MaxPool2d));
+    double_conv(scaled(int64_t{32} << level, width));
+    skips.push_back(last(net));
+  }
+  for (int level = 2; level >= 0; --level) {
+    const int64_t out = scaled(int64_t{32} << level, width);
+    LayerSpec up;
+    up.type = LayerType::ConvTranspose2d;
+    up.out_channels = out;
+    up.kernel_h = up.kernel_w = up.stride_h = up.stride_w = 2;
+    net.layers.push_back(up);
+    net.layers.push_back(layer(LayerType::Concat, {last(net), skips[level]}));
+    double_conv(out);
+  }
+  net.layers.push_back(conv(3, 1, 1, 0));
+  net.target = Target::Input;
+  net.adam.lr = 1e-4;
+  return net;
+}
+
+bool scaled_workload(const std::string& name) { return name == "great_net" || name == "resnet" || name == "unet"; }
 
 NetSpec linear_net() {
   NetSpec net;
@@ -115,8 +220,29 @@ std::string layer_name(const json& v, const std::string& src, const std::string&
   const bool number = std::all_of(name.begin(), name.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
   if (number && name != std::to_string(index))
     bad(src, where, fmt::format("name '{}' is another layer's index (its parameter files' default name)", name));
+  if (name == "input") bad(src, where, "name 'input' stands for the net's input in \"inputs\": give the layer another");
   if (!names.insert(name).second) bad(src, where, fmt::format("name '{}' is given to an earlier layer too", name));
   return name;
+}
+
+// A layer's "inputs": earlier layers by name or index, "input" for the net's input.
+std::vector<int> layer_inputs(const json& v, const std::string& src, const std::string& where,
+                              const std::map<std::string, int>& index_of) {
+  const std::string expected = "a list of earlier layers, each a name, an index or \"input\" (the net's input)";
+  if (!v.is_array() || v.empty()) bad(src, where, fmt::format("field \"inputs\" must be {}, got {}", expected, v.dump()));
+  std::vector<int> out;
+  for (const json& e : v) {
+    if (e.is_number_integer() && e.get<int64_t>() >= 0 && e.get<int64_t>() <= std::numeric_limits<int>::max()) {
+      out.push_back(static_cast<int>(e.get<int64_t>()));
+    } else if (e.is_string() && e.get<std::string>() == "input") {
+      out.push_back(kNetInput);
+    } else if (e.is_string() && index_of.count(e.get<std::string>())) {
+      out.push_back(index_of.at(e.get<std::string>()));
+    } else {
+      bad(src, where, fmt::format("field \"inputs\": {} is not an earlier layer's name or index, nor \"input\"", e.dump()));
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -129,10 +255,10 @@ void check_workload_name(const std::string& name, const std::string& where) {
     throw UsageError(fmt::format("{}: '{}' cannot name a workload: 1 to {} letters, digits, '_', '-', '.' or '+', the "
                                  "first a letter or digit (it starts every benchmark and trace file name)",
                                  where, name.size() > 80 ? name.substr(0, 80) + "..." : name, kMaxWorkloadName));
-  // The built-in great_net's benchmarks carry its image and width (great_net/image:96/width:0.5/...):
-  // a net file of that name would be named as if it had them.
-  if (name == "great_net")
-    throw UsageError(fmt::format("{}: 'great_net' is the built-in net's name; give the file's net another", where));
+  // The built-in scaled nets' benchmarks carry their image and width (great_net/image:96/width:0.5/...):
+  // a net file of such a name would be named as if it had them.
+  if (scaled_workload(name))
+    throw UsageError(fmt::format("{}: '{}' is a built-in net's name; give the file's net another", where, name));
 }
 
 NetSpec parse_net_json(const std::string& text, const std::string& src) {
@@ -158,6 +284,7 @@ NetSpec parse_net_json(const std::string& text, const std::string& src) {
   if (!j.contains("layers") || !j["layers"].is_array()) bad(src, "field \"layers\"", "missing or not an array");
   int i = 0;
   std::set<std::string> names;
+  std::map<std::string, int> index_of;  // the named layers so far
   for (const json& l : j["layers"]) {
     const std::string where = fmt::format("layer {}", i);
     if (!l.is_object() || !l.contains("type") || !l["type"].is_string())
@@ -189,6 +316,13 @@ NetSpec parse_net_json(const std::string& text, const std::string& src) {
         if (get_pair(l, src, where + " (maxpool2d)", k, 2, false) != std::pair<int64_t, int64_t>{2, 2})
           bad(src, where + " (maxpool2d)", fmt::format("\"{}\" must be 2 (2x2 windows of stride 2)", k));
       allowed = {"type", "kernel_size", "stride"};
+    } else if (type == "add") {  // a + b (torch.add): a residual
+      s.type = LayerType::Add;
+    } else if (type == "concat") {  // torch.cat(inputs, dim=1)
+      s.type = LayerType::Concat;
+      if (get_int(l, src, where + " (concat)", "dim", 1, false) != 1)
+        bad(src, where + " (concat)", "\"dim\" must be 1 (the channels)");
+      allowed = {"type", "dim"};
     } else if (type == "upsample") {  // torch.nn.Upsample(scale_factor=2), nearest
       s.type = LayerType::Upsample;
       if (get_int(l, src, where + " (upsample)", "scale_factor", 2, false) != 2)
@@ -199,10 +333,15 @@ NetSpec parse_net_json(const std::string& text, const std::string& src) {
       bad(src, where, fmt::format("unknown layer type \"{}\" (known: {})", type, layer_type_names()));
     }
     allowed.push_back("name");
+    allowed.push_back("inputs");
     for (const auto& [k, v] : l.items())
       if (std::find(allowed.begin(), allowed.end(), k) == allowed.end())
         bad(src, fmt::format("{} ({})", where, type), fmt::format("unknown field \"{}\"", k));
-    if (l.contains("name")) s.name = layer_name(l["name"], src, fmt::format("{} ({})", where, type), i, names);
+    if (l.contains("inputs")) s.inputs = layer_inputs(l["inputs"], src, fmt::format("{} ({})", where, type), index_of);
+    if (l.contains("name")) {
+      s.name = layer_name(l["name"], src, fmt::format("{} ({})", where, type), i, names);
+      index_of[s.name] = i;
+    }
     net.layers.push_back(s);
     ++i;
   }
@@ -244,13 +383,16 @@ std::string adam_lr_problem(double lr) {
 
 NetSpec load_net_json(const std::string& path) { return parse_net_json(read_file(path), path); }
 
-std::vector<std::string> builtin_workloads() { return {"great_net", "linear"}; }
+std::vector<std::string> builtin_workloads() { return {"great_net", "resnet", "unet", "linear"}; }
 
 NetSpec resolve_workload(const std::string& name, const WorkloadOptions& opts) {
   if (name == "great_net") return great_net(opts.image, opts.width);
+  if (name == "resnet") return resnet(opts.image, opts.width);
+  if (name == "unet") return unet(opts.image, opts.width);
   if (name == "linear") return linear_net();
   if (name.size() > 5 && name.substr(name.size() - 5) == ".json") return load_net_json(name);
-  throw UsageError(fmt::format("unknown workload '{}': expected great_net, linear, or a path to a .json net", name));
+  throw UsageError(fmt::format("unknown workload '{}': expected great_net, resnet, unet, linear, or a path to a .json net",
+                               name));
 }
 
 std::vector<float> synthetic_values(int64_t n, uint64_t seed) {

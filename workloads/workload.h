@@ -12,8 +12,8 @@
 namespace pb {
 
 struct WorkloadOptions {
-  int64_t image = 512;       // great_net: image height and width
-  double width = 1.0;        // great_net: channel width scale (1 = the seed's channels)
+  int64_t image = 512;       // great_net, resnet, unet: image height and width
+  double width = 1.0;        // their channel width scale (1 = the seed's, ResNet-18's, the U-Net's channels)
 };
 
 // GreatNetwork: 14 conv3x3 pad 1 layers, channels 3-16-32-...-1024-...-16-3, ReLU after each,
@@ -22,6 +22,18 @@ NetSpec great_net(int64_t image, double width);
 // The seed's model-parallel split of GreatNetwork: its network1 holds the first 6 conv + ReLU
 // pairs (3->16 ... 256->512, up to the 512-channel layer), network2 the other 8.
 constexpr int kGreatNetSeedFirstStage = 12;
+// ResNet-18's shape without normalization: a 7x7 stride-2 stem, ReLU and 2x2 max pooling, four
+// stages of two residual blocks (two 3x3 convs, the block's input added, ReLU; the first block of
+// stages 2-4 at stride 2 with a 1x1 projection shortcut), channels 64-128-256-512, then flatten and
+// a linear layer to 10 outputs, a random target. Channels scale by `width` (at least 1).
+NetSpec resnet(int64_t image, double width);
+// A 2-D U-Net of depth 4: per level two 3x3 conv + ReLU (channels 32-64-128-256), 2x2 max pooling
+// down; up, a 2x2 stride-2 transposed conv, the level's encoder output concatenated, two 3x3 conv +
+// ReLU; a 1x1 conv to 3 channels, MSE against the input. Channels scale by `width`; the image is a
+// multiple of 8.
+NetSpec unet(int64_t image, double width);
+// great_net, resnet and unet: sized by --image and --width.
+bool scaled_workload(const std::string& name);
 // The tutorial's model: Linear(5, 2), a random target.
 NetSpec linear_net();
 // A net from JSON text; `source` names the file in errors.
@@ -34,7 +46,7 @@ NetSpec load_net_json(const std::string& path);
 // Why `lr` is not a usable Adam learning rate ("must be ..."), or empty when it is.
 std::string adam_lr_problem(double lr);
 
-// "great_net", "linear", or a path to a .json net description.
+// "great_net", "resnet", "unet", "linear", or a path to a .json net description.
 NetSpec resolve_workload(const std::string& name, const WorkloadOptions& opts);
 std::vector<std::string> builtin_workloads();
 

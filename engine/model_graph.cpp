@@ -1,0 +1,148 @@
+// Sequential over a stage of a net with skips: each layer reads the outputs its `inputs` name, and
+// backward sums each output's gradient over its readers (engine/graph_stage.h says where).
+#include "engine/check.h"
+#include "engine/model.h"
+#include "engine/model_detail.h"
+
+namespace pb {
+
+using namespace model_detail;
+
+namespace {
+int64_t numel_at(const NetPlan& plan, int src) { return numel_of(src == kNetInput ? plan.input : plan.layers[src].out); }
+}  // namespace
+
+const float* Sequential::forward_graph(const float* x, int64_t batch, int slot_id) {
+  Slot& slot = slots_[slot_id];
+  if (slot.batch != batch) {
+    slot.storage.resize(end_ - begin_);
+    slot.out.assign(end_ - begin_, nullptr);
+    slot.layout.assign(end_ - begin_, ActLayout::Plain);
+    slot.batch = batch;
+  }
+  slot.input = x;
+  Tracer::Scope span = call_span(tracer_, Phase::Forward, slot_id);
+  Backend& be = *backend_;
+  const int64_t base = plan_.layers[begin_].param_offset;
+  const ConvLayouts plain{};
+  for (int i = begin_; i < end_; ++i) {
+    const LayerPlan& l = plan_.layers[i];
+    const int j = i - begin_;
+    auto in = [&](std::size_t k) { return l.inputs[k] < begin_ ? x : slot.out[l.inputs[k] - begin_]; };
+    const float* cur = in(0);
+    const int64_t out_n = batch * numel_of(l.out);
+    const bool alias = graph_in_place(plan_, begin_, i);
+    Tensor& own = slot.storage[j];
+    if (!alias && (!own.defined() || own.numel() < out_n)) own = Tensor::empty({out_n}, be.device());
+    float* y = alias ? const_cast<float*>(cur) : own.data();
+    const float* w = params_.data() + (l.param_offset - base);
+    Tracer::Scope layer = layer_span(tracer_, Phase::Forward, slot_id, l);
+    const LayerPass fwd = LayerPass::Forward;
+    auto run = [&](auto&& call) { observed_layer(observer_, tracer_, l, batch, false, fwd, call); };
+    switch (l.spec.type) {
+      case LayerType::Conv2d: run([&] { be.conv2d_forward_in(geom(l, batch), plain, cur, w, w + l.weight_numel, y); }); break;
+      case LayerType::ConvTranspose2d:
+        run([&] { be.conv_transpose2d_forward(transposed_geom(l, batch), cur, w, w + l.weight_numel, y); });
+        break;
+      case LayerType::Linear: run([&] { be.linear_forward(batch, l.in[0], l.out[0], cur, w, w + l.weight_numel, y); }); break;
+      case LayerType::ReLU: run([&] { be.relu_forward(out_n, cur, y); }); break;
+      case LayerType::Flatten: break;
+      case LayerType::MaxPool2d: run([&] { be.max_pool2x2_forward(planes(l, batch), cur, y); }); break;
+      case LayerType::Upsample: run([&] { be.upsample2x_forward(planes(l, batch), cur, y); }); break;
+      case LayerType::Add: run([&] { be.add(out_n, cur, in(1), y); }); break;
+      case LayerType::Concat:
+        run([&] {  // each input's samples into their channels of every output sample
+          int64_t at = 0;
+          for (std::size_t k = 0; k < l.inputs.size(); ++k) {
+            const int64_t part = numel_at(plan_, l.inputs[k]);
+            be.copy_2d(y + at, numel_of(l.out), in(k), part, part, batch);
+            at += part;
+          }
+        });
+        break;
+    }
+    slot.out[j] = y;
+  }
+  return slot.out.back();
+}
+
+float* Sequential::graph_buffer(int k, int64_t batch) {
+  if (k < 0) return nullptr;
+  if (graph_pool_.size() < graph_back_.pool.size()) graph_pool_.resize(graph_back_.pool.size());
+  Tensor& t = graph_pool_[k];
+  const int64_t n = graph_back_.pool[k] * batch;
+  if (!t.defined() || t.numel() < n) t = Tensor::empty({n}, backend_->device());
+  return t.data();
+}
+
+void Sequential::backward_graph(const float* dy, float* dx, bool accumulate, int slot_id,
+                                const std::function<void(int)>& grads_ready) {
+  Slot& slot = slots_.at(slot_id);
+  const int64_t batch = slot.batch;
+  Tracer::Scope span = call_span(tracer_, Phase::Backward, slot_id);
+  Backend& be = *backend_;
+  const int64_t base = plan_.layers[begin_].param_offset;
+  const ConvLayouts plain{};
+  for (int i = end_ - 1; i >= begin_; --i) {
+    const LayerPlan& l = plan_.layers[i];
+    const int j = i - begin_;
+    const float* gout = i == end_ - 1 ? dy : graph_buffer(graph_back_.grad_of[j], batch);
+    const float* xin = l.inputs[0] < begin_ ? slot.input : slot.out[l.inputs[0] - begin_];
+    float* w = params_.data() + (l.param_offset - base);
+    float* gw = grads_.data() + (l.param_offset - base);
+    Tracer::Scope layer = layer_span(tracer_, Phase::Backward, slot_id, l);
+    auto run = [&](LayerPass pass, auto&& call) { observed_layer(observer_, tracer_, l, batch, false, pass, call); };
+    switch (l.spec.type) {
+      case LayerType::Conv2d:
+        run(LayerPass::BackwardWeights,
+            [&] { be.conv2d_backward_weights_in(geom(l, batch), plain, xin, gout, gw, gw + l.weight_numel, accumulate); });
+        break;
+      case LayerType::ConvTranspose2d:
+        run(LayerPass::BackwardWeights, [&] {
+          be.conv_transpose2d_backward_weights(transposed_geom(l, batch), xin, gout, gw, gw + l.weight_numel, accumulate);
+        });
+        break;
+      case LayerType::Linear:
+        run(LayerPass::BackwardWeights, [&] {
+          be.linear_backward_weights(batch, l.in[0], l.out[0], xin, gout, gw, gw + l.weight_numel, accumulate);
+        });
+        break;
+      default: break;
+    }
+    if (grads_ready) grads_ready(i);
+    // Each input's share of the gradient: written where it is the first, else made aside and added.
+    int64_t at = 0;  // concat: the input's channels in every sample
+    for (std::size_t k = 0; k < l.inputs.size(); ++k) {
+      const GraphBackward::Write& wr = graph_back_.writes[j][k];
+      const int64_t n = batch * numel_at(plan_, l.inputs[k]);
+      float* target = wr.target < 0 ? dx : graph_buffer(wr.buf, batch);
+      const int64_t part = n / batch;
+      if (target == nullptr) {  // the stage input's gradient, not asked for
+        at += part;
+        continue;
+      }
+      if (l.spec.type == LayerType::Add || l.spec.type == LayerType::Flatten) {
+        if (wr.first) be.copy(be.device(), target, be.device(), gout, static_cast<std::size_t>(n) * sizeof(float));
+        else run(LayerPass::BackwardData, [&] { be.add(n, target, gout, target); });
+        continue;
+      }
+      float* into = wr.first ? target : graph_buffer(wr.tmp, batch);
+      run(LayerPass::BackwardData, [&] {
+        switch (l.spec.type) {
+          case LayerType::Conv2d: be.conv2d_backward_data_in(geom(l, batch), plain, gout, w, into); break;
+          case LayerType::ConvTranspose2d: be.conv_transpose2d_backward_data(transposed_geom(l, batch), gout, w, into); break;
+          case LayerType::Linear: be.linear_backward_data(batch, l.in[0], l.out[0], gout, w, into); break;
+          case LayerType::ReLU: be.relu_backward(n, slot.out[j], gout, into); break;
+          case LayerType::MaxPool2d: be.max_pool2x2_backward(planes(l, batch), xin, gout, into); break;
+          case LayerType::Upsample: be.upsample2x_backward(planes(l, batch), gout, into); break;
+          case LayerType::Concat: be.copy_2d(into, part, gout + at, numel_of(l.out), part, batch); break;
+          default: PB_CHECK(false, "layer {} ({}): no backward", i, layer_type_name(l.spec.type));
+        }
+        if (!wr.first) be.add(n, target, into, target);
+      });
+      at += part;
+    }
+  }
+}
+
+}  // namespace pb

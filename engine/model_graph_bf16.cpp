@@ -1,0 +1,156 @@
+// Sequential over a stage of a net with skips under autocast (Precision::Bf16): bf16 outputs and
+// output gradients, the adds and copies of model_graph.cpp on them, fp32 at the stage's edges as
+// model_bf16.cpp's chains (the stage's input rounded once, its output widened).
+#include "engine/check.h"
+#include "engine/model.h"
+#include "engine/model_detail.h"
+
+namespace pb {
+
+using namespace model_detail;
+
+namespace {
+int64_t numel_at(const NetPlan& plan, int src) { return numel_of(src == kNetInput ? plan.input : plan.layers[src].out); }
+Bf16* grown(Tensor& t, int64_t n, Device d) {
+  if (!t.defined() || t.dtype() != DType::Bf16 || t.numel() < n) t = Tensor::empty({n}, d, DType::Bf16);
+  return t.data_bf16();
+}
+}  // namespace
+
+const float* Sequential::forward_graph_bf16(const float* x, int64_t batch, int slot_id) {
+  Slot& slot = slots_[slot_id];
+  Backend& be = *backend_;
+  if (slot.batch != batch) {
+    slot.storage.resize(end_ - begin_);
+    slot.out16.assign(end_ - begin_, nullptr);
+    slot.batch = batch;
+  }
+  slot.input = x;
+  Tracer::Scope span = call_span(tracer_, Phase::Forward, slot_id);
+  const int64_t in_n = in_numel(batch), out_n = out_numel(batch);
+  Bf16* in16 = grown(slot.in16, in_n, be.device());
+  if (!slot.out32.defined() || slot.out32.numel() < out_n) slot.out32 = Tensor::empty({out_n}, be.device());
+  const Bf16* w16 = round_weights();
+  be.to_bf16(in_n, x, in16);
+  const int64_t base = plan_.layers[begin_].param_offset;
+  for (int i = begin_; i < end_; ++i) {
+    const LayerPlan& l = plan_.layers[i];
+    const int j = i - begin_;
+    auto in = [&](std::size_t k) -> const Bf16* { return l.inputs[k] < begin_ ? in16 : slot.out16[l.inputs[k] - begin_]; };
+    const Bf16* cur = in(0);
+    const int64_t n = batch * numel_of(l.out);
+    // In place only on an output of the stage's own (graph_in_place), never the caller's.
+    Bf16* y = graph_in_place(plan_, begin_, i) ? const_cast<Bf16*>(cur) : grown(slot.storage[j], n, be.device());
+    const Bf16* w = w16 + (l.param_offset - base);
+    Tracer::Scope layer = layer_span(tracer_, Phase::Forward, slot_id, l);
+    auto run = [&](auto&& call) { observed_layer(observer_, tracer_, l, batch, true, LayerPass::Forward, call); };
+    switch (l.spec.type) {
+      case LayerType::Conv2d: run([&] { be.conv2d_forward_bf16(geom(l, batch), cur, w, w + l.weight_numel, y); }); break;
+      case LayerType::ConvTranspose2d:
+        run([&] { be.conv_transpose2d_forward_bf16(transposed_geom(l, batch), cur, w, w + l.weight_numel, y); });
+        break;
+      case LayerType::Linear: run([&] { be.linear_forward_bf16(batch, l.in[0], l.out[0], cur, w, w + l.weight_numel, y); }); break;
+      case LayerType::ReLU: run([&] { be.relu_forward_bf16(n, cur, y); }); break;
+      case LayerType::Flatten: break;
+      case LayerType::MaxPool2d: run([&] { be.max_pool2x2_forward_bf16(planes(l, batch), cur, y); }); break;
+      case LayerType::Upsample: run([&] { be.upsample2x_forward_bf16(planes(l, batch), cur, y); }); break;
+      case LayerType::Add: run([&] { be.add_bf16(n, cur, in(1), y); }); break;
+      case LayerType::Concat:
+        run([&] {
+          int64_t at = 0;
+          for (std::size_t k = 0; k < l.inputs.size(); ++k) {
+            const int64_t part = numel_at(plan_, l.inputs[k]);
+            be.copy_2d_bf16(y + at, numel_of(l.out), in(k), part, part, batch);
+            at += part;
+          }
+        });
+        break;
+    }
+    slot.out16[j] = y;
+  }
+  be.from_bf16(out_n, slot.out16.back(), slot.out32.data());
+  return slot.out32.data();
+}
+
+void Sequential::backward_graph_bf16(const float* dy, float* dx, bool accumulate, int slot_id,
+                                     const std::function<void(int)>& grads_ready) {
+  Slot& slot = slots_.at(slot_id);
+  const int64_t batch = slot.batch;
+  Tracer::Scope span = call_span(tracer_, Phase::Backward, slot_id);
+  Backend& be = *backend_;
+  const int64_t base = plan_.layers[begin_].param_offset;
+  const Device d = be.device();
+  // The loss gradient rounded once (autocast's cast back to bf16); the input's made in bf16 and
+  // widened at the end. Both in backward's scratch pair.
+  Bf16* dy16 = grown((*gbuf_)[0], out_numel(batch), d);
+  be.to_bf16(out_numel(batch), dy, dy16);
+  Bf16* dx16 = dx ? grown((*gbuf_)[1], in_numel(batch), d) : nullptr;
+  if (!ext16_ && params16_shared_ && params_.numel() > 0) be.to_bf16(params_.numel(), params_.data(), params16_->data_bf16());
+  auto pool = [&](int k) -> Bf16* {
+    if (k < 0) return nullptr;
+    if (graph_pool_.size() < graph_back_.pool.size()) graph_pool_.resize(graph_back_.pool.size());
+    return grown(graph_pool_[k], graph_back_.pool[k] * batch, d);
+  };
+  for (int i = end_ - 1; i >= begin_; --i) {
+    const LayerPlan& l = plan_.layers[i];
+    const int j = i - begin_;
+    const Bf16* gout = i == end_ - 1 ? dy16 : pool(graph_back_.grad_of[j]);
+    const Bf16* xin = l.inputs[0] < begin_ ? slot.in16.data_bf16() : slot.out16[l.inputs[0] - begin_];
+    const Bf16* w = weights16() + (l.param_offset - base);
+    float* gw = grads_.data() + (l.param_offset - base);
+    Tracer::Scope layer = layer_span(tracer_, Phase::Backward, slot_id, l);
+    auto run = [&](LayerPass pass, auto&& call) { observed_layer(observer_, tracer_, l, batch, true, pass, call); };
+    switch (l.spec.type) {
+      case LayerType::Conv2d:
+        run(LayerPass::BackwardWeights,
+            [&] { be.conv2d_backward_weights_bf16(geom(l, batch), xin, gout, gw, gw + l.weight_numel, accumulate); });
+        break;
+      case LayerType::ConvTranspose2d:
+        run(LayerPass::BackwardWeights, [&] {
+          be.conv_transpose2d_backward_weights_bf16(transposed_geom(l, batch), xin, gout, gw, gw + l.weight_numel, accumulate);
+        });
+        break;
+      case LayerType::Linear:
+        run(LayerPass::BackwardWeights, [&] {
+          be.linear_backward_weights_bf16(batch, l.in[0], l.out[0], xin, gout, gw, gw + l.weight_numel, accumulate);
+        });
+        break;
+      default: break;
+    }
+    if (grads_ready) grads_ready(i);
+    int64_t at = 0;
+    for (std::size_t k = 0; k < l.inputs.size(); ++k) {
+      const GraphBackward::Write& wr = graph_back_.writes[j][k];
+      const int64_t n = batch * numel_at(plan_, l.inputs[k]);
+      const int64_t part = n / batch;
+      Bf16* target = wr.target < 0 ? dx16 : pool(wr.buf);
+      if (target == nullptr) {
+        at += part;
+        continue;
+      }
+      if (l.spec.type == LayerType::Add || l.spec.type == LayerType::Flatten) {
+        if (wr.first) be.copy(d, target, d, gout, static_cast<std::size_t>(n) * sizeof(Bf16));
+        else run(LayerPass::BackwardData, [&] { be.add_bf16(n, target, gout, target); });
+        continue;
+      }
+      Bf16* into = wr.first ? target : pool(wr.tmp);
+      run(LayerPass::BackwardData, [&] {
+        switch (l.spec.type) {
+          case LayerType::Conv2d: be.conv2d_backward_data_bf16(geom(l, batch), gout, w, into); break;
+          case LayerType::ConvTranspose2d: be.conv_transpose2d_backward_data_bf16(transposed_geom(l, batch), gout, w, into); break;
+          case LayerType::Linear: be.linear_backward_data_bf16(batch, l.in[0], l.out[0], gout, w, into); break;
+          case LayerType::ReLU: be.relu_backward_bf16(n, slot.out16[j], gout, into); break;
+          case LayerType::MaxPool2d: be.max_pool2x2_backward_bf16(planes(l, batch), xin, gout, into); break;
+          case LayerType::Upsample: be.upsample2x_backward_bf16(planes(l, batch), gout, into); break;
+          case LayerType::Concat: be.copy_2d_bf16(into, part, gout + at, numel_of(l.out), part, batch); break;
+          default: PB_CHECK(false, "layer {} ({}): no backward", i, layer_type_name(l.spec.type));
+        }
+        if (!wr.first) be.add_bf16(n, target, into, target);
+      });
+      at += part;
+    }
+  }
+  if (dx) be.from_bf16(in_numel(batch), dx16, dx);
+}
+
+}  // namespace pb

@@ -1,0 +1,296 @@
+// Nets with skips (residual adds, U-Net concats): the JSON format's "inputs", the shapes plan_net
+// gives them, the double reference against its own finite differences, and Sequential's graph
+// path against the reference.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "engine/backend.h"
+#include "engine/check.h"
+#include "engine/graph_stage.h"
+#include "engine/model.h"
+#include "reference.h"
+#include "strategies/plan_gen.h"
+#include "strategies/strategy.h"
+#include "tests/bf16_skip.h"
+#include "tests/paths.h"
+#include "tests/support.h"
+#include "workloads/workload.h"
+
+namespace pb {
+namespace {
+
+using ::testing::HasSubstr;
+using test::Rand;
+
+NetSpec parse(const std::string& text) { return parse_net_json(text, "net.json"); }
+
+std::string error_of(const std::string& text) {
+  try {
+    parse(text);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+// The odd cases: an add of one output to itself, a concat of one output twice and of the net's
+// input, a ReLU read twice (so not in place), a residual from the net's input, a flatten of a
+// concat, and the net's input read by three layers.
+const char* kOddNet = R"({"name": "odd", "input": [2, 4, 6], "target": "random", "layers": [
+  {"type": "conv2d", "out_channels": 3, "kernel_size": 3, "padding": 1, "name": "a"},
+  {"type": "relu", "name": "r"},
+  {"type": "add", "inputs": ["r", "r"]},
+  {"type": "conv2d", "out_channels": 2, "kernel_size": [1, 3], "padding": [0, 1]},
+  {"type": "add", "inputs": [3, "input"]},
+  {"type": "concat", "inputs": [4, "r", 4, "input"]},
+  {"type": "relu"},
+  {"type": "maxpool2d"},
+  {"type": "upsample"},
+  {"type": "conv2d", "out_channels": 2, "kernel_size": 3, "padding": 1, "inputs": [8]},
+  {"type": "concat", "inputs": [9, "r"]},
+  {"type": "flatten"},
+  {"type": "linear", "out_features": 3}
+]})";
+
+NetPlan fixture_plan(const std::string& name) {
+  return plan_net(load_net_json((test::source_dir() / "tests/fixtures/graph" / name / "net.json").string()));
+}
+
+std::vector<NetPlan> graph_nets() {
+  return {plan_net(parse(kOddNet)), fixture_plan("resnet_small"), fixture_plan("unet_small")};
+}
+
+TEST(GraphNets, InputsResolveToLayersAndShapesFollowThem) {
+  const NetPlan p = plan_net(parse(kOddNet));
+  EXPECT_EQ(p.layers[2].inputs, (std::vector<int>{1, 1}));
+  EXPECT_EQ(p.layers[4].inputs, (std::vector<int>{3, kNetInput}));
+  EXPECT_EQ(p.layers[5].inputs, (std::vector<int>{4, 1, 4, kNetInput}));
+  EXPECT_EQ(p.layers[3].inputs, (std::vector<int>{2}));  // none given: the layer before
+  EXPECT_EQ(p.layers[5].out, (Shape{2 + 3 + 2 + 2, 4, 6}));
+  EXPECT_EQ(p.layers[7].out, (Shape{9, 2, 3}));
+  EXPECT_EQ(p.layers[10].out, (Shape{2 + 3, 4, 6}));
+  EXPECT_EQ(p.layers[1].readers, 4);  // twice by the add, once by each concat
+  EXPECT_EQ(p.layers[4].readers, 2);
+  EXPECT_TRUE(p.has_skips());
+  EXPECT_EQ(first_skip(p), "layer 2 (add) reads layer 1 and layer 1");
+  EXPECT_TRUE(is_graph_stage(p, 0, static_cast<int>(p.layers.size())));
+  // A ReLU computes in place on its input where nothing else reads that; a flatten is a view.
+  EXPECT_TRUE(graph_in_place(p, 0, 1));
+  EXPECT_TRUE(graph_in_place(p, 0, 6));
+  EXPECT_TRUE(graph_in_place(p, 0, 11));
+  const NetPlan twice = plan_net(parse(R"({"name": "t", "input": [2, 3, 3], "target": "random", "layers": [
+    {"type": "conv2d", "out_channels": 2, "kernel_size": 1}, {"type": "relu"}, {"type": "relu", "inputs": [0]},
+    {"type": "add", "inputs": [1, 2]}, {"type": "relu"}]})"));
+  EXPECT_FALSE(graph_in_place(twice, 0, 1));
+  EXPECT_FALSE(graph_in_place(twice, 0, 2));
+  EXPECT_TRUE(graph_in_place(twice, 0, 4));
+  EXPECT_FALSE(graph_in_place(twice, 1, 1));  // its input is the stage's caller's
+  // A chain is none of these.
+  const NetPlan chain = plan_net(parse(R"({"name": "c", "input": [2, 3, 3], "target": "random", "layers": [
+    {"type": "conv2d", "out_channels": 2, "kernel_size": 1}, {"type": "relu"}]})"));
+  EXPECT_FALSE(chain.has_skips());
+  EXPECT_FALSE(is_graph_stage(chain, 0, 2));
+}
+
+TEST(GraphNets, BadInputsAreRefusedNamingTheLayer) {
+  auto net = [](const std::string& layers) {
+    return R"({"name": "g", "input": [2, 4, 4], "target": "random", "layers": [)" + layers + "]}";
+  };
+  const std::string conv = R"({"type": "conv2d", "out_channels": 2, "kernel_size": 1, "name": "c"})";
+  EXPECT_THAT(error_of(net(conv + R"(, {"type": "add", "inputs": ["c", "d"]})")),
+              HasSubstr("layer 1 (add): field \"inputs\": \"d\" is not an earlier layer's name or index"));
+  EXPECT_THAT(error_of(net(conv + R"(, {"type": "add", "inputs": [0, 2]}, {"type": "relu"})")),
+              HasSubstr("layer 1 (add): reads layer 2, which is not an earlier layer"));
+  EXPECT_THAT(error_of(net(conv + R"(, {"type": "add", "inputs": [0]})")), HasSubstr("layer 1 (add): reads 1 inputs; it takes two"));
+  EXPECT_THAT(error_of(net(conv + R"(, {"type": "relu", "inputs": [0, 0]})")), HasSubstr("layer 1 (relu): reads 2 inputs; it takes one"));
+  EXPECT_THAT(error_of(net(conv + R"(, {"type": "concat", "inputs": [0]})")), HasSubstr("it takes two or more"));
+  EXPECT_THAT(error_of(net(R"({"type": "conv2d", "out_channels": 3, "kernel_size": 1}, {"type": "add", "inputs": [0, "input"]})")),
+              HasSubstr("layer 1 (add): adds inputs of two shapes, (3, 4, 4) (layer 0) and (2, 4, 4) (the net's input)"));
+  EXPECT_THAT(error_of(net(R"({"type": "maxpool2d"}, {"type": "concat", "inputs": [0, "input"]})")),
+              HasSubstr("layer 1 (concat): joins [C, H, W] inputs of one height and width"));
+  EXPECT_THAT(error_of(net(conv + R"(, {"type": "relu"}, {"type": "conv2d", "out_channels": 2, "kernel_size": 1, "inputs": [0]})")),
+              HasSubstr("layer 1 (relu): its output is read by no layer"));
+  EXPECT_THAT(error_of(net(R"({"type": "relu", "name": "input"})")), HasSubstr("name 'input' stands for the net's input"));
+  EXPECT_THAT(error_of(net(conv + R"(, {"type": "add", "inputs": "c"})")), HasSubstr("field \"inputs\" must be a list"));
+  EXPECT_THAT(error_of(net(conv + R"(, {"type": "concat", "inputs": [0, 0], "dim": 2})")), HasSubstr("\"dim\" must be 1"));
+  EXPECT_THAT(error_of(net(R"({"type": "conv2d", "out_channels": 2, "kernel_size": 1, "in_channels": 3, "inputs": ["input"]})")),
+              HasSubstr("in_channels is 3 but the net's input gives 2 channels"));
+}
+
+// The reference itself: its gradients (parameters and input) are the slope of its loss.
+TEST(GraphNets, ReferenceGradientIsTheLossSlope) {
+  Rand r;
+  for (const NetPlan& plan : graph_nets()) {
+    SCOPED_TRACE(fmt::format("seed {}: a net of {} layers", r.seed, plan.layers.size()));
+    const int64_t batch = 2;
+    const ref::Vec p = ref::to_double(init_params(plan, r.seed));
+    const ref::Vec x = ref::to_double(r.vec(batch * numel_of(plan.input))), t = ref::to_double(r.vec(batch * numel_of(plan.output)));
+    ref::Vec grad, dx;
+    ref::net_loss(plan, p, x, t, batch, &grad, &dx);
+    auto slope = [&](ref::Vec v, std::size_t i, bool of_input) {
+      const double h = 1e-6;
+      v[i] += h;
+      const double up = of_input ? ref::net_loss(plan, p, v, t, batch) : ref::net_loss(plan, v, x, t, batch);
+      v[i] -= 2 * h;
+      const double down = of_input ? ref::net_loss(plan, p, v, t, batch) : ref::net_loss(plan, v, x, t, batch);
+      return (up - down) / (2 * h);
+    };
+    int checked = 0, off = 0;
+    for (std::size_t i = 0; i < p.size(); i += 3, ++checked)
+      off += std::abs(slope(p, i, false) - grad[i]) > 1e-5 + 1e-3 * std::abs(grad[i]);
+    for (std::size_t i = 0; i < x.size(); i += 2, ++checked)
+      off += std::abs(slope(x, i, true) - dx[i]) > 1e-5 + 1e-3 * std::abs(dx[i]);
+    // A few may sit on a ReLU's or a max's kink, where the slope is one-sided.
+    EXPECT_LE(off, checked / 50) << off << " of " << checked << " off their slope";
+  }
+}
+
+TEST(GraphNets, SequentialMatchesTheReference) {
+  Rand r;
+  for (const NetPlan& plan : graph_nets()) {
+    for (const int64_t batch : {1, 3}) {
+      SCOPED_TRACE(fmt::format("seed {}: a net of {} layers, batch {}", r.seed, plan.layers.size(), batch));
+      const std::vector<float> p = init_params(plan, r.seed);
+      const auto x = r.vec(batch * numel_of(plan.input)), t = r.vec(batch * numel_of(plan.output));
+      ref::Vec grad, rdx;
+      const double rloss = ref::net_loss(plan, ref::to_double(p), ref::to_double(x), ref::to_double(t), batch, &grad, &rdx);
+      auto be = make_backend(cpu(), {});
+      Sequential model(plan, 0, static_cast<int>(plan.layers.size()), *be);
+      model.load_params(p);
+      for (int step = 0; step < 2; ++step) {  // the second reuses every buffer
+        const int64_t n = model.out_numel(batch);
+        const float* y = model.forward(x.data(), batch);
+        std::vector<float> dy(n), dx(x.size(), NAN);
+        float loss_sum = 0;
+        be->mse_loss_grad(n, y, t.data(), 2.0f / static_cast<float>(n), dy.data(), &loss_sum);
+        model.backward(dy.data(), dx.data(), false);
+        EXPECT_NEAR(loss_sum / n, rloss, 1e-5 * rloss);
+        const ref::Mismatch g = ref::worst(model.grads().to_host(), grad, 1e-5, 1e-4);
+        EXPECT_LE(g.excess, 0.0) << "parameter gradients: " << ref::describe(g);
+        const ref::Mismatch d = ref::worst(dx, rdx, 1e-5, 1e-4);
+        EXPECT_LE(d.excess, 0.0) << "input gradient: " << ref::describe(d);
+      }
+    }
+  }
+}
+
+// Backward's gradient buffers: each output's held from its first write to its layer's backward.
+TEST(GraphNets, BackwardPoolHoldsWhatIsLiveAtOnce) {
+  const NetPlan p = fixture_plan("unet_small");
+  const GraphBackward g = plan_graph_backward(p, 0, static_cast<int>(p.layers.size()));
+  int64_t total = 0;
+  for (int64_t v : g.pool) total += v;
+  // At the decoder's first concat (layer 9), the gradients of enc2 and the input-level skips are
+  // held at once with the concat's own: at least those three; fewer than one buffer per layer.
+  EXPECT_GE(total, numel_of(p.layers[9].out) + numel_of(p.layers[4].out) + numel_of(p.layers[1].out));
+  int64_t every = 0;
+  for (const LayerPlan& l : p.layers) every += numel_of(l.out);
+  EXPECT_LT(total, every);
+  // Every write's buffer holds its target's output gradient.
+  for (std::size_t j = 0; j < g.writes.size(); ++j)
+    for (const GraphBackward::Write& w : g.writes[j]) {
+      if (w.target < 0) continue;
+      EXPECT_GE(g.pool[w.buf], numel_of(p.layers[w.target].out)) << "layer " << j;
+      if (w.tmp >= 0) {
+        EXPECT_NE(w.tmp, w.buf) << "layer " << j;
+      }
+    }
+}
+
+// Strategies that cut the net or its layers refuse a net with skips, naming the skip; plans too.
+TEST(GraphNets, StrategiesThatCutTheNetRefuseIt) {
+  const NetSpec net = parse(kOddNet);
+  const NetPlan plan = plan_net(net);
+  for (const std::string name : {"mp", "pipeline", "pipeline-1f1b", "pipeline-zbv", "fsdp", "zero2", "tp", "dp2xpp2", "hsdp2x2"}) {
+    SCOPED_TRACE(name);
+    StrategyOptions o;
+    o.devices = name == "dp2xpp2" || name == "hsdp2x2" ? 4 : 2;
+    o.backend.threads = 1;
+    try {
+      auto s = make_strategy(name, o);
+      s->setup(plan, init_params(plan, 1), net.adam);
+      ADD_FAILURE() << "ran";
+    } catch (const UsageError& e) {
+      EXPECT_THAT(e.what(), HasSubstr(name + ": the net has skips (layer 2 (add) reads layer 1 and layer 1); only regular, dp and ddp"));
+    }
+    try {
+      make_plan(name, plan, o, 4);
+      ADD_FAILURE() << "planned";
+    } catch (const UsageError& e) {
+      EXPECT_THAT(e.what(), HasSubstr("the net has skips"));
+    }
+  }
+}
+
+// Autocast keeps what the fp32 input makes before any conv or linear in fp32: an add of it, or a
+// skip carrying it, would differ from the engine's rounding at the stage's edge, so bf16 refuses
+// those and runs the rest.
+TEST(GraphNets, Bf16RefusesSkipsAutocastKeepsInFp32) {
+  auto refusal = [](const NetPlan& p) { return bf16_graph_refusal(p, 0, static_cast<int>(p.layers.size())); };
+  EXPECT_EQ(refusal(fixture_plan("resnet_small")), "");
+  EXPECT_EQ(refusal(fixture_plan("unet_levels")), "");
+  EXPECT_THAT(refusal(fixture_plan("unet_small")),
+              HasSubstr("layer 13 (concat) reads the net's input, a value autocast keeps in fp32"));
+  EXPECT_THAT(refusal(plan_net(parse(kOddNet))), HasSubstr("reads the net's input"));
+  // Through a ReLU and a pooling, still fp32: its first reader, a conv, is fine, an add of it not;
+  // a second reader is refused even without a join (the two gradients would sum in fp32).
+  const NetPlan pooled = plan_net(parse(R"({"name": "p", "input": [2, 4, 4], "target": "random", "layers": [
+    {"type": "relu"}, {"type": "maxpool2d"}, {"type": "conv2d", "out_channels": 2, "kernel_size": 1},
+    {"type": "add", "inputs": [1, 2]}]})"));
+  EXPECT_THAT(refusal(pooled), HasSubstr("layer 3 (add) reads layer 1, a value autocast keeps in fp32"));
+  const NetPlan twice = plan_net(parse(R"({"name": "t", "input": [2, 4, 4], "target": "random", "layers": [
+    {"type": "conv2d", "out_channels": 2, "kernel_size": 1}, {"type": "conv2d", "out_channels": 2, "kernel_size": 1,
+    "inputs": ["input"]}, {"type": "add", "inputs": [0, 1]}]})"));
+  EXPECT_THAT(refusal(twice), HasSubstr("layer 1 (conv2d) reads the net's input, a value autocast keeps in fp32"));
+  StrategyOptions o;
+  o.backend.precision = Precision::Bf16;
+  try {
+    make_plan("ddp", fixture_plan("unet_small"), o, 4);
+    ADD_FAILURE() << "planned";
+  } catch (const UsageError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("ddp: precision bf16: layer 13 (concat)"));
+  }
+}
+
+// Under bf16, dp and ddp train a net with skips as regular does: the same per-sample values,
+// the weight gradients summed in fp32 (tests/test_bf16_net.cpp holds regular to PyTorch's autocast).
+TEST(GraphNets, Bf16ReplicasFollowRegular) {
+  SKIP_WITHOUT_BF16();
+  for (const char* name : {"resnet_small", "unet_levels"}) {
+    SCOPED_TRACE(name);
+    const NetSpec net = load_net_json((test::source_dir() / "tests/fixtures/graph" / name / "net.json").string());
+    const NetPlan plan = plan_net(net);
+    Rand r;
+    const int64_t batch = 4;
+    const std::vector<float> x = r.vec(batch * numel_of(plan.input));
+    const std::vector<float> t = net.target == Target::Input ? x : r.vec(batch * numel_of(plan.output));
+    auto train = [&](const std::string& strategy, int devices) {
+      StrategyOptions o;
+      o.devices = devices;
+      o.backend.threads = 1;
+      o.backend.precision = Precision::Bf16;
+      auto s = make_strategy(strategy, o);
+      s->setup(plan, init_params(plan, 3), net.adam);
+      s->load_batch(x, t, batch);
+      std::vector<double> losses;
+      for (int k = 0; k < 3; ++k) s->step(), losses.push_back(s->loss());
+      return std::make_pair(losses, s->params());
+    };
+    const auto [want, want_p] = train("regular", 1);
+    for (const auto& [strategy, devices] : {std::pair{"dp", 2}, {"ddp", 2}, {"ddp", 4}}) {
+      SCOPED_TRACE(fmt::format("{} x{}", strategy, devices));
+      const auto [got, got_p] = train(strategy, devices);
+      for (std::size_t k = 0; k < want.size(); ++k) EXPECT_NEAR(got[k], want[k], 1e-5 * std::abs(want[k])) << "step " << k;
+      double worst = 0;
+      for (std::size_t i = 0; i < got_p.size(); ++i) worst = std::max(worst, double(std::abs(got_p[i] - want_p[i])));
+      EXPECT_LE(worst, 1e-5);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pb
