@@ -10,11 +10,13 @@ which `parbench replay --params DIR/params` reads:
     build/parbench run --workload DIR/net.json ...
     build/parbench replay --workload DIR/net.json --params DIR/params --out OUT ...
 
-The net must be a chain of the layers parbench runs: Conv2d, ConvTranspose2d (bias on,
-no groups, dilation or output padding), Linear, ReLU, Flatten, MaxPool2d(2) and nearest
-2x Upsample (as modules or their torch.nn.functional forms). Anything else is refused
-with its name and module path, and nothing is written. Exit status: 0 written, 1 refused,
-2 bad arguments or a module that cannot be loaded.
+The net is made of the layers parbench runs: Conv2d, ConvTranspose2d (bias on, no
+groups, dilation or output padding), Linear, ReLU, Flatten, MaxPool2d(2) and nearest 2x
+Upsample (as modules or their torch.nn.functional forms), joined by residual adds
+(a + b, torch.add) and channel concatenations (torch.cat(..., dim=1)), which become
+layers reading their "inputs". Anything else is refused with its name and module path,
+and nothing is written. Exit status: 0 written, 1 refused, 2 bad arguments or a module
+that cannot be loaded.
 """
 import argparse
 import importlib.util
@@ -34,7 +36,7 @@ import torch.fx
 from torch.fx.passes.shape_prop import ShapeProp
 
 SUPPORTED = ("Conv2d, ConvTranspose2d, Linear, ReLU, Flatten, MaxPool2d(2), Upsample(scale_factor=2, "
-             "mode='nearest') and their torch.nn.functional forms")
+             "mode='nearest') and their torch.nn.functional forms, tensor + tensor and torch.cat(dim=1)")
 
 
 class Refused(Exception):
@@ -136,9 +138,17 @@ def _function_layer(node):
                 _pair(_arg(node, 2, "scale_factor", 1)) != (2, 2):
             raise Refused(f"{_where(node)}: interpolate other than nearest 2x (parbench's only upsampling)")
         return {"type": "upsample"}
-    if t in (operator.add, torch.add, torch.cat) or (node.op == "call_method" and t in ("add", "add_")):
-        raise Refused(f"{_where(node)} joins two tensors: residual and concatenation skips are not in parbench's "
-                      "nets yet (they are chains)")
+    if t in (operator.add, operator.iadd, torch.add) or (node.op == "call_method" and t in ("add", "add_")):
+        tensors = [a for a in node.args[:2] if isinstance(a, torch.fx.Node)]
+        if len(node.args) != 2 or len(tensors) != 2 or node.kwargs:
+            raise Refused(f"{_where(node)}: an add other than tensor + tensor (parbench's add sums two outputs)")
+        return {"type": "add"}
+    if t is torch.cat:
+        tensors = _arg(node, 0, "tensors", None)
+        if _arg(node, 1, "dim", 0) != 1 or not isinstance(tensors, (list, tuple)) or \
+                not all(isinstance(a, torch.fx.Node) for a in tensors):
+            raise Refused(f"{_where(node)}: a cat other than of outputs along dim 1 (parbench joins channels)")
+        return {"type": "concat"}
     raise Refused(f"unsupported op {_op_name(node)} at {_where(node)} (parbench runs {SUPPORTED})")
 
 
@@ -150,37 +160,48 @@ def export(module, input_shape):
     except Exception as e:  # data-dependent control flow and the like
         raise Refused(f"torch.fx cannot trace the module: {e}") from e
     ShapeProp(gm).propagate(torch.zeros(1, *input_shape))
-    layers, prev = [], None
+    layers, index, last = [], {}, None  # index: each node's layer (-1: the net's input)
     for node in gm.graph.nodes:
         if node.op == "placeholder":
-            if prev is not None:
+            if index:
                 raise Refused(f"input '{node.name}': parbench nets take one input")
-            prev = node
+            index[node] = -1
             continue
         if node.op == "get_attr":
             raise Refused(f"'{node.name}' reads attribute '{node.target}' directly (parbench layers own their parameters)")
         if node.op == "output":
-            if node.args[0] is not prev:
-                raise Refused("the module returns something other than its last layer's output (one tensor)")
+            last = node.args[0]
             break
-        inputs = [a for a in node.all_input_nodes]
         if node.op == "call_module":
             layer = _module_layer(gm.get_submodule(node.target), node)
         else:
             layer = _function_layer(node)
-        if inputs != [prev]:
-            raise Refused(f"{_where(node)} reads {', '.join(repr(a.name) for a in inputs) or 'no tensor'}, not the "
-                          f"previous layer's output '{prev.name}': parbench nets are chains")
-        prev = node
-        if layer is None:  # Identity
+        reads = node.args[0] if layer and layer["type"] == "concat" else node.args[:2] if layer and layer["type"] == "add" \
+            else node.all_input_nodes
+        reads = [index[a] for a in reads]
+        if layer is None:  # Identity: its input stands for it
+            index[node] = reads[0]
             continue
+        if len(reads) != (2 if layer["type"] == "add" else len(reads) if layer["type"] == "concat" else 1):
+            raise Refused(f"{_where(node)} reads {len(reads)} tensors (parbench: one)")
         if node.op == "call_module" and layer["type"] in ("conv2d", "conv_transpose2d", "linear"):
             if node.target != str(len(layers)):  # an nn.Sequential's own index needs no name
                 layer = {"name": node.target, **layer}
+        if reads != [len(layers) - 1]:
+            layer["inputs"] = ["input" if k == -1 else k for k in reads]
+        index[node] = len(layers)
         layers.append(layer)
     if not layers:
         raise Refused("the module has no layers parbench runs")
-    out_shape = list(prev.meta["tensor_meta"].shape[1:])
+    if not isinstance(last, torch.fx.Node) or index.get(last) != len(layers) - 1:
+        raise Refused("the module returns something other than its last layer's output (one tensor)")
+    read = {k for layer in layers for k in layer.get("inputs", [])} | \
+        {k for k, layer in enumerate(layers[1:]) if "inputs" not in layer}
+    for k, layer in enumerate(layers[:-1]):
+        if k not in read:
+            raise Refused(f"layer {k} ({layer['type']}) computes an output nothing reads (parbench: the last layer's "
+                          "output is the net's)")
+    out_shape = list(last.meta["tensor_meta"].shape[1:])
     net = {"name": re.sub(r"[^A-Za-z0-9_.+-]", "_", type(module).__name__.lower()) or "net",
            "input": list(input_shape), "layers": layers,
            "target": "input" if out_shape == list(input_shape) else "random"}

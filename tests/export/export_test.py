@@ -29,10 +29,15 @@ FIXTURES = os.path.join(SOURCE, "tests", "fixtures")
 
 
 def canonical(layers):
-    """Layers with [a, a] pairs written as a and defaults spelled out, so two spellings compare equal."""
+    """Layers with [a, a] pairs written as a, defaults spelled out, inputs as indices and only
+    parameter files' names kept, so two spellings compare equal."""
+    names = {layer["name"]: k for k, layer in enumerate(layers) if "name" in layer}
     out = []
-    for layer in layers:
+    for k, layer in enumerate(layers):
         c = dict(layer)
+        c["inputs"] = [-1 if v == "input" else names[v] if isinstance(v, str) else v for v in c.get("inputs", [k - 1])]
+        if c["type"] not in ("conv2d", "conv_transpose2d", "linear"):
+            c.pop("name", None)
         if c["type"] in ("conv2d", "conv_transpose2d"):
             c.setdefault("stride", 1)
             c.setdefault("padding", 0)
@@ -51,8 +56,10 @@ def export_cli(cls, out, shape="3,8,8"):
 class RoundTrip(unittest.TestCase):
     def test_every_fixture_net_exports_to_its_own_description(self):
         names = sorted(d for d in os.listdir(FIXTURES) if os.path.isfile(os.path.join(FIXTURES, d, "net.json")))
+        graphs = sorted(os.path.join("graph", d) for d in os.listdir(os.path.join(FIXTURES, "graph")))
         self.assertGreaterEqual(len(names), 8)
-        for name in names:
+        self.assertGreaterEqual(len(graphs), 2)
+        for name in names + graphs:
             with self.subTest(net=name):
                 net = torchnet.load_net(os.path.join(FIXTURES, name, "net.json"))
                 model, _ = torchnet.build_model(net)
@@ -77,32 +84,50 @@ class UserModule(unittest.TestCase):
                              [("encoder.0", "conv2d"), (None, "relu"), (None, "maxpool2d"), ("middle", "conv2d"),
                               (None, "relu"), ("decoder", "conv_transpose2d"), (None, "relu"), ("head", "conv2d")])
             self.assertEqual(net["target"], "input")
-            # The same module, trained by PyTorch from the exported parameters.
-            torchnet.configure()
-            sys.path.insert(0, os.path.dirname(MODELS))
-            import user_models
-            torch.manual_seed(1)
-            model = user_models.EncoderDecoder()
-            for key, value in model.state_dict().items():
-                value.copy_(torch.from_numpy(np.load(os.path.join(out, "params", key + ".npy"))))
-            x = torch.randn(3, 3, 8, 8)
-            np.save(os.path.join(tmp, "x.npy"), x.numpy())
-            losses = torchnet.train(model, x, x, 1e-3, 0.0, 4)
-            for strategy, devices in (("regular", 1), ("pipeline", 2), ("ddp", 2)):
-                with self.subTest(strategy=strategy):
-                    run = os.path.join(tmp, f"replay-{strategy}")
-                    cmd = [PARBENCH, "replay", "--workload", os.path.join(out, "net.json"), "--params",
-                           os.path.join(out, "params"), "--input", os.path.join(tmp, "x.npy"), "--steps", "4", "--lr",
-                           "1e-3", "--strategy", strategy, "--devices", str(devices), "--out", run]
-                    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-                    self.assertEqual(p.returncode, 0, p.stdout)
-                    with open(os.path.join(run, "losses.json")) as f:
-                        got = json.load(f)["losses"]
-                    for a, b in zip(got, losses):
-                        self.assertLess(abs(a - b) / abs(b), 1e-5, (got, losses))
-                    for key, value in model.state_dict().items():  # files named by the module's own keys
-                        final = np.load(os.path.join(run, "params", key + ".npy"))
-                        self.assertLess(float(np.max(np.abs(final - value.numpy()))), 1e-5, key)
+            self.replays_as_pytorch_trains("EncoderDecoder", out, tmp, (("regular", 1), ("pipeline", 2), ("ddp", 2)))
+
+    def test_skips_export_as_layers_reading_their_inputs(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "exported")
+            r = export_cli("SkipNet", out)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            with open(os.path.join(out, "net.json")) as f:
+                net = json.load(f)
+            self.assertEqual([(layer["type"], layer.get("inputs")) for layer in net["layers"]],
+                             [("conv2d", None), ("relu", None), ("conv2d", None), ("relu", None), ("conv2d", None),
+                              ("add", [1, 4]), ("relu", None), ("maxpool2d", None), ("conv2d", None), ("relu", None),
+                              ("conv_transpose2d", None), ("concat", [10, 6, "input"]), ("conv2d", None)])
+            self.assertEqual(net["layers"][2]["name"], "body.0")
+            self.replays_as_pytorch_trains("SkipNet", out, tmp, (("regular", 1), ("dp", 3), ("ddp", 2)))
+
+    def replays_as_pytorch_trains(self, cls, out, tmp, strategies):
+        """`replay` of the exported net under each (strategy, devices) follows PyTorch's 4 Adam steps of
+        the module from the exported parameters."""
+        torchnet.configure()
+        sys.path.insert(0, os.path.dirname(MODELS))
+        import user_models
+        torch.manual_seed(1)
+        model = getattr(user_models, cls)()
+        for key, value in model.state_dict().items():
+            value.copy_(torch.from_numpy(np.load(os.path.join(out, "params", key + ".npy"))))
+        x = torch.randn(3, 3, 8, 8)
+        np.save(os.path.join(tmp, "x.npy"), x.numpy())
+        losses = torchnet.train(model, x, x, 1e-3, 0.0, 4)
+        for strategy, devices in strategies:
+            with self.subTest(strategy=strategy):
+                run = os.path.join(tmp, f"replay-{strategy}")
+                cmd = [PARBENCH, "replay", "--workload", os.path.join(out, "net.json"), "--params",
+                       os.path.join(out, "params"), "--input", os.path.join(tmp, "x.npy"), "--steps", "4", "--lr",
+                       "1e-3", "--strategy", strategy, "--devices", str(devices), "--out", run]
+                p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                self.assertEqual(p.returncode, 0, p.stdout)
+                with open(os.path.join(run, "losses.json")) as f:
+                    got = json.load(f)["losses"]
+                for a, b in zip(got, losses):
+                    self.assertLess(abs(a - b) / abs(b), 1e-5, (got, losses))
+                for key, value in model.state_dict().items():  # files named by the module's own keys
+                    final = np.load(os.path.join(run, "params", key + ".npy"))
+                    self.assertLess(float(np.max(np.abs(final - value.numpy()))), 1e-5, key)
 
     def test_sequential_parts_are_named_by_their_module_path(self):
         with tempfile.TemporaryDirectory() as tmp:
@@ -132,15 +157,15 @@ class Refusals(unittest.TestCase):
     def test_an_unsupported_module_is_named_with_its_path(self):
         self.check_refused("WithBatchNorm", "unsupported op BatchNorm2d at module 'bn'")
 
-    def test_a_residual_add_is_refused(self):
-        self.check_refused("Residual", "add", "joins two tensors")
+    def test_an_add_of_a_number_is_refused(self):
+        self.check_refused("AddsAScalar", "add", "an add other than tensor + tensor")
 
     def test_bad_arguments_exit_2(self):
         r = subprocess.run([sys.executable, EXPORT, "--module", f"{MODELS}:NoSuchNet", "--input-shape", "3,8,8", "--out",
                             "/nonexistent/x"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.assertEqual(r.returncode, 2)
         self.assertIn("defines no NoSuchNet", r.stderr)
-        r = subprocess.run([sys.executable, EXPORT, "--module", f"{MODELS}:Residual", "--input-shape", "3,x", "--out",
+        r = subprocess.run([sys.executable, EXPORT, "--module", f"{MODELS}:SkipNet", "--input-shape", "3,x", "--out",
                             "/nonexistent/x"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.assertEqual(r.returncode, 2)
         self.assertIn("--input-shape '3,x'", r.stderr)
