@@ -67,6 +67,8 @@ NetSpec example_net() { return load_net_json((test::source_dir() / "workloads/ex
 NetSpec pool_net() { return load_net_json((test::source_dir() / "tests/fixtures/conv_pool_upsample/net.json").string()); }
 // Transposed convolutions (nnU-Net's 2x2 stride-2 up-sampling and an odd one), as their golden fixture.
 NetSpec transpose_net() { return load_net_json((test::source_dir() / "tests/fixtures/conv_transpose/net.json").string()); }
+// Nets with skips (regular, dp and ddp run them): residual adds; U-Net concats.
+NetSpec graph_net(const char* name) { return load_net_json((test::source_dir() / "tests/fixtures/graph" / name / "net.json").string()); }
 
 // Each worker's peak (tensors and workspace) and its tensors' own peak against the estimate's,
 // printed per worker; returns the worst error.
@@ -88,6 +90,7 @@ double check_every_strategy(const NetSpec& net, int64_t batch, Precision precisi
     if (c.micro > 3 && batch < 2 * c.micro - 1) continue;
     if (!tp_takes && (c.strategy == "tp" || c.strategy.find("xtp") != std::string::npos)) continue;
     if (c.strategy == "pipeline-zbv" && 2 * c.devices > static_cast<int>(plan.layers.size())) continue;  // a stage a layer at least
+    if (plan.has_skips() && c.strategy != "regular" && c.strategy != "dp" && c.strategy != "ddp") continue;
     SCOPED_TRACE(fmt::format("{}: {} x{} {}", net.name, c.strategy, c.devices, precision_name(precision)));
     StrategyOptions o;
     o.devices = c.devices;
@@ -130,8 +133,9 @@ double check_every_strategy(const NetSpec& net, int64_t batch, Precision precisi
 
 TEST(MemoryEstimate, EveryStrategyWithinTenPercentOfTheAllocatorsPeak) {
   const double a = check_every_strategy(small_net(), 8), b = check_every_strategy(example_net(), 6),
-               c = check_every_strategy(pool_net(), 6), d = check_every_strategy(transpose_net(), 6);
-  std::printf("worst error %.1f%%\n", std::max({a, b, c, d}) * 100);
+               c = check_every_strategy(pool_net(), 6), d = check_every_strategy(transpose_net(), 6),
+               e = check_every_strategy(graph_net("resnet_small"), 6), f = check_every_strategy(graph_net("unet_small"), 6);
+  std::printf("worst error %.1f%%\n", std::max({a, b, c, d, e, f}) * 100);
 }
 
 // bf16 (autocast): each Sequential's bf16 parameter copy, bf16 activations and gradients, and
@@ -140,8 +144,10 @@ TEST(MemoryEstimate, Bf16EveryStrategyWithinTenPercentOfTheAllocatorsPeak) {
   SKIP_WITHOUT_BF16();
   const double a = check_every_strategy(small_net(), 8, Precision::Bf16),
                b = check_every_strategy(example_net(), 6, Precision::Bf16), c = check_every_strategy(pool_net(), 6, Precision::Bf16),
-               d = check_every_strategy(transpose_net(), 6, Precision::Bf16);
-  std::printf("worst error %.1f%%\n", std::max({a, b, c, d}) * 100);
+               d = check_every_strategy(transpose_net(), 6, Precision::Bf16),
+               e = check_every_strategy(graph_net("resnet_small"), 6, Precision::Bf16),
+               f = check_every_strategy(graph_net("unet_levels"), 6, Precision::Bf16);
+  std::printf("worst error %.1f%%\n", std::max({a, b, c, d, e, f}) * 100);
 }
 
 // Without a measurement the workspace is the im2col bound: one sample's unfolded input of the
