@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "engine/backend.h"
+#include "engine/graph_stage.h"
 #include "engine/model.h"
 
 namespace pb::model_detail {
@@ -62,6 +63,37 @@ inline ConvGeom transposed_geom(const LayerPlan& l, int64_t batch) {
   g.stride_h = l.spec.stride_h, g.stride_w = l.spec.stride_w;
   g.pad_h = l.spec.pad_h, g.pad_w = l.spec.pad_w;
   return g;
+}
+
+// Per-sample values of layer src's output (kNetInput: the net's input).
+inline int64_t output_numel(const NetPlan& plan, int src) { return numel_of(src == kNetInput ? plan.input : plan.layers[src].out); }
+
+// Layer l's input gradients in a graph stage, where plan_graph_backward put them (its `writes`):
+// `target(w)` is where input w's gradient goes (null: not asked for). Add and flatten pass their
+// output gradient on (`copy` at the first write, `add` after it); the other layers make their
+// share with `make(k, into, n, at)` (input k, n values; at: its channels' offset in a concat's
+// sample), straight into the target at the first write, else into `scratch(w.tmp)`, then added.
+template <class T, class Target, class Scratch, class Copy, class Add, class Make>
+void input_gradients(const NetPlan& plan, const LayerPlan& l, const std::vector<GraphBackward::Write>& writes, int64_t batch,
+                     const T* gout, Target&& target, Scratch&& scratch, Copy&& copy, Add&& add, Make&& make) {
+  const bool passes = l.spec.type == LayerType::Add || l.spec.type == LayerType::Flatten;
+  int64_t at = 0;
+  for (std::size_t k = 0; k < l.inputs.size(); ++k) {
+    const GraphBackward::Write& w = writes[k];
+    const int64_t part = output_numel(plan, l.inputs[k]), n = batch * part;
+    if (T* to = target(w)) {
+      if (passes && w.first) {
+        copy(to, gout, n);
+      } else if (passes) {
+        add(n, to, gout);
+      } else {
+        T* into = w.first ? to : scratch(w.tmp);
+        make(k, into, n, at);
+        if (!w.first) add(n, to, into);
+      }
+    }
+    at += part;
+  }
 }
 
 // A pooling or upsampling layer's input, as the backend ops take it.

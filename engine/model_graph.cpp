@@ -8,10 +8,6 @@ namespace pb {
 
 using namespace model_detail;
 
-namespace {
-int64_t numel_at(const NetPlan& plan, int src) { return numel_of(src == kNetInput ? plan.input : plan.layers[src].out); }
-}  // namespace
-
 const float* Sequential::forward_graph(const float* x, int64_t batch, int slot_id) {
   Slot& slot = slots_[slot_id];
   if (slot.batch != batch) {
@@ -54,7 +50,7 @@ const float* Sequential::forward_graph(const float* x, int64_t batch, int slot_i
         run([&] {  // each input's samples into their channels of every output sample
           int64_t at = 0;
           for (std::size_t k = 0; k < l.inputs.size(); ++k) {
-            const int64_t part = numel_at(plan_, l.inputs[k]);
+            const int64_t part = output_numel(plan_, l.inputs[k]);
             be.copy_2d(y + at, numel_of(l.out), in(k), part, part, batch);
             at += part;
           }
@@ -110,38 +106,26 @@ void Sequential::backward_graph(const float* dy, float* dx, bool accumulate, int
       default: break;
     }
     if (grads_ready) grads_ready(i);
-    // Each input's share of the gradient: written where it is the first, else made aside and added.
-    int64_t at = 0;  // concat: the input's channels in every sample
-    for (std::size_t k = 0; k < l.inputs.size(); ++k) {
-      const GraphBackward::Write& wr = graph_back_.writes[j][k];
-      const int64_t n = batch * numel_at(plan_, l.inputs[k]);
-      float* target = wr.target < 0 ? dx : graph_buffer(wr.buf, batch);
-      const int64_t part = n / batch;
-      if (target == nullptr) {  // the stage input's gradient, not asked for
-        at += part;
-        continue;
-      }
-      if (l.spec.type == LayerType::Add || l.spec.type == LayerType::Flatten) {
-        if (wr.first) be.copy(be.device(), target, be.device(), gout, static_cast<std::size_t>(n) * sizeof(float));
-        else run(LayerPass::BackwardData, [&] { be.add(n, target, gout, target); });
-        continue;
-      }
-      float* into = wr.first ? target : graph_buffer(wr.tmp, batch);
-      run(LayerPass::BackwardData, [&] {
-        switch (l.spec.type) {
-          case LayerType::Conv2d: be.conv2d_backward_data_in(geom(l, batch), plain, gout, w, into); break;
-          case LayerType::ConvTranspose2d: be.conv_transpose2d_backward_data(transposed_geom(l, batch), gout, w, into); break;
-          case LayerType::Linear: be.linear_backward_data(batch, l.in[0], l.out[0], gout, w, into); break;
-          case LayerType::ReLU: be.relu_backward(n, slot.out[j], gout, into); break;
-          case LayerType::MaxPool2d: be.max_pool2x2_backward(planes(l, batch), xin, gout, into); break;
-          case LayerType::Upsample: be.upsample2x_backward(planes(l, batch), gout, into); break;
-          case LayerType::Concat: be.copy_2d(into, part, gout + at, numel_of(l.out), part, batch); break;
-          default: PB_CHECK(false, "layer {} ({}): no backward", i, layer_type_name(l.spec.type));
-        }
-        if (!wr.first) be.add(n, target, into, target);
-      });
-      at += part;
-    }
+    input_gradients<float>(
+        plan_, l, graph_back_.writes[j], batch, gout,
+        [&](const GraphBackward::Write& wr) { return wr.target < 0 ? dx : graph_buffer(wr.buf, batch); },
+        [&](int k) { return graph_buffer(k, batch); },
+        [&](float* to, const float* from, int64_t n) { be.copy(be.device(), to, be.device(), from, static_cast<std::size_t>(n) * sizeof(float)); },
+        [&](int64_t n, float* to, const float* from) { run(LayerPass::BackwardData, [&] { be.add(n, to, from, to); }); },
+        [&](std::size_t k, float* into, int64_t n, int64_t at) {
+          run(LayerPass::BackwardData, [&] {
+            switch (l.spec.type) {
+              case LayerType::Conv2d: be.conv2d_backward_data_in(geom(l, batch), plain, gout, w, into); break;
+              case LayerType::ConvTranspose2d: be.conv_transpose2d_backward_data(transposed_geom(l, batch), gout, w, into); break;
+              case LayerType::Linear: be.linear_backward_data(batch, l.in[0], l.out[0], gout, w, into); break;
+              case LayerType::ReLU: be.relu_backward(n, slot.out[j], gout, into); break;
+              case LayerType::MaxPool2d: be.max_pool2x2_backward(planes(l, batch), xin, gout, into); break;
+              case LayerType::Upsample: be.upsample2x_backward(planes(l, batch), gout, into); break;
+              case LayerType::Concat: be.copy_2d(into, n / batch, gout + at, numel_of(l.out), n / batch, batch); break;
+              default: PB_CHECK(false, "layer {} ({}): input {} has no backward", i, layer_type_name(l.spec.type), k);
+            }
+          });
+        });
   }
 }
 

@@ -10,7 +10,6 @@ namespace pb {
 using namespace model_detail;
 
 namespace {
-int64_t numel_at(const NetPlan& plan, int src) { return numel_of(src == kNetInput ? plan.input : plan.layers[src].out); }
 Bf16* grown(Tensor& t, int64_t n, Device d) {
   if (!t.defined() || t.dtype() != DType::Bf16 || t.numel() < n) t = Tensor::empty({n}, d, DType::Bf16);
   return t.data_bf16();
@@ -59,7 +58,7 @@ const float* Sequential::forward_graph_bf16(const float* x, int64_t batch, int s
         run([&] {
           int64_t at = 0;
           for (std::size_t k = 0; k < l.inputs.size(); ++k) {
-            const int64_t part = numel_at(plan_, l.inputs[k]);
+            const int64_t part = output_numel(plan_, l.inputs[k]);
             be.copy_2d_bf16(y + at, numel_of(l.out), in(k), part, part, batch);
             at += part;
           }
@@ -118,37 +117,25 @@ void Sequential::backward_graph_bf16(const float* dy, float* dx, bool accumulate
       default: break;
     }
     if (grads_ready) grads_ready(i);
-    int64_t at = 0;
-    for (std::size_t k = 0; k < l.inputs.size(); ++k) {
-      const GraphBackward::Write& wr = graph_back_.writes[j][k];
-      const int64_t n = batch * numel_at(plan_, l.inputs[k]);
-      const int64_t part = n / batch;
-      Bf16* target = wr.target < 0 ? dx16 : pool(wr.buf);
-      if (target == nullptr) {
-        at += part;
-        continue;
-      }
-      if (l.spec.type == LayerType::Add || l.spec.type == LayerType::Flatten) {
-        if (wr.first) be.copy(d, target, d, gout, static_cast<std::size_t>(n) * sizeof(Bf16));
-        else run(LayerPass::BackwardData, [&] { be.add_bf16(n, target, gout, target); });
-        continue;
-      }
-      Bf16* into = wr.first ? target : pool(wr.tmp);
-      run(LayerPass::BackwardData, [&] {
-        switch (l.spec.type) {
-          case LayerType::Conv2d: be.conv2d_backward_data_bf16(geom(l, batch), gout, w, into); break;
-          case LayerType::ConvTranspose2d: be.conv_transpose2d_backward_data_bf16(transposed_geom(l, batch), gout, w, into); break;
-          case LayerType::Linear: be.linear_backward_data_bf16(batch, l.in[0], l.out[0], gout, w, into); break;
-          case LayerType::ReLU: be.relu_backward_bf16(n, slot.out16[j], gout, into); break;
-          case LayerType::MaxPool2d: be.max_pool2x2_backward_bf16(planes(l, batch), xin, gout, into); break;
-          case LayerType::Upsample: be.upsample2x_backward_bf16(planes(l, batch), gout, into); break;
-          case LayerType::Concat: be.copy_2d_bf16(into, part, gout + at, numel_of(l.out), part, batch); break;
-          default: PB_CHECK(false, "layer {} ({}): no backward", i, layer_type_name(l.spec.type));
-        }
-        if (!wr.first) be.add_bf16(n, target, into, target);
-      });
-      at += part;
-    }
+    input_gradients<Bf16>(
+        plan_, l, graph_back_.writes[j], batch, gout,
+        [&](const GraphBackward::Write& wr) { return wr.target < 0 ? dx16 : pool(wr.buf); }, pool,
+        [&](Bf16* to, const Bf16* from, int64_t n) { be.copy(d, to, d, from, static_cast<std::size_t>(n) * sizeof(Bf16)); },
+        [&](int64_t n, Bf16* to, const Bf16* from) { run(LayerPass::BackwardData, [&] { be.add_bf16(n, to, from, to); }); },
+        [&](std::size_t k, Bf16* into, int64_t n, int64_t at) {
+          run(LayerPass::BackwardData, [&] {
+            switch (l.spec.type) {
+              case LayerType::Conv2d: be.conv2d_backward_data_bf16(geom(l, batch), gout, w, into); break;
+              case LayerType::ConvTranspose2d: be.conv_transpose2d_backward_data_bf16(transposed_geom(l, batch), gout, w, into); break;
+              case LayerType::Linear: be.linear_backward_data_bf16(batch, l.in[0], l.out[0], gout, w, into); break;
+              case LayerType::ReLU: be.relu_backward_bf16(n, slot.out16[j], gout, into); break;
+              case LayerType::MaxPool2d: be.max_pool2x2_backward_bf16(planes(l, batch), xin, gout, into); break;
+              case LayerType::Upsample: be.upsample2x_backward_bf16(planes(l, batch), gout, into); break;
+              case LayerType::Concat: be.copy_2d_bf16(into, n / batch, gout + at, numel_of(l.out), n / batch, batch); break;
+              default: PB_CHECK(false, "layer {} ({}): input {} has no backward", i, layer_type_name(l.spec.type), k);
+            }
+          });
+        });
   }
   if (dx) be.from_bf16(in_numel(batch), dx16, dx);
 }
