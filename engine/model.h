@@ -129,7 +129,10 @@ class Sequential {
   // backward passes.
   const float* forward_graph(const float* x, int64_t batch, int slot);
   void backward_graph(const float* dy, float* dx, bool accumulate, int slot, const std::function<void(int layer)>& grads_ready);
-  float* graph_buffer(int k, int64_t batch);
+  // Buffer k of graph_back_'s pool, sized for `batch` samples of `dtype`.
+  Tensor& graph_buffer(int k, int64_t batch, DType dtype);
+  // A bf16 forward's start: the slot sized for `batch`, x rounded into its in16 (returned).
+  Bf16* bf16_input(Slot& slot, const float* x, int64_t batch);
   const float* forward_graph_bf16(const float* x, int64_t batch, int slot);
   void backward_graph_bf16(const float* dy, float* dx, bool accumulate, int slot,
                            const std::function<void(int layer)>& grads_ready);

@@ -30,8 +30,7 @@ const Bf16* Sequential::round_weights() {
   return weights16();
 }
 
-const float* Sequential::forward_bf16(const float* x, int64_t batch, int slot_id) {
-  Slot& slot = slots_[slot_id];
+Bf16* Sequential::bf16_input(Slot& slot, const float* x, int64_t batch) {
   Backend& be = *backend_;
   if (slot.batch != batch) {
     slot.storage.resize(end_ - begin_);
@@ -39,14 +38,21 @@ const float* Sequential::forward_bf16(const float* x, int64_t batch, int slot_id
     slot.batch = batch;
   }
   slot.input = x;
-  Tracer::Scope span = call_span(tracer_, Phase::Forward, slot_id);
   const int64_t in_n = in_numel(batch), out_n = out_numel(batch);
   if (!slot.in16.defined() || slot.in16.numel() < in_n) slot.in16 = Tensor::empty({in_n}, be.device(), DType::Bf16);
   if (!slot.out32.defined() || slot.out32.numel() < out_n) slot.out32 = Tensor::empty({out_n}, be.device());
-  const Bf16* w16 = round_weights();
   be.to_bf16(in_n, x, slot.in16.data_bf16());
+  return slot.in16.data_bf16();
+}
+
+const float* Sequential::forward_bf16(const float* x, int64_t batch, int slot_id) {
+  Slot& slot = slots_[slot_id];
+  Backend& be = *backend_;
+  Tracer::Scope span = call_span(tracer_, Phase::Forward, slot_id);
+  const int64_t out_n = out_numel(batch);
+  const Bf16* w16 = round_weights();
+  Bf16* cur = bf16_input(slot, x, batch);
   const int64_t base = plan_.layers[begin_].param_offset;
-  Bf16* cur = slot.in16.data_bf16();
   for (int i = begin_; i < end_; ++i) {
     const LayerPlan& l = plan_.layers[i];
     const int j = i - begin_;

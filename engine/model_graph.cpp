@@ -62,13 +62,12 @@ const float* Sequential::forward_graph(const float* x, int64_t batch, int slot_i
   return slot.out.back();
 }
 
-float* Sequential::graph_buffer(int k, int64_t batch) {
-  if (k < 0) return nullptr;
+Tensor& Sequential::graph_buffer(int k, int64_t batch, DType dtype) {
   if (graph_pool_.size() < graph_back_.pool.size()) graph_pool_.resize(graph_back_.pool.size());
   Tensor& t = graph_pool_[k];
   const int64_t n = graph_back_.pool[k] * batch;
-  if (!t.defined() || t.numel() < n) t = Tensor::empty({n}, backend_->device());
-  return t.data();
+  if (!t.defined() || t.dtype() != dtype || t.numel() < n) t = Tensor::empty({n}, backend_->device(), dtype);
+  return t;
 }
 
 void Sequential::backward_graph(const float* dy, float* dx, bool accumulate, int slot_id,
@@ -79,10 +78,11 @@ void Sequential::backward_graph(const float* dy, float* dx, bool accumulate, int
   Backend& be = *backend_;
   const int64_t base = plan_.layers[begin_].param_offset;
   const ConvLayouts plain{};
+  auto pool = [&](int k) { return k < 0 ? nullptr : graph_buffer(k, batch, DType::F32).data(); };
   for (int i = end_ - 1; i >= begin_; --i) {
     const LayerPlan& l = plan_.layers[i];
     const int j = i - begin_;
-    const float* gout = i == end_ - 1 ? dy : graph_buffer(graph_back_.grad_of[j], batch);
+    const float* gout = i == end_ - 1 ? dy : pool(graph_back_.grad_of[j]);
     const float* xin = l.inputs[0] < begin_ ? slot.input : slot.out[l.inputs[0] - begin_];
     float* w = params_.data() + (l.param_offset - base);
     float* gw = grads_.data() + (l.param_offset - base);
@@ -108,8 +108,7 @@ void Sequential::backward_graph(const float* dy, float* dx, bool accumulate, int
     if (grads_ready) grads_ready(i);
     input_gradients<float>(
         plan_, l, graph_back_.writes[j], batch, gout,
-        [&](const GraphBackward::Write& wr) { return wr.target < 0 ? dx : graph_buffer(wr.buf, batch); },
-        [&](int k) { return graph_buffer(k, batch); },
+        [&](const GraphBackward::Write& wr) { return wr.target < 0 ? dx : pool(wr.buf); }, pool,
         [&](float* to, const float* from, int64_t n) { be.copy(be.device(), to, be.device(), from, static_cast<std::size_t>(n) * sizeof(float)); },
         [&](int64_t n, float* to, const float* from) { run(LayerPass::BackwardData, [&] { be.add(n, to, from, to); }); },
         [&](std::size_t k, float* into, int64_t n, int64_t at) {

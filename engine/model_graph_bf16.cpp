@@ -9,28 +9,12 @@ namespace pb {
 
 using namespace model_detail;
 
-namespace {
-Bf16* grown(Tensor& t, int64_t n, Device d) {
-  if (!t.defined() || t.dtype() != DType::Bf16 || t.numel() < n) t = Tensor::empty({n}, d, DType::Bf16);
-  return t.data_bf16();
-}
-}  // namespace
-
 const float* Sequential::forward_graph_bf16(const float* x, int64_t batch, int slot_id) {
   Slot& slot = slots_[slot_id];
   Backend& be = *backend_;
-  if (slot.batch != batch) {
-    slot.storage.resize(end_ - begin_);
-    slot.out16.assign(end_ - begin_, nullptr);
-    slot.batch = batch;
-  }
-  slot.input = x;
   Tracer::Scope span = call_span(tracer_, Phase::Forward, slot_id);
-  const int64_t in_n = in_numel(batch), out_n = out_numel(batch);
-  Bf16* in16 = grown(slot.in16, in_n, be.device());
-  if (!slot.out32.defined() || slot.out32.numel() < out_n) slot.out32 = Tensor::empty({out_n}, be.device());
   const Bf16* w16 = round_weights();
-  be.to_bf16(in_n, x, in16);
+  const Bf16* in16 = bf16_input(slot, x, batch);
   const int64_t base = plan_.layers[begin_].param_offset;
   for (int i = begin_; i < end_; ++i) {
     const LayerPlan& l = plan_.layers[i];
@@ -39,7 +23,10 @@ const float* Sequential::forward_graph_bf16(const float* x, int64_t batch, int s
     const Bf16* cur = in(0);
     const int64_t n = batch * numel_of(l.out);
     // In place only on an output of the stage's own (graph_in_place), never the caller's.
-    Bf16* y = graph_in_place(plan_, begin_, i) ? const_cast<Bf16*>(cur) : grown(slot.storage[j], n, be.device());
+    Tensor& own = slot.storage[j];
+    const bool alias = graph_in_place(plan_, begin_, i);
+    if (!alias && (!own.defined() || own.numel() < n)) own = Tensor::empty({n}, be.device(), DType::Bf16);
+    Bf16* y = alias ? const_cast<Bf16*>(cur) : own.data_bf16();
     const Bf16* w = w16 + (l.param_offset - base);
     Tracer::Scope layer = layer_span(tracer_, Phase::Forward, slot_id, l);
     auto run = [&](auto&& call) { observed_layer(observer_, tracer_, l, batch, true, LayerPass::Forward, call); };
@@ -67,7 +54,7 @@ const float* Sequential::forward_graph_bf16(const float* x, int64_t batch, int s
     }
     slot.out16[j] = y;
   }
-  be.from_bf16(out_n, slot.out16.back(), slot.out32.data());
+  be.from_bf16(out_numel(batch), slot.out16.back(), slot.out32.data());
   return slot.out32.data();
 }
 
@@ -81,15 +68,11 @@ void Sequential::backward_graph_bf16(const float* dy, float* dx, bool accumulate
   const Device d = be.device();
   // The loss gradient rounded once (autocast's cast back to bf16); the input's made in bf16 and
   // widened at the end. Both in backward's scratch pair.
-  Bf16* dy16 = grown((*gbuf_)[0], out_numel(batch), d);
+  Bf16* dy16 = grad_scratch_bf16(0, out_numel(batch));
   be.to_bf16(out_numel(batch), dy, dy16);
-  Bf16* dx16 = dx ? grown((*gbuf_)[1], in_numel(batch), d) : nullptr;
+  Bf16* dx16 = dx ? grad_scratch_bf16(1, in_numel(batch)) : nullptr;
   if (!ext16_ && params16_shared_ && params_.numel() > 0) be.to_bf16(params_.numel(), params_.data(), params16_->data_bf16());
-  auto pool = [&](int k) -> Bf16* {
-    if (k < 0) return nullptr;
-    if (graph_pool_.size() < graph_back_.pool.size()) graph_pool_.resize(graph_back_.pool.size());
-    return grown(graph_pool_[k], graph_back_.pool[k] * batch, d);
-  };
+  auto pool = [&](int k) { return k < 0 ? nullptr : graph_buffer(k, batch, DType::Bf16).data_bf16(); };
   for (int i = end_ - 1; i >= begin_; --i) {
     const LayerPlan& l = plan_.layers[i];
     const int j = i - begin_;
