@@ -50,27 +50,74 @@ int64_t out_numel(const NetPlan& plan, int src) {
 }
 }  // namespace
 
-GraphBackward plan_graph_backward(const NetPlan& plan, int begin, int end) {
+StageBoundary stage_boundary(const NetPlan& plan, int begin, int end) {
+  StageBoundary b;
+  const int n = static_cast<int>(plan.layers.size());
+  std::vector<bool> entry(begin + 1, false), exit(end - begin, false);  // entry: src + 1
+  auto read = [&](int reader, int src) {
+    if (reader >= begin && reader < end && src < begin) entry[src + 1] = true;
+    if (reader >= end && src >= begin && src < end) exit[src - begin] = true;
+  };
+  for (int i = begin; i < n; ++i) {
+    const LayerPlan& l = plan.layers[i];
+    if (l.inputs.empty()) read(i, i - 1);  // a plan made without plan_net (a profile's): a chain
+    for (int src : l.inputs) read(i, src);
+  }
+  exit.back() = true;
+  for (int v = 0; v <= begin; ++v)
+    if (entry[v]) b.entries.push_back(v - 1);
+  for (int j = 0; j < end - begin; ++j)
+    if (exit[j]) b.exits.push_back(begin + j);
+  return b;
+}
+
+int StageBoundary::entry_of(int layer) const {
+  for (std::size_t k = 0; k < entries.size(); ++k)
+    if (entries[k] == layer) return static_cast<int>(k);
+  PB_CHECK(false, "layer {} is no entry of the stage", layer);
+  return -1;
+}
+
+GraphBackward plan_graph_backward(const NetPlan& plan, int begin, int end, bool bf16) {
   GraphBackward g;
   const int n = end - begin;
+  const StageBoundary sb = stage_boundary(plan, begin, end);
   g.writes.resize(n);
   g.grad_of.assign(n, -1);
+  g.exit_of.assign(n, -1);
+  g.exit_tmp.assign(n, -1);
+  g.entry_buf.assign(sb.entries.size(), -1);
+  for (std::size_t k = 0; k < sb.exits.size(); ++k) g.exit_of[sb.exits[k] - begin] = static_cast<int>(k);
   Pool pool{g.pool, {}};
   std::vector<int> buf(n, -1);
-  bool dx_written = false;
+  std::vector<bool> entry_written(sb.entries.size(), false);
   for (int i = end - 1; i >= begin; --i) {
     const LayerPlan& l = plan.layers[i];
     const int j = i - begin;
-    PB_CHECK(i == end - 1 || buf[j] >= 0, "layer {} of stage [{}, {}) is read by no later layer of it", i, begin, end);
-    g.grad_of[j] = i == end - 1 ? -1 : buf[j];
+    const bool exit = g.exit_of[j] >= 0, last = i == end - 1;
+    PB_CHECK(exit || buf[j] >= 0, "layer {} of stage [{}, {}) is read by no later layer", i, begin, end);
+    // bf16: an exit's gradient (fp32, the caller's) is rounded into a buffer: its own where no
+    // layer of the stage reads it, else one it is added from. The last's: backward's scratch.
+    if (bf16 && exit && !last) {
+      if (buf[j] < 0) {
+        buf[j] = pool.take(numel_of(l.out));
+      } else {
+        g.exit_tmp[j] = pool.take(numel_of(l.out));
+        pool.give(g.exit_tmp[j]);
+      }
+    }
+    g.grad_of[j] = buf[j];
     // Add and flatten pass their output gradient on as it is: a later contribution adds it in place.
     const bool passes = l.spec.type == LayerType::Add || l.spec.type == LayerType::Flatten;
     for (int src : l.inputs) {
-      PB_CHECK(src >= begin - 1 && src < i, "layer {} reads layer {}, outside stage [{}, {})", i, src, begin, end);
+      PB_CHECK(src < i, "layer {} reads layer {}, not an earlier one", i, src);
       GraphBackward::Write w;
       if (src < begin) {
-        w.first = !dx_written;
-        dx_written = true;
+        w.entry = sb.entry_of(src);
+        w.first = !entry_written[w.entry];
+        entry_written[w.entry] = true;
+        if (bf16 && w.first) g.entry_buf[w.entry] = pool.take(out_numel(plan, src));  // held to the end
+        if (bf16) w.buf = g.entry_buf[w.entry];
       } else {
         w.target = src - begin;
         w.first = buf[w.target] < 0;
@@ -88,7 +135,46 @@ GraphBackward plan_graph_backward(const NetPlan& plan, int begin, int end) {
   return g;
 }
 
-std::string bf16_graph_refusal(const NetPlan& plan, int begin, int end) {
+StageGradients plan_stage_gradients(const NetPlan& plan, const std::vector<int>& cuts) {
+  const int stages = static_cast<int>(cuts.size()) - 1;
+  StageGradients g;
+  g.entry_buf.resize(stages), g.entry_tmp.resize(stages), g.exit_buf.resize(stages);
+  // Best fit among the free buffers, else the largest free one grown, else a new one: a chain's
+  // gradients then take two buffers in turn, as they would with one each of the widest.
+  std::vector<bool> busy;
+  auto take = [&](int64_t n) {
+    int best = -1, largest = -1;
+    for (int k = 0; k < static_cast<int>(g.pool.size()); ++k) {
+      if (busy[k]) continue;
+      if (g.pool[k] >= n && (best < 0 || g.pool[k] < g.pool[best])) best = k;
+      if (largest < 0 || g.pool[k] > g.pool[largest]) largest = k;
+    }
+    if (best < 0 && largest >= 0) best = largest, g.pool[best] = n;
+    if (best < 0) best = static_cast<int>(g.pool.size()), g.pool.push_back(n), busy.push_back(false);
+    busy[best] = true;
+    return best;
+  };
+  std::vector<int> buf(plan.layers.size(), -1);  // per layer: its gradient's buffer while held
+  for (int s = stages - 1; s >= 0; --s) {
+    const StageBoundary sb = stage_boundary(plan, cuts[s], cuts[s + 1]);
+    for (int e : sb.exits) g.exit_buf[s].push_back(buf[e]);
+    for (int e : sb.entries) {
+      int tmp = -1;
+      if (e != kNetInput && buf[e] < 0) buf[e] = take(out_numel(plan, e));
+      else if (e != kNetInput) tmp = take(out_numel(plan, e));
+      g.entry_buf[s].push_back(e == kNetInput ? -1 : buf[e]);
+      g.entry_tmp[s].push_back(tmp);
+    }
+    for (int t : g.entry_tmp[s])
+      if (t >= 0) busy[t] = false;
+    for (int e : sb.exits)
+      if (buf[e] >= 0) busy[buf[e]] = false, buf[e] = -1;
+  }
+  return g;
+}
+
+std::string bf16_graph_refusal(const NetPlan& plan) {
+  const int begin = 0, end = static_cast<int>(plan.layers.size());
   std::vector<bool> fp32(end - begin);  // per layer: autocast keeps its output in fp32
   std::vector<int> reads(end - begin + 1);  // so far, per output (the last: the stage's input)
   auto is_fp32 = [&](int src) { return src < begin || fp32[src - begin]; };
@@ -102,7 +188,7 @@ std::string bf16_graph_refusal(const NetPlan& plan, int begin, int end) {
         return fmt::format("layer {} ({}) reads {}, a value autocast keeps in fp32 (computed from the {} input with no "
                            "conv or linear before it): such skips run in fp32 only", i, layer_type_name(l.spec.type),
                            src == kNetInput ? std::string("the net's input") : fmt::format("layer {}", src),
-                           begin == 0 ? "net's" : "stage's");
+                           "net's");
       any = any || is_fp32(src);
     }
     fp32[i - begin] = any && !has_weights(l.spec.type);
@@ -114,11 +200,11 @@ std::string bf16_graph_refusal(const NetPlan& plan, int begin, int end) {
 }
 
 
-GraphBuffers graph_buffers(const NetPlan& plan, int begin, int end) {
+GraphBuffers graph_buffers(const NetPlan& plan, int begin, int end, bool bf16) {
   GraphBuffers b;
   for (int i = begin; i < end; ++i)
     if (!graph_in_place(plan, begin, i)) b.activations += numel_of(plan.layers[i].out);
-  for (int64_t v : plan_graph_backward(plan, begin, end).pool) b.scratch += v;
+  for (int64_t v : plan_graph_backward(plan, begin, end, bf16).pool) b.scratch += v;
   return b;
 }
 

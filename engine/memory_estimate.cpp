@@ -48,15 +48,21 @@ SequentialBuffers sequential_buffers(const NetPlan& net, int begin, int end, int
   SequentialBuffers s;
   if (n <= 0 || begin >= end) return s;
   if (is_graph_stage(net, begin, end)) {
-    // bf16: the outputs, the rounded input and the pool in bf16, the output widened to fp32, the
-    // loss gradient rounded (model_graph_bf16.cpp).
-    const GraphBuffers g = graph_buffers(net, begin, end);
-    const int64_t in = numel_of(net.layers[begin].in), out = numel_of(net.layers[end - 1].out);
+    // bf16: the outputs, the rounded entries and the pool in bf16, the exits widened to fp32, the
+    // output's gradient rounded (model_graph_bf16.cpp).
+    const GraphBuffers g = graph_buffers(net, begin, end, bf16);
+    const StageBoundary sb = stage_boundary(net, begin, end);
+    int64_t entries = 0, exits = 0;
+    for (int e : sb.entries) entries += numel_of(e == kNetInput ? net.input : net.layers[e].out);
+    for (int e : sb.exits) exits += numel_of(net.layers[e].out);
+    const int64_t out = numel_of(net.layers[end - 1].out);
     const int64_t f = sizeof(float), h = sizeof(Bf16);
     int64_t params = 0;
     for (int i = begin; i < end; ++i) params += net.layers[i].weight_numel + net.layers[i].bias_numel;
-    s.activations = bf16 ? h * (g.activations + in) * n + f * out * n : f * g.activations * n;
-    s.scratch = bf16 ? h * (g.scratch + out) * n : f * g.scratch * n;
+    s.activations = bf16 ? h * (g.activations + entries) * n + f * exits * n : f * g.activations * n;
+    s.scratch_parts = {bf16 ? h * out * n : 0, 0};
+    for (int64_t v : plan_graph_backward(net, begin, end, bf16).pool) s.scratch_parts.push_back((bf16 ? h : f) * v * n);
+    for (int64_t b : s.scratch_parts) s.scratch += b;
     s.param_copy = bf16 ? h * params : 0;
     return s;
   }
@@ -75,10 +81,23 @@ SequentialBuffers sequential_buffers(const NetPlan& net, int begin, int end, int
   const int64_t in = numel_of(net.layers[begin].in), out = numel_of(net.layers[end - 1].out);
   const int64_t f = sizeof(float), h = sizeof(Bf16);
   s.activations = bf16 ? h * (keep + in) * n + f * out * n : f * keep * n;
-  s.scratch = bf16 ? f * std::max(out, widest_in) * n : 2 * f * widest_in * n;
+  const int64_t pair = bf16 ? h * std::max(out, widest_in) * n : f * widest_in * n;  // each of the two
+  s.scratch_parts = {pair, pair};
+  s.scratch = 2 * pair;
   s.param_copy = bf16 ? h * params : 0;
   s.kept = (bf16 ? h : f) * weighted * n;
   return s;
+}
+
+int64_t shared_scratch(const std::vector<SequentialBuffers>& stages) {
+  std::vector<int64_t> most;
+  for (const SequentialBuffers& s : stages) {
+    if (most.size() < s.scratch_parts.size()) most.resize(s.scratch_parts.size(), 0);
+    for (std::size_t k = 0; k < s.scratch_parts.size(); ++k) most[k] = std::max(most[k], s.scratch_parts[k]);
+  }
+  int64_t total = 0;
+  for (int64_t b : most) total += b;
+  return total;
 }
 
 double im2col_workspace(const std::vector<LayerPlan>& layers) {

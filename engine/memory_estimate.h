@@ -41,10 +41,15 @@ struct SequentialBuffers {
   // output but the ReLUs' in bf16, with the input rounded to bf16 and the output widened to fp32.
   int64_t activations = 0;
   int64_t scratch = 0;     // backward's two input-gradient buffers (bf16: they also hold the output's)
+  // The same per buffer: the pair, then a graph stage's gradient pool (stages that share them
+  // hold each at the largest any needs: shared_scratch).
+  std::vector<int64_t> scratch_parts;
   int64_t param_copy = 0;  // bf16: the parameters' bf16 copy, made at the first forward
   int64_t kept = 0;        // one set of a split backward's kept output gradients (its weighted layers')
 };
 SequentialBuffers sequential_buffers(const NetPlan& net, int begin, int end, int64_t n, bool bf16);
+// What stages that share their scratch (Sequential::share_scratch) hold of it, in bytes.
+int64_t shared_scratch(const std::vector<SequentialBuffers>& stages);
 
 // Without a measured workspace: one sample's unfolded input of the largest convolution (im2col
 // unfolds a sample at a time, into one buffer for every layer), in bytes.

@@ -15,9 +15,9 @@ Sequential::Sequential(const NetPlan& plan, int begin, int end, Backend& backend
            "stage [{}, {}) of a {}-layer net", begin, end, plan.layers.size());
   graph_ = is_graph_stage(plan, begin, end);
   if (graph_ && bf16_)
-    if (const std::string why = bf16_graph_refusal(plan, begin, end); !why.empty())
-      throw UsageError(fmt::format("precision bf16: {}", why));
-  if (graph_) graph_back_ = plan_graph_backward(plan, begin, end);
+    if (const std::string why = bf16_graph_refusal(plan); !why.empty()) throw UsageError(fmt::format("precision bf16: {}", why));
+  boundary_ = stage_boundary(plan, begin, end);
+  if (graph_) graph_back_ = plan_graph_backward(plan, begin, end, bf16_);
   int64_t n = 0;
   for (int i = begin; i < end; ++i) n += plan.layers[i].weight_numel + plan.layers[i].bias_numel;
   params_ = Tensor::zeros({n}, backend);
@@ -97,8 +97,36 @@ std::vector<ActLayout> Sequential::layouts(int64_t batch) const {
   return out;
 }
 
+const float* Sequential::forward(const std::vector<const float*>& entries, int64_t batch, int slot_id) {
+  PB_CHECK(entries.size() == boundary_.entries.size(), "stage [{}, {}) takes {} entries, got {}", begin_, end_,
+           boundary_.entries.size(), entries.size());
+  if (graph_) return bf16_ ? forward_graph_bf16(entries, batch, slot_id) : forward_graph(entries, batch, slot_id);
+  const float* y = forward(entries[0], batch, slot_id);
+  slots_[slot_id].exits = {y};
+  return y;
+}
+
+const float* Sequential::exit_value(std::size_t k, int slot_id) const {
+  auto it = slots_.find(slot_id);
+  PB_CHECK(it != slots_.end() && k < it->second.exits.size(), "stage [{}, {}): exit {} before forward in slot {}",
+           begin_, end_, k, slot_id);
+  return it->second.exits[k];
+}
+
+void Sequential::backward(const std::vector<const float*>& exit_grads, const std::vector<float*>& entry_grads,
+                          bool accumulate, int slot_id, const std::function<void(int)>& grads_ready) {
+  PB_CHECK(exit_grads.size() == boundary_.exits.size() && entry_grads.size() == boundary_.entries.size(),
+           "stage [{}, {}) takes {} exit gradients and gives {} entry gradients, got {} and {}", begin_, end_,
+           boundary_.exits.size(), boundary_.entries.size(), exit_grads.size(), entry_grads.size());
+  auto it = slots_.find(slot_id);
+  PB_CHECK(it != slots_.end() && it->second.input != nullptr, "backward before forward in slot {}", slot_id);
+  if (!graph_) return backward(exit_grads[0], entry_grads[0], accumulate, slot_id, grads_ready);
+  return bf16_ ? backward_graph_bf16(exit_grads, entry_grads, accumulate, slot_id, grads_ready)
+               : backward_graph(exit_grads, entry_grads, accumulate, slot_id, grads_ready);
+}
+
 const float* Sequential::forward(const float* x, int64_t batch, int slot_id) {
-  if (graph_) return bf16_ ? forward_graph_bf16(x, batch, slot_id) : forward_graph(x, batch, slot_id);
+  if (graph_) return forward(std::vector<const float*>{x}, batch, slot_id);
   if (bf16_) return forward_bf16(x, batch, slot_id);
   Slot& slot = slots_[slot_id];
   if (slot.batch != batch) {
@@ -200,8 +228,7 @@ void Sequential::backward_pass(const float* dy, float* dx, bool accumulate, int 
   PB_CHECK(it != slots_.end() && it->second.input != nullptr, "backward before forward in slot {}", slot_id);
   if (graph_) {
     PB_CHECK(pass == Pass::Both, "a stage of a net with skips runs whole backward passes");
-    return bf16_ ? backward_graph_bf16(dy, dx, accumulate, slot_id, grads_ready)
-                 : backward_graph(dy, dx, accumulate, slot_id, grads_ready);
+    return backward(std::vector<const float*>{dy}, std::vector<float*>{dx}, accumulate, slot_id, grads_ready);
   }
   std::vector<Tensor>* kept = kept_set(it->second, slot_id, pass);  // the output gradients W reads, kept from B
   if (bf16_) return backward_bf16(dy, dx, accumulate, slot_id, grads_ready, pass, kept);

@@ -72,6 +72,16 @@ class Sequential {
   // final for this call, last layer first: ddp starts its bucket all-reduces from it.
   void backward(const float* dy, float* dx, bool accumulate, int slot = 0,
                 const std::function<void(int layer)>& grads_ready = {});
+  // A stage of a net with skips may read values made before it and give outputs to layers after it
+  // (boundary(): its entries and exits). These take the entries' values, in that order; give each
+  // exit's value (fp32; valid as forward's output); and take each exit's gradient from the layers
+  // after the stage (the last: the output's), writing each entry's gradient (null: not wanted) from
+  // this stage's layers alone: the caller sums an entry's over the stages that read it.
+  const StageBoundary& boundary() const { return boundary_; }
+  const float* forward(const std::vector<const float*>& entries, int64_t batch, int slot = 0);
+  const float* exit_value(std::size_t k, int slot = 0) const;
+  void backward(const std::vector<const float*>& exit_grads, const std::vector<float*>& entry_grads, bool accumulate,
+                int slot = 0, const std::function<void(int layer)>& grads_ready = {});
   // The same in two calls (zero-bubble pipelines): backward_data writes dx and keeps each weighted
   // layer's output gradient in the slot; backward_weights computes the weight gradients from them
   // later, then hands the kept gradients back for the next backward_data. Under bf16 the kept
@@ -87,11 +97,15 @@ class Sequential {
   // Frees backward's scratch for gradients between layers (made again when needed).
   void release_scratch() {
     (*gbuf_)[0] = (*gbuf_)[1] = Tensor();
-    graph_pool_.clear();
+    graph_pool_->clear();
   }
   // Uses other's scratch from now on: stages on one device whose backwards never overlap
-  // (fsdp's units) hold one pair, the largest any needs, instead of one each.
-  void share_scratch(Sequential& other) { gbuf_ = other.gbuf_; }
+  // (fsdp's units) hold one pair and one gradient pool, each buffer the largest any needs,
+  // instead of one each.
+  void share_scratch(Sequential& other) {
+    gbuf_ = other.gbuf_;
+    graph_pool_ = other.graph_pool_;
+  }
   // The same for the bf16 copy of the parameters (autocast's weight cast): one buffer, the largest
   // any needs, instead of one per stage (fsdp's units); each backward then rounds it again.
   void share_params16(Sequential& other) {
@@ -116,6 +130,9 @@ class Sequential {
     // bf16, and its output widened to fp32.
     std::vector<const Bf16*> out16;
     Tensor in16, out32;
+    // A graph stage's entries' values and exits' (fp32); bf16: the entries rounded, the exits widened.
+    std::vector<const float*> entries, exits;
+    std::vector<Tensor> entry16, exit32;
     int kept = -1;  // backward_data's kept output gradients (kept_), until backward_weights
   };
   enum class Pass { Both, Data, Weights };
@@ -127,15 +144,18 @@ class Sequential {
   const float* forward_bf16(const float* x, int64_t batch, int slot);
   // A stage of a net with skips (model_graph.cpp, model_graph_bf16.cpp): plain layouts, whole
   // backward passes.
-  const float* forward_graph(const float* x, int64_t batch, int slot);
-  void backward_graph(const float* dy, float* dx, bool accumulate, int slot, const std::function<void(int layer)>& grads_ready);
+  const float* forward_graph(const std::vector<const float*>& entries, int64_t batch, int slot);
+  void backward_graph(const std::vector<const float*>& exit_grads, const std::vector<float*>& entry_grads,
+                      bool accumulate, int slot, const std::function<void(int layer)>& grads_ready);
+  // The slot sized for `batch` samples of the stage's layers, its entries taken (a graph stage).
+  Slot& graph_slot(const std::vector<const float*>& entries, int64_t batch, int slot);
   // Buffer k of graph_back_'s pool, sized for `batch` samples of `dtype`.
   Tensor& graph_buffer(int k, int64_t batch, DType dtype);
   // A bf16 forward's start: the slot sized for `batch`, x rounded into its in16 (returned).
   Bf16* bf16_input(Slot& slot, const float* x, int64_t batch);
-  const float* forward_graph_bf16(const float* x, int64_t batch, int slot);
-  void backward_graph_bf16(const float* dy, float* dx, bool accumulate, int slot,
-                           const std::function<void(int layer)>& grads_ready);
+  const float* forward_graph_bf16(const std::vector<const float*>& entries, int64_t batch, int slot);
+  void backward_graph_bf16(const std::vector<const float*>& exit_grads, const std::vector<float*>& entry_grads,
+                           bool accumulate, int slot, const std::function<void(int layer)>& grads_ready);
   // bf16: params_ rounded into the bf16 copy (unless use_params16's), which it returns.
   const Bf16* round_weights();
   void backward_bf16(const float* dy, float* dx, bool accumulate, int slot,
@@ -150,8 +170,9 @@ class Sequential {
   Backend* backend_;
   bool bf16_;
   bool graph_;  // is_graph_stage: run by forward_graph(_bf16) and backward_graph(_bf16)
+  StageBoundary boundary_;
   GraphBackward graph_back_;
-  std::vector<Tensor> graph_pool_;  // graph_back_.pool's buffers, kept between calls
+  std::shared_ptr<std::vector<Tensor>> graph_pool_ = std::make_shared<std::vector<Tensor>>();  // graph_back_.pool's buffers, kept
   Tensor params_, grads_;
   // bf16 path: params_ rounded to bf16 at every forward (shared: also at every backward).
   std::shared_ptr<Tensor> params16_ = std::make_shared<Tensor>();

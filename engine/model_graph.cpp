@@ -8,15 +8,23 @@ namespace pb {
 
 using namespace model_detail;
 
-const float* Sequential::forward_graph(const float* x, int64_t batch, int slot_id) {
+Sequential::Slot& Sequential::graph_slot(const std::vector<const float*>& entries, int64_t batch, int slot_id) {
   Slot& slot = slots_[slot_id];
   if (slot.batch != batch) {
     slot.storage.resize(end_ - begin_);
     slot.out.assign(end_ - begin_, nullptr);
+    slot.out16.assign(end_ - begin_, nullptr);
     slot.layout.assign(end_ - begin_, ActLayout::Plain);
     slot.batch = batch;
   }
-  slot.input = x;
+  slot.entries = entries;
+  slot.input = entries.front();
+  slot.exits.assign(boundary_.exits.size(), nullptr);
+  return slot;
+}
+
+const float* Sequential::forward_graph(const std::vector<const float*>& entries, int64_t batch, int slot_id) {
+  Slot& slot = graph_slot(entries, batch, slot_id);
   Tracer::Scope span = call_span(tracer_, Phase::Forward, slot_id);
   Backend& be = *backend_;
   const int64_t base = plan_.layers[begin_].param_offset;
@@ -24,7 +32,9 @@ const float* Sequential::forward_graph(const float* x, int64_t batch, int slot_i
   for (int i = begin_; i < end_; ++i) {
     const LayerPlan& l = plan_.layers[i];
     const int j = i - begin_;
-    auto in = [&](std::size_t k) { return l.inputs[k] < begin_ ? x : slot.out[l.inputs[k] - begin_]; };
+    auto in = [&](std::size_t k) {
+      return l.inputs[k] < begin_ ? slot.entries[boundary_.entry_of(l.inputs[k])] : slot.out[l.inputs[k] - begin_];
+    };
     const float* cur = in(0);
     const int64_t out_n = batch * numel_of(l.out);
     const bool alias = graph_in_place(plan_, begin_, i);
@@ -58,20 +68,23 @@ const float* Sequential::forward_graph(const float* x, int64_t batch, int slot_i
         break;
     }
     slot.out[j] = y;
+    if (graph_back_.exit_of[j] >= 0) slot.exits[graph_back_.exit_of[j]] = y;
   }
   return slot.out.back();
 }
 
 Tensor& Sequential::graph_buffer(int k, int64_t batch, DType dtype) {
-  if (graph_pool_.size() < graph_back_.pool.size()) graph_pool_.resize(graph_back_.pool.size());
-  Tensor& t = graph_pool_[k];
+  std::vector<Tensor>& pool = *graph_pool_;
+  if (pool.size() < graph_back_.pool.size()) pool.resize(graph_back_.pool.size());
+  Tensor& t = pool[k];
   const int64_t n = graph_back_.pool[k] * batch;
-  if (!t.defined() || t.dtype() != dtype || t.numel() < n) t = Tensor::empty({n}, backend_->device(), dtype);
+  // Nothing in it outlives a backward: the old one goes before the larger is made.
+  if (!t.defined() || t.dtype() != dtype || t.numel() < n) t = Tensor(), t = Tensor::empty({n}, backend_->device(), dtype);
   return t;
 }
 
-void Sequential::backward_graph(const float* dy, float* dx, bool accumulate, int slot_id,
-                                const std::function<void(int)>& grads_ready) {
+void Sequential::backward_graph(const std::vector<const float*>& exit_grads, const std::vector<float*>& entry_grads,
+                                bool accumulate, int slot_id, const std::function<void(int)>& grads_ready) {
   Slot& slot = slots_.at(slot_id);
   const int64_t batch = slot.batch;
   Tracer::Scope span = call_span(tracer_, Phase::Backward, slot_id);
@@ -82,12 +95,17 @@ void Sequential::backward_graph(const float* dy, float* dx, bool accumulate, int
   for (int i = end_ - 1; i >= begin_; --i) {
     const LayerPlan& l = plan_.layers[i];
     const int j = i - begin_;
-    const float* gout = i == end_ - 1 ? dy : pool(graph_back_.grad_of[j]);
-    const float* xin = l.inputs[0] < begin_ ? slot.input : slot.out[l.inputs[0] - begin_];
+    const int exit = graph_back_.exit_of[j];
+    float* own = pool(graph_back_.grad_of[j]);
+    const float* gout = own ? own : exit_grads[exit];
+    const float* xin = l.inputs[0] < begin_ ? slot.entries[boundary_.entry_of(l.inputs[0])] : slot.out[l.inputs[0] - begin_];
     float* w = params_.data() + (l.param_offset - base);
     float* gw = grads_.data() + (l.param_offset - base);
     Tracer::Scope layer = layer_span(tracer_, Phase::Backward, slot_id, l);
     auto run = [&](LayerPass pass, auto&& call) { observed_layer(observer_, tracer_, l, batch, false, pass, call); };
+    // An exit's gradient from later stages: added to the sum of its readers here, or the whole of it.
+    if (exit >= 0 && own)
+      run(LayerPass::BackwardData, [&] { be.add(batch * numel_of(l.out), own, exit_grads[exit], own); });
     switch (l.spec.type) {
       case LayerType::Conv2d:
         run(LayerPass::BackwardWeights,
@@ -108,7 +126,7 @@ void Sequential::backward_graph(const float* dy, float* dx, bool accumulate, int
     if (grads_ready) grads_ready(i);
     input_gradients<float>(
         plan_, l, graph_back_.writes[j], batch, gout,
-        [&](const GraphBackward::Write& wr) { return wr.target < 0 ? dx : pool(wr.buf); }, pool,
+        [&](const GraphBackward::Write& wr) { return wr.target < 0 ? entry_grads[wr.entry] : pool(wr.buf); }, pool,
         [&](float* to, const float* from, int64_t n) { be.copy(be.device(), to, be.device(), from, static_cast<std::size_t>(n) * sizeof(float)); },
         [&](int64_t n, float* to, const float* from) { run(LayerPass::BackwardData, [&] { be.add(n, to, from, to); }); },
         [&](std::size_t k, float* into, int64_t n, int64_t at) {

@@ -9,17 +9,28 @@ namespace pb {
 
 using namespace model_detail;
 
-const float* Sequential::forward_graph_bf16(const float* x, int64_t batch, int slot_id) {
-  Slot& slot = slots_[slot_id];
+const float* Sequential::forward_graph_bf16(const std::vector<const float*>& entries, int64_t batch, int slot_id) {
+  Slot& slot = graph_slot(entries, batch, slot_id);
   Backend& be = *backend_;
   Tracer::Scope span = call_span(tracer_, Phase::Forward, slot_id);
   const Bf16* w16 = round_weights();
-  const Bf16* in16 = bf16_input(slot, x, batch);
+  // Each entry rounded once at the stage's edge, each exit widened there.
+  const StageBoundary& sb = boundary_;
+  slot.entry16.resize(sb.entries.size());
+  for (std::size_t k = 0; k < sb.entries.size(); ++k) {
+    const int64_t n = batch * output_numel(plan_, sb.entries[k]);
+    Tensor& t = slot.entry16[k];
+    if (!t.defined() || t.numel() < n) t = Tensor::empty({n}, be.device(), DType::Bf16);
+    be.to_bf16(n, entries[k], t.data_bf16());
+  }
+  slot.exit32.resize(sb.exits.size());
   const int64_t base = plan_.layers[begin_].param_offset;
   for (int i = begin_; i < end_; ++i) {
     const LayerPlan& l = plan_.layers[i];
     const int j = i - begin_;
-    auto in = [&](std::size_t k) -> const Bf16* { return l.inputs[k] < begin_ ? in16 : slot.out16[l.inputs[k] - begin_]; };
+    auto in = [&](std::size_t k) -> const Bf16* {
+      return l.inputs[k] < begin_ ? slot.entry16[sb.entry_of(l.inputs[k])].data_bf16() : slot.out16[l.inputs[k] - begin_];
+    };
     const Bf16* cur = in(0);
     const int64_t n = batch * numel_of(l.out);
     // In place only on an output of the stage's own (graph_in_place), never the caller's.
@@ -54,34 +65,48 @@ const float* Sequential::forward_graph_bf16(const float* x, int64_t batch, int s
     }
     slot.out16[j] = y;
   }
-  be.from_bf16(out_numel(batch), slot.out16.back(), slot.out32.data());
-  return slot.out32.data();
+  for (std::size_t k = 0; k < sb.exits.size(); ++k) {
+    const int64_t n = batch * numel_of(plan_.layers[sb.exits[k]].out);
+    Tensor& t = slot.exit32[k];
+    if (!t.defined() || t.numel() < n) t = Tensor::empty({n}, be.device());
+    be.from_bf16(n, slot.out16[sb.exits[k] - begin_], t.data());
+    slot.exits[k] = t.data();
+  }
+  return slot.exits.back();
 }
 
-void Sequential::backward_graph_bf16(const float* dy, float* dx, bool accumulate, int slot_id,
-                                     const std::function<void(int)>& grads_ready) {
+void Sequential::backward_graph_bf16(const std::vector<const float*>& exit_grads, const std::vector<float*>& entry_grads,
+                                     bool accumulate, int slot_id, const std::function<void(int)>& grads_ready) {
   Slot& slot = slots_.at(slot_id);
   const int64_t batch = slot.batch;
   Tracer::Scope span = call_span(tracer_, Phase::Backward, slot_id);
   Backend& be = *backend_;
   const int64_t base = plan_.layers[begin_].param_offset;
   const Device d = be.device();
-  // The loss gradient rounded once (autocast's cast back to bf16); the input's made in bf16 and
-  // widened at the end. Both in backward's scratch pair.
+  // The output's gradient rounded once (autocast's cast back to bf16) into backward's scratch, the
+  // other exits' where the pool says; the entries' made in bf16 in the pool, widened at the end.
   Bf16* dy16 = grad_scratch_bf16(0, out_numel(batch));
-  be.to_bf16(out_numel(batch), dy, dy16);
-  Bf16* dx16 = dx ? grad_scratch_bf16(1, in_numel(batch)) : nullptr;
+  be.to_bf16(out_numel(batch), exit_grads.back(), dy16);
   if (!ext16_ && params16_shared_ && params_.numel() > 0) be.to_bf16(params_.numel(), params_.data(), params16_->data_bf16());
   auto pool = [&](int k) { return k < 0 ? nullptr : graph_buffer(k, batch, DType::Bf16).data_bf16(); };
   for (int i = end_ - 1; i >= begin_; --i) {
     const LayerPlan& l = plan_.layers[i];
     const int j = i - begin_;
+    const int exit = graph_back_.exit_of[j];
     const Bf16* gout = i == end_ - 1 ? dy16 : pool(graph_back_.grad_of[j]);
-    const Bf16* xin = l.inputs[0] < begin_ ? slot.in16.data_bf16() : slot.out16[l.inputs[0] - begin_];
+    const Bf16* xin = l.inputs[0] < begin_ ? slot.entry16[boundary_.entry_of(l.inputs[0])].data_bf16()
+                                           : slot.out16[l.inputs[0] - begin_];
     const Bf16* w = weights16() + (l.param_offset - base);
     float* gw = grads_.data() + (l.param_offset - base);
     Tracer::Scope layer = layer_span(tracer_, Phase::Backward, slot_id, l);
     auto run = [&](LayerPass pass, auto&& call) { observed_layer(observer_, tracer_, l, batch, true, pass, call); };
+    if (exit >= 0 && i < end_ - 1) {  // an exit's gradient from later stages, rounded (exact: bf16 values)
+      const int64_t n = batch * numel_of(l.out);
+      const int tmp = graph_back_.exit_tmp[j];
+      Bf16* into = tmp < 0 ? const_cast<Bf16*>(gout) : pool(tmp);
+      be.to_bf16(n, exit_grads[exit], into);
+      if (tmp >= 0) run(LayerPass::BackwardData, [&] { be.add_bf16(n, const_cast<Bf16*>(gout), into, const_cast<Bf16*>(gout)); });
+    }
     switch (l.spec.type) {
       case LayerType::Conv2d:
         run(LayerPass::BackwardWeights,
@@ -102,7 +127,8 @@ void Sequential::backward_graph_bf16(const float* dy, float* dx, bool accumulate
     if (grads_ready) grads_ready(i);
     input_gradients<Bf16>(
         plan_, l, graph_back_.writes[j], batch, gout,
-        [&](const GraphBackward::Write& wr) { return wr.target < 0 ? dx16 : pool(wr.buf); }, pool,
+        [&](const GraphBackward::Write& wr) { return wr.target < 0 && !entry_grads[wr.entry] ? nullptr : pool(wr.buf); },
+        pool,
         [&](Bf16* to, const Bf16* from, int64_t n) { be.copy(d, to, d, from, static_cast<std::size_t>(n) * sizeof(Bf16)); },
         [&](int64_t n, Bf16* to, const Bf16* from) { run(LayerPass::BackwardData, [&] { be.add_bf16(n, to, from, to); }); },
         [&](std::size_t k, Bf16* into, int64_t n, int64_t at) {
@@ -120,7 +146,9 @@ void Sequential::backward_graph_bf16(const float* dy, float* dx, bool accumulate
           });
         });
   }
-  if (dx) be.from_bf16(in_numel(batch), dx16, dx);
+  for (std::size_t k = 0; k < entry_grads.size(); ++k)
+    if (entry_grads[k])
+      be.from_bf16(batch * output_numel(plan_, boundary_.entries[k]), pool(graph_back_.entry_buf[k]), entry_grads[k]);
 }
 
 }  // namespace pb

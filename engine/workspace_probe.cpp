@@ -5,6 +5,7 @@
 #include <string>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "engine/memory_estimate.h"
 #include "engine/model.h"
@@ -22,22 +23,38 @@ std::function<double(const std::vector<LayerPlan>&, int64_t)> probe(const Backen
   return [options, device, cache, sequential, fp32_dx](const std::vector<LayerPlan>& layers, int64_t batch) -> double {
     std::vector<NetPlan> probes;  // each layer alone, in turn, or (sequential) all together
     std::string key = fmt::format("{} {}", batch, sequential);
-    if (sequential && !layers.empty()) {
+    // A stage of a net with skips that reads values from before the layer ahead of it, or gives
+    // values to layers after it, cannot run alone: its layers are probed each alone (the plain
+    // layouts it runs them in).
+    const int first = layers.empty() ? 0 : layers.front().index;
+    bool alone = sequential && !layers.empty();
+    std::vector<int> read(layers.size(), 0);
+    for (std::size_t k = 0; alone && k < layers.size(); ++k) {
+      alone = layers[k].index == first + static_cast<int>(k);  // a run of layers
+      for (int src : layers[k].inputs) {
+        alone = alone && (src >= first || src == first - 1);
+        if (alone && src >= first) ++read[src - first];
+      }
+    }
+    for (std::size_t k = 0; k + 1 < layers.size(); ++k) alone = alone && read[k] > 0;
+    if (alone) {
       NetSpec all;
       all.name = "workspace probe";
       all.input = layers.front().in;
       all.target = Target::Random;
-      if (layers.front().index > 0) all.layers.push_back(LayerSpec{});  // computes the first layer's dx, as above
+      if (first > 0) all.layers.push_back(LayerSpec{});  // computes the first layer's dx, as above
       for (const LayerPlan& l : layers) {
         LayerSpec s = l.spec;
         s.in_channels = -1, s.in_features = -1;
+        s.inputs.clear();  // the layers it reads, in the probe's numbering (the one ahead of it: 0)
+        for (int src : l.inputs) s.inputs.push_back(first > 0 ? src - first + 1 : src);
         all.layers.push_back(s);
-        key += fmt::format("|{} {} {} {} {} {} {} {}", shape_str(l.in), shape_str(l.out), layer_type_name(s.type),
-                           s.kernel_h, s.kernel_w, s.stride_h, s.stride_w, s.pad_h * 1000 + s.pad_w);
+        key += fmt::format("|{} {} {} {} {} {} {} {} {}", shape_str(l.in), shape_str(l.out), layer_type_name(s.type),
+                           s.kernel_h, s.kernel_w, s.stride_h, s.stride_w, s.pad_h * 1000 + s.pad_w, fmt::join(s.inputs, ","));
       }
       probes.push_back(plan_net(all));
     }
-    for (const LayerPlan& l : sequential ? std::vector<LayerPlan>{} : layers) {
+    for (const LayerPlan& l : alone || (sequential && layers.empty()) ? std::vector<LayerPlan>{} : layers) {
       if (!has_weights(l.spec.type)) continue;  // no library call
       // Every strategy computes a layer's input gradient except the net's first layer's: a ReLU
       // before it makes the probe do the same.
@@ -49,6 +66,7 @@ std::function<double(const std::vector<LayerPlan>&, int64_t)> probe(const Backen
       if (dx) one.layers.push_back(LayerSpec{});
       LayerSpec s = l.spec;
       s.in_channels = -1, s.in_features = -1;
+      s.inputs.clear();  // the layer ahead of it
       one.layers.push_back(s);
       probes.push_back(plan_net(one));
       key += fmt::format("|{} {} {} {} {} {} {} {} {}", shape_str(l.in), shape_str(probes.back().output), layer_type_name(s.type), dx,

@@ -1,8 +1,11 @@
 // The plans of the strategies whose workers each run the whole net: regular, dp, ddp, fsdp, zero2.
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "engine/bf16.h"
 #include "engine/check.h"
+#include "engine/graph_stage.h"
 #include "engine/memory_estimate.h"
 #include "strategies/batch.h"
 #include "strategies/plan_gen.h"
@@ -181,6 +184,10 @@ Plan plan_fsdp(const NetPlan& net, const StrategyOptions& o, int64_t batch, cons
   std::vector<int64_t> chunks = chunk_sizes(batch, n);
   chunks.resize(n, 0);  // every worker takes part: each holds shards the others need
   const std::vector<FsdpUnit> units = fsdp_units(net, S);
+  const StageGradients passed = plan_stage_gradients(net, unit_cuts(units));
+  std::vector<int> unit_of(net.layers.size());
+  for (std::size_t u = 0; u < units.size(); ++u)
+    for (int l = units[u].begin; l < units[u].end; ++l) unit_of[l] = static_cast<int>(u);
   PlanBuilder b(name, n, batch, 1);
   const int world = b.group("world", first_workers(n));
   std::vector<int> shard_group(replicas, world), replicate_group(S, -1);
@@ -227,15 +234,15 @@ Plan plan_fsdp(const NetPlan& net, const StrategyOptions& o, int64_t batch, cons
     // gradients of the largest unit input pass between them.
     if (staging > 0) b.buffer(r, BufferRole::Staging, -1, std::llround(staging * kF), DType::Bf16);
     if (S > 1) s.buf(BufferRole::UnitGrads, largest);
-    int64_t scratch = 0, max_in = 0;
-    for (int u = 0; u < nu; ++u) {
-      scratch = std::max(scratch, sequential_buffers(net, units[u].begin, units[u].end, c, bf16).scratch);
-      if (u > 0) max_in = std::max(max_in, c * numel_of(net.layers[units[u].begin].in));
-    }
+    std::vector<SequentialBuffers> unit_buffers;
+    for (int u = 0; u < nu; ++u) unit_buffers.push_back(sequential_buffers(net, units[u].begin, units[u].end, c, bf16));
+    const int64_t scratch = shared_scratch(unit_buffers);
     if (scratch > 0) b.buffer(r, BufferRole::Scratch, -1, scratch);
     if (bf16 && c > 0 && !(param16 && S > 1))
       b.buffer(r, BufferRole::ParamCopy, -1, largest * static_cast<int64_t>(sizeof(Bf16)), DType::Bf16);
-    for (int k = 0; k < 2 && max_in > 0; ++k) s.buf(BufferRole::InputGrad, max_in, k);
+    for (std::size_t k = 0; k < passed.pool.size() && c > 0; ++k)
+      s.buf(BufferRole::InputGrad, c * passed.pool[k], static_cast<int>(k));
+    auto grad_buf = [&](int k) { return k < 0 ? -1 : s.buf(BufferRole::InputGrad, 0, k); };
     auto gathered = [&](int u) {
       const int index = !reshard ? u : prefetch ? u % 2 : -1;  // zero2: a unit's own; fsdp-prefetch: a slot
       const int64_t values = S == 1 ? 0 : reshard ? largest : S * units[u].shard;
@@ -244,6 +251,15 @@ Plan plan_fsdp(const NetPlan& net, const StrategyOptions& o, int64_t batch, cons
     auto act = [&](int u) {
       return u < 0 ? s.buf(BufferRole::Input, c * numel_of(net.input))
                    : b.buffer(r, BufferRole::Activations, u, sequential_buffers(net, units[u].begin, units[u].end, c, bf16).activations);
+    };
+    // The activations a unit reads: its entries' makers' (a chain's: the unit before it).
+    auto entry_acts = [&](int u) {
+      std::vector<int> acts;
+      for (int e : stage_boundary(net, units[u].begin, units[u].end).entries) {
+        const int from = e == kNetInput ? -1 : unit_of[e];
+        if (std::find(acts.begin(), acts.end(), act(from)) == acts.end()) acts.push_back(act(from));
+      }
+      return acts;
     };
     // The unit's communication and Free carry its layers: the executor finds its shard's place by them.
     auto of_unit = [&](Action& a, int u) {
@@ -265,23 +281,33 @@ Plan plan_fsdp(const NetPlan& net, const StrategyOptions& o, int64_t batch, cons
     for (int u = 0; u < nu; ++u) {
       if (!prefetch || u == 0) gather(u);
       if (prefetch && u + 1 < nu) pending = gather(u + 1, true);
-      if (c > 0) b.compute(r, ActionKind::Forward, units[u].begin, units[u].end, 0, {act(u - 1), gathered(u)}, {act(u)});
+      if (c > 0) {
+        std::vector<int> reads = entry_acts(u);
+        reads.push_back(gathered(u));
+        b.compute(r, ActionKind::Forward, units[u].begin, units[u].end, 0, reads, {act(u)});
+      }
       if (reshard) of_unit(b.compute(r, ActionKind::Free, -1, -1, -1, {}, {gathered(u)}), u);
       settle();
     }
     if (prefetch && reshard) pending = gather(nu - 1, true);  // backward's first unit, under the loss
     if (c > 0) s.loss(act(nu - 1), c);
-    int dy = s.dy();
     for (int u = nu - 1; u >= 0; --u) {
       settle();
       if (reshard && !prefetch) gather(u);
       if (reshard && prefetch && u > 0) pending = gather(u - 1, true);
       const int ug = s.buf(BufferRole::UnitGrads, 0);
-      const int dx = u > 0 ? s.buf(BufferRole::InputGrad, 0, u % 2) : -1;
+      // The gradients of its exits (the loss's, or passed from later units) in; of its entries out.
+      std::vector<int> dys, dxs;
+      for (int k : passed.exit_buf[u]) dys.push_back(k < 0 ? s.dy() : grad_buf(k));
+      for (std::size_t k = 0; k < passed.entry_buf[u].size(); ++k)
+        for (int at : {passed.entry_buf[u][k], passed.entry_tmp[u][k]})
+          if (at >= 0) dxs.push_back(grad_buf(at));
       if (c > 0) {
-        b.compute(r, ActionKind::BackwardWeights, units[u].begin, units[u].end, 0, {dy, act(u - 1)}, {ug});
-        b.compute(r, ActionKind::BackwardData, units[u].begin, units[u].end, 0, {dy, gathered(u)},
-                  dx >= 0 ? std::vector<int>{dx} : std::vector<int>{});
+        std::vector<int> weights_reads = dys, acts = entry_acts(u), data_reads = dys;
+        weights_reads.insert(weights_reads.end(), acts.begin(), acts.end());
+        data_reads.push_back(gathered(u));
+        b.compute(r, ActionKind::BackwardWeights, units[u].begin, units[u].end, 0, weights_reads, {ug});
+        b.compute(r, ActionKind::BackwardData, units[u].begin, units[u].end, 0, data_reads, dxs);
       }
       Action& rs = on_wire(b.collective(r, CollKind::ReduceScatter, group, units[u].shard, S * units[u].shard * kF, false),
                            o.reduce_dtype);
@@ -295,7 +321,6 @@ Plan plan_fsdp(const NetPlan& net, const StrategyOptions& o, int64_t batch, cons
         of_unit(ar, u);
       }
       of_unit(b.compute(r, ActionKind::Free, -1, -1, -1, {}, {gathered(u)}), u);
-      dy = dx;
     }
     b.compute(r, ActionKind::Optimizer, -1, -1, -1, {shard_grads}, {shard_params, s.adam(total)}).bytes =
         total * kF;

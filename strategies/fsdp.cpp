@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "engine/check.h"
+#include "engine/graph_stage.h"
 #include "engine/process.h"
 #include "strategies/batch.h"
 #include "strategies/executor.h"
@@ -65,6 +66,18 @@ class FullyShardedDataParallel final : public GroupStrategy {
       for (int l = units_[u].begin; l < units_[u].end; ++l) unit_at_[l] = static_cast<int>(u);
       largest_ = std::max(largest_, ways() * units_[u].shard);
     }
+    passed_ = plan_stage_gradients(plan(), unit_cuts(units_));
+    entry_from_.assign(units_.size(), {});
+    for (std::size_t u = 0; u < units_.size(); ++u)
+      for (int e : stage_boundary(plan(), units_[u].begin, units_[u].end).entries) {
+        if (e == kNetInput) {
+          entry_from_[u].push_back({-1, 0});
+          continue;
+        }
+        const int from = unit_at_[e];
+        const std::vector<int> exits = stage_boundary(plan(), units_[from].begin, units_[from].end).exits;
+        entry_from_[u].push_back({from, static_cast<int>(std::find(exits.begin(), exits.end(), e) - exits.begin())});
+      }
     shards_.clear();
     shards_.resize(workers());
     models_.clear();
@@ -141,11 +154,10 @@ class FullyShardedDataParallel final : public GroupStrategy {
     if (n > 0) w.t.copy_from_host(t.data() + at * out, n * out);
     w.dy = Tensor::empty({n * out}, w.device);
     w.loss = Tensor::zeros({1}, w.be());
-    // Input gradients between units: two buffers of the largest unit input, used in turn.
-    int64_t max_in = 0;
-    for (std::size_t u = 1; u < units_.size(); ++u) max_in = std::max(max_in, n * numel_of(plan().layers[units_[u].begin].in));
+    // The gradients passed between units (plan_stage_gradients: a chain's, two buffers in turn).
     Shard& s = shards_[w.rank];
-    for (Tensor& b : s.dx) b = Tensor::empty({max_in}, w.device);
+    s.passed.clear();
+    for (int64_t values : passed_.pool) s.passed.push_back(Tensor::empty({n > 0 ? n * values : 0}, w.device));
     // Without a chunk nothing writes the whole gradients: the reduce-scatter then adds zeros.
     if (n == 0 && s.unit_grads.defined()) w.be().fill(s.unit_grads.data(), s.unit_grads.numel(), 0.0f);
   }
@@ -159,7 +171,7 @@ class FullyShardedDataParallel final : public GroupStrategy {
     Shard& s = shards_[r];
     auto& models = models_[r];
     const float* cur = w.x.data();
-    const float* dy = w.dy.data();
+    auto passed = [&](int k) { return k < 0 ? nullptr : s.passed[k].data(); };
     auto unit_of = [&](const Action& a) {
       PB_CHECK(a.layer_begin >= 0, "{}: {} names no unit", name(), describe(plan_, r, a.id));
       return unit_at_[a.layer_begin];
@@ -195,18 +207,32 @@ class FullyShardedDataParallel final : public GroupStrategy {
     };
     b.compute = [&](const Action& a) {
       switch (a.kind) {
-        case ActionKind::Forward: cur = models[unit_of(a)]->forward(cur, n); break;
+        case ActionKind::Forward: {  // its entries: the input, or exits of the units before it
+          const int u = unit_of(a);
+          std::vector<const float*> entries;
+          for (auto [from, k] : entry_from_[u]) entries.push_back(from < 0 ? w.x.data() : models[from]->exit_value(k));
+          cur = models[u]->forward(entries, n);
+          break;
+        }
         case ActionKind::Loss: {
           auto loss_span = w.tracer.compute(Phase::Loss, 0, [] { return std::string("mse loss"); });
           w.be().mse_loss_grad(n * out, cur, w.t.data(), grad_scale(), w.dy.data(), w.loss.data());
           break;
         }
         case ActionKind::BackwardWeights: grads_view(unit_of(a)); break;  // one call computes both backwards
-        case ActionKind::BackwardData: {
+        case ActionKind::BackwardData: {  // a later reader's part of an entry's gradient: made apart, added
           const int u = unit_of(a);
-          float* dx = u > 0 ? s.dx[u % 2].data() : nullptr;
-          models[u]->backward(dy, dx, false);
-          dy = dx;
+          std::vector<const float*> dys;
+          std::vector<float*> dxs;
+          for (int k : passed_.exit_buf[u]) dys.push_back(k < 0 ? w.dy.data() : passed(k));
+          for (std::size_t k = 0; k < passed_.entry_buf[u].size(); ++k)
+            dxs.push_back(passed(passed_.entry_tmp[u][k] >= 0 ? passed_.entry_tmp[u][k] : passed_.entry_buf[u][k]));
+          models[u]->backward(dys, dxs, false);
+          const std::vector<int>& entries = models[u]->boundary().entries;
+          for (std::size_t k = 0; k < entries.size(); ++k)
+            if (const int tmp = passed_.entry_tmp[u][k]; tmp >= 0)
+              w.be().add(n * numel_of(plan().layers[entries[k]].out), passed(passed_.entry_buf[u][k]), passed(tmp),
+                         passed(passed_.entry_buf[u][k]));
           break;
         }
         case ActionKind::Free: release(*models[unit_of(a)]); break;
@@ -225,7 +251,7 @@ class FullyShardedDataParallel final : public GroupStrategy {
   struct Shard {
     Tensor params, grads;  // this worker's shard of every unit, concatenated
     Tensor gathered, unit_grads;  // whole parameters and gradients (more than one worker)
-    Tensor dx[2];
+    std::vector<Tensor> passed;   // passed_.pool's buffers
   };
 
   // A unit's whole values (padded to N shards): a view of the shard itself on one worker, else
@@ -255,6 +281,8 @@ class FullyShardedDataParallel final : public GroupStrategy {
   std::vector<std::vector<std::unique_ptr<Sequential>>> models_;  // per worker, per unit
   std::vector<int64_t> chunks_, offsets_;
   std::vector<int> unit_at_;  // per layer: the unit it belongs to
+  StageGradients passed_;     // the gradients passed between units
+  std::vector<std::vector<std::pair<int, int>>> entry_from_;  // per unit, per entry: its unit and exit (-1: the input)
   Plan plan_;                 // the step, every worker's actions
 };
 

@@ -2,6 +2,7 @@
 #include "strategies/registry.h"
 
 #include <algorithm>
+#include <set>
 #include <stdexcept>
 #include <utility>
 
@@ -280,18 +281,23 @@ std::unique_ptr<Strategy> make_strategy(const std::string& name, const StrategyO
   return entry_of(*spec).make(opts);
 }
 
+bool runs_skips(const std::string& name) {
+  static const std::set<std::string> whole{"regular", "dp", "ddp", "fsdp", "zero2", "fsdp-prefetch", "zero2-prefetch"};
+  const auto spec = parse_strategy(name);
+  return whole.count(name) > 0 || (spec && spec->member_of(kHsdpFamily));
+}
+
 std::string skips_refusal(const std::string& name, const NetPlan& plan) {
-  return fmt::format("{}: the net has skips ({}); only regular, dp and ddp, whose workers each hold the whole net, run "
-                     "such nets yet", name, first_skip(plan));
+  return fmt::format("{}: the net has skips ({}); only the strategies whose workers each run the whole net (regular, "
+                     "dp, ddp, fsdp, zero2, their -prefetch variants, hsdp) run such nets yet", name, first_skip(plan));
 }
 
 namespace {
 Plan plan_of(const std::string& name, const NetPlan& net, const StrategyOptions& opts, int64_t batch) {
   if (opts.devices < 1) throw UsageError(fmt::format("--devices must be at least 1, got {}", opts.devices));
-  if (net.has_skips() && name != "regular" && name != "dp" && name != "ddp")
-    throw UsageError(skips_refusal(name, net));
+  if (net.has_skips() && !runs_skips(name)) throw UsageError(skips_refusal(name, net));
   if (net.has_skips() && opts.backend.precision == Precision::Bf16)
-    if (const std::string why = bf16_graph_refusal(net, 0, static_cast<int>(net.layers.size())); !why.empty())
+    if (const std::string why = bf16_graph_refusal(net); !why.empty())
       throw UsageError(fmt::format("{}: precision bf16: {}", name, why));
   if (batch < 1) throw UsageError(fmt::format("--batch must be at least 1, got {}", batch));
   check_wire_dtypes(name, opts);

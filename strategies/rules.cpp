@@ -259,6 +259,13 @@ std::vector<FsdpUnit> fsdp_units(const NetPlan& plan, int workers) {
   return units;
 }
 
+std::vector<int> unit_cuts(const std::vector<FsdpUnit>& units) {
+  std::vector<int> cuts;
+  for (const FsdpUnit& u : units) cuts.push_back(u.begin);
+  cuts.push_back(units.back().end);
+  return cuts;
+}
+
 std::vector<TpSlice> tp_slices(const NetPlan& plan, int n, const std::string& strategy) {
   std::vector<TpSlice> slices(plan.layers.size());
   std::vector<int64_t> at(n, 0);

@@ -88,6 +88,8 @@ struct FsdpUnit {
   int64_t param_offset = 0;    // in the whole net's flat vector
 };
 std::vector<FsdpUnit> fsdp_units(const NetPlan& plan, int workers);
+// Where the units begin, and the last one's end: stage cuts (engine/graph_stage.h).
+std::vector<int> unit_cuts(const std::vector<FsdpUnit>& units);
 
 // tp: per layer, its output channels over `ways` workers (Megatron's column split).
 struct TpSlice {

@@ -187,8 +187,10 @@ struct StrategySpec {
 // nullopt for a name that is neither a registered strategy or family nor a family's member.
 std::optional<StrategySpec> parse_strategy(const std::string& name);
 
-// Why strategy `name` does not run `plan`, a net with skips (residual adds, U-Net concats): only
-// regular, dp and ddp, whose workers each hold the whole net, run those yet.
+// Whether strategy `name` runs nets with skips (residual adds, U-Net concats): those whose
+// workers each run the whole net (regular, dp, ddp, and the fsdp family over its units) do so far.
+bool runs_skips(const std::string& name);
+// Why strategy `name` does not run `plan`, a net with skips.
 std::string skips_refusal(const std::string& name, const NetPlan& plan);
 
 // Every strategy, in display order (the seed's comparison first).

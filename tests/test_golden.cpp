@@ -228,9 +228,10 @@ TEST(GoldenFixtures, CoverTheRequiredCases) {
     EXPECT_NE(std::find(names.begin(), names.end(), n), names.end()) << n;
 }
 
-// Nets with skips (tests/fixtures/graph/): the strategies whose workers hold the whole net follow
-// PyTorch's trajectory on every split of the batch; the rest refuse them (tests/test_graph_nets.cpp).
-TEST(GraphFixtures, ReplicasReproducePyTorchTrajectory) {
+// Nets with skips (tests/fixtures/graph/): the strategies whose workers run the whole net follow
+// PyTorch's trajectory on every split of the batch -- fsdp's with skips crossing one unit and
+// several -- and the rest refuse them (tests/test_graph_nets.cpp).
+TEST(GraphFixtures, WholeNetStrategiesReproducePyTorchTrajectory) {
   int nets = 0;
   for (const auto& e : fs::directory_iterator(pb::test::source_dir() / "tests/fixtures/graph")) {
     SCOPED_TRACE(e.path().filename().string());
@@ -238,10 +239,12 @@ TEST(GraphFixtures, ReplicasReproducePyTorchTrajectory) {
     ASSERT_TRUE(plan_net(load_net_json((e.path() / "net.json").string())).has_skips());
     expect_pytorch_trajectory(e.path(), "regular", 1);
     const int64_t batch = read_npy((e.path() / "input.npy").string()).shape[0];
-    for (int n = 2; n <= batch; ++n) {
-      expect_pytorch_trajectory(e.path(), "dp", n);
-      expect_pytorch_trajectory(e.path(), "ddp", n);
+    for (int n = 2; n <= 4; ++n) {
+      if (n <= batch)  // dp and ddp take a torch.chunk piece each
+        for (const char* s : {"dp", "ddp"}) expect_pytorch_trajectory(e.path(), s, n);
+      for (const char* s : {"fsdp", "zero2", "fsdp-prefetch", "zero2-prefetch"}) expect_pytorch_trajectory(e.path(), s, n);
     }
+    expect_pytorch_trajectory(e.path(), "hsdp2x2", 4);
   }
   EXPECT_GE(nets, 2);
 }

@@ -90,7 +90,7 @@ double check_every_strategy(const NetSpec& net, int64_t batch, Precision precisi
     if (c.micro > 3 && batch < 2 * c.micro - 1) continue;
     if (!tp_takes && (c.strategy == "tp" || c.strategy.find("xtp") != std::string::npos)) continue;
     if (c.strategy == "pipeline-zbv" && 2 * c.devices > static_cast<int>(plan.layers.size())) continue;  // a stage a layer at least
-    if (plan.has_skips() && c.strategy != "regular" && c.strategy != "dp" && c.strategy != "ddp") continue;
+    if (plan.has_skips() && !runs_skips(c.strategy)) continue;
     SCOPED_TRACE(fmt::format("{}: {} x{} {}", net.name, c.strategy, c.devices, precision_name(precision)));
     StrategyOptions o;
     o.devices = c.devices;

@@ -35,10 +35,13 @@ replay-ddp | replay-mp | replay-pipeline | replay-pipeline-1f1b | replay-pipelin
   # stages defer different numbers of W's), pipeline-interleaved (8 chunks, the last worker's
   # activations wrapping to the first) and pipeline-zbv (8 chunks in a V, gradients on their own
   # communicator) also on 4 processes.
+  # ddp and the fsdp family also on a net with skips (a residual net: skips crossing fsdp's units).
   BATCHES=4
   [[ $S == fsdp* || $S == zero2* ]] && BATCHES="4 3"
+  NETS=("--workload $HERE/../fixtures/conv_odd/net.json" "--workload linear")
+  [[ $S == ddp || $S == fsdp* || $S == zero2* ]] && NETS+=("--workload $HERE/../fixtures/graph/resnet_small/net.json")
   for B in $BATCHES; do
-  for W in "--workload $HERE/../fixtures/conv_odd/net.json" "--workload linear"; do
+  for W in "${NETS[@]}"; do
     [[ ($S == mp || $S == pipeline*) && $W == *linear* ]] && continue  # one layer: no two stages
     A="$W --steps 5 --batch $B --micro-batches 2 --device-kind cpu"
     [[ $S == pipeline-* ]] && A="$W --steps 5 --batch 7 --micro-batches 4 --device-kind cpu"  # 2,2,2,1: more than P in flight
