@@ -158,6 +158,7 @@ std::string workload_sizing(const Flags& f, const NetSpec& net);
 int cmd_replay(const std::vector<std::string>& args);
 int cmd_train(const std::vector<std::string>& args);
 int cmd_devices(const std::vector<std::string>& args);
+int cmd_net(const std::vector<std::string>& args);
 int cmd_run(const std::vector<std::string>& args);
 int cmd_report(const std::vector<std::string>& args);
 int cmd_compare(const std::vector<std::string>& args);

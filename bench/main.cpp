@@ -34,6 +34,7 @@ const char* kUsage =
     "            profile; --validate against a measured run\n"
     "  calibrate time this machine's collectives and write its machine description (for project)\n"
     "  plan      one training step of a strategy as data: every worker's actions, buffers and bytes\n"
+    "  net       a workload's net as JSON (the format --workload FILE reads), to edit and run\n"
     "\n"
     "Run 'parbench <command> --help' for a command's flags; 'parbench --version' for the version.\n";
 
@@ -78,6 +79,7 @@ int dispatch(const std::string& cmd, const std::vector<std::string>& args) {
   if (cmd == "project") return pb::cmd_project(args);
   if (cmd == "calibrate") return pb::cmd_calibrate(args);
   if (cmd == "plan") return pb::cmd_plan(args);
+  if (cmd == "net") return pb::cmd_net(args);
   fmt::print(stderr, "parbench: error: unknown command '{}' (see parbench --help)\n", cmd);
   return 2;
 }

@@ -12,6 +12,7 @@ under <out>/graph/<name>/ (their bf16 ones under <out>/bf16/<name>/ too).
     /usr/bin/python3 scripts/make_fixtures.py [--out DIR] [--steps K]
 """
 import argparse
+import math
 import os
 import shutil
 
@@ -152,6 +153,90 @@ def make_fixture(net, batch, out_dir, steps, bf16=False):
         expected["autocast"] = "cpu bfloat16"
     torchnet.write_json(os.path.join(directory, "expected.json"), expected)
     return losses
+
+
+# The built-in workloads `resnet` and `unet` (workloads/workload.cpp) as PyTorch writes them:
+# scripts/torch_export.py exports these to the nets `parbench net --workload resnet|unet` writes
+# (tests/export/export_test.py).
+def scaled(channels, width):
+    """A channel count scaled by --width as parbench does: rounded half away from zero, at least 1."""
+    return max(1, int(math.floor(channels * width + 0.5)))
+
+
+class BasicBlock(nn.Module):
+    """ResNet-18's basic block without normalization: two 3x3 convs, the block's input added
+    (through a 1x1 projection where the shape changes, torchvision's downsample), ReLU."""
+
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1)
+        self.downsample = nn.Conv2d(cin, cout, 1, stride, 0) if stride != 1 or cin != cout else None
+
+    def forward(self, x):
+        out = self.conv2(torch.relu(self.conv1(x)))
+        identity = x if self.downsample is None else self.downsample(x)
+        return torch.relu(out + identity)
+
+
+class ResNet(nn.Module):
+    """`resnet`: a 7x7 stride-2 stem, ReLU, 2x2 max pooling, four stages of two basic blocks
+    (channels 64-128-256-512 times `width`), flatten and a linear layer to 10 outputs."""
+
+    def __init__(self, image, width):
+        super().__init__()
+        channels = scaled(64, width)
+        self.conv1 = nn.Conv2d(3, channels, 7, 2, 3)
+        self.pool = nn.MaxPool2d(2)
+        for stage in range(4):
+            out = scaled(64 << stage, width)
+            blocks = [BasicBlock(channels if b == 0 else out, out, 2 if stage > 0 and b == 0 else 1) for b in range(2)]
+            setattr(self, f"layer{stage + 1}", nn.Sequential(*blocks))
+            channels = out
+        with torch.no_grad():
+            features = self.features(torch.zeros(1, 3, image, image)).numel()
+        self.fc = nn.Linear(features, 10)
+
+    def features(self, x):
+        x = self.pool(torch.relu(self.conv1(x)))
+        return self.layer4(self.layer3(self.layer2(self.layer1(x))))
+
+    def forward(self, x):
+        return self.fc(torch.flatten(self.features(x), 1))
+
+
+def double_conv(cin, cout):
+    return nn.Sequential(nn.Conv2d(cin, cout, 3, 1, 1), nn.ReLU(), nn.Conv2d(cout, cout, 3, 1, 1), nn.ReLU())
+
+
+class UNet(nn.Module):
+    """`unet`: depth 4, two 3x3 conv + ReLU per level (channels 32-64-128-256 times `width`), 2x2
+    max pooling down; up, a 2x2 stride-2 transposed conv, the level's encoder output concatenated
+    after it, two 3x3 conv + ReLU; a 1x1 conv to 3 channels."""
+
+    def __init__(self, width):
+        super().__init__()
+        self.down, self.up, self.dec = nn.ModuleList(), nn.ModuleList(), nn.ModuleList()
+        cin = 3
+        for level in range(4):
+            self.down.append(double_conv(cin, scaled(32 << level, width)))
+            cin = scaled(32 << level, width)
+        self.pool = nn.MaxPool2d(2)
+        for level in (2, 1, 0):
+            out = scaled(32 << level, width)
+            self.up.append(nn.ConvTranspose2d(cin, out, 2, 2))
+            self.dec.append(double_conv(2 * out, out))
+            cin = out
+        self.head = nn.Conv2d(cin, 3, 1)
+
+    def forward(self, x):
+        skips = []
+        for level, block in enumerate(self.down):
+            x = block(x if level == 0 else self.pool(x))
+            skips.append(x)
+        for k, (up, dec) in enumerate(zip(self.up, self.dec)):
+            x = dec(torch.cat([up(x), skips[2 - k]], dim=1))
+        return self.head(x)
 
 
 def main():

@@ -151,7 +151,8 @@ TEST_F(FlagFiles, RunHelpListsTheRegisteredStrategies) {
 TEST_F(FlagFiles, OutSaysWhetherItIsAFolderAPrefixOrAFile) {
   const std::map<std::string, std::string> what = {
       {"run", "a folder"},   {"replay", "a folder"},  {"ab", "a folder"},        {"compare", "a file"},
-      {"profile", "a file"}, {"calibrate", "a file"}, {"project", "a prefix"}, {"report", "a prefix"}};
+      {"profile", "a file"}, {"calibrate", "a file"}, {"project", "a prefix"}, {"report", "a prefix"},
+      {"net", "a file"}};
   for (const auto& [command, kind] : what) EXPECT_THAT(help_line(command, "out"), HasSubstr(kind)) << command;
 }
 

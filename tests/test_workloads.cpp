@@ -101,6 +101,45 @@ TEST(Workloads, UnetIsADepthFourUNet) {
   }
 }
 
+// net_to_json writes what parse_net_json reads back as the same net: the built-ins, a fixture with
+// named layers and skips from the input, a net with declared input sizes and non-square kernels.
+TEST(Workloads, NetJsonRoundTrips) {
+  NetSpec odd = parse_net_json(R"({"name": "odd", "input": [2, 7, 5], "target": "random", "lr": 0.002,
+    "weight_decay": 0.01, "betas": [0.8, 0.99], "eps": 1e-6, "layers": [
+    {"type": "conv2d", "in_channels": 2, "out_channels": 3, "kernel_size": [3, 1], "padding": [1, 0]},
+    {"type": "relu", "name": "r"}, {"type": "concat", "inputs": ["r", "input"]},
+    {"type": "conv2d", "out_channels": 2, "kernel_size": [1, 3], "stride": [2, 1], "padding": [0, 1]}, {"type": "flatten"},
+    {"type": "linear", "out_features": 4, "name": "head.fc"}]})", "odd.json");
+  std::vector<NetSpec> nets = {great_net(32, 0.25), resnet(32, 0.25), unet(16, 0.25), linear_net(), odd,
+                               load_net_json((test::source_dir() / "tests/fixtures/graph/unet_small/net.json").string())};
+  for (NetSpec& net : nets) {
+    SCOPED_TRACE(net.name);
+    if (scaled_workload(net.name)) net.name += "-copy";  // a file may not take a built-in's name
+    const std::string text = net_to_json(net);
+    const NetSpec back = parse_net_json(text, "written.json");
+    EXPECT_EQ(back.name, net.name);
+    EXPECT_EQ(back.target, net.target);
+    EXPECT_EQ(back.adam.lr, net.adam.lr);
+    EXPECT_EQ(back.adam.weight_decay, net.adam.weight_decay);
+    EXPECT_EQ(back.adam.beta1, net.adam.beta1);
+    EXPECT_EQ(back.adam.beta2, net.adam.beta2);
+    EXPECT_EQ(back.adam.eps, net.adam.eps);
+    const NetPlan a = plan_net(net), b = plan_net(back);
+    ASSERT_EQ(a.layers.size(), b.layers.size());
+    EXPECT_EQ(a.input, b.input);
+    for (std::size_t i = 0; i < a.layers.size(); ++i) {
+      EXPECT_EQ(b.layers[i].spec.type, a.layers[i].spec.type) << "layer " << i;
+      EXPECT_EQ(b.layers[i].spec.name, a.layers[i].spec.name) << "layer " << i;
+      EXPECT_EQ(b.layers[i].inputs, a.layers[i].inputs) << "layer " << i;
+      EXPECT_EQ(b.layers[i].out, a.layers[i].out) << "layer " << i;
+      EXPECT_EQ(b.layers[i].param_offset, a.layers[i].param_offset) << "layer " << i;
+      EXPECT_EQ(b.layers[i].spec.stride_h, a.layers[i].spec.stride_h) << "layer " << i;
+      EXPECT_EQ(b.layers[i].spec.pad_w, a.layers[i].spec.pad_w) << "layer " << i;
+    }
+  }
+  EXPECT_THAT(net_to_json(nets[4]), HasSubstr(R"("inputs":[1,"input"])"));
+}
+
 TEST(Workloads, LinearIsTheTutorialsModel) {
   const NetPlan p = plan_net(linear_net());
   EXPECT_EQ(p.input, Shape{5});

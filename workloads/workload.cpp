@@ -383,6 +383,57 @@ std::string adam_lr_problem(double lr) {
 
 NetSpec load_net_json(const std::string& path) { return parse_net_json(read_file(path), path); }
 
+std::string net_to_json(const NetSpec& net) {
+  using json = nlohmann::ordered_json;  // fields in the order a person reads them
+  auto pair = [](int64_t h, int64_t w) { return h == w ? json(h) : json::array({h, w}); };
+  json layers = json::array();
+  for (std::size_t i = 0; i < net.layers.size(); ++i) {
+    const LayerSpec& s = net.layers[i];
+    json l = {{"type", layer_type_name(s.type)}};
+    if (!s.name.empty()) l["name"] = s.name;
+    if (s.type == LayerType::Conv2d || s.type == LayerType::ConvTranspose2d) {
+      l["out_channels"] = s.out_channels;
+      if (s.in_channels >= 0) l["in_channels"] = s.in_channels;
+      l["kernel_size"] = pair(s.kernel_h, s.kernel_w);
+      l["stride"] = pair(s.stride_h, s.stride_w);
+      l["padding"] = pair(s.pad_h, s.pad_w);
+    } else if (s.type == LayerType::Linear) {
+      l["out_features"] = s.out_features;
+      if (s.in_features >= 0) l["in_features"] = s.in_features;
+    }
+    const bool previous = s.inputs.empty() || (s.inputs.size() == 1 && s.inputs[0] == static_cast<int>(i) - 1);
+    if (!previous) {
+      json in = json::array();
+      for (int src : s.inputs) in.push_back(src == kNetInput ? json("input") : json(src));
+      l["inputs"] = in;
+    }
+    layers.push_back(l);
+  }
+  json j = {{"name", net.name},
+            {"input", net.input},
+            {"layers", layers},
+            {"target", net.target == Target::Input ? "input" : "random"},
+            {"lr", net.adam.lr},
+            {"weight_decay", net.adam.weight_decay},
+            {"betas", {net.adam.beta1, net.adam.beta2}},
+            {"eps", net.adam.eps}};
+  // One layer a line: a file people read and edit.
+  std::string out = "{\n";
+  bool first = true;
+  for (const auto& [k, v] : j.items()) {
+    if (!first) out += ",\n";
+    first = false;
+    if (k != "layers") {
+      out += fmt::format("  {}: {}", json(k).dump(), v.dump());
+      continue;
+    }
+    out += "  \"layers\": [\n";
+    for (std::size_t i = 0; i < v.size(); ++i) out += fmt::format("    {}{}\n", v[i].dump(), i + 1 < v.size() ? "," : "");
+    out += "  ]";
+  }
+  return out + "\n}\n";
+}
+
 std::vector<std::string> builtin_workloads() { return {"great_net", "resnet", "unet", "linear"}; }
 
 NetSpec resolve_workload(const std::string& name, const WorkloadOptions& opts) {

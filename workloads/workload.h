@@ -43,6 +43,9 @@ NetSpec parse_net_json(const std::string& text, const std::string& source);
 inline constexpr std::size_t kMaxWorkloadName = 64;
 void check_workload_name(const std::string& name, const std::string& where);
 NetSpec load_net_json(const std::string& path);
+// The net as the JSON parse_net_json reads: every layer's fields, "inputs" where a layer reads
+// other than the one before it, the target and Adam's settings; parse_net_json gives it back.
+std::string net_to_json(const NetSpec& net);
 // Why `lr` is not a usable Adam learning rate ("must be ..."), or empty when it is.
 std::string adam_lr_problem(double lr);
 

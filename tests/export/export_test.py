@@ -72,6 +72,31 @@ class RoundTrip(unittest.TestCase):
                 self.assertEqual(sorted(params), sorted(model.state_dict()))
 
 
+class BuiltinNets(unittest.TestCase):
+    def test_pytorch_definitions_export_to_the_nets_parbench_builds(self):
+        """scripts/make_fixtures.py's ResNet and UNet, exported, are `parbench net`'s resnet and unet
+        (layers, the layers each reads, input and target; the exported names are module paths)."""
+        import make_fixtures
+
+        def strip(layers):
+            return [{k: v for k, v in layer.items() if k != "name"} for layer in canonical(layers)]
+
+        for name, image, width in (("resnet", 32, 0.125), ("resnet", 64, 0.5), ("unet", 16, 0.25), ("unet", 32, 0.5)):
+            with self.subTest(net=name, image=image, width=width):
+                p = subprocess.run([PARBENCH, "net", "--workload", name, "--image", str(image), "--width", str(width)],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                self.assertEqual(p.returncode, 0, p.stderr)
+                want = json.loads(p.stdout)
+                torch.manual_seed(0)
+                model = make_fixtures.ResNet(image, width) if name == "resnet" else make_fixtures.UNet(width)
+                got, params = torch_export.export(model, [3, image, image])
+                self.assertEqual(got["input"], want["input"])
+                self.assertEqual(got["target"], want["target"])
+                self.assertEqual(strip(got["layers"]), strip(want["layers"]))
+                self.assertEqual(sorted(params), sorted(model.state_dict()))
+                self.assertGreater(sum(layer["type"] in ("add", "concat") for layer in want["layers"]), 2)
+
+
 class UserModule(unittest.TestCase):
     def test_named_parts_replay_as_pytorch_trains_them(self):
         with tempfile.TemporaryDirectory() as tmp:
