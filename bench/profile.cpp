@@ -201,6 +201,7 @@ ojson layer_json(const LayerPlan& l, int i, const std::vector<NetProfile>& profi
   e["type"] = layer_type_name(l.spec.type);
   e["in"] = l.in;
   e["out"] = l.out;
+  if (l.inputs.size() != 1 || l.inputs[0] != i - 1) e["inputs"] = l.inputs;  // a net with skips: what it reads
   e["params"] = l.weight_numel + l.bias_numel;
   e["forward_flops"] = l.forward_flops;
   std::vector<double> fw, bd, bw;
@@ -293,11 +294,6 @@ int cmd_profile(const std::vector<std::string>& args) {
   const WorkloadOptions wo = workload_options(f, a.kind);
   const NetSpec net = resolve_workload(f.str("workload"), wo);
   const NetPlan plan = plan_net(net);
-  // A profile lists layers as a chain, which project would price: a net with skips waits for
-  // profiles that keep them.
-  if (plan.has_skips())
-    throw UsageError(fmt::format("profile: workload {} has skips ({}); profiles (and so project) describe chains of "
-                                 "layers only, yet", net.name, first_skip(plan)));
   check_memory_fits(plan, a.batches.back(), a.kind, 1, 0, workload_sizing(f, net));
   BackendOptions bo;
   bo.threads = static_cast<int>(a.threads);

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "engine/check.h"
+#include "engine/graph_stage.h"
 #include "engine/model.h"
 #include "engine/model_detail.h"
 #include "engine/tensor.h"
@@ -220,7 +221,8 @@ std::vector<LayerConvChoice> layer_conv_choices(const NetPlan& plan, int64_t bat
   const int L = static_cast<int>(plan.layers.size());
   for (int i = 0; i < L; ++i) {
     const LayerPlan& l = plan.layers[i];
-    if (l.spec.type == LayerType::Flatten) {
+    // No library call to choose for: a flatten, or a join of several values (an add, a concat).
+    if (l.spec.type == LayerType::Flatten || stage_boundary(plan, i, i + 1).entries.size() > 1) {
       out.emplace_back();
       continue;
     }

@@ -18,8 +18,7 @@ NetPlan net_of(const Profile& p) {
   for (const LayerProfile& l : p.layers) {
     LayerPlan lp;
     lp.index = static_cast<int>(plan.layers.size());
-    lp.inputs = {lp.index - 1};  // a profile's layers are a chain
-    lp.readers = lp.index + 1 < static_cast<int>(p.layers.size()) ? 1 : 0;
+    lp.inputs = l.inputs.empty() ? std::vector<int>{lp.index - 1} : l.inputs;  // empty: a chain's
     if (!parse_layer_type(l.type, &lp.spec.type))
       throw UsageError(fmt::format("{}: layer {}: unknown type '{}'", p.source, l.index, l.type));
     lp.in = l.in, lp.out = l.out;
@@ -33,6 +32,9 @@ NetPlan net_of(const Profile& p) {
     plan.forward_flops += l.forward_flops;
     plan.layers.push_back(lp);
   }
+  for (const LayerPlan& l : plan.layers)
+    for (int src : l.inputs)
+      if (src >= 0) ++plan.layers[src].readers;
   if (!plan.layers.empty()) plan.input = plan.layers.front().in, plan.output = plan.layers.back().out;
   return plan;
 }

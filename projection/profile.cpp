@@ -104,6 +104,15 @@ Profile parse_profile(const std::string& text, const std::string& source) {
     lp.in = l.ints("in", 1);
     lp.out = l.ints("out", 1);
     if (lp.in.empty() || lp.out.empty()) l.fail(l.at_path(lp.in.empty() ? "in" : "out"), "a per-sample shape");
+    if (l.has("inputs")) {  // a net with skips (profiles since graphs): the layers it reads
+      const std::vector<int64_t> inputs = l.ints("inputs", kNetInput);
+      if (inputs.empty()) l.fail(l.at_path("inputs"), "a non-empty array of earlier layers' indices (-1: the net's input)");
+      for (int64_t src : inputs) {
+        if (src >= static_cast<int64_t>(i))
+          l.fail(l.at_path("inputs"), fmt::format("earlier layers' indices (-1: the net's input), got {}", src));
+        lp.inputs.push_back(static_cast<int>(src));
+      }
+    }
     lp.params = l.integer("params", 0);
     lp.forward_flops = l.number("forward_flops", 0);
     lp.forward_s = l.numbers("forward_s", nb, 0);
@@ -140,8 +149,12 @@ Profile parse_profile(const std::string& text, const std::string& source) {
       passes.done();
     }
     l.done();
-    if (i > 0 && numel(lp.in) != numel(p.layers.back().out))
-      l.fail(l.at_path("in"), fmt::format("the previous layer's output ({} values per sample)", numel(p.layers.back().out)));
+    // Its input is the first layer it reads (the one before it where "inputs" is absent).
+    const int from = lp.inputs.empty() ? static_cast<int>(i) - 1 : lp.inputs.front();
+    if (from >= 0 && numel(lp.in) != numel(p.layers[from].out))
+      l.fail(l.at_path("in"), fmt::format("{}'s output ({} values per sample)",
+                                          lp.inputs.empty() ? std::string("the previous layer") : fmt::format("layer {}", from),
+                                          numel(p.layers[from].out)));
     p.layers.push_back(std::move(lp));
   }
   p.loss_s = top.numbers("loss_s", nb, 0);
@@ -160,7 +173,7 @@ json profile_json(const Profile& p) {
   doc["context"] = p.context;
   doc["batches"] = p.batches;
   doc["layers"] = json::array();
-  for (const LayerProfile& l : p.layers)
+  for (const LayerProfile& l : p.layers) {
     doc["layers"].push_back({{"index", l.index},
                              {"type", l.type},
                              {"in", l.in},
@@ -172,6 +185,8 @@ json profile_json(const Profile& p) {
                              {"backward_weights_s", l.backward_weights_s},
                              {"activation_bytes_per_sample", l.activation_bytes_per_sample},
                              {"workspace_bytes", l.workspace_bytes}});
+    if (!l.inputs.empty()) doc["layers"].back()["inputs"] = l.inputs;
+  }
   doc["loss_s"] = p.loss_s;
   doc["optimizer_s_per_param"] = p.optimizer_s_per_param;
   return doc;

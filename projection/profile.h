@@ -21,8 +21,9 @@ inline double numel(const std::vector<int64_t>& s) {
 
 struct LayerProfile {
   int index = 0;
-  std::string type;  // conv2d, relu, linear, flatten
+  std::string type;  // a layer type name (layer_type_name)
   std::vector<int64_t> in, out;
+  std::vector<int> inputs;  // the layers it reads (-1: the net's input); empty: the one before it
   int64_t params = 0;
   double forward_flops = 0;  // per sample
   std::vector<double> forward_s, backward_data_s, backward_weights_s;  // per entry of Profile::batches

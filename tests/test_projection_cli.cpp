@@ -1,5 +1,7 @@
 // parbench project end to end: every strategy projected and marked so, the profiler's own output
 // read, bad input, and --validate timing stages, tp's layers and side-by-side workers as run does.
+#include <map>
+#include <set>
 #include <sstream>
 
 #include "tests/test_projection_support.h"
@@ -78,6 +80,44 @@ TEST_F(ProjectCli, ReadsTheProfilersOwnOutput) {
   r = parbench("project --profile " + path("bad_prof.json") + " --machine " + fixture("machine.json"));
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("layers[0].workspace_bytes_per_batch"), std::string::npos) << r.err;
+}
+
+// A net with skips: its profile keeps what each layer reads, and project prices the strategies
+// that run such nets from it -- memory as run's plan counts it -- and says why the rest cannot.
+TEST_F(ProjectCli, ProjectsANetWithSkipsFromItsProfile) {
+  const std::string net = test::source_dir().string() + "/tests/fixtures/graph/unet_small/net.json";
+  test::Result r = parbench("profile --workload " + net + " --batch 2 --reps 2 --warmup 1 --device-kind cpu --out " +
+                            path("unet.json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const json prof = json::parse(read_file(path("unet.json")));
+  EXPECT_EQ(prof["layers"][13]["inputs"], json::array({12, 1, -1})) << "the concat of the decoder, enc1 and the input";
+  EXPECT_FALSE(prof["layers"][1].contains("inputs")) << "a layer reading the one before it says nothing";
+  r = parbench("project --profile " + path("unet.json") + " --machine " + fixture("machine.json") +
+               " --from-profile-peak 0.5 --devices 1,2 --batch 2 --strategies regular,ddp,fsdp,zero2,pipeline,tp --out " +
+               path("u"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const json doc = json::parse(read_file(path("u.json")));
+  std::map<std::string, std::string> refused;
+  std::set<std::string> priced;
+  for (const json& g : doc["groups"])
+    for (const json& row : g["rows"]) {
+      const std::string s = row["strategy"].get<std::string>();
+      if (row["devices"].get<int>() != 2) continue;
+      if (row["feasible"].get<bool>()) priced.insert(s);
+      else refused[s] = row.value("reason", "");
+    }
+  for (const char* s : {"ddp", "fsdp", "zero2"}) EXPECT_TRUE(priced.count(s)) << s;
+  for (const char* s : {"pipeline", "tp"}) {
+    ASSERT_TRUE(refused.count(s)) << s;
+    EXPECT_NE(refused[s].find("the net has skips (layer 9 (concat) reads layer 8 and layer 4)"), std::string::npos) << refused[s];
+  }
+  // An "inputs" naming a later layer is refused, naming the field.
+  json bad = prof;
+  bad["layers"][3]["inputs"] = json::array({5});
+  write_file_atomic(path("bad_unet.json"), bad.dump());
+  r = parbench("project --profile " + path("bad_unet.json") + " --machine " + fixture("machine.json"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("layers[3].inputs"), std::string::npos) << r.err;
 }
 
 TEST_F(ProjectCli, BadInputExitsTwoNamingIt) {
