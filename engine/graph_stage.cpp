@@ -138,7 +138,14 @@ GraphBackward plan_graph_backward(const NetPlan& plan, int begin, int end, bool 
 StageGradients plan_stage_gradients(const NetPlan& plan, const std::vector<int>& cuts) {
   const int stages = static_cast<int>(cuts.size()) - 1;
   StageGradients g;
-  g.entry_buf.resize(stages), g.entry_tmp.resize(stages), g.exit_buf.resize(stages);
+  g.entry_from.resize(stages), g.entry_buf.resize(stages), g.entry_tmp.resize(stages), g.exit_buf.resize(stages);
+  std::vector<StageBoundary> sb;
+  std::vector<std::pair<int, int>> made_by(plan.layers.size(), {-1, 0});  // per layer: its stage and exit
+  for (int s = 0; s < stages; ++s) {
+    sb.push_back(stage_boundary(plan, cuts[s], cuts[s + 1]));
+    for (int e : sb[s].entries) g.entry_from[s].push_back(e == kNetInput ? std::pair<int, int>{-1, 0} : made_by[e]);
+    for (std::size_t k = 0; k < sb[s].exits.size(); ++k) made_by[sb[s].exits[k]] = {s, static_cast<int>(k)};
+  }
   // Best fit among the free buffers, else the largest free one grown, else a new one: a chain's
   // gradients then take two buffers in turn, as they would with one each of the widest.
   std::vector<bool> busy;
@@ -156,9 +163,8 @@ StageGradients plan_stage_gradients(const NetPlan& plan, const std::vector<int>&
   };
   std::vector<int> buf(plan.layers.size(), -1);  // per layer: its gradient's buffer while held
   for (int s = stages - 1; s >= 0; --s) {
-    const StageBoundary sb = stage_boundary(plan, cuts[s], cuts[s + 1]);
-    for (int e : sb.exits) g.exit_buf[s].push_back(buf[e]);
-    for (int e : sb.entries) {
+    for (int e : sb[s].exits) g.exit_buf[s].push_back(buf[e]);
+    for (int e : sb[s].entries) {
       int tmp = -1;
       if (e != kNetInput && buf[e] < 0) buf[e] = take(out_numel(plan, e));
       else if (e != kNetInput) tmp = take(out_numel(plan, e));
@@ -167,7 +173,7 @@ StageGradients plan_stage_gradients(const NetPlan& plan, const std::vector<int>&
     }
     for (int t : g.entry_tmp[s])
       if (t >= 0) busy[t] = false;
-    for (int e : sb.exits)
+    for (int e : sb[s].exits)
       if (buf[e] >= 0) busy[buf[e]] = false, buf[e] = -1;
   }
   return g;

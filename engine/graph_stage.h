@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "engine/net.h"
@@ -25,6 +26,7 @@ StageBoundary stage_boundary(const NetPlan& plan, int begin, int end);
 // one has a pool buffer from the first of its readers' backwards to its maker's; a later reader's
 // part is made in another (`tmp`, given back once added). kNetInput's gradient is not made.
 struct StageGradients {
+  std::vector<std::vector<std::pair<int, int>>> entry_from;  // per stage, per entry: the stage and exit making it (-1: the input)
   std::vector<std::vector<int>> entry_buf, entry_tmp;  // per stage, per entry (-1: none)
   std::vector<std::vector<int>> exit_buf;              // per stage, per exit (-1: the loss gradient)
   std::vector<int64_t> pool;                           // per buffer: values per sample

@@ -67,17 +67,6 @@ class FullyShardedDataParallel final : public GroupStrategy {
       largest_ = std::max(largest_, ways() * units_[u].shard);
     }
     passed_ = plan_stage_gradients(plan(), unit_cuts(units_));
-    entry_from_.assign(units_.size(), {});
-    for (std::size_t u = 0; u < units_.size(); ++u)
-      for (int e : stage_boundary(plan(), units_[u].begin, units_[u].end).entries) {
-        if (e == kNetInput) {
-          entry_from_[u].push_back({-1, 0});
-          continue;
-        }
-        const int from = unit_at_[e];
-        const std::vector<int> exits = stage_boundary(plan(), units_[from].begin, units_[from].end).exits;
-        entry_from_[u].push_back({from, static_cast<int>(std::find(exits.begin(), exits.end(), e) - exits.begin())});
-      }
     shards_.clear();
     shards_.resize(workers());
     models_.clear();
@@ -210,7 +199,7 @@ class FullyShardedDataParallel final : public GroupStrategy {
         case ActionKind::Forward: {  // its entries: the input, or exits of the units before it
           const int u = unit_of(a);
           std::vector<const float*> entries;
-          for (auto [from, k] : entry_from_[u]) entries.push_back(from < 0 ? w.x.data() : models[from]->exit_value(k));
+          for (auto [from, k] : passed_.entry_from[u]) entries.push_back(from < 0 ? w.x.data() : models[from]->exit_value(k));
           cur = models[u]->forward(entries, n);
           break;
         }
@@ -281,8 +270,7 @@ class FullyShardedDataParallel final : public GroupStrategy {
   std::vector<std::vector<std::unique_ptr<Sequential>>> models_;  // per worker, per unit
   std::vector<int64_t> chunks_, offsets_;
   std::vector<int> unit_at_;  // per layer: the unit it belongs to
-  StageGradients passed_;     // the gradients passed between units
-  std::vector<std::vector<std::pair<int, int>>> entry_from_;  // per unit, per entry: its unit and exit (-1: the input)
+  StageGradients passed_;     // the values and gradients passed between units
   Plan plan_;                 // the step, every worker's actions
 };
 

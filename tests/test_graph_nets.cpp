@@ -299,6 +299,56 @@ TEST(GraphNets, Bf16StagesMatchTheWholeNet) {
   }
 }
 
+// The values stages run one after another pass: each entry comes from the stage and exit that
+// make it; a chain's boundary gradients take two buffers in turn; a skip's gradient is held from
+// its last reader's backward to its maker's, and no buffer serves two values held at once.
+TEST(GraphNets, StagesPassWhatTheyReadInBuffersHeldWhileLive) {
+  const NetPlan chain = plan_net(great_net(8, 0.125));
+  std::vector<int> every;
+  for (int i = 0; i <= static_cast<int>(chain.layers.size()); ++i) every.push_back(i);
+  EXPECT_EQ(plan_stage_gradients(chain, every).pool.size(), 2u);
+  const NetPlan p = fixture_plan("unet_small");
+  const int L = static_cast<int>(p.layers.size());
+  for (const std::vector<int>& cuts : {std::vector<int>{0, 3, 7, 12, L}, std::vector<int>{0, 9, 10, 14, L}}) {
+    SCOPED_TRACE(fmt::format("cut at {}", fmt::join(cuts, ",")));
+    const StageGradients g = plan_stage_gradients(p, cuts);
+    std::map<int, int> held;  // buffer -> the value whose gradient it holds
+    for (int s = static_cast<int>(cuts.size()) - 2; s >= 0; --s) {
+      const StageBoundary sb = stage_boundary(p, cuts[s], cuts[s + 1]);
+      ASSERT_EQ(g.entry_from[s].size(), sb.entries.size());
+      for (std::size_t k = 0; k < sb.entries.size(); ++k) {
+        const auto [from, exit] = g.entry_from[s][k];
+        if (sb.entries[k] == kNetInput) {
+          EXPECT_EQ(from, -1);
+          continue;
+        }
+        ASSERT_GE(from, 0);
+        EXPECT_EQ(stage_boundary(p, cuts[from], cuts[from + 1]).exits.at(exit), sb.entries[k]);
+        const int buf = g.entry_buf[s][k];
+        ASSERT_GE(buf, 0);
+        EXPECT_GE(g.pool[buf], numel_of(p.layers[sb.entries[k]].out));
+        if (held.count(buf)) {
+          EXPECT_EQ(held[buf], sb.entries[k]) << "buffer " << buf << " holds two values at once";
+        }
+        held[buf] = sb.entries[k];
+        if (g.entry_tmp[s][k] >= 0) {
+          EXPECT_FALSE(held.count(g.entry_tmp[s][k])) << "a part made over a held gradient";
+        }
+      }
+      for (std::size_t k = 0; k < sb.exits.size(); ++k) {  // read here, then given back
+        const int buf = g.exit_buf[s][k];
+        if (sb.exits[k] == L - 1) {
+          EXPECT_EQ(buf, -1);
+          continue;
+        }
+        ASSERT_GE(buf, 0);
+        EXPECT_EQ(held.at(buf), sb.exits[k]);
+        held.erase(buf);
+      }
+    }
+  }
+}
+
 // Backward's gradient buffers: each output's held from its first write to its layer's backward.
 TEST(GraphNets, BackwardPoolHoldsWhatIsLiveAtOnce) {
   const NetPlan p = fixture_plan("unet_small");
