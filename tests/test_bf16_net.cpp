@@ -79,29 +79,36 @@ TEST_P(Bf16Golden, RegularFollowsTorchAutocast) {
     ts.insert(ts.begin(), batch);
     t = read_npy((dir / "target.npy").string(), ts).data;
   }
-  StrategyOptions o;
-  o.backend = bf16_options();
-  auto s = make_strategy("regular", o);
-  s->setup(plan, read_state_dict(plan, (dir / "params").string()), net.adam);
-  s->load_batch(x.data, t, batch);
-  const auto want = expected["losses"].get<std::vector<double>>();
-  const double loss_rtol = 1.0 / 64;
-  double worst_loss = 0;
-  for (std::size_t k = 0; k < want.size(); ++k) {
-    s->step();
-    worst_loss = std::max(worst_loss, std::abs(s->loss() - want[k]) / std::abs(want[k]));
-    EXPECT_NEAR(s->loss(), want[k], loss_rtol * std::abs(want[k])) << "step " << k + 1;
-  }
-  const std::vector<float> got = s->params();
-  const std::vector<float> torch_bf16 = read_state_dict(plan, (dir / "final").string());
-  const double lr = expected["lr"].get<double>();
-  const double to_bf16 = max_abs_diff(got, torch_bf16);
-  EXPECT_LE(to_bf16, 2 * lr * static_cast<double>(want.size()));
-  if (fs::exists(fp32_dir / "final")) {
-    const double to_fp32 = max_abs_diff(got, read_state_dict(plan, (fp32_dir / "final").string()));
-    EXPECT_LT(to_bf16, to_fp32) << "nearer PyTorch's fp32 trajectory than its autocast one";
-    std::printf("[ bf16 ] %s: worst loss rel diff %.3g; parameters: max |diff| to torch autocast %.3g, to torch fp32 %.3g\n",
-                GetParam().c_str(), worst_loss, to_bf16, to_fp32);
+  // A net with skips under fsdp too: its units pass the skips between them.
+  std::vector<std::pair<std::string, int>> runs = {{"regular", 1}};
+  if (plan.has_skips()) runs.push_back({"fsdp", 2});
+  for (const auto& [strategy, devices] : runs) {
+    SCOPED_TRACE(fmt::format("{} x{}", strategy, devices));
+    StrategyOptions o;
+    o.backend = bf16_options();
+    o.devices = devices;
+    auto s = make_strategy(strategy, o);
+    s->setup(plan, read_state_dict(plan, (dir / "params").string()), net.adam);
+    s->load_batch(x.data, t, batch);
+    const auto want = expected["losses"].get<std::vector<double>>();
+    const double loss_rtol = 1.0 / 64;
+    double worst_loss = 0;
+    for (std::size_t k = 0; k < want.size(); ++k) {
+      s->step();
+      worst_loss = std::max(worst_loss, std::abs(s->loss() - want[k]) / std::abs(want[k]));
+      EXPECT_NEAR(s->loss(), want[k], loss_rtol * std::abs(want[k])) << "step " << k + 1;
+    }
+    const std::vector<float> got = s->params();
+    const std::vector<float> torch_bf16 = read_state_dict(plan, (dir / "final").string());
+    const double lr = expected["lr"].get<double>();
+    const double to_bf16 = max_abs_diff(got, torch_bf16);
+    EXPECT_LE(to_bf16, 2 * lr * static_cast<double>(want.size()));
+    if (fs::exists(fp32_dir / "final")) {
+      const double to_fp32 = max_abs_diff(got, read_state_dict(plan, (fp32_dir / "final").string()));
+      EXPECT_LT(to_bf16, to_fp32) << "nearer PyTorch's fp32 trajectory than its autocast one";
+      std::printf("[ bf16 ] %s, %s x%d: worst loss rel diff %.3g; parameters: max |diff| to torch autocast %.3g, to torch "
+                  "fp32 %.3g\n", GetParam().c_str(), strategy.c_str(), devices, worst_loss, to_bf16, to_fp32);
+    }
   }
 }
 
