@@ -198,7 +198,8 @@ const float* Sequential::forward(const float* x, int64_t batch, int slot_id) {
 
 float* Sequential::grad_scratch(int i, int64_t floats) {
   Tensor& b = (*gbuf_)[i];
-  if (!b.defined() || b.dtype() != DType::F32 || b.numel() < floats) b = Tensor::empty({floats}, backend_->device());
+  // Taken at a backward's start, holding nothing yet: the old one goes before the larger is made.
+  if (!b.defined() || b.dtype() != DType::F32 || b.numel() < floats) b = Tensor(), b = Tensor::empty({floats}, backend_->device());
   return b.data();
 }
 

@@ -13,7 +13,8 @@ using namespace model_detail;
 
 Bf16* Sequential::grad_scratch_bf16(int i, int64_t n) {
   Tensor& b = (*gbuf_)[i];
-  if (!b.defined() || b.dtype() != DType::Bf16 || b.numel() < n) b = Tensor::empty({n}, backend_->device(), DType::Bf16);
+  // Taken at a backward's start, holding nothing yet: the old one goes before the larger is made.
+  if (!b.defined() || b.dtype() != DType::Bf16 || b.numel() < n) b = Tensor(), b = Tensor::empty({n}, backend_->device(), DType::Bf16);
   return b.data_bf16();
 }
 

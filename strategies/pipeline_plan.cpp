@@ -60,7 +60,6 @@ struct StageEmitter {
   const NetPlan* net = nullptr;  // sizes the Sequential's buffers
   bool bf16 = false;
   int64_t param_count = 0;      // the stage's parameters
-  int64_t first_backward = 0;  // the samples of its first backward
 
   SequentialBuffers keeps(int64_t n) const { return sequential_buffers(*net, begin, end, n, bf16); }
 
@@ -186,7 +185,6 @@ struct StageEmitter {
   void backward(int k, bool first, bool again, bool split = false) {
     const int64_t n = sizes[k];
     b.at(w, n);
-    if (backwards == 0) first_backward = n;
     // The output gradient: the loss's, the next stage's input gradient in place, or received.
     const int dy = local_next ? local_next->take_dx(k) : this->dy();
     if (!last && !local_next) {
@@ -239,22 +237,19 @@ struct StageEmitter {
 
 // What a worker's Sequentials keep beside their slots, once its actions are made: a later stage's
 // pair of input gradients (both, though one backward uses one), one backward scratch for all its
-// chunks (and, where the first backward runs fewer samples than a later one, the smaller scratch
-// it outgrows, alive for a moment), each chunk's bf16 parameter copy, dp x pp's bf16 gradient
-// staging, and the bf16 transfer staging its sends and receives take.
+// chunks (a smaller one it outgrows is freed first), each chunk's bf16 parameter copy, dp x pp's
+// bf16 gradient staging, and the bf16 transfer staging its sends and receives take.
 void stage_keeps(PlanBuilder& b, const StrategyOptions& o, int w, const std::vector<StageEmitter>& chunks, bool replicated) {
   constexpr int64_t kH = sizeof(Bf16);
-  int64_t scratch = 0, regrow = 0;
+  int64_t scratch = 0;
   for (const StageEmitter& e : chunks) {
     for (int k = 0; k < 2 && e.s > 0; ++k) b.buffer(w, BufferRole::InputGrad, k, e.sizes[0] * e.in * kF, DType::F32, e.chunk);
     const int64_t most = e.sizes[0];
     scratch = std::max(scratch, e.keeps(most).scratch);
-    if (e.first_backward > 0 && e.first_backward < most) regrow = std::max(regrow, e.keeps(e.first_backward).scratch / 2);
     if (e.bf16 && e.param_count > 0) b.buffer(w, BufferRole::ParamCopy, -1, e.param_count * kH, DType::Bf16, e.chunk);
     if (replicated) gradient_staging(b, w, o, e.param_count, e.chunk);
   }
   if (scratch > 0) b.buffer(w, BufferRole::Scratch, 0, scratch);
-  if (regrow > 0) b.buffer(w, BufferRole::Scratch, 1, regrow);
   int k = 0;  // each communicator's slots (the world's, the one-way channels'), numbered on
   for (std::size_t g = 0; g < b.plan().groups.size(); ++g)
     for (int64_t values : transfer_staging(b.plan(), w, static_cast<int>(g)))

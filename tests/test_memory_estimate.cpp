@@ -134,8 +134,9 @@ double check_every_strategy(const NetSpec& net, int64_t batch, Precision precisi
 TEST(MemoryEstimate, EveryStrategyWithinTenPercentOfTheAllocatorsPeak) {
   const double a = check_every_strategy(small_net(), 8), b = check_every_strategy(example_net(), 6),
                c = check_every_strategy(pool_net(), 6), d = check_every_strategy(transpose_net(), 6),
-               e = check_every_strategy(graph_net("resnet_small"), 6), f = check_every_strategy(graph_net("unet_small"), 6);
-  std::printf("worst error %.1f%%\n", std::max({a, b, c, d, e, f}) * 100);
+               e = check_every_strategy(graph_net("resnet_small"), 6), f = check_every_strategy(graph_net("unet_small"), 6),
+               g = check_every_strategy(resnet(32, 0.125), 6);  // fsdp's units grow backward's scratch in turn
+  std::printf("worst error %.1f%%\n", std::max({a, b, c, d, e, f, g}) * 100);
 }
 
 // bf16 (autocast): each Sequential's bf16 parameter copy, bf16 activations and gradients, and
