@@ -9,6 +9,8 @@
 // unit's compute, so the two overlap where the communicator runs apart from compute (NCCL, MPI);
 // fsdp-prefetch then holds two units' parameters, the one computing and the next. The gathered
 // parameters and whole gradients live in buffers made once (at setup): a step allocates nothing.
+// A net with skips: a unit reads the outputs of earlier units its layers name and hands their
+// gradients back, in buffers held while live (engine/graph_stage.h, plan_stage_gradients).
 // hsdp<R>x<S> (hybrid sharded data parallel, FSDP HYBRID_SHARD) is fsdp within each of R groups of
 // S workers (worker r: shard r % S of group r / S), each reduced shard then all-reduced over the R
 // workers that hold it, on communicators of their own.
