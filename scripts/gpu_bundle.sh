@@ -27,7 +27,8 @@ EOF
 die() { echo "gpu_bundle: error: $*" >&2; exit 2; }
 fail() { echo "gpu_bundle: FAILED: $*" >&2; exit 1; }
 
-# The bundle must stay small enough to copy onto a locked-down machine in seconds.
+# The bundle must stay small enough to copy onto a locked-down machine in seconds: the build
+# keeps each function and datum in a section of its own and the linker drops those unused.
 max_bytes=$((16 * 1024 * 1024))
 # What the GPU machine's C and C++ runtimes must provide. The C++ runtime stays the system's
 # (see provided_re below), and the bundled libbenchmark, built by this GCC 12, needs
@@ -80,8 +81,10 @@ cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release \
       -DPARBENCH_RELOCATABLE=ON -DPARBENCH_CUDA_ARCHS="$arch" -DCMAKE_CUDA_ARCHITECTURES="$arch" \
       -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON '-DCMAKE_INSTALL_RPATH=$ORIGIN/lib;$ORIGIN' \
       -DCMAKE_INSTALL_RPATH_USE_LINK_PATH=OFF \
-      -DCMAKE_EXE_LINKER_FLAGS=-Wl,--disable-new-dtags -DCMAKE_SHARED_LINKER_FLAGS=-Wl,--disable-new-dtags \
-      -DCMAKE_MODULE_LINKER_FLAGS=-Wl,--disable-new-dtags \
+      '-DCMAKE_CXX_FLAGS=-ffunction-sections -fdata-sections' \
+      '-DCMAKE_EXE_LINKER_FLAGS=-Wl,--disable-new-dtags -Wl,--gc-sections' \
+      '-DCMAKE_SHARED_LINKER_FLAGS=-Wl,--disable-new-dtags -Wl,--gc-sections' \
+      '-DCMAKE_MODULE_LINKER_FLAGS=-Wl,--disable-new-dtags -Wl,--gc-sections' \
       "${launcher[@]}" >"$build/bundle-configure.log" 2>&1 ||
     { tail -n 30 "$build/bundle-configure.log"; fail "configure failed (log: $build/bundle-configure.log)"; }
 grep 'parbench:' "$build/bundle-configure.log" || true
