@@ -9,6 +9,14 @@ namespace pb {
 
 using namespace model_detail;
 
+namespace {
+// t, grown to hold n values of dtype where it holds fewer (kept between calls).
+Tensor& grown(Tensor& t, int64_t n, Device d, DType dtype) {
+  if (!t.defined() || t.dtype() != dtype || t.numel() < n) t = Tensor::empty({n}, d, dtype);
+  return t;
+}
+}  // namespace
+
 const float* Sequential::forward_graph_bf16(const std::vector<const float*>& entries, int64_t batch, int slot_id) {
   Slot& slot = graph_slot(entries, batch, slot_id);
   Backend& be = *backend_;
@@ -19,9 +27,7 @@ const float* Sequential::forward_graph_bf16(const std::vector<const float*>& ent
   slot.entry16.resize(sb.entries.size());
   for (std::size_t k = 0; k < sb.entries.size(); ++k) {
     const int64_t n = batch * output_numel(plan_, sb.entries[k]);
-    Tensor& t = slot.entry16[k];
-    if (!t.defined() || t.numel() < n) t = Tensor::empty({n}, be.device(), DType::Bf16);
-    be.to_bf16(n, entries[k], t.data_bf16());
+    be.to_bf16(n, entries[k], grown(slot.entry16[k], n, be.device(), DType::Bf16).data_bf16());
   }
   slot.exit32.resize(sb.exits.size());
   const int64_t base = plan_.layers[begin_].param_offset;
@@ -34,10 +40,8 @@ const float* Sequential::forward_graph_bf16(const std::vector<const float*>& ent
     const Bf16* cur = in(0);
     const int64_t n = batch * numel_of(l.out);
     // In place only on an output of the stage's own (graph_in_place), never the caller's.
-    Tensor& own = slot.storage[j];
     const bool alias = graph_in_place(plan_, begin_, i);
-    if (!alias && (!own.defined() || own.numel() < n)) own = Tensor::empty({n}, be.device(), DType::Bf16);
-    Bf16* y = alias ? const_cast<Bf16*>(cur) : own.data_bf16();
+    Bf16* y = alias ? const_cast<Bf16*>(cur) : grown(slot.storage[j], n, be.device(), DType::Bf16).data_bf16();
     const Bf16* w = w16 + (l.param_offset - base);
     Tracer::Scope layer = layer_span(tracer_, Phase::Forward, slot_id, l);
     auto run = [&](auto&& call) { observed_layer(observer_, tracer_, l, batch, true, LayerPass::Forward, call); };
@@ -67,10 +71,8 @@ const float* Sequential::forward_graph_bf16(const std::vector<const float*>& ent
   }
   for (std::size_t k = 0; k < sb.exits.size(); ++k) {
     const int64_t n = batch * numel_of(plan_.layers[sb.exits[k]].out);
-    Tensor& t = slot.exit32[k];
-    if (!t.defined() || t.numel() < n) t = Tensor::empty({n}, be.device());
-    be.from_bf16(n, slot.out16[sb.exits[k] - begin_], t.data());
-    slot.exits[k] = t.data();
+    slot.exits[k] = grown(slot.exit32[k], n, be.device(), DType::F32).data();
+    be.from_bf16(n, slot.out16[sb.exits[k] - begin_], const_cast<float*>(slot.exits[k]));
   }
   return slot.exits.back();
 }

@@ -185,9 +185,6 @@ Plan plan_fsdp(const NetPlan& net, const StrategyOptions& o, int64_t batch, cons
   chunks.resize(n, 0);  // every worker takes part: each holds shards the others need
   const std::vector<FsdpUnit> units = fsdp_units(net, S);
   const StageGradients passed = plan_stage_gradients(net, unit_cuts(units));
-  std::vector<int> unit_of(net.layers.size());
-  for (std::size_t u = 0; u < units.size(); ++u)
-    for (int l = units[u].begin; l < units[u].end; ++l) unit_of[l] = static_cast<int>(u);
   PlanBuilder b(name, n, batch, 1);
   const int world = b.group("world", first_workers(n));
   std::vector<int> shard_group(replicas, world), replicate_group(S, -1);
@@ -255,10 +252,8 @@ Plan plan_fsdp(const NetPlan& net, const StrategyOptions& o, int64_t batch, cons
     // The activations a unit reads: its entries' makers' (a chain's: the unit before it).
     auto entry_acts = [&](int u) {
       std::vector<int> acts;
-      for (int e : stage_boundary(net, units[u].begin, units[u].end).entries) {
-        const int from = e == kNetInput ? -1 : unit_of[e];
+      for (const auto& [from, exit] : passed.entry_from[u])
         if (std::find(acts.begin(), acts.end(), act(from)) == acts.end()) acts.push_back(act(from));
-      }
       return acts;
     };
     // The unit's communication and Free carry its layers: the executor finds its shard's place by them.
