@@ -43,16 +43,22 @@ std::function<double(const std::vector<LayerPlan>&, int64_t)> probe(const Backen
       all.input = layers.front().in;
       all.target = Target::Random;
       if (first > 0) all.layers.push_back(LayerSpec{});  // computes the first layer's dx, as above
+      std::string keys;
       for (const LayerPlan& l : layers) {
         LayerSpec s = l.spec;
         s.in_channels = -1, s.in_features = -1;
         s.inputs.clear();  // the layers it reads, in the probe's numbering (the one ahead of it: 0)
         for (int src : l.inputs) s.inputs.push_back(first > 0 ? src - first + 1 : src);
         all.layers.push_back(s);
-        key += fmt::format("|{} {} {} {} {} {} {} {} {}", shape_str(l.in), shape_str(l.out), layer_type_name(s.type),
-                           s.kernel_h, s.kernel_w, s.stride_h, s.stride_w, s.pad_h * 1000 + s.pad_w, fmt::join(s.inputs, ","));
+        keys += fmt::format("|{} {} {} {} {} {} {} {} {}", shape_str(l.in), shape_str(l.out), layer_type_name(s.type),
+                            s.kernel_h, s.kernel_w, s.stride_h, s.stride_w, s.pad_h * 1000 + s.pad_w, fmt::join(s.inputs, ","));
       }
-      probes.push_back(plan_net(all));
+      NetPlan probe = plan_net(all);
+      // bf16: a stage whose input two layers read takes it as a bf16 value; the probe's ReLU ahead
+      // would make it one autocast keeps in fp32, which bf16 refuses -- its layers are probed alone.
+      alone = options.precision != Precision::Bf16 || !is_graph_stage(probe, 0, static_cast<int>(probe.layers.size())) ||
+              bf16_graph_refusal(probe).empty();
+      if (alone) probes.push_back(std::move(probe)), key += keys;
     }
     for (const LayerPlan& l : alone || (sequential && layers.empty()) ? std::vector<LayerPlan>{} : layers) {
       if (!has_weights(l.spec.type)) continue;  // no library call

@@ -76,6 +76,8 @@ class Staged final : public GroupStrategy {
     for (auto& ch : chunk_) ch.resize(chunks_);
     staged_ = true;
     if (chunks_ > 1) chunk_stages_ = ranges_;
+    links_.clear();
+    for (int st = 0; st < stages() && plan().has_skips(); ++st) links_.push_back(stage_links(plan(), ranges_, st));
     for (int r = 0; r < workers(); ++r) {
       group().worker(r).stats.layer_begin = ranges_[stage_at(r, 0)].first;
       group().worker(r).stats.layer_end = ranges_[stage_at(r, 0)].second;
@@ -120,6 +122,9 @@ class Staged final : public GroupStrategy {
       const std::vector<PipeOp> ops = sched_ ? sched_->ops(stages(), r, micro_batches_, name()) : std::vector<PipeOp>{};
       for (int c = 0; c < chunks_; ++c) chunk_[r][c].slots = sched_ ? chunk_slots(ops, c) : in_flight(r);
     }
+    if (opts_.plan && !links_.empty())
+      throw UsageError(fmt::format("{}: --plan {}: the net has skips ({}); a plan file runs only a chain's pipeline yet",
+                                   name(), opts_.plan_source, first_skip(plan())));
     if (opts_.plan) {  // a plan file: run instead, once it computes what this strategy's own plan does
       std::vector<int> slots;
       for (int r = 0; r < workers(); ++r) slots.push_back(in_flight(r));
@@ -177,10 +182,16 @@ class Staged final : public GroupStrategy {
       Tensor& cdy = c == 0 ? w.dy : ch.dy;
       const bool first = stage_at(w.rank, c) == 0;
       cx = Tensor(), cdx = Tensor(), cdy = Tensor();
+      // A stage of a net with skips: entry j's slots, its input-gradient pair and out j's gradient
+      // one after another (a chain stage's one entry and out are the whole of them).
+      const bool chain = links_.empty();
+      const int64_t entries = chain ? numel_of(m.in_sample()) : entry_at(w.rank, 1 << 20, 1, false);
+      const int64_t grads = chain ? numel_of(m.in_sample()) : entry_at(w.rank, 1 << 20, 1, true);
+      const int64_t outs = chain || links_[stage_of(w.rank)].outs.empty() ? numel_of(m.out_sample()) : out_at(w.rank, 1 << 20);
       if (first) cx = Tensor::from_host({m.in_numel(b)}, piece(x, m.in_numel(1)), w.device);
-      else if (names(w.rank, c, BufferRole::StageInput)) cx = Tensor::empty({ch.slots * m.in_numel(most)}, w.device);
-      if (!first) cdx = Tensor::empty({2 * m.in_numel(most)}, w.device);
-      if (names(w.rank, c, BufferRole::OutputGrad)) cdy = Tensor::empty({m.out_numel(most)}, w.device);  // one micro-batch's
+      else if (names(w.rank, c, BufferRole::StageInput)) cx = Tensor::empty({ch.slots * entries * most}, w.device);
+      if (!first) cdx = Tensor::empty({2 * grads * most}, w.device);
+      if (names(w.rank, c, BufferRole::OutputGrad)) cdy = Tensor::empty({outs * most}, w.device);  // one micro-batch's
       ch.x_ = &cx, ch.dx_ = &cdx, ch.dy_ = &cdy;
       if (stage_at(w.rank, c) == stages() * chunks_ - 1) last = c;
     }
@@ -214,8 +225,16 @@ class Staged final : public GroupStrategy {
     bool accumulate = false;
     PlanExecutor::Binding b;
     b.tracer = &w.tracer;
-    b.at = [&](const Action& a, int buf, bool) {  // null: an activation, its slot's output
-      return at[buf] ? at[buf] : const_cast<float*>(out[plan_.buffers[buf].chunk].at(a.micro));
+    b.at = [&](const Action& a, int buf, bool) {  // null: an activation, its slot's output (a skip: its exit's)
+      if (at[buf]) return at[buf];
+      const int c = plan_.buffers[buf].chunk;
+      if (a.kind == ActionKind::Send && a.layer_begin >= 0 && !links_.empty()) {
+        const Sequential& m = *chunk_[rank][c].model;
+        const std::vector<int>& exits = m.boundary().exits;
+        const auto k = static_cast<std::size_t>(std::find(exits.begin(), exits.end(), a.layer_begin) - exits.begin());
+        return const_cast<float*>(m.exit_value(k, opts_.recompute ? 0 : a.micro % chunk_[rank][c].slots));
+      }
+      return const_cast<float*>(out[c].at(a.micro));
     };
     // A forward's input: the stage's input (slot), or the previous chunk's output in place.
     auto input = [&](const Action& a) -> const float* {
@@ -231,7 +250,13 @@ class Staged final : public GroupStrategy {
       switch (a.kind) {
         case ActionKind::Forward:
         case ActionKind::Recompute:
-          out[c][a.micro] = m.forward(input(a), sizes[a.micro], slot);
+          if (links_.empty()) {
+            out[c][a.micro] = m.forward(input(a), sizes[a.micro], slot);
+          } else {  // its reads: each entry's slot, then the parameters
+            std::vector<const float*> entries;
+            for (std::size_t j = 0; j < m.boundary().entries.size(); ++j) entries.push_back(at[a.reads.at(j)]);
+            out[c][a.micro] = m.forward(entries, sizes[a.micro], slot);
+          }
           break;
         case ActionKind::Loss: {
           const int k = a.micro;
@@ -241,12 +266,17 @@ class Staged final : public GroupStrategy {
           break;
         }
         case ActionKind::BackwardWeights:
-          accumulate = a.reads.size() > 2;  // it reads the gradients it adds to
+          accumulate = std::any_of(a.reads.begin(), a.reads.end(),  // it reads the gradients it adds to
+                                   [&](int r) { return plan_.buffers[r].role == BufferRole::Grads; });
           if (kept(a.reads)) m.backward_weights(accumulate, slot);  // ZB-H1's W
           break;                                                                          // else: with the data's
         case ActionKind::BackwardData: {
           // Its first read: the output gradient (its own, or the next stage's input gradient in place).
           // Its first write: dx[j] on later stages; none, or B's kept gradients (no place here), on stage 0.
+          if (!links_.empty()) {
+            backward_graph(w, m, a, sizes[a.micro], accumulate, slot);
+            break;
+          }
           const float* dy = at[a.reads.at(0)];
           float* dx = a.writes.empty() ? nullptr : at[a.writes[0]];
           if (kept(a.writes)) m.backward_data(dy, dx, slot);  // a split backward's B
@@ -276,6 +306,32 @@ class Staged final : public GroupStrategy {
   // dp x pp's group of the workers that hold one stage (the partition "stage"), not a channel.
   static bool is_stage_group(const PlanGroup& g) { return g.name.rfind("stage ", 0) == 0; }
 
+  // A stage of a net with skips: its reads are the output gradient of each out with one (or the
+  // loss's), its activations and parameters; its writes each entry's gradient but the net input's.
+  // An exit read by several later stages gets the sum of their gradients (in the first's buffer).
+  void backward_graph(Worker& w, Sequential& m, const Action& a, int64_t n, bool accumulate, int slot) {
+    const StageBoundary& bd = m.boundary();
+    const StageLinks& l = links_[stage_of(w.rank)];
+    const std::vector<float*>& at = ptrs_[w.rank];
+    std::vector<const float*> exit_grads(bd.exits.size(), nullptr);
+    if (l.outs.empty()) {
+      exit_grads.back() = at[a.reads.at(0)];  // the last stage's: the loss's
+    } else {
+      std::size_t r = 0;
+      for (std::size_t j = 0; j < l.outs.size(); ++j) {
+        const int e = l.outs[j].exit;
+        if (e < 0) continue;
+        float* dy = at[a.reads.at(r++)];
+        if (exit_grads[e]) w.be().add(n * l.out_numel[j], exit_grads[e], dy, const_cast<float*>(exit_grads[e]));
+        else exit_grads[e] = dy;
+      }
+    }
+    std::vector<float*> entry_grads;
+    std::size_t k = 0;
+    for (int e : bd.entries) entry_grads.push_back(e == kNetInput ? nullptr : at[a.writes.at(k++)]);
+    m.backward(exit_grads, entry_grads, accumulate, slot);
+  }
+
   // The chunk an action computes on: its parameters' or gradients' (a forward may read the
   // previous chunk's output, a backward the next chunk's input gradient); a loss, its input's.
   int chunk_of(const Action& a) const {
@@ -304,13 +360,37 @@ class Staged final : public GroupStrategy {
       const int j = buf.index;
       switch (buf.role) {
         case BufferRole::Input: at[b] = ch.x_->data() + offsets_[d].at(j) * in; break;
-        case BufferRole::StageInput: at[b] = ch.x_->data() + j * most * in; break;
-        case BufferRole::InputGrad: at[b] = ch.dx_->data() + j * most * in; break;
-        case BufferRole::OutputGrad: at[b] = ch.dy_->data(); break;
+        case BufferRole::StageInput:
+          at[b] = ch.x_->data() + (links_.empty() ? j * in : entry_at(w.rank, j, ch.slots, false)) * most;
+          break;
+        case BufferRole::InputGrad:
+          at[b] = ch.dx_->data() + (links_.empty() ? j * in : entry_at(w.rank, j, 2, true)) * most;
+          break;
+        case BufferRole::OutputGrad: at[b] = ch.dy_->data() + (links_.empty() ? 0 : out_at(w.rank, j)) * most; break;
         case BufferRole::Grads: at[b] = ch.model->grads().data(); break;
         default: break;
       }
     }
+    return at;
+  }
+
+  // A net with skips: where, per sample, index j of a buffer holding every entry's `per` slots
+  // (input slots, input-gradient pair: `grads`, which the net's input has none of) starts: entry
+  // j / per's region, slot j % per in it; past the last entry, the buffer's size.
+  int64_t entry_at(int rank, int j, int per, bool grads) const {
+    const StageLinks& l = links_[stage_of(rank)];
+    const int n = static_cast<int>(l.entry_numel.size());
+    int64_t at = 0;
+    for (int k = 0; k < std::min(j / per, n); ++k)
+      if (!grads || l.boundary.entries[k] != kNetInput) at += l.entry_numel[k] * per;
+    return j / per < n ? at + (j % per) * l.entry_numel[j / per] : at;
+  }
+  // The same for out j's output gradient (index -1: out 0's); the net's input has none.
+  int64_t out_at(int rank, int j) const {
+    const StageLinks& l = links_[stage_of(rank)];
+    int64_t at = 0;
+    for (int k = 0; k < std::min(j, static_cast<int>(l.outs.size())); ++k)
+      if (l.outs[k].exit >= 0) at += l.out_numel[k];
     return at;
   }
 
@@ -331,6 +411,7 @@ class Staged final : public GroupStrategy {
   std::optional<ChunkSchedule> sched_;  // a chunked schedule (interleaved 1F1B, ...); none: one stage a worker
   int chunks_ = 1;                      // its chunks per worker
   std::vector<std::pair<int, int>> ranges_;  // per stage: its layers [begin, end)
+  std::vector<StageLinks> links_;             // a net with skips: per stage, what it receives and sends
   std::vector<int64_t> piece_, piece_offset_;  // per replica: its samples, and where they start
   std::vector<std::vector<int64_t>> micro_sizes_, offsets_;  // per replica: its micro-batches
   Plan plan_;                                 // the step, every worker's actions

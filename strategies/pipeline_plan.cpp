@@ -32,8 +32,8 @@ struct StageEmitter {
   int slots, begin, end;
   int64_t in, out;  // values per sample at the stage's input and output
   const std::vector<int64_t>& sizes;
-  std::vector<int> act_send;
-  int grad_send[2] = {kNone, kNone};
+  std::vector<std::vector<int>> act_send;  // per micro-batch: its outputs' sends in flight
+  std::vector<int> grad_send[2] = {};      // per input-gradient slot: its sends in flight
   int backwards = 0, last_scratch_send = kNone;
   int own_group = -1;
   int* grouped = nullptr;  // the worker's open p2p group, shared by its chunks: its plan group (-1: none)
@@ -60,6 +60,12 @@ struct StageEmitter {
   const NetPlan* net = nullptr;  // sizes the Sequential's buffers
   bool bf16 = false;
   int64_t param_count = 0;      // the stage's parameters
+  // A stage of a net with skips (one stage a worker): the values it receives from every stage
+  // that makes one (an input slot each, entry j's at index j * slots + slot), the exits it sends
+  // to every stage reading one (a gradient received for each: out j's output gradient at index j,
+  // the first's -1), and an input gradient sent back for each entry (entry j's at 2 j + slot).
+  const StageLinks* links = nullptr;
+  int worker_of(int stage) const { return w - s + stage; }
 
   SequentialBuffers keeps(int64_t n) const { return sequential_buffers(*net, begin, end, n, bf16); }
 
@@ -111,9 +117,14 @@ struct StageEmitter {
     b.wait(w, {id});
   }
   void wait_send(int k) {
-    if (k == kNone || act_send[k] == kNone) return;
-    b.wait(w, {act_send[k]});
-    act_send[k] = kNone;
+    if (k == kNone || act_send[k].empty()) return;
+    b.wait(w, act_send[k]);
+    act_send[k].clear();
+  }
+  void wait_grad_send(int slot) {
+    if (grad_send[slot].empty()) return;
+    b.wait(w, grad_send[slot]);
+    grad_send[slot].clear();
   }
   void free_scratch() {
     if (!recompute) return;
@@ -137,7 +148,7 @@ struct StageEmitter {
       open(channel(!p.act, true));
       Action& a = p2p(ActionKind::Send, p.act ? next : prev, sizes[p.micro] * (p.act ? out : in), p.buffer, !p.act);
       a.micro = p.micro;
-      (p.act ? act_send[p.micro] : grad_send[p.slot]) = a.id;
+      (p.act ? act_send[p.micro] : grad_send[p.slot]).push_back(a.id);
     }
     pending.clear();
   }
@@ -149,19 +160,65 @@ struct StageEmitter {
     } else if (s > 0 && batched) {
       close();
       b.wait(w, {posted_in.at(k)});
+    } else if (s > 0 && links) {
+      receive_entries(k);
     } else if (s > 0) {
       receive(input(k), n * in, prev, k);
     }
     close();
     free_scratch();
-    b.compute(w, ActionKind::Forward, begin, end, k, {input(k), params()}, {acts(k)}).bytes = n * out * kF;
+    b.compute(w, ActionKind::Forward, begin, end, k, entry_reads(k, {params()}), {acts(k)}).bytes = n * out * kF;
+    if (links) return send_exits(k);
     if (last || local_next) return;
     if (batched) return pending.push_back({true, k, acts(k), -1});
     open(act_out);
     Action& a = p2p(ActionKind::Send, next, n * out, acts(k));
     a.micro = k;
-    act_send[k] = a.id;
+    act_send[k].push_back(a.id);
     if (recompute) last_scratch_send = k;
+  }
+  // Entry j's slot for micro-batch k (stage 0's: the net's input).
+  int entry_in(int k, int j) {
+    if (s == 0) return input(k);
+    return buf(BufferRole::StageInput, sizes[0] * links->entry_numel[j], j * slots + k % slots);
+  }
+  // What a forward reads: its input, or each entry's; then `rest`.
+  std::vector<int> entry_reads(int k, std::vector<int> rest) {
+    std::vector<int> r;
+    if (!links) r.push_back(input(k));
+    for (std::size_t j = 0; links && j < links->entry_numel.size(); ++j) r.push_back(entry_in(k, static_cast<int>(j)));
+    r.insert(r.end(), rest.begin(), rest.end());
+    return r;
+  }
+  void receive_entries(int k) {
+    open(act_in);
+    std::vector<int> ids;
+    for (std::size_t j = 0; j < links->entry_numel.size(); ++j) {
+      const int jj = static_cast<int>(j);
+      Action& a = p2p(ActionKind::Recv, worker_of(links->entry_from[j]), sizes[k] * links->entry_numel[j], entry_in(k, jj));
+      a.micro = k, a.layer_begin = links->boundary.entries[j];
+      ids.push_back(a.id);
+    }
+    close();
+    b.wait(w, ids);
+  }
+  void send_exits(int k) {
+    for (const StageLinks::Out& o : links->outs) {
+      open(act_out);
+      const int from = o.layer == kNetInput ? input(k) : acts(k);
+      Action& a = p2p(ActionKind::Send, worker_of(o.to), sizes[k] * numel_of_value(o.layer), from);
+      a.micro = k, a.layer_begin = o.layer;
+      act_send[k].push_back(a.id);
+    }
+    if (recompute && !links->outs.empty()) last_scratch_send = k;
+  }
+  int64_t numel_of_value(int layer) const { return numel_of(layer == kNetInput ? net->input : net->layers[layer].out); }
+  // Out j's output gradient (the first's, or the loss's on the last stage: index -1).
+  int dy_of(int j) { return buf(BufferRole::OutputGrad, sizes[0] * links->out_numel[j], j == 0 ? -1 : j); }
+  // Entry j's input gradient in `slot`: none for the net's input.
+  int dx_of_entry(int j, int slot) {
+    if (links->boundary.entries[j] == kNetInput) return kNone;
+    return buf(BufferRole::InputGrad, sizes[0] * links->entry_numel[j], 2 * j + slot);
   }
   // Micro-batch k's input gradient, read in place by the previous stage on this worker.
   int take_dx(int k) {
@@ -186,6 +243,7 @@ struct StageEmitter {
     const int64_t n = sizes[k];
     b.at(w, n);
     // The output gradient: the loss's, the next stage's input gradient in place, or received.
+    if (links) return backward_graph(k, first, again);
     const int dy = local_next ? local_next->take_dx(k) : this->dy();
     if (!last && !local_next) {
       if (batched) close(), b.wait(w, {posted_dy.at(k)});
@@ -207,8 +265,7 @@ struct StageEmitter {
     const int slot = backwards++ % 2;
     int dx = kNone;
     if (s > 0) {
-      if (grad_send[slot] != kNone) b.wait(w, {grad_send[slot]});
-      grad_send[slot] = kNone;
+      wait_grad_send(slot);
       PB_CHECK(unread_dx[slot] == kNone, "{}: worker {} stage {} overwrites micro-batch {}'s input gradient before the "
                "previous stage reads it", b.plan().strategy, w, s, unread_dx[slot]);
       dx = buf(BufferRole::InputGrad, sizes[0] * in, slot);
@@ -230,7 +287,62 @@ struct StageEmitter {
       open(grad_out);
       Action& a = p2p(ActionKind::Send, prev, n * in, dx, true);
       a.micro = k;
-      grad_send[slot] = a.id;
+      grad_send[slot].push_back(a.id);
+    }
+  }
+  // The same for a stage of a net with skips: each exit's gradients received from its readers
+  // (the output gradient's reads, in links->outs' order), each entry's sent to its maker.
+  void backward_graph(int k, bool first, bool again) {
+    const int64_t n = sizes[k];
+    std::vector<int> dys;
+    if (last) {
+      dys.push_back(dy());
+    } else {
+      open(grad_in);
+      std::vector<int> ids;
+      for (std::size_t j = 0; j < links->outs.size(); ++j) {
+        const StageLinks::Out& o = links->outs[j];
+        if (o.exit < 0) continue;  // the net's input: no gradient
+        dys.push_back(dy_of(static_cast<int>(j)));
+        Action& a = p2p(ActionKind::Recv, worker_of(o.to), n * links->out_numel[j], dys.back(), true);
+        a.micro = k, a.layer_begin = o.layer;
+        ids.push_back(a.id);
+      }
+      close();
+      b.wait(w, ids);
+      if (!recompute) wait_send(k);
+    }
+    close();
+    if (again) {
+      free_scratch();
+      b.compute(w, ActionKind::Recompute, begin, end, k, entry_reads(k, {params()}), {acts(k)}).bytes = n * out * kF;
+    }
+    if (last) {
+      int64_t piece = 0;
+      for (int64_t m : sizes) piece += m;
+      b.compute(w, ActionKind::Loss, -1, -1, k, {acts(k), buf(BufferRole::Target, piece * out)},
+                {dy(), buf(BufferRole::Loss, static_cast<int64_t>(sizes.size()))})
+          .bytes = n * out * kF;
+    }
+    const int slot = backwards++ % 2;
+    std::vector<int> dxs;
+    wait_grad_send(slot);
+    for (std::size_t j = 0; j < links->entry_numel.size(); ++j)
+      if (const int dx = dx_of_entry(static_cast<int>(j), slot); dx != kNone) dxs.push_back(dx);
+    std::vector<int> reads = dys;
+    reads.push_back(acts(k));
+    if (!first) reads.push_back(grads());
+    b.compute(w, ActionKind::BackwardWeights, begin, end, k, reads, {grads()});
+    reads = dys;
+    reads.push_back(acts(k)), reads.push_back(params());
+    b.compute(w, ActionKind::BackwardData, begin, end, k, reads, dxs);
+    for (std::size_t j = 0; j < links->entry_numel.size(); ++j) {
+      const int dx = dx_of_entry(static_cast<int>(j), slot);
+      if (dx == kNone) continue;
+      open(grad_out);
+      Action& a = p2p(ActionKind::Send, worker_of(links->entry_from[j]), n * links->entry_numel[j], dx, true);
+      a.micro = k, a.layer_begin = links->boundary.entries[j];
+      grad_send[slot].push_back(a.id);
     }
   }
 };
@@ -243,7 +355,10 @@ void stage_keeps(PlanBuilder& b, const StrategyOptions& o, int w, const std::vec
   constexpr int64_t kH = sizeof(Bf16);
   int64_t scratch = 0;
   for (const StageEmitter& e : chunks) {
-    for (int k = 0; k < 2 && e.s > 0; ++k) b.buffer(w, BufferRole::InputGrad, k, e.sizes[0] * e.in * kF, DType::F32, e.chunk);
+    for (int k = 0; k < 2 && e.s > 0 && !e.links; ++k) b.buffer(w, BufferRole::InputGrad, k, e.sizes[0] * e.in * kF, DType::F32, e.chunk);
+    for (std::size_t j = 0; e.links && j < e.links->entry_numel.size(); ++j)
+      for (int k = 0; k < 2 && e.links->boundary.entries[j] != kNetInput; ++k)
+        b.buffer(w, BufferRole::InputGrad, 2 * static_cast<int>(j) + k, e.sizes[0] * e.links->entry_numel[j] * kF);
     const int64_t most = e.sizes[0];
     scratch = std::max(scratch, e.keeps(most).scratch);
     if (e.bf16 && e.param_count > 0) b.buffer(w, BufferRole::ParamCopy, -1, e.param_count * kH, DType::Bf16, e.chunk);
@@ -298,8 +413,9 @@ Plan plan_chunked(const NetPlan& net, const StrategyOptions& o, int64_t batch, c
       const int s = sched.stage(P, r, c);
       const auto [begin, end] = ranges[s];
       for (int i = begin; i < end; ++i) np[c] += net.layers[i].weight_numel + net.layers[i].bias_numel;
-      e.push_back({b, r, world, s, s == S - 1, false, chunk_slots(ops, c), begin, end,
-                   numel_of(net.layers[begin].in), numel_of(net.layers[end - 1].out), sizes, std::vector<int>(m, kNone)});
+      e.push_back(StageEmitter{b, r, world, s, s == S - 1, false, chunk_slots(ops, c), begin, end,
+                               numel_of(net.layers[begin].in), numel_of(net.layers[end - 1].out), sizes,
+                               std::vector<std::vector<int>>(m)});
       StageEmitter& x = e.back();
       x.grouped = &grouped;
       x.act_in = acts[c], x.grad_in = grads[c];
@@ -351,8 +467,7 @@ Plan plan_chunked(const NetPlan& net, const StrategyOptions& o, int64_t batch, c
     }
     for (StageEmitter& x : e) {
       for (int k = 0; k < m; ++k) x.wait_send(k);
-      for (int id : x.grad_send)
-        if (id != kNone) b.wait(r, {id});
+      x.wait_grad_send(0), x.wait_grad_send(1);
     }
     for (int c = 0; c < V; ++c)
       b.compute(r, ActionKind::Optimizer, -1, -1, -1, {e[c].grads()}, {e[c].params(), e[c].buf(BufferRole::AdamState, 2 * np[c])}).bytes =
@@ -414,6 +529,11 @@ Plan plan_stage_steps(const NetPlan& net, const StrategyOptions& o, int64_t batc
   std::vector<int> all(workers);
   for (int r = 0; r < workers; ++r) all[r] = r;
   const int world = b.group("world", all);
+  std::vector<StageLinks> links;  // a net with skips: per stage, what it receives and sends
+  if (net.has_skips() && o.schedule != Schedule::GPipe && o.schedule != Schedule::OneFOneB)
+    throw UsageError(fmt::format("{}: the net has skips ({}); its pipelines run the GPipe and 1F1B schedules yet",
+                                 name, first_skip(net)));
+  for (int st = 0; st < stages && net.has_skips(); ++st) links.push_back(stage_links(net, ranges, st));
   std::vector<int> stage_group(stages, kNone);
   if (replicas > 1)
     for (int st = 0; st < stages; ++st) {
@@ -432,9 +552,10 @@ Plan plan_stage_steps(const NetPlan& net, const StrategyOptions& o, int64_t batc
     const Schedule schedule = o.schedule;
     StageEmitter e{b, r, world, s, s == stages - 1, o.recompute, pipeline_slots(schedule, stages, s, m), begin, end,
                    numel_of(net.layers[begin].in), numel_of(net.layers[end - 1].out), sizes,
-                   std::vector<int>(sizes.size(), kNone)};
+                   std::vector<std::vector<int>>(sizes.size())};
     e.wire = activation_wire(o);
     e.net = &net, e.bf16 = o.backend.precision == Precision::Bf16, e.param_count = np;
+    if (!links.empty()) e.links = &links[s];
     b.buffer(r, BufferRole::Params, -1, np * kF);
     b.buffer(r, BufferRole::Grads, -1, np * kF);
     for (const PipeOp& op : pipeline_ops(schedule, o.recompute, stages, s, m)) {
@@ -444,8 +565,7 @@ Plan plan_stage_steps(const NetPlan& net, const StrategyOptions& o, int64_t batc
     }
     e.close();
     for (int k = 0; k < m; ++k) e.wait_send(k);
-    for (int id : e.grad_send)
-      if (id != kNone) b.wait(r, {id});
+    e.wait_grad_send(0), e.wait_grad_send(1);
     if (replicas > 1) {
       Action& ar = on_wire(b.collective(r, CollKind::AllReduce, stage_group[s], np, np * kF, false), o.reduce_dtype);
       ar.reads.push_back(e.grads()), ar.writes.push_back(e.grads());

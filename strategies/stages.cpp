@@ -105,4 +105,32 @@ std::vector<std::pair<int, int>> stage_ranges(const NetPlan& plan, int stages, c
   return split_stages_by(plan, stages, seconds, strategy);
 }
 
+StageLinks stage_links(const NetPlan& plan, const std::vector<std::pair<int, int>>& ranges, int s) {
+  auto stage_of = [&](int layer) {
+    if (layer == kNetInput) return 0;
+    for (std::size_t t = 0; t < ranges.size(); ++t)
+      if (layer >= ranges[t].first && layer < ranges[t].second) return static_cast<int>(t);
+    PB_CHECK(false, "layer {} is in no stage", layer);
+    return -1;
+  };
+  auto numel = [&](int layer) { return numel_of(layer == kNetInput ? plan.input : plan.layers[layer].out); };
+  StageLinks k;
+  k.boundary = stage_boundary(plan, ranges[s].first, ranges[s].second);
+  for (int e : k.boundary.entries) {
+    k.entry_from.push_back(s == 0 ? -1 : stage_of(e));
+    k.entry_numel.push_back(numel(e));
+  }
+  for (int t = s + 1; t < static_cast<int>(ranges.size()); ++t) {
+    const StageBoundary reader = stage_boundary(plan, ranges[t].first, ranges[t].second);
+    for (int e : reader.entries) {
+      if (stage_of(e) != s) continue;
+      const int exit = e == kNetInput ? -1 : static_cast<int>(std::find(k.boundary.exits.begin(), k.boundary.exits.end(), e) -
+                                                              k.boundary.exits.begin());
+      k.outs.push_back({exit, e, t});
+      k.out_numel.push_back(numel(e));
+    }
+  }
+  return k;
+}
+
 }  // namespace pb

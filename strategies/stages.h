@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/graph_stage.h"
 #include "engine/net.h"
 #include "strategies/strategy.h"
 
@@ -26,5 +27,23 @@ std::vector<std::pair<int, int>> split_stages_by(const NetPlan& plan, int stages
 // largest over the ranks, so all split alike -- collective), or the seed's 2-stage split.
 std::vector<std::pair<int, int>> stage_ranges(const NetPlan& plan, int stages, const StrategyOptions& o,
                                               int micro_batches, Device device, const std::string& strategy);
+
+// How stage s of a net cut into `ranges` meets the others: each value it reads from an earlier
+// stage comes from the stage that makes it, and each of its exits goes to every later stage that
+// reads it (a skip may cross several stages). A chain stage's are its input from s - 1 and its
+// output to s + 1.
+struct StageLinks {
+  StageBoundary boundary;
+  std::vector<int> entry_from;  // per entry: the stage making it (the net's input: stage 0; -1 on stage 0 itself)
+  struct Out {
+    int exit;   // its index in boundary.exits; -1: the net's input, which stage 0 holds
+    int layer;  // the value's layer (kNetInput: the net's input)
+    int to;     // the stage reading it
+  };
+  std::vector<Out> outs;  // by reader stage, then layer: the order a reader's entries come in
+  // Per sample, the values of entry j and of out j.
+  std::vector<int64_t> entry_numel, out_numel;
+};
+StageLinks stage_links(const NetPlan& plan, const std::vector<std::pair<int, int>>& ranges, int s);
 
 }  // namespace pb

@@ -45,7 +45,8 @@ class Golden : public ::testing::TestWithParam<std::string> {
 // Tolerances: the 1e-5 (relative on losses, absolute on parameters). Measured here:
 // about 2e-7 and 5e-8, the size of fp32 rounding differences in summation order.
 void expect_pytorch_trajectory(const fs::path& dir, const std::string& strategy, const StrategyOptions& o) {
-  SCOPED_TRACE(fmt::format("{} on {} device(s)", strategy, o.devices));
+  SCOPED_TRACE(fmt::format("{} on {} device(s){}", strategy, o.devices,
+                           o.balance.empty() ? std::string() : fmt::format(", --balance {}", fmt::join(o.balance, ","))));
   const NetSpec net = load_net_json((dir / "net.json").string());
   const NetPlan plan = plan_net(net);
   const auto expected = nlohmann::json::parse(read_file((dir / "expected.json").string()));
@@ -245,6 +246,41 @@ TEST(GraphFixtures, WholeNetStrategiesReproducePyTorchTrajectory) {
       for (const char* s : {"fsdp", "zero2", "fsdp-prefetch", "zero2-prefetch"}) expect_pytorch_trajectory(e.path(), s, n);
     }
     expect_pytorch_trajectory(e.path(), "hsdp2x2", 4);
+  }
+  EXPECT_GE(nets, 2);
+}
+
+// Pipelines over nets with skips: a value crossing one stage or several is sent from the stage
+// making it to every stage reading it, and its gradients back (summed where several read it).
+// Every schedule that takes such nets, at 2-4 stages, then every 2- and 3-way cut under 1F1B.
+TEST(GraphFixtures, PipelinesSendingSkipsReproducePyTorchTrajectory) {
+  int nets = 0;
+  for (const auto& e : fs::directory_iterator(pb::test::source_dir() / "tests/fixtures/graph")) {
+    SCOPED_TRACE(e.path().filename().string());
+    ++nets;
+    const NetPlan plan = plan_net(load_net_json((e.path() / "net.json").string()));
+    const int layers = static_cast<int>(plan.layers.size());
+    const int64_t batch = read_npy((e.path() / "input.npy").string()).shape[0];
+    StrategyOptions o;
+    o.backend.threads = 1;
+    o.micro_batches = static_cast<int>(std::min<int64_t>(3, batch));
+    for (int n = 2; n <= 4; ++n) {
+      o.devices = n;
+      expect_pytorch_trajectory(e.path(), "mp", o);
+      for (const char* s : {"pipeline", "pipeline-1f1b", "pipeline-recompute", "pipeline-1f1b-recompute"})
+        expect_pytorch_trajectory(e.path(), s, o);
+    }
+    o.devices = 4, o.micro_batches = 1;  // a piece of the batch each replica
+    for (const char* s : {"dp2xpp2", "dp2xpp2-1f1b-recompute"}) expect_pytorch_trajectory(e.path(), s, o);
+    o.micro_batches = static_cast<int>(std::min<int64_t>(2, batch));
+    for (int a = 1; a < layers; ++a) {
+      o.devices = 2, o.balance = {a, layers - a};
+      expect_pytorch_trajectory(e.path(), "pipeline-1f1b", o);
+      for (int c = 1; a + c < layers; ++c) {
+        o.devices = 3, o.balance = {a, c, layers - a - c};
+        expect_pytorch_trajectory(e.path(), "pipeline-1f1b", o);
+      }
+    }
   }
   EXPECT_GE(nets, 2);
 }
