@@ -190,25 +190,44 @@ struct StageEmitter {
     r.insert(r.end(), rest.begin(), rest.end());
     return r;
   }
+  // Values between neighbour stages travel as a chain's, on its channel; a skip over several
+  // stages on a one-way channel of its own (`far_acts`, and `far_grads` for its gradient), whose
+  // stream only such transfers wait on: on the neighbours' in-order stream the last stage's first
+  // backward would send stage 0 a gradient it receives only after its warm-up, while stage 0's
+  // warm-up sends wait for the last stage's receives (tests/test_nccl_order.cpp).
+  int far_acts = -1, far_grads = -1;
+  bool far(int stage) const { return stage != s - 1 && stage != s + 1; }
+  Action& link(ActionKind kind, int stage, int64_t n, int into, bool grad, int layer, int k) {
+    Action& a = far(stage) ? on_wire(b.p2p(w, kind, grad ? far_grads : far_acts, worker_of(stage), n, into, true), wire)
+                           : p2p(kind, worker_of(stage), n, into, grad);
+    a.micro = k, a.layer_begin = layer;
+    return a;
+  }
+  // Each entry's value: the neighbour's in one group (with the sends before it), the far ones' in another.
   void receive_entries(int k) {
-    open(act_in);
     std::vector<int> ids;
-    for (std::size_t j = 0; j < links->entry_numel.size(); ++j) {
-      const int jj = static_cast<int>(j);
-      Action& a = p2p(ActionKind::Recv, worker_of(links->entry_from[j]), sizes[k] * links->entry_numel[j], entry_in(k, jj));
-      a.micro = k, a.layer_begin = links->boundary.entries[j];
-      ids.push_back(a.id);
+    for (bool far_pass : {false, true}) {
+      for (std::size_t j = 0; j < links->entry_numel.size(); ++j) {
+        if (far(links->entry_from[j]) != far_pass) continue;
+        open(far_pass ? far_acts : act_in);
+        ids.push_back(link(ActionKind::Recv, links->entry_from[j], sizes[k] * links->entry_numel[j],
+                           entry_in(k, static_cast<int>(j)), false, links->boundary.entries[j], k).id);
+      }
+      close();
     }
-    close();
     b.wait(w, ids);
   }
+  // Each exit to every stage reading it: the far ones first, as a group; the neighbour's left
+  // open for the receive that follows, as a chain's.
   void send_exits(int k) {
-    for (const StageLinks::Out& o : links->outs) {
-      open(act_out);
-      const int from = o.layer == kNetInput ? input(k) : acts(k);
-      Action& a = p2p(ActionKind::Send, worker_of(o.to), sizes[k] * numel_of_value(o.layer), from);
-      a.micro = k, a.layer_begin = o.layer;
-      act_send[k].push_back(a.id);
+    for (bool far_pass : {true, false}) {
+      for (const StageLinks::Out& o : links->outs) {
+        if (far(o.to) != far_pass) continue;
+        open(far_pass ? far_acts : act_out);
+        const int from = o.layer == kNetInput ? input(k) : acts(k);
+        act_send[k].push_back(link(ActionKind::Send, o.to, sizes[k] * numel_of_value(o.layer), from, false, o.layer, k).id);
+      }
+      if (far_pass) close();
     }
     if (recompute && !links->outs.empty()) last_scratch_send = k;
   }
@@ -298,17 +317,20 @@ struct StageEmitter {
     if (last) {
       dys.push_back(dy());
     } else {
-      open(grad_in);
       std::vector<int> ids;
-      for (std::size_t j = 0; j < links->outs.size(); ++j) {
-        const StageLinks::Out& o = links->outs[j];
-        if (o.exit < 0) continue;  // the net's input: no gradient
-        dys.push_back(dy_of(static_cast<int>(j)));
-        Action& a = p2p(ActionKind::Recv, worker_of(o.to), n * links->out_numel[j], dys.back(), true);
-        a.micro = k, a.layer_begin = o.layer;
-        ids.push_back(a.id);
+      for (std::size_t j = 0; j < links->outs.size(); ++j)
+        if (links->outs[j].exit >= 0) dys.push_back(dy_of(static_cast<int>(j)));  // the net's input has no gradient
+      for (bool far_pass : {false, true}) {
+        for (std::size_t j = 0, r = 0; j < links->outs.size(); ++j) {
+          const StageLinks::Out& o = links->outs[j];
+          if (o.exit < 0) continue;
+          const int dy = dys[r++];
+          if (far(o.to) != far_pass) continue;
+          open(far_pass ? far_grads : grad_in);
+          ids.push_back(link(ActionKind::Recv, o.to, n * links->out_numel[j], dy, true, o.layer, k).id);
+        }
+        close();
       }
-      close();
       b.wait(w, ids);
       if (!recompute) wait_send(k);
     }
@@ -336,13 +358,15 @@ struct StageEmitter {
     reads = dys;
     reads.push_back(acts(k)), reads.push_back(params());
     b.compute(w, ActionKind::BackwardData, begin, end, k, reads, dxs);
-    for (std::size_t j = 0; j < links->entry_numel.size(); ++j) {
-      const int dx = dx_of_entry(static_cast<int>(j), slot);
-      if (dx == kNone) continue;
-      open(grad_out);
-      Action& a = p2p(ActionKind::Send, worker_of(links->entry_from[j]), n * links->entry_numel[j], dx, true);
-      a.micro = k, a.layer_begin = links->boundary.entries[j];
-      grad_send[slot].push_back(a.id);
+    for (bool far_pass : {true, false}) {  // as send_exits: the far ones first, the neighbour's left open
+      for (std::size_t j = 0; j < links->entry_numel.size(); ++j) {
+        const int dx = dx_of_entry(static_cast<int>(j), slot);
+        if (dx == kNone || far(links->entry_from[j]) != far_pass) continue;
+        open(far_pass ? far_grads : grad_out);
+        grad_send[slot].push_back(
+            link(ActionKind::Send, links->entry_from[j], n * links->entry_numel[j], dx, true, links->boundary.entries[j], k).id);
+      }
+      if (far_pass) close();
     }
   }
 };
@@ -534,6 +558,11 @@ Plan plan_stage_steps(const NetPlan& net, const StrategyOptions& o, int64_t batc
     throw UsageError(fmt::format("{}: the net has skips ({}); its pipelines run the GPipe and 1F1B schedules yet",
                                  name, first_skip(net)));
   for (int st = 0; st < stages && net.has_skips(); ++st) links.push_back(stage_links(net, ranges, st));
+  int far_acts = kNone, far_grads = kNone;  // skips over several stages: one-way channels over every worker
+  for (const StageLinks& l : links)
+    for (const StageLinks::Out& o : l.outs)
+      if (o.to > &l - links.data() + 1 && far_acts == kNone)
+        far_acts = b.group("skips", all), far_grads = b.group("skip grads", all);
   std::vector<int> stage_group(stages, kNone);
   if (replicas > 1)
     for (int st = 0; st < stages; ++st) {
@@ -555,7 +584,7 @@ Plan plan_stage_steps(const NetPlan& net, const StrategyOptions& o, int64_t batc
                    std::vector<std::vector<int>>(sizes.size())};
     e.wire = activation_wire(o);
     e.net = &net, e.bf16 = o.backend.precision == Precision::Bf16, e.param_count = np;
-    if (!links.empty()) e.links = &links[s];
+    if (!links.empty()) e.links = &links[s], e.far_acts = far_acts, e.far_grads = far_grads;
     b.buffer(r, BufferRole::Params, -1, np * kF);
     b.buffer(r, BufferRole::Grads, -1, np * kF);
     for (const PipeOp& op : pipeline_ops(schedule, o.recompute, stages, s, m)) {
