@@ -142,12 +142,15 @@ std::string buffer_names(const Plan& p, const std::vector<int>& ids) {
 
 std::string what(const Plan& p, const Action& a) {
   std::string s = action_kind_name(a.kind);
-  if (a.layer_begin >= 0) s += fmt::format(" layers [{}, {})", a.layer_begin, a.layer_end);
+  const bool p2p = a.kind == ActionKind::Send || a.kind == ActionKind::Recv;
+  if (a.layer_begin >= 0 && p2p) s += fmt::format(" layer {}", a.layer_begin);  // its value or gradient (a skip)
+  else if (a.layer_begin >= 0) s += fmt::format(" layers [{}, {})", a.layer_begin, a.layer_end);
   if (a.micro >= 0) s += fmt::format(" mb {}", a.micro);
   if (a.samples) s += fmt::format(" x{}", a.samples);
   if (a.part != 1) s += fmt::format(" part {:.4g}", a.part);
   if (a.kind == ActionKind::Send) s += fmt::format(" to {}", a.peer);
   if (a.kind == ActionKind::Recv) s += fmt::format(" from {}", a.peer);
+  if (p2p && a.group > 0 && a.group < static_cast<int>(p.groups.size())) s += fmt::format(" on '{}'", p.groups[a.group].name);
   if (a.kind == ActionKind::Collective) {
     s += fmt::format(" {} over {}", coll_kind_name(a.coll), a.group >= 0 ? p.groups.at(a.group).name : "?");
     if (a.root >= 0) s += fmt::format(" root {}", a.root);

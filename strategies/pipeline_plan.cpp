@@ -200,7 +200,7 @@ struct StageEmitter {
   Action& link(ActionKind kind, int stage, int64_t n, int into, bool grad, int layer, int k) {
     Action& a = far(stage) ? on_wire(b.p2p(w, kind, grad ? far_grads : far_acts, worker_of(stage), n, into, true), wire)
                            : p2p(kind, worker_of(stage), n, into, grad);
-    a.micro = k, a.layer_begin = layer;
+    a.micro = k, a.layer_begin = layer, a.layer_end = layer >= 0 ? layer + 1 : -1;  // its value (or gradient)
     return a;
   }
   // Each entry's value: the neighbour's in one group (with the sends before it), the far ones' in another.
