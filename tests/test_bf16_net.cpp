@@ -79,14 +79,15 @@ TEST_P(Bf16Golden, RegularFollowsTorchAutocast) {
     ts.insert(ts.begin(), batch);
     t = read_npy((dir / "target.npy").string(), ts).data;
   }
-  // A net with skips under fsdp too: its units pass the skips between them.
+  // A net with skips under fsdp and pipelines too: its units, its stages pass the skips between them.
   std::vector<std::pair<std::string, int>> runs = {{"regular", 1}};
-  if (plan.has_skips()) runs.push_back({"fsdp", 2});
+  if (plan.has_skips()) runs.insert(runs.end(), {{"fsdp", 2}, {"pipeline-1f1b", 3}, {"mp", 4}});
   for (const auto& [strategy, devices] : runs) {
     SCOPED_TRACE(fmt::format("{} x{}", strategy, devices));
     StrategyOptions o;
     o.backend = bf16_options();
     o.devices = devices;
+    o.micro_batches = static_cast<int>(std::min<int64_t>(2, batch));
     auto s = make_strategy(strategy, o);
     s->setup(plan, read_state_dict(plan, (dir / "params").string()), net.adam);
     s->load_batch(x.data, t, batch);
