@@ -35,11 +35,16 @@ replay-ddp | replay-mp | replay-pipeline | replay-pipeline-1f1b | replay-pipelin
   # stages defer different numbers of W's), pipeline-interleaved (8 chunks, the last worker's
   # activations wrapping to the first) and pipeline-zbv (8 chunks in a V, gradients on their own
   # communicator) also on 4 processes.
-  # ddp and the fsdp family also on a net with skips (a residual net: skips crossing fsdp's units).
+  # ddp, the fsdp family, mp and the GPipe and 1F1B pipelines also on nets with skips (a residual
+  # net: skips crossing fsdp's units and stages; the pipelines also a U-Net, over 4 processes
+  # too, its skips crossing several stages on their own communicators).
   BATCHES=4
   [[ $S == fsdp* || $S == zero2* ]] && BATCHES="4 3"
   NETS=("--workload $HERE/../fixtures/conv_odd/net.json" "--workload linear")
-  [[ $S == ddp || $S == fsdp* || $S == zero2* ]] && NETS+=("--workload $HERE/../fixtures/graph/resnet_small/net.json")
+  SKIPS=0  # the strategy takes nets with skips
+  [[ $S == ddp || $S == fsdp* || $S == zero2* || $S == mp || $S == pipeline || $S == pipeline-1f1b || $S == *-recompute ]] && SKIPS=1
+  ((SKIPS)) && NETS+=("--workload $HERE/../fixtures/graph/resnet_small/net.json")
+  ((SKIPS)) && [[ $S == mp || $S == pipeline* ]] && NETS+=("--workload $HERE/../fixtures/graph/unet_small/net.json")
   for B in $BATCHES; do
   for W in "${NETS[@]}"; do
     [[ ($S == mp || $S == pipeline*) && $W == *linear* ]] && continue  # one layer: no two stages
@@ -49,7 +54,8 @@ replay-ddp | replay-mp | replay-pipeline | replay-pipeline-1f1b | replay-pipelin
     "${MPI[@]}" -n 2 "$PARBENCH" replay --strategy "$S" --devices 2 $A --out "$DIR/$S" || fail "mpiexec -n 2 replay $S"
     /usr/bin/python3 "$HERE/compare_replay.py" "$DIR/regular" "$DIR/$S" || fail "$S over MPI differs from regular ($W)"
     grep -q '"world_size": 2' "$DIR/$S/losses.json" || fail "losses.json lacks world_size 2"
-    if [[ $S == *-prefetch || (($S == pipeline-zb || $S == pipeline-interleaved || $S == pipeline-zbv) && $W != *linear*) ]]; then  # over 4 processes; at batch 3 one holds shards only
+    if [[ $S == *-prefetch || (($S == pipeline-zb || $S == pipeline-interleaved || $S == pipeline-zbv) && $W != *linear*) ||
+          $W == *graph/unet* ]]; then  # over 4 processes; at batch 3 one holds shards only
       "${MPI[@]}" -n 4 "$PARBENCH" replay --strategy "$S" --devices 4 $A --out "$DIR/$S-4" || fail "mpiexec -n 4 replay $S"
       /usr/bin/python3 "$HERE/compare_replay.py" "$DIR/regular" "$DIR/$S-4" || fail "$S over 4 processes differs ($W)"
     fi
