@@ -19,6 +19,7 @@
 #include "plan/plan.h"
 #include "strategies/breakdown.h"
 #include "strategies/plan_gen.h"
+#include "strategies/stages.h"
 #include "reports/console.h"
 #include "reports/gbjson.h"
 #include "reports/schema.h"
@@ -33,12 +34,13 @@ namespace {
 constexpr int kWorkspaceProbeSlot = 63;
 
 // The stages' layer ranges and ddp's buckets of the configuration (schema layout).
-std::string layout_json(const StepStats& st) {
+std::string layout_json(const StepStats& st, const std::vector<int64_t>& skips) {
   nlohmann::json j = nlohmann::json::object();
   if (st.staged) {
     j["stages"] = nlohmann::json::array();
     for (const WorkerStats& w : st.workers) j["stages"].push_back({w.layer_begin, w.layer_end});
   }
+  if (std::any_of(skips.begin(), skips.end(), [](int64_t b) { return b > 0; })) j["skip_bytes"] = skips;
   if (!st.buckets.empty()) {
     j["buckets"] = nlohmann::json::array();
     for (const BucketLayout& b : st.buckets)
@@ -278,6 +280,16 @@ void run_config(benchmark::State& state, Sweep& sw, const Config& c) {
   state.counters[k::peak_bytes_max.name] = peak_max;
   state.counters[k::peak_bytes_dev0.name] = peak0;
   state.counters[k::bytes_sent_per_iter.name] = bytes_sent / iters;
+  // Per stage, the skips it sends a step (a net with skips cut into stages): from its plan.
+  std::vector<int64_t> skips;
+  if (last.staged && s->step_plan()) {
+    std::vector<std::pair<int, int>> layers;
+    for (const WorkerStats& w : last.workers) layers.emplace_back(w.layer_begin, w.layer_end);
+    skips = skip_bytes(*s->step_plan(), layers);
+    int64_t all = 0;
+    for (int64_t b : skips) all += b;
+    if (all > 0) state.counters[k::skip_bytes_per_iter.name] = static_cast<double>(all);
+  }
   if (c.options.kind == DeviceKind::Cpu) state.counters[k::worker_threads.name] = c.options.backend.threads;
   state.counters[k::transfer_s_max.name] = transfer_max / iters;
   state.counters[k::compute_share.name] = shares[0] / iters;
@@ -334,7 +346,7 @@ void run_config(benchmark::State& state, Sweep& sw, const Config& c) {
     state.counters[k::allocated_bytes.name] = allocated;
   }
   state.SetLabel("communicator " + last.communicator);
-  sw.layouts[c.name] = layout_json(last);
+  sw.layouts[c.name] = layout_json(last, skips);
 }
 
 RecordingReporter::RecordingReporter(benchmark::BenchmarkReporter* display, bool mib, std::string path,

@@ -139,6 +139,25 @@ RunFile parse_run_json(const std::string& text, const std::string& source) {
     }
   }
 
+  if (doc.contains(schema::layout.name)) {
+    const std::string field = schema::layout.name;
+    const json& lay = doc.at(field);
+    if (!lay.is_object()) bad(source, "", fmt::format("field \"{}\" must be an object, got a JSON {}", field, type_name(lay)));
+    for (auto e = lay.begin(); e != lay.end(); ++e) {
+      if (!e.value().is_object() || !e.value().contains("skip_bytes")) continue;
+      const std::string where = fmt::format("{}[\"{}\"].skip_bytes", field, e.key());
+      const json& sk = e.value().at("skip_bytes");
+      if (!sk.is_array()) bad(source, where, "expected an array of bytes per stage");
+      std::vector<double> bytes;
+      for (const json& v : sk) {
+        if (!v.is_number() || !(v.get<double>() >= 0) || !std::isfinite(v.get<double>()))
+          bad(source, where, fmt::format("every stage's bytes must be a non-negative finite number, got {}", v.dump()));
+        bytes.push_back(v.get<double>());
+      }
+      file.skip_bytes[benchmark_identity(e.key())] = std::move(bytes);
+    }
+  }
+
   std::map<std::tuple<std::string, std::string, int64_t>, std::size_t> seen;  // (benchmark, aggregate, repetition)
   std::map<std::string, int64_t> repetitions_of;                              // benchmark -> its repetitions
   for (std::size_t i = 0; i < list.size(); ++i) {
@@ -321,6 +340,7 @@ std::vector<Benchmark> collect_benchmarks(const std::vector<const RunFile*>& fil
       b.times_file.push_back(static_cast<int>(fi));
       for (const auto& [k, v] : r.counters) b.counters[k].push_back(v);
     }
+    for (const auto& [name, bytes] : f->skip_bytes) find(name).skip_bytes = bytes;
     for (const auto& [name, reps] : f->iteration_times) {
       Benchmark& b = find(name);
       b.iteration_times_s.insert(b.iteration_times_s.end(), reps.begin(), reps.end());

@@ -34,6 +34,9 @@ struct RunFile {
   // parbench's "iteration_times_s": per benchmark identity, per repetition, every iteration's
   // seconds (kept whatever Google Benchmark's repetition and aggregate settings).
   std::map<std::string, std::vector<std::vector<double>>> iteration_times;
+  // parbench's "layout" of a staged run over a net with skips: per benchmark identity, per stage,
+  // the skip bytes it sends a step.
+  std::map<std::string, std::vector<double>> skip_bytes;
   std::string context_value(const std::string& key, const std::string& fallback = "") const;
 };
 
@@ -64,6 +67,7 @@ struct Benchmark {
   std::vector<int> times_file;                       // index of the file each repetition came from
   std::vector<std::vector<double>> iteration_times_s;  // per repetition, every iteration (parbench runs)
   std::map<std::string, std::vector<double>> counters;  // per repetition
+  std::vector<double> skip_bytes;                     // per stage (a staged run over a net with skips)
   std::map<std::string, double> aggregates;          // aggregate_name -> seconds (GB's own)
   int64_t aggregate_repetitions = 0;                 // "repetitions" of GB's aggregates
   bool error = false;

@@ -31,6 +31,7 @@ inline constexpr Key devices{"devices", "count", "N, the devices (workers) of th
 inline constexpr Key peak_bytes_max{"peak_bytes_max", "bytes", "peak allocated bytes (engine tensors and library workspace) since setup, the largest over the workers"};
 inline constexpr Key peak_bytes_dev0{"peak_bytes_dev0", "bytes", "peak allocated bytes (engine tensors and library workspace) since setup on worker 0"};
 inline constexpr Key bytes_sent_per_iter{"bytes_sent_per_iter", "bytes", "per iteration, summed over the workers: each worker's collective payloads (the nccl-tests size) and sent messages"};
+inline constexpr Key skip_bytes_per_iter{"skip_bytes_per_iter", "bytes", "mp/pipeline over a net with skips: per iteration, summed over the stages: the bytes of skips sent (values other than a stage's output to the next stage, and their gradients)"};
 inline constexpr Key transfer_s_max{"transfer_s_max", "s", "per iteration, the largest transfer time of a worker: the transfers alone (in-process: the copies, not the wait for peers; NCCL: the collectives' span on the GPU stream after every member arrived, and send/recv spans from the last peer's arrival where all ranks share the process; MPI: from the moment its peers arrived -- a barrier before each collective, MPI_Mprobe before a receive -- the copy of a message the receiver's)"};
 inline constexpr Key compute_share{"compute_share", "fraction", "forward + backward + loss + optimizer time summed over the workers / (N x step time), mean over iterations"};
 inline constexpr Key transfer_share{"transfer_share", "fraction", "transfer time summed over the workers / (N x step time), mean over iterations"};
@@ -76,6 +77,7 @@ inline constexpr Key straggler_rank{"straggler_rank", "rank", "the worker (MPI r
 inline constexpr Key kCounters[] = {
     counter::samples_per_s,  counter::flop_per_s,      counter::global_batch,        counter::devices,
     counter::peak_bytes_max, counter::peak_bytes_dev0, counter::bytes_sent_per_iter, counter::transfer_s_max,
+    counter::skip_bytes_per_iter,
     counter::bubble_fraction, counter::micro_batches,  counter::workers_used,        counter::oversubscribed,
     counter::iter_cv,
     counter::compute_share, counter::transfer_share, counter::idle_share, counter::other_share,
@@ -207,6 +209,6 @@ inline constexpr Key kContext[] = {
 inline constexpr Key iteration_times{"iteration_times_s", "s", "every timed iteration's time, per benchmark and repetition"};
 // {"<benchmark>": {"stages": [[begin, end), ...] (mp/pipeline), "buckets": [{"layers": [first, last],
 // "floats": [begin, end)}, ...] (ddp, in all-reduce order)}}
-inline constexpr Key layout{"layout", "-", "per benchmark: the stages' layer ranges (mp, pipeline) and ddp's gradient buckets"};
+inline constexpr Key layout{"layout", "-", "per benchmark: the stages' layer ranges (mp, pipeline), over a net with skips each stage's skip bytes sent per step (skip_bytes), and ddp's gradient buckets"};
 
 }  // namespace pb::reports::schema

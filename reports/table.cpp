@@ -33,6 +33,7 @@ void merge_into(Benchmark& into, const Benchmark& from) {
   if (into.times_s.empty()) into.iterations = from.iterations;
   into.times_s.insert(into.times_s.end(), from.times_s.begin(), from.times_s.end());
   into.iteration_times_s.insert(into.iteration_times_s.end(), from.iteration_times_s.begin(), from.iteration_times_s.end());
+  if (into.skip_bytes.empty()) into.skip_bytes = from.skip_bytes;
   for (const auto& [k, v] : from.counters) into.counters[k].insert(into.counters[k].end(), v.begin(), v.end());
   for (const auto& [k, v] : from.aggregates) into.aggregates.emplace(k, v);
   if (into.error_message.empty()) into.error_message = from.error_message;
@@ -310,6 +311,7 @@ Row row_of(const Benchmark& b, const std::vector<std::string>& runs, const Group
     r.other_share = b.counter_median(k::other_share.name);
     if (auto c = b.counter_median(k::exposed_comm_s.name)) r.exposed_comm_share = *c / *med;
     if (auto c = b.counter_median(k::bytes_sent_per_iter.name)) r.comm_mib_per_iteration = *c / kMiB;
+    for (double bytes : b.skip_bytes) r.stage_skip_mib.push_back(bytes / kMiB);
     r.measured_bubble = b.counter_median(k::measured_bubble.name);
     for (const schema::Key& key : schema::kCounters) {
       const std::string name = key.name;

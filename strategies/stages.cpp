@@ -105,6 +105,23 @@ std::vector<std::pair<int, int>> stage_ranges(const NetPlan& plan, int stages, c
   return split_stages_by(plan, stages, seconds, strategy);
 }
 
+std::vector<int64_t> skip_bytes(const Plan& p, const std::vector<std::pair<int, int>>& layers) {
+  std::vector<int64_t> out(p.actions.size(), 0);
+  for (std::size_t w = 0; w < p.actions.size() && w < layers.size(); ++w)
+    for (const Action& a : p.actions[w]) {
+      if (a.kind != ActionKind::Send || a.reads.empty() || a.peer < 0 || a.peer >= static_cast<int>(layers.size())) continue;
+      const BufferRole role = p.buffers.at(a.reads[0]).role;
+      if (role == BufferRole::Input) out[w] += a.bytes;  // the net's input, to a later stage that reads it
+      if (a.layer_begin < 0) continue;
+      const bool grad = role == BufferRole::InputGrad;
+      const auto [begin, end] = layers[w];
+      const bool chain = grad ? a.layer_begin == begin - 1 && layers[a.peer].second == begin
+                              : a.layer_begin == end - 1 && layers[a.peer].first == end;
+      if (!chain) out[w] += a.bytes;
+    }
+  return out;
+}
+
 StageLinks stage_links(const NetPlan& plan, const std::vector<std::pair<int, int>>& ranges, int s) {
   auto stage_of = [&](int layer) {
     if (layer == kNetInput) return 0;

@@ -7,6 +7,7 @@
 
 #include "engine/graph_stage.h"
 #include "engine/net.h"
+#include "plan/plan.h"
 #include "strategies/strategy.h"
 
 namespace pb {
@@ -45,5 +46,10 @@ struct StageLinks {
   std::vector<int64_t> entry_numel, out_numel;
 };
 StageLinks stage_links(const NetPlan& plan, const std::vector<std::pair<int, int>>& ranges, int s);
+
+// Per worker of a staged plan whose workers hold `layers` [begin, end) each: the bytes it sends a
+// step that are skips -- values (and their gradients) other than its last layer's output to the
+// stage after it and the input gradient to the stage before. Zero for a chain's pipeline.
+std::vector<int64_t> skip_bytes(const Plan& p, const std::vector<std::pair<int, int>>& layers);
 
 }  // namespace pb

@@ -13,6 +13,8 @@
 #include "plan/check.h"
 #include "plan/plan.h"
 #include "strategies/plan_gen.h"
+#include "strategies/stages.h"
+#include "tests/paths.h"
 #include "tests/plan_cases.h"
 #include "workloads/workload.h"
 
@@ -101,6 +103,23 @@ TEST(PlanCheck, PipelinesSendingSkipsAreValid) {
         }
     if (spec.name == "unet") EXPECT_GT(skips, 0) << "no skip crosses more than one of 4 stages";  // a ResNet's need not
   }
+}
+
+// What a stage sends besides the chain's: the U-Net fixture cut after enc1's pooling (layers 0-2,
+// then 3-16) sends the pooled value forward and takes its gradient back, as a chain would; enc1
+// [4,8,8] and the input [2,8,8] go forward too, and enc1's gradient back.
+TEST(PlanCheck, SkipBytesAreWhatStagesSendBesidesTheChain) {
+  const NetPlan net = plan_net(load_net_json((test::source_dir() / "tests/fixtures/graph/unet_small/net.json").string()));
+  StrategyOptions o;
+  o.devices = 2, o.micro_batches = 2, o.balance = {3, 14};
+  const Plan p = make_plan("pipeline-1f1b", net, o, 4);
+  const std::vector<int64_t> skips = skip_bytes(p, {{0, 3}, {3, 17}});
+  ASSERT_EQ(skips.size(), 2u);
+  EXPECT_EQ(skips[0], 4 * 4 * (256 + 128));
+  EXPECT_EQ(skips[1], 4 * 4 * 256);
+  o.balance = {};
+  EXPECT_EQ(skip_bytes(make_plan("pipeline-1f1b", test::plan_test_net(), o, 4), {{0, 2}, {2, 5}}),
+            (std::vector<int64_t>{0, 0})) << "a chain's pipeline sends no skips";
 }
 
 // 1F1B at 3 stages: worker 1 receives micro-batch 0's activation into its input slot; without

@@ -266,6 +266,27 @@ std::string parse_error(const std::string& text) {
   return "no error";
 }
 
+// A staged run over a net with skips: each stage's skip bytes (the run's layout) in a table of their own.
+TEST(Report, SkipTrafficPerStage) {
+  constexpr double MiB = 1024.0 * 1024.0;
+  GbJson j;
+  j.add("unet/regular/devices:1/batch:4", {10}, {{"global_batch", 4}})
+      .add("unet/mp/devices:3/batch:4", {12}, {{"global_batch", 4}, {"bytes_sent_per_iter", 3 * MiB}});
+  j.doc()["layout"] = {{"unet/mp/devices:3/batch:4",
+                        {{"stages", {{0, 5}, {5, 9}, {9, 12}}}, {"skip_bytes", {MiB, 0.5 * MiB, 0.25 * MiB}}}}};
+  const Report rep = build_report({parse_run_json(j.doc().dump(), "run.json")});
+  const Row& mp = row(rep.groups.at(0), "mp", 3);
+  ASSERT_EQ(mp.stage_skip_mib.size(), 3u);
+  EXPECT_DOUBLE_EQ(mp.stage_skip_mib[1], 0.5);
+  EXPECT_TRUE(row(rep.groups.at(0), "regular", 1).stage_skip_mib.empty());
+  const std::string md = report_markdown(rep);
+  EXPECT_THAT(md, HasSubstr("Skip traffic between stages"));
+  EXPECT_THAT(md, HasSubstr("| mp | 3 | 0: 1.00, 1: 0.5, 2: 0.25 | 1.75 | 3.00 |"));
+  j.doc()["layout"]["unet/mp/devices:3/batch:4"]["skip_bytes"] = {1, -2};
+  EXPECT_THAT(parse_error(j.doc().dump()), HasSubstr("bad.json: layout[\"unet/mp/devices:3/batch:4\"]"
+                                                     ".skip_bytes: every stage's bytes must be a non-negative finite number, got -2"));
+}
+
 TEST(GbJsonParse, MalformedInputsGiveClearErrors) {
   EXPECT_THAT(parse_error("this is not json"), HasSubstr("bad.json: malformed JSON"));
   EXPECT_THAT(parse_error("[1, 2]"), HasSubstr("bad.json: expected a Google Benchmark JSON object"));
