@@ -64,6 +64,10 @@ SequentialBuffers sequential_buffers(const NetPlan& net, int begin, int end, int
     for (int64_t v : plan_graph_backward(net, begin, end, bf16).pool) s.scratch_parts.push_back((bf16 ? h : f) * v * n);
     for (int64_t b : s.scratch_parts) s.scratch += b;
     s.param_copy = bf16 ? h * params : 0;
+    int64_t weighted = 0;
+    for (int i = begin; i < end; ++i)
+      if (net.layers[i].weight_numel + net.layers[i].bias_numel > 0) weighted += numel_of(net.layers[i].out);
+    s.kept = (bf16 ? h : f) * weighted * n;
     return s;
   }
   int64_t keep = 0, widest_in = 0, params = 0, weighted = 0;

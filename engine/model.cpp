@@ -121,8 +121,26 @@ void Sequential::backward(const std::vector<const float*>& exit_grads, const std
   auto it = slots_.find(slot_id);
   PB_CHECK(it != slots_.end() && it->second.input != nullptr, "backward before forward in slot {}", slot_id);
   if (!graph_) return backward(exit_grads[0], entry_grads[0], accumulate, slot_id, grads_ready);
-  return bf16_ ? backward_graph_bf16(exit_grads, entry_grads, accumulate, slot_id, grads_ready)
-               : backward_graph(exit_grads, entry_grads, accumulate, slot_id, grads_ready);
+  graph_pass(exit_grads, entry_grads, accumulate, slot_id, grads_ready, Pass::Both);
+}
+
+void Sequential::backward_data(const std::vector<const float*>& exit_grads, const std::vector<float*>& entry_grads,
+                               int slot_id) {
+  PB_CHECK(exit_grads.size() == boundary_.exits.size() && entry_grads.size() == boundary_.entries.size(),
+           "stage [{}, {}) takes {} exit gradients and gives {} entry gradients, got {} and {}", begin_, end_,
+           boundary_.exits.size(), boundary_.entries.size(), exit_grads.size(), entry_grads.size());
+  if (!graph_) return backward_data(exit_grads[0], entry_grads[0], slot_id);
+  graph_pass(exit_grads, entry_grads, false, slot_id, {}, Pass::Data);
+}
+
+void Sequential::graph_pass(const std::vector<const float*>& exit_grads, const std::vector<float*>& entry_grads,
+                            bool accumulate, int slot_id, const std::function<void(int)>& grads_ready, Pass pass) {
+  auto it = slots_.find(slot_id);
+  PB_CHECK(it != slots_.end() && it->second.input != nullptr, "backward before forward in slot {}", slot_id);
+  std::vector<Tensor>* kept = kept_set(it->second, slot_id, pass);
+  if (bf16_) backward_graph_bf16(exit_grads, entry_grads, accumulate, slot_id, grads_ready, pass, kept);
+  else backward_graph(exit_grads, entry_grads, accumulate, slot_id, grads_ready, pass, kept);
+  if (pass == Pass::Weights) kept_free_.push_back(it->second.kept), it->second.kept = -1;
 }
 
 const float* Sequential::forward(const float* x, int64_t batch, int slot_id) {
@@ -228,7 +246,8 @@ void Sequential::backward_pass(const float* dy, float* dx, bool accumulate, int 
   auto it = slots_.find(slot_id);
   PB_CHECK(it != slots_.end() && it->second.input != nullptr, "backward before forward in slot {}", slot_id);
   if (graph_) {
-    PB_CHECK(pass == Pass::Both, "a stage of a net with skips runs whole backward passes");
+    if (pass == Pass::Weights) return graph_pass({}, {}, accumulate, slot_id, {}, pass);
+    if (pass == Pass::Data) return backward_data(std::vector<const float*>{dy}, std::vector<float*>{dx}, slot_id);
     return backward(std::vector<const float*>{dy}, std::vector<float*>{dx}, accumulate, slot_id, grads_ready);
   }
   std::vector<Tensor>* kept = kept_set(it->second, slot_id, pass);  // the output gradients W reads, kept from B

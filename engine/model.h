@@ -88,6 +88,8 @@ class Sequential {
   // gradients are bf16, as the whole backward passes them.
   void backward_data(const float* dy, float* dx, int slot = 0);
   void backward_weights(bool accumulate, int slot = 0);
+  // backward_data of a stage of a net with skips: its exits' gradients in, its entries' out.
+  void backward_data(const std::vector<const float*>& exit_grads, const std::vector<float*>& entry_grads, int slot = 0);
   // The flat grads() range [begin, end) of layer i (global index; empty for ReLU/Flatten).
   std::pair<int64_t, int64_t> layer_grad_range(int i) const;
   // Where forward and backward record their spans (one per call, or per layer with detail).
@@ -142,11 +144,15 @@ class Sequential {
   // hands it back); nullptr for a whole backward.
   std::vector<Tensor>* kept_set(Slot& slot, int slot_id, Pass pass);
   const float* forward_bf16(const float* x, int64_t batch, int slot);
-  // A stage of a net with skips (model_graph.cpp, model_graph_bf16.cpp): plain layouts, whole
-  // backward passes.
+  // A stage of a net with skips (model_graph.cpp, model_graph_bf16.cpp): plain layouts; a
+  // backward pass whole, or its data part keeping each weighted layer's output gradient in `kept`
+  // and its weights part from them (graph_pass: the slot's kept set, then the pass).
   const float* forward_graph(const std::vector<const float*>& entries, int64_t batch, int slot);
+  void graph_pass(const std::vector<const float*>& exit_grads, const std::vector<float*>& entry_grads, bool accumulate,
+                  int slot, const std::function<void(int layer)>& grads_ready, Pass pass);
   void backward_graph(const std::vector<const float*>& exit_grads, const std::vector<float*>& entry_grads,
-                      bool accumulate, int slot, const std::function<void(int layer)>& grads_ready);
+                      bool accumulate, int slot, const std::function<void(int layer)>& grads_ready, Pass pass,
+                      std::vector<Tensor>* kept);
   // The slot sized for `batch` samples of the stage's layers, its entries taken (a graph stage).
   Slot& graph_slot(const std::vector<const float*>& entries, int64_t batch, int slot);
   // Buffer k of graph_back_'s pool, sized for `batch` samples of `dtype`.
@@ -155,7 +161,8 @@ class Sequential {
   Bf16* bf16_input(Slot& slot, const float* x, int64_t batch);
   const float* forward_graph_bf16(const std::vector<const float*>& entries, int64_t batch, int slot);
   void backward_graph_bf16(const std::vector<const float*>& exit_grads, const std::vector<float*>& entry_grads,
-                           bool accumulate, int slot, const std::function<void(int layer)>& grads_ready);
+                           bool accumulate, int slot, const std::function<void(int layer)>& grads_ready, Pass pass,
+                           std::vector<Tensor>* kept);
   // bf16: params_ rounded into the bf16 copy (unless use_params16's), which it returns.
   const Bf16* round_weights();
   void backward_bf16(const float* dy, float* dx, bool accumulate, int slot,

@@ -84,7 +84,8 @@ Tensor& Sequential::graph_buffer(int k, int64_t batch, DType dtype) {
 }
 
 void Sequential::backward_graph(const std::vector<const float*>& exit_grads, const std::vector<float*>& entry_grads,
-                                bool accumulate, int slot_id, const std::function<void(int)>& grads_ready) {
+                                bool accumulate, int slot_id, const std::function<void(int)>& grads_ready, Pass pass,
+                                std::vector<Tensor>* kept) {
   Slot& slot = slots_.at(slot_id);
   const int64_t batch = slot.batch;
   Tracer::Scope span = call_span(tracer_, Phase::Backward, slot_id);
@@ -95,18 +96,25 @@ void Sequential::backward_graph(const std::vector<const float*>& exit_grads, con
   for (int i = end_ - 1; i >= begin_; --i) {
     const LayerPlan& l = plan_.layers[i];
     const int j = i - begin_;
+    if (pass == Pass::Weights && !has_weights(l.spec.type)) continue;
     const int exit = graph_back_.exit_of[j];
-    float* own = pool(graph_back_.grad_of[j]);
-    const float* gout = own ? own : exit_grads[exit];
+    float* own = pass == Pass::Weights ? nullptr : pool(graph_back_.grad_of[j]);
+    const float* gout = pass == Pass::Weights ? (*kept)[j].data() : own ? own : exit_grads[exit];
     const float* xin = l.inputs[0] < begin_ ? slot.entries[boundary_.entry_of(l.inputs[0])] : slot.out[l.inputs[0] - begin_];
     float* w = params_.data() + (l.param_offset - base);
     float* gw = grads_.data() + (l.param_offset - base);
     Tracer::Scope layer = layer_span(tracer_, Phase::Backward, slot_id, l);
     auto run = [&](LayerPass pass, auto&& call) { observed_layer(observer_, tracer_, l, batch, false, pass, call); };
     // An exit's gradient from later stages: added to the sum of its readers here, or the whole of it.
-    if (exit >= 0 && own)
+    if (exit >= 0 && own && pass != Pass::Weights)
       run(LayerPass::BackwardData, [&] { be.add(batch * numel_of(l.out), own, exit_grads[exit], own); });
-    switch (l.spec.type) {
+    if (pass == Pass::Data && has_weights(l.spec.type)) {  // for the weights pass: the pool and exits are reused
+      Tensor& k = (*kept)[j];
+      const int64_t n = batch * numel_of(l.out);
+      if (!k.defined() || k.numel() < n) k = Tensor::empty({n}, be.device());
+      be.copy(be.device(), k.data(), be.device(), gout, static_cast<std::size_t>(n) * sizeof(float));
+    }
+    if (pass != Pass::Data) switch (l.spec.type) {
       case LayerType::Conv2d:
         run(LayerPass::BackwardWeights,
             [&] { be.conv2d_backward_weights_in(geom(l, batch), plain, xin, gout, gw, gw + l.weight_numel, accumulate); });
@@ -124,6 +132,7 @@ void Sequential::backward_graph(const std::vector<const float*>& exit_grads, con
       default: break;
     }
     if (grads_ready) grads_ready(i);
+    if (pass == Pass::Weights) continue;
     input_gradients<float>(
         plan_, l, graph_back_.writes[j], batch, gout,
         [&](const GraphBackward::Write& wr) { return wr.target < 0 ? entry_grads[wr.entry] : pool(wr.buf); }, pool,

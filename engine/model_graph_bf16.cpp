@@ -78,13 +78,34 @@ const float* Sequential::forward_graph_bf16(const std::vector<const float*>& ent
 }
 
 void Sequential::backward_graph_bf16(const std::vector<const float*>& exit_grads, const std::vector<float*>& entry_grads,
-                                     bool accumulate, int slot_id, const std::function<void(int)>& grads_ready) {
+                                     bool accumulate, int slot_id, const std::function<void(int)>& grads_ready, Pass pass,
+                                     std::vector<Tensor>* kept) {
   Slot& slot = slots_.at(slot_id);
   const int64_t batch = slot.batch;
   Tracer::Scope span = call_span(tracer_, Phase::Backward, slot_id);
   Backend& be = *backend_;
   const int64_t base = plan_.layers[begin_].param_offset;
   const Device d = be.device();
+  if (pass == Pass::Weights) {  // from the output gradients the data pass kept
+    for (int i = end_ - 1; i >= begin_; --i) {
+      const LayerPlan& l = plan_.layers[i];
+      if (!has_weights(l.spec.type)) continue;
+      const Bf16* gout = (*kept)[i - begin_].data_bf16();
+      const Bf16* xin = l.inputs[0] < begin_ ? slot.entry16[boundary_.entry_of(l.inputs[0])].data_bf16()
+                                             : slot.out16[l.inputs[0] - begin_];
+      float* gw = grads_.data() + (l.param_offset - base);
+      Tracer::Scope layer = layer_span(tracer_, Phase::Backward, slot_id, l);
+      observed_layer(observer_, tracer_, l, batch, true, LayerPass::BackwardWeights, [&] {
+        if (l.spec.type == LayerType::Conv2d)
+          be.conv2d_backward_weights_bf16(geom(l, batch), xin, gout, gw, gw + l.weight_numel, accumulate);
+        else if (l.spec.type == LayerType::ConvTranspose2d)
+          be.conv_transpose2d_backward_weights_bf16(transposed_geom(l, batch), xin, gout, gw, gw + l.weight_numel, accumulate);
+        else
+          be.linear_backward_weights_bf16(batch, l.in[0], l.out[0], xin, gout, gw, gw + l.weight_numel, accumulate);
+      });
+    }
+    return;
+  }
   // The output's gradient rounded once (autocast's cast back to bf16) into backward's scratch, the
   // other exits' where the pool says; the entries' made in bf16 in the pool, widened at the end.
   Bf16* dy16 = grad_scratch_bf16(0, out_numel(batch));
@@ -109,7 +130,13 @@ void Sequential::backward_graph_bf16(const std::vector<const float*>& exit_grads
       be.to_bf16(n, exit_grads[exit], into);
       if (tmp >= 0) run(LayerPass::BackwardData, [&] { be.add_bf16(n, const_cast<Bf16*>(gout), into, const_cast<Bf16*>(gout)); });
     }
-    switch (l.spec.type) {
+    if (pass == Pass::Data && has_weights(l.spec.type)) {  // for the weights pass: the pool and scratch are reused
+      Tensor& k = (*kept)[j];
+      const int64_t n = batch * numel_of(l.out);
+      if (!k.defined() || k.numel() < n || k.dtype() != DType::Bf16) k = Tensor::empty({n}, d, DType::Bf16);
+      be.copy(d, k.data_bf16(), d, gout, static_cast<std::size_t>(n) * sizeof(Bf16));
+    }
+    if (pass != Pass::Data) switch (l.spec.type) {
       case LayerType::Conv2d:
         run(LayerPass::BackwardWeights,
             [&] { be.conv2d_backward_weights_bf16(geom(l, batch), xin, gout, gw, gw + l.weight_numel, accumulate); });

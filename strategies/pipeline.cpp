@@ -329,7 +329,8 @@ class Staged final : public GroupStrategy {
     std::vector<float*> entry_grads;
     std::size_t k = 0;
     for (int e : bd.entries) entry_grads.push_back(e == kNetInput ? nullptr : at[a.writes.at(k++)]);
-    m.backward(exit_grads, entry_grads, accumulate, slot);
+    if (kept(a.writes)) m.backward_data(exit_grads, entry_grads, slot);  // ZB-H1's B: its writes end with what W reads
+    else m.backward(exit_grads, entry_grads, accumulate, slot);
   }
 
   // The chunk an action computes on: its parameters' or gradients' (a forward may read the

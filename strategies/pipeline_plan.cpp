@@ -221,18 +221,18 @@ struct StageEmitter {
   // open for the receive that follows, as a chain's.
   void send_exits(int k) {
     for (bool far_pass : {true, false}) {
-      for (const StageLinks::Out& o : links->outs) {
+      for (std::size_t j = 0; j < links->outs.size(); ++j) {
+        const StageLinks::Out& o = links->outs[j];
         if (far(o.to) != far_pass) continue;
         open(far_pass ? far_acts : act_out);
         const int from = o.layer == kNetInput ? input(k) : acts(k);
-        act_send[k].push_back(link(ActionKind::Send, o.to, sizes[k] * numel_of_value(o.layer), from, false, o.layer, k).id);
+        act_send[k].push_back(link(ActionKind::Send, o.to, sizes[k] * links->out_numel[j], from, false, o.layer, k).id);
       }
       if (far_pass) close();
     }
     if (recompute && !links->outs.empty()) last_scratch_send = k;
   }
-  int64_t numel_of_value(int layer) const { return numel_of(layer == kNetInput ? net->input : net->layers[layer].out); }
-  // Out j's output gradient (the first's, or the loss's on the last stage: index -1).
+  // Out j's output gradient, received from its reader (the first's at index -1, as a chain's).
   int dy_of(int j) { return buf(BufferRole::OutputGrad, sizes[0] * links->out_numel[j], j == 0 ? -1 : j); }
   // Entry j's input gradient in `slot`: none for the net's input.
   int dx_of_entry(int j, int slot) {
@@ -262,7 +262,7 @@ struct StageEmitter {
     const int64_t n = sizes[k];
     b.at(w, n);
     // The output gradient: the loss's, the next stage's input gradient in place, or received.
-    if (links) return backward_graph(k, first, again);
+    if (links) return backward_graph(k, first, again, split);
     const int dy = local_next ? local_next->take_dx(k) : this->dy();
     if (!last && !local_next) {
       if (batched) close(), b.wait(w, {posted_dy.at(k)});
@@ -311,7 +311,7 @@ struct StageEmitter {
   }
   // The same for a stage of a net with skips: each exit's gradients received from its readers
   // (the output gradient's reads, in links->outs' order), each entry's sent to its maker.
-  void backward_graph(int k, bool first, bool again) {
+  void backward_graph(int k, bool first, bool again, bool split) {
     const int64_t n = sizes[k];
     std::vector<int> dys;
     if (last) {
@@ -354,9 +354,10 @@ struct StageEmitter {
     std::vector<int> reads = dys;
     reads.push_back(acts(k));
     if (!first) reads.push_back(grads());
-    b.compute(w, ActionKind::BackwardWeights, begin, end, k, reads, {grads()});
+    if (!split) b.compute(w, ActionKind::BackwardWeights, begin, end, k, reads, {grads()});
     reads = dys;
     reads.push_back(acts(k)), reads.push_back(params());
+    if (split) dxs.push_back(keep(k));  // ZB-H1's B: W reads what it keeps
     b.compute(w, ActionKind::BackwardData, begin, end, k, reads, dxs);
     for (bool far_pass : {true, false}) {  // as send_exits: the far ones first, the neighbour's left open
       for (std::size_t j = 0; j < links->entry_numel.size(); ++j) {
@@ -554,9 +555,6 @@ Plan plan_stage_steps(const NetPlan& net, const StrategyOptions& o, int64_t batc
   for (int r = 0; r < workers; ++r) all[r] = r;
   const int world = b.group("world", all);
   std::vector<StageLinks> links;  // a net with skips: per stage, what it receives and sends
-  if (net.has_skips() && o.schedule != Schedule::GPipe && o.schedule != Schedule::OneFOneB)
-    throw UsageError(fmt::format("{}: the net has skips ({}); its pipelines run the GPipe and 1F1B schedules yet",
-                                 name, first_skip(net)));
   for (int st = 0; st < stages && net.has_skips(); ++st) links.push_back(stage_links(net, ranges, st));
   int far_acts = kNone, far_grads = kNone;  // skips over several stages: one-way channels over every worker
   for (const StageLinks& l : links)

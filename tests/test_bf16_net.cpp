@@ -81,7 +81,7 @@ TEST_P(Bf16Golden, RegularFollowsTorchAutocast) {
   }
   // A net with skips under fsdp and pipelines too: its units, its stages pass the skips between them.
   std::vector<std::pair<std::string, int>> runs = {{"regular", 1}};
-  if (plan.has_skips()) runs.insert(runs.end(), {{"fsdp", 2}, {"pipeline-1f1b", 3}, {"mp", 4}});
+  if (plan.has_skips()) runs.insert(runs.end(), {{"fsdp", 2}, {"pipeline-1f1b", 3}, {"pipeline-zb", 3}, {"mp", 4}});
   for (const auto& [strategy, devices] : runs) {
     SCOPED_TRACE(fmt::format("{} x{}", strategy, devices));
     StrategyOptions o;

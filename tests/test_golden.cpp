@@ -252,7 +252,8 @@ TEST(GraphFixtures, WholeNetStrategiesReproducePyTorchTrajectory) {
 
 // Pipelines over nets with skips: a value crossing one stage or several is sent from the stage
 // making it to every stage reading it, and its gradients back (summed where several read it).
-// Every schedule that takes such nets, at 2-4 stages, then every 2- and 3-way cut under 1F1B.
+// Every schedule that takes such nets, at 2-4 stages, then every 2-way cut under 1F1B and ZB-H1
+// and every 3-way cut under 1F1B.
 TEST(GraphFixtures, PipelinesSendingSkipsReproducePyTorchTrajectory) {
   int nets = 0;
   for (const auto& e : fs::directory_iterator(pb::test::source_dir() / "tests/fixtures/graph")) {
@@ -267,7 +268,7 @@ TEST(GraphFixtures, PipelinesSendingSkipsReproducePyTorchTrajectory) {
     for (int n = 2; n <= 4; ++n) {
       o.devices = n;
       expect_pytorch_trajectory(e.path(), "mp", o);
-      for (const char* s : {"pipeline", "pipeline-1f1b", "pipeline-recompute", "pipeline-1f1b-recompute"})
+      for (const char* s : {"pipeline", "pipeline-1f1b", "pipeline-zb", "pipeline-recompute", "pipeline-1f1b-recompute"})
         expect_pytorch_trajectory(e.path(), s, o);
     }
     o.devices = 4, o.micro_batches = 1;  // a piece of the batch each replica
@@ -276,6 +277,7 @@ TEST(GraphFixtures, PipelinesSendingSkipsReproducePyTorchTrajectory) {
     for (int a = 1; a < layers; ++a) {
       o.devices = 2, o.balance = {a, layers - a};
       expect_pytorch_trajectory(e.path(), "pipeline-1f1b", o);
+      expect_pytorch_trajectory(e.path(), "pipeline-zb", o);
       for (int c = 1; a + c < layers; ++c) {
         o.devices = 3, o.balance = {a, c, layers - a - c};
         expect_pytorch_trajectory(e.path(), "pipeline-1f1b", o);

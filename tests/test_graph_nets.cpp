@@ -372,12 +372,12 @@ TEST(GraphNets, BackwardPoolHoldsWhatIsLiveAtOnce) {
     }
 }
 
-// The strategies that do not take skips yet (split backwards, chunked schedules, tp) refuse a net
+// The strategies that do not take skips yet (chunked schedules, tp) refuse a net
 // with them, naming the skip; plans too.
 TEST(GraphNets, StrategiesThatCutTheNetRefuseIt) {
   const NetSpec net = parse(kOddNet);
   const NetPlan plan = plan_net(net);
-  for (const std::string name : {"pipeline-zb", "pipeline-zbv", "pipeline-interleaved", "tp", "dp2xtp2"}) {
+  for (const std::string name : {"pipeline-zbv", "pipeline-interleaved", "tp", "dp2xtp2"}) {
     SCOPED_TRACE(name);
     StrategyOptions o;
     o.devices = name == "dp2xtp2" ? 4 : 2;

@@ -184,7 +184,7 @@ TEST(NcclOrder, ZeroBubbleVMeetsAndCompletes) {
 // ways on the one communicator: every send meets its receive, nothing deadlocks.
 TEST(NcclOrder, PipelinesSendingSkipsMeetAndComplete) {
   for (const NetSpec& net : {unet(16, 0.125), resnet(16, 0.125)})
-    for (const char* s : {"pipeline", "pipeline-1f1b", "pipeline-1f1b-recompute"})
+    for (const char* s : {"pipeline", "pipeline-1f1b", "pipeline-zb", "pipeline-1f1b-recompute"})
       for (int p = 2; p <= 4; ++p)
         for (int micro : {1, 3, 5}) {
           SCOPED_TRACE(fmt::format("{}: {} on {} workers, {} micro-batches", net.name, s, p, micro));
