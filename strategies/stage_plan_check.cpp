@@ -188,6 +188,9 @@ void check_plan_file(const Plan& user, const NetPlan& net, const StrategyOptions
   if (name != "mp" && !(spec && spec->fill_drain))
     throw UsageError(fmt::format("{}: strategy {} runs only the plan it makes; a plan file runs as mp, a pipeline "
                                  "(pipeline, pipeline-1f1b, ...), a dp<D>xpp<P> or ddp", source, name));
+  if (net.has_skips())
+    throw UsageError(fmt::format("{}: the net has skips ({}); a plan file runs only a chain's pipeline yet (its own "
+                                 "plan, `parbench plan`, shows what {} runs)", source, first_skip(net), name));
   StrategyOptions own_options = o;
   own_options.plan = nullptr;
   own_options.micro_batches = user.micro_batches;

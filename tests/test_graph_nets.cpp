@@ -398,6 +398,17 @@ TEST(GraphNets, StrategiesThatCutTheNetRefuseIt) {
       EXPECT_THAT(e.what(), HasSubstr("the net has skips"));
     }
   }
+  // A pipeline runs over such a net, but not from a plan file (run --plan, project --plan).
+  StrategyOptions o;
+  o.devices = 2;
+  const Plan own = make_plan("pipeline", plan, o, 4);
+  try {
+    check_plan_file(own, plan, o, "p.json");
+    ADD_FAILURE() << "a plan file over a net with skips was taken";
+  } catch (const UsageError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("p.json: the net has skips (layer 2 (add) reads layer 1 and layer 1); a plan file "
+                                    "runs only a chain's pipeline yet"));
+  }
 }
 
 // Autocast keeps what the fp32 input makes before any conv or linear in fp32: an add of it, or a
