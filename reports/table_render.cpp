@@ -305,6 +305,7 @@ std::string report_json(const Report& rep) {
       jr["workspace_mib"] = json_num(r.workspace_mib);
       jr["runtime_mib"] = json_num(r.runtime_mib);
       jr["comm_mib_per_iteration"] = json_num(r.comm_mib_per_iteration);
+      if (!r.stage_skip_mib.empty()) jr["stage_skip_mib"] = r.stage_skip_mib;  // per stage (a net with skips)
       jr["bubble_fraction"] = json_num(r.bubble);
       jr["measured_bubble"] = json_num(r.measured_bubble);
       jr["algbw"] = r.algbw;
