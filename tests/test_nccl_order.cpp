@@ -191,8 +191,10 @@ TEST(NcclOrder, PipelinesSendingSkipsMeetAndComplete) {
           const Recorded r = record(s, p, micro, 10, net);
           EXPECT_EQ(check_today(r), "");
         }
-  const Recorded r = record("dp2xpp2-1f1b", 4, 3, 10, unet(16, 0.125));
-  EXPECT_EQ(check_today(r), "");
+  for (const auto& [s, n] : {std::pair{"dp2xpp2-1f1b", 4}, {"dp2xpp3-1f1b", 6}, {"dp2xpp3", 6}}) {
+    SCOPED_TRACE(s);
+    EXPECT_EQ(check_today(record(s, n, 3, 12, unet(16, 0.125))), "");
+  }
 }
 
 // Today's code's choice, on the same recordings: a send and its receive land on different
