@@ -124,20 +124,23 @@ replay-bf16)
 replay-pipeline-bf16)
   # Under --precision bf16 pipeline stages send activations and gradients in bf16 (MPI_UINT16_T):
   # transfers round nothing (bf16 values already) and sum nothing, so across processes each
-  # pipeline equals its in-process run bit for bit, on 2 processes and interleaved 1F1B on 4.
+  # pipeline equals its in-process run bit for bit, on 2 processes and interleaved 1F1B on 4; so
+  # do 1F1B and ZB-H1 over a U-Net on 3 (its skips over several stages on their own communicators).
   A="--workload $HERE/../fixtures/conv_odd/net.json --steps 5 --batch 7 --micro-batches 4 --device-kind cpu --precision bf16"
   if ! out=$("$PARBENCH" replay --strategy mp --devices 2 $A --out "$DIR/one-mp" 2>&1); then
     grep -q 'bf16' <<<"$out" && { echo "SKIP: no bf16 kernels here: $out"; exit 77; }
     echo "$out"; fail "in-process mp bf16 replay"
   fi
   for NS in "2 mp" "2 pipeline" "2 pipeline-1f1b" "2 pipeline-zb" "2 pipeline-recompute" "2 pipeline-1f1b-recompute" \
-    "2 pipeline-interleaved" "4 pipeline-interleaved"; do
+    "2 pipeline-interleaved" "4 pipeline-interleaved" "3 pipeline-1f1b unet" "3 pipeline-zb unet"; do
     set -- $NS
     B="$A"
     [[ $2 == pipeline-interleaved ]] && B="${A/--batch 7/--batch 8}"  # M whole micro-batches
+    [[ ${3:-} == unet ]] && B="${A/conv_odd/bf16\/unet_levels}"
     "$PARBENCH" replay --strategy "$2" --devices "$1" $B --out "$DIR/one-$2-$1" >/dev/null 2>&1 || fail "in-process replay $2"
     "${MPI[@]}" -n "$1" "$PARBENCH" replay --strategy "$2" --devices "$1" $B --out "$DIR/$2-$1" || fail "mpiexec -n $1 replay $2 bf16"
     /usr/bin/python3 "$HERE/compare_replay.py" --exact "$DIR/one-$2-$1" "$DIR/$2-$1" || fail "$2 bf16 over $1 processes differs"
+    rm -rf "$DIR/one-$2-$1" "$DIR/$2-$1"
   done
   ;;
 replay-hybrids)
