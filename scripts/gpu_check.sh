@@ -29,7 +29,8 @@ longer fits is reported "not run: N s left"), each writing its log as soon as it
   4 run           parbench run on the one GPU, --oversubscribe: dp, ddp, mp and pipeline with
                   2 workers each; one traced step of regular (trace-*.json); then every
                   strategy (1F1B, recompute, fsdp, zero2, tp; and the dp x pp / dp x tp hybrids
-                  at 4) with 2 and 4 workers on a small great_net
+                  at 4) with 2 and 4 workers on a small great_net; a small U-Net (skips) under
+                  regular, ddp, fsdp, mp, 1F1B and ZB-H1 on 3 workers
   5 sanitizer     compute-sanitizer --tool memcheck over a small parbench train (if present)
 At most 9 files land in OUTDIR (default gpu-check-<UTC time> in the current directory):
 gpu_check.log (everything printed), env.txt, tests.log, torch.log, layers.json, run.log,
@@ -104,11 +105,11 @@ budget_env=20            # 1: found, integrity, libraries (or, in a dry run, sta
 budget_tests=75          # 2: the GPU tests, one process each
 budget_torch=175         # 3: engine rows (at most engine_each each) and PyTorch (peer_each each)
 budget_layers=175        # 3b: engine profiles (profile_each each), PyTorch's (peer_layers_each), the join (join_each)
-budget_run=85            # 4: 2 workers (run_two), a traced one-device step (run_trace), every strategy
+budget_run=90            # 4: 2 workers (run_two), a traced one-device step (run_trace), every strategy, a U-Net (run_unet)
 budget_sanitizer=30      # 5: memcheck over a small training run
 reserve=5                # the summary and run.tar.gz
 min_tests=30 min_torch=40 min_layers=60 min_run=30 min_sanitizer=20
-engine_each=25 peer_each=50 run_two=40 run_trace=20
+engine_each=25 peer_each=50 run_two=40 run_trace=20 run_unet=15
 profile_each=40 peer_layers_each=85 join_each=10
 # Stage 3: engine rows, PRECISION or PRECISION:MIB (with --conv-workspace-mib MIB, a convolution
 # workspace cap; without, the default fastest-fits policy), and PyTorch at peer_precisions. PyTorch's fp32 exhaustive search
@@ -349,7 +350,7 @@ section "4 parbench run: dp, ddp, mp, pipeline with 2 workers on one GPU; every 
 stage4() {
     timeout "$(within "$run_two")" "$bundle/parbench" run --device-kind cuda --oversubscribe --strategies dp,ddp,mp,pipeline \
         --devices 2 --iterations 3 --warmup 1 --out "$scratch/run" >"$outdir/run.log" 2>&1
-    local rrc=$? arc trc
+    local rrc=$? arc trc urc
     sed -n '/^## /,$p' "$outdir/run.log" | head -n 30
     # One device, one step traced layer by layer (trace-*.json in run.tar.gz): where the time goes.
     echo "--- regular on one GPU, traced ---" >>"$outdir/run.log"
@@ -363,8 +364,14 @@ stage4() {
         >>"$outdir/run.log" 2>&1
     arc=$?
     sed -n '/^## great_net (image 64/,$p' "$outdir/run.log" | head -n 20
-    if [ "$rrc" = 0 ] && [ "$trc" = 0 ] && [ "$arc" = 0 ]; then result "4 run" ok "run.log, run.tar.gz"
-    else result "4 run" FAILED "exit $rrc (2 workers), $trc (traced), $arc (every strategy, 2 and 4 workers), see run.log"; fi
+    # A net with skips: its stages send them over NCCL, on communicators of their own past a neighbour.
+    echo "--- a U-Net 64x64 width 0.125, 3 workers ---" >>"$outdir/run.log"
+    timeout "$(within "$run_unet")" "$bundle/parbench" run --device-kind cuda --oversubscribe --workload unet --image 64 \
+        --width 0.125 --batch 2 --strategies regular,ddp,fsdp,mp,pipeline-1f1b,pipeline-zb --devices 3 --iterations 2 \
+        --warmup 1 --out "$scratch/run-unet" >>"$outdir/run.log" 2>&1
+    urc=$?
+    if [ "$rrc" = 0 ] && [ "$trc" = 0 ] && [ "$arc" = 0 ] && [ "$urc" = 0 ]; then result "4 run" ok "run.log, run.tar.gz"
+    else result "4 run" FAILED "exit $rrc (2 workers), $trc (traced), $arc (every strategy, 2 and 4 workers), $urc (U-Net), see run.log"; fi
 }
 stage_begin "4 run" "$budget_run" "$min_run" && stage4
 
@@ -392,7 +399,7 @@ fi
 
 section "summary"
 runs=()
-for r in run run-trace run-all profile; do [ -d "$scratch/$r" ] && runs+=("$r"); done
+for r in run run-trace run-all run-unet profile; do [ -d "$scratch/$r" ] && runs+=("$r"); done
 [ "${#runs[@]}" -gt 0 ] && tar -C "$scratch" -czf "$outdir/run.tar.gz" "${runs[@]}"
 stray=$(find "$scratch/cwd" -type f | sed "s|^$scratch/cwd/||" | head -n 5 | tr '\n' ' ')
 [ -z "$stray" ] || echo "gpu_check: files written where commands stood, not kept: $stray"

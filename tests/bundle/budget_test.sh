@@ -38,8 +38,8 @@ n_rows=$(wc -w <<<"$engine_rows") n_peers=$(wc -w <<<"$peer_precisions")
 n_profiles=$(wc -w <<<"$layer_precisions")
 [ $((n_profiles * profile_each + peer_layers_each + join_each)) -le "$budget_layers" ] ||
   fail "$n_profiles profiles x $profile_each + PyTorch $peer_layers_each + join $join_each exceeds budget_layers $budget_layers"
-[ $((run_two + run_trace)) -lt "$budget_run" ] ||
-  fail "run_two ($run_two) + run_trace ($run_trace) leave nothing of budget_run $budget_run"
+[ $((run_two + run_trace + run_unet)) -lt "$budget_run" ] ||
+  fail "run_two ($run_two) + run_trace ($run_trace) + run_unet ($run_unet) leave nothing of budget_run $budget_run"
 
 # Every stage starts with its own budget, and no command has a limit of its own making.
 grep -q '^stage_begin "1 environment" "$budget_env"' "$script" || fail "stage 1 does not start with budget_env"
