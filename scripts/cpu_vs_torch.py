@@ -1,13 +1,15 @@
 #!/usr/bin/python3
 """CPU training speed and memory of the parbench engine against PyTorch, side by side.
 
-For each configuration runs `parbench train --workload great_net` and scripts/torch_peer.py
+For each configuration runs `parbench train --workload great_net` (or --workload unet / resnet:
+the nets with skips, given to PyTorch as `parbench net` writes them) and scripts/torch_peer.py
 (the same net, batch, loss and optimizer in PyTorch) as subprocesses, alternating between the
 two (and which goes first) so that background load hits both alike, --repeats times. Reports
 the median over repeats of each run's median ms/iteration, the ratio engine/PyTorch and each
 peer's peak resident memory (from wait4's rusage of that very subprocess), as a markdown table.
 
-    /usr/bin/python3 scripts/cpu_vs_torch.py [--parbench build/parbench] [--threads 2] [--precision fp32|bf16]
+    /usr/bin/python3 scripts/cpu_vs_torch.py [--parbench build/parbench] [--workload great_net|unet|resnet]
+        [--threads 2] [--precision fp32|bf16]
         [--configs 64:1,128:0.25] [--batch 2] [--iterations 10] [--warmup 2] [--repeats 3]
         [--also-direct] [--contention] [--strategies] [--isa AVX2] [--out FILE] [--max-ratio 0.80]
 
@@ -160,8 +162,10 @@ def main():
     ap.add_argument("--parbench", default="build/parbench", help="the parbench program (default build/parbench)")
     ap.add_argument("--python", default="/usr/bin/python3",
                     help="Python with PyTorch for the peer (default /usr/bin/python3, Debian's python3-torch)")
+    ap.add_argument("--workload", choices=["great_net", "unet", "resnet"], default="great_net",
+                    help="the net of --configs and --contention (default great_net; --strategies: great_net)")
     ap.add_argument("--configs", type=parse_configs, default=parse_configs("64:1,128:0.25"),
-                    help="great_net IMAGE:WIDTH pairs (default 64:1,128:0.25); empty: none")
+                    help="IMAGE:WIDTH pairs of --workload (default 64:1,128:0.25); empty: none")
     ap.add_argument("--batch", type=int, default=2, help="batch size (per worker with --strategies; default 2)")
     ap.add_argument("--threads", type=int, default=2, help="threads for both peers (default 2)")
     ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
@@ -205,21 +209,27 @@ def main():
 
     def single_peers(image, width, penv):
         shape = ["--image", str(image), "--width", f"{width:g}"]
-        engine = [args.parbench, "train", "--workload", "great_net", *shape, *common, "--precision", args.precision]
+        engine = [args.parbench, "train", "--workload", args.workload, *shape, *common, "--precision", args.precision]
         peers = {"engine": (engine, penv)}
         if args.also_direct:
             peers["engine, direct only"] = (engine, dict(penv, PARBENCH_CPU_WINOGRAD="0"))
-        peers["PyTorch"] = ([args.python, os.path.join(HERE, "torch_peer.py"), *shape, *common,
+        net = []  # PyTorch's net: great_net its own, another as `parbench net` writes it
+        if args.workload != "great_net":
+            path = os.path.join(tempfile.mkdtemp(prefix="cpu_vs_torch_"), f"{args.workload}-{image}-{width:g}.json")
+            subprocess.run([args.parbench, "net", "--workload", args.workload, *shape, "--device-kind", "cpu", "--out", path],
+                           check=True, stdout=subprocess.DEVNULL)
+            net = ["--net", path]
+        peers["PyTorch"] = ([args.python, os.path.join(HERE, "torch_peer.py"), *shape, *net, *common,
                              "--precision", args.precision], penv)
         return peers
 
     isa_note = f", ONEDNN_MAX_CPU_ISA={args.isa.upper()} (emulated)" if args.isa else ""
     if args.configs:
-        t = Table(f"great_net, batch {args.batch}, {args.threads} threads each, {args.precision}{isa_note}; median over "
+        t = Table(f"{args.workload}, batch {args.batch}, {args.threads} threads each, {args.precision}{isa_note}; median over "
                   f"{args.repeats} runs of each run's median of {args.iterations} iterations (after {args.warmup} "
                   f"warm-up); peak RSS: the largest of the runs", rows_header)
         for image, width in args.configs:
-            r = run_peers(single_peers(image, width, env), args.repeats, f"great_net {image}x{image} width {width:g}")
+            r = run_peers(single_peers(image, width, env), args.repeats, f"{args.workload} {image}x{image} width {width:g}")
             t_ms = statistics.median(ms for ms, _ in r["PyTorch"])
             t_rss = max(rss for _, rss in r["PyTorch"])
             for name, runs in r.items():
@@ -232,12 +242,12 @@ def main():
         tables.append(t)
 
     if args.contention:
-        t = Table(f"Contention: great_net, batch {args.batch}, {args.threads} threads each{isa_note}; each peer "
+        t = Table(f"Contention: {args.workload}, batch {args.batch}, {args.threads} threads each{isa_note}; each peer "
                   f"{args.repeats} runs alone and {args.repeats} with one background busy-loop process; slowdown = "
                   f"busy / plain median ms/iteration",
                   ["image", "width", "peer", "plain ms", "busy ms", "slowdown", "busy runs (ms)"])
         for image, width in args.contention_configs:
-            label = f"great_net {image}x{image} width {width:g}"
+            label = f"{args.workload} {image}x{image} width {width:g}"
             peers = single_peers(image, width, env)
             peers.pop("engine, direct only", None)
             plain = run_peers(peers, args.repeats, label)

@@ -2,8 +2,9 @@
 """PyTorch peer of `parbench train --workload great_net`: the same net, loss and optimizer.
 
 Trains the seed's GreatNetwork (14 conv3x3 pad 1 layers, each followed by ReLU, channels
-scaled by --width except the 3s at both ends) on one synthetic batch with MSE against the
-input and Adam (lr 1e-4), on the CPU with --threads threads, in fp32 or (--precision bf16) under
+scaled by --width except the 3s at both ends), or with --net FILE the net a parbench JSON
+describes (`parbench net --workload unet --out FILE`: skips included), on one synthetic batch
+with MSE against the input (a random target where the net says so) and Adam (lr 1e-4), on the CPU with --threads threads, in fp32 or (--precision bf16) under
 torch.autocast("cpu", dtype=torch.bfloat16) with fp32 parameters and Adam, as `parbench train
 --precision bf16`, and prints every timed iteration and the line scripts/cpu_vs_torch.py parses:
 
@@ -20,7 +21,7 @@ import time
 import torch
 from torch import nn
 
-from torchnet import great_net
+from torchnet import build_model, great_net, load_net
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -31,6 +32,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=2, help="untimed iterations first (default 2)")
     ap.add_argument("--threads", type=int, default=2, help="torch.set_num_threads (default 2)")
     ap.add_argument("--seed", type=int, default=0, help="torch.manual_seed (default 0)")
+    ap.add_argument("--net", help="a parbench net JSON to train instead of great_net (--image, --width unused)")
     ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
                     help="fp32, or bf16 autocast with fp32 master weights (default fp32)")
     args = ap.parse_args()
@@ -40,22 +42,30 @@ def main():
     torch.set_num_threads(args.threads)
     torch.set_default_dtype(torch.float32)
     torch.manual_seed(args.seed)
-    model, chans = great_net(args.width)
-    x = torch.rand(args.batch, 3, args.image, args.image)
+    if args.net:
+        net = load_net(args.net)
+        model, out_shape = build_model(net)
+        x = torch.rand(args.batch, *net["input"])
+        target = x if net.get("target", "input") == "input" else torch.rand(args.batch, *out_shape)
+        what = f"{net.get('name', args.net)}, input {args.batch} x {'x'.join(map(str, net['input']))}"
+    else:
+        model, chans = great_net(args.width)
+        x = torch.rand(args.batch, 3, args.image, args.image)
+        target = x
+        what = f"great_net channels {'-'.join(map(str, chans))}, input {args.batch} x 3x{args.image}x{args.image}"
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
     loss_fn = nn.MSELoss()
     params = sum(p.numel() for p in model.parameters())
     print(f"torch {torch.__version__}, {args.precision}, {torch.get_num_threads()} threads, mkldnn "
-          f"{torch.backends.mkldnn.is_available()}; great_net channels {'-'.join(map(str, chans))}, "
-          f"input {args.batch} x 3x{args.image}x{args.image}, {params} parameters", flush=True)
+          f"{torch.backends.mkldnn.is_available()}; {what}, {params} parameters", flush=True)
 
     def step():
         opt.zero_grad(set_to_none=True)
         if args.precision == "bf16":
             with torch.autocast("cpu", dtype=torch.bfloat16):
-                loss = loss_fn(model(x).float(), x)
+                loss = loss_fn(model(x).float(), target)
         else:
-            loss = loss_fn(model(x), x)
+            loss = loss_fn(model(x), target)
         loss.backward()
         opt.step()
         return loss
