@@ -24,6 +24,11 @@
 // buffers "c<c>/...". A chunk whose neighbour stage is on its own worker reads that stage's output
 // (or input gradient) in place.
 //
+// A net with skips (mp, GPipe, 1F1B, ZB-H1, dp x pp): each stage receives every value it reads
+// from the stage that makes it, in input slots of its own per micro-batch in flight, sends each of
+// its exits to every later stage reading one, and gets back each exit's gradient from each reader,
+// summed before its backward (strategies/stages.h, StageLinks; docs/architecture.md).
+//
 // dp x pp hybrids (dp<D>xpp<P>): D replicas of the P-stage pipeline, worker r being stage r % P
 // of replica r / P. Each replica takes its torch.chunk piece of the batch and cuts it into
 // micro-batches; after its last backward, each stage's gradients are all-reduced (summed) among
@@ -185,9 +190,9 @@ class Staged final : public GroupStrategy {
       // A stage of a net with skips: entry j's slots, its input-gradient pair and out j's gradient
       // one after another (a chain stage's one entry and out are the whole of them).
       const bool chain = links_.empty();
-      const int64_t entries = chain ? numel_of(m.in_sample()) : entry_at(w.rank, 1 << 20, 1, false);
-      const int64_t grads = chain ? numel_of(m.in_sample()) : entry_at(w.rank, 1 << 20, 1, true);
-      const int64_t outs = chain || links_[stage_of(w.rank)].outs.empty() ? numel_of(m.out_sample()) : out_at(w.rank, 1 << 20);
+      const int64_t entries = chain ? numel_of(m.in_sample()) : entries_numel(w.rank, false);
+      const int64_t grads = chain ? numel_of(m.in_sample()) : entries_numel(w.rank, true);
+      const int64_t outs = chain || links_[stage_of(w.rank)].outs.empty() ? numel_of(m.out_sample()) : outs_numel(w.rank);
       if (first) cx = Tensor::from_host({m.in_numel(b)}, piece(x, m.in_numel(1)), w.device);
       else if (names(w.rank, c, BufferRole::StageInput)) cx = Tensor::empty({ch.slots * entries * most}, w.device);
       if (!first) cdx = Tensor::empty({2 * grads * most}, w.device);
@@ -377,23 +382,31 @@ class Staged final : public GroupStrategy {
 
   // A net with skips: where, per sample, index j of a buffer holding every entry's `per` slots
   // (input slots, input-gradient pair: `grads`, which the net's input has none of) starts: entry
-  // j / per's region, slot j % per in it; past the last entry, the buffer's size.
+  // j / per's region, slot j % per in it.
   int64_t entry_at(int rank, int j, int per, bool grads) const {
     const StageLinks& l = links_[stage_of(rank)];
-    const int n = static_cast<int>(l.entry_numel.size());
     int64_t at = 0;
-    for (int k = 0; k < std::min(j / per, n); ++k)
+    for (int k = 0; k < j / per; ++k)
       if (!grads || l.boundary.entries[k] != kNetInput) at += l.entry_numel[k] * per;
-    return j / per < n ? at + (j % per) * l.entry_numel[j / per] : at;
+    return at + (j % per) * l.entry_numel.at(j / per);
   }
-  // The same for out j's output gradient (index -1: out 0's); the net's input has none.
+  // Per sample and slot, every entry's values (`grads`: but the net input's).
+  int64_t entries_numel(int rank, bool grads) const {
+    const StageLinks& l = links_[stage_of(rank)];
+    int64_t n = 0;
+    for (std::size_t k = 0; k < l.entry_numel.size(); ++k)
+      if (!grads || l.boundary.entries[k] != kNetInput) n += l.entry_numel[k];
+    return n;
+  }
+  // Where out j's output gradient starts (index -1: out 0's), per sample; the net's input has none.
   int64_t out_at(int rank, int j) const {
     const StageLinks& l = links_[stage_of(rank)];
     int64_t at = 0;
-    for (int k = 0; k < std::min(j, static_cast<int>(l.outs.size())); ++k)
+    for (int k = 0; k < j; ++k)
       if (l.outs[k].exit >= 0) at += l.out_numel[k];
     return at;
   }
+  int64_t outs_numel(int rank) const { return out_at(rank, static_cast<int>(links_[stage_of(rank)].outs.size())); }
 
   // One of a worker's model chunks (one, but for interleaved 1F1B): chunk 0 is the worker's own
   // model, Adam and buffers; a later one's are here.

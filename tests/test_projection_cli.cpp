@@ -93,7 +93,7 @@ TEST_F(ProjectCli, ProjectsANetWithSkipsFromItsProfile) {
   EXPECT_EQ(prof["layers"][13]["inputs"], json::array({12, 1, -1})) << "the concat of the decoder, enc1 and the input";
   EXPECT_FALSE(prof["layers"][1].contains("inputs")) << "a layer reading the one before it says nothing";
   r = parbench("project --profile " + path("unet.json") + " --machine " + fixture("machine.json") +
-               " --from-profile-peak 0.5 --devices 1,2 --batch 2 --strategies regular,ddp,fsdp,zero2,mp,pipeline-zb,tp "
+               " --from-profile-peak 0.5 --devices 1,2 --batch 2 --strategies regular,ddp,fsdp,zero2,mp,pipeline-zb,pipeline-zbv,tp "
                "--balance 3,14 --out " + path("u"));
   ASSERT_EQ(r.code, 0) << r.err;
   const json doc = json::parse(read_file(path("u.json")));
@@ -108,12 +108,13 @@ TEST_F(ProjectCli, ProjectsANetWithSkipsFromItsProfile) {
       // mp cut after layer 2 (enc1's pooling): enc1 [4,8,8] and the input [2,8,8] cross to the
       // second stage besides the pooled [4,4,4]; each layer's value forward, its gradient back
       // (the input's none), per sample.
-      if (s == "mp")
+      if (s == "mp") {
         EXPECT_DOUBLE_EQ(row["comm_bytes_per_step"].get<double>(),
                          4.0 * row["global_batch"].get<double>() * (2 * (64 + 256) + 128)) << "every skip priced";
+      }
     }
-  for (const char* s : {"ddp", "fsdp", "zero2", "mp"}) EXPECT_TRUE(priced.count(s)) << s;
-  for (const char* s : {"pipeline-zb", "tp"}) {
+  for (const char* s : {"ddp", "fsdp", "zero2", "mp", "pipeline-zb"}) EXPECT_TRUE(priced.count(s)) << s;
+  for (const char* s : {"pipeline-zbv", "tp"}) {
     ASSERT_TRUE(refused.count(s)) << s;
     EXPECT_NE(refused[s].find("the net has skips (layer 9 (concat) reads layer 8 and layer 4)"), std::string::npos) << refused[s];
   }
