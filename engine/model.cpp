@@ -113,22 +113,24 @@ const float* Sequential::exit_value(std::size_t k, int slot_id) const {
   return it->second.exits[k];
 }
 
+namespace {
+void check_boundary_grads(const StageBoundary& b, int begin, int end, std::size_t exits, std::size_t entries) {
+  PB_CHECK(exits == b.exits.size() && entries == b.entries.size(),
+           "stage [{}, {}) takes {} exit gradients and gives {} entry gradients, got {} and {}", begin, end,
+           b.exits.size(), b.entries.size(), exits, entries);
+}
+}  // namespace
+
 void Sequential::backward(const std::vector<const float*>& exit_grads, const std::vector<float*>& entry_grads,
                           bool accumulate, int slot_id, const std::function<void(int)>& grads_ready) {
-  PB_CHECK(exit_grads.size() == boundary_.exits.size() && entry_grads.size() == boundary_.entries.size(),
-           "stage [{}, {}) takes {} exit gradients and gives {} entry gradients, got {} and {}", begin_, end_,
-           boundary_.exits.size(), boundary_.entries.size(), exit_grads.size(), entry_grads.size());
-  auto it = slots_.find(slot_id);
-  PB_CHECK(it != slots_.end() && it->second.input != nullptr, "backward before forward in slot {}", slot_id);
+  check_boundary_grads(boundary_, begin_, end_, exit_grads.size(), entry_grads.size());
   if (!graph_) return backward(exit_grads[0], entry_grads[0], accumulate, slot_id, grads_ready);
   graph_pass(exit_grads, entry_grads, accumulate, slot_id, grads_ready, Pass::Both);
 }
 
 void Sequential::backward_data(const std::vector<const float*>& exit_grads, const std::vector<float*>& entry_grads,
                                int slot_id) {
-  PB_CHECK(exit_grads.size() == boundary_.exits.size() && entry_grads.size() == boundary_.entries.size(),
-           "stage [{}, {}) takes {} exit gradients and gives {} entry gradients, got {} and {}", begin_, end_,
-           boundary_.exits.size(), boundary_.entries.size(), exit_grads.size(), entry_grads.size());
+  check_boundary_grads(boundary_, begin_, end_, exit_grads.size(), entry_grads.size());
   if (!graph_) return backward_data(exit_grads[0], entry_grads[0], slot_id);
   graph_pass(exit_grads, entry_grads, false, slot_id, {}, Pass::Data);
 }

@@ -86,23 +86,28 @@ void Sequential::backward_graph_bf16(const std::vector<const float*>& exit_grads
   Backend& be = *backend_;
   const int64_t base = plan_.layers[begin_].param_offset;
   const Device d = be.device();
+  // Layer l's input (bf16) and its weight gradients from its output gradient `gout`.
+  auto input16 = [&](const LayerPlan& l) {
+    return l.inputs[0] < begin_ ? slot.entry16[boundary_.entry_of(l.inputs[0])].data_bf16() : slot.out16[l.inputs[0] - begin_];
+  };
+  auto weight_grads = [&](const LayerPlan& l, const Bf16* gout) {
+    const Bf16* xin = input16(l);
+    float* gw = grads_.data() + (l.param_offset - base);
+    observed_layer(observer_, tracer_, l, batch, true, LayerPass::BackwardWeights, [&] {
+      if (l.spec.type == LayerType::Conv2d)
+        be.conv2d_backward_weights_bf16(geom(l, batch), xin, gout, gw, gw + l.weight_numel, accumulate);
+      else if (l.spec.type == LayerType::ConvTranspose2d)
+        be.conv_transpose2d_backward_weights_bf16(transposed_geom(l, batch), xin, gout, gw, gw + l.weight_numel, accumulate);
+      else
+        be.linear_backward_weights_bf16(batch, l.in[0], l.out[0], xin, gout, gw, gw + l.weight_numel, accumulate);
+    });
+  };
   if (pass == Pass::Weights) {  // from the output gradients the data pass kept
     for (int i = end_ - 1; i >= begin_; --i) {
       const LayerPlan& l = plan_.layers[i];
       if (!has_weights(l.spec.type)) continue;
-      const Bf16* gout = (*kept)[i - begin_].data_bf16();
-      const Bf16* xin = l.inputs[0] < begin_ ? slot.entry16[boundary_.entry_of(l.inputs[0])].data_bf16()
-                                             : slot.out16[l.inputs[0] - begin_];
-      float* gw = grads_.data() + (l.param_offset - base);
       Tracer::Scope layer = layer_span(tracer_, Phase::Backward, slot_id, l);
-      observed_layer(observer_, tracer_, l, batch, true, LayerPass::BackwardWeights, [&] {
-        if (l.spec.type == LayerType::Conv2d)
-          be.conv2d_backward_weights_bf16(geom(l, batch), xin, gout, gw, gw + l.weight_numel, accumulate);
-        else if (l.spec.type == LayerType::ConvTranspose2d)
-          be.conv_transpose2d_backward_weights_bf16(transposed_geom(l, batch), xin, gout, gw, gw + l.weight_numel, accumulate);
-        else
-          be.linear_backward_weights_bf16(batch, l.in[0], l.out[0], xin, gout, gw, gw + l.weight_numel, accumulate);
-      });
+      weight_grads(l, (*kept)[i - begin_].data_bf16());
     }
     return;
   }
@@ -117,10 +122,8 @@ void Sequential::backward_graph_bf16(const std::vector<const float*>& exit_grads
     const int j = i - begin_;
     const int exit = graph_back_.exit_of[j];
     const Bf16* gout = i == end_ - 1 ? dy16 : pool(graph_back_.grad_of[j]);
-    const Bf16* xin = l.inputs[0] < begin_ ? slot.entry16[boundary_.entry_of(l.inputs[0])].data_bf16()
-                                           : slot.out16[l.inputs[0] - begin_];
+    const Bf16* xin = input16(l);
     const Bf16* w = weights16() + (l.param_offset - base);
-    float* gw = grads_.data() + (l.param_offset - base);
     Tracer::Scope layer = layer_span(tracer_, Phase::Backward, slot_id, l);
     auto run = [&](LayerPass pass, auto&& call) { observed_layer(observer_, tracer_, l, batch, true, pass, call); };
     if (exit >= 0 && i < end_ - 1) {  // an exit's gradient from later stages, rounded (exact: bf16 values)
@@ -136,23 +139,7 @@ void Sequential::backward_graph_bf16(const std::vector<const float*>& exit_grads
       if (!k.defined() || k.numel() < n || k.dtype() != DType::Bf16) k = Tensor::empty({n}, d, DType::Bf16);
       be.copy(d, k.data_bf16(), d, gout, static_cast<std::size_t>(n) * sizeof(Bf16));
     }
-    if (pass != Pass::Data) switch (l.spec.type) {
-      case LayerType::Conv2d:
-        run(LayerPass::BackwardWeights,
-            [&] { be.conv2d_backward_weights_bf16(geom(l, batch), xin, gout, gw, gw + l.weight_numel, accumulate); });
-        break;
-      case LayerType::ConvTranspose2d:
-        run(LayerPass::BackwardWeights, [&] {
-          be.conv_transpose2d_backward_weights_bf16(transposed_geom(l, batch), xin, gout, gw, gw + l.weight_numel, accumulate);
-        });
-        break;
-      case LayerType::Linear:
-        run(LayerPass::BackwardWeights, [&] {
-          be.linear_backward_weights_bf16(batch, l.in[0], l.out[0], xin, gout, gw, gw + l.weight_numel, accumulate);
-        });
-        break;
-      default: break;
-    }
+    if (pass != Pass::Data && has_weights(l.spec.type)) weight_grads(l, gout);
     if (grads_ready) grads_ready(i);
     input_gradients<Bf16>(
         plan_, l, graph_back_.writes[j], batch, gout,

@@ -257,6 +257,21 @@ struct StageEmitter {
     if (!first) reads.push_back(grads());
     b.compute(w, ActionKind::BackwardWeights, begin, end, k, reads, {grads()});
   }
+  // Before micro-batch k's backward: its forward again (`again`: recompute), and on the last stage
+  // its loss, whose gradient goes to `dy`.
+  void recompute_and_loss(int k, bool again, int dy) {
+    const int64_t n = sizes[k];
+    if (again) {
+      free_scratch();
+      b.compute(w, ActionKind::Recompute, begin, end, k, entry_reads(k, {params()}), {acts(k)}).bytes = n * out * kF;
+    }
+    if (!last) return;
+    int64_t piece = 0;  // the target of every micro-batch, a loss each
+    for (int64_t m : sizes) piece += m;
+    b.compute(w, ActionKind::Loss, -1, -1, k, {acts(k), buf(BufferRole::Target, piece * out)},
+              {dy, buf(BufferRole::Loss, static_cast<int64_t>(sizes.size()))})
+        .bytes = n * out * kF;
+  }
   // A whole backward, or (`split`) ZB-H1's B: the input gradient alone, keeping what W reads.
   void backward(int k, bool first, bool again, bool split = false) {
     const int64_t n = sizes[k];
@@ -270,17 +285,7 @@ struct StageEmitter {
       if (!recompute) wait_send(k);
     }
     close();
-    if (again) {
-      free_scratch();
-      b.compute(w, ActionKind::Recompute, begin, end, k, {input(k), params()}, {acts(k)}).bytes = n * out * kF;
-    }
-    if (last) {
-      int64_t piece = 0;  // the target of every micro-batch, a loss each
-      for (int64_t m : sizes) piece += m;
-      b.compute(w, ActionKind::Loss, -1, -1, k, {acts(k), buf(BufferRole::Target, piece * out)},
-                {dy, buf(BufferRole::Loss, static_cast<int64_t>(sizes.size()))})
-          .bytes = n * out * kF;
-    }
+    recompute_and_loss(k, again, dy);
     const int slot = backwards++ % 2;
     int dx = kNone;
     if (s > 0) {
@@ -335,17 +340,7 @@ struct StageEmitter {
       if (!recompute) wait_send(k);
     }
     close();
-    if (again) {
-      free_scratch();
-      b.compute(w, ActionKind::Recompute, begin, end, k, entry_reads(k, {params()}), {acts(k)}).bytes = n * out * kF;
-    }
-    if (last) {
-      int64_t piece = 0;
-      for (int64_t m : sizes) piece += m;
-      b.compute(w, ActionKind::Loss, -1, -1, k, {acts(k), buf(BufferRole::Target, piece * out)},
-                {dy(), buf(BufferRole::Loss, static_cast<int64_t>(sizes.size()))})
-          .bytes = n * out * kF;
-    }
+    recompute_and_loss(k, again, dy());
     const int slot = backwards++ % 2;
     std::vector<int> dxs;
     wait_grad_send(slot);
