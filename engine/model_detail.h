@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "engine/backend.h"
+#include "engine/check.h"
 #include "engine/graph_stage.h"
 #include "engine/model.h"
 
@@ -98,5 +99,42 @@ void input_gradients(const NetPlan& plan, const LayerPlan& l, const std::vector<
 
 // A pooling or upsampling layer's input, as the backend ops take it.
 inline Planes planes(const LayerPlan& l, int64_t batch) { return {batch, l.in[0], l.in[1], l.in[2]}; }
+
+// A parameterless layer's forward in fp32 (flatten: nothing, a view): `in(k)` is its input k.
+template <class In>
+void parameterless_forward(Backend& be, const NetPlan& plan, const LayerPlan& l, int64_t batch, In&& in, float* y) {
+  const int64_t n = batch * numel_of(l.out);
+  switch (l.spec.type) {
+    case LayerType::ReLU: be.relu_forward(n, in(0), y); break;
+    case LayerType::Flatten: break;
+    case LayerType::MaxPool2d: be.max_pool2x2_forward(planes(l, batch), in(0), y); break;
+    case LayerType::Upsample: be.upsample2x_forward(planes(l, batch), in(0), y); break;
+    case LayerType::Add: be.add(n, in(0), in(1), y); break;
+    case LayerType::Concat: {  // each input's samples into their channels of every output sample
+      int64_t at = 0;
+      for (std::size_t k = 0; k < l.inputs.size(); ++k) {
+        const int64_t part = output_numel(plan, l.inputs[k]);
+        be.copy_2d(y + at, numel_of(l.out), in(k), part, part, batch);
+        at += part;
+      }
+      break;
+    }
+    default: PB_CHECK(false, "layer {} ({}) has weights", l.index, layer_type_name(l.spec.type));
+  }
+}
+
+// The share of a parameterless layer's input k (n values; at: its channels' offset in a concat's
+// sample) of the output gradient `gout`, in fp32, into `into` (input_gradients' `make`); y is the
+// layer's output, x its input k.
+inline void parameterless_backward_data(Backend& be, const LayerPlan& l, int64_t batch, std::size_t k, const float* y,
+                                        const float* x, const float* gout, float* into, int64_t n, int64_t at) {
+  switch (l.spec.type) {
+    case LayerType::ReLU: be.relu_backward(n, y, gout, into); break;
+    case LayerType::MaxPool2d: be.max_pool2x2_backward(planes(l, batch), x, gout, into); break;
+    case LayerType::Upsample: be.upsample2x_backward(planes(l, batch), gout, into); break;
+    case LayerType::Concat: be.copy_2d(into, n / batch, gout + at, numel_of(l.out), n / batch, batch); break;
+    default: PB_CHECK(false, "layer {} ({}): input {} has no backward", l.index, layer_type_name(l.spec.type), k);
+  }
+}
 
 }  // namespace pb::model_detail

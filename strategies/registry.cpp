@@ -284,14 +284,14 @@ std::unique_ptr<Strategy> make_strategy(const std::string& name, const StrategyO
 bool runs_skips(const std::string& name) {
   static const std::set<std::string> whole{"regular", "dp", "ddp", "fsdp", "zero2", "fsdp-prefetch", "zero2-prefetch"};
   const auto spec = parse_strategy(name);
-  return whole.count(name) > 0 || name == "mp" || name == "pipeline-zb" ||
-         (spec && (spec->member_of(kHsdpFamily) || spec->fill_drain));
+  return whole.count(name) > 0 || name == "mp" || name == "pipeline-zb" || name == "tp" ||
+         (spec && (spec->member_of(kHsdpFamily) || spec->member_of(kDpTpFamily) || spec->fill_drain));
 }
 
 std::string skips_refusal(const std::string& name, const NetPlan& plan) {
   return fmt::format("{}: the net has skips ({}); of the strategies that split it, only mp, the GPipe and 1F1B "
-                     "pipelines (with or without -recompute), pipeline-zb, dp<D>xpp<P>, fsdp, zero2, their -prefetch variants and "
-                     "hsdp run such nets yet", name, first_skip(plan));
+                     "pipelines (with or without -recompute), pipeline-zb, dp<D>xpp<P>, tp, dp<D>xtp<T>, fsdp, zero2, their "
+                     "-prefetch variants and hsdp run such nets yet", name, first_skip(plan));
 }
 
 namespace {

@@ -266,6 +266,29 @@ std::vector<int> unit_cuts(const std::vector<FsdpUnit>& units) {
   return cuts;
 }
 
+namespace {
+bool tp_chain_type(LayerType t) {
+  return t == LayerType::Conv2d || t == LayerType::Linear || t == LayerType::ReLU || t == LayerType::Flatten;
+}
+}  // namespace
+
+bool tp_chain(const NetPlan& plan) {
+  return !plan.has_skips() &&
+         std::all_of(plan.layers.begin(), plan.layers.end(), [](const LayerPlan& l) { return tp_chain_type(l.spec.type); });
+}
+
+std::string tp_bf16_refusal(const NetPlan& plan, const std::string& strategy) {
+  if (plan.has_skips())
+    return fmt::format("{}: under --precision bf16, tp runs nets without skips only yet; this one has {} -- run it in "
+                       "fp32, or with a strategy that runs it in bf16", strategy, first_skip(plan));
+  for (const LayerPlan& l : plan.layers)
+    if (!tp_chain_type(l.spec.type))
+      return fmt::format("{}: under --precision bf16, tp runs conv2d, linear, ReLU and flatten layers only yet; layer {} "
+                         "is {} -- run it in fp32, or with a strategy that runs it in bf16", strategy, l.index,
+                         layer_type_name(l.spec.type));
+  return "";
+}
+
 std::vector<TpSlice> tp_slices(const NetPlan& plan, int n, const std::string& strategy) {
   std::vector<TpSlice> slices(plan.layers.size());
   std::vector<int64_t> at(n, 0);
@@ -275,11 +298,7 @@ std::vector<TpSlice> tp_slices(const NetPlan& plan, int n, const std::string& st
     const LayerPlan& l = plan.layers[i];
     TpSlice& s = slices[i];
     s.at = at;
-    if (l.spec.type == LayerType::MaxPool2d || l.spec.type == LayerType::Upsample || l.spec.type == LayerType::ConvTranspose2d)
-      throw UsageError(fmt::format("{}: layer {} ({}) has no tensor-parallel form yet: tp splits conv2d and linear layers "
-                                   "and runs ReLU and flatten on their outputs",
-                                   strategy, i, layer_type_name(l.spec.type)));
-    if (l.spec.type != LayerType::Conv2d && l.spec.type != LayerType::Linear) continue;
+    if (!has_weights(l.spec.type)) continue;
     s.channels = l.out[0];
     most = std::max(most, s.channels);
     s.per_sample = numel_of(l.out) / s.channels;

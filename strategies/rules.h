@@ -101,7 +101,13 @@ struct TpSlice {
   std::vector<int64_t> lo, k;   // per worker: first channel and channel count
   std::vector<int64_t> at;      // per worker: offset of its weight slice in its parameter buffer
 };
-// UsageError naming the strategy when no layer can be split over `ways` workers.
+// UsageError naming the strategy when no layer can be split over `ways` workers. Conv2d, linear and
+// transposed conv layers are split by output channels; the rest have none (channels 0).
 std::vector<TpSlice> tp_slices(const NetPlan& plan, int ways, const std::string& strategy);
+// Whether tp runs the net as a chain: no skips, and only conv2d, linear, ReLU and flatten layers.
+// Else each layer reads whole outputs and backward sums gradients over readers (tp_plan.cpp).
+bool tp_chain(const NetPlan& plan);
+// Why tp cannot run the net under --precision bf16 (it runs chains only there), or empty.
+std::string tp_bf16_refusal(const NetPlan& plan, const std::string& strategy);
 
 }  // namespace pb

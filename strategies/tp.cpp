@@ -3,7 +3,13 @@
 // channels (weight rows and bias); it computes its channels, and the full activation is
 // all-gathered before the next layer. In backward each worker computes its slice's weight
 // gradients and a partial input gradient, which is all-reduced. Layers with fewer outputs than
-// workers stay whole on every worker (replicated, computed redundantly).
+// workers stay whole on every worker (replicated, computed redundantly). Transposed convs split
+// the same way (their weights [in, out, kh, kw]: the slice is the same columns of every row).
+//
+// A net that is not a chain of conv, linear, ReLU and flatten layers (skips, pooling, upsampling,
+// transposed convs; rules.h, tp_chain) runs as a graph (fp32): every layer reads the whole outputs
+// it names, the parameterless ones computed on every worker, and backward sums each output's
+// gradient over its readers where plan_graph_backward says (tp_plan.cpp, emit_graph_step).
 //
 // dp x tp hybrids (dp<D>xtp<T>): D replicas of a T-way tp group, worker r being tp rank r % T of
 // replica r / T. Each replica takes its torch.chunk piece of the batch; its collectives run on
@@ -14,10 +20,13 @@
 // kept and all-gathered in bf16, the partial input gradients are summed in fp32 and rounded once
 // after (docs/bf16.md, "tp across workers").
 #include <algorithm>
+#include <functional>
 #include <optional>
 
 #include "engine/check.h"
+#include "engine/graph_stage.h"
 #include "engine/model.h"
+#include "engine/model_detail.h"
 #include "engine/process.h"
 #include "strategies/batch.h"
 #include "strategies/executor.h"
@@ -51,10 +60,12 @@ class TensorParallel final : public GroupStrategy {
         const Slice& s = slices_[i];
         const LayerPlan& l = plan().layers[i];
         if (s.channels == 0 || (!s.split && r != 0)) continue;
-        const int64_t lo = s.split ? s.lo[r] : 0, k = s.split ? s.k[r] : s.channels;
         const float* w = mine.data() + s.at[r];
-        std::copy(w, w + k * s.fan, full.begin() + l.param_offset + lo * s.fan);
-        std::copy(w + k * s.fan, w + k * s.fan + k, full.begin() + l.param_offset + l.weight_numel + lo);
+        weight_runs(l, s, r, [&](int64_t whole, int64_t n, int64_t slice) {
+          std::copy(w + slice, w + slice + n, full.begin() + l.param_offset + whole);
+        });
+        const int64_t k = s.k[r];
+        std::copy(w + k * s.fan, w + k * s.fan + k, full.begin() + l.param_offset + l.weight_numel + s.lo[r]);
       }
     }
     world_sum(full.data(), static_cast<int64_t>(full.size()));
@@ -64,6 +75,9 @@ class TensorParallel final : public GroupStrategy {
  protected:
   void plan_workers() override {
     slices_ = tp_slices(plan(), ways(), name());
+    graph_ = workers() > 1 && !tp_chain(plan());
+    if (graph_ && opts_.backend.precision == Precision::Bf16) throw UsageError(tp_bf16_refusal(plan(), name()));
+    if (graph_) back_ = plan_graph_backward(plan(), 0, static_cast<int>(plan().layers.size()));
     state_.clear();
     state_.resize(workers());
   }
@@ -77,7 +91,11 @@ class TensorParallel final : public GroupStrategy {
       if (s.channels == 0) continue;
       const LayerPlan& l = plan().layers[i];
       const auto w0 = params.begin() + l.param_offset, b0 = w0 + l.weight_numel;
-      mine.insert(mine.end(), w0 + s.lo[r] * s.fan, w0 + (s.lo[r] + s.k[r]) * s.fan);
+      const std::size_t at = mine.size();
+      mine.resize(at + static_cast<std::size_t>(s.k[r] * s.fan));
+      weight_runs(l, s, r, [&](int64_t whole, int64_t n, int64_t slice) {
+        std::copy(w0 + whole, w0 + whole + n, mine.begin() + static_cast<std::ptrdiff_t>(at) + slice);
+      });
       mine.insert(mine.end(), b0 + s.lo[r], b0 + s.lo[r] + s.k[r]);
       total += s.k[r] * (s.fan + 1);
     }
@@ -133,6 +151,7 @@ class TensorParallel final : public GroupStrategy {
     State& st = state_[w.rank];
     st.acts.clear();
     if (w.model) return;  // one worker: the Sequential holds its activations and scratch
+    if (graph_) return load_graph(st, w.device, b);
     const DType kept = st.ops->bf16() ? DType::Bf16 : DType::F32;  // the activations' dtype
     int64_t gathered = 1, local = 1, act = 1;
     for (std::size_t i = 0; i < slices_.size(); ++i) {
@@ -194,6 +213,7 @@ class TensorParallel final : public GroupStrategy {
       w.stats.samples = b;
       return;
     }
+    if (graph_) return step_graph(w, std::move(bind), b);
     const bool bf16 = st.ops->bf16();
     // Which layer's buffer holds a layer's whole output (Flatten, in-place ReLU: their input's); -1:
     // the net's fp32 input.
@@ -357,7 +377,152 @@ class TensorParallel final : public GroupStrategy {
     Tensor gathered, dy_local, dx[2];
     Tensor y32;  // bf16: the net's output widened for the loss
     std::unique_ptr<TpLayerOps> ops;  // several workers: the layers' calls, fp32 or bf16
+    std::vector<Tensor> pool;         // a net run as a graph: backward's gradient buffers (back_.pool)
   };
+
+  // Calls f(offset in the layer's weights, count, offset in the slice) for each run of worker r's
+  // slice of layer l's weights: rows [lo, lo + k) of conv2d and linear weights; of a transposed
+  // conv's ([in, out, kh, kw]) the same k output channels of every input channel.
+  template <class F>
+  static void weight_runs(const LayerPlan& l, const Slice& s, int r, F&& f) {
+    if (l.spec.type != LayerType::ConvTranspose2d) return f(s.lo[r] * s.fan, s.k[r] * s.fan, int64_t{0});
+    const int64_t kk = l.spec.kernel_h * l.spec.kernel_w;
+    for (int64_t c = 0; c < l.in[0]; ++c) f((c * s.channels + s.lo[r]) * kk, s.k[r] * kk, c * s.k[r] * kk);
+  }
+
+  // A net run as a graph: each layer's own output (in-place ReLU and flatten: none, as in a graph
+  // stage), the gathered channels and the own channels of an output gradient of the widest split
+  // layer, and backward's pool.
+  void load_graph(State& st, Device device, int64_t b) {
+    const NetPlan& net = plan();
+    int64_t gathered = 1, local = 1;
+    for (std::size_t i = 0; i < slices_.size(); ++i) {
+      const int layer = static_cast<int>(i);
+      st.acts.push_back(graph_in_place(net, 0, layer) ? Tensor() : Tensor::empty({b * numel_of(net.layers[i].out)}, device));
+      if (const Slice& s = slices_[i]; s.split) {
+        gathered = std::max(gathered, ways() * b * s.piece * s.per_sample);
+        local = std::max(local, b * s.piece * s.per_sample);
+      }
+    }
+    st.gathered = Tensor::empty({gathered}, device);
+    st.dy_local = Tensor::empty({local}, device);
+    st.pool.clear();
+    for (int64_t per_sample : back_.pool) st.pool.push_back(Tensor::empty({b * per_sample}, device));
+  }
+
+  // A net run as a graph (tp_plan.cpp, emit_graph_step), fp32: a split layer as a chain's, the
+  // parameterless ones on the whole outputs, and each output's gradient summed over its readers.
+  void step_graph(Worker& w, PlanExecutor::Binding bind, int64_t b) {
+    const int r = tp_rank(w.rank);
+    Backend& be = w.be();
+    State& st = state_[w.rank];
+    const NetPlan& net = plan();
+    std::function<float*(int)> value = [&](int v) -> float* {  // layer v's output (kNetInput: the input)
+      if (v == kNetInput) return w.x.data();
+      return st.acts[v].defined() ? st.acts[v].data() : value(net.layers[v].inputs[0]);
+    };
+    auto gout = [&](int i) { return back_.grad_of[i] < 0 ? w.dy.data() : st.pool[back_.grad_of[i]].data(); };
+    auto target = [&](const GraphBackward::Write& wr) { return wr.target < 0 ? nullptr : st.pool[wr.buf].data(); };
+    auto piece_of = [&](const Slice& s) { return b * s.piece * s.per_sample; };
+    bind.at = [&](const Action& a, int buf, bool write) -> float* {
+      const PlanBuffer& pb = plan_.buffers[buf];
+      if (pb.role == BufferRole::Gathered) return st.gathered.data() + (write ? 0 : r * piece_of(slices_.at(a.layer_begin)));
+      if (pb.role == BufferRole::Grads) return st.grads.data();
+      PB_CHECK(pb.role == BufferRole::InputGrad && pb.index >= 0 && pb.index < static_cast<int>(st.pool.size()),
+               "{}: worker {} has no buffer {}", name(), w.rank, buffer_label(pb));
+      return st.pool[pb.index].data();
+    };
+    std::optional<Tracer::Scope> fwd_span, bwd_span;
+    const bool each = w.tracer.detail();  // a traced step: a span per computation (project --validate)
+    int copies = 0;
+    bool backward = false;
+    bind.compute = [&](const Action& a) {
+      const int i = a.layer_begin;
+      if (a.kind == ActionKind::Optimizer) return w.adam->step(st.params, st.grads);
+      if (a.kind == ActionKind::Loss) {
+        fwd_span.reset();
+        auto loss_span = w.tracer.compute(Phase::Loss, 0, [] { return std::string("mse loss"); });
+        be.mse_loss_grad(b * numel_of(net.output), value(static_cast<int>(slices_.size()) - 1), w.t.data(), grad_scale(),
+                         w.dy.data(), w.loss.data());
+        backward = true;
+        return;
+      }
+      PB_CHECK(i >= 0, "{}: worker {} cannot run {}", name(), w.rank, describe(plan_, w.rank, a.id));
+      if (!each && !backward && !fwd_span) fwd_span.emplace(w.tracer.compute(Phase::Forward, 0, [] { return std::string("forward"); }));
+      if (!each && backward && !bwd_span) bwd_span.emplace(w.tracer.compute(Phase::Backward, 0, [] { return std::string("backward"); }));
+      std::optional<Tracer::Scope> own;
+      if (each)
+        own.emplace(w.tracer.compute(backward ? Phase::Backward : Phase::Forward, 0,
+                                     [&] { return fmt::format("{} layer {}", action_kind_name(a.kind), i); }));
+      const LayerPlan& l = net.layers[i];
+      const Slice& s = slices_[i];
+      const float* x = value(l.inputs[0]);
+      auto traced = [&](LayerPass pass) {
+        if (!own) return;
+        const double part = s.channels > 0 ? static_cast<double>(s.k[r]) / static_cast<double>(s.channels) : 1;
+        const LayerWork wk = layer_work(l, b, pass, 4, 4, part);
+        w.tracer.add_work(wk.flops, wk.bytes);
+      };
+      float* wt = st.params.data() + s.at[r];
+      float* gw = st.grads.data() + s.at[r];
+      const float* dyk = s.split ? st.dy_local.data() : gout(i);
+      switch (a.kind) {
+        case ActionKind::Forward: {
+          copies = 0;
+          float* y = value(i);
+          if (s.channels > 0) {
+            float* mine = s.split ? st.gathered.data() + r * piece_of(s) : y;
+            st.ops->forward(l, b, s.k[r], {x, nullptr}, wt, wt + s.k[r] * s.fan, {mine, nullptr});
+          } else {
+            model_detail::parameterless_forward(be, net, l, b, [&](std::size_t k) { return value(l.inputs[k]); }, y);
+          }
+          traced(LayerPass::Forward);
+          break;
+        }
+        case ActionKind::Copy:
+          if (!backward) {  // piece q of [worker][sample][its channels] into [sample][channel]
+            const int q = copies++;
+            const int64_t width = s.k[q] * s.per_sample;
+            be.copy_2d(value(i) + s.lo[q] * s.per_sample, s.channels * s.per_sample, st.gathered.data() + q * piece_of(s), width,
+                       width, b);
+          } else if (plan_.buffers.at(a.writes.at(0)).role == BufferRole::LocalOutputGrad) {  // its channels of dy
+            be.copy_2d(st.dy_local.data(), s.k[r] * s.per_sample, gout(i) + s.lo[r] * s.per_sample, s.channels * s.per_sample,
+                       s.k[r] * s.per_sample, b);
+          } else {  // the all-reduced input gradient added to its other readers' sum
+            const GraphBackward::Write& wr = back_.writes[i][0];
+            be.add(b * numel_of(l.in), target(wr), st.pool[wr.tmp].data(), target(wr));
+          }
+          break;
+        case ActionKind::BackwardWeights:
+          st.ops->backward_weights(l, b, s.k[r], {x, nullptr}, dyk, gw, gw + s.k[r] * s.fan);
+          traced(LayerPass::BackwardWeights);
+          break;
+        case ActionKind::BackwardData: {
+          if (s.channels > 0) {
+            const GraphBackward::Write& wr = back_.writes[i][0];
+            if (float* to = target(wr)) st.ops->backward_data(l, b, s.k[r], dyk, wt, wr.first ? to : st.pool[wr.tmp].data(), s.split);
+          } else {
+            const float* y = value(i);
+            model_detail::input_gradients<float>(
+                net, l, back_.writes[i], b, gout(i), target, [&](int k) { return st.pool.at(k).data(); },
+                [&](float* to, const float* from, int64_t n) {
+                  be.copy(be.device(), to, be.device(), from, static_cast<std::size_t>(n) * sizeof(float));
+                },
+                [&](int64_t n, float* to, const float* from) { be.add(n, to, from, to); },
+                [&](std::size_t k, float* into, int64_t n, int64_t at) {
+                  model_detail::parameterless_backward_data(be, l, b, k, y, x, gout(i), into, n, at);
+                });
+          }
+          traced(LayerPass::BackwardData);
+          if (i == 0) bwd_span.reset();
+          break;
+        }
+        default: PB_CHECK(false, "{}: worker {} cannot run {}", name(), w.rank, describe(plan_, w.rank, a.id));
+      }
+    };
+    PlanExecutor(plan_, w.rank, std::move(bind)).run();
+    w.stats.samples = b;
+  }
 
   // Whether the output of the last of these layers is a buffer of this worker's (not the input).
   static bool out_owned(const std::vector<Tensor>& acts) {
@@ -371,6 +536,8 @@ class TensorParallel final : public GroupStrategy {
 
   int replicas_;
   std::vector<Slice> slices_;  // per layer, over the ways() workers of a replica
+  bool graph_ = false;         // several workers on a net not run as a chain (rules.h, tp_chain)
+  GraphBackward back_;         // then: where backward sums each output's gradient
   std::vector<State> state_;   // per worker
   std::vector<int64_t> piece_, piece_offset_;  // per replica: its samples, and where they start
   Plan plan_;                                  // the step, every worker's actions

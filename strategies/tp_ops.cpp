@@ -16,6 +16,13 @@ ConvGeom tp_geom(const LayerPlan& l, int64_t batch, int64_t k) {
   return g;
 }
 
+// The transposed convolution over k of its output channels (the geometry's c).
+ConvGeom transposed_geom(const LayerPlan& l, int64_t batch, int64_t k) {
+  ConvGeom g = model_detail::transposed_geom(l, batch);
+  g.c = k;
+  return g;
+}
+
 // Values of the layer's output over k of its channels at batch b.
 int64_t slice_numel(const LayerPlan& l, int64_t b, int64_t k) {
   return b * k * (l.spec.type == LayerType::Conv2d ? numel_of(l.out) / l.out[0] : 1);
@@ -63,6 +70,10 @@ const Bf16* TpLayerOps::input16(const LayerPlan& l, int64_t b, Act x) {
 
 void TpLayerOps::forward(const LayerPlan& l, int64_t b, int64_t k, Act x, const float* w, const float* bias, Out y) {
   const bool conv = l.spec.type == LayerType::Conv2d;
+  if (l.spec.type == LayerType::ConvTranspose2d) {
+    PB_CHECK(!bf16_ && x.f32 && y.f32, "tp: transposed conv layer {} runs in fp32 only", l.index);
+    return be_.conv_transpose2d_forward(transposed_geom(l, b, k), x.f32, w, bias, y.f32);
+  }
   if (!bf16_) {
     PB_CHECK(x.f32 && y.f32, "tp: an fp32 layer {} on bf16 buffers", l.index);
     if (conv) be_.conv2d_forward(tp_geom(l, b, k), x.f32, w, bias, y.f32);
@@ -78,6 +89,10 @@ void TpLayerOps::forward(const LayerPlan& l, int64_t b, int64_t k, Act x, const 
 void TpLayerOps::backward_weights(const LayerPlan& l, int64_t b, int64_t k, Act x, const float* dy, float* dw,
                                   float* db) {
   const bool conv = l.spec.type == LayerType::Conv2d;
+  if (l.spec.type == LayerType::ConvTranspose2d) {
+    PB_CHECK(!bf16_ && x.f32, "tp: transposed conv layer {} runs in fp32 only", l.index);
+    return be_.conv_transpose2d_backward_weights(transposed_geom(l, b, k), x.f32, dy, dw, db, false);
+  }
   if (!bf16_) {
     PB_CHECK(x.f32, "tp: an fp32 layer {} on bf16 buffers", l.index);
     if (conv) be_.conv2d_backward_weights(tp_geom(l, b, k), x.f32, dy, dw, db, false);
@@ -95,6 +110,10 @@ void TpLayerOps::backward_weights(const LayerPlan& l, int64_t b, int64_t k, Act 
 void TpLayerOps::backward_data(const LayerPlan& l, int64_t b, int64_t k, const float* dy, const float* w, float* dx,
                                bool partial) {
   const bool conv = l.spec.type == LayerType::Conv2d;
+  if (l.spec.type == LayerType::ConvTranspose2d) {
+    PB_CHECK(!bf16_, "tp: transposed conv layer {} runs in fp32 only", l.index);
+    return be_.conv_transpose2d_backward_data(transposed_geom(l, b, k), dy, w, dx);
+  }
   if (!bf16_) {
     if (conv) be_.conv2d_backward_data(tp_geom(l, b, k), dy, w, dx);
     else be_.linear_backward_data(b, l.in[0], k, dy, w, dx);

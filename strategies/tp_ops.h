@@ -41,7 +41,7 @@ class TpLayerOps {
     Bf16* b16 = nullptr;
   };
   bool bf16() const { return bf16_; }
-  // A conv or linear layer over k of its output channels.
+  // A conv, linear or (fp32) transposed conv layer over k of its output channels.
   void forward(const LayerPlan& l, int64_t b, int64_t k, Act x, const float* w, const float* bias, Out y);
   void backward_weights(const LayerPlan& l, int64_t b, int64_t k, Act x, const float* dy, float* dw, float* db);
   // partial: dx is this worker's term of a sum over channel slices, all-reduced next; under bf16 it

@@ -1,10 +1,13 @@
 // The plans of tp and dp x tp: tp.cpp's step per layer -- each slice's compute, the activation's
 // all-gather and its per-piece layout copies forward; the output-gradient copy, the weight and
 // data gradients and the partial sums' all-reduce backward -- from the same slices (tp_slices).
+#include <functional>
+
 #include <fmt/format.h>
 
 #include "engine/bf16.h"
 #include "engine/check.h"
+#include "engine/graph_stage.h"
 #include "engine/memory_estimate.h"
 #include "strategies/batch.h"
 #include "strategies/plan_gen.h"
@@ -13,8 +16,100 @@
 namespace pb {
 
 namespace {
+
 constexpr int64_t kF = sizeof(float);
+
+// A worker's forward, loss and backward over a net tp does not run as a chain (rules.h, tp_chain;
+// fp32): every layer's whole output is an Activations buffer (in-place ReLU and flatten share
+// their input's, as in a graph stage), the parameterless layers computed on it by every worker; in
+// backward a layer's output gradient is the sum of its readers' contributions in
+// plan_graph_backward's pool over the whole net (InputGrad k: pool buffer k). A split layer's
+// partial input gradient is all-reduced where it is made, then added to the sum (a Copy into that
+// InputGrad, read and written) when another reader wrote it first.
+void emit_graph_step(PlanBuilder& b, const NetPlan& net, const std::vector<TpSlice>& slices, int w, int r, int ways,
+                     int group, int64_t bsz, int params, int grads, int dy) {
+  using R = BufferRole;
+  const int layers = static_cast<int>(net.layers.size());
+  auto buf = [&](R role, int64_t values, int index = -1) { return b.buffer(w, role, index, values * kF); };
+  const GraphBackward back = plan_graph_backward(net, 0, layers);
+  std::function<int(int)> value = [&](int v) {  // the buffer holding layer v's output (kNetInput: x)
+    if (v == kNetInput) return buf(R::Input, bsz * numel_of(net.input));
+    if (graph_in_place(net, 0, v)) return value(net.layers[v].inputs[0]);
+    return buf(R::Activations, bsz * numel_of(net.layers[v].out), v);
+  };
+  int64_t widest_gather = 0, widest_local = 0;
+  for (const TpSlice& s : slices)
+    if (s.split) {
+      widest_gather = std::max(widest_gather, ways * bsz * s.piece * s.per_sample);
+      widest_local = std::max(widest_local, bsz * s.piece * s.per_sample);
+    }
+  const int gathered = widest_gather > 0 ? buf(R::Gathered, widest_gather) : -1;
+  const int dy_local = widest_local > 0 ? buf(R::LocalOutputGrad, widest_local) : -1;
+  std::vector<int> pool;
+  for (std::size_t k = 0; k < back.pool.size(); ++k) pool.push_back(buf(R::InputGrad, bsz * back.pool[k], static_cast<int>(k)));
+  for (int i = 0; i < layers; ++i) {
+    const LayerPlan& l = net.layers[i];
+    const TpSlice& s = slices[i];
+    const int y = value(i);
+    std::vector<int> ins;
+    for (int v : l.inputs) ins.push_back(value(v));
+    if (s.channels == 0) {  // parameterless: on the whole inputs, on every worker (flatten: a view, no work)
+      Action& a = b.compute(w, ActionKind::Forward, i, i + 1, 0, ins, {});
+      if (l.spec.type != LayerType::Flatten) a.writes.push_back(y), a.bytes = bsz * numel_of(l.out) * kF;
+      continue;
+    }
+    Action& f = b.compute(w, ActionKind::Forward, i, i + 1, 0, {ins[0], params}, {s.split ? gathered : y});
+    f.bytes = bsz * s.k[r] * s.per_sample * kF, f.part = static_cast<double>(s.k[r]) / static_cast<double>(s.channels);
+    if (!s.split) continue;
+    const int64_t piece = bsz * s.piece * s.per_sample;
+    Action& ag = b.collective(w, CollKind::AllGather, group, piece, ways * piece * kF, false);
+    ag.reads.push_back(gathered), ag.writes.push_back(gathered);
+    ag.layer_begin = i, ag.layer_end = i + 1;
+    for (int q = 0; q < ways; ++q) b.compute(w, ActionKind::Copy, i, i + 1, 0, {gathered}, {y}).bytes = bsz * s.k[q] * s.per_sample * kF;
+  }
+  b.compute(w, ActionKind::Loss, -1, -1, 0, {value(layers - 1), buf(R::Target, bsz * numel_of(net.output))}, {dy, buf(R::Loss, 1)})
+      .bytes = bsz * numel_of(net.output) * kF;
+  for (int i = layers - 1; i >= 0; --i) {
+    const LayerPlan& l = net.layers[i];
+    const TpSlice& s = slices[i];
+    PB_CHECK((back.grad_of[i] < 0) == (i == layers - 1), "tp: layer {} of {} is read by no later layer", i, layers);
+    const int gout = back.grad_of[i] < 0 ? dy : pool[back.grad_of[i]];
+    const std::vector<GraphBackward::Write>& writes = back.writes[i];
+    auto target = [&](const GraphBackward::Write& wr) { return wr.target < 0 ? -1 : pool[wr.buf]; };
+    if (s.channels == 0) {  // every input's gradient made (or passed on) and summed in, in one call
+      Action& a = b.compute(w, ActionKind::BackwardData, i, i + 1, 0, {gout}, {});
+      for (int v : l.inputs) a.reads.push_back(value(v));
+      if (l.spec.type == LayerType::ReLU) a.reads.push_back(value(i));
+      for (const GraphBackward::Write& wr : writes)
+        if (const int t = target(wr); t >= 0) {
+          a.writes.push_back(t);
+          if (!wr.first) a.reads.push_back(t);
+          if (wr.tmp >= 0) a.writes.push_back(pool[wr.tmp]);
+        }
+      a.bytes = bsz * numel_of(l.out) * kF;
+      continue;
+    }
+    int dyk = gout;
+    if (s.split) {
+      b.compute(w, ActionKind::Copy, i, i + 1, 0, {gout}, {dy_local}).bytes = bsz * s.k[r] * s.per_sample * kF;
+      dyk = dy_local;
+    }
+    const double part = static_cast<double>(s.k[r]) / static_cast<double>(s.channels);
+    b.compute(w, ActionKind::BackwardWeights, i, i + 1, 0, {value(l.inputs[0]), dyk}, {grads}).part = part;
+    const GraphBackward::Write& wr = writes.at(0);
+    const int to = target(wr), into = to < 0 ? -1 : wr.first ? to : pool[wr.tmp];
+    b.compute(w, ActionKind::BackwardData, i, i + 1, 0, {dyk, params}, into >= 0 ? std::vector<int>{into} : std::vector<int>{})
+        .part = part;
+    if (into < 0) continue;
+    if (s.split) {  // the partial sums over the channel slices
+      Action& ar = b.collective(w, CollKind::AllReduce, group, bsz * numel_of(l.in), bsz * numel_of(l.in) * kF, false);
+      ar.reads.push_back(into), ar.writes.push_back(into);
+    }
+    if (!wr.first) b.compute(w, ActionKind::Copy, i, i + 1, 0, {into, to}, {to}).bytes = bsz * numel_of(l.in) * kF;  // added in
+  }
 }
+
+}  // namespace
 
 Plan plan_tp(const NetPlan& net, const StrategyOptions& o, int64_t batch, const std::string& name, int replicas) {
   PB_CHECK(replicas >= 1 && o.devices % replicas == 0, "{}: {} replicas over {} workers", name, replicas, o.devices);
@@ -25,6 +120,8 @@ Plan plan_tp(const NetPlan& net, const StrategyOptions& o, int64_t batch, const 
   // The layers' outputs and their gathered pieces are kept in the compute dtype (bf16 under autocast,
   // as a Sequential keeps its activations); gradients stay fp32 (tp_ops.h).
   const DType act_dtype = o.backend.precision == Precision::Bf16 ? DType::Bf16 : DType::F32;
+  const bool graph = workers > 1 && !tp_chain(net);
+  if (graph && act_dtype == DType::Bf16) throw UsageError(tp_bf16_refusal(net, name));
   const int64_t kA = dtype_size(act_dtype);
   PlanBuilder b(name, workers, batch, 1);
   std::vector<int> all(workers), tp_group(replicas), dp_group(ways, -1);
@@ -67,6 +164,13 @@ Plan plan_tp(const NetPlan& net, const StrategyOptions& o, int64_t batch, const 
     auto optimizer = [&] {
       b.compute(w, ActionKind::Optimizer, -1, -1, -1, {grads}, {params, buf(R::AdamState, 2 * total)}).bytes = total * kF;
     };
+    auto tail = [&] {  // dp x tp: the slices' gradients summed over the replicas; then Adam
+      if (replicas > 1) {
+        Action& ar = on_wire(b.collective(w, CollKind::AllReduce, dp_group[r], total, total * kF, false), o.reduce_dtype);
+        ar.reads.push_back(grads), ar.writes.push_back(grads);
+      }
+      optimizer();
+    };
     if (workers == 1) {  // one worker: regular's step, the whole net as one Sequential
       const SequentialBuffers sb = sequential_buffers(net, 0, layers, bsz, act_dtype == DType::Bf16);
       if (sb.scratch > 0) b.buffer(w, R::Scratch, -1, sb.scratch);
@@ -77,6 +181,12 @@ Plan plan_tp(const NetPlan& net, const StrategyOptions& o, int64_t batch, const 
       b.compute(w, ActionKind::BackwardWeights, 0, layers, 0, {dy, acts}, {grads});
       b.compute(w, ActionKind::BackwardData, 0, layers, 0, {dy, acts, params}, {});
       optimizer();
+      continue;
+    }
+    if (graph) {
+      if (replicas > 1) gradient_staging(b, w, o, total);
+      emit_graph_step(b, net, slices, w, r, ways, c, bsz, params, grads, dy);
+      tail();
       continue;
     }
     auto out_of = [&](int i) {  // a layer's whole output (Flatten, in-place ReLU: their input's)
@@ -159,11 +269,7 @@ Plan plan_tp(const NetPlan& net, const StrategyOptions& o, int64_t batch, const 
       gout = dx;
       next = 1 - next;
     }
-    if (replicas > 1) {
-      Action& ar = on_wire(b.collective(w, CollKind::AllReduce, dp_group[r], total, total * kF, false), o.reduce_dtype);
-      ar.reads.push_back(grads), ar.writes.push_back(grads);
-    }
-    optimizer();
+    tail();
   }
   return b.take();
 }

@@ -13,6 +13,7 @@
 
 #include "engine/backend.h"
 #include "engine/net.h"
+#include "strategies/rules.h"
 
 namespace pb::test {
 
@@ -92,13 +93,10 @@ inline NetSpec linear_relu_pairs(const std::string& name, int64_t width, int pai
   return net;
 }
 
-// Whether tp takes the net: pooling, upsampling and transposed convolutions have no tensor-parallel
-// form yet (refused by name).
-inline bool tp_runs(const NetPlan& plan) {
-  return std::none_of(plan.layers.begin(), plan.layers.end(), [](const LayerPlan& l) {
-    const LayerType t = l.spec.type;
-    return t == LayerType::MaxPool2d || t == LayerType::Upsample || t == LayerType::ConvTranspose2d;
-  });
+// Whether tp takes the net at this precision: in fp32 every net; under bf16 chains of conv,
+// linear, ReLU and flatten layers only (the rest refused, naming why).
+inline bool tp_runs(const NetPlan& plan, Precision precision = Precision::Fp32) {
+  return precision == Precision::Fp32 || tp_chain(plan);
 }
 
 }  // namespace pb::test

@@ -143,7 +143,6 @@ TEST_P(Golden, HybridsReproducePyTorchTrajectory) {
   int64_t widest = 0;
   for (const LayerPlan& l : plan.layers)
     if (l.weight_numel > 0) widest = std::max(widest, l.out[0]);
-  if (!pb::test::tp_runs(plan)) widest = 0;  // dp x tp refuses it as tp does (below)
   std::vector<std::string> names;
   for (const auto& [dp, side] : {std::pair{2, 1}, {1, 2}, {2, 2}}) {
     if (static_cast<int>(chunk_sizes(batch, dp).size()) < dp) continue;
@@ -189,20 +188,11 @@ TEST_P(Golden, FsdpPrefetchAndHsdpReproducePyTorchTrajectory) {
   }
 }
 
-// Channel slices of every layer, the whole batch on each worker; nets whose layers all have
-// fewer outputs than workers are refused (nothing to split).
+// Channel slices of every layer (pooling, upsampling: on the gathered outputs; transposed convs
+// split too), the whole batch on each worker; nets whose layers all have fewer outputs than
+// workers are refused (nothing to split).
 TEST_P(Golden, TpReproducesPyTorchTrajectory) {
   const NetPlan plan = plan_net(load_net_json((dir() / "net.json").string()));
-  if (!pb::test::tp_runs(plan)) {  // pooling and upsampling have no tensor-parallel form yet: refused by name
-    for (const auto& [name, devices] : {std::pair{"tp", 2}, {"dp2xtp2", 4}})
-      try {
-        expect_pytorch_trajectory(dir(), name, devices);
-        ADD_FAILURE() << name << " ran a net with pooling or upsampling";
-      } catch (const UsageError& e) {
-        EXPECT_THAT(e.what(), ::testing::HasSubstr("has no tensor-parallel form yet"));
-      }
-    return;
-  }
   int64_t widest = 0;
   for (const LayerPlan& l : plan.layers)
     if (l.weight_numel > 0) widest = std::max(widest, l.out[0]);
@@ -282,6 +272,23 @@ TEST(GraphFixtures, PipelinesSendingSkipsReproducePyTorchTrajectory) {
         o.devices = 3, o.balance = {a, c, layers - a - c};
         expect_pytorch_trajectory(e.path(), "pipeline-1f1b", o);
       }
+    }
+  }
+  EXPECT_GE(nets, 2);
+}
+
+// tp over nets with skips: convs (transposed too) split by output channels, adds, concats, pooling
+// and upsampling on the gathered outputs, each output's gradient summed over its readers; dp x tp
+// on pieces of the batch.
+TEST(GraphFixtures, TpSplittingSkipNetsReproducesPyTorchTrajectory) {
+  int nets = 0;
+  for (const auto& e : fs::directory_iterator(pb::test::source_dir() / "tests/fixtures/graph")) {
+    SCOPED_TRACE(e.path().filename().string());
+    ++nets;
+    for (int n = 2; n <= 4; ++n) expect_pytorch_trajectory(e.path(), "tp", n);
+    if (read_npy((e.path() / "input.npy").string()).shape[0] >= 2) {
+      expect_pytorch_trajectory(e.path(), "dp2xtp2", 4);
+      expect_pytorch_trajectory(e.path(), "dp2xtp1", 2);
     }
   }
   EXPECT_GE(nets, 2);

@@ -84,7 +84,7 @@ double check_every_strategy(const NetSpec& net, int64_t batch, Precision precisi
   const auto tp = measured_tp_workspace(bo, cpu(59));
   double worst = 0;
   std::string report;
-  const bool tp_takes = test::tp_runs(plan);
+  const bool tp_takes = test::tp_runs(plan, precision);
   for (const Case& c : cases()) {
     // torch.chunk cuts a batch of 6 into 3 pieces, not 4 micro-batches.
     if (c.micro > 3 && batch < 2 * c.micro - 1) continue;

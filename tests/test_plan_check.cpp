@@ -10,9 +10,11 @@
 #include <fmt/ranges.h>
 
 #include "engine/check.h"
+#include "engine/graph_stage.h"
 #include "plan/check.h"
 #include "plan/plan.h"
 #include "strategies/plan_gen.h"
+#include "strategies/rules.h"
 #include "strategies/stages.h"
 #include "tests/paths.h"
 #include "tests/plan_cases.h"
@@ -103,6 +105,48 @@ TEST(PlanCheck, PipelinesSendingSkipsAreValid) {
         }
     if (spec.name == "unet") {  // a ResNet's skips need not cross more than one
       EXPECT_GT(skips, 0) << "no skip crosses more than one of 4 stages";
+    }
+  }
+}
+
+// tp over nets with skips: the plans check, each split layer's partial input gradient is
+// all-reduced once (not the net input's), and added to its other readers' sum (a Copy reading and
+// writing an input-gradient buffer) exactly where backward's plan says another wrote it first.
+TEST(PlanCheck, TpOverNetsWithSkipsIsValid) {
+  for (const NetSpec& spec : {unet(16, 0.125), resnet(16, 0.125)}) {
+    const NetPlan net = plan_net(spec);
+    const GraphBackward back = plan_graph_backward(net, 0, static_cast<int>(net.layers.size()));
+    for (const auto& [name, devices] : {std::pair{"tp", 2}, {"tp", 3}, {"tp", 4}, {"dp2xtp2", 4}}) {
+      SCOPED_TRACE(fmt::format("{}: {} on {}", spec.name, name, devices));
+      StrategyOptions o;
+      o.devices = devices;
+      const Plan p = make_plan(name, net, o, 8);
+      const auto issues = validate_plan(p);
+      EXPECT_TRUE(issues.empty()) << issues_text(issues);
+      const int ways = name == std::string("tp") ? devices : 2;
+      const std::vector<TpSlice> slices = tp_slices(net, ways, name);
+      int reduces = 0, adds = 0;
+      for (std::size_t i = 0; i < net.layers.size(); ++i) {
+        const LayerPlan& l = net.layers[i];
+        if (!slices[i].split || l.inputs[0] == kNetInput) continue;
+        ++reduces;
+        adds += !back.writes[i][0].first;
+      }
+      EXPECT_GT(reduces, 0);
+      int got_reduces = 0, got_adds = 0;
+      for (const Action& a : p.actions[0]) {
+        if (a.kind == ActionKind::Collective && a.coll == CollKind::AllReduce && p.groups.at(a.group).name.rfind("dp ", 0) != 0)
+          ++got_reduces;  // not dp x tp's gradient sum over replicas
+        if (a.kind == ActionKind::Copy && !a.writes.empty() && p.buffers[a.writes[0]].role == BufferRole::InputGrad) {
+          ++got_adds;
+          EXPECT_NE(std::find(a.reads.begin(), a.reads.end(), a.writes[0]), a.reads.end()) << "an add reads what it adds to";
+        }
+      }
+      EXPECT_EQ(got_reduces, reduces);
+      EXPECT_EQ(got_adds, adds);
+      if (spec.name == "resnet") {
+        EXPECT_GT(adds, 0) << "a block's first conv reads what its add reads too";
+      }
     }
   }
 }

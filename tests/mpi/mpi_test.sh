@@ -35,17 +35,17 @@ replay-ddp | replay-mp | replay-pipeline | replay-pipeline-1f1b | replay-pipelin
   # stages defer different numbers of W's), pipeline-interleaved (8 chunks, the last worker's
   # activations wrapping to the first) and pipeline-zbv (8 chunks in a V, gradients on their own
   # communicator) also on 4 processes.
-  # ddp, the fsdp family, mp and the GPipe, 1F1B and ZB-H1 pipelines also on nets with skips (a
-  # residual net: skips crossing fsdp's units and stages; the pipelines also a U-Net, over 4
+  # ddp, the fsdp family, mp, the GPipe, 1F1B and ZB-H1 pipelines and tp also on nets with skips (a
+  # residual net: skips crossing fsdp's units and stages; the pipelines and tp also a U-Net, over 4
   # processes too, its skips crossing several stages on their own communicators).
   BATCHES=4
   [[ $S == fsdp* || $S == zero2* ]] && BATCHES="4 3"
   NETS=("--workload $HERE/../fixtures/conv_odd/net.json" "--workload linear")
   SKIPS=0  # the strategy takes nets with skips
   [[ $S == ddp || $S == fsdp* || $S == zero2* || $S == mp || $S == pipeline || $S == pipeline-1f1b || $S == pipeline-zb ||
-     $S == *-recompute ]] && SKIPS=1
+     $S == *-recompute || $S == tp ]] && SKIPS=1
   ((SKIPS)) && NETS+=("--workload $HERE/../fixtures/graph/resnet_small/net.json")
-  ((SKIPS)) && [[ $S == mp || $S == pipeline* ]] && NETS+=("--workload $HERE/../fixtures/graph/unet_small/net.json")
+  ((SKIPS)) && [[ $S == mp || $S == pipeline* || $S == tp ]] && NETS+=("--workload $HERE/../fixtures/graph/unet_small/net.json")
   for B in $BATCHES; do
   for W in "${NETS[@]}"; do
     [[ ($S == mp || $S == pipeline*) && $W == *linear* ]] && continue  # one layer: no two stages
