@@ -209,6 +209,9 @@ class Backend {
   // Backward-data over bf16 dy and w with dx written in fp32, unrounded: tp's partial input
   // gradients over channel slices, summed across workers in fp32 and rounded once (docs/bf16.md).
   virtual void conv2d_backward_data_bf16_f32(const ConvGeom& g, const Bf16* dy, const Bf16* w, float* dx);
+  // Forward likewise (no bias): a split transposed conv's partial input gradient
+  // (conv_transpose2d_backward_data_bf16_f32).
+  virtual void conv2d_forward_bf16_f32(const ConvGeom& g, const Bf16* x, const Bf16* w, float* y);
   virtual void linear_backward_data_bf16_f32(int64_t n, int64_t in, int64_t out, const Bf16* dy, const Bf16* w,
                                              float* dx);
   virtual void relu_forward_bf16(int64_t n, const Bf16* x, Bf16* y);                   // may be in place
@@ -225,6 +228,7 @@ class Backend {
   // conv_transpose2d_* in bf16 (weights and bias bf16, weight gradients fp32), made the same way.
   void conv_transpose2d_forward_bf16(const ConvGeom& g, const Bf16* x, const Bf16* w, const Bf16* b, Bf16* y);
   void conv_transpose2d_backward_data_bf16(const ConvGeom& g, const Bf16* dy, const Bf16* w, Bf16* dx);
+  void conv_transpose2d_backward_data_bf16_f32(const ConvGeom& g, const Bf16* dy, const Bf16* w, float* dx);
   void conv_transpose2d_backward_weights_bf16(const ConvGeom& g, const Bf16* x, const Bf16* dy, float* dw, float* db,
                                               bool accumulate);
   // dst = src rounded to nearest even (NaN stays NaN); the reverse is exact.

@@ -33,6 +33,9 @@ void Backend::linear_backward_weights_bf16(int64_t, int64_t, int64_t, const Bf16
 void Backend::conv2d_backward_data_bf16_f32(const ConvGeom&, const Bf16*, const Bf16*, float*) {
   no_bf16(*this, "convolution with an fp32 input gradient");
 }
+void Backend::conv2d_forward_bf16_f32(const ConvGeom&, const Bf16*, const Bf16*, float*) {
+  no_bf16(*this, "convolution with an fp32 output");
+}
 void Backend::linear_backward_data_bf16_f32(int64_t, int64_t, int64_t, const Bf16*, const Bf16*, float*) {
   no_bf16(*this, "linear layer with an fp32 input gradient");
 }
@@ -54,6 +57,9 @@ void Backend::conv_transpose2d_forward_bf16(const ConvGeom& g, const Bf16* x, co
 }
 void Backend::conv_transpose2d_backward_data_bf16(const ConvGeom& g, const Bf16* dy, const Bf16* w, Bf16* dx) {
   conv2d_forward_bf16(g, dy, w, nullptr, dx);
+}
+void Backend::conv_transpose2d_backward_data_bf16_f32(const ConvGeom& g, const Bf16* dy, const Bf16* w, float* dx) {
+  conv2d_forward_bf16_f32(g, dy, w, dx);
 }
 void Backend::conv_transpose2d_backward_weights_bf16(const ConvGeom& g, const Bf16* x, const Bf16* dy, float* dw,
                                                      float* db, bool accumulate) {

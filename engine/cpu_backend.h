@@ -80,6 +80,7 @@ class CpuBackend final : public Backend {
   void linear_backward_weights_bf16(int64_t n, int64_t in, int64_t out, const Bf16* x, const Bf16* dy, float* dw,
                                     float* db, bool accumulate) override;
   void conv2d_backward_data_bf16_f32(const ConvGeom& g, const Bf16* dy, const Bf16* w, float* dx) override;
+  void conv2d_forward_bf16_f32(const ConvGeom& g, const Bf16* x, const Bf16* w, float* y) override;
   void linear_backward_data_bf16_f32(int64_t n, int64_t in, int64_t out, const Bf16* dy, const Bf16* w,
                                      float* dx) override;
   void relu_forward_bf16(int64_t n, const Bf16* x, Bf16* y) override;

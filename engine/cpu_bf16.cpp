@@ -53,6 +53,9 @@ void CpuBackend::conv2d_backward_data_bf16(const ConvGeom& g, const Bf16* dy, co
 void CpuBackend::conv2d_backward_data_bf16_f32(const ConvGeom& g, const Bf16* dy, const Bf16* w, float* dx) {
   PB_BF16(conv_backward_data_f32(g, dy, w, dx));
 }
+void CpuBackend::conv2d_forward_bf16_f32(const ConvGeom& g, const Bf16* x, const Bf16* w, float* y) {
+  PB_BF16(conv_forward_f32(g, x, w, y));
+}
 void CpuBackend::linear_backward_data_bf16_f32(int64_t n, int64_t in, int64_t out, const Bf16* dy, const Bf16* w,
                                                float* dx) {
   PB_BF16(linear_backward_data_f32(n, in, out, dy, w, dx));

@@ -100,7 +100,8 @@ void input_gradients(const NetPlan& plan, const LayerPlan& l, const std::vector<
 // A pooling or upsampling layer's input, as the backend ops take it.
 inline Planes planes(const LayerPlan& l, int64_t batch) { return {batch, l.in[0], l.in[1], l.in[2]}; }
 
-// A parameterless layer's forward in fp32 (flatten: nothing, a view): `in(k)` is its input k.
+// A parameterless layer's forward in fp32 (flatten: nothing, a view): `in(k)` is its input k. The
+// graph stages (model_graph*.cpp) and tp's graph step (strategies/tp.cpp) make these calls.
 template <class In>
 void parameterless_forward(Backend& be, const NetPlan& plan, const LayerPlan& l, int64_t batch, In&& in, float* y) {
   const int64_t n = batch * numel_of(l.out);
@@ -123,6 +124,29 @@ void parameterless_forward(Backend& be, const NetPlan& plan, const LayerPlan& l,
   }
 }
 
+// The same in bf16 (autocast: each value computed in fp32 and rounded once).
+template <class In>
+void parameterless_forward_bf16(Backend& be, const NetPlan& plan, const LayerPlan& l, int64_t batch, In&& in, Bf16* y) {
+  const int64_t n = batch * numel_of(l.out);
+  switch (l.spec.type) {
+    case LayerType::ReLU: be.relu_forward_bf16(n, in(0), y); break;
+    case LayerType::Flatten: break;
+    case LayerType::MaxPool2d: be.max_pool2x2_forward_bf16(planes(l, batch), in(0), y); break;
+    case LayerType::Upsample: be.upsample2x_forward_bf16(planes(l, batch), in(0), y); break;
+    case LayerType::Add: be.add_bf16(n, in(0), in(1), y); break;
+    case LayerType::Concat: {
+      int64_t at = 0;
+      for (std::size_t k = 0; k < l.inputs.size(); ++k) {
+        const int64_t part = output_numel(plan, l.inputs[k]);
+        be.copy_2d_bf16(y + at, numel_of(l.out), in(k), part, part, batch);
+        at += part;
+      }
+      break;
+    }
+    default: PB_CHECK(false, "layer {} ({}) has weights", l.index, layer_type_name(l.spec.type));
+  }
+}
+
 // The share of a parameterless layer's input k (n values; at: its channels' offset in a concat's
 // sample) of the output gradient `gout`, in fp32, into `into` (input_gradients' `make`); y is the
 // layer's output, x its input k.
@@ -133,6 +157,16 @@ inline void parameterless_backward_data(Backend& be, const LayerPlan& l, int64_t
     case LayerType::MaxPool2d: be.max_pool2x2_backward(planes(l, batch), x, gout, into); break;
     case LayerType::Upsample: be.upsample2x_backward(planes(l, batch), gout, into); break;
     case LayerType::Concat: be.copy_2d(into, n / batch, gout + at, numel_of(l.out), n / batch, batch); break;
+    default: PB_CHECK(false, "layer {} ({}): input {} has no backward", l.index, layer_type_name(l.spec.type), k);
+  }
+}
+inline void parameterless_backward_data_bf16(Backend& be, const LayerPlan& l, int64_t batch, std::size_t k, const Bf16* y,
+                                             const Bf16* x, const Bf16* gout, Bf16* into, int64_t n, int64_t at) {
+  switch (l.spec.type) {
+    case LayerType::ReLU: be.relu_backward_bf16(n, y, gout, into); break;
+    case LayerType::MaxPool2d: be.max_pool2x2_backward_bf16(planes(l, batch), x, gout, into); break;
+    case LayerType::Upsample: be.upsample2x_backward_bf16(planes(l, batch), gout, into); break;
+    case LayerType::Concat: be.copy_2d_bf16(into, n / batch, gout + at, numel_of(l.out), n / batch, batch); break;
     default: PB_CHECK(false, "layer {} ({}): input {} has no backward", l.index, layer_type_name(l.spec.type), k);
   }
 }

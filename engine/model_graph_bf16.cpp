@@ -51,21 +51,8 @@ const float* Sequential::forward_graph_bf16(const std::vector<const float*>& ent
         run([&] { be.conv_transpose2d_forward_bf16(transposed_geom(l, batch), cur, w, w + l.weight_numel, y); });
         break;
       case LayerType::Linear: run([&] { be.linear_forward_bf16(batch, l.in[0], l.out[0], cur, w, w + l.weight_numel, y); }); break;
-      case LayerType::ReLU: run([&] { be.relu_forward_bf16(n, cur, y); }); break;
       case LayerType::Flatten: break;
-      case LayerType::MaxPool2d: run([&] { be.max_pool2x2_forward_bf16(planes(l, batch), cur, y); }); break;
-      case LayerType::Upsample: run([&] { be.upsample2x_forward_bf16(planes(l, batch), cur, y); }); break;
-      case LayerType::Add: run([&] { be.add_bf16(n, cur, in(1), y); }); break;
-      case LayerType::Concat:
-        run([&] {
-          int64_t at = 0;
-          for (std::size_t k = 0; k < l.inputs.size(); ++k) {
-            const int64_t part = output_numel(plan_, l.inputs[k]);
-            be.copy_2d_bf16(y + at, numel_of(l.out), in(k), part, part, batch);
-            at += part;
-          }
-        });
-        break;
+      default: run([&] { parameterless_forward_bf16(be, plan_, l, batch, in, y); }); break;
     }
     slot.out16[j] = y;
   }
@@ -153,11 +140,7 @@ void Sequential::backward_graph_bf16(const std::vector<const float*>& exit_grads
               case LayerType::Conv2d: be.conv2d_backward_data_bf16(geom(l, batch), gout, w, into); break;
               case LayerType::ConvTranspose2d: be.conv_transpose2d_backward_data_bf16(transposed_geom(l, batch), gout, w, into); break;
               case LayerType::Linear: be.linear_backward_data_bf16(batch, l.in[0], l.out[0], gout, w, into); break;
-              case LayerType::ReLU: be.relu_backward_bf16(n, slot.out16[j], gout, into); break;
-              case LayerType::MaxPool2d: be.max_pool2x2_backward_bf16(planes(l, batch), xin, gout, into); break;
-              case LayerType::Upsample: be.upsample2x_backward_bf16(planes(l, batch), gout, into); break;
-              case LayerType::Concat: be.copy_2d_bf16(into, n / batch, gout + at, numel_of(l.out), n / batch, batch); break;
-              default: PB_CHECK(false, "layer {} ({}): input {} has no backward", i, layer_type_name(l.spec.type), k);
+              default: parameterless_backward_data_bf16(be, l, batch, k, slot.out16[j], xin, gout, into, n, at);
             }
           });
         });

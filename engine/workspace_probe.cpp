@@ -95,8 +95,7 @@ std::function<double(const std::vector<LayerPlan>&, int64_t)> probe(const Backen
         keep.back()->forward(x.data(), batch);
         keep.back()->backward(dy.data(), nullptr, false);
         const LayerPlan& l = p.layers.back();
-        if (fp32_dx && options.precision == Precision::Bf16 && l.index > 0 &&
-            (l.spec.type == LayerType::Conv2d || l.spec.type == LayerType::Linear)) {
+        if (fp32_dx && options.precision == Precision::Bf16 && l.index > 0 && has_weights(l.spec.type)) {
           const int64_t yn = batch * numel_of(l.out), xn = batch * numel_of(l.in);
           const Tensor dy16 = Tensor::empty({yn}, device, DType::Bf16), w16 = Tensor::empty({l.weight_numel}, device, DType::Bf16);
           const Tensor dx = Tensor::empty({xn}, device), w = Tensor::empty({l.weight_numel}, device);
@@ -105,6 +104,9 @@ std::function<double(const std::vector<LayerPlan>&, int64_t)> probe(const Backen
           be->to_bf16(l.weight_numel, w.data(), w16.data_bf16());
           if (l.spec.type == LayerType::Conv2d)
             be->conv2d_backward_data_bf16_f32(model_detail::geom(l, batch), dy16.data_bf16(), w16.data_bf16(), dx.data());
+          else if (l.spec.type == LayerType::ConvTranspose2d)
+            be->conv_transpose2d_backward_data_bf16_f32(model_detail::transposed_geom(l, batch), dy16.data_bf16(),
+                                                        w16.data_bf16(), dx.data());
           else
             be->linear_backward_data_bf16_f32(batch, l.in[0], l.out[0], dy16.data_bf16(), w16.data_bf16(), dx.data());
         }

@@ -364,10 +364,11 @@ stage4() {
         >>"$outdir/run.log" 2>&1
     arc=$?
     sed -n '/^## great_net (image 64/,$p' "$outdir/run.log" | head -n 20
-    # A net with skips: its stages send them over NCCL, on communicators of their own past a neighbour.
+    # A net with skips: its stages send them over NCCL, on communicators of their own past a neighbour;
+    # tp runs it as a graph.
     echo "--- a U-Net 64x64 width 0.125, 3 workers ---" >>"$outdir/run.log"
     timeout "$(within "$run_unet")" "$bundle/parbench" run --device-kind cuda --oversubscribe --workload unet --image 64 \
-        --width 0.125 --batch 2 --strategies regular,ddp,fsdp,mp,pipeline-1f1b,pipeline-zb --devices 3 --iterations 2 \
+        --width 0.125 --batch 2 --strategies regular,ddp,fsdp,mp,pipeline-1f1b,pipeline-zb,tp --devices 3 --iterations 2 \
         --warmup 1 --out "$scratch/run-unet" >>"$outdir/run.log" 2>&1
     urc=$?
     if [ "$rrc" = 0 ] && [ "$trc" = 0 ] && [ "$arc" = 0 ] && [ "$urc" = 0 ]; then result "4 run" ok "run.log, run.tar.gz"

@@ -277,18 +277,6 @@ bool tp_chain(const NetPlan& plan) {
          std::all_of(plan.layers.begin(), plan.layers.end(), [](const LayerPlan& l) { return tp_chain_type(l.spec.type); });
 }
 
-std::string tp_bf16_refusal(const NetPlan& plan, const std::string& strategy) {
-  if (plan.has_skips())
-    return fmt::format("{}: under --precision bf16, tp runs nets without skips only yet; this one has {} -- run it in "
-                       "fp32, or with a strategy that runs it in bf16", strategy, first_skip(plan));
-  for (const LayerPlan& l : plan.layers)
-    if (!tp_chain_type(l.spec.type))
-      return fmt::format("{}: under --precision bf16, tp runs conv2d, linear, ReLU and flatten layers only yet; layer {} "
-                         "is {} -- run it in fp32, or with a strategy that runs it in bf16", strategy, l.index,
-                         layer_type_name(l.spec.type));
-  return "";
-}
-
 std::vector<TpSlice> tp_slices(const NetPlan& plan, int n, const std::string& strategy) {
   std::vector<TpSlice> slices(plan.layers.size());
   std::vector<int64_t> at(n, 0);

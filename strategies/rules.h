@@ -107,7 +107,5 @@ std::vector<TpSlice> tp_slices(const NetPlan& plan, int ways, const std::string&
 // Whether tp runs the net as a chain: no skips, and only conv2d, linear, ReLU and flatten layers.
 // Else each layer reads whole outputs and backward sums gradients over readers (tp_plan.cpp).
 bool tp_chain(const NetPlan& plan);
-// Why tp cannot run the net under --precision bf16 (it runs chains only there), or empty.
-std::string tp_bf16_refusal(const NetPlan& plan, const std::string& strategy);
 
 }  // namespace pb

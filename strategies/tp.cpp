@@ -7,7 +7,7 @@
 // the same way (their weights [in, out, kh, kw]: the slice is the same columns of every row).
 //
 // A net that is not a chain of conv, linear, ReLU and flatten layers (skips, pooling, upsampling,
-// transposed convs; rules.h, tp_chain) runs as a graph (fp32): every layer reads the whole outputs
+// transposed convs; rules.h, tp_chain) runs as a graph: every layer reads the whole outputs
 // it names, the parameterless ones computed on every worker, and backward sums each output's
 // gradient over its readers where plan_graph_backward says (tp_plan.cpp, emit_graph_step).
 //
@@ -76,7 +76,6 @@ class TensorParallel final : public GroupStrategy {
   void plan_workers() override {
     slices_ = tp_slices(plan(), ways(), name());
     graph_ = workers() > 1 && !tp_chain(plan());
-    if (graph_ && opts_.backend.precision == Precision::Bf16) throw UsageError(tp_bf16_refusal(plan(), name()));
     if (graph_) back_ = plan_graph_backward(plan(), 0, static_cast<int>(plan().layers.size()));
     state_.clear();
     state_.resize(workers());
@@ -378,6 +377,7 @@ class TensorParallel final : public GroupStrategy {
     Tensor y32;  // bf16: the net's output widened for the loss
     std::unique_ptr<TpLayerOps> ops;  // several workers: the layers' calls, fp32 or bf16
     std::vector<Tensor> pool;         // a net run as a graph: backward's gradient buffers (back_.pool)
+    Tensor x16, dy16, partial;        // and under bf16: the rounded input and loss gradient, fp32 partial sums
   };
 
   // Calls f(offset in the layer's weights, count, offset in the slice) for each run of worker r's
@@ -392,45 +392,71 @@ class TensorParallel final : public GroupStrategy {
 
   // A net run as a graph: each layer's own output (in-place ReLU and flatten: none, as in a graph
   // stage), the gathered channels and the own channels of an output gradient of the widest split
-  // layer, and backward's pool.
+  // layer, and backward's pool, in the compute dtype; under bf16 also the rounded input and loss
+  // gradient and the fp32 partial input gradients (tp_plan.cpp).
   void load_graph(State& st, Device device, int64_t b) {
     const NetPlan& net = plan();
-    int64_t gathered = 1, local = 1;
+    const DType act = st.ops->bf16() ? DType::Bf16 : DType::F32;
+    int64_t gathered = 0, local = 0, partial = 0;
     for (std::size_t i = 0; i < slices_.size(); ++i) {
-      const int layer = static_cast<int>(i);
-      st.acts.push_back(graph_in_place(net, 0, layer) ? Tensor() : Tensor::empty({b * numel_of(net.layers[i].out)}, device));
+      const LayerPlan& l = net.layers[i];
+      st.acts.push_back(graph_in_place(net, 0, static_cast<int>(i)) ? Tensor() : Tensor::empty({b * numel_of(l.out)}, device, act));
       if (const Slice& s = slices_[i]; s.split) {
         gathered = std::max(gathered, ways() * b * s.piece * s.per_sample);
         local = std::max(local, b * s.piece * s.per_sample);
       }
+      if (slices_[i].channels > 0 && l.inputs[0] != kNetInput) partial = std::max(partial, b * numel_of(l.in));
     }
-    st.gathered = Tensor::empty({gathered}, device);
-    st.dy_local = Tensor::empty({local}, device);
+    if (gathered > 0) st.gathered = Tensor::empty({gathered}, device, act), st.dy_local = Tensor::empty({local}, device, act);
     st.pool.clear();
-    for (int64_t per_sample : back_.pool) st.pool.push_back(Tensor::empty({b * per_sample}, device));
+    for (int64_t per_sample : back_.pool) st.pool.push_back(Tensor::empty({b * per_sample}, device, act));
+    if (act == DType::Bf16) {
+      const int64_t out_n = b * numel_of(net.output);
+      st.x16 = Tensor::empty({b * numel_of(net.input)}, device, act);
+      st.dy16 = Tensor::empty({out_n}, device, act);
+      st.y32 = Tensor::empty({out_n}, device);
+      if (partial > 0) st.partial = Tensor::empty({partial}, device);
+    }
+    st.ops->reserve({}, st.params.numel());
   }
 
-  // A net run as a graph (tp_plan.cpp, emit_graph_step), fp32: a split layer as a chain's, the
-  // parameterless ones on the whole outputs, and each output's gradient summed over its readers.
+  // A net run as a graph (tp_plan.cpp, emit_graph_step): a split layer as a chain's, the
+  // parameterless ones on the whole outputs, and each output's gradient summed over its readers;
+  // fp32, or bf16 values with fp32 partial sums.
   void step_graph(Worker& w, PlanExecutor::Binding bind, int64_t b) {
     const int r = tp_rank(w.rank);
     Backend& be = w.be();
     State& st = state_[w.rank];
     const NetPlan& net = plan();
-    std::function<float*(int)> value = [&](int v) -> float* {  // layer v's output (kNetInput: the input)
-      if (v == kNetInput) return w.x.data();
-      return st.acts[v].defined() ? st.acts[v].data() : value(net.layers[v].inputs[0]);
+    const bool bf16 = st.ops->bf16();
+    const int L = static_cast<int>(slices_.size());
+    // Layer v's output (kNetInput: the input, rounded under bf16), in the compute dtype.
+    std::function<const Tensor*(int)> value = [&](int v) -> const Tensor* {
+      if (v == kNetInput) return bf16 ? &st.x16 : &w.x;
+      return st.acts[v].defined() ? &st.acts[v] : value(net.layers[v].inputs[0]);
     };
-    auto gout = [&](int i) { return back_.grad_of[i] < 0 ? w.dy.data() : st.pool[back_.grad_of[i]].data(); };
-    auto target = [&](const GraphBackward::Write& wr) { return wr.target < 0 ? nullptr : st.pool[wr.buf].data(); };
+    auto f32 = [&](int v) { return value(v)->data(); };
+    auto b16 = [&](int v) { return value(v)->data_bf16(); };
+    const Tensor* no_grad = nullptr;
+    auto gout = [&](int i) -> const Tensor& {
+      if (back_.grad_of[i] >= 0) return st.pool[back_.grad_of[i]];
+      return bf16 ? st.dy16 : w.dy;
+    };
+    auto target = [&](const GraphBackward::Write& wr) { return wr.target < 0 ? no_grad : &st.pool[wr.buf]; };
     auto piece_of = [&](const Slice& s) { return b * s.piece * s.per_sample; };
     bind.at = [&](const Action& a, int buf, bool write) -> float* {
       const PlanBuffer& pb = plan_.buffers[buf];
       if (pb.role == BufferRole::Gathered) return st.gathered.data() + (write ? 0 : r * piece_of(slices_.at(a.layer_begin)));
       if (pb.role == BufferRole::Grads) return st.grads.data();
+      if (pb.role == BufferRole::Scratch && pb.index == 3) return st.partial.data();
       PB_CHECK(pb.role == BufferRole::InputGrad && pb.index >= 0 && pb.index < static_cast<int>(st.pool.size()),
                "{}: worker {} has no buffer {}", name(), w.rank, buffer_label(pb));
       return st.pool[pb.index].data();
+    };
+    bind.at16 = [&](const Action& a, int buf, bool write) -> Bf16* {
+      PB_CHECK(plan_.buffers[buf].role == BufferRole::Gathered, "{}: worker {} keeps no {} in bf16", name(), w.rank,
+               buffer_label(plan_.buffers[buf]));
+      return st.gathered.data_bf16() + (write ? 0 : r * piece_of(slices_.at(a.layer_begin)));
     };
     std::optional<Tracer::Scope> fwd_span, bwd_span;
     const bool each = w.tracer.detail();  // a traced step: a span per computation (project --validate)
@@ -442,8 +468,10 @@ class TensorParallel final : public GroupStrategy {
       if (a.kind == ActionKind::Loss) {
         fwd_span.reset();
         auto loss_span = w.tracer.compute(Phase::Loss, 0, [] { return std::string("mse loss"); });
-        be.mse_loss_grad(b * numel_of(net.output), value(static_cast<int>(slices_.size()) - 1), w.t.data(), grad_scale(),
-                         w.dy.data(), w.loss.data());
+        const int64_t n = b * numel_of(net.output);
+        if (bf16) be.from_bf16(n, b16(L - 1), st.y32.data());  // the loss in fp32
+        be.mse_loss_grad(n, bf16 ? st.y32.data() : f32(L - 1), w.t.data(), grad_scale(), w.dy.data(), w.loss.data());
+        if (bf16) be.to_bf16(n, w.dy.data(), st.dy16.data_bf16());  // autocast's cast of it back to bf16
         backward = true;
         return;
       }
@@ -456,25 +484,36 @@ class TensorParallel final : public GroupStrategy {
                                      [&] { return fmt::format("{} layer {}", action_kind_name(a.kind), i); }));
       const LayerPlan& l = net.layers[i];
       const Slice& s = slices_[i];
-      const float* x = value(l.inputs[0]);
+      const int x = l.inputs[0];
       auto traced = [&](LayerPass pass) {
         if (!own) return;
         const double part = s.channels > 0 ? static_cast<double>(s.k[r]) / static_cast<double>(s.channels) : 1;
-        const LayerWork wk = layer_work(l, b, pass, 4, 4, part);
+        const int bytes = bf16 ? 2 : 4;
+        const LayerWork wk = layer_work(l, b, pass, bytes, bytes, part);
         w.tracer.add_work(wk.flops, wk.bytes);
       };
       float* wt = st.params.data() + s.at[r];
       float* gw = st.grads.data() + s.at[r];
-      const float* dyk = s.split ? st.dy_local.data() : gout(i);
+      const Tensor& dyk = s.split ? st.dy_local : gout(i);
       switch (a.kind) {
         case ActionKind::Forward: {
           copies = 0;
-          float* y = value(i);
-          if (s.channels > 0) {
-            float* mine = s.split ? st.gathered.data() + r * piece_of(s) : y;
-            st.ops->forward(l, b, s.k[r], {x, nullptr}, wt, wt + s.k[r] * s.fan, {mine, nullptr});
+          if (i == 0) {
+            st.ops->begin_step(st.params.data(), st.params.numel());
+            if (bf16) be.to_bf16(w.x.numel(), w.x.data(), st.x16.data_bf16());  // rounded once, as a stage's input
+          }
+          const int64_t at = s.split ? r * piece_of(s) : 0;
+          if (s.channels > 0 && bf16) {
+            Bf16* mine = (s.split ? st.gathered.data_bf16() : st.acts[i].data_bf16()) + at;
+            st.ops->forward(l, b, s.k[r], {nullptr, b16(x)}, wt, wt + s.k[r] * s.fan, {nullptr, mine});
+          } else if (s.channels > 0) {
+            float* mine = (s.split ? st.gathered.data() : st.acts[i].data()) + at;
+            st.ops->forward(l, b, s.k[r], {f32(x), nullptr}, wt, wt + s.k[r] * s.fan, {mine, nullptr});
+          } else if (bf16) {
+            model_detail::parameterless_forward_bf16(be, net, l, b, [&](std::size_t k) { return b16(l.inputs[k]); },
+                                                     const_cast<Bf16*>(b16(i)));
           } else {
-            model_detail::parameterless_forward(be, net, l, b, [&](std::size_t k) { return value(l.inputs[k]); }, y);
+            model_detail::parameterless_forward(be, net, l, b, [&](std::size_t k) { return f32(l.inputs[k]); }, f32(i));
           }
           traced(LayerPass::Forward);
           break;
@@ -482,35 +521,56 @@ class TensorParallel final : public GroupStrategy {
         case ActionKind::Copy:
           if (!backward) {  // piece q of [worker][sample][its channels] into [sample][channel]
             const int q = copies++;
-            const int64_t width = s.k[q] * s.per_sample;
-            be.copy_2d(value(i) + s.lo[q] * s.per_sample, s.channels * s.per_sample, st.gathered.data() + q * piece_of(s), width,
-                       width, b);
+            const int64_t to = s.lo[q] * s.per_sample, from = q * piece_of(s), width = s.k[q] * s.per_sample;
+            if (bf16) be.copy_2d_bf16(st.acts[i].data_bf16() + to, s.channels * s.per_sample, st.gathered.data_bf16() + from, width, width, b);
+            else be.copy_2d(st.acts[i].data() + to, s.channels * s.per_sample, st.gathered.data() + from, width, width, b);
           } else if (plan_.buffers.at(a.writes.at(0)).role == BufferRole::LocalOutputGrad) {  // its channels of dy
-            be.copy_2d(st.dy_local.data(), s.k[r] * s.per_sample, gout(i) + s.lo[r] * s.per_sample, s.channels * s.per_sample,
-                       s.k[r] * s.per_sample, b);
-          } else {  // the all-reduced input gradient added to its other readers' sum
-            const GraphBackward::Write& wr = back_.writes[i][0];
-            be.add(b * numel_of(l.in), target(wr), st.pool[wr.tmp].data(), target(wr));
+            const int64_t from = s.lo[r] * s.per_sample, pitch = s.channels * s.per_sample, width = s.k[r] * s.per_sample;
+            if (bf16) be.copy_2d_bf16(st.dy_local.data_bf16(), width, gout(i).data_bf16() + from, pitch, width, b);
+            else be.copy_2d(st.dy_local.data(), width, gout(i).data() + from, pitch, width, b);
+          } else {  // the input gradient: the all-reduced partials rounded (bf16), added to its other readers' sum
+            finish_input_grad(be, st, l, back_.writes[i][0], b, bf16);
           }
           break;
         case ActionKind::BackwardWeights:
-          st.ops->backward_weights(l, b, s.k[r], {x, nullptr}, dyk, gw, gw + s.k[r] * s.fan);
+          if (bf16) st.ops->backward_weights16(l, b, s.k[r], b16(x), dyk.data_bf16(), gw, gw + s.k[r] * s.fan);
+          else st.ops->backward_weights(l, b, s.k[r], {f32(x), nullptr}, dyk.data(), gw, gw + s.k[r] * s.fan);
           traced(LayerPass::BackwardWeights);
           break;
         case ActionKind::BackwardData: {
+          const std::vector<GraphBackward::Write>& writes = back_.writes[i];
           if (s.channels > 0) {
-            const GraphBackward::Write& wr = back_.writes[i][0];
-            if (float* to = target(wr)) st.ops->backward_data(l, b, s.k[r], dyk, wt, wr.first ? to : st.pool[wr.tmp].data(), s.split);
+            const GraphBackward::Write& wr = writes[0];
+            if (const Tensor* to = target(wr)) {
+              const Tensor& into = wr.first ? *to : st.pool[wr.tmp];
+              if (bf16) st.ops->backward_data_unrounded(l, b, s.k[r], dyk.data_bf16(), wt, st.partial.data());
+              else st.ops->backward_data(l, b, s.k[r], dyk.data(), wt, into.data(), s.split);
+            }
+          } else if (bf16) {
+            const Bf16* y = b16(i);
+            model_detail::input_gradients<Bf16>(
+                net, l, writes, b, gout(i).data_bf16(),
+                [&](const GraphBackward::Write& wr) { return target(wr) ? target(wr)->data_bf16() : nullptr; },
+                [&](int k) { return st.pool.at(k).data_bf16(); },
+                [&](Bf16* to, const Bf16* from, int64_t n) {
+                  be.copy(be.device(), to, be.device(), from, static_cast<std::size_t>(n) * sizeof(Bf16));
+                },
+                [&](int64_t n, Bf16* to, const Bf16* from) { be.add_bf16(n, to, from, to); },
+                [&](std::size_t k, Bf16* into, int64_t n, int64_t at) {
+                  model_detail::parameterless_backward_data_bf16(be, l, b, k, y, b16(x), gout(i).data_bf16(), into, n, at);
+                });
           } else {
-            const float* y = value(i);
+            const float* y = f32(i);
             model_detail::input_gradients<float>(
-                net, l, back_.writes[i], b, gout(i), target, [&](int k) { return st.pool.at(k).data(); },
+                net, l, writes, b, gout(i).data(),
+                [&](const GraphBackward::Write& wr) { return target(wr) ? target(wr)->data() : nullptr; },
+                [&](int k) { return st.pool.at(k).data(); },
                 [&](float* to, const float* from, int64_t n) {
                   be.copy(be.device(), to, be.device(), from, static_cast<std::size_t>(n) * sizeof(float));
                 },
                 [&](int64_t n, float* to, const float* from) { be.add(n, to, from, to); },
                 [&](std::size_t k, float* into, int64_t n, int64_t at) {
-                  model_detail::parameterless_backward_data(be, l, b, k, y, x, gout(i), into, n, at);
+                  model_detail::parameterless_backward_data(be, l, b, k, y, f32(x), gout(i).data(), into, n, at);
                 });
           }
           traced(LayerPass::BackwardData);
@@ -522,6 +582,20 @@ class TensorParallel final : public GroupStrategy {
     };
     PlanExecutor(plan_, w.rank, std::move(bind)).run();
     w.stats.samples = b;
+  }
+
+  // A weighted layer's input gradient once made: under bf16 its fp32 sum (a split layer's all-reduced
+  // partials) rounded once into the target (or, where another reader wrote first, its tmp); then a
+  // tmp is added to the target.
+  static void finish_input_grad(Backend& be, State& st, const LayerPlan& l, const GraphBackward::Write& wr, int64_t b,
+                                bool rounded) {
+    const int64_t n = b * numel_of(l.in);
+    Tensor& to = st.pool[wr.buf];
+    if (rounded) be.to_bf16(n, st.partial.data(), (wr.first ? to : st.pool[wr.tmp]).data_bf16());
+    if (wr.first) return;
+    const Tensor& tmp = st.pool[wr.tmp];
+    if (to.dtype() == DType::Bf16) be.add_bf16(n, to.data_bf16(), tmp.data_bf16(), to.data_bf16());
+    else be.add(n, to.data(), tmp.data(), to.data());
   }
 
   // Whether the output of the last of these layers is a buffer of this worker's (not the input).

@@ -25,7 +25,7 @@ ConvGeom transposed_geom(const LayerPlan& l, int64_t batch, int64_t k) {
 
 // Values of the layer's output over k of its channels at batch b.
 int64_t slice_numel(const LayerPlan& l, int64_t b, int64_t k) {
-  return b * k * (l.spec.type == LayerType::Conv2d ? numel_of(l.out) / l.out[0] : 1);
+  return b * k * (l.spec.type == LayerType::Linear ? 1 : numel_of(l.out) / l.out[0]);
 }
 
 }  // namespace
@@ -42,12 +42,12 @@ TpBf16Scratch tp_bf16_scratch(const NetPlan& net, const std::vector<TpSlice>& sl
 
 void TpLayerOps::reserve(const TpBf16Scratch& s, int64_t params) {
   if (!bf16_) return;
-  auto grow = [&](Tensor& t, int64_t n) {
-    if (t.defined() && t.numel() >= n) return;
+  auto grow = [&](Tensor& t, int64_t n, DType dtype) {
+    if (n <= 0 || (t.defined() && t.numel() >= n)) return;  // a net run as a graph rounds nothing here
     t = Tensor();  // released before the larger one is taken
-    t = Tensor::empty({std::max<int64_t>(n, 1)}, be_.device(), DType::Bf16);
+    t = Tensor::empty({n}, be_.device(), dtype);
   };
-  grow(p16_, params), grow(in16_, s.in), grow(out16_, s.out);
+  grow(p16_, std::max<int64_t>(params, 1), DType::Bf16), grow(in16_, s.in, DType::Bf16), grow(out16_, s.out, DType::Bf16);
 }
 
 void TpLayerOps::begin_step(const float* params, int64_t n) {
@@ -71,8 +71,9 @@ const Bf16* TpLayerOps::input16(const LayerPlan& l, int64_t b, Act x) {
 void TpLayerOps::forward(const LayerPlan& l, int64_t b, int64_t k, Act x, const float* w, const float* bias, Out y) {
   const bool conv = l.spec.type == LayerType::Conv2d;
   if (l.spec.type == LayerType::ConvTranspose2d) {
-    PB_CHECK(!bf16_ && x.f32 && y.f32, "tp: transposed conv layer {} runs in fp32 only", l.index);
-    return be_.conv_transpose2d_forward(transposed_geom(l, b, k), x.f32, w, bias, y.f32);
+    if (!bf16_) return be_.conv_transpose2d_forward(transposed_geom(l, b, k), x.f32, w, bias, y.f32);
+    PB_CHECK(x.b16 && y.b16, "tp: transposed conv layer {} on fp32 buffers under bf16", l.index);
+    return be_.conv_transpose2d_forward_bf16(transposed_geom(l, b, k), x.b16, w16(w), w16(bias), y.b16);
   }
   if (!bf16_) {
     PB_CHECK(x.f32 && y.f32, "tp: an fp32 layer {} on bf16 buffers", l.index);
@@ -90,7 +91,7 @@ void TpLayerOps::backward_weights(const LayerPlan& l, int64_t b, int64_t k, Act 
                                   float* db) {
   const bool conv = l.spec.type == LayerType::Conv2d;
   if (l.spec.type == LayerType::ConvTranspose2d) {
-    PB_CHECK(!bf16_ && x.f32, "tp: transposed conv layer {} runs in fp32 only", l.index);
+    PB_CHECK(!bf16_ && x.f32, "tp: transposed conv layer {}: bf16 runs it as a graph (backward_weights16)", l.index);
     return be_.conv_transpose2d_backward_weights(transposed_geom(l, b, k), x.f32, dy, dw, db, false);
   }
   if (!bf16_) {
@@ -111,7 +112,7 @@ void TpLayerOps::backward_data(const LayerPlan& l, int64_t b, int64_t k, const f
                                bool partial) {
   const bool conv = l.spec.type == LayerType::Conv2d;
   if (l.spec.type == LayerType::ConvTranspose2d) {
-    PB_CHECK(!bf16_, "tp: transposed conv layer {} runs in fp32 only", l.index);
+    PB_CHECK(!bf16_, "tp: transposed conv layer {}: bf16 runs it as a graph (backward_data_unrounded)", l.index);
     return be_.conv_transpose2d_backward_data(transposed_geom(l, b, k), dy, w, dx);
   }
   if (!bf16_) {
@@ -131,6 +132,26 @@ void TpLayerOps::backward_data(const LayerPlan& l, int64_t b, int64_t k, const f
   if (conv) be_.conv2d_backward_data_bf16(tp_geom(l, b, k), dy16, w16(w), dx16);
   else be_.linear_backward_data_bf16(b, l.in[0], k, dy16, w16(w), dx16);
   be_.from_bf16(n, dx16, dx);
+}
+
+void TpLayerOps::backward_weights16(const LayerPlan& l, int64_t b, int64_t k, const Bf16* x, const Bf16* dy, float* dw,
+                                    float* db) {
+  switch (l.spec.type) {
+    case LayerType::Conv2d: return be_.conv2d_backward_weights_bf16(tp_geom(l, b, k), x, dy, dw, db, false);
+    case LayerType::ConvTranspose2d:
+      return be_.conv_transpose2d_backward_weights_bf16(transposed_geom(l, b, k), x, dy, dw, db, false);
+    default: return be_.linear_backward_weights_bf16(b, l.in[0], k, x, dy, dw, db, false);
+  }
+}
+
+void TpLayerOps::backward_data_unrounded(const LayerPlan& l, int64_t b, int64_t k, const Bf16* dy, const float* w,
+                                         float* dx) {
+  switch (l.spec.type) {
+    case LayerType::Conv2d: return be_.conv2d_backward_data_bf16_f32(tp_geom(l, b, k), dy, w16(w), dx);
+    case LayerType::ConvTranspose2d:
+      return be_.conv_transpose2d_backward_data_bf16_f32(transposed_geom(l, b, k), dy, w16(w), dx);
+    default: return be_.linear_backward_data_bf16_f32(b, l.in[0], k, dy, w16(w), dx);
+  }
 }
 
 }  // namespace pb

@@ -48,6 +48,11 @@ class TpLayerOps {
   // stays fp32 (rounded once, by the next layer's call, after the sum), else it is rounded here.
   void backward_data(const LayerPlan& l, int64_t b, int64_t k, const float* dy, const float* w, float* dx,
                      bool partial);
+  // A net run as a graph under bf16 (it rounds nothing itself): bf16 inputs and output gradients,
+  // fp32 weight gradients, and the input gradient in fp32, unrounded (a split layer's partial sums,
+  // all-reduced before they are rounded once; a whole layer's rounded once too, by the caller).
+  void backward_weights16(const LayerPlan& l, int64_t b, int64_t k, const Bf16* x, const Bf16* dy, float* dw, float* db);
+  void backward_data_unrounded(const LayerPlan& l, int64_t b, int64_t k, const Bf16* dy, const float* w, float* dx);
 
  private:
   const Bf16* w16(const float* w) const { return p16_.data_bf16() + (w - params_); }

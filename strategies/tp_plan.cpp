@@ -19,61 +19,88 @@ namespace {
 
 constexpr int64_t kF = sizeof(float);
 
-// A worker's forward, loss and backward over a net tp does not run as a chain (rules.h, tp_chain;
-// fp32): every layer's whole output is an Activations buffer (in-place ReLU and flatten share
-// their input's, as in a graph stage), the parameterless layers computed on it by every worker; in
+// A worker's forward, loss and backward over a net tp does not run as a chain (rules.h, tp_chain):
+// every layer's whole output is an Activations buffer (in-place ReLU and flatten share their
+// input's, as in a graph stage), the parameterless layers computed on it by every worker; in
 // backward a layer's output gradient is the sum of its readers' contributions in
 // plan_graph_backward's pool over the whole net (InputGrad k: pool buffer k). A split layer's
 // partial input gradient is all-reduced where it is made, then added to the sum (a Copy into that
-// InputGrad, read and written) when another reader wrote it first.
+// InputGrad, read and written) when another reader wrote it first. Under bf16 (`act`) outputs,
+// gathered channels and the pool are bf16: the net's input is rounded once (scratch[1]) and the
+// loss's gradient too (scratch[2]); a weighted layer's input gradient is summed in fp32 (scratch[3];
+// a split layer's partial sums, all-reduced) and then rounded once into the pool by that Copy.
 void emit_graph_step(PlanBuilder& b, const NetPlan& net, const std::vector<TpSlice>& slices, int w, int r, int ways,
-                     int group, int64_t bsz, int params, int grads, int dy) {
+                     int group, int64_t bsz, int params, int grads, int dy, DType act) {
   using R = BufferRole;
   const int layers = static_cast<int>(net.layers.size());
+  const bool bf16 = act == DType::Bf16;
+  const int64_t kA = dtype_size(act);
   auto buf = [&](R role, int64_t values, int index = -1) { return b.buffer(w, role, index, values * kF); };
+  auto abuf = [&](R role, int64_t values, int index = -1) { return b.buffer(w, role, index, values * kA, act); };
   const GraphBackward back = plan_graph_backward(net, 0, layers);
-  std::function<int(int)> value = [&](int v) {  // the buffer holding layer v's output (kNetInput: x)
-    if (v == kNetInput) return buf(R::Input, bsz * numel_of(net.input));
+  const int x = buf(R::Input, bsz * numel_of(net.input));
+  const int x16 = bf16 ? abuf(R::Scratch, bsz * numel_of(net.input), 1) : -1;
+  std::function<int(int)> value = [&](int v) {  // the buffer holding layer v's output (kNetInput: the input)
+    if (v == kNetInput) return bf16 ? x16 : x;
     if (graph_in_place(net, 0, v)) return value(net.layers[v].inputs[0]);
-    return buf(R::Activations, bsz * numel_of(net.layers[v].out), v);
+    return abuf(R::Activations, bsz * numel_of(net.layers[v].out), v);
   };
-  int64_t widest_gather = 0, widest_local = 0;
-  for (const TpSlice& s : slices)
-    if (s.split) {
+  int64_t widest_gather = 0, widest_local = 0, widest_partial = 0;
+  for (int i = 0; i < layers; ++i)
+    if (const TpSlice& s = slices[i]; s.split) {
       widest_gather = std::max(widest_gather, ways * bsz * s.piece * s.per_sample);
       widest_local = std::max(widest_local, bsz * s.piece * s.per_sample);
     }
-  const int gathered = widest_gather > 0 ? buf(R::Gathered, widest_gather) : -1;
-  const int dy_local = widest_local > 0 ? buf(R::LocalOutputGrad, widest_local) : -1;
+  for (int i = 0; i < layers; ++i)  // under bf16 every weighted layer's input gradient is summed in fp32 first
+    if (slices[i].channels > 0 && net.layers[i].inputs[0] != kNetInput)
+      widest_partial = std::max(widest_partial, bsz * numel_of(net.layers[i].in));
+  const int gathered = widest_gather > 0 ? abuf(R::Gathered, widest_gather) : -1;
+  const int dy_local = widest_local > 0 ? abuf(R::LocalOutputGrad, widest_local) : -1;
   std::vector<int> pool;
-  for (std::size_t k = 0; k < back.pool.size(); ++k) pool.push_back(buf(R::InputGrad, bsz * back.pool[k], static_cast<int>(k)));
+  for (std::size_t k = 0; k < back.pool.size(); ++k) pool.push_back(abuf(R::InputGrad, bsz * back.pool[k], static_cast<int>(k)));
+  const int64_t out_n = bsz * numel_of(net.output);
+  const int dy16 = bf16 ? abuf(R::Scratch, out_n, 2) : dy;
+  const int partial = bf16 && widest_partial > 0 ? buf(R::Scratch, widest_partial, 3) : -1;
+  if (bf16) {
+    int64_t total = 0;
+    for (const TpSlice& s : slices)
+      if (s.channels > 0) total += s.k[r] * (s.fan + 1);
+    b.buffer(w, R::ParamCopy, -1, total * kA, DType::Bf16);
+  }
   for (int i = 0; i < layers; ++i) {
     const LayerPlan& l = net.layers[i];
     const TpSlice& s = slices[i];
     const int y = value(i);
     std::vector<int> ins;
     for (int v : l.inputs) ins.push_back(value(v));
+    if (i == 0 && bf16) ins.insert(ins.begin(), x);  // rounded into x16 first
+    Action* f = nullptr;
     if (s.channels == 0) {  // parameterless: on the whole inputs, on every worker (flatten: a view, no work)
-      Action& a = b.compute(w, ActionKind::Forward, i, i + 1, 0, ins, {});
-      if (l.spec.type != LayerType::Flatten) a.writes.push_back(y), a.bytes = bsz * numel_of(l.out) * kF;
-      continue;
+      f = &b.compute(w, ActionKind::Forward, i, i + 1, 0, ins, {});
+      if (l.spec.type != LayerType::Flatten) f->writes.push_back(y), f->bytes = bsz * numel_of(l.out) * kA;
+    } else {
+      ins.push_back(params);
+      f = &b.compute(w, ActionKind::Forward, i, i + 1, 0, ins, {s.split ? gathered : y});
+      f->bytes = bsz * s.k[r] * s.per_sample * kA, f->part = static_cast<double>(s.k[r]) / static_cast<double>(s.channels);
     }
-    Action& f = b.compute(w, ActionKind::Forward, i, i + 1, 0, {ins[0], params}, {s.split ? gathered : y});
-    f.bytes = bsz * s.k[r] * s.per_sample * kF, f.part = static_cast<double>(s.k[r]) / static_cast<double>(s.channels);
+    if (i == 0 && bf16) f->writes.push_back(x16);
     if (!s.split) continue;
     const int64_t piece = bsz * s.piece * s.per_sample;
-    Action& ag = b.collective(w, CollKind::AllGather, group, piece, ways * piece * kF, false);
+    Action& ag = on_wire(b.collective(w, CollKind::AllGather, group, piece, ways * piece * kF, false), act);
     ag.reads.push_back(gathered), ag.writes.push_back(gathered);
     ag.layer_begin = i, ag.layer_end = i + 1;
-    for (int q = 0; q < ways; ++q) b.compute(w, ActionKind::Copy, i, i + 1, 0, {gathered}, {y}).bytes = bsz * s.k[q] * s.per_sample * kF;
+    for (int q = 0; q < ways; ++q) b.compute(w, ActionKind::Copy, i, i + 1, 0, {gathered}, {y}).bytes = bsz * s.k[q] * s.per_sample * kA;
   }
-  b.compute(w, ActionKind::Loss, -1, -1, 0, {value(layers - 1), buf(R::Target, bsz * numel_of(net.output))}, {dy, buf(R::Loss, 1)})
-      .bytes = bsz * numel_of(net.output) * kF;
+  {
+    Action& loss = b.compute(w, ActionKind::Loss, -1, -1, 0, {value(layers - 1), buf(R::Target, out_n)}, {dy, buf(R::Loss, 1)});
+    loss.bytes = out_n * kF;
+    if (bf16) loss.writes.push_back(buf(R::Output, out_n)), loss.writes.push_back(dy16);  // widened for it; its gradient rounded
+  }
   for (int i = layers - 1; i >= 0; --i) {
     const LayerPlan& l = net.layers[i];
     const TpSlice& s = slices[i];
     PB_CHECK((back.grad_of[i] < 0) == (i == layers - 1), "tp: layer {} of {} is read by no later layer", i, layers);
-    const int gout = back.grad_of[i] < 0 ? dy : pool[back.grad_of[i]];
+    const int gout = back.grad_of[i] < 0 ? dy16 : pool[back.grad_of[i]];
     const std::vector<GraphBackward::Write>& writes = back.writes[i];
     auto target = [&](const GraphBackward::Write& wr) { return wr.target < 0 ? -1 : pool[wr.buf]; };
     if (s.channels == 0) {  // every input's gradient made (or passed on) and summed in, in one call
@@ -86,26 +113,33 @@ void emit_graph_step(PlanBuilder& b, const NetPlan& net, const std::vector<TpSli
           if (!wr.first) a.reads.push_back(t);
           if (wr.tmp >= 0) a.writes.push_back(pool[wr.tmp]);
         }
-      a.bytes = bsz * numel_of(l.out) * kF;
+      a.bytes = bsz * numel_of(l.out) * kA;
       continue;
     }
     int dyk = gout;
     if (s.split) {
-      b.compute(w, ActionKind::Copy, i, i + 1, 0, {gout}, {dy_local}).bytes = bsz * s.k[r] * s.per_sample * kF;
+      b.compute(w, ActionKind::Copy, i, i + 1, 0, {gout}, {dy_local}).bytes = bsz * s.k[r] * s.per_sample * kA;
       dyk = dy_local;
     }
     const double part = static_cast<double>(s.k[r]) / static_cast<double>(s.channels);
     b.compute(w, ActionKind::BackwardWeights, i, i + 1, 0, {value(l.inputs[0]), dyk}, {grads}).part = part;
     const GraphBackward::Write& wr = writes.at(0);
     const int to = target(wr), into = to < 0 ? -1 : wr.first ? to : pool[wr.tmp];
-    b.compute(w, ActionKind::BackwardData, i, i + 1, 0, {dyk, params}, into >= 0 ? std::vector<int>{into} : std::vector<int>{})
+    // Where the input gradient is made: under bf16 in fp32 (a split layer's partial sums), rounded by
+    // the Copy after -- a whole layer too, as the memory estimate's probe of tp's calls makes it.
+    const int made = into < 0 ? -1 : bf16 ? partial : into;
+    b.compute(w, ActionKind::BackwardData, i, i + 1, 0, {dyk, params}, made >= 0 ? std::vector<int>{made} : std::vector<int>{})
         .part = part;
-    if (into < 0) continue;
+    if (made < 0) continue;
     if (s.split) {  // the partial sums over the channel slices
       Action& ar = b.collective(w, CollKind::AllReduce, group, bsz * numel_of(l.in), bsz * numel_of(l.in) * kF, false);
-      ar.reads.push_back(into), ar.writes.push_back(into);
+      ar.reads.push_back(made), ar.writes.push_back(made);
     }
-    if (!wr.first) b.compute(w, ActionKind::Copy, i, i + 1, 0, {into, to}, {to}).bytes = bsz * numel_of(l.in) * kF;  // added in
+    if (made == into && wr.first) continue;
+    Action& add = b.compute(w, ActionKind::Copy, i, i + 1, 0, {made}, {});  // rounded, and/or added in
+    if (made != into) add.writes.push_back(into);
+    if (!wr.first) add.reads.push_back(to), add.writes.push_back(to);
+    add.bytes = bsz * numel_of(l.in) * kA;
   }
 }
 
@@ -121,7 +155,6 @@ Plan plan_tp(const NetPlan& net, const StrategyOptions& o, int64_t batch, const 
   // as a Sequential keeps its activations); gradients stay fp32 (tp_ops.h).
   const DType act_dtype = o.backend.precision == Precision::Bf16 ? DType::Bf16 : DType::F32;
   const bool graph = workers > 1 && !tp_chain(net);
-  if (graph && act_dtype == DType::Bf16) throw UsageError(tp_bf16_refusal(net, name));
   const int64_t kA = dtype_size(act_dtype);
   PlanBuilder b(name, workers, batch, 1);
   std::vector<int> all(workers), tp_group(replicas), dp_group(ways, -1);
@@ -185,7 +218,7 @@ Plan plan_tp(const NetPlan& net, const StrategyOptions& o, int64_t batch, const 
     }
     if (graph) {
       if (replicas > 1) gradient_staging(b, w, o, total);
-      emit_graph_step(b, net, slices, w, r, ways, c, bsz, params, grads, dy);
+      emit_graph_step(b, net, slices, w, r, ways, c, bsz, params, grads, dy, act_dtype);
       tail();
       continue;
     }

@@ -13,7 +13,6 @@
 
 #include "engine/backend.h"
 #include "engine/net.h"
-#include "strategies/rules.h"
 
 namespace pb::test {
 
@@ -93,10 +92,5 @@ inline NetSpec linear_relu_pairs(const std::string& name, int64_t width, int pai
   return net;
 }
 
-// Whether tp takes the net at this precision: in fp32 every net; under bf16 chains of conv,
-// linear, ReLU and flatten layers only (the rest refused, naming why).
-inline bool tp_runs(const NetPlan& plan, Precision precision = Precision::Fp32) {
-  return precision == Precision::Fp32 || tp_chain(plan);
-}
 
 }  // namespace pb::test

@@ -15,6 +15,7 @@
 #include "engine/model.h"
 #include "engine/npy.h"
 #include "engine/state_dict.h"
+#include "strategies/rules.h"
 #include "strategies/strategy.h"
 #include "tests/paths.h"
 #include "tests/bf16_skip.h"
@@ -79,9 +80,11 @@ TEST_P(Bf16Golden, RegularFollowsTorchAutocast) {
     ts.insert(ts.begin(), batch);
     t = read_npy((dir / "target.npy").string(), ts).data;
   }
-  // A net with skips under fsdp and pipelines too: its units, its stages pass the skips between them.
+  // A net with skips under fsdp and pipelines too: its units, its stages pass the skips between them;
+  // tp over every net it does not run as a chain.
   std::vector<std::pair<std::string, int>> runs = {{"regular", 1}};
   if (plan.has_skips()) runs.insert(runs.end(), {{"fsdp", 2}, {"pipeline-1f1b", 3}, {"pipeline-zb", 3}, {"mp", 4}});
+  if (!tp_chain(plan)) runs.insert(runs.end(), {{"tp", 2}, {"tp", 3}});  // run as a graph (strategies/tp_plan.cpp)
   for (const auto& [strategy, devices] : runs) {
     SCOPED_TRACE(fmt::format("{} x{}", strategy, devices));
     StrategyOptions o;

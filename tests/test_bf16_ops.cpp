@@ -201,6 +201,12 @@ void check_conv_at(Backend& be, bool cudnn, const ConvGeom& g, Rand& r) {
       be.conv2d_backward_data_bf16_f32(g, DY16.p(), W16.p(), DX32.p());
       expect_within(DX32.host(), ref::conv2d_backward_data(g, DY, W), ref::conv2d_backward_data(g, aDY, aW),
                     g.k * g.r * g.s, Rounded::No, "backward data, fp32 output");
+      // and forward without bias (a split transposed conv's partial input gradient)
+      auto Y32 = dev(be, std::vector<float>(yn, NAN));
+      be.conv2d_forward_bf16_f32(g, X16.p(), W16.p(), Y32.p());
+      const ref::Vec none(static_cast<std::size_t>(g.k), 0.0);
+      expect_within(Y32.host(), ref::conv2d_forward(g, X, W, none), ref::conv2d_forward(g, aX, aW, none), g.c * g.r * g.s,
+                    Rounded::No, "forward, fp32 output");
     }
     ref::Vec rdw, rdb, mdw, mdb;
     ref::conv2d_backward_weights(g, X, DY, rdw, rdb);

@@ -21,6 +21,9 @@ const std::vector<Case> kCases = {{"tp", 2, 2}, {"tp", 3, 3}, {"tp", 4, 4}, {"dp
                                   {"dp2xtp1", 2, 1}};
 
 NetSpec tp_net() { return great_net(8, 0.3125); }
+// Nets tp runs as a graph: skips (a U-Net's concats, a ResNet's adds), pooling, upsampling and
+// transposed convs, their outputs' gradients summed over readers in bf16 as regular sums them.
+std::vector<NetSpec> nets() { return {tp_net(), unet(16, 0.125), resnet(16, 0.125)}; }
 
 Trained run(const std::string& name, int devices, const NetSpec& net, int steps, Precision p = Precision::Bf16) {
   StrategyOptions o = options(devices);
@@ -39,7 +42,8 @@ double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
 // two runs of k steps part by at most 2 lr sum_t c_t, plus 2^-21 (|p| + lr) for the fp32 updates.
 TEST(TpBf16, WithinAdamsWorstCaseOfRegular) {
   SKIP_WITHOUT_BF16();
-  const NetSpec net = tp_net();
+  for (const NetSpec& net : nets()) {
+  SCOPED_TRACE(net.name);
   const int steps = 3;
   const Trained want = run("regular", 1, net, steps);
   const double b1 = net.adam.beta1, b2 = net.adam.beta2, lr = net.adam.lr;
@@ -59,8 +63,9 @@ TEST(TpBf16, WithinAdamsWorstCaseOfRegular) {
     for (std::size_t i = 0; i < want.params.size(); ++i)
       ASSERT_LE(std::abs(double(got.params[i]) - want.params[i]), reach + std::ldexp(std::abs(want.params[i]) + lr, -21)) << "[" << i << "]";
     for (double l : got.losses) EXPECT_TRUE(std::isfinite(l));
-    std::printf("%s x%d: parameters %.3g from regular's bf16 run (bound %.3g)\n", c.strategy.c_str(), c.devices,
-                max_diff(got.params, want.params), reach);
+    std::printf("%s %s x%d: parameters %.3g from regular's bf16 run (bound %.3g)\n", net.name.c_str(), c.strategy.c_str(),
+                c.devices, max_diff(got.params, want.params), reach);
+  }
   }
 }
 
@@ -75,7 +80,9 @@ TEST(TpBf16, WithinAdamsWorstCaseOfRegular) {
 // order: they are held to ddp at D workers instead, equal to it where nothing is split.
 TEST(TpBf16, GradientsDifferOnlyByReorderedFp32Sums) {
   SKIP_WITHOUT_BF16();
-  const NetSpec net = scale_sensitive(tp_net(), 1.0, 1.0);
+  for (const NetSpec& base : nets()) {
+  SCOPED_TRACE(base.name);
+  const NetSpec net = scale_sensitive(base, 1.0, 1.0);
   const NetPlan plan = plan_net(net);
   const Trained regular = run("regular", 1, net, 1), fp32 = run("regular", 1, net, 1, Precision::Fp32);
   const double R = max_diff(regular.params, fp32.params), R_loss = std::abs(regular.losses[0] - fp32.losses[0]);
@@ -86,15 +93,16 @@ TEST(TpBf16, GradientsDifferOnlyByReorderedFp32Sums) {
     const Trained want = replicas > 1 ? run("ddp", replicas, net, 1) : regular;
     int64_t K = 0;
     for (const LayerPlan& l : plan.layers)
-      if ((l.spec.type == LayerType::Conv2d || l.spec.type == LayerType::Linear) && c.ways > 1 && l.out[0] >= c.ways)
+      if (has_weights(l.spec.type) && c.ways > 1 && l.out[0] >= c.ways)
         K = std::max(K, l.out[0]);
     const double share = K > 0 ? std::ldexp(static_cast<double>(K + c.ways), -14) : 0.0;
     const Trained got = run(c.strategy, c.devices, net, 1);
     const double d = max_diff(got.params, want.params), dl = std::abs(got.losses[0] - want.losses[0]);
-    std::printf("%s x%d: parameters %.3g from %s (bound %.3g; R %.3g), loss %.3g (bound %.3g)\n", c.strategy.c_str(),
-                c.devices, d, replicas > 1 ? "ddp" : "regular", share * R, R, dl, share * R_loss);
+    std::printf("%s %s x%d: parameters %.3g from %s (bound %.3g; R %.3g), loss %.3g (bound %.3g)\n", net.name.c_str(),
+                c.strategy.c_str(), c.devices, d, replicas > 1 ? "ddp" : "regular", share * R, R, dl, share * R_loss);
     EXPECT_LE(d, share * R);
     EXPECT_LE(dl, share * R_loss);
+  }
   }
 }
 

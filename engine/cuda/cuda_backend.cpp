@@ -168,6 +168,15 @@ class CudaBackend final : public Backend {
     cu::launch_from_bf16(stream_, wn, w, w32);
     convs_.backward_data(g, dy32, w32, dx);
   }
+  void conv2d_forward_bf16_f32(const ConvGeom& g, const Bf16* x, const Bf16* w, float* y) override {
+    bf16();
+    const int64_t xn = g.n * g.c * g.h * g.w, wn = g.k * g.c * g.r * g.s;
+    float* x32 = widened(0, xn);
+    float* w32 = widened(1, wn);
+    cu::launch_from_bf16(stream_, xn, x, x32);
+    cu::launch_from_bf16(stream_, wn, w, w32);
+    convs_.forward(g, x32, w32, nullptr, y);
+  }
   void linear_backward_data_bf16_f32(int64_t n, int64_t in, int64_t out, const Bf16* dy, const Bf16* w,
                                      float* dx) override {
     bf16().linear_backward_data_f32(n, in, out, dy, w, dx);
@@ -408,7 +417,7 @@ class CudaBackend final : public Backend {
   std::string gpu_name_;
   cu::CudnnConv convs_;
   std::unique_ptr<Buffer> mse_scratch_;
-  std::unique_ptr<Buffer> widened_[2];  // conv2d_backward_data_bf16_f32's dy and w in fp32
+  std::unique_ptr<Buffer> widened_[2];  // conv2d_*_bf16_f32's bf16 operands in fp32
   std::vector<std::unique_ptr<Buffer>> outgrown_;
 };
 

@@ -95,6 +95,12 @@ struct DataF32Plan {
   memory::desc dx;  // the user's, fp32 NCHW
 };
 
+struct FwdF32Plan {
+  dnnl::convolution_forward::primitive_desc pd;
+  dnnl::convolution_forward prim;
+  memory::desc y;  // the user's, fp32 NCHW
+};
+
 struct MatPlan {
   dnnl::matmul prim;
   memory::desc src, wei, bias, dst, pad;
@@ -115,6 +121,7 @@ struct DnnlBf16::Impl {
   std::vector<Bf16> zero_bias;  // a forward without bias (a transposed convolution's backward data)
   std::map<dnnl_plan::Key, ConvPlan> convs;
   std::map<dnnl_plan::Key, DataF32Plan> data_f32;
+  std::map<dnnl_plan::Key, FwdF32Plan> fwd_f32;
   std::map<std::tuple<int, int64_t, int64_t, int64_t, bool>, MatPlan> mats;
 
   const ConvPlan& conv(const ConvGeom& g) {
@@ -191,6 +198,25 @@ struct DnnlBf16::Impl {
     native_impl(p.pd, "convolution backward data (fp32 output)");
     p.prim = dnnl::convolution_backward_data(p.pd);
     return data_f32.emplace(key, std::move(p)).first->second;
+  }
+
+  const FwdF32Plan& conv_fwd_f32(const ConvGeom& g) {
+    const dnnl_plan::Key key = dnnl_plan::key_of(g, true);
+    auto it = fwd_f32.find(key);
+    if (it != fwd_f32.end()) return it->second;
+    const dnnl_plan::Dims d = dnnl_plan::dims(g);
+    FwdF32Plan p;
+    p.y = plain(d.dst, Dt::f32);
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    p.pd = dnnl::convolution_forward::primitive_desc(
+        dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                        any(d.src, Dt::bf16), any(d.wei, Dt::bf16), any(d.dst, Dt::f32), d.strides, d.pad,
+                                        d.pad),
+        attr, eng);
+    native_impl(p.pd, "convolution forward (fp32 output)");
+    p.prim = dnnl::convolution_forward(p.pd);
+    return fwd_f32.emplace(key, std::move(p)).first->second;
   }
 
   // `user` at p in the layout `prim`: the user's memory itself, or a reorder of it into scratch i.
@@ -349,6 +375,21 @@ void DnnlBf16::conv_backward_data_f32(const ConvGeom& g, const Bf16* dy, const B
     p.prim.execute(I.strm, {{DNNL_ARG_DIFF_DST, mdy}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_DIFF_SRC, mdx},
                             {DNNL_ARG_SCRATCHPAD, I.scratchpad(p.pd.scratchpad_desc())}});
     I.out_done(mdx, p.dx, dx, false);
+    I.strm.wait();
+  });
+}
+
+void DnnlBf16::conv_forward_f32(const ConvGeom& g, const Bf16* x, const Bf16* w, float* y) {
+  Impl& I = *impl_;
+  OmpThreads omp(I.threads);
+  call("convolution forward (fp32 output)", [&] {
+    const FwdF32Plan& p = I.conv_fwd_f32(g);
+    const ConvPlan& c = I.conv(g);
+    memory mx = I.in(p.pd.src_desc(), c.x, x, 0), mw = I.in(p.pd.weights_desc(), c.w, w, 1);
+    memory my = I.out(p.pd.dst_desc(), p.y, y, 2);
+    p.prim.execute(I.strm, {{DNNL_ARG_SRC, mx}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_DST, my},
+                            {DNNL_ARG_SCRATCHPAD, I.scratchpad(p.pd.scratchpad_desc())}});
+    I.out_done(my, p.y, y, false);
     I.strm.wait();
   });
 }

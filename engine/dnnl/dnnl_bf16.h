@@ -31,6 +31,8 @@ class DnnlBf16 {
   void conv_backward_data(const ConvGeom& g, const Bf16* dy, const Bf16* w, Bf16* dx);
   // dx in fp32, not rounded (tp's partial sums); its primitive made at the first call per shape.
   void conv_backward_data_f32(const ConvGeom& g, const Bf16* dy, const Bf16* w, float* dx);
+  // y in fp32, not rounded, no bias (tp's partial input gradients of a transposed conv).
+  void conv_forward_f32(const ConvGeom& g, const Bf16* x, const Bf16* w, float* y);
   void conv_backward_weights(const ConvGeom& g, const Bf16* x, const Bf16* dy, float* dw, float* db, bool accumulate);
   void linear_forward(int64_t n, int64_t in, int64_t out, const Bf16* x, const Bf16* w, const Bf16* b, Bf16* y);
   void linear_backward_data(int64_t n, int64_t in, int64_t out, const Bf16* dy, const Bf16* w, Bf16* dx);

@@ -116,10 +116,15 @@ replay-bf16)
     grep -q '"world_size": 2' "$DIR/$S/losses.json" || fail "losses.json lacks world_size 2"
   done
   # tp: its activations all-gathered in bf16 and partial input gradients all-reduced in fp32 by
-  # MPI, against the same run in one process (2 ranks: one fp32 addition either way).
-  "$PARBENCH" replay --strategy tp --devices 2 $A --out "$DIR/one-tp" >/dev/null 2>&1 || fail "in-process replay tp bf16"
-  "${MPI[@]}" -n 2 "$PARBENCH" replay --strategy tp --devices 2 $A --out "$DIR/tp" || fail "mpiexec -n 2 replay tp bf16"
-  /usr/bin/python3 "$HERE/compare_replay.py" "$DIR/one-tp" "$DIR/tp" || fail "tp bf16 over MPI differs from one process"
+  # MPI, against the same run in one process (2 ranks: one fp32 addition either way); also over a
+  # U-Net, which tp runs as a graph (pooling, transposed convs, concat skips).
+  U="--workload $HERE/../fixtures/graph/unet_levels/net.json --steps 5 --batch 3 --device-kind cpu --precision bf16"
+  for C in "$A" "$U"; do
+    "$PARBENCH" replay --strategy tp --devices 2 $C --out "$DIR/one-tp" >/dev/null 2>&1 || fail "in-process replay tp bf16"
+    "${MPI[@]}" -n 2 "$PARBENCH" replay --strategy tp --devices 2 $C --out "$DIR/tp" || fail "mpiexec -n 2 replay tp bf16"
+    /usr/bin/python3 "$HERE/compare_replay.py" "$DIR/one-tp" "$DIR/tp" || fail "tp bf16 over MPI differs from one process ($C)"
+    rm -rf "$DIR/one-tp" "$DIR/tp"
+  done
   ;;
 replay-pipeline-bf16)
   # Under --precision bf16 pipeline stages send activations and gradients in bf16 (MPI_UINT16_T):
