@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include <fmt/format.h>
@@ -100,45 +101,37 @@ void input_gradients(const NetPlan& plan, const LayerPlan& l, const std::vector<
 // A pooling or upsampling layer's input, as the backend ops take it.
 inline Planes planes(const LayerPlan& l, int64_t batch) { return {batch, l.in[0], l.in[1], l.in[2]}; }
 
-// A parameterless layer's forward in fp32 (flatten: nothing, a view): `in(k)` is its input k. The
-// graph stages (model_graph*.cpp) and tp's graph step (strategies/tp.cpp) make these calls.
-template <class In>
-void parameterless_forward(Backend& be, const NetPlan& plan, const LayerPlan& l, int64_t batch, In&& in, float* y) {
+// A parameterless layer's forward (flatten: nothing, a view) in fp32 or, T = Bf16, autocast's
+// bf16 (each value computed in fp32 and rounded once): `in(k)` is its input k. The graph stages
+// (model_graph*.cpp) and tp's graph step (strategies/tp.cpp) make these calls.
+template <class T, class In>
+void parameterless_forward(Backend& be, const NetPlan& plan, const LayerPlan& l, int64_t batch, In&& in, T* y) {
+  constexpr bool half = std::is_same_v<T, Bf16>;
   const int64_t n = batch * numel_of(l.out);
   switch (l.spec.type) {
-    case LayerType::ReLU: be.relu_forward(n, in(0), y); break;
+    case LayerType::ReLU:
+      if constexpr (half) be.relu_forward_bf16(n, in(0), y);
+      else be.relu_forward(n, in(0), y);
+      break;
     case LayerType::Flatten: break;
-    case LayerType::MaxPool2d: be.max_pool2x2_forward(planes(l, batch), in(0), y); break;
-    case LayerType::Upsample: be.upsample2x_forward(planes(l, batch), in(0), y); break;
-    case LayerType::Add: be.add(n, in(0), in(1), y); break;
+    case LayerType::MaxPool2d:
+      if constexpr (half) be.max_pool2x2_forward_bf16(planes(l, batch), in(0), y);
+      else be.max_pool2x2_forward(planes(l, batch), in(0), y);
+      break;
+    case LayerType::Upsample:
+      if constexpr (half) be.upsample2x_forward_bf16(planes(l, batch), in(0), y);
+      else be.upsample2x_forward(planes(l, batch), in(0), y);
+      break;
+    case LayerType::Add:
+      if constexpr (half) be.add_bf16(n, in(0), in(1), y);
+      else be.add(n, in(0), in(1), y);
+      break;
     case LayerType::Concat: {  // each input's samples into their channels of every output sample
       int64_t at = 0;
       for (std::size_t k = 0; k < l.inputs.size(); ++k) {
         const int64_t part = output_numel(plan, l.inputs[k]);
-        be.copy_2d(y + at, numel_of(l.out), in(k), part, part, batch);
-        at += part;
-      }
-      break;
-    }
-    default: PB_CHECK(false, "layer {} ({}) has weights", l.index, layer_type_name(l.spec.type));
-  }
-}
-
-// The same in bf16 (autocast: each value computed in fp32 and rounded once).
-template <class In>
-void parameterless_forward_bf16(Backend& be, const NetPlan& plan, const LayerPlan& l, int64_t batch, In&& in, Bf16* y) {
-  const int64_t n = batch * numel_of(l.out);
-  switch (l.spec.type) {
-    case LayerType::ReLU: be.relu_forward_bf16(n, in(0), y); break;
-    case LayerType::Flatten: break;
-    case LayerType::MaxPool2d: be.max_pool2x2_forward_bf16(planes(l, batch), in(0), y); break;
-    case LayerType::Upsample: be.upsample2x_forward_bf16(planes(l, batch), in(0), y); break;
-    case LayerType::Add: be.add_bf16(n, in(0), in(1), y); break;
-    case LayerType::Concat: {
-      int64_t at = 0;
-      for (std::size_t k = 0; k < l.inputs.size(); ++k) {
-        const int64_t part = output_numel(plan, l.inputs[k]);
-        be.copy_2d_bf16(y + at, numel_of(l.out), in(k), part, part, batch);
+        if constexpr (half) be.copy_2d_bf16(y + at, numel_of(l.out), in(k), part, part, batch);
+        else be.copy_2d(y + at, numel_of(l.out), in(k), part, part, batch);
         at += part;
       }
       break;
@@ -148,25 +141,29 @@ void parameterless_forward_bf16(Backend& be, const NetPlan& plan, const LayerPla
 }
 
 // The share of a parameterless layer's input k (n values; at: its channels' offset in a concat's
-// sample) of the output gradient `gout`, in fp32, into `into` (input_gradients' `make`); y is the
-// layer's output, x its input k.
-inline void parameterless_backward_data(Backend& be, const LayerPlan& l, int64_t batch, std::size_t k, const float* y,
-                                        const float* x, const float* gout, float* into, int64_t n, int64_t at) {
+// sample) of the output gradient `gout`, into `into` (input_gradients' `make`); y is the layer's
+// output, x its input k.
+template <class T>
+void parameterless_backward_data(Backend& be, const LayerPlan& l, int64_t batch, std::size_t k, const T* y, const T* x,
+                                 const T* gout, T* into, int64_t n, int64_t at) {
+  constexpr bool half = std::is_same_v<T, Bf16>;
   switch (l.spec.type) {
-    case LayerType::ReLU: be.relu_backward(n, y, gout, into); break;
-    case LayerType::MaxPool2d: be.max_pool2x2_backward(planes(l, batch), x, gout, into); break;
-    case LayerType::Upsample: be.upsample2x_backward(planes(l, batch), gout, into); break;
-    case LayerType::Concat: be.copy_2d(into, n / batch, gout + at, numel_of(l.out), n / batch, batch); break;
-    default: PB_CHECK(false, "layer {} ({}): input {} has no backward", l.index, layer_type_name(l.spec.type), k);
-  }
-}
-inline void parameterless_backward_data_bf16(Backend& be, const LayerPlan& l, int64_t batch, std::size_t k, const Bf16* y,
-                                             const Bf16* x, const Bf16* gout, Bf16* into, int64_t n, int64_t at) {
-  switch (l.spec.type) {
-    case LayerType::ReLU: be.relu_backward_bf16(n, y, gout, into); break;
-    case LayerType::MaxPool2d: be.max_pool2x2_backward_bf16(planes(l, batch), x, gout, into); break;
-    case LayerType::Upsample: be.upsample2x_backward_bf16(planes(l, batch), gout, into); break;
-    case LayerType::Concat: be.copy_2d_bf16(into, n / batch, gout + at, numel_of(l.out), n / batch, batch); break;
+    case LayerType::ReLU:
+      if constexpr (half) be.relu_backward_bf16(n, y, gout, into);
+      else be.relu_backward(n, y, gout, into);
+      break;
+    case LayerType::MaxPool2d:
+      if constexpr (half) be.max_pool2x2_backward_bf16(planes(l, batch), x, gout, into);
+      else be.max_pool2x2_backward(planes(l, batch), x, gout, into);
+      break;
+    case LayerType::Upsample:
+      if constexpr (half) be.upsample2x_backward_bf16(planes(l, batch), gout, into);
+      else be.upsample2x_backward(planes(l, batch), gout, into);
+      break;
+    case LayerType::Concat:
+      if constexpr (half) be.copy_2d_bf16(into, n / batch, gout + at, numel_of(l.out), n / batch, batch);
+      else be.copy_2d(into, n / batch, gout + at, numel_of(l.out), n / batch, batch);
+      break;
     default: PB_CHECK(false, "layer {} ({}): input {} has no backward", l.index, layer_type_name(l.spec.type), k);
   }
 }

@@ -52,7 +52,7 @@ const float* Sequential::forward_graph_bf16(const std::vector<const float*>& ent
         break;
       case LayerType::Linear: run([&] { be.linear_forward_bf16(batch, l.in[0], l.out[0], cur, w, w + l.weight_numel, y); }); break;
       case LayerType::Flatten: break;
-      default: run([&] { parameterless_forward_bf16(be, plan_, l, batch, in, y); }); break;
+      default: run([&] { parameterless_forward(be, plan_, l, batch, in, y); }); break;
     }
     slot.out16[j] = y;
   }
@@ -140,7 +140,7 @@ void Sequential::backward_graph_bf16(const std::vector<const float*>& exit_grads
               case LayerType::Conv2d: be.conv2d_backward_data_bf16(geom(l, batch), gout, w, into); break;
               case LayerType::ConvTranspose2d: be.conv_transpose2d_backward_data_bf16(transposed_geom(l, batch), gout, w, into); break;
               case LayerType::Linear: be.linear_backward_data_bf16(batch, l.in[0], l.out[0], gout, w, into); break;
-              default: parameterless_backward_data_bf16(be, l, batch, k, slot.out16[j], xin, gout, into, n, at);
+              default: parameterless_backward_data(be, l, batch, k, slot.out16[j], xin, gout, into, n, at);
             }
           });
         });

@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <functional>
 #include <optional>
+#include <type_traits>
 
 #include "engine/check.h"
 #include "engine/graph_stage.h"
@@ -458,6 +459,30 @@ class TensorParallel final : public GroupStrategy {
                buffer_label(plan_.buffers[buf]));
       return st.gathered.data_bf16() + (write ? 0 : r * piece_of(slices_.at(a.layer_begin)));
     };
+    // A parameterless layer's input gradients, made (or passed on) and summed in, in the compute
+    // dtype T (float or Bf16), as a graph stage's backward makes them.
+    auto parameterless_backward = [&](int i, auto* type) {
+      const LayerPlan& l = net.layers[i];
+      const int x = l.inputs[0];
+      using T = std::remove_pointer_t<decltype(type)>;
+      constexpr bool half = std::is_same_v<T, Bf16>;
+      auto at = [](const Tensor& t) -> T* {
+        if constexpr (half) return t.data_bf16();
+        else return t.data();
+      };
+      const T *y = at(*value(i)), *xin = at(*value(x)), *g = at(gout(i));
+      model_detail::input_gradients<T>(
+          net, l, back_.writes[i], b, g, [&](const GraphBackward::Write& wr) { return target(wr) ? at(*target(wr)) : nullptr; },
+          [&](int k) { return at(st.pool.at(k)); },
+          [&](T* to, const T* from, int64_t n) { be.copy(be.device(), to, be.device(), from, static_cast<std::size_t>(n) * sizeof(T)); },
+          [&](int64_t n, T* to, const T* from) {
+            if constexpr (half) be.add_bf16(n, to, from, to);
+            else be.add(n, to, from, to);
+          },
+          [&](std::size_t k, T* into, int64_t n, int64_t o) {
+            model_detail::parameterless_backward_data(be, l, b, k, y, xin, g, into, n, o);
+          });
+    };
     std::optional<Tracer::Scope> fwd_span, bwd_span;
     const bool each = w.tracer.detail();  // a traced step: a span per computation (project --validate)
     int copies = 0;
@@ -510,7 +535,7 @@ class TensorParallel final : public GroupStrategy {
             float* mine = (s.split ? st.gathered.data() : st.acts[i].data()) + at;
             st.ops->forward(l, b, s.k[r], {f32(x), nullptr}, wt, wt + s.k[r] * s.fan, {mine, nullptr});
           } else if (bf16) {
-            model_detail::parameterless_forward_bf16(be, net, l, b, [&](std::size_t k) { return b16(l.inputs[k]); },
+            model_detail::parameterless_forward(be, net, l, b, [&](std::size_t k) { return b16(l.inputs[k]); },
                                                      const_cast<Bf16*>(b16(i)));
           } else {
             model_detail::parameterless_forward(be, net, l, b, [&](std::size_t k) { return f32(l.inputs[k]); }, f32(i));
@@ -538,40 +563,17 @@ class TensorParallel final : public GroupStrategy {
           traced(LayerPass::BackwardWeights);
           break;
         case ActionKind::BackwardData: {
-          const std::vector<GraphBackward::Write>& writes = back_.writes[i];
           if (s.channels > 0) {
-            const GraphBackward::Write& wr = writes[0];
+            const GraphBackward::Write& wr = back_.writes[i][0];
             if (const Tensor* to = target(wr)) {
               const Tensor& into = wr.first ? *to : st.pool[wr.tmp];
               if (bf16) st.ops->backward_data_unrounded(l, b, s.k[r], dyk.data_bf16(), wt, st.partial.data());
               else st.ops->backward_data(l, b, s.k[r], dyk.data(), wt, into.data(), s.split);
             }
           } else if (bf16) {
-            const Bf16* y = b16(i);
-            model_detail::input_gradients<Bf16>(
-                net, l, writes, b, gout(i).data_bf16(),
-                [&](const GraphBackward::Write& wr) { return target(wr) ? target(wr)->data_bf16() : nullptr; },
-                [&](int k) { return st.pool.at(k).data_bf16(); },
-                [&](Bf16* to, const Bf16* from, int64_t n) {
-                  be.copy(be.device(), to, be.device(), from, static_cast<std::size_t>(n) * sizeof(Bf16));
-                },
-                [&](int64_t n, Bf16* to, const Bf16* from) { be.add_bf16(n, to, from, to); },
-                [&](std::size_t k, Bf16* into, int64_t n, int64_t at) {
-                  model_detail::parameterless_backward_data_bf16(be, l, b, k, y, b16(x), gout(i).data_bf16(), into, n, at);
-                });
+            parameterless_backward(i, static_cast<Bf16*>(nullptr));
           } else {
-            const float* y = f32(i);
-            model_detail::input_gradients<float>(
-                net, l, writes, b, gout(i).data(),
-                [&](const GraphBackward::Write& wr) { return target(wr) ? target(wr)->data() : nullptr; },
-                [&](int k) { return st.pool.at(k).data(); },
-                [&](float* to, const float* from, int64_t n) {
-                  be.copy(be.device(), to, be.device(), from, static_cast<std::size_t>(n) * sizeof(float));
-                },
-                [&](int64_t n, float* to, const float* from) { be.add(n, to, from, to); },
-                [&](std::size_t k, float* into, int64_t n, int64_t at) {
-                  model_detail::parameterless_backward_data(be, l, b, k, y, f32(x), gout(i).data(), into, n, at);
-                });
+            parameterless_backward(i, static_cast<float*>(nullptr));
           }
           traced(LayerPass::BackwardData);
           if (i == 0) bwd_span.reset();
