@@ -107,5 +107,8 @@ std::vector<TpSlice> tp_slices(const NetPlan& plan, int ways, const std::string&
 // Whether tp runs the net as a chain: no skips, and only conv2d, linear, ReLU and flatten layers.
 // Else each layer reads whole outputs and backward sums gradients over readers (tp_plan.cpp).
 bool tp_chain(const NetPlan& plan);
+// The Scratch buffers (their plan index) of a worker running such a net under bf16: the rounded
+// input, the rounded loss gradient, and the fp32 input-gradient sum (tp_plan.cpp, tp.cpp).
+enum TpGraphScratch : int { kTpInput16 = 1, kTpLossGrad16 = 2, kTpPartial = 3 };
 
 }  // namespace pb

@@ -449,7 +449,7 @@ class TensorParallel final : public GroupStrategy {
       const PlanBuffer& pb = plan_.buffers[buf];
       if (pb.role == BufferRole::Gathered) return st.gathered.data() + (write ? 0 : r * piece_of(slices_.at(a.layer_begin)));
       if (pb.role == BufferRole::Grads) return st.grads.data();
-      if (pb.role == BufferRole::Scratch && pb.index == 3) return st.partial.data();
+      if (pb.role == BufferRole::Scratch && pb.index == kTpPartial) return st.partial.data();
       PB_CHECK(pb.role == BufferRole::InputGrad && pb.index >= 0 && pb.index < static_cast<int>(st.pool.size()),
                "{}: worker {} has no buffer {}", name(), w.rank, buffer_label(pb));
       return st.pool[pb.index].data();

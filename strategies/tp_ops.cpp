@@ -17,7 +17,7 @@ ConvGeom tp_geom(const LayerPlan& l, int64_t batch, int64_t k) {
 }
 
 // The transposed convolution over k of its output channels (the geometry's c).
-ConvGeom transposed_geom(const LayerPlan& l, int64_t batch, int64_t k) {
+ConvGeom tp_transposed_geom(const LayerPlan& l, int64_t batch, int64_t k) {
   ConvGeom g = model_detail::transposed_geom(l, batch);
   g.c = k;
   return g;
@@ -71,9 +71,9 @@ const Bf16* TpLayerOps::input16(const LayerPlan& l, int64_t b, Act x) {
 void TpLayerOps::forward(const LayerPlan& l, int64_t b, int64_t k, Act x, const float* w, const float* bias, Out y) {
   const bool conv = l.spec.type == LayerType::Conv2d;
   if (l.spec.type == LayerType::ConvTranspose2d) {
-    if (!bf16_) return be_.conv_transpose2d_forward(transposed_geom(l, b, k), x.f32, w, bias, y.f32);
+    if (!bf16_) return be_.conv_transpose2d_forward(tp_transposed_geom(l, b, k), x.f32, w, bias, y.f32);
     PB_CHECK(x.b16 && y.b16, "tp: transposed conv layer {} on fp32 buffers under bf16", l.index);
-    return be_.conv_transpose2d_forward_bf16(transposed_geom(l, b, k), x.b16, w16(w), w16(bias), y.b16);
+    return be_.conv_transpose2d_forward_bf16(tp_transposed_geom(l, b, k), x.b16, w16(w), w16(bias), y.b16);
   }
   if (!bf16_) {
     PB_CHECK(x.f32 && y.f32, "tp: an fp32 layer {} on bf16 buffers", l.index);
@@ -92,7 +92,7 @@ void TpLayerOps::backward_weights(const LayerPlan& l, int64_t b, int64_t k, Act 
   const bool conv = l.spec.type == LayerType::Conv2d;
   if (l.spec.type == LayerType::ConvTranspose2d) {
     PB_CHECK(!bf16_ && x.f32, "tp: transposed conv layer {}: bf16 runs it as a graph (backward_weights16)", l.index);
-    return be_.conv_transpose2d_backward_weights(transposed_geom(l, b, k), x.f32, dy, dw, db, false);
+    return be_.conv_transpose2d_backward_weights(tp_transposed_geom(l, b, k), x.f32, dy, dw, db, false);
   }
   if (!bf16_) {
     PB_CHECK(x.f32, "tp: an fp32 layer {} on bf16 buffers", l.index);
@@ -113,7 +113,7 @@ void TpLayerOps::backward_data(const LayerPlan& l, int64_t b, int64_t k, const f
   const bool conv = l.spec.type == LayerType::Conv2d;
   if (l.spec.type == LayerType::ConvTranspose2d) {
     PB_CHECK(!bf16_, "tp: transposed conv layer {}: bf16 runs it as a graph (backward_data_unrounded)", l.index);
-    return be_.conv_transpose2d_backward_data(transposed_geom(l, b, k), dy, w, dx);
+    return be_.conv_transpose2d_backward_data(tp_transposed_geom(l, b, k), dy, w, dx);
   }
   if (!bf16_) {
     if (conv) be_.conv2d_backward_data(tp_geom(l, b, k), dy, w, dx);
@@ -139,7 +139,7 @@ void TpLayerOps::backward_weights16(const LayerPlan& l, int64_t b, int64_t k, co
   switch (l.spec.type) {
     case LayerType::Conv2d: return be_.conv2d_backward_weights_bf16(tp_geom(l, b, k), x, dy, dw, db, false);
     case LayerType::ConvTranspose2d:
-      return be_.conv_transpose2d_backward_weights_bf16(transposed_geom(l, b, k), x, dy, dw, db, false);
+      return be_.conv_transpose2d_backward_weights_bf16(tp_transposed_geom(l, b, k), x, dy, dw, db, false);
     default: return be_.linear_backward_weights_bf16(b, l.in[0], k, x, dy, dw, db, false);
   }
 }
@@ -149,7 +149,7 @@ void TpLayerOps::backward_data_unrounded(const LayerPlan& l, int64_t b, int64_t 
   switch (l.spec.type) {
     case LayerType::Conv2d: return be_.conv2d_backward_data_bf16_f32(tp_geom(l, b, k), dy, w16(w), dx);
     case LayerType::ConvTranspose2d:
-      return be_.conv_transpose2d_backward_data_bf16_f32(transposed_geom(l, b, k), dy, w16(w), dx);
+      return be_.conv_transpose2d_backward_data_bf16_f32(tp_transposed_geom(l, b, k), dy, w16(w), dx);
     default: return be_.linear_backward_data_bf16_f32(b, l.in[0], k, dy, w16(w), dx);
   }
 }

@@ -26,11 +26,11 @@ constexpr int64_t kF = sizeof(float);
 // plan_graph_backward's pool over the whole net (InputGrad k: pool buffer k). A split layer's
 // partial input gradient is all-reduced where it is made, then added to the sum (a Copy into that
 // InputGrad, read and written) when another reader wrote it first. Under bf16 (`act`) outputs,
-// gathered channels and the pool are bf16: the net's input is rounded once (scratch[1]) and the
-// loss's gradient too (scratch[2]); a weighted layer's input gradient is summed in fp32 (scratch[3];
-// a split layer's partial sums, all-reduced) and then rounded once into the pool by that Copy.
+// gathered channels and the pool are bf16: the net's input is rounded once and the loss's gradient
+// too; a weighted layer's input gradient is summed in fp32 (a split layer's partial sums,
+// all-reduced) and then rounded once into the pool by that Copy (TpGraphScratch, rules.h).
 void emit_graph_step(PlanBuilder& b, const NetPlan& net, const std::vector<TpSlice>& slices, int w, int r, int ways,
-                     int group, int64_t bsz, int params, int grads, int dy, DType act) {
+                     int group, int64_t bsz, int params, int grads, int dy, int64_t total, DType act) {
   using R = BufferRole;
   const int layers = static_cast<int>(net.layers.size());
   const bool bf16 = act == DType::Bf16;
@@ -39,7 +39,7 @@ void emit_graph_step(PlanBuilder& b, const NetPlan& net, const std::vector<TpSli
   auto abuf = [&](R role, int64_t values, int index = -1) { return b.buffer(w, role, index, values * kA, act); };
   const GraphBackward back = plan_graph_backward(net, 0, layers);
   const int x = buf(R::Input, bsz * numel_of(net.input));
-  const int x16 = bf16 ? abuf(R::Scratch, bsz * numel_of(net.input), 1) : -1;
+  const int x16 = bf16 ? abuf(R::Scratch, bsz * numel_of(net.input), kTpInput16) : -1;
   std::function<int(int)> value = [&](int v) {  // the buffer holding layer v's output (kNetInput: the input)
     if (v == kNetInput) return bf16 ? x16 : x;
     if (graph_in_place(net, 0, v)) return value(net.layers[v].inputs[0]);
@@ -59,14 +59,9 @@ void emit_graph_step(PlanBuilder& b, const NetPlan& net, const std::vector<TpSli
   std::vector<int> pool;
   for (std::size_t k = 0; k < back.pool.size(); ++k) pool.push_back(abuf(R::InputGrad, bsz * back.pool[k], static_cast<int>(k)));
   const int64_t out_n = bsz * numel_of(net.output);
-  const int dy16 = bf16 ? abuf(R::Scratch, out_n, 2) : dy;
-  const int partial = bf16 && widest_partial > 0 ? buf(R::Scratch, widest_partial, 3) : -1;
-  if (bf16) {
-    int64_t total = 0;
-    for (const TpSlice& s : slices)
-      if (s.channels > 0) total += s.k[r] * (s.fan + 1);
-    b.buffer(w, R::ParamCopy, -1, total * kA, DType::Bf16);
-  }
+  const int dy16 = bf16 ? abuf(R::Scratch, out_n, kTpLossGrad16) : dy;
+  const int partial = bf16 && widest_partial > 0 ? buf(R::Scratch, widest_partial, kTpPartial) : -1;
+  if (bf16) b.buffer(w, R::ParamCopy, -1, total * kA, DType::Bf16);  // the slices' bf16 copy
   for (int i = 0; i < layers; ++i) {
     const LayerPlan& l = net.layers[i];
     const TpSlice& s = slices[i];
@@ -218,7 +213,7 @@ Plan plan_tp(const NetPlan& net, const StrategyOptions& o, int64_t batch, const 
     }
     if (graph) {
       if (replicas > 1) gradient_staging(b, w, o, total);
-      emit_graph_step(b, net, slices, w, r, ways, c, bsz, params, grads, dy, act_dtype);
+      emit_graph_step(b, net, slices, w, r, ways, c, bsz, params, grads, dy, total, act_dtype);
       tail();
       continue;
     }
