@@ -309,6 +309,8 @@ std::unique_ptr<Communicator> make_mpi_host_communicator(const std::vector<Backe
 // Collective over every process of the job (each passing its own part's ranks and color): NCCL
 // when the whole job could use it, MPI otherwise.
 std::unique_ptr<Communicator> make_mpi_split_communicator(const std::vector<Backend*>& ranks, int color);
+// This process's part in such a call where it is in none of the parts (`mine`: its backend).
+void mpi_split_without_part(const Backend& mine);
 #if defined(PARBENCH_HAVE_NCCL)
 // color < 0: every process of the job; else, collectively, the processes passing the same color
 // (ranks as make_mpi_split_communicator's).

@@ -156,6 +156,7 @@ void Group::connect_parts(const std::string& key, const std::vector<std::vector<
       PB_CHECK(i >= 0 && i < size() && made.part_of[i] < 0, "{}: worker {} is in no or several parts of {}", strategy_, i, key);
       made.part_of[i] = static_cast<int>(p), made.rank_in[i] = static_cast<int>(r);
     }
+  bool in_a_part = false;  // this process (a multi-process job's)
   for (std::size_t p = 0; p < parts.size(); ++p) {
     Part part{parts[p], nullptr};
     std::vector<Backend*> ranks;
@@ -167,7 +168,7 @@ void Group::connect_parts(const std::string& key, const std::vector<std::vector<
     if (multi_process()) {
 #ifdef PARBENCH_HAVE_MPI
       // Collective: every process makes its own part's, in the same call.
-      if (local) part.comm = make_mpi_split_communicator(ranks, static_cast<int>(p));
+      if (local) part.comm = make_mpi_split_communicator(ranks, static_cast<int>(p)), in_a_part = true;
 #else
       PB_CHECK(false, "{}: a multi-process job without MPI", strategy_);
 #endif
@@ -176,6 +177,15 @@ void Group::connect_parts(const std::string& key, const std::vector<std::vector<
     }
     made.parts.push_back(std::move(part));
   }
+#ifdef PARBENCH_HAVE_MPI
+  // A process in none of the parts (a channel of two workers) takes part in the call all the same.
+  if (multi_process() && !in_a_part)
+    for (int i = 0; i < size(); ++i)
+      if (is_local(i)) {
+        mpi_split_without_part(*workers_[i]->backend);
+        break;
+      }
+#endif
   partitions_.push_back(std::move(made));
 }
 

@@ -381,4 +381,10 @@ std::unique_ptr<Communicator> make_mpi_split_communicator(const std::vector<Back
   return std::make_unique<MpiComm>(ranks, part.comm, member_rank_of(ranks, part.comm));
 }
 
+void mpi_split_without_part(const Backend& mine) {
+  job_uses_nccl(mine, CommKind::Auto);  // as the members' calls
+  SplitComm none;
+  MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, MPI_UNDEFINED, process().rank, &none.comm));
+}
+
 }  // namespace pb
