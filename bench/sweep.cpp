@@ -283,9 +283,7 @@ void run_config(benchmark::State& state, Sweep& sw, const Config& c) {
   // Per stage, the skips it sends a step (a net with skips cut into stages): from its plan.
   std::vector<int64_t> skips;
   if (last.staged && s->step_plan()) {
-    std::vector<std::pair<int, int>> layers;
-    for (const WorkerStats& w : last.workers) layers.emplace_back(w.layer_begin, w.layer_end);
-    skips = skip_bytes(*s->step_plan(), layers);
+    skips = skip_bytes(*s->step_plan());
     int64_t all = 0;
     for (int64_t b : skips) all += b;
     if (all > 0) state.counters[k::skip_bytes_per_iter.name] = static_cast<double>(all);

@@ -9,7 +9,6 @@ GroupStrategy::GroupStrategy(const StrategyOptions& o, std::string name, bool ac
 
 void GroupStrategy::setup(const NetPlan& plan, const std::vector<float>& params, const AdamParams& adam) {
   ready_ = loaded_ = false;
-  if (plan.has_skips() && !runs_skips(name_)) throw UsageError(skips_refusal(name_, plan));
   plan_ = plan;
   plan_workers();
   group_.start([&](Worker& w) {

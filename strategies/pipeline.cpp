@@ -24,10 +24,12 @@
 // buffers "c<c>/...". A chunk whose neighbour stage is on its own worker reads that stage's output
 // (or input gradient) in place.
 //
-// A net with skips (mp, GPipe, 1F1B, ZB-H1, dp x pp): each stage receives every value it reads
-// from the stage that makes it, in input slots of its own per micro-batch in flight, sends each of
-// its exits to every later stage reading one, and gets back each exit's gradient from each reader,
-// summed before its backward (strategies/stages.h, StageLinks; docs/architecture.md).
+// A net with skips (every schedule, dp x pp): each stage receives every value it reads from the
+// stage that makes it, in input slots of its own per micro-batch in flight, sends each of its exits
+// to every later stage reading one, and gets back each exit's gradient from each reader, summed
+// before its backward (strategies/stages.h, StageLinks; docs/architecture.md). Under a chunked
+// schedule a value made by a chunk of the same worker is read from that chunk's slot (or copied
+// from it: the plan's Copy); its buffers are the plan's, laid out one after another per role.
 //
 // dp x pp hybrids (dp<D>xpp<P>): D replicas of the P-stage pipeline, worker r being stage r % P
 // of replica r / P. Each replica takes its torch.chunk piece of the batch and cuts it into
@@ -82,7 +84,8 @@ class Staged final : public GroupStrategy {
     staged_ = true;
     if (chunks_ > 1) chunk_stages_ = ranges_;
     links_.clear();
-    for (int st = 0; st < stages() && plan().has_skips(); ++st) links_.push_back(stage_links(plan(), ranges_, st));
+    for (int st = 0; st < static_cast<int>(ranges_.size()) && plan().has_skips(); ++st)
+      links_.push_back(stage_links(plan(), ranges_, st));
     for (int r = 0; r < workers(); ++r) {
       group().worker(r).stats.layer_begin = ranges_[stage_at(r, 0)].first;
       group().worker(r).stats.layer_end = ranges_[stage_at(r, 0)].second;
@@ -136,6 +139,7 @@ class Staged final : public GroupStrategy {
       check_stage_plan(*opts_.plan, plan_, ranges_, slots, opts_.recompute, opts_.plan_source.empty() ? "--plan" : opts_.plan_source);
       plan_ = *opts_.plan;
     }
+    if (!links_.empty()) graph_layout();
     staging_.clear();
     for (int r = 0; r < workers(); ++r) {
       staging_.emplace_back();
@@ -187,16 +191,19 @@ class Staged final : public GroupStrategy {
       Tensor& cdy = c == 0 ? w.dy : ch.dy;
       const bool first = stage_at(w.rank, c) == 0;
       cx = Tensor(), cdx = Tensor(), cdy = Tensor();
-      // A stage of a net with skips: entry j's slots, its input-gradient pair and out j's gradient
-      // one after another (a chain stage's one entry and out are the whole of them).
-      const bool chain = links_.empty();
-      const int64_t entries = chain ? numel_of(m.in_sample()) : entries_numel(w.rank, false);
-      const int64_t grads = chain ? numel_of(m.in_sample()) : entries_numel(w.rank, true);
-      const int64_t outs = chain || links_[stage_of(w.rank)].outs.empty() ? numel_of(m.out_sample()) : outs_numel(w.rank);
       if (first) cx = Tensor::from_host({m.in_numel(b)}, piece(x, m.in_numel(1)), w.device);
-      else if (names(w.rank, c, BufferRole::StageInput)) cx = Tensor::empty({ch.slots * entries * most}, w.device);
-      if (!first) cdx = Tensor::empty({2 * grads * most}, w.device);
-      if (names(w.rank, c, BufferRole::OutputGrad)) cdy = Tensor::empty({outs * most}, w.device);  // one micro-batch's
+      if (!links_.empty()) {
+        // A stage of a net with skips: its input slots, input gradients and output gradients each
+        // one tensor, holding the plan's buffers of that role one after another.
+        const std::vector<int64_t>& n = graph_numel_[w.rank][c];
+        if (!first && n[0] > 0) cx = Tensor::empty({n[0]}, w.device);
+        if (n[1] > 0) cdx = Tensor::empty({n[1]}, w.device);
+        if (n[2] > 0) cdy = Tensor::empty({n[2]}, w.device);
+      } else {
+        if (!first && names(w.rank, c, BufferRole::StageInput)) cx = Tensor::empty({ch.slots * numel_of(m.in_sample()) * most}, w.device);
+        if (!first) cdx = Tensor::empty({2 * numel_of(m.in_sample()) * most}, w.device);
+        if (names(w.rank, c, BufferRole::OutputGrad)) cdy = Tensor::empty({numel_of(m.out_sample()) * most}, w.device);  // one micro-batch's
+      }
       ch.x_ = &cx, ch.dx_ = &cdx, ch.dy_ = &cdy;
       if (stage_at(w.rank, c) == stages() * chunks_ - 1) last = c;
     }
@@ -259,7 +266,7 @@ class Staged final : public GroupStrategy {
             out[c][a.micro] = m.forward(input(a), sizes[a.micro], slot);
           } else {  // its reads: each entry's slot, then the parameters
             std::vector<const float*> entries;
-            for (std::size_t j = 0; j < m.boundary().entries.size(); ++j) entries.push_back(at[a.reads.at(j)]);
+            for (std::size_t j = 0; j < m.boundary().entries.size(); ++j) entries.push_back(entry(rank, a, m, j));
             out[c][a.micro] = m.forward(entries, sizes[a.micro], slot);
           }
           break;
@@ -279,7 +286,7 @@ class Staged final : public GroupStrategy {
           // Its first read: the output gradient (its own, or the next stage's input gradient in place).
           // Its first write: dx[j] on later stages; none, or B's kept gradients (no place here), on stage 0.
           if (!links_.empty()) {
-            backward_graph(w, m, a, sizes[a.micro], accumulate, slot);
+            backward_graph(w, m, links_[stage_at(rank, c)], a, sizes[a.micro], accumulate, slot);
             break;
           }
           const float* dy = at[a.reads.at(0)];
@@ -289,6 +296,13 @@ class Staged final : public GroupStrategy {
           break;
         }
         case ActionKind::Optimizer: ch.adam->step(m.params(), m.grads()); break;
+        case ActionKind::Copy: {  // a value made on this worker into a stage's input slot
+          const Shape& of = a.layer_begin == kNetInput ? plan().input : plan().layers.at(a.layer_begin).out;
+          const float* from = value(rank, a.reads.at(0), a.layer_begin, a.micro);
+          w.be().copy(w.device, at[a.writes.at(0)], w.device, from,
+                      static_cast<std::size_t>(sizes[a.micro] * numel_of(of)) * sizeof(float));
+          break;
+        }
         default: PB_CHECK(false, "{}: worker {} cannot run {}", name(), rank, describe(plan_, rank, a.id));
       }
     };
@@ -314,9 +328,8 @@ class Staged final : public GroupStrategy {
   // A stage of a net with skips: its reads are the output gradient of each out with one (or the
   // loss's), its activations and parameters; its writes each entry's gradient but the net input's.
   // An exit read by several later stages gets the sum of their gradients (in the first's buffer).
-  void backward_graph(Worker& w, Sequential& m, const Action& a, int64_t n, bool accumulate, int slot) {
+  void backward_graph(Worker& w, Sequential& m, const StageLinks& l, const Action& a, int64_t n, bool accumulate, int slot) {
     const StageBoundary& bd = m.boundary();
-    const StageLinks& l = links_[stage_of(w.rank)];
     const std::vector<float*>& at = ptrs_[w.rank];
     std::vector<const float*> exit_grads(bd.exits.size(), nullptr);
     if (l.outs.empty()) {
@@ -336,6 +349,21 @@ class Staged final : public GroupStrategy {
     for (int e : bd.entries) entry_grads.push_back(e == kNetInput ? nullptr : at[a.writes.at(k++)]);
     if (kept(a.writes)) m.backward_data(exit_grads, entry_grads, slot);  // ZB-H1's B: its writes end with what W reads
     else m.backward(exit_grads, entry_grads, accumulate, slot);
+  }
+
+  // A forward's entry j: its slot (the net's input on stage 0), or under a chunked schedule the
+  // exit of the stage on this worker that makes it, in that micro-batch's slot there.
+  const float* entry(int rank, const Action& a, const Sequential& m, std::size_t j) const {
+    return value(rank, a.reads.at(j), m.boundary().entries.at(j), a.micro);
+  }
+  // Plan buffer `buf` holding `layer`'s output for micro-batch k: where it is, or where the chunk
+  // that made it keeps it.
+  const float* value(int rank, int buf, int layer, int k) const {
+    if (const float* p = ptrs_[rank][buf]) return p;
+    const Chunk& maker = chunk_[rank].at(plan_.buffers[buf].chunk);
+    const std::vector<int>& exits = maker.model->boundary().exits;
+    const auto e = static_cast<std::size_t>(std::find(exits.begin(), exits.end(), layer) - exits.begin());
+    return maker.model->exit_value(e, k % maker.slots);
   }
 
   // The chunk an action computes on: its parameters' or gradients' (a forward may read the
@@ -366,13 +394,9 @@ class Staged final : public GroupStrategy {
       const int j = buf.index;
       switch (buf.role) {
         case BufferRole::Input: at[b] = ch.x_->data() + offsets_[d].at(j) * in; break;
-        case BufferRole::StageInput:
-          at[b] = ch.x_->data() + (links_.empty() ? j * in : entry_at(w.rank, j, ch.slots, false)) * most;
-          break;
-        case BufferRole::InputGrad:
-          at[b] = ch.dx_->data() + (links_.empty() ? j * in : entry_at(w.rank, j, 2, true)) * most;
-          break;
-        case BufferRole::OutputGrad: at[b] = ch.dy_->data() + (links_.empty() ? 0 : out_at(w.rank, j)) * most; break;
+        case BufferRole::StageInput: at[b] = ch.x_->data() + (links_.empty() ? j * in * most : graph_at_[b]); break;
+        case BufferRole::InputGrad: at[b] = ch.dx_->data() + (links_.empty() ? j * in * most : graph_at_[b]); break;
+        case BufferRole::OutputGrad: at[b] = ch.dy_->data() + (links_.empty() ? 0 : graph_at_[b]); break;
         case BufferRole::Grads: at[b] = ch.model->grads().data(); break;
         default: break;
       }
@@ -380,33 +404,22 @@ class Staged final : public GroupStrategy {
     return at;
   }
 
-  // A net with skips: where, per sample, index j of a buffer holding every entry's `per` slots
-  // (input slots, input-gradient pair: `grads`, which the net's input has none of) starts: entry
-  // j / per's region, slot j % per in it.
-  int64_t entry_at(int rank, int j, int per, bool grads) const {
-    const StageLinks& l = links_[stage_of(rank)];
-    int64_t at = 0;
-    for (int k = 0; k < j / per; ++k)
-      if (!grads || l.boundary.entries[k] != kNetInput) at += l.entry_numel[k] * per;
-    return at + (j % per) * l.entry_numel.at(j / per);
+  // A net with skips: per worker and chunk, the values of its input slots, input gradients and
+  // output gradients (the plan's buffers of each role, in the plan's order), and where each starts
+  // (graph_at_, by plan buffer).
+  void graph_layout() {
+    graph_at_.assign(plan_.buffers.size(), 0);
+    graph_numel_.assign(workers(), std::vector<std::vector<int64_t>>(chunks_, std::vector<int64_t>(3, 0)));
+    const BufferRole roles[3] = {BufferRole::StageInput, BufferRole::InputGrad, BufferRole::OutputGrad};
+    for (std::size_t b = 0; b < plan_.buffers.size(); ++b) {
+      const PlanBuffer& buf = plan_.buffers[b];
+      for (int r = 0; r < 3; ++r)
+        if (buf.role == roles[r]) {
+          int64_t& n = graph_numel_.at(buf.worker).at(buf.chunk)[r];
+          graph_at_[b] = n, n += buf.bytes / static_cast<int64_t>(sizeof(float));
+        }
+    }
   }
-  // Per sample and slot, every entry's values (`grads`: but the net input's).
-  int64_t entries_numel(int rank, bool grads) const {
-    const StageLinks& l = links_[stage_of(rank)];
-    int64_t n = 0;
-    for (std::size_t k = 0; k < l.entry_numel.size(); ++k)
-      if (!grads || l.boundary.entries[k] != kNetInput) n += l.entry_numel[k];
-    return n;
-  }
-  // Where out j's output gradient starts (index -1: out 0's), per sample; the net's input has none.
-  int64_t out_at(int rank, int j) const {
-    const StageLinks& l = links_[stage_of(rank)];
-    int64_t at = 0;
-    for (int k = 0; k < j; ++k)
-      if (l.outs[k].exit >= 0) at += l.out_numel[k];
-    return at;
-  }
-  int64_t outs_numel(int rank) const { return out_at(rank, static_cast<int>(links_[stage_of(rank)].outs.size())); }
 
   // One of a worker's model chunks (one, but for interleaved 1F1B): chunk 0 is the worker's own
   // model, Adam and buffers; a later one's are here.
@@ -426,6 +439,8 @@ class Staged final : public GroupStrategy {
   int chunks_ = 1;                      // its chunks per worker
   std::vector<std::pair<int, int>> ranges_;  // per stage: its layers [begin, end)
   std::vector<StageLinks> links_;             // a net with skips: per stage, what it receives and sends
+  std::vector<int64_t> graph_at_;             // a net with skips: per plan buffer, its offset (graph_layout)
+  std::vector<std::vector<std::vector<int64_t>>> graph_numel_;  // per worker, chunk: its 3 tensors' values
   std::vector<int64_t> piece_, piece_offset_;  // per replica: its samples, and where they start
   std::vector<std::vector<int64_t>> micro_sizes_, offsets_;  // per replica: its micro-batches
   Plan plan_;                                 // the step, every worker's actions

@@ -65,7 +65,28 @@ struct StageEmitter {
   // to every stage reading one (a gradient received for each: out j's output gradient at index j,
   // the first's -1), and an input gradient sent back for each entry (entry j's at 2 j + slot).
   const StageLinks* links = nullptr;
-  int worker_of(int stage) const { return w - s + stage; }
+  int worker_of(int stage) const { return owner ? (*owner)[stage].first : w - s + stage; }
+  // A chunked schedule's stage of a net with skips: every stage's worker and chunk, this worker's
+  // stages (by chunk), and the one-way channel of each flow between two workers (Flows). A value
+  // from a stage on this worker is read in place from its maker's slot, and its gradient written
+  // where the maker reads it (entry_grad).
+  struct Flows {
+    std::map<std::pair<int, int>, int> acts, grads;  // (from stage, to stage) -> plan group
+  };
+  const std::vector<std::pair<int, int>>* owner = nullptr;
+  const std::vector<int>* stage_slots = nullptr;  // per stage: the micro-batches its worker holds at once
+  std::vector<StageEmitter>* mates = nullptr;
+  const Flows* flows = nullptr;
+  std::map<int, std::vector<int>> flow_grad_send{};  // per input-gradient buffer: its send in flight
+  bool remote(int stage) const { return worker_of(stage) != w; }
+  // Whether a value made on this worker is copied into this stage's slot: where the weights'
+  // gradients wait (ZB-V's W), the maker may run its next micro-batch in that slot before them.
+  bool copy_local = false;
+  // Entry j of micro-batch k where a stage on this worker made it: its maker's slot (or input).
+  int made_here(int k, int j) {
+    StageEmitter& maker = (*mates)[(*owner)[links->entry_from[j]].second];
+    return links->boundary.entries[j] == kNetInput ? maker.input(k) : maker.acts(k);
+  }
 
   SequentialBuffers keeps(int64_t n) const { return sequential_buffers(*net, begin, end, n, bf16); }
 
@@ -153,6 +174,7 @@ struct StageEmitter {
     pending.clear();
   }
   void forward(int k) {
+    if (owner && links) return forward_linked(k);
     const int64_t n = sizes[k];
     b.at(w, n);
     if (s > 0 && local_prev) {
@@ -177,9 +199,11 @@ struct StageEmitter {
     act_send[k].push_back(a.id);
     if (recompute) last_scratch_send = k;
   }
-  // Entry j's slot for micro-batch k (stage 0's: the net's input).
+  // Entry j's slot for micro-batch k (stage 0's: the net's input; a chunked schedule's value made
+  // on this worker: its maker's).
   int entry_in(int k, int j) {
     if (s == 0) return input(k);
+    if (owner && !remote(links->entry_from[j]) && !copy_local) return made_here(k, j);
     return buf(BufferRole::StageInput, sizes[0] * links->entry_numel[j], j * slots + k % slots);
   }
   // What a forward reads: its input, or each entry's; then `rest`.
@@ -274,6 +298,7 @@ struct StageEmitter {
   }
   // A whole backward, or (`split`) ZB-H1's B: the input gradient alone, keeping what W reads.
   void backward(int k, bool first, bool again, bool split = false) {
+    if (owner && links) return backward_linked(k, first, split);
     const int64_t n = sizes[k];
     b.at(w, n);
     // The output gradient: the loss's, the next stage's input gradient in place, or received.
@@ -365,26 +390,118 @@ struct StageEmitter {
       if (far_pass) close();
     }
   }
+
+  // A chunked schedule's stage of a net with skips, micro-batch k: each value from another worker
+  // received on its flow's channel just before the forward, each exit sent to every other worker's
+  // reader right after; a flow carries one kind between two stages, so both ends meet in
+  // micro-batch order and no transfer waits behind another's.
+  Action& flow(ActionKind kind, bool grad, int from, int to, int64_t n, int into, int layer, int k) {
+    const int peer = worker_of(kind == ActionKind::Send ? to : from);
+    Action& a = on_wire(b.p2p(w, kind, (grad ? flows->grads : flows->acts).at({from, to}), peer, n, into, true), wire);
+    a.micro = k, a.layer_begin = layer, a.layer_end = layer >= 0 ? layer + 1 : -1;
+    return a;
+  }
+  void forward_linked(int k) {
+    const int64_t n = sizes[k];
+    b.at(w, n);
+    std::vector<int> ids;
+    for (std::size_t j = 0; s > 0 && j < links->entry_numel.size(); ++j)
+      if (const int u = links->entry_from[j]; remote(u))
+        ids.push_back(flow(ActionKind::Recv, false, u, s, n * links->entry_numel[j], entry_in(k, static_cast<int>(j)),
+                           links->boundary.entries[j], k).id);
+    if (!ids.empty()) b.wait(w, ids);
+    for (std::size_t j = 0; s > 0 && copy_local && j < links->entry_numel.size(); ++j)
+      if (!remote(links->entry_from[j])) {
+        const int layer = links->boundary.entries[j];
+        Action& a = b.compute(w, ActionKind::Copy, layer, layer >= 0 ? layer + 1 : -1, k, {made_here(k, static_cast<int>(j))},
+                              {entry_in(k, static_cast<int>(j))});
+        a.bytes = n * links->entry_numel[j] * kF;
+      }
+    b.compute(w, ActionKind::Forward, begin, end, k, entry_reads(k, {params()}), {acts(k)}).bytes = n * out * kF;
+    for (std::size_t j = 0; j < links->outs.size(); ++j) {
+      const StageLinks::Out& o = links->outs[j];
+      if (!remote(o.to)) continue;
+      const int from = o.layer == kNetInput ? input(k) : acts(k);
+      act_send[k].push_back(flow(ActionKind::Send, false, s, o.to, n * links->out_numel[j], from, o.layer, k).id);
+    }
+  }
+  // The gradient of entry j for micro-batch k, written by this stage's backward and read by its
+  // maker's (in place on this worker, else once sent): one buffer per slot of the maker's, which
+  // holds micro-batch k from its forward to its backward; the gradient's life falls between, so
+  // micro-batch k + slots finds it read (and sent: its wait returns at once).
+  int entry_grad(int k, int j) {
+    int first = 0;  // entry j's buffers follow the earlier entries'
+    for (int i = 0; i < j; ++i) first += stage_slots->at(links->entry_from[i]);
+    const int slots_of = stage_slots->at(links->entry_from[j]);
+    return buf(BufferRole::InputGrad, sizes[0] * links->entry_numel[j], first + k % slots_of);
+  }
+  void wait_flow_grads() {
+    for (auto& [buffer, ids] : flow_grad_send)
+      if (!ids.empty()) b.wait(w, ids), ids.clear();
+  }
+  void backward_linked(int k, bool first, bool split) {
+    const int64_t n = sizes[k];
+    b.at(w, n);
+    std::vector<int> dys, ids;
+    if (last) dys.push_back(dy());
+    for (std::size_t j = 0; !last && j < links->outs.size(); ++j) {
+      const StageLinks::Out& o = links->outs[j];
+      if (o.exit < 0) continue;  // the net's input has no gradient
+      if (remote(o.to)) {
+        dys.push_back(dy_of(static_cast<int>(j)));
+        ids.push_back(flow(ActionKind::Recv, true, o.to, s, n * links->out_numel[j], dys.back(), o.layer, k).id);
+      } else {
+        StageEmitter& reader = (*mates)[(*owner)[o.to].second];
+        dys.push_back(reader.entry_grad(k, reader.links->boundary.entry_of(o.layer)));
+      }
+    }
+    if (!ids.empty()) b.wait(w, ids);
+    wait_send(k);  // its readers are done with it
+    recompute_and_loss(k, false, dy());
+    std::vector<int> dxs;
+    for (std::size_t j = 0; s > 0 && j < links->entry_numel.size(); ++j) {
+      if (links->boundary.entries[j] == kNetInput) continue;
+      dxs.push_back(entry_grad(k, static_cast<int>(j)));
+      std::vector<int>& sent = flow_grad_send[dxs.back()];
+      if (!sent.empty()) b.wait(w, sent), sent.clear();
+    }
+    std::vector<int> reads = dys;
+    reads.push_back(acts(k));
+    if (!first) reads.push_back(grads());
+    if (!split) b.compute(w, ActionKind::BackwardWeights, begin, end, k, reads, {grads()});
+    reads = dys;
+    reads.push_back(acts(k)), reads.push_back(params());
+    std::vector<int> writes = dxs;
+    if (split) writes.push_back(keep(k));
+    b.compute(w, ActionKind::BackwardData, begin, end, k, reads, writes);
+    for (std::size_t j = 0, r = 0; s > 0 && j < links->entry_numel.size(); ++j) {
+      if (links->boundary.entries[j] == kNetInput) continue;
+      const int dx = dxs[r++];
+      if (const int u = links->entry_from[j]; remote(u))
+        flow_grad_send[dx].push_back(flow(ActionKind::Send, true, s, u, n * links->entry_numel[j], dx, links->boundary.entries[j], k).id);
+    }
+  }
 };
 
 // What a worker's Sequentials keep beside their slots, once its actions are made: a later stage's
 // pair of input gradients (both, though one backward uses one), one backward scratch for all its
-// chunks (a smaller one it outgrows is freed first), each chunk's bf16 parameter copy, dp x pp's
-// bf16 gradient staging, and the bf16 transfer staging its sends and receives take.
+// chunks (each part as large as the largest chunk's: a smaller one it outgrows is freed first),
+// each chunk's bf16 parameter copy, dp x pp's bf16 gradient staging, and the bf16 transfer
+// staging its sends and receives take.
 void stage_keeps(PlanBuilder& b, const StrategyOptions& o, int w, const std::vector<StageEmitter>& chunks, bool replicated) {
   constexpr int64_t kH = sizeof(Bf16);
-  int64_t scratch = 0;
+  std::vector<SequentialBuffers> kept;  // per chunk: its scratch's parts, each shared with the other chunks'
   for (const StageEmitter& e : chunks) {
     for (int k = 0; k < 2 && e.s > 0 && !e.links; ++k) b.buffer(w, BufferRole::InputGrad, k, e.sizes[0] * e.in * kF, DType::F32, e.chunk);
     for (std::size_t j = 0; e.links && j < e.links->entry_numel.size(); ++j)
-      for (int k = 0; k < 2 && e.links->boundary.entries[j] != kNetInput; ++k)
-        b.buffer(w, BufferRole::InputGrad, 2 * static_cast<int>(j) + k, e.sizes[0] * e.links->entry_numel[j] * kF);
-    const int64_t most = e.sizes[0];
-    scratch = std::max(scratch, e.keeps(most).scratch);
+      for (int k = 0; k < 2 && e.links->boundary.entries[j] != kNetInput && !e.owner; ++k)
+        b.buffer(w, BufferRole::InputGrad, 2 * static_cast<int>(j) + k, e.sizes[0] * e.links->entry_numel[j] * kF,
+                 DType::F32, e.chunk);
+    kept.push_back(e.keeps(e.sizes[0]));
     if (e.bf16 && e.param_count > 0) b.buffer(w, BufferRole::ParamCopy, -1, e.param_count * kH, DType::Bf16, e.chunk);
     if (replicated) gradient_staging(b, w, o, e.param_count, e.chunk);
   }
-  if (scratch > 0) b.buffer(w, BufferRole::Scratch, 0, scratch);
+  if (const int64_t scratch = shared_scratch(kept); scratch > 0) b.buffer(w, BufferRole::Scratch, 0, scratch);
   int k = 0;  // each communicator's slots (the world's, the one-way channels'), numbered on
   for (std::size_t g = 0; g < b.plan().groups.size(); ++g)
     for (int64_t values : transfer_staging(b.plan(), w, static_cast<int>(g)))
@@ -422,6 +539,25 @@ Plan plan_chunked(const NetPlan& net, const StrategyOptions& o, int64_t batch, c
       PB_CHECK(st >= 0 && st < S && owner[st].first < 0, "{}: worker {} chunk {} at stage {}", name, r, c, st);
       owner[st] = {r, c};
     }
+  // A net with skips: each stage's links, and a one-way channel of two workers for each flow
+  // between stages on two workers, activations and gradients apart.
+  std::vector<StageLinks> links;
+  StageEmitter::Flows flows;
+  for (int st = 0; st < S && net.has_skips(); ++st) links.push_back(stage_links(net, ranges, st));
+  for (int t = 0; t < static_cast<int>(links.size()); ++t)
+    for (std::size_t j = 0; t > 0 && j < links[t].entry_from.size(); ++j) {
+      const int u = links[t].entry_from[j], a = owner[u].first, c = owner[t].first;
+      if (a == c) continue;
+      const std::vector<int> pair = {std::min(a, c), std::max(a, c)};
+      if (!flows.acts.count({u, t})) flows.acts[{u, t}] = b.group(fmt::format("skips {}>{}", u, t), pair);
+      if (links[t].boundary.entries[j] != kNetInput && !flows.grads.count({t, u}))
+        flows.grads[{t, u}] = b.group(fmt::format("skip grads {}>{}", t, u), pair);
+    }
+  std::vector<int> stage_slots(S);
+  for (int r = 0; r < P; ++r) {
+    const std::vector<PipeOp> ops = sched.ops(P, r, m, name);
+    for (int c = 0; c < V; ++c) stage_slots[sched.stage(P, r, c)] = chunk_slots(ops, c);
+  }
   for (int r = 0; r < P; ++r) {
     const std::vector<PipeOp> ops = sched.ops(P, r, m, name);
     b.plan().replica[r] = 0;
@@ -447,6 +583,8 @@ Plan plan_chunked(const NetPlan& net, const StrategyOptions& o, int64_t batch, c
       x.batched = sched.batched;
       x.net = &net, x.bf16 = o.backend.precision == Precision::Bf16, x.param_count = np[c];
       x.buf(BufferRole::Params, np[c]), x.buf(BufferRole::Grads, np[c]);
+      if (!links.empty()) x.links = &links[s], x.owner = &owner, x.mates = &e, x.flows = &flows, x.stage_slots = &stage_slots;
+      x.copy_local = std::any_of(ops.begin(), ops.end(), [](const PipeOp& op) { return op.part == PipeOp::Part::Weights; });
     }
     for (StageEmitter& x : e) {
       if (x.s > 0 && owner[x.s - 1].first == r) x.local_prev = &e[owner[x.s - 1].second];
@@ -458,7 +596,7 @@ Plan plan_chunked(const NetPlan& net, const StrategyOptions& o, int64_t batch, c
       else if (op.part == PipeOp::Part::Weights) x.weights(op.micro, op.first_backward);
       else x.backward(op.micro, op.first_backward, false, op.part == PipeOp::Part::Data);
     };
-    if (sched.batched) {
+    if (sched.batched && links.empty()) {
       // Megatron's steps: each warm-up forward, each steady forward with its backward, each cool-down
       // backward; after a step one group sends its outputs and receives the next step's inputs.
       const std::size_t total = ops.size() / 2;
@@ -487,7 +625,7 @@ Plan plan_chunked(const NetPlan& net, const StrategyOptions& o, int64_t batch, c
     }
     for (StageEmitter& x : e) {
       for (int k = 0; k < m; ++k) x.wait_send(k);
-      x.wait_grad_send(0), x.wait_grad_send(1);
+      x.wait_grad_send(0), x.wait_grad_send(1), x.wait_flow_grads();
     }
     for (int c = 0; c < V; ++c)
       b.compute(r, ActionKind::Optimizer, -1, -1, -1, {e[c].grads()}, {e[c].params(), e[c].buf(BufferRole::AdamState, 2 * np[c])}).bytes =

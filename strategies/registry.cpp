@@ -2,7 +2,6 @@
 #include "strategies/registry.h"
 
 #include <algorithm>
-#include <set>
 #include <stdexcept>
 #include <utility>
 
@@ -281,23 +280,9 @@ std::unique_ptr<Strategy> make_strategy(const std::string& name, const StrategyO
   return entry_of(*spec).make(opts);
 }
 
-bool runs_skips(const std::string& name) {
-  static const std::set<std::string> whole{"regular", "dp", "ddp", "fsdp", "zero2", "fsdp-prefetch", "zero2-prefetch"};
-  const auto spec = parse_strategy(name);
-  return whole.count(name) > 0 || name == "mp" || name == "pipeline-zb" || name == "tp" ||
-         (spec && (spec->member_of(kHsdpFamily) || spec->member_of(kDpTpFamily) || spec->fill_drain));
-}
-
-std::string skips_refusal(const std::string& name, const NetPlan& plan) {
-  return fmt::format("{}: the net has skips ({}); of the strategies that split it, only mp, the GPipe and 1F1B "
-                     "pipelines (with or without -recompute), pipeline-zb, dp<D>xpp<P>, tp, dp<D>xtp<T>, fsdp, zero2, their "
-                     "-prefetch variants and hsdp run such nets yet", name, first_skip(plan));
-}
-
 namespace {
 Plan plan_of(const std::string& name, const NetPlan& net, const StrategyOptions& opts, int64_t batch) {
   if (opts.devices < 1) throw UsageError(fmt::format("--devices must be at least 1, got {}", opts.devices));
-  if (net.has_skips() && !runs_skips(name)) throw UsageError(skips_refusal(name, net));
   if (net.has_skips() && opts.backend.precision == Precision::Bf16)
     if (const std::string why = bf16_graph_refusal(net); !why.empty())
       throw UsageError(fmt::format("{}: precision bf16: {}", name, why));

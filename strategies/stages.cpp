@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
+#include <tuple>
 
 #include <fmt/ranges.h>
 
@@ -105,18 +107,30 @@ std::vector<std::pair<int, int>> stage_ranges(const NetPlan& plan, int stages, c
   return split_stages_by(plan, stages, seconds, strategy);
 }
 
-std::vector<int64_t> skip_bytes(const Plan& p, const std::vector<std::pair<int, int>>& layers) {
-  std::vector<int64_t> out(p.actions.size(), 0);
-  for (std::size_t w = 0; w < p.actions.size() && w < layers.size(); ++w)
+std::vector<int64_t> skip_bytes(const Plan& p) {
+  const int workers = static_cast<int>(p.actions.size());
+  std::map<std::pair<int, int>, std::pair<int, int>> stage;  // (worker, chunk) -> its layers
+  std::map<std::tuple<int, int, int>, std::vector<const Action*>> recvs;  // (group, from, to) -> in order
+  for (int w = 0; w < workers; ++w)
     for (const Action& a : p.actions[w]) {
-      if (a.kind != ActionKind::Send || a.reads.empty() || a.peer < 0 || a.peer >= static_cast<int>(layers.size())) continue;
+      if (a.kind == ActionKind::Forward && !a.writes.empty())
+        stage[{w, p.buffers.at(a.writes[0]).chunk}] = {a.layer_begin, a.layer_end};
+      if (a.kind == ActionKind::Recv) recvs[{a.group, a.peer, w}].push_back(&a);
+    }
+  std::vector<int64_t> out(workers, 0);
+  std::map<std::tuple<int, int, int>, std::size_t> sent;  // (group, from, to) -> sends so far
+  for (int w = 0; w < workers; ++w)
+    for (const Action& a : p.actions[w]) {
+      if (a.kind != ActionKind::Send || a.reads.empty() || a.peer < 0 || a.peer >= workers) continue;
+      const Action* r = recvs[{a.group, w, a.peer}].at(sent[{a.group, w, a.peer}]++);  // its receive
       const BufferRole role = p.buffers.at(a.reads[0]).role;
       if (role == BufferRole::Input) out[w] += a.bytes;  // the net's input, to a later stage that reads it
-      if (a.layer_begin < 0) continue;
-      const bool grad = role == BufferRole::InputGrad;
-      const auto [begin, end] = layers[w];
-      const bool chain = grad ? a.layer_begin == begin - 1 && layers[a.peer].second == begin
-                              : a.layer_begin == end - 1 && layers[a.peer].first == end;
+      if (a.layer_begin < 0 || r->writes.empty()) continue;
+      // A chain's: a stage's last output to the stage after it, or its input gradient to the one before.
+      const auto [begin, end] = stage.at({w, p.buffers[a.reads[0]].chunk});
+      const auto [to_begin, to_end] = stage.at({a.peer, p.buffers[r->writes[0]].chunk});
+      const bool chain = role == BufferRole::InputGrad ? a.layer_begin == begin - 1 && to_end == begin
+                                                       : a.layer_begin == end - 1 && to_begin == end;
       if (!chain) out[w] += a.bytes;
     }
   return out;

@@ -47,9 +47,9 @@ struct StageLinks {
 };
 StageLinks stage_links(const NetPlan& plan, const std::vector<std::pair<int, int>>& ranges, int s);
 
-// Per worker of a staged plan whose workers hold `layers` [begin, end) each: the bytes it sends a
-// step that are skips -- values (and their gradients) other than its last layer's output to the
-// stage after it and the input gradient to the stage before. Zero for a chain's pipeline.
-std::vector<int64_t> skip_bytes(const Plan& p, const std::vector<std::pair<int, int>>& layers);
+// Per worker of a staged plan: the bytes it sends a step that are skips -- values (and their
+// gradients) other than a stage's last layer's output to the stage after it and the input
+// gradient to the stage before (the stages: its forwards' layers). Zero for a chain's pipeline.
+std::vector<int64_t> skip_bytes(const Plan& p);
 
 }  // namespace pb

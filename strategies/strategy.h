@@ -187,13 +187,6 @@ struct StrategySpec {
 // nullopt for a name that is neither a registered strategy or family nor a family's member.
 std::optional<StrategySpec> parse_strategy(const std::string& name);
 
-// Whether strategy `name` runs nets with skips (residual adds, U-Net concats): those whose
-// workers each run the whole net (regular, dp, ddp, the fsdp family over its units) and the GPipe and
-// 1F1B pipelines (mp, dp x pp) with skips sent between stages do so far.
-bool runs_skips(const std::string& name);
-// Why strategy `name` does not run `plan`, a net with skips.
-std::string skips_refusal(const std::string& name, const NetPlan& plan);
-
 // Every strategy, in display order (the seed's comparison first).
 const std::vector<StrategyInfo>& strategy_infos();
 // UsageError listing the known strategies when the name is unknown.

@@ -83,7 +83,9 @@ TEST_P(Bf16Golden, RegularFollowsTorchAutocast) {
   // A net with skips under fsdp and pipelines too: its units, its stages pass the skips between them;
   // tp over every net it does not run as a chain.
   std::vector<std::pair<std::string, int>> runs = {{"regular", 1}};
-  if (plan.has_skips()) runs.insert(runs.end(), {{"fsdp", 2}, {"pipeline-1f1b", 3}, {"pipeline-zb", 3}, {"mp", 4}});
+  if (plan.has_skips())
+    runs.insert(runs.end(), {{"fsdp", 2}, {"pipeline-1f1b", 3}, {"pipeline-zb", 3}, {"mp", 4}, {"pipeline-interleaved", 2},
+                             {"pipeline-zbv", 2}});
   if (!tp_chain(plan)) runs.insert(runs.end(), {{"tp", 2}, {"tp", 3}});  // run as a graph (strategies/tp_plan.cpp)
   for (const auto& [strategy, devices] : runs) {
     SCOPED_TRACE(fmt::format("{} x{}", strategy, devices));

@@ -242,8 +242,8 @@ TEST(GraphFixtures, WholeNetStrategiesReproducePyTorchTrajectory) {
 
 // Pipelines over nets with skips: a value crossing one stage or several is sent from the stage
 // making it to every stage reading it, and its gradients back (summed where several read it).
-// Every schedule that takes such nets, at 2-4 stages, then every 2-way cut under 1F1B and ZB-H1
-// and every 3-way cut under 1F1B.
+// Every schedule, at 2-4 workers, then every 2-way cut under 1F1B and ZB-H1 and every 3-way cut
+// under 1F1B.
 TEST(GraphFixtures, PipelinesSendingSkipsReproducePyTorchTrajectory) {
   int nets = 0;
   for (const auto& e : fs::directory_iterator(pb::test::source_dir() / "tests/fixtures/graph")) {
@@ -260,6 +260,22 @@ TEST(GraphFixtures, PipelinesSendingSkipsReproducePyTorchTrajectory) {
       expect_pytorch_trajectory(e.path(), "mp", o);
       for (const char* s : {"pipeline", "pipeline-1f1b", "pipeline-zb", "pipeline-recompute", "pipeline-1f1b-recompute"})
         expect_pytorch_trajectory(e.path(), s, o);
+    }
+    // Chunked schedules: a value from a stage on the same worker read in place, its gradient
+    // handed back in place; from another worker on a channel of its flow. Interleaved 1F1B with two
+    // and three chunks a worker (M a multiple of P), ZB-V with fewer micro-batches than its warm-up
+    // fills and as many as the batch.
+    for (int n = 2; n <= 4; ++n) {
+      o.devices = n;
+      for (int v : {2, 3}) {
+        o.virtual_stages = v, o.micro_batches = n;
+        if (v * n <= layers && n <= batch) expect_pytorch_trajectory(e.path(), "pipeline-interleaved", o);
+      }
+      o.virtual_stages = 2;
+      for (int64_t m : {std::min<int64_t>(2, batch), batch}) {
+        o.micro_batches = static_cast<int>(m);
+        if (2 * n <= layers) expect_pytorch_trajectory(e.path(), "pipeline-zbv", o);
+      }
     }
     o.devices = 4, o.micro_batches = 1;  // a piece of the batch each replica
     for (const char* s : {"dp2xpp2", "dp2xpp2-1f1b-recompute"}) expect_pytorch_trajectory(e.path(), s, o);

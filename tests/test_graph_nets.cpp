@@ -372,33 +372,9 @@ TEST(GraphNets, BackwardPoolHoldsWhatIsLiveAtOnce) {
     }
 }
 
-// The strategies that do not take skips yet (chunked schedules) refuse a net with them, naming
-// the skip; plans too.
-TEST(GraphNets, StrategiesThatCutTheNetRefuseIt) {
-  const NetSpec net = parse(kOddNet);
-  const NetPlan plan = plan_net(net);
-  for (const std::string name : {"pipeline-zbv", "pipeline-interleaved"}) {
-    SCOPED_TRACE(name);
-    StrategyOptions o;
-    o.devices = 2;
-    o.micro_batches = 2;
-    o.backend.threads = 1;
-    try {
-      auto s = make_strategy(name, o);
-      s->setup(plan, init_params(plan, 1), net.adam);
-      ADD_FAILURE() << "ran";
-    } catch (const UsageError& e) {
-      EXPECT_THAT(e.what(), HasSubstr(name + ": the net has skips (layer 2 (add) reads layer 1 and layer 1); of the "
-                                              "strategies that split it, only mp, the GPipe and 1F1B pipelines"));
-    }
-    try {
-      make_plan(name, plan, o, 4);
-      ADD_FAILURE() << "planned";
-    } catch (const UsageError& e) {
-      EXPECT_THAT(e.what(), HasSubstr("the net has skips"));
-    }
-  }
-  // A pipeline runs over such a net, but not from a plan file (run --plan, project --plan).
+// A pipeline runs over a net with skips, but not from a plan file (run --plan, project --plan).
+TEST(GraphNets, PlanFilesOverSkipsAreRefused) {
+  const NetPlan plan = plan_net(parse(kOddNet));
   StrategyOptions o;
   o.devices = 2;
   const Plan own = make_plan("pipeline", plan, o, 4);
@@ -441,9 +417,11 @@ TEST(GraphNets, Bf16RefusesSkipsAutocastKeepsInFp32) {
   }
 }
 
-// Under bf16, the strategies whose workers run the whole net train a net with skips as regular
-// does: the same per-sample values (fsdp's units pass bf16 values, exact at their edges), the
-// weight gradients summed in fp32 (tests/test_bf16_net.cpp holds regular to PyTorch's autocast).
+// Under bf16, the strategies whose workers run the whole net and the pipelines train a net with
+// skips as regular does: the same per-sample values (fsdp's units and the stages pass bf16
+// values, exact at their edges; a chunked schedule's stages on one worker read them in place),
+// the weight gradients summed in fp32 (tests/test_bf16_net.cpp holds regular to PyTorch's
+// autocast).
 TEST(GraphNets, Bf16WholeNetStrategiesFollowRegular) {
   SKIP_WITHOUT_BF16();
   for (const char* name : {"resnet_small", "unet_levels"}) {
@@ -468,7 +446,8 @@ TEST(GraphNets, Bf16WholeNetStrategiesFollowRegular) {
     };
     const auto [want, want_p] = train("regular", 1);
     for (const auto& [strategy, devices] :
-         {std::pair{"dp", 2}, {"ddp", 2}, {"ddp", 4}, {"fsdp", 2}, {"zero2-prefetch", 3}, {"hsdp2x2", 4}}) {
+         {std::pair{"dp", 2}, {"ddp", 2}, {"ddp", 4}, {"fsdp", 2}, {"zero2-prefetch", 3}, {"hsdp2x2", 4},
+          {"pipeline-1f1b", 3}, {"pipeline-interleaved", 2}, {"pipeline-zbv", 2}, {"pipeline-zbv", 3}}) {
       SCOPED_TRACE(fmt::format("{} x{}", strategy, devices));
       const auto [got, got_p] = train(strategy, devices);
       for (std::size_t k = 0; k < want.size(); ++k) EXPECT_NEAR(got[k], want[k], 1e-5 * std::abs(want[k])) << "step " << k;

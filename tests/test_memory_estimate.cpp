@@ -88,7 +88,6 @@ double check_every_strategy(const NetSpec& net, int64_t batch, Precision precisi
     // torch.chunk cuts a batch of 6 into 3 pieces, not 4 micro-batches.
     if (c.micro > 3 && batch < 2 * c.micro - 1) continue;
     if (c.strategy == "pipeline-zbv" && 2 * c.devices > static_cast<int>(plan.layers.size())) continue;  // a stage a layer at least
-    if (plan.has_skips() && !runs_skips(c.strategy)) continue;
     SCOPED_TRACE(fmt::format("{}: {} x{} {}", net.name, c.strategy, c.devices, precision_name(precision)));
     StrategyOptions o;
     o.devices = c.devices;

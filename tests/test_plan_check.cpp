@@ -74,18 +74,18 @@ TEST(PlanCheck, EveryStrategysPlanIsValid) {
 }
 
 // Pipelines over nets with skips: every 2-way cut, and the FLOPs split at 3-4 stages under every
-// schedule that takes them, is valid -- each skip sent has its receive, nothing deadlocks, every
+// schedule (chunked ones at 2-4 workers), is valid -- each skip sent has its receive, nothing deadlocks, every
 // slot read after its receive's write -- and a skip over several stages goes on its own channel.
 TEST(PlanCheck, PipelinesSendingSkipsAreValid) {
   for (const NetSpec& spec : {unet(16, 0.125), resnet(16, 0.125)}) {
     const NetPlan net = plan_net(spec);
     const int layers = static_cast<int>(net.layers.size());
-    auto check = [&](const std::string& name, int devices, int micro, std::vector<int> balance) {
+    auto check = [&](const std::string& name, int devices, int micro, std::vector<int> balance, int64_t batch = 8) {
       SCOPED_TRACE(fmt::format("{}: {} on {}, {} micro-batches, balance {}", spec.name, name, devices, micro,
                                fmt::join(balance, ",")));
       StrategyOptions o;
       o.devices = devices, o.micro_batches = micro, o.balance = std::move(balance);
-      const Plan p = make_plan(name, net, o, 8);
+      const Plan p = make_plan(name, net, o, batch);
       const auto issues = validate_plan(p);
       EXPECT_TRUE(issues.empty()) << issues_text(issues);
       return p;
@@ -94,6 +94,24 @@ TEST(PlanCheck, PipelinesSendingSkipsAreValid) {
     for (const char* s : {"mp", "pipeline", "pipeline-1f1b", "pipeline-zb", "pipeline-recompute", "pipeline-1f1b-recompute"})
       for (int n = 3; n <= 4; ++n) check(s, n, 4, {});
     check("dp2xpp2-1f1b", 4, 2, {});
+    // Chunked schedules: each flow between two workers on a channel of its own, two members.
+    for (int n = 2; n <= 4; ++n) {
+      for (int m : {n, 2 * n}) check("pipeline-interleaved", n, m, {}, 2 * m);
+      for (int m : {1, 3, 8}) check("pipeline-zbv", n, m, {});
+    }
+    {
+      StrategyOptions o;
+      o.devices = 3, o.micro_batches = 6, o.virtual_stages = 3;
+      const Plan p = make_plan("pipeline-interleaved", net, o, 12);
+      EXPECT_TRUE(validate_plan(p).empty()) << issues_text(validate_plan(p));
+      int flows = 0;
+      for (const PlanGroup& g : p.groups)
+        if (g.name.rfind("skip", 0) == 0) {
+          EXPECT_EQ(g.members.size(), 2u) << g.name;
+          ++flows;
+        }
+      EXPECT_GT(flows, 0);
+    }
     const Plan far = check("pipeline-1f1b", 4, 4, {});
     int skips = 0;
     for (const auto& list : far.actions)
@@ -165,13 +183,22 @@ TEST(PlanCheck, SkipBytesAreWhatStagesSendBesidesTheChain) {
   StrategyOptions o;
   o.devices = 2, o.micro_batches = 2, o.balance = {3, 14};
   const Plan p = make_plan("pipeline-1f1b", net, o, 4);
-  const std::vector<int64_t> skips = skip_bytes(p, {{0, 3}, {3, 17}});
+  const std::vector<int64_t> skips = skip_bytes(p);
   ASSERT_EQ(skips.size(), 2u);
   EXPECT_EQ(skips[0], 4 * 4 * (256 + 128));
   EXPECT_EQ(skips[1], 4 * 4 * 256);
   o.balance = {};
-  EXPECT_EQ(skip_bytes(make_plan("pipeline-1f1b", test::plan_test_net(), o, 4), {{0, 2}, {2, 5}}),
-            (std::vector<int64_t>{0, 0})) << "a chain's pipeline sends no skips";
+  EXPECT_EQ(skip_bytes(make_plan("pipeline-1f1b", test::plan_test_net(), o, 4)), (std::vector<int64_t>{0, 0}))
+      << "a chain's pipeline sends no skips";
+  // ZB-V over it cut 2,1,13,1 (stages 0 and 3 on worker 0, 1 and 2 on worker 1): stage 2 reads
+  // enc1 and the input [2,8,8] from stage 0 on the other worker, and sends enc1's gradient back
+  // beside stage 1's input gradient (a chain's, the same layer's); the pooled value goes from
+  // stage 1 to 2 in place, and stage 2's output to stage 3 as a chain's.
+  o.balance = {2, 1, 13, 1};
+  const std::vector<int64_t> zbv = skip_bytes(make_plan("pipeline-zbv", net, o, 4));
+  ASSERT_EQ(zbv.size(), 2u);
+  EXPECT_EQ(zbv[0], 4 * 4 * (256 + 128));
+  EXPECT_EQ(zbv[1], 4 * 4 * 256);
 }
 
 // 1F1B at 3 stages: worker 1 receives micro-batch 0's activation into its input slot; without

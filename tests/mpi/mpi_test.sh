@@ -35,17 +35,13 @@ replay-ddp | replay-mp | replay-pipeline | replay-pipeline-1f1b | replay-pipelin
   # stages defer different numbers of W's), pipeline-interleaved (8 chunks, the last worker's
   # activations wrapping to the first) and pipeline-zbv (8 chunks in a V, gradients on their own
   # communicator) also on 4 processes.
-  # ddp, the fsdp family, mp, the GPipe, 1F1B and ZB-H1 pipelines and tp also on nets with skips (a
-  # residual net: skips crossing fsdp's units and stages; the pipelines and tp also a U-Net, over 4
-  # processes too, its skips crossing several stages on their own communicators).
+  # Each also on a net with skips (a residual net: skips crossing fsdp's units and stages); the
+  # pipelines and tp also a U-Net, over 4 processes too, its skips crossing several stages on
+  # their own communicators (under the chunked schedules, every flow between two workers).
   BATCHES=4
   [[ $S == fsdp* || $S == zero2* ]] && BATCHES="4 3"
-  NETS=("--workload $HERE/../fixtures/conv_odd/net.json" "--workload linear")
-  SKIPS=0  # the strategy takes nets with skips
-  [[ $S == ddp || $S == fsdp* || $S == zero2* || $S == mp || $S == pipeline || $S == pipeline-1f1b || $S == pipeline-zb ||
-     $S == *-recompute || $S == tp ]] && SKIPS=1
-  ((SKIPS)) && NETS+=("--workload $HERE/../fixtures/graph/resnet_small/net.json")
-  ((SKIPS)) && [[ $S == mp || $S == pipeline* || $S == tp ]] && NETS+=("--workload $HERE/../fixtures/graph/unet_small/net.json")
+  NETS=("--workload $HERE/../fixtures/conv_odd/net.json" "--workload linear" "--workload $HERE/../fixtures/graph/resnet_small/net.json")
+  [[ $S == mp || $S == pipeline* || $S == tp ]] && NETS+=("--workload $HERE/../fixtures/graph/unet_small/net.json")
   for B in $BATCHES; do
   for W in "${NETS[@]}"; do
     [[ ($S == mp || $S == pipeline*) && $W == *linear* ]] && continue  # one layer: no two stages
@@ -130,18 +126,20 @@ replay-pipeline-bf16)
   # Under --precision bf16 pipeline stages send activations and gradients in bf16 (MPI_UINT16_T):
   # transfers round nothing (bf16 values already) and sum nothing, so across processes each
   # pipeline equals its in-process run bit for bit, on 2 processes and interleaved 1F1B on 4; so
-  # do 1F1B and ZB-H1 over a U-Net on 3 (its skips over several stages on their own communicators).
+  # do 1F1B, ZB-H1 and ZB-V over a U-Net on 3 and interleaved 1F1B over it on 2 and 4 (its skips
+  # over several stages on their own communicators).
   A="--workload $HERE/../fixtures/conv_odd/net.json --steps 5 --batch 7 --micro-batches 4 --device-kind cpu --precision bf16"
   if ! out=$("$PARBENCH" replay --strategy mp --devices 2 $A --out "$DIR/one-mp" 2>&1); then
     grep -q 'bf16' <<<"$out" && { echo "SKIP: no bf16 kernels here: $out"; exit 77; }
     echo "$out"; fail "in-process mp bf16 replay"
   fi
   for NS in "2 mp" "2 pipeline" "2 pipeline-1f1b" "2 pipeline-zb" "2 pipeline-recompute" "2 pipeline-1f1b-recompute" \
-    "2 pipeline-interleaved" "4 pipeline-interleaved" "3 pipeline-1f1b unet" "3 pipeline-zb unet"; do
+    "2 pipeline-interleaved" "4 pipeline-interleaved" "3 pipeline-1f1b unet" "3 pipeline-zb unet" "3 pipeline-zbv unet" \
+    "2 pipeline-interleaved unet" "4 pipeline-interleaved unet"; do
     set -- $NS
     B="$A"
     [[ $2 == pipeline-interleaved ]] && B="${A/--batch 7/--batch 8}"  # M whole micro-batches
-    [[ ${3:-} == unet ]] && B="${A/conv_odd/bf16\/unet_levels}"
+    [[ ${3:-} == unet ]] && B="${B/conv_odd/bf16\/unet_levels}"
     "$PARBENCH" replay --strategy "$2" --devices "$1" $B --out "$DIR/one-$2-$1" >/dev/null 2>&1 || fail "in-process replay $2"
     "${MPI[@]}" -n "$1" "$PARBENCH" replay --strategy "$2" --devices "$1" $B --out "$DIR/$2-$1" || fail "mpiexec -n $1 replay $2 bf16"
     /usr/bin/python3 "$HERE/compare_replay.py" --exact "$DIR/one-$2-$1" "$DIR/$2-$1" || fail "$2 bf16 over $1 processes differs"
