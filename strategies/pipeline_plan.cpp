@@ -339,6 +339,18 @@ struct StageEmitter {
       grad_send[slot].push_back(a.id);
     }
   }
+  // A graph stage's backward of micro-batch k from its exits' gradients `dys`: the weight
+  // gradients (but for a split backward's B, which keeps what W reads) and the entries' into `dxs`.
+  void graph_backward_computes(int k, bool first, bool split, const std::vector<int>& dys, std::vector<int> dxs) {
+    std::vector<int> reads = dys;
+    reads.push_back(acts(k));
+    if (!first) reads.push_back(grads());
+    if (!split) b.compute(w, ActionKind::BackwardWeights, begin, end, k, reads, {grads()});
+    reads = dys;
+    reads.push_back(acts(k)), reads.push_back(params());
+    if (split) dxs.push_back(keep(k));
+    b.compute(w, ActionKind::BackwardData, begin, end, k, reads, dxs);
+  }
   // The same for a stage of a net with skips: each exit's gradients received from its readers
   // (the output gradient's reads, in links->outs' order), each entry's sent to its maker.
   void backward_graph(int k, bool first, bool again, bool split) {
@@ -371,14 +383,7 @@ struct StageEmitter {
     wait_grad_send(slot);
     for (std::size_t j = 0; j < links->entry_numel.size(); ++j)
       if (const int dx = dx_of_entry(static_cast<int>(j), slot); dx != kNone) dxs.push_back(dx);
-    std::vector<int> reads = dys;
-    reads.push_back(acts(k));
-    if (!first) reads.push_back(grads());
-    if (!split) b.compute(w, ActionKind::BackwardWeights, begin, end, k, reads, {grads()});
-    reads = dys;
-    reads.push_back(acts(k)), reads.push_back(params());
-    if (split) dxs.push_back(keep(k));  // ZB-H1's B: W reads what it keeps
-    b.compute(w, ActionKind::BackwardData, begin, end, k, reads, dxs);
+    graph_backward_computes(k, first, split, dys, dxs);
     for (bool far_pass : {true, false}) {  // as send_exits: the far ones first, the neighbour's left open
       for (std::size_t j = 0; j < links->entry_numel.size(); ++j) {
         const int dx = dx_of_entry(static_cast<int>(j), slot);
@@ -465,15 +470,7 @@ struct StageEmitter {
       std::vector<int>& sent = flow_grad_send[dxs.back()];
       if (!sent.empty()) b.wait(w, sent), sent.clear();
     }
-    std::vector<int> reads = dys;
-    reads.push_back(acts(k));
-    if (!first) reads.push_back(grads());
-    if (!split) b.compute(w, ActionKind::BackwardWeights, begin, end, k, reads, {grads()});
-    reads = dys;
-    reads.push_back(acts(k)), reads.push_back(params());
-    std::vector<int> writes = dxs;
-    if (split) writes.push_back(keep(k));
-    b.compute(w, ActionKind::BackwardData, begin, end, k, reads, writes);
+    graph_backward_computes(k, first, split, dys, dxs);
     for (std::size_t j = 0, r = 0; s > 0 && j < links->entry_numel.size(); ++j) {
       if (links->boundary.entries[j] == kNetInput) continue;
       const int dx = dxs[r++];
@@ -517,6 +514,8 @@ void stage_keeps(PlanBuilder& b, const StrategyOptions& o, int w, const std::vec
 // Megatron's batches, since on NCCL's in-order stream a lone send may wait on a peer whose send
 // waits for this worker's next launch (tests/test_nccl_order.cpp); a schedule with one-way channels
 // (ZB-V) sends after each computation and receives before, as 1F1B, each kind on its own group.
+// Over a net with skips either sends so, every flow between two workers on a group of its own
+// (StageEmitter::forward_linked).
 Plan plan_chunked(const NetPlan& net, const StrategyOptions& o, int64_t batch, const std::string& name,
                   const std::vector<std::pair<int, int>>& ranges, const std::vector<int64_t>& sizes,
                   const ChunkSchedule& sched) {
