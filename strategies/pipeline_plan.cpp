@@ -552,13 +552,14 @@ Plan plan_chunked(const NetPlan& net, const StrategyOptions& o, int64_t batch, c
       if (links[t].boundary.entries[j] != kNetInput && !flows.grads.count({t, u}))
         flows.grads[{t, u}] = b.group(fmt::format("skip grads {}>{}", t, u), pair);
     }
+  std::vector<std::vector<PipeOp>> worker_ops(P);  // per worker, its schedule
   std::vector<int> stage_slots(S);
   for (int r = 0; r < P; ++r) {
-    const std::vector<PipeOp> ops = sched.ops(P, r, m, name);
-    for (int c = 0; c < V; ++c) stage_slots[sched.stage(P, r, c)] = chunk_slots(ops, c);
+    worker_ops[r] = sched.ops(P, r, m, name);
+    for (int c = 0; c < V; ++c) stage_slots[sched.stage(P, r, c)] = chunk_slots(worker_ops[r], c);
   }
   for (int r = 0; r < P; ++r) {
-    const std::vector<PipeOp> ops = sched.ops(P, r, m, name);
+    const std::vector<PipeOp>& ops = worker_ops[r];
     b.plan().replica[r] = 0;
     int grouped = -1;
     std::vector<StageEmitter> e;
@@ -582,8 +583,10 @@ Plan plan_chunked(const NetPlan& net, const StrategyOptions& o, int64_t batch, c
       x.batched = sched.batched;
       x.net = &net, x.bf16 = o.backend.precision == Precision::Bf16, x.param_count = np[c];
       x.buf(BufferRole::Params, np[c]), x.buf(BufferRole::Grads, np[c]);
-      if (!links.empty()) x.links = &links[s], x.owner = &owner, x.mates = &e, x.flows = &flows, x.stage_slots = &stage_slots;
-      x.copy_local = std::any_of(ops.begin(), ops.end(), [](const PipeOp& op) { return op.part == PipeOp::Part::Weights; });
+      if (!links.empty()) {
+        x.links = &links[s], x.owner = &owner, x.mates = &e, x.flows = &flows, x.stage_slots = &stage_slots;
+        x.copy_local = std::any_of(ops.begin(), ops.end(), [](const PipeOp& op) { return op.part == PipeOp::Part::Weights; });
+      }
     }
     for (StageEmitter& x : e) {
       if (x.s > 0 && owner[x.s - 1].first == r) x.local_prev = &e[owner[x.s - 1].second];
