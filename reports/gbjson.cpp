@@ -151,7 +151,7 @@ RunFile parse_run_json(const std::string& text, const std::string& source) {
       std::vector<double> bytes;
       for (const json& v : sk) {
         if (!v.is_number() || !(v.get<double>() >= 0) || !std::isfinite(v.get<double>()))
-          bad(source, where, fmt::format("every stage's bytes must be a non-negative finite number, got {}", v.dump()));
+          bad(source, where, fmt::format("every worker's bytes must be a non-negative finite number, got {}", v.dump()));
         bytes.push_back(v.get<double>());
       }
       file.skip_bytes[benchmark_identity(e.key())] = std::move(bytes);

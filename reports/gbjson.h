@@ -34,8 +34,8 @@ struct RunFile {
   // parbench's "iteration_times_s": per benchmark identity, per repetition, every iteration's
   // seconds (kept whatever Google Benchmark's repetition and aggregate settings).
   std::map<std::string, std::vector<std::vector<double>>> iteration_times;
-  // parbench's "layout" of a staged run over a net with skips: per benchmark identity, per stage,
-  // the skip bytes it sends a step.
+  // parbench's "layout" of a staged run over a net with skips: per benchmark identity, per worker
+  // (its stages), the skip bytes it sends a step.
   std::map<std::string, std::vector<double>> skip_bytes;
   std::string context_value(const std::string& key, const std::string& fallback = "") const;
 };

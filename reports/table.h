@@ -65,7 +65,7 @@ struct Row {
   std::optional<double> compute_share, transfer_share, idle_share, other_share;
   std::optional<double> exposed_comm_share;  // exposed_comm_s / iteration time
   std::optional<double> comm_mib_per_iteration;  // bytes_sent_per_iter, in MiB
-  std::vector<double> stage_skip_mib;            // per stage, the skips it sends an iteration (layout's skip_bytes), in MiB
+  std::vector<double> stage_skip_mib;            // per worker (its stages), the skips it sends an iteration (layout's skip_bytes), in MiB
   std::optional<double> bubble;              // pipeline bubble fraction, the formula
   std::optional<double> measured_bubble;     // idle share of the stage workers
   // Per collective kind that ran ("all_reduce", "send_recv", ...): bytes/s.

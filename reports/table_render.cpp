@@ -101,19 +101,20 @@ std::string memory_table(const Group& g) {
   return out;
 }
 
-// Per stage, the skips it sends (a net with skips cut into stages), beside all the row sends.
+// Per worker, the skips it sends (a net with skips cut into stages; a worker of a chunked schedule
+// holds several), beside all the row sends.
 std::string skip_table(const Group& g) {
   std::string out;
   for (const Row& r : g.rows) {
     if (r.stage_skip_mib.empty()) continue;
-    if (out.empty()) out = "Skip traffic between stages, MiB per iteration:\n\n| strategy | devices | per stage | skips | all sent |\n|---|--:|:--|--:|--:|\n";
+    if (out.empty()) out = "Skip traffic between stages, MiB per iteration:\n\n| strategy | devices | per worker | skips | all sent |\n|---|--:|:--|--:|--:|\n";
     double all = 0;
     std::vector<std::string> cells;
     for (std::size_t s = 0; s < r.stage_skip_mib.size(); ++s) all += r.stage_skip_mib[s], cells.push_back(fmt::format("{}: {}", s, num(r.stage_skip_mib[s])));
     out += fmt::format("| {} | {} | {} | {} | {} |\n", r.strategy, r.devices, fmt::join(cells, ", "), num(all), opt(r.comm_mib_per_iteration));
   }
   if (!out.empty())
-    out += "\nSkips: what a stage sends besides its output to the next stage and the input gradient to the one before -- "
+    out += "\nSkips, per worker (its stage; under pipeline-interleaved and pipeline-zbv its stages together): what a stage sends besides its output to the next stage and the input gradient to the one before -- "
            "values later stages read (a U-Net's encoder features, a residual's input) and their gradients (docs/architecture.md).\n\n";
   return out;
 }

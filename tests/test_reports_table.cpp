@@ -281,13 +281,14 @@ TEST(Report, SkipTrafficPerStage) {
   EXPECT_TRUE(row(rep.groups.at(0), "regular", 1).stage_skip_mib.empty());
   const std::string md = report_markdown(rep);
   EXPECT_THAT(md, HasSubstr("Skip traffic between stages"));
+  EXPECT_THAT(md, HasSubstr("| per worker |"));
   EXPECT_THAT(md, HasSubstr("| mp | 3 | 0: 1.00, 1: 0.5, 2: 0.25 | 1.75 | 3.00 |"));
   const nlohmann::json doc = nlohmann::json::parse(report_json(rep));
   EXPECT_EQ(doc["groups"][0]["rows"][1]["stage_skip_mib"], nlohmann::json({1.0, 0.5, 0.25}));
   EXPECT_FALSE(doc["groups"][0]["rows"][0].contains("stage_skip_mib"));
   j.doc()["layout"]["unet/mp/devices:3/batch:4"]["skip_bytes"] = {1, -2};
   EXPECT_THAT(parse_error(j.doc().dump()), HasSubstr("bad.json: layout[\"unet/mp/devices:3/batch:4\"]"
-                                                     ".skip_bytes: every stage's bytes must be a non-negative finite number, got -2"));
+                                                     ".skip_bytes: every worker's bytes must be a non-negative finite number, got -2"));
 }
 
 TEST(GbJsonParse, MalformedInputsGiveClearErrors) {
