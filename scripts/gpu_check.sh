@@ -30,7 +30,7 @@ longer fits is reported "not run: N s left"), each writing its log as soon as it
                   2 workers each; one traced step of regular (trace-*.json); then every
                   strategy (1F1B, recompute, fsdp, zero2, tp; and the dp x pp / dp x tp hybrids
                   at 4) with 2 and 4 workers on a small great_net; a small U-Net (skips) under
-                  regular, ddp, fsdp, mp, 1F1B and ZB-H1 on 3 workers
+                  regular, ddp, fsdp, mp, 1F1B, ZB-H1, interleaved, ZB-V and tp on 3 workers
   5 sanitizer     compute-sanitizer --tool memcheck over a small parbench train (if present)
 At most 9 files land in OUTDIR (default gpu-check-<UTC time> in the current directory):
 gpu_check.log (everything printed), env.txt, tests.log, torch.log, layers.json, run.log,
@@ -109,7 +109,7 @@ budget_run=90            # 4: 2 workers (run_two), a traced one-device step (run
 budget_sanitizer=30      # 5: memcheck over a small training run
 reserve=5                # the summary and run.tar.gz
 min_tests=30 min_torch=40 min_layers=60 min_run=30 min_sanitizer=20
-engine_each=25 peer_each=50 run_two=40 run_trace=20 run_unet=15
+engine_each=25 peer_each=50 run_two=40 run_trace=20 run_unet=25
 profile_each=40 peer_layers_each=85 join_each=10
 # Stage 3: engine rows, PRECISION or PRECISION:MIB (with --conv-workspace-mib MIB, a convolution
 # workspace cap; without, the default fastest-fits policy), and PyTorch at peer_precisions. PyTorch's fp32 exhaustive search
@@ -364,11 +364,11 @@ stage4() {
         >>"$outdir/run.log" 2>&1
     arc=$?
     sed -n '/^## great_net (image 64/,$p' "$outdir/run.log" | head -n 20
-    # A net with skips: its stages send them over NCCL, on communicators of their own past a neighbour;
-    # tp runs it as a graph.
+    # A net with skips: its stages send them over NCCL, on communicators of their own past a neighbour
+    # (under the chunked schedules, interleaved and ZB-V, a two-worker one per flow); tp runs it as a graph.
     echo "--- a U-Net 64x64 width 0.125, 3 workers ---" >>"$outdir/run.log"
     timeout "$(within "$run_unet")" "$bundle/parbench" run --device-kind cuda --oversubscribe --workload unet --image 64 \
-        --width 0.125 --batch 2 --strategies regular,ddp,fsdp,mp,pipeline-1f1b,pipeline-zb,tp --devices 3 --iterations 2 \
+        --width 0.125 --batch 2 --strategies regular,ddp,fsdp,mp,pipeline-1f1b,pipeline-zb,pipeline-interleaved,pipeline-zbv,tp --devices 3 --iterations 2 \
         --warmup 1 --out "$scratch/run-unet" >>"$outdir/run.log" 2>&1
     urc=$?
     if [ "$rrc" = 0 ] && [ "$trc" = 0 ] && [ "$arc" = 0 ] && [ "$urc" = 0 ]; then result "4 run" ok "run.log, run.tar.gz"
