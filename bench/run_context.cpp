@@ -102,6 +102,7 @@ void add_run_context(const RunPlan& p, const Flags& f, const Sweep& sw) {
   add_system_context(p.kind);
   put(ctx::conv_workspace_policy,
       p.kind == DeviceKind::Cuda ? conv_workspace_policy_name(conv_workspace_cap(f)) : "n/a");
+  put(ctx::conv_layout, p.kind == DeviceKind::Cuda ? f.str("layout") : "n/a");
   if (process().rank == 0) put(ctx::conv_layers, conv_layer_choices(p, sw));
   // Debian builds Google Benchmark without NDEBUG, so its "library_build_type" says debug; the
   // times are parbench's own (SetIterationTime), which that build type does not touch.

@@ -46,7 +46,7 @@ AdamStepScalars adam_step_scalars(const AdamParams& a, int64_t step);
 
 // How an activation (or its gradient) lies in memory. Plain is NCHW: what every op, strategy and
 // communicator sees. Blocked is a backend's own convolution layout (oneDNN's nChw16c or nChw8c on
-// CPU), kept between consecutive convolutions inside one Sequential stage and never seen outside
+// CPU, NHWC on CUDA with BackendOptions::cuda_nhwc), kept between consecutive convolutions inside one Sequential stage and never seen outside
 // it; a backend uses it only for channel counts that fill whole blocks, so it takes exactly as
 // many floats as Plain.
 enum class ActLayout { Plain, Blocked };
@@ -77,6 +77,10 @@ struct BackendOptions {
   // included) stays in oneDNN's blocked layout instead of going to NCHW and back, in forward and
   // backward. Same values either way; PARBENCH_CPU_BLOCKED=0 or =1 overrides this, for A/B runs.
   bool cpu_blocked = true;
+  // CUDA, fp32 and tf32 (--layout nhwc): the activation between two consecutive convolutions of a
+  // stage, and its gradient, stay NHWC (channels_last, the layout tensor-core kernels prefer: the
+  // backend's Blocked), the filters go KRSC for each call. Same values up to the engines' rounding.
+  bool cuda_nhwc = false;
   Precision precision = Precision::Fp32;
   bool exhaustive_conv_search = false;  // CUDA: timed algorithm search, cached per shape
   // CUDA: the most workspace a convolution algorithm may use (--conv-workspace-mib); none: the

@@ -33,9 +33,13 @@ std::vector<EnvDiff> environment_diffs(const RunFile& baseline, const RunFile& c
   auto check = [&](const std::string& key) {
     const bool hb = baseline.context.count(key) > 0, hc = contender.context.count(key) > 0;
     if (!hb && !hc) return;
-    // The dtypes are recorded only when not fp32, the virtual stages only when not 2.
+    // The dtypes are recorded only when not fp32, the virtual stages only when not 2; CUDA runs before
+    // --layout were NCHW.
     const bool dtype = key == schema::context::reduce_dtype.name || key == schema::context::param_dtype.name;
-    const std::string absent = dtype ? "fp32" : key == schema::context::virtual_stages.name ? "2" : "(not recorded)";
+    const std::string absent = dtype                                          ? "fp32"
+                               : key == schema::context::virtual_stages.name ? "2"
+                               : key == schema::context::conv_layout.name    ? "nchw"
+                                                                              : "(not recorded)";
     const std::string vb = hb ? baseline.context.at(key) : absent;
     const std::string vc = hc ? contender.context.at(key) : absent;
     if (vb != vc) diffs.push_back({key, vb, vc, baseline.source});

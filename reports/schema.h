@@ -145,6 +145,7 @@ inline constexpr Key conv_search{"PARBENCH_CONV_SEARCH", "-", "the environment v
 inline constexpr Key cpu_winograd{"PARBENCH_CPU_WINOGRAD", "-", "the environment variable as set for the run, or unset", M::Always};
 inline constexpr Key cudnn_api{"PARBENCH_CUDNN_API", "-", "the environment variable as set for the run, or unset", M::Gpu};
 inline constexpr Key conv_workspace_policy{"conv_workspace_policy", "-", "CUDA: fastest-fits (no cap: each convolution direction runs the fastest algorithm whose workspace the GPU can give) or cap N MiB (--conv-workspace-mib); CPU: n/a", M::Gpu};
+inline constexpr Key conv_layout{"conv_layout", "-", "CUDA: nchw, or nhwc (--layout: activations between consecutive convolutions, and their gradients, NHWC; filters KRSC per call); CPU: n/a. Absent (runs before it): nchw", M::Gpu};
 inline constexpr Key conv_layers{"conv_layers", "-", "CUDA: each convolution layer alone on GPU 0 at the run's one-device batch, before the sweep: its library workspace in bytes and each direction's cuDNN engine or algorithm and workspace; one 'layer N: ...' entry per layer, joined by ' / '; CPU: n/a (oneDNN chooses no algorithm by workspace, and a probe there would leave its caches to the configurations after it)"};
 inline constexpr Key precision{"precision", "-", "fp32, tf32 or bf16", M::Always};
 inline constexpr Key scaling{"scaling", "-", "weak (batch per device fixed) or strong (global batch fixed)", M::Always};
@@ -190,7 +191,7 @@ inline constexpr Key kContext[] = {
     context::cpu_threads,      context::conv_backend,    context::gpu_count,     context::gpu_names,
     context::cuda_driver,      context::cuda_runtime,    context::cudnn,         context::nccl,
     context::conv_search,      context::cpu_winograd,    context::cudnn_api,     context::conv_workspace_policy,
-    context::conv_layers,
+    context::conv_layout,      context::conv_layers,
     context::precision,        context::scaling,
     context::batch,            context::batch_meaning,   context::workload,      context::workload_source,
     context::workload_params,  context::input_shape,     context::param_count,   context::forward_flops_per_sample,

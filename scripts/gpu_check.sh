@@ -18,8 +18,9 @@ longer fits is reported "not run: N s left"), each writing its log as soon as it
                   bundled binary and library resolved (ldd), GPU, CPU, the libraries loaded
   2 tests         the GPU tests of parbench_tests only (every test with "Gpu" in its name:
                   tests/gpu_skip.h), one process per test
-  3 torch         GreatNetwork 512x512 batch 1, engine at tf32, fp32 and bf16 (autocast), PyTorch
-                  at tf32 and bf16; exhaustive convolution search on both sides
+  3 torch         GreatNetwork 512x512 batch 1, engine at tf32 in NCHW and NHWC (--layout) and
+                  bf16 (autocast), PyTorch at tf32 and bf16; exhaustive convolution search on
+                  both sides
   3b layers       that net per layer and pass (forward, backward-data, backward-weights, bias add
                   and gradient, ReLU forward and backward) in tf32 and bf16: the engine's
                   `parbench profile` (NCHW; profile/*.json in run.tar.gz, the input of `parbench
@@ -111,10 +112,11 @@ reserve=5                # the summary and run.tar.gz
 min_tests=30 min_torch=40 min_layers=60 min_run=30 min_sanitizer=20
 engine_each=25 peer_each=50 run_two=40 run_trace=20 run_unet=25
 profile_each=40 peer_layers_each=85 join_each=10
-# Stage 3: engine rows, PRECISION or PRECISION:MIB (with --conv-workspace-mib MIB, a convolution
-# workspace cap; without, the default fastest-fits policy), and PyTorch at peer_precisions. PyTorch's fp32 exhaustive search
-# did not finish within 50 s on an H200 (twice), so fp32 has no peer here.
-engine_rows="tf32 fp32 bf16"
+# Stage 3: engine rows, PRECISION[:MIB][/LAYOUT] (MIB: --conv-workspace-mib MIB, a convolution
+# workspace cap; without, the default fastest-fits policy; LAYOUT: --layout, nchw by default), and
+# PyTorch at peer_precisions. PyTorch's fp32 exhaustive search did not finish within 50 s on an
+# H200 (twice), so fp32 has no peer and no row; tf32 runs in both layouts.
+engine_rows="tf32 tf32/nhwc bf16"
 peer_precisions="tf32 bf16"
 # Stage 3b: the engine's per-layer profiles, one per precision; PyTorch's in one process, every
 # precision in both layouts.
@@ -287,7 +289,7 @@ median_of() {
          END { if (v != "") printf "%.4g\n", v }' "$1"
 }
 stage3() {
-    local spec precision cap label e t erc trc ratio peak share
+    local spec precision cap layout label e t erc trc ratio peak share
     declare -A peer_ms peer_rc
     rows=()
     rate() { [ -n "$1" ] && awk -v ms="$1" -v f="$tflop_per_image" 'BEGIN {printf "%.1f", f / (ms / 1e3)}' || echo n/a; }
@@ -301,13 +303,15 @@ stage3() {
         peer_ms[$precision]=$(median_of "$scratch/t.txt")
     done
     for spec in $engine_rows; do
+        layout=nchw
+        case "$spec" in */*) layout=${spec#*/} spec=${spec%%/*} ;; esac
         precision=${spec%%:*} cap=""
         [ "$spec" = "$precision" ] || cap=${spec#*:}
-        label="$precision${cap:+, workspace cap $cap MiB}"
+        label="$precision${cap:+, workspace cap $cap MiB}$([ "$layout" = nchw ] || echo ", $layout")"
         echo "=== engine $label" >>"$torch_log"
         env PARBENCH_CONV_SEARCH=exhaustive timeout "$(within "$engine_each")" \
             "$bundle/parbench" train --workload great_net --image 512 --width 1 --batch 1 --precision "$precision" \
-            ${cap:+--conv-workspace-mib "$cap"} \
+            ${cap:+--conv-workspace-mib "$cap"} --layout "$layout" \
             --device-kind cuda --iterations "$iterations" --warmup "$warmup" >"$scratch/e.txt" 2>&1
         erc=$?
         cat "$scratch/e.txt" >>"$torch_log"

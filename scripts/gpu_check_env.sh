@@ -203,12 +203,13 @@ dry_run_commands() {
         echo "parbench $args: parsed (stops at: $msg)"
     done <<EOF
 train --workload great_net --image 512 --width 1 --batch 1 --precision tf32 --device-kind cuda --iterations $iterations --warmup $warmup
+train --workload great_net --image 512 --width 1 --batch 1 --precision tf32 --layout nhwc --device-kind cuda --iterations $iterations --warmup $warmup
 train --workload great_net --image 512 --width 1 --batch 1 --precision bf16 --device-kind cuda --iterations $iterations --warmup $warmup
 profile --workload great_net --image 512 --width 1 --batch 1 --precision bf16 --device-kind cuda --out $scratch/p.json
 run --device-kind cuda --oversubscribe --strategies dp,ddp,mp,pipeline --devices 2 --iterations 3 --warmup 1 --out $scratch/run
 run --device-kind cuda --strategies regular --devices 1 --precision tf32 --iterations 2 --warmup 1 --trace --out $scratch/run-trace
 run --device-kind cuda --oversubscribe --strategies all --devices 2,4 --workload great_net --image 64 --width 0.25 --batch 2 --iterations 2 --warmup 1 --out $scratch/run-all
-run --device-kind cuda --oversubscribe --workload unet --image 64 --width 0.125 --batch 2 --strategies regular,ddp,fsdp,mp,pipeline-1f1b,pipeline-zb,tp --devices 3 --iterations 2 --warmup 1 --out $scratch/run-unet
+run --device-kind cuda --oversubscribe --workload unet --image 64 --width 0.125 --batch 2 --strategies regular,ddp,fsdp,mp,pipeline-1f1b,pipeline-zb,pipeline-interleaved,pipeline-zbv,tp --devices 3 --iterations 2 --warmup 1 --out $scratch/run-unet
 train --workload great_net --image 64 --width 0.25 --batch 2 --device-kind cuda --iterations 2 --warmup 1
 EOF
     # Stage 3b's whole chain on a tiny net on the CPU: the engine's profiles, PyTorch's where this

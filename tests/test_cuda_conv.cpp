@@ -168,6 +168,72 @@ TEST(CudaGpu, ConvSearchEnvironmentVariableIsValidated) {
 }
 
 
+// --layout nhwc (BackendOptions::cuda_nhwc): the calls with a Blocked (NHWC) side -- NCHW in,
+// NHWC out (a run's first convolution), NHWC both sides, NHWC in, NCHW out (its last) -- against
+// the CPU's plain calls, through both cuDNN APIs, with and without bias, overwriting and accumulating.
+std::vector<float> to_nhwc(const std::vector<float>& v, int64_t n, int64_t c, int64_t hw) {
+  std::vector<float> out(v.size());
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t ch = 0; ch < c; ++ch)
+      for (int64_t p = 0; p < hw; ++p) out[static_cast<std::size_t>((i * hw + p) * c + ch)] = v[static_cast<std::size_t>((i * c + ch) * hw + p)];
+  return out;
+}
+std::vector<float> from_nhwc(const std::vector<float>& v, int64_t n, int64_t c, int64_t hw) {
+  std::vector<float> out(v.size());
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t ch = 0; ch < c; ++ch)
+      for (int64_t p = 0; p < hw; ++p) out[static_cast<std::size_t>((i * c + ch) * hw + p)] = v[static_cast<std::size_t>((i * hw + p) * c + ch)];
+  return out;
+}
+
+TEST(CudaGpu, ConvWithNhwcSidesMatchesCpu) {
+  PB_REQUIRE_GPU();
+  Rand r;
+  auto c_be = make_backend(cpu());
+  for (const char* api : {"graph", "legacy"})
+    for (Precision p : kPrecisions) {
+      test::ScopedEnv env("PARBENCH_CUDNN_API", api);
+      BackendOptions o;
+      o.precision = p;
+      o.cuda_nhwc = true;
+      auto g_be = make_backend(cuda(), o);
+      const ConvGeom a = gpu_geom(r);
+      EXPECT_TRUE(g_be->conv_keeps_blocked(a, a));
+      EXPECT_NE(g_be->name().find("NHWC"), std::string::npos) << g_be->name();
+      const ActLayout P = ActLayout::Plain, B = ActLayout::Blocked;
+      for (ConvLayouts io : {ConvLayouts{P, B}, ConvLayouts{B, B}, ConvLayouts{B, P}})
+        for (int trial = 0; trial < 3; ++trial) {
+          const ConvGeom g = gpu_geom(r);
+          SCOPED_TRACE(fmt::format("seed {} {} API {} x {} y {} trial {}: {}", r.seed, precision_name(p), api,
+                                   io.x == B ? "NHWC" : "NCHW", io.y == B ? "NHWC" : "NCHW", trial, geom_str(g)));
+          const int64_t xn = g.n * g.c * g.h * g.w, wn = g.k * g.c * g.r * g.s, yn = g.n * g.k * g.p() * g.q();
+          const auto x = r.vec(xn), w = r.vec(wn), b = r.vec(g.k), dy = r.vec(yn);
+          const bool bias = r.coin(), accumulate = r.coin();
+          const auto dw0 = accumulate ? r.vec(wn) : poisoned(wn), db0 = accumulate ? r.vec(g.k) : poisoned(g.k);
+          std::vector<float> y = poisoned(yn), dx = poisoned(xn), dw = dw0, db = db0;
+          c_be->conv2d_forward(g, x.data(), w.data(), bias ? b.data() : nullptr, y.data());
+          c_be->conv2d_backward_data(g, dy.data(), w.data(), dx.data());
+          c_be->conv2d_backward_weights(g, x.data(), dy.data(), dw.data(), bias ? db.data() : nullptr, accumulate);
+
+          const auto side_x = [&](const std::vector<float>& v) { return io.x == B ? to_nhwc(v, g.n, g.c, g.h * g.w) : v; };
+          const auto side_y = [&](const std::vector<float>& v) { return io.y == B ? to_nhwc(v, g.n, g.k, g.p() * g.q()) : v; };
+          Tensor gx = gpu(side_x(x)), gw = gpu(w), gb = gpu(b), gdy = gpu(side_y(dy));
+          Tensor gy = gpu_poisoned(yn), gdx = gpu_poisoned(xn), gdw = gpu(dw0), gdb = gpu(db0);
+          g_be->conv2d_forward_in(g, io, gx.data(), gw.data(), bias ? gb.data() : nullptr, gy.data());
+          g_be->conv2d_backward_data_in(g, io, gdy.data(), gw.data(), gdx.data());
+          g_be->conv2d_backward_weights_in(g, io, gx.data(), gdy.data(), gdw.data(), bias ? gdb.data() : nullptr,
+                                           accumulate);
+          SCOPED_TRACE(g_be->conv_algorithms(g));
+          const std::vector<float> got_y = gy.to_host(), got_dx = gdx.to_host();
+          EXPECT_REL_CLOSE(io.y == B ? from_nhwc(got_y, g.n, g.k, g.p() * g.q()) : got_y, y, tol_for(p));
+          EXPECT_REL_CLOSE(io.x == B ? from_nhwc(got_dx, g.n, g.c, g.h * g.w) : got_dx, dx, tol_for(p));
+          EXPECT_REL_CLOSE(gdw.to_host(), dw, tol_for(p));
+          if (bias) EXPECT_REL_CLOSE(gdb.to_host(), db, tol_for(p));
+          else EXPECT_TRUE(same_bits(gdb.to_host(), db0)) << "db written without a bias";
+        }
+    }
+}
+
 // The tests above run through the default, cuDNN's graph API; this one through the legacy API,
 // which a shape the graph API has no engine for falls back to.
 TEST(CudaGpu, ConvThroughTheLegacyApiMatchesCpu) {

@@ -6,6 +6,8 @@
 
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "tests/cli_fixture.h"
 
 namespace pb {
@@ -83,6 +85,19 @@ TEST_F(Flags, ConvWorkspaceCapIsWholeMibAndTheUnreadVariableIsRefused) {
   EXPECT_THAT(env.err, HasSubstr("pass --conv-workspace-mib 65536 instead"));
   const test::Result ok = parbench("train" + linear + " --conv-workspace-mib 0");
   EXPECT_EQ(ok.code, 0) << ok.out << ok.err;
+}
+
+// --layout: nchw or nhwc; nhwc is a CUDA layout of the fp32 and tf32 convolutions, refused on a CPU
+// run (which would otherwise run NCHW under an nhwc label) and under bf16. The run context says which.
+TEST_F(Flags, LayoutIsNchwOrNhwcAndNhwcIsRefusedWhereItWouldNotApply) {
+  const std::string linear = " --device-kind cpu --workload linear --batch 2 --iterations 1";
+  refused("train" + linear + " --layout channels_last", "--layout expects nchw or nhwc, got 'channels_last'");
+  refused("train" + linear + " --layout nhwc", "--layout nhwc is a layout of the CUDA convolutions, and this run is on the CPU");
+  refused("run" + linear + " --layout nhwc --out " + path("r"), "--layout nhwc is a layout of the CUDA convolutions");
+  const test::Result ok = parbench("run" + linear + " --layout nchw --warmup 0 --out " + path("ok"));
+  ASSERT_EQ(ok.code, 0) << ok.out << ok.err;
+  const nlohmann::json results = nlohmann::json::parse(test::slurp(path("ok/results.json")));
+  EXPECT_EQ(results["context"]["conv_layout"], "n/a");
 }
 
 TEST_F(Flags, TypesAreCheckedWhenParsedEvenForFlagsTheCommandDoesNotRead) {

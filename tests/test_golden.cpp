@@ -318,13 +318,13 @@ int run(const std::string& args) {
 
 // The replay command end to end on DEVICE_KIND: files in, files out, compared with PyTorch's
 // (within TOL: the GPU sums in another order).
-void expect_replay_reproduces_fixture(const std::string& device_kind, double tol) {
+void expect_replay_reproduces_fixture(const std::string& device_kind, double tol, const std::string& layout = "nchw") {
   const fs::path d = pb::test::source_dir() / "tests/fixtures/conv_nonsquare";
-  const fs::path out = fs::path(::testing::TempDir()) / ("replay_nonsquare_" + device_kind);
+  const fs::path out = fs::path(::testing::TempDir()) / ("replay_nonsquare_" + device_kind + "_" + layout);
   fs::remove_all(out);
   ASSERT_EQ(run(fmt::format("replay --workload {0}/net.json --params {0}/params --input {0}/input.npy "
-                            "--target {0}/target.npy --steps 5 --device-kind {2} --out {1}",
-                            d.string(), out.string(), device_kind)),
+                            "--target {0}/target.npy --steps 5 --device-kind {2} --layout {3} --out {1}",
+                            d.string(), out.string(), device_kind, layout)),
             0);
   const auto got = nlohmann::json::parse(read_file((out / "losses.json").string()));
   const auto want = nlohmann::json::parse(read_file((d / "expected.json").string()));
@@ -345,6 +345,13 @@ TEST(Replay, CommandReproducesFixtureFiles) { expect_replay_reproduces_fixture("
 TEST(Replay, CommandReproducesFixtureFilesGpu) {
   PB_REQUIRE_GPU();
   expect_replay_reproduces_fixture("cuda", 1e-4);
+}
+
+// --layout nhwc: conv, ReLU, conv, ReLU, conv keeps both activations between them NHWC, so the
+// three convolutions take NCHW -> NHWC, NHWC -> NHWC and NHWC -> NCHW; the same PyTorch fixture.
+TEST(Replay, CommandReproducesFixtureFilesNhwcGpu) {
+  PB_REQUIRE_GPU();
+  expect_replay_reproduces_fixture("cuda", 1e-4, "nhwc");
 }
 
 TEST(Replay, BadInputExitsTwoAndWritesNothing) {

@@ -137,10 +137,11 @@ TEST(Compare, RefusesRunsThatMeasureDifferentWork) {
       {"PARBENCH_CPU_WINOGRAD", {"unset", "0"}},
       {"PARBENCH_CUDNN_API", {"unset", "legacy"}},
       {"conv_workspace_policy", {"fastest-fits", "cap 65536 MiB"}},
+      {"conv_layout", {"nchw", "nhwc"}},
   };
   for (const auto& [key, values] : changes) {
     // The cuDNN settings change a CUDA run's work (CudaKeysMatterOnlyForCudaRuns: not a CPU run's).
-    const bool cuda_only = key != "PARBENCH_CPU_WINOGRAD" && (key.rfind("PARBENCH_", 0) == 0 || key == "conv_workspace_policy");
+    const bool cuda_only = key != "PARBENCH_CPU_WINOGRAD" && (key.rfind("PARBENCH_", 0) == 0 || key == "conv_workspace_policy" || key == "conv_layout");
     const std::string kind = cuda_only ? "cuda" : "cpu";
     std::map<std::string, std::string> cb = {{"device_kind", kind}, {key, values.first}};
     std::map<std::string, std::string> cc = {{"device_kind", kind}, {key, values.second}};
@@ -155,6 +156,12 @@ TEST(Compare, RefusesRunsThatMeasureDifferentWork) {
     }
     EXPECT_EQ(compare_runs(base, cont, {}, true).env_diffs.size(), 1u) << key;
   }
+  // CUDA runs from before --layout were NCHW: an absent conv_layout reads as nchw.
+  const RunFile before = GbJson(std::map<std::string, std::string>{{"device_kind", "cuda"}}).add("w/a/devices:1/batch:1", {10}).file("before.json");
+  const RunFile nchw = GbJson({{"device_kind", "cuda"}, {"conv_layout", "nchw"}}).add("w/a/devices:1/batch:1", {10}).file("nchw.json");
+  const RunFile nhwc = GbJson({{"device_kind", "cuda"}, {"conv_layout", "nhwc"}}).add("w/a/devices:1/batch:1", {10}).file("nhwc.json");
+  EXPECT_NO_THROW(compare_runs(before, nchw, {}, false));
+  EXPECT_THROW(compare_runs(before, nhwc, {}, false), UsageError);
   // Informative keys may differ.
   const RunFile a = GbJson({{"device_kind", "cpu"}, {"parbench_commit", "abc"}, {"iterations", "10"}}).add("w/a/devices:1/batch:1", {10}).file();
   const RunFile b = GbJson({{"device_kind", "cpu"}, {"parbench_commit", "def"}, {"iterations", "20"}}).add("w/a/devices:1/batch:1", {10}).file();

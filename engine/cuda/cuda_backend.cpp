@@ -76,8 +76,10 @@ class CudaBackend final : public Backend {
 
   Device device() const override { return dev(); }
   std::string name() const override {
-    return fmt::format("{} {} ({}, conv algorithms: cuDNN {} API, {})", dev().str(), gpu_name_,
-                       precision_name(opts_.precision), cu::use_graph_api() ? "graph" : "legacy",
+    return fmt::format("{} {} ({}{}, conv algorithms: cuDNN {} API, {})", dev().str(), gpu_name_,
+                       precision_name(opts_.precision),
+                       opts_.cuda_nhwc && opts_.precision != Precision::Bf16 ? ", NHWC between convolutions" : "",
+                       cu::use_graph_api() ? "graph" : "legacy",
                        exhaustive_ ? "exhaustive search" : "heuristics");
   }
 
@@ -96,6 +98,32 @@ class CudaBackend final : public Backend {
     fp32_only("convolution");
     cu::use_device(device_);
     convs_.backward_weights(g, x, dy, dw, db, accumulate);
+  }
+  // --layout nhwc: Blocked is NHWC (CudnnConv), for the fp32 and tf32 convolutions.
+  bool conv_keeps_blocked(const ConvGeom&, const ConvGeom&) override {
+    return opts_.cuda_nhwc && opts_.precision != Precision::Bf16;
+  }
+  void conv2d_forward_in(const ConvGeom& g, ConvLayouts io, const float* x, const float* w, const float* b,
+                         float* y) override {
+    fp32_only("convolution");
+    cu::use_device(device_);
+    convs_.forward(g, io, x, w, b, y);
+  }
+  bool conv2d_relu_forward_in(const ConvGeom&, ConvLayouts, const float*, const float*, const float*,
+                              float*) override {
+    return false;  // the ReLU runs as its own pass, in either layout
+  }
+  void conv2d_backward_data_in(const ConvGeom& g, ConvLayouts io, const float* dy, const float* w,
+                               float* dx) override {
+    fp32_only("convolution");
+    cu::use_device(device_);
+    convs_.backward_data(g, io, dy, w, dx);
+  }
+  void conv2d_backward_weights_in(const ConvGeom& g, ConvLayouts io, const float* x, const float* dy, float* dw,
+                                  float* db, bool accumulate) override {
+    fp32_only("convolution");
+    cu::use_device(device_);
+    convs_.backward_weights(g, io, x, dy, dw, db, accumulate);
   }
   std::string conv_algorithms(const ConvGeom& g) const override {
     return bf16_ ? bf16_->algorithms(g) : convs_.algorithms(g);

@@ -26,6 +26,7 @@ struct ConvPlan {
   cu::ConvDesc conv;
   std::optional<AlgoChoice> fwd, bwd_data, bwd_filter;
   std::string graph_fwd, graph_bwd_data, graph_bwd_filter;  // the graph API's choice, when it ran
+  bool nhwc = false;  // x, y NHWC and w KRSC (CudnnConv's NHWC calls)
 };
 
 
@@ -155,14 +156,14 @@ CudnnConv::~CudnnConv() = default;
 void CudnnConv::forward(const ConvGeom& g, const float* x, const float* w, const float* b, float* y) {
   for (const BatchPart& part : conv_batch_parts(g)) {
     const ConvGeom gp = sub_batch(g, part.n);
-    forward_part(gp, x + part.offset * in_per_image(g), w, b, y + part.offset * out_per_image(g));
+    forward_part(gp, false, x + part.offset * in_per_image(g), w, b, y + part.offset * out_per_image(g));
   }
 }
 
 void CudnnConv::backward_data(const ConvGeom& g, const float* dy, const float* w, float* dx) {
   for (const BatchPart& part : conv_batch_parts(g)) {
     const ConvGeom gp = sub_batch(g, part.n);
-    backward_data_part(gp, dy + part.offset * out_per_image(g), w, dx + part.offset * in_per_image(g));
+    backward_data_part(gp, false, dy + part.offset * out_per_image(g), w, dx + part.offset * in_per_image(g));
   }
 }
 
@@ -171,23 +172,105 @@ void CudnnConv::backward_weights(const ConvGeom& g, const float* x, const float*
   bool add = accumulate;
   for (const BatchPart& part : conv_batch_parts(g)) {
     const ConvGeom gp = sub_batch(g, part.n);
-    backward_weights_part(gp, x + part.offset * in_per_image(g), dy + part.offset * out_per_image(g), dw, db, add);
+    backward_weights_part(gp, false, x + part.offset * in_per_image(g), dy + part.offset * out_per_image(g), dw, db,
+                          add);
     add = true;
   }
+}
+
+float* CudnnConv::layout_scratch(ScratchSlot slot, int64_t floats) {
+  const std::size_t bytes = static_cast<std::size_t>(floats) * sizeof(float);
+  std::unique_ptr<Buffer>& b = layout_scratch_[slot];
+  if (!b || b->bytes() < bytes) {
+    if (b) outgrown_.push_back(std::move(b));  // queued calls may still read it (see workspace())
+    b = std::make_unique<Buffer>(dev_, bytes, MemoryPool::Workspace);
+  }
+  return static_cast<float*>(b->data());
+}
+
+const float* CudnnConv::krsc_filter(const ConvGeom& g, const float* w) {
+  const ConvGeom g1 = sub_batch(g, 1);  // a filter's descriptors do not depend on the batch
+  float* out = layout_scratch(kFilter, g.k * g.c * g.r * g.s);
+  CUDNN_CHECK(cudnnTransformTensor(cudnn_, &kOne, plan_for(g1, false).w_as_tensor, w, &kZero,
+                                   plan_for(g1, true).w_as_tensor, out));
+  return out;
+}
+
+// Of the two operands on the input (x) and output (y) side, at most one is Plain here: both
+// Plain is the plain call. It is converted into the activation scratch on its way in or out.
+void CudnnConv::forward(const ConvGeom& g, ConvLayouts io, const float* x, const float* w, const float* b, float* y) {
+  if (io.plain()) return forward(g, x, w, b, y);
+  const bool x_nhwc = io.x == ActLayout::Blocked, y_nhwc = io.y == ActLayout::Blocked;
+  const float* wk = krsc_filter(g, w);
+  for (const BatchPart& part : conv_batch_parts(g)) {
+    const ConvGeom gp = sub_batch(g, part.n);
+    const float* xp = x + part.offset * in_per_image(g);
+    float* yp = y + part.offset * out_per_image(g);
+    ConvPlan &pc = plan_for(gp, false), &pn = plan_for(gp, true);
+    float* xn = x_nhwc ? const_cast<float*>(xp) : layout_scratch(kActivation, part.n * in_per_image(g));
+    if (!x_nhwc) CUDNN_CHECK(cudnnTransformTensor(cudnn_, &kOne, pc.x, xp, &kZero, pn.x, xn));
+    float* yn = y_nhwc ? yp : layout_scratch(kActivation, part.n * out_per_image(g));
+    forward_part(gp, true, xn, wk, b, yn);
+    if (!y_nhwc) CUDNN_CHECK(cudnnTransformTensor(cudnn_, &kOne, pn.y, yn, &kZero, pc.y, yp));
+  }
+}
+
+void CudnnConv::backward_data(const ConvGeom& g, ConvLayouts io, const float* dy, const float* w, float* dx) {
+  if (io.plain()) return backward_data(g, dy, w, dx);
+  const bool x_nhwc = io.x == ActLayout::Blocked, y_nhwc = io.y == ActLayout::Blocked;
+  const float* wk = krsc_filter(g, w);
+  for (const BatchPart& part : conv_batch_parts(g)) {
+    const ConvGeom gp = sub_batch(g, part.n);
+    const float* dyp = dy + part.offset * out_per_image(g);
+    float* dxp = dx + part.offset * in_per_image(g);
+    ConvPlan &pc = plan_for(gp, false), &pn = plan_for(gp, true);
+    float* dyn = y_nhwc ? const_cast<float*>(dyp) : layout_scratch(kActivation, part.n * out_per_image(g));
+    if (!y_nhwc) CUDNN_CHECK(cudnnTransformTensor(cudnn_, &kOne, pc.y, dyp, &kZero, pn.y, dyn));
+    float* dxn = x_nhwc ? dxp : layout_scratch(kActivation, part.n * in_per_image(g));
+    backward_data_part(gp, true, dyn, wk, dxn);
+    if (!x_nhwc) CUDNN_CHECK(cudnnTransformTensor(cudnn_, &kOne, pn.x, dxn, &kZero, pc.x, dxp));
+  }
+}
+
+// The filter gradient gathers in KRSC scratch over the sub-batches and is converted into dw once,
+// added to it when accumulating; the bias gradient goes straight to db.
+void CudnnConv::backward_weights(const ConvGeom& g, ConvLayouts io, const float* x, const float* dy, float* dw,
+                                 float* db, bool accumulate) {
+  if (io.plain()) return backward_weights(g, x, dy, dw, db, accumulate);
+  const bool x_nhwc = io.x == ActLayout::Blocked, y_nhwc = io.y == ActLayout::Blocked;
+  float* dwk = layout_scratch(kFilter, g.k * g.c * g.r * g.s);
+  bool later = false;
+  for (const BatchPart& part : conv_batch_parts(g)) {
+    const ConvGeom gp = sub_batch(g, part.n);
+    const float* xp = x + part.offset * in_per_image(g);
+    const float* dyp = dy + part.offset * out_per_image(g);
+    ConvPlan &pc = plan_for(gp, false), &pn = plan_for(gp, true);
+    float* xn = x_nhwc ? const_cast<float*>(xp) : layout_scratch(kActivation, part.n * in_per_image(g));
+    if (!x_nhwc) CUDNN_CHECK(cudnnTransformTensor(cudnn_, &kOne, pc.x, xp, &kZero, pn.x, xn));
+    float* dyn = y_nhwc ? const_cast<float*>(dyp) : layout_scratch(kActivation, part.n * out_per_image(g));
+    if (!y_nhwc) CUDNN_CHECK(cudnnTransformTensor(cudnn_, &kOne, pc.y, dyp, &kZero, pn.y, dyn));
+    backward_weights_part(gp, true, xn, dyn, dwk, nullptr, later);
+    if (db) CUDNN_CHECK(cudnnConvolutionBackwardBias(cudnn_, &kOne, pn.y, dyn, accumulate || later ? &kOne : &kZero,
+                                                     pn.bias, db));
+    later = true;
+  }
+  const ConvGeom g1 = sub_batch(g, 1);
+  CUDNN_CHECK(cudnnTransformTensor(cudnn_, &kOne, plan_for(g1, true).w_as_tensor, dwk, accumulate ? &kOne : &kZero,
+                                   plan_for(g1, false).w_as_tensor, dw));
 }
 
 std::string CudnnConv::algorithms(const ConvGeom& g) const {
   std::string out;
   for (const BatchPart& part : conv_batch_parts(g)) {
-    const ConvGeom gp = sub_batch(g, part.n);
-    const auto it = plans_.find(key_of(gp));
+    const ConvPlan* found = planned(sub_batch(g, part.n));
     if (!out.empty()) out += "; ";
     out += fmt::format("batch {}..{}: ", part.offset, part.offset + part.n - 1);
-    if (it == plans_.end()) {
+    if (!found) {
       out += "not planned";
       continue;
     }
-    const ConvPlan& p = *it->second;
+    const ConvPlan& p = *found;
+    if (p.nhwc) out += "NHWC ";
     const auto pick = [](const char* dir, const std::string& graph, const std::optional<AlgoChoice>& legacy) {
       return legacy || graph.empty() ? choice_str(dir, legacy) : fmt::format("{} {}", dir, graph);
     };
@@ -202,16 +285,17 @@ std::array<std::string, 3> CudnnConv::pass_algorithms(const ConvGeom& g) const {
   std::array<std::string, 3> out;
   const auto parts = conv_batch_parts(g);
   for (const BatchPart& part : parts) {
-    const auto it = plans_.find(key_of(sub_batch(g, part.n)));
+    const ConvPlan* found = planned(sub_batch(g, part.n));
     const std::string at = parts.size() > 1 ? fmt::format("batch {}..{}: ", part.offset, part.offset + part.n - 1) : "";
     const char* dirs[3] = {"forward", "backward-data", "backward-filter"};
     for (int d = 0; d < 3; ++d) {
       std::string s = "not planned";
-      if (it != plans_.end()) {
-        const ConvPlan& p = *it->second;
+      if (found) {
+        const ConvPlan& p = *found;
         const std::string& graph = d == 0 ? p.graph_fwd : d == 1 ? p.graph_bwd_data : p.graph_bwd_filter;
         const std::optional<AlgoChoice>& legacy = d == 0 ? p.fwd : d == 1 ? p.bwd_data : p.bwd_filter;
         s = legacy || graph.empty() ? choice_str(dirs[d], legacy).substr(std::string(dirs[d]).size() + 1) : graph;
+        if (p.nhwc) s = "NHWC " + s;
       }
       if (!out[d].empty()) out[d] += "; ";
       out[d] += at + s;
@@ -220,20 +304,37 @@ std::array<std::string, 3> CudnnConv::pass_algorithms(const ConvGeom& g) const {
   return out;
 }
 
-ConvPlan& CudnnConv::plan_for(const ConvGeom& g) {
-  const Key key = key_of(g);
+// The NCHW plan answers when it has run something; else the NHWC one.
+const ConvPlan* CudnnConv::planned(const ConvGeom& g) const {
+  const ConvPlan* nhwc = nullptr;
+  for (bool layout : {false, true}) {
+    const auto it = plans_.find(key_of(g, layout));
+    if (it == plans_.end()) continue;
+    const ConvPlan& p = *it->second;
+    const bool ran = p.fwd || p.bwd_data || p.bwd_filter || !p.graph_fwd.empty() || !p.graph_bwd_data.empty() ||
+                     !p.graph_bwd_filter.empty();
+    if (ran && !layout) return &p;
+    if (ran) nhwc = &p;
+  }
+  return nhwc;
+}
+
+ConvPlan& CudnnConv::plan_for(const ConvGeom& g, bool nhwc) {
+  const Key key = key_of(g, nhwc);
   auto it = plans_.find(key);
   if (it != plans_.end()) return *it->second;
   auto p = std::make_unique<ConvPlan>();
   const int N = to_int(g.n, "batch"), C = to_int(g.c, "channels"), H = to_int(g.h, "height"),
             W = to_int(g.w, "width"), K = to_int(g.k, "output channels");
   const int P = to_int(g.p(), "output height"), Q = to_int(g.q(), "output width");
-  CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, N, C, H, W));
-  CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, N, K, P, Q));
+  p->nhwc = nhwc;
+  const cudnnTensorFormat_t format = nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;  // filters: KRSC or KCRS
+  CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->x, format, CUDNN_DATA_FLOAT, N, C, H, W));
+  CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->y, format, CUDNN_DATA_FLOAT, N, K, P, Q));
   CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->bias, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, K, 1, 1));
-  CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->w_as_tensor, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, K, C,
+  CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->w_as_tensor, format, CUDNN_DATA_FLOAT, K, C,
                                          to_int(g.r, "kernel height"), to_int(g.s, "kernel width")));
-  CUDNN_CHECK(cudnnSetFilter4dDescriptor(p->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, K, C,
+  CUDNN_CHECK(cudnnSetFilter4dDescriptor(p->w, CUDNN_DATA_FLOAT, format, K, C,
                                          to_int(g.r, "kernel height"), to_int(g.s, "kernel width")));
   // PyTorch's Conv2d is a cross-correlation (no kernel flip).
   CUDNN_CHECK(cudnnSetConvolution2dDescriptor(p->conv, to_int(g.pad_h, "pad"), to_int(g.pad_w, "pad"),
@@ -266,6 +367,7 @@ void CudnnConv::release_workspace() noexcept {
   outgrown_.clear();
   workspace_.reset();
   dw_scratch_.reset();
+  for (auto& b : layout_scratch_) b.reset();
 }
 
 // The most workspace a timed search (cudnnFind*Ex) may use: the cap where one is set, and no more
@@ -334,9 +436,10 @@ AlgoChoice CudnnConv::choose(ConvPlan& p, const ConvGeom& g, const float* a, con
   return choices[static_cast<std::size_t>(pick.index)];
 }
 
-void CudnnConv::forward_part(const ConvGeom& g, const float* x, const float* w, const float* b, float* y) {
-  ConvPlan& p = plan_for(g);
-  if (!p.fwd && run_graph({ConvDir::Forward, g, CUDNN_DATA_FLOAT, opts_.precision, 0.0f, x, w, y}, p.graph_fwd)) {
+void CudnnConv::forward_part(const ConvGeom& g, bool nhwc, const float* x, const float* w, const float* b, float* y) {
+  ConvPlan& p = plan_for(g, nhwc);
+  if (!p.fwd &&
+      run_graph({ConvDir::Forward, g, CUDNN_DATA_FLOAT, opts_.precision, 0.0f, x, w, y, nhwc}, p.graph_fwd)) {
     if (b) CUDNN_CHECK(cudnnAddTensor(cudnn_, &kOne, p.bias, b, &kOne, p.y, y));
     return;
   }
@@ -349,10 +452,10 @@ void CudnnConv::forward_part(const ConvGeom& g, const float* x, const float* w, 
   if (b) CUDNN_CHECK(cudnnAddTensor(cudnn_, &kOne, p.bias, b, &kOne, p.y, y));
 }
 
-void CudnnConv::backward_data_part(const ConvGeom& g, const float* dy, const float* w, float* dx) {
-  ConvPlan& p = plan_for(g);
+void CudnnConv::backward_data_part(const ConvGeom& g, bool nhwc, const float* dy, const float* w, float* dx) {
+  ConvPlan& p = plan_for(g, nhwc);
   if (!p.bwd_data &&
-      run_graph({ConvDir::BackwardData, g, CUDNN_DATA_FLOAT, opts_.precision, 0.0f, dy, w, dx}, p.graph_bwd_data))
+      run_graph({ConvDir::BackwardData, g, CUDNN_DATA_FLOAT, opts_.precision, 0.0f, dy, w, dx, nhwc}, p.graph_bwd_data))
     return;
   if (!p.bwd_data) p.bwd_data = choose<BwdDataOps>(p, g, w, dy, dx);
   void* ws = workspace(p.bwd_data->workspace);
@@ -362,14 +465,15 @@ void CudnnConv::backward_data_part(const ConvGeom& g, const float* dy, const flo
                                            p.bwd_data->workspace, &kZero, p.x, dx));
 }
 
-void CudnnConv::backward_weights_part(const ConvGeom& g, const float* x, const float* dy, float* dw, float* db,
-                                      bool accumulate) {
-  ConvPlan& p = plan_for(g);
+void CudnnConv::backward_weights_part(const ConvGeom& g, bool nhwc, const float* x, const float* dy, float* dw,
+                                      float* db, bool accumulate) {
+  ConvPlan& p = plan_for(g, nhwc);
   // The graph API overwrites (beta = 0, so a timed search can run on the real output); to
   // accumulate, it writes a scratch gradient that is then added to dw.
   if (!p.bwd_filter && graph_api_) {
     float* out = accumulate ? dw_scratch(g.k * g.c * g.r * g.s) : dw;
-    if (run_graph({ConvDir::BackwardFilter, g, CUDNN_DATA_FLOAT, opts_.precision, 0.0f, x, dy, out}, p.graph_bwd_filter)) {
+    if (run_graph({ConvDir::BackwardFilter, g, CUDNN_DATA_FLOAT, opts_.precision, 0.0f, x, dy, out, nhwc},
+                  p.graph_bwd_filter)) {
       if (accumulate) CUDNN_CHECK(cudnnAddTensor(cudnn_, &kOne, p.w_as_tensor, out, &kOne, p.w_as_tensor, dw));
       if (db) CUDNN_CHECK(cudnnConvolutionBackwardBias(cudnn_, &kOne, p.y, dy, accumulate ? &kOne : &kZero, p.bias, db));
       return;

@@ -36,6 +36,13 @@ class CudnnConv {
   void forward(const ConvGeom& g, const float* x, const float* w, const float* b, float* y);
   void backward_data(const ConvGeom& g, const float* dy, const float* w, float* dx);
   void backward_weights(const ConvGeom& g, const float* x, const float* dy, float* dw, float* db, bool accumulate);
+  // The same with x/dx and y/dy in the layouts io, Blocked being NHWC (BackendOptions::cuda_nhwc). A
+  // call with an NHWC operand runs all in NHWC with the filter (and its gradient) in KRSC: a Plain
+  // operand and the filter pass through scratch, converted by cudnnTransformTensor.
+  void forward(const ConvGeom& g, ConvLayouts io, const float* x, const float* w, const float* b, float* y);
+  void backward_data(const ConvGeom& g, ConvLayouts io, const float* dy, const float* w, float* dx);
+  void backward_weights(const ConvGeom& g, ConvLayouts io, const float* x, const float* dy, float* dw, float* db,
+                        bool accumulate);
   // The algorithms chosen so far for each sub-batch of `g` (Backend::conv_algorithms).
   std::string algorithms(const ConvGeom& g) const;
   // The same per direction (forward, backward-data, backward-filter), without its name.
@@ -48,7 +55,7 @@ class CudnnConv {
   void release_workspace() noexcept;
 
  private:
-  using Key = std::array<int64_t, 11>;
+  using Key = std::array<int64_t, 12>;
 
   static ConvGeom sub_batch(ConvGeom g, int64_t n) {
     g.n = n;
@@ -56,15 +63,24 @@ class CudnnConv {
   }
   static int64_t in_per_image(const ConvGeom& g) { return g.c * g.h * g.w; }
   static int64_t out_per_image(const ConvGeom& g) { return g.k * g.p() * g.q(); }
-  static Key key_of(const ConvGeom& g) {
-    return Key{g.n, g.c, g.h, g.w, g.k, g.r, g.s, g.stride_h, g.stride_w, g.pad_h, g.pad_w};
+  static Key key_of(const ConvGeom& g, bool nhwc) {
+    return Key{g.n, g.c, g.h, g.w, g.k, g.r, g.s, g.stride_h, g.stride_w, g.pad_h, g.pad_w, nhwc ? 1 : 0};
   }
 
-  void forward_part(const ConvGeom& g, const float* x, const float* w, const float* b, float* y);
-  void backward_data_part(const ConvGeom& g, const float* dy, const float* w, float* dx);
-  void backward_weights_part(const ConvGeom& g, const float* x, const float* dy, float* dw, float* db,
+  // One sub-batch, every tensor NCHW (filters KCRS) or, with nhwc, NHWC (filters KRSC).
+  void forward_part(const ConvGeom& g, bool nhwc, const float* x, const float* w, const float* b, float* y);
+  void backward_data_part(const ConvGeom& g, bool nhwc, const float* dy, const float* w, float* dx);
+  void backward_weights_part(const ConvGeom& g, bool nhwc, const float* x, const float* dy, float* dw, float* db,
                              bool accumulate);
-  ConvPlan& plan_for(const ConvGeom& g);
+  ConvPlan& plan_for(const ConvGeom& g, bool nhwc);
+  // The found plan of one sub-batch shape, NCHW's first; null when neither ran.
+  const ConvPlan* planned(const ConvGeom& g) const;
+  // Grow-only scratch of the NHWC calls: kActivation holds a Plain operand in NHWC, kFilter the
+  // filter or its gradient in KRSC.
+  enum ScratchSlot { kActivation, kFilter, kScratchSlots };
+  float* layout_scratch(ScratchSlot slot, int64_t floats);
+  // w (KCRS) copied to KRSC in the filter scratch.
+  const float* krsc_filter(const ConvGeom& g, const float* w);
   void* workspace(std::size_t bytes);
   std::size_t workspace_limit() const;
   template <typename Ops>
@@ -84,6 +100,7 @@ class CudnnConv {
   bool graph_api_;
   GraphConv graph_;
   std::unique_ptr<Buffer> dw_scratch_;  // a filter gradient the graph API adds to dw (accumulate)
+  std::unique_ptr<Buffer> layout_scratch_[kScratchSlots];
 };
 
 }  // namespace pb::cu

@@ -59,10 +59,13 @@ class Desc {
 
 std::size_t elem_bytes(cudnnDataType_t t) { return t == CUDNN_DATA_FLOAT ? 4 : 2; }
 
-// A packed NCHW tensor.
-std::unique_ptr<Desc> tensor(int64_t uid, cudnnDataType_t type, std::array<int64_t, 4> dims, int64_t align) {
+// A packed tensor of dims [n, c, h, w] (a filter's [k, c, r, s]), NCHW or, with nhwc, NHWC.
+std::unique_ptr<Desc> tensor(int64_t uid, cudnnDataType_t type, std::array<int64_t, 4> dims, int64_t align,
+                             bool nhwc) {
   auto d = std::make_unique<Desc>(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
-  const std::array<int64_t, 4> strides{dims[1] * dims[2] * dims[3], dims[2] * dims[3], dims[3], 1};
+  const std::array<int64_t, 4> strides =
+      nhwc ? std::array<int64_t, 4>{dims[1] * dims[2] * dims[3], 1, dims[3] * dims[1], dims[1]}
+           : std::array<int64_t, 4>{dims[1] * dims[2] * dims[3], dims[2] * dims[3], dims[3], 1};
   d->set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type);
   d->set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims.data());
   d->set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides.data());
@@ -104,7 +107,7 @@ GraphConv::Key GraphConv::key_of(const GraphConvCall& c) {
   const ConvGeom& g = c.g;
   return Key{static_cast<int64_t>(c.dir), g.n, g.c, g.h, g.w, g.k, g.r, g.s, g.stride_h, g.stride_w, g.pad_h,
              g.pad_w, static_cast<int64_t>(c.data), static_cast<int64_t>(c.precision),
-             static_cast<int64_t>(c.beta * 2), alignment(c)};
+             static_cast<int64_t>(c.beta * 2), alignment(c), c.nhwc ? 1 : 0};
 }
 
 namespace {
@@ -114,10 +117,10 @@ std::unique_ptr<Desc> op_graph(cudnnHandle_t h, const GraphConvCall& c, std::vec
                                std::string* why) {
   const ConvGeom& g = c.g;
   const int64_t align = alignment(c);
-  auto x = tensor(c.dir == ConvDir::BackwardData ? 3 : 1, c.data, {g.n, g.c, g.h, g.w}, align);
-  auto w = tensor(c.dir == ConvDir::BackwardFilter ? 3 : 2, c.data, {g.k, g.c, g.r, g.s}, align);
+  auto x = tensor(c.dir == ConvDir::BackwardData ? 3 : 1, c.data, {g.n, g.c, g.h, g.w}, align, c.nhwc);
+  auto w = tensor(c.dir == ConvDir::BackwardFilter ? 3 : 2, c.data, {g.k, g.c, g.r, g.s}, align, c.nhwc);
   auto y = tensor(c.dir == ConvDir::Forward ? 3 : c.dir == ConvDir::BackwardData ? 1 : 2, c.data,
-                  {g.n, g.k, g.p(), g.q()}, align);
+                  {g.n, g.k, g.p(), g.q()}, align, c.nhwc);
   auto conv = std::make_unique<Desc>(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
   const cudnnDataType_t comp = CUDNN_DATA_FLOAT;
   const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
@@ -280,8 +283,8 @@ GraphConv::Entry& GraphConv::entry(const GraphConvCall& c, const Workspace& ws) 
     }
   };
   const ConvGeom& g = c.g;
-  const std::string what = fmt::format("conv x[{},{},{},{}] w[{},{},{},{}] {} (graph API)", g.n, g.c, g.h, g.w, g.k, g.c,
-                                       g.r, g.s, dir_name(c.dir));
+  const std::string what = fmt::format("conv x[{},{},{},{}] w[{},{},{},{}] {}{} (graph API)", g.n, g.c, g.h, g.w, g.k,
+                                       g.c, g.r, g.s, dir_name(c.dir), c.nhwc ? " NHWC" : "");
   const ConvPolicy policy{c.precision, cap_};
   std::unique_ptr<Buffer> trial;  // exhaustive search: each candidate's own workspace, freed after
   const auto get_workspace = [&](std::size_t bytes) {

@@ -26,7 +26,8 @@ namespace pb::cu {
 enum class ConvDir { Forward, BackwardData, BackwardFilter };
 
 // One convolution call. Inputs and output by direction: Forward x, w -> y; BackwardData dy, w -> dx;
-// BackwardFilter x, dy -> dw. Every tensor NCHW-packed of `data` type, fp32 accumulation.
+// BackwardFilter x, dy -> dw. Every tensor of `data` type, packed NCHW (filters KCRS) or, with
+// nhwc, NHWC (filters KRSC); fp32 accumulation.
 struct GraphConvCall {
   ConvDir dir = ConvDir::Forward;
   ConvGeom g;
@@ -36,6 +37,7 @@ struct GraphConvCall {
   const void* a = nullptr;
   const void* b = nullptr;
   void* out = nullptr;
+  bool nhwc = false;
 };
 
 // A legacy API math mode as the numerical notes (engine/conv_policy.h ConvNote bits) the policy's
@@ -69,7 +71,7 @@ class GraphConv {
 
  private:
   struct Entry;
-  using Key = std::array<int64_t, 16>;
+  using Key = std::array<int64_t, 17>;
   static Key key_of(const GraphConvCall& c);
   Entry& entry(const GraphConvCall& c, const Workspace& ws);
 
