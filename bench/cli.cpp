@@ -49,7 +49,7 @@ std::vector<Flag> training_flags() {
       {"virtual-stages", "V", "pipeline-interleaved: model chunks per worker (the net in V x P stages), at least 2", "2"},
       {"precision", "P", "fp32, tf32 or bf16 (fp32 never uses TF32; bf16: autocast, fp32 master weights, docs/bf16.md)", "fp32"},
       {"threads", "N", "CPU threads per worker (0: share all cores among the workers)", "0"},
-      {"layout", "L", "CUDA: the activation layout between consecutive convolutions, nchw or nhwc (channels_last: they and their gradients stay NHWC, filters go KRSC per call; fp32 and tf32; docs/gpu.md)", "nchw"},
+      {"layout", "L", "CUDA: the activation layout between consecutive convolutions, nchw or nhwc (channels_last: they and their gradients stay NHWC, filters go KRSC per call; docs/gpu.md)", "nchw"},
       {"conv-workspace-mib", "MIB", "CUDA: the most workspace a convolution algorithm may use (default: no cap, the fastest whose workspace the GPU can give, as PyTorch; docs/gpu.md)", ""},
       {"comm-timeout", "SECONDS", "MPI: end the job when a rank waits longer than this in one communication call (0: never)", "300", FlagType::Number},
       {"memory-limit", "GIB", "memory a configuration may use: in all on CPU, per GPU on CUDA (default: available RAM / GPU memory)", "", FlagType::Number},
@@ -275,16 +275,13 @@ std::optional<std::size_t> conv_workspace_cap(const Flags& f) {
   return static_cast<std::size_t>(std::stoll(v)) << 20;
 }
 
-bool conv_layout_nhwc(const Flags& f, DeviceKind kind, Precision precision) {
+bool conv_layout_nhwc(const Flags& f, DeviceKind kind) {
   const std::string v = f.str("layout");
   if (v != "nchw" && v != "nhwc") throw UsageError(fmt::format("--layout expects nchw or nhwc, got '{}'", v));
   if (v == "nchw") return false;
   if (kind != DeviceKind::Cuda)
     throw UsageError("--layout nhwc is a layout of the CUDA convolutions, and this run is on the CPU (whose backend "
                      "keeps oneDNN's blocked layout between convolutions on its own: PARBENCH_CPU_BLOCKED)");
-  if (precision == Precision::Bf16)
-    throw UsageError("--layout nhwc runs the fp32 and tf32 convolutions; bf16's stay NCHW (use --precision fp32 or tf32, "
-                     "or --layout nchw)");
   return true;
 }
 
@@ -332,7 +329,7 @@ StrategyOptions strategy_options(const Flags& f, int devices, int64_t global_bat
   o.recompute = f.on("recompute");
   o.backend.precision = parse_precision(f.str("precision"));
   o.backend.conv_workspace_cap_bytes = conv_workspace_cap(f);
-  o.backend.cuda_nhwc = conv_layout_nhwc(f, o.kind, o.backend.precision);
+  o.backend.cuda_nhwc = conv_layout_nhwc(f, o.kind);
   o.reduce_dtype = parse_dtype_label(f.str("reduce-dtype"), "--reduce-dtype");
   o.param_dtype = parse_dtype_label(f.str("param-dtype"), "--param-dtype");
   const double comm_timeout = f.number("comm-timeout");

@@ -147,8 +147,8 @@ StrategyOptions plan_file_options(const Flags& f, const std::shared_ptr<const Pl
 int worker_count(const Flags& f);
 // --conv-workspace-mib as bytes; none when not given (no cap). UsageError naming the flag.
 std::optional<std::size_t> conv_workspace_cap(const Flags& f);
-// --layout: true for nhwc; UsageError naming the flag for another value, for nhwc on a CPU run or under bf16.
-bool conv_layout_nhwc(const Flags& f, DeviceKind kind, Precision precision);
+// --layout: true for nhwc; UsageError naming the flag for another value or for nhwc on a CPU run.
+bool conv_layout_nhwc(const Flags& f, DeviceKind kind);
 // Also sets the process-wide --comm-timeout.
 StrategyOptions strategy_options(const Flags& f, int devices, int64_t global_batch);
 // Google Benchmark's flags as passed through by `run`: values GB would misread (repetitions 0 or

@@ -77,9 +77,9 @@ struct BackendOptions {
   // included) stays in oneDNN's blocked layout instead of going to NCHW and back, in forward and
   // backward. Same values either way; PARBENCH_CPU_BLOCKED=0 or =1 overrides this, for A/B runs.
   bool cpu_blocked = true;
-  // CUDA, fp32 and tf32 (--layout nhwc): the activation between two consecutive convolutions of a
-  // stage, and its gradient, stay NHWC (channels_last, the layout tensor-core kernels prefer: the
-  // backend's Blocked), the filters go KRSC for each call. Same values up to the engines' rounding.
+  // CUDA (--layout nhwc): the activation between two consecutive convolutions of a stage, and its
+  // gradient, stay NHWC (channels_last, the layout tensor-core kernels prefer: the backend's
+  // Blocked), the filters go KRSC for each call. Same values up to the engines' rounding.
   bool cuda_nhwc = false;
   Precision precision = Precision::Fp32;
   bool exhaustive_conv_search = false;  // CUDA: timed algorithm search, cached per shape
@@ -129,7 +129,8 @@ class Backend {
     return false;
   }
   // Whether the tensor between two consecutive convolutions of a stage (a's output, b's input;
-  // a ReLU may sit between them) should stay Blocked. Both have a bias. Never, by default.
+  // a ReLU may sit between them) should stay Blocked, in the calls of this backend's precision
+  // (the fp32 ones, or under Bf16 the bf16 ones). Both have a bias. Never, by default.
   virtual bool conv_keeps_blocked(const ConvGeom& /*a*/, const ConvGeom& /*b*/) { return false; }
   // The convolution calls with x/dx and y/dy in the layouts io; io all Plain is the plain calls.
   // A backend with no Blocked layout takes Plain only.
@@ -199,12 +200,18 @@ class Backend {
   // bf16 ops (Precision::Bf16 only; the defaults refuse, naming the backend). Convolutions and
   // linear layers read bf16 and accumulate in fp32; forward and backward-data round their output
   // to bf16 once, backward-weights writes fp32 dw and db (overwritten, or added to when
-  // accumulate). Shapes and layouts as in the fp32 calls above; activations Plain only. A null b
-  // (db) is no bias (no bias gradient).
+  // accumulate). Shapes as in the fp32 calls above; activations Plain but in the _in calls, whose
+  // layouts are as the fp32 ones'. A null b (db) is no bias (no bias gradient).
   virtual void conv2d_forward_bf16(const ConvGeom& g, const Bf16* x, const Bf16* w, const Bf16* b, Bf16* y);
   virtual void conv2d_backward_data_bf16(const ConvGeom& g, const Bf16* dy, const Bf16* w, Bf16* dx);
   virtual void conv2d_backward_weights_bf16(const ConvGeom& g, const Bf16* x, const Bf16* dy, float* dw, float* db,
                                             bool accumulate);
+  virtual void conv2d_forward_bf16_in(const ConvGeom& g, ConvLayouts io, const Bf16* x, const Bf16* w, const Bf16* b,
+                                      Bf16* y);
+  virtual void conv2d_backward_data_bf16_in(const ConvGeom& g, ConvLayouts io, const Bf16* dy, const Bf16* w,
+                                            Bf16* dx);
+  virtual void conv2d_backward_weights_bf16_in(const ConvGeom& g, ConvLayouts io, const Bf16* x, const Bf16* dy,
+                                               float* dw, float* db, bool accumulate);
   virtual void linear_forward_bf16(int64_t n, int64_t in, int64_t out, const Bf16* x, const Bf16* w, const Bf16* b,
                                    Bf16* y);
   virtual void linear_backward_data_bf16(int64_t n, int64_t in, int64_t out, const Bf16* dy, const Bf16* w, Bf16* dx);

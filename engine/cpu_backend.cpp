@@ -255,7 +255,7 @@ float* CpuBackend::scratch(std::size_t slot, std::size_t floats) {
 
 bool CpuBackend::conv_keeps_blocked([[maybe_unused]] const ConvGeom& a, [[maybe_unused]] const ConvGeom& b) {
 #ifdef PARBENCH_HAVE_DNNL
-  if (!blocked_ || !dnnl_) return false;
+  if (!blocked_ || !dnnl_ || precision_ == Precision::Bf16) return false;  // oneDNN's blocked: fp32 calls only
   for (const ConvGeom* g : {&a, &b})
     if (own_winograd_forward(*g, true) || own_winograd_backward_data(*g) || own_winograd_backward_weights(*g, true))
       return false;

@@ -242,6 +242,22 @@ void Backend::conv2d_backward_weights_in(const ConvGeom& g, ConvLayouts io, cons
   conv2d_backward_weights(g, x, dy, dw, db, accumulate);
 }
 
+void Backend::conv2d_forward_bf16_in(const ConvGeom& g, ConvLayouts io, const Bf16* x, const Bf16* w, const Bf16* b,
+                                     Bf16* y) {
+  PB_CHECK(io.plain(), "{} has no blocked bf16 activation layout", name());
+  conv2d_forward_bf16(g, x, w, b, y);
+}
+void Backend::conv2d_backward_data_bf16_in(const ConvGeom& g, ConvLayouts io, const Bf16* dy, const Bf16* w,
+                                           Bf16* dx) {
+  PB_CHECK(io.plain(), "{} has no blocked bf16 activation layout", name());
+  conv2d_backward_data_bf16(g, dy, w, dx);
+}
+void Backend::conv2d_backward_weights_bf16_in(const ConvGeom& g, ConvLayouts io, const Bf16* x, const Bf16* dy,
+                                              float* dw, float* db, bool accumulate) {
+  PB_CHECK(io.plain(), "{} has no blocked bf16 activation layout", name());
+  conv2d_backward_weights_bf16(g, x, dy, dw, db, accumulate);
+}
+
 void Backend::conv_transpose2d_forward(const ConvGeom& g, const float* x, const float* w, const float* b, float* y) {
   conv2d_backward_data(g, x, w, y);
   if (b) add_channel_bias(g.n, g.c, g.h * g.w, b, y);

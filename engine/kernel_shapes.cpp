@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <utility>
 
 #include "engine/check.h"
 
@@ -72,6 +73,31 @@ Launch upsample2x_forward(int64_t outputs, int value_bytes) {
 }
 Launch upsample2x_backward(int64_t inputs, int value_bytes) {
   return grid_stride(inputs, 5.0 * value_bytes, 3, "upsample2x_backward");
+}
+
+Launch transpose(int64_t batches, int64_t rows, int64_t cols, int value_bytes) {
+  Launch l;
+  if (batches <= 0 || rows <= 0 || cols <= 0) return l;
+  if (!transpose_tiled(rows, cols)) return grid_stride(batches * rows * cols, 2.0 * value_bytes, 0, "transpose");
+  constexpr int64_t T = kTransposeTile, lanes = kThreads / kTransposeTile;  // 32 x 8 threads
+  const int64_t tr = ceil_div(rows, T), tc = ceil_div(cols, T), tiles = batches * tr * tc;
+  l.blocks = checked_blocks(std::min(tiles, kMaxBlocks), "transpose");
+  // Threads of a tile with vr x vc values: those that read (column < vc, first row < vr) or
+  // write (column < vr, first row < vc); averaged over the tile sizes, for the first wave.
+  // (Rows and columns are at least T here: the edge tiles are the only partial ones.)
+  const auto active_in = [&](int64_t vr, int64_t vc) {
+    const int64_t a = std::min(vr, lanes), b = std::min(vc, lanes);
+    return vc * a + vr * b - std::min(vc, vr) * std::min(a, b);
+  };
+  const int64_t full_r = rows / T, full_c = cols / T, rest_r = rows % T, rest_c = cols % T;
+  double total = 0;
+  for (const auto& [nr, vr] : {std::pair{full_r, T}, std::pair{rest_r > 0 ? int64_t(1) : int64_t(0), rest_r}})
+    for (const auto& [nc, vc] : {std::pair{full_c, T}, std::pair{rest_c > 0 ? int64_t(1) : int64_t(0), rest_c}})
+      total += static_cast<double>(nr * nc) * static_cast<double>(active_in(vr, vc));
+  l.active = static_cast<int64_t>(static_cast<double>(l.blocks) * total / static_cast<double>(tr * tc));
+  l.serial = T / lanes * ceil_div(tiles, l.blocks);
+  l.bytes = 2.0 * value_bytes * static_cast<double>(batches * rows * cols);
+  return l;
 }
 
 Launch add_channel_bias(int64_t n, int64_t channels) {

@@ -63,6 +63,15 @@ Launch relu_backward_bf16(int64_t n);
 Launch broadcast_bf16(int64_t n, int64_t channels);
 Launch widen_bf16(int64_t n, bool accumulate);
 
+// dst[b][c][r] = src[b][r][c] (the NHWC layout's conversions). Rows and columns both at least a
+// tile: 32 x 32 tiles through shared memory, a block of kThreads (32 x 8) moving one tile at a
+// time, 4 values a thread, in a grid-stride loop over the batches x tiles (a tile at an edge keeps
+// only its threads with values). Narrower (3 channels, a 3x3 filter's 9 taps): a grid-stride loop
+// over dst, a warp writing adjacent values and reading a few short runs.
+constexpr int kTransposeTile = 32;
+inline bool transpose_tiled(int64_t rows, int64_t cols) { return rows >= kTransposeTile && cols >= kTransposeTile; }
+Launch transpose(int64_t batches, int64_t rows, int64_t cols, int value_bytes);
+
 // db[c] (+)= the sum over o < outer, i < inner of dy[(o * channels + c) * inner + i]: a bias
 // gradient. Two passes, no atomics (the same sum every run):
 //  - segments (inner >= kSegmentInner: convolutions but the smallest images): block (c, j) adds

@@ -36,6 +36,7 @@ Bf16* Sequential::bf16_input(Slot& slot, const float* x, int64_t batch) {
   if (slot.batch != batch) {
     slot.storage.resize(end_ - begin_);
     slot.out16.assign(end_ - begin_, nullptr);
+    slot.layout = layouts(batch);
     slot.batch = batch;
   }
   slot.input = x;
@@ -68,7 +69,9 @@ const float* Sequential::forward_bf16(const float* x, int64_t batch, int slot_id
     const LayerPass fwd = LayerPass::Forward;
     switch (l.spec.type) {
       case LayerType::Conv2d:
-        observed_layer(observer_, tracer_, l, batch, bf16_, fwd, [&] { be.conv2d_forward_bf16(geom(l, batch), cur, w, w + l.weight_numel, y); });
+        observed_layer(observer_, tracer_, l, batch, bf16_, fwd, [&] {
+          be.conv2d_forward_bf16_in(geom(l, batch), {in_layout(slot, j), slot.layout[j]}, cur, w, w + l.weight_numel, y);
+        });
         break;
       case LayerType::ConvTranspose2d:
         observed_layer(observer_, tracer_, l, batch, bf16_, fwd,
@@ -138,12 +141,14 @@ void Sequential::backward_bf16(const float* dy, float* dx, bool accumulate, int 
     switch (l.spec.type) {
       case LayerType::Conv2d: {
         const ConvGeom g = geom(l, batch);
+        const ConvLayouts io{in_layout(slot, j), slot.layout[j]};
         if (weights)
           observed_layer(observer_, tracer_, l, batch, bf16_, LayerPass::BackwardWeights,
-                   [&] { be.conv2d_backward_weights_bf16(g, xin, gout, gw, gw + l.weight_numel, accumulate); });
+                   [&] { be.conv2d_backward_weights_bf16_in(g, io, xin, gout, gw, gw + l.weight_numel, accumulate); });
         if (grads_ready) grads_ready(i);
         if (need_dx)
-          observed_layer(observer_, tracer_, l, batch, bf16_, LayerPass::BackwardData, [&] { be.conv2d_backward_data_bf16(g, gout, w, gin); });
+          observed_layer(observer_, tracer_, l, batch, bf16_, LayerPass::BackwardData,
+                         [&] { be.conv2d_backward_data_bf16_in(g, io, gout, w, gin); });
         break;
       }
       case LayerType::ConvTranspose2d: {

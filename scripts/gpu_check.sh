@@ -18,9 +18,9 @@ longer fits is reported "not run: N s left"), each writing its log as soon as it
                   bundled binary and library resolved (ldd), GPU, CPU, the libraries loaded
   2 tests         the GPU tests of parbench_tests only (every test with "Gpu" in its name:
                   tests/gpu_skip.h), one process per test
-  3 torch         GreatNetwork 512x512 batch 1, engine at tf32 in NCHW and NHWC (--layout) and
-                  bf16 (autocast), PyTorch at tf32 and bf16; exhaustive convolution search on
-                  both sides
+  3 torch         GreatNetwork 512x512 batch 1, engine at tf32 and bf16 (autocast), each in NCHW
+                  and NHWC (--layout), PyTorch at tf32 and bf16; exhaustive convolution search
+                  on both sides
   3b layers       that net per layer and pass (forward, backward-data, backward-weights, bias add
                   and gradient, ReLU forward and backward) in tf32 and bf16: the engine's
                   `parbench profile` (NCHW; profile/*.json in run.tar.gz, the input of `parbench
@@ -103,20 +103,20 @@ result() {
 # before it used their whole budgets; a stage whose minimum no longer fits is not run, and says so.
 hard_cap=570             # the whole check ends before 10 minutes
 budget_env=20            # 1: found, integrity, libraries (or, in a dry run, stage 1 and the parse)
-budget_tests=75          # 2: the GPU tests, one process each
-budget_torch=175         # 3: engine rows (at most engine_each each) and PyTorch (peer_each each)
-budget_layers=175        # 3b: engine profiles (profile_each each), PyTorch's (peer_layers_each), the join (join_each)
-budget_run=90            # 4: 2 workers (run_two), a traced one-device step (run_trace), every strategy, a U-Net (run_unet)
-budget_sanitizer=30      # 5: memcheck over a small training run
+budget_tests=70          # 2: the GPU tests, one process each
+budget_torch=200         # 3: engine rows (at most engine_each each) and PyTorch (peer_each each)
+budget_layers=165        # 3b: engine profiles (profile_each each), PyTorch's (peer_layers_each), the join (join_each)
+budget_run=85            # 4: 2 workers (run_two), a traced one-device step (run_trace), every strategy, a U-Net (run_unet)
+budget_sanitizer=25      # 5: memcheck over a small training run
 reserve=5                # the summary and run.tar.gz
 min_tests=30 min_torch=40 min_layers=60 min_run=30 min_sanitizer=20
-engine_each=25 peer_each=50 run_two=40 run_trace=20 run_unet=25
-profile_each=40 peer_layers_each=85 join_each=10
+engine_each=25 peer_each=50 run_two=40 run_trace=20 run_unet=20
+profile_each=40 peer_layers_each=75 join_each=10
 # Stage 3: engine rows, PRECISION[:MIB][/LAYOUT] (MIB: --conv-workspace-mib MIB, a convolution
 # workspace cap; without, the default fastest-fits policy; LAYOUT: --layout, nchw by default), and
 # PyTorch at peer_precisions. PyTorch's fp32 exhaustive search did not finish within 50 s on an
-# H200 (twice), so fp32 has no peer and no row; tf32 runs in both layouts.
-engine_rows="tf32 tf32/nhwc bf16"
+# H200 (twice), so fp32 has no peer and no row; tf32 and bf16 run in both layouts.
+engine_rows="tf32 tf32/nhwc bf16 bf16/nhwc"
 peer_precisions="tf32 bf16"
 # Stage 3b: the engine's per-layer profiles, one per precision; PyTorch's in one process, every
 # precision in both layouts.

@@ -205,6 +205,7 @@ dry_run_commands() {
 train --workload great_net --image 512 --width 1 --batch 1 --precision tf32 --device-kind cuda --iterations $iterations --warmup $warmup
 train --workload great_net --image 512 --width 1 --batch 1 --precision tf32 --layout nhwc --device-kind cuda --iterations $iterations --warmup $warmup
 train --workload great_net --image 512 --width 1 --batch 1 --precision bf16 --device-kind cuda --iterations $iterations --warmup $warmup
+train --workload great_net --image 512 --width 1 --batch 1 --precision bf16 --layout nhwc --device-kind cuda --iterations $iterations --warmup $warmup
 profile --workload great_net --image 512 --width 1 --batch 1 --precision bf16 --device-kind cuda --out $scratch/p.json
 run --device-kind cuda --oversubscribe --strategies dp,ddp,mp,pipeline --devices 2 --iterations 3 --warmup 1 --out $scratch/run
 run --device-kind cuda --strategies regular --devices 1 --precision tf32 --iterations 2 --warmup 1 --trace --out $scratch/run-trace

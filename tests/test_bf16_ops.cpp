@@ -176,27 +176,44 @@ DevBuf<T> dev(Backend& be, const std::vector<T>& h) {
   return DevBuf<T>(be, h);
 }
 
+// [n][a][b] -> [n][b][a]: NCHW values to NHWC (a = C, b = H*W) and back (a = H*W, b = C).
+template <class T>
+std::vector<T> swap_inner(const std::vector<T>& v, int64_t n, int64_t a, int64_t b) {
+  std::vector<T> out(v.size());
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t p = 0; p < a; ++p)
+      for (int64_t q = 0; q < b; ++q)
+        out[static_cast<std::size_t>((i * b + q) * a + p)] = v[static_cast<std::size_t>((i * a + p) * b + q)];
+  return out;
+}
+
 // Conv passes of be against the reference. cudnn: outputs may round partial sums to bf16, and the
-// weight gradient is rounded to bf16 before it is widened (as PyTorch's autocast gets it).
-void check_conv_at(Backend& be, bool cudnn, const ConvGeom& g, Rand& r) {
+// weight gradient is rounded to bf16 before it is widened (as PyTorch's autocast gets it). io: the
+// layouts of x/dx and y/dy (Blocked: NHWC, the CUDA backend's --layout nhwc), converted here.
+void check_conv_at(Backend& be, bool cudnn, const ConvGeom& g, Rand& r, ConvLayouts io = {}) {
   const Rounded out = cudnn ? Rounded::Partials : Rounded::Once;
   {
     const int64_t xn = g.n * g.c * g.h * g.w, wn = g.k * g.c * g.r * g.s, yn = g.n * g.k * g.p() * g.q();
+    const int64_t hw = g.h * g.w, pq = g.p() * g.q();
+    const bool x_nhwc = io.x == ActLayout::Blocked, y_nhwc = io.y == ActLayout::Blocked;
     const Vals x = bf16_vals(r, xn), w = bf16_vals(r, wn), b = bf16_vals(r, g.k), dy = bf16_vals(r, yn);
-    const auto X16 = dev(be, x.b), W16 = dev(be, w.b), B16 = dev(be, b.b), DY16 = dev(be, dy.b);
+    const auto X16 = dev(be, x_nhwc ? swap_inner(x.b, g.n, g.c, hw) : x.b), W16 = dev(be, w.b), B16 = dev(be, b.b),
+               DY16 = dev(be, y_nhwc ? swap_inner(dy.b, g.n, g.k, pq) : dy.b);
     // NaN: every element must be written.
     auto Y = dev(be, std::vector<Bf16>(yn, Bf16{0x7fc0})), DX = dev(be, std::vector<Bf16>(xn, Bf16{0x7fc0}));
     auto DW = dev(be, std::vector<float>(wn, NAN)), DB = dev(be, std::vector<float>(g.k, NAN));
-    be.conv2d_forward_bf16(g, X16.p(), W16.p(), B16.p(), Y.p());
-    be.conv2d_backward_data_bf16(g, DY16.p(), W16.p(), DX.p());
-    be.conv2d_backward_weights_bf16(g, X16.p(), DY16.p(), DW.p(), DB.p(), false);
+    be.conv2d_forward_bf16_in(g, io, X16.p(), W16.p(), B16.p(), Y.p());
+    be.conv2d_backward_data_bf16_in(g, io, DY16.p(), W16.p(), DX.p());
+    be.conv2d_backward_weights_bf16_in(g, io, X16.p(), DY16.p(), DW.p(), DB.p(), false);
+    const auto y_nchw = [&] { return y_nhwc ? swap_inner(Y.host(), g.n, pq, g.k) : Y.host(); };
+    const auto dx_nchw = [&] { return x_nhwc ? swap_inner(DX.host(), g.n, hw, g.c) : DX.host(); };
     const auto X = ref::to_double(x.f), W = ref::to_double(w.f), B = ref::to_double(b.f), DY = ref::to_double(dy.f);
     const auto aX = absd(x.f), aW = absd(w.f), aB = absd(b.f), aDY = absd(dy.f);
-    expect_within(widen(Y.host()), ref::conv2d_forward(g, X, W, B), ref::conv2d_forward(g, aX, aW, aB),
+    expect_within(widen(y_nchw()), ref::conv2d_forward(g, X, W, B), ref::conv2d_forward(g, aX, aW, aB),
                   g.c * g.r * g.s + 1, out, "forward");
-    expect_within(widen(DX.host()), ref::conv2d_backward_data(g, DY, W), ref::conv2d_backward_data(g, aDY, aW),
+    expect_within(widen(dx_nchw()), ref::conv2d_backward_data(g, DY, W), ref::conv2d_backward_data(g, aDY, aW),
                   g.k * g.r * g.s, out, "backward data");
-    if (!cudnn) {  // tp's partial input gradients: fp32 accumulation, no rounding
+    if (!cudnn && io.plain()) {  // tp's partial input gradients: fp32 accumulation, no rounding
       auto DX32 = dev(be, std::vector<float>(xn, NAN));
       be.conv2d_backward_data_bf16_f32(g, DY16.p(), W16.p(), DX32.p());
       expect_within(DX32.host(), ref::conv2d_backward_data(g, DY, W), ref::conv2d_backward_data(g, aDY, aW),
@@ -214,7 +231,7 @@ void check_conv_at(Backend& be, bool cudnn, const ConvGeom& g, Rand& r) {
     const int64_t terms = g.n * g.p() * g.q();
     expect_within(DW.host(), rdw, mdw, terms, cudnn ? Rounded::Partials : Rounded::No, "backward weights");
     expect_within(DB.host(), rdb, mdb, terms, Rounded::No, "bias gradient");
-    if (cudnn) return;  // accumulating adds a rounding per addend: checked on the fp32 path only
+    if (cudnn || !io.plain()) return;  // accumulating adds a rounding per addend: checked on the fp32 path only
     // accumulate adds the same fp32 values (one more fp32 rounding per element: 2K+1 terms)
     be.conv2d_backward_weights_bf16(g, X16.p(), DY16.p(), DW.p(), DB.p(), true);
     for (auto* v : {&rdw, &rdb, &mdw, &mdb})
@@ -392,6 +409,29 @@ std::unique_ptr<Backend> gpu_bf16_backend() {
 TEST(Bf16OpsGpu, ConvMatchesReference) {
   PB_REQUIRE_GPU();
   check_conv(*gpu_bf16_backend(), true);
+}
+// --layout nhwc: the calls with an NHWC side -- NCHW in and NHWC out (a run of them begins), NHWC
+// both sides, NHWC in and NCHW out (it ends) -- through both cuDNN APIs.
+TEST(Bf16OpsGpu, ConvWithNhwcSidesMatchesReference) {
+  PB_REQUIRE_GPU();
+  BackendOptions o;
+  o.precision = Precision::Bf16;
+  o.cuda_nhwc = true;
+  const ActLayout P = ActLayout::Plain, B = ActLayout::Blocked;
+  for (const char* api : {"graph", "legacy"}) {
+    test::ScopedEnv env("PARBENCH_CUDNN_API", api);
+    auto be = make_backend(cuda(), o);
+    Rand r;
+    for (ConvLayouts io : {ConvLayouts{P, B}, ConvLayouts{B, B}, ConvLayouts{B, P}})
+      for (int trial = 0; trial < 6; ++trial) {
+        // The first trial's activations are wide enough (40 and 48 channels, 63 positions) for the
+        // tiled transposes (engine/kernel_shapes.h), the random ones' for the narrow.
+        const ConvGeom g = trial == 0 ? ConvGeom{2, 40, 9, 7, 48, 3, 3, 1, 1, 1, 1} : random_geom(r);
+        SCOPED_TRACE(fmt::format("seed {} API {} x {} y {} trial {}: {}", r.seed, api, io.x == B ? "NHWC" : "NCHW",
+                                 io.y == B ? "NHWC" : "NCHW", trial, geom_str(g)));
+        EXPECT_NO_THROW(check_conv_at(*be, true, g, r, io));
+      }
+  }
 }
 TEST(Bf16OpsGpu, ConvOfAnInputNarrowerThanItsStrideMatchesReference) {
   PB_REQUIRE_GPU();

@@ -102,7 +102,19 @@ std::vector<Case> step_launches(const NetPlan& plan, int64_t batch) {
         add(at + "widen_bf16 (weight gradient)", kernels::widen_bf16(l.weight_numel, acc), l.weight_numel);
         add_channel_sums(cases, at + "channel_sums_bf16 (conv bias gradient)",
                          kernels::channel_sums_bf16(batch, k, pq, acc), batch, k, pq);
+        // --layout nhwc: dy is rows of k channels.
+        add_channel_sums(cases, at + "channel_sums_bf16 (NHWC conv bias gradient)",
+                         kernels::channel_sums_bf16(batch * pq, k, 1, acc), batch * pq, k, 1);
       }
+      // --layout nhwc, bf16: where a run of NHWC activations begins or ends, x and dx, y and dy
+      // change layout; the filter goes to KRSC and its gradient back.
+      const int64_t c = l.in[0], hw = l.in[1] * l.in[2], rs = l.weight_numel / (k * c);
+      add(at + "transpose (x to NHWC)", kernels::transpose(batch, c, hw, 2), in);
+      add(at + "transpose (dx to NCHW)", kernels::transpose(batch, hw, c, 2), in);
+      add(at + "transpose (dy to NHWC)", kernels::transpose(batch, k, pq, 2), out);
+      add(at + "transpose (y to NCHW)", kernels::transpose(batch, pq, k, 2), out);
+      add(at + "transpose (w to KRSC)", kernels::transpose(k, c, rs, 2), l.weight_numel);
+      add(at + "transpose (dw to KCRS)", kernels::transpose(k, rs, c, 2), l.weight_numel);
     }
     if (l.spec.type == LayerType::Linear) {
       const int64_t o = l.out[0];

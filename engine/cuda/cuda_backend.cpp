@@ -78,7 +78,7 @@ class CudaBackend final : public Backend {
   std::string name() const override {
     return fmt::format("{} {} ({}{}, conv algorithms: cuDNN {} API, {})", dev().str(), gpu_name_,
                        precision_name(opts_.precision),
-                       opts_.cuda_nhwc && opts_.precision != Precision::Bf16 ? ", NHWC between convolutions" : "",
+                       opts_.cuda_nhwc ? ", NHWC between convolutions" : "",
                        cu::use_graph_api() ? "graph" : "legacy",
                        exhaustive_ ? "exhaustive search" : "heuristics");
   }
@@ -99,10 +99,8 @@ class CudaBackend final : public Backend {
     cu::use_device(device_);
     convs_.backward_weights(g, x, dy, dw, db, accumulate);
   }
-  // --layout nhwc: Blocked is NHWC (CudnnConv), for the fp32 and tf32 convolutions.
-  bool conv_keeps_blocked(const ConvGeom&, const ConvGeom&) override {
-    return opts_.cuda_nhwc && opts_.precision != Precision::Bf16;
-  }
+  // --layout nhwc: Blocked is NHWC (CudnnConv; under bf16, CudaBf16).
+  bool conv_keeps_blocked(const ConvGeom&, const ConvGeom&) override { return opts_.cuda_nhwc; }
   void conv2d_forward_in(const ConvGeom& g, ConvLayouts io, const float* x, const float* w, const float* b,
                          float* y) override {
     fp32_only("convolution");
@@ -183,6 +181,18 @@ class CudaBackend final : public Backend {
   void conv2d_backward_weights_bf16(const ConvGeom& g, const Bf16* x, const Bf16* dy, float* dw, float* db,
                                     bool accumulate) override {
     bf16().conv_backward_weights(g, x, dy, dw, db, accumulate);
+  }
+  void conv2d_forward_bf16_in(const ConvGeom& g, ConvLayouts io, const Bf16* x, const Bf16* w, const Bf16* b,
+                              Bf16* y) override {
+    bf16().conv_forward(g, io, x, w, b, y);
+  }
+  void conv2d_backward_data_bf16_in(const ConvGeom& g, ConvLayouts io, const Bf16* dy, const Bf16* w,
+                                    Bf16* dx) override {
+    bf16().conv_backward_data(g, io, dy, w, dx);
+  }
+  void conv2d_backward_weights_bf16_in(const ConvGeom& g, ConvLayouts io, const Bf16* x, const Bf16* dy, float* dw,
+                                       float* db, bool accumulate) override {
+    bf16().conv_backward_weights(g, io, x, dy, dw, db, accumulate);
   }
   // cuDNN's bf16 convolutions write bf16: dy and w are widened (exactly) and the fp32 convolution
   // runs instead. Its inputs hold bf16 values, which TF32 (allowed under bf16) keeps exactly, so it

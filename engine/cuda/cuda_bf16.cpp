@@ -54,17 +54,18 @@ const Perf& CudaBf16::pick(const Perf* perf, int count, const char* what, const 
   return perf[at[static_cast<std::size_t>(p.index)]];
 }
 
-CudaBf16::Plan& CudaBf16::plan(const ConvGeom& g) {
-  const std::array<int64_t, 11> key{g.n, g.c, g.h, g.w, g.k, g.r, g.s, g.stride_h, g.stride_w, g.pad_h, g.pad_w};
+CudaBf16::Plan& CudaBf16::plan(const ConvGeom& g, bool nhwc) {
+  const std::array<int64_t, 12> key{g.n, g.c, g.h, g.w, g.k, g.r, g.s, g.stride_h, g.stride_w, g.pad_h, g.pad_w, nhwc};
   auto it = plans_.find(key);
   if (it != plans_.end()) return *it->second;
   auto p = std::make_unique<Plan>();
   const int N = to_int(g.n, "batch"), C = to_int(g.c, "channels"), H = to_int(g.h, "height"),
             W = to_int(g.w, "width"), K = to_int(g.k, "output channels");
-  CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_BFLOAT16, N, C, H, W));
-  CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_BFLOAT16, N, K,
+  const cudnnTensorFormat_t format = nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;  // filters: KRSC or KCRS
+  CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->x, format, CUDNN_DATA_BFLOAT16, N, C, H, W));
+  CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->y, format, CUDNN_DATA_BFLOAT16, N, K,
                                          to_int(g.p(), "output height"), to_int(g.q(), "output width")));
-  CUDNN_CHECK(cudnnSetFilter4dDescriptor(p->w, CUDNN_DATA_BFLOAT16, CUDNN_TENSOR_NCHW, K, C,
+  CUDNN_CHECK(cudnnSetFilter4dDescriptor(p->w, CUDNN_DATA_BFLOAT16, format, K, C,
                                          to_int(g.r, "kernel height"), to_int(g.s, "kernel width")));
   // bf16 data, fp32 accumulation (the compute type), on tensor cores.
   CUDNN_CHECK(cudnnSetConvolution2dDescriptor(p->conv, to_int(g.pad_h, "pad"), to_int(g.pad_w, "pad"),
@@ -106,13 +107,89 @@ Bf16* CudaBf16::dw16(int64_t n) {
   return static_cast<Bf16*>(dw16_->data());
 }
 
+Bf16* CudaBf16::scratch(ScratchSlot slot, int64_t n) {
+  const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(Bf16);
+  std::unique_ptr<Buffer>& b = scratch_[slot];
+  if (!b || b->bytes() < bytes) {
+    if (b) outgrown_.push_back(std::move(b));
+    b = std::make_unique<Buffer>(dev_, bytes, MemoryPool::Workspace);
+  }
+  return static_cast<Bf16*>(b->data());
+}
+
 void CudaBf16::conv_forward(const ConvGeom& g, const Bf16* x, const Bf16* w, const Bf16* b, Bf16* y) {
+  forward(g, false, x, w, b, y);
+}
+void CudaBf16::conv_backward_data(const ConvGeom& g, const Bf16* dy, const Bf16* w, Bf16* dx) {
+  backward_data(g, false, dy, w, dx);
+}
+void CudaBf16::conv_backward_weights(const ConvGeom& g, const Bf16* x, const Bf16* dy, float* dw, float* db,
+                                     bool accumulate) {
+  backward_weights(g, false, x, dy, dw, db, accumulate);
+}
+
+// Of the input (x) and output (y) sides at most one is Plain here (both Plain is the plain call):
+// it goes through the activation scratch, NCHW (N, C, HW) <-> NHWC (N, HW, C).
+void CudaBf16::conv_forward(const ConvGeom& g, ConvLayouts io, const Bf16* x, const Bf16* w, const Bf16* b, Bf16* y) {
+  if (io.plain()) return forward(g, false, x, w, b, y);
+  const int64_t hw = g.h * g.w, pq = g.p() * g.q();
+  Bf16* wk = scratch(kFilter, g.k * g.c * g.r * g.s);
+  launch_transpose(stream_, g.k, g.c, g.r * g.s, w, wk, 2);
+  const Bf16* xn = x;
+  if (io.x == ActLayout::Plain) {
+    Bf16* s = scratch(kActivation, g.n * g.c * hw);
+    launch_transpose(stream_, g.n, g.c, hw, x, s, 2);
+    xn = s;
+  }
+  const bool y_plain = io.y == ActLayout::Plain;
+  Bf16* yn = y_plain ? scratch(kActivation, g.n * g.k * pq) : y;
+  forward(g, true, xn, wk, b, yn);
+  if (y_plain) launch_transpose(stream_, g.n, pq, g.k, yn, y, 2);
+}
+
+void CudaBf16::conv_backward_data(const ConvGeom& g, ConvLayouts io, const Bf16* dy, const Bf16* w, Bf16* dx) {
+  if (io.plain()) return backward_data(g, false, dy, w, dx);
+  const int64_t hw = g.h * g.w, pq = g.p() * g.q();
+  Bf16* wk = scratch(kFilter, g.k * g.c * g.r * g.s);
+  launch_transpose(stream_, g.k, g.c, g.r * g.s, w, wk, 2);
+  const Bf16* dyn = dy;
+  if (io.y == ActLayout::Plain) {
+    Bf16* s = scratch(kActivation, g.n * g.k * pq);
+    launch_transpose(stream_, g.n, g.k, pq, dy, s, 2);
+    dyn = s;
+  }
+  const bool x_plain = io.x == ActLayout::Plain;
+  Bf16* dxn = x_plain ? scratch(kActivation, g.n * g.c * hw) : dx;
+  backward_data(g, true, dyn, wk, dxn);
+  if (x_plain) launch_transpose(stream_, g.n, hw, g.c, dxn, dx, 2);
+}
+
+void CudaBf16::conv_backward_weights(const ConvGeom& g, ConvLayouts io, const Bf16* x, const Bf16* dy, float* dw,
+                                     float* db, bool accumulate) {
+  if (io.plain()) return backward_weights(g, false, x, dy, dw, db, accumulate);
+  const int64_t hw = g.h * g.w, pq = g.p() * g.q();
+  const Bf16* xn = x;
+  if (io.x == ActLayout::Plain) {
+    Bf16* s = scratch(kActivation, g.n * g.c * hw);
+    launch_transpose(stream_, g.n, g.c, hw, x, s, 2);
+    xn = s;
+  }
+  const Bf16* dyn = dy;
+  if (io.y == ActLayout::Plain) {
+    Bf16* s = scratch(kActivation, g.n * g.k * pq);
+    launch_transpose(stream_, g.n, g.k, pq, dy, s, 2);
+    dyn = s;
+  }
+  backward_weights(g, true, xn, dyn, dw, db, accumulate);
+}
+
+void CudaBf16::forward(const ConvGeom& g, bool nhwc, const Bf16* x, const Bf16* w, const Bf16* b, Bf16* y) {
   const int64_t pq = g.p() * g.q();
   const auto ws = [this](std::size_t bytes) { return workspace(bytes); };
-  const GraphConvCall c{ConvDir::Forward, g, CUDNN_DATA_BFLOAT16, Precision::Bf16, 1.0f, x, w, y};
-  // A timed search writes y: the bias (or, with none, zeros) goes in after it.
+  const GraphConvCall c{ConvDir::Forward, g, CUDNN_DATA_BFLOAT16, Precision::Bf16, 1.0f, x, w, y, nhwc};
+  // A timed search writes y: the bias (or, with none, zeros) goes in after it. NHWC: channel fastest.
   const auto start = [&] {
-    if (b) launch_broadcast_bf16(stream_, g.n * g.k * pq, g.k, pq, b, y);
+    if (b) launch_broadcast_bf16(stream_, g.n * g.k * pq, g.k, nhwc ? 1 : pq, b, y);
     else CUDA_CHECK(cudaMemsetAsync(y, 0, static_cast<std::size_t>(g.n * g.k * pq) * sizeof(Bf16), stream_));
   };
   if (graph_api_ && graph_.prepare(c, ws)) {
@@ -120,49 +197,60 @@ void CudaBf16::conv_forward(const ConvGeom& g, const Bf16* x, const Bf16* w, con
     graph_.run(c, ws);
     return;
   }
-  Plan& p = plan(g);
+  Plan& p = plan(g, nhwc);
   start();
   CUDNN_CHECK(cudnnConvolutionForward(cudnn_, &kOne, p.x, x, p.w, w, p.conv, p.fwd, workspace(p.ws_fwd), p.ws_fwd,
                                       &kOne, p.y, y));
 }
 
-void CudaBf16::conv_backward_data(const ConvGeom& g, const Bf16* dy, const Bf16* w, Bf16* dx) {
+void CudaBf16::backward_data(const ConvGeom& g, bool nhwc, const Bf16* dy, const Bf16* w, Bf16* dx) {
   const auto ws = [this](std::size_t bytes) { return workspace(bytes); };
-  const GraphConvCall c{ConvDir::BackwardData, g, CUDNN_DATA_BFLOAT16, Precision::Bf16, 0.0f, dy, w, dx};
+  const GraphConvCall c{ConvDir::BackwardData, g, CUDNN_DATA_BFLOAT16, Precision::Bf16, 0.0f, dy, w, dx, nhwc};
   if (graph_api_ && graph_.prepare(c, ws)) return graph_.run(c, ws);
-  Plan& p = plan(g);
+  Plan& p = plan(g, nhwc);
   CUDNN_CHECK(cudnnConvolutionBackwardData(cudnn_, &kOne, p.w, w, p.y, dy, p.conv, p.bwd_data, workspace(p.ws_data),
                                            p.ws_data, &kZero, p.x, dx));
 }
 
-void CudaBf16::conv_backward_weights(const ConvGeom& g, const Bf16* x, const Bf16* dy, float* dw, float* db,
-                                     bool accumulate) {
+void CudaBf16::backward_weights(const ConvGeom& g, bool nhwc, const Bf16* x, const Bf16* dy, float* dw, float* db,
+                                bool accumulate) {
   // cuDNN writes the filter gradient in the filter's dtype (bf16, as PyTorch's autocast gets it);
-  // it is widened into the fp32 gradient, added there when accumulating.
-  const int64_t wn = g.k * g.c * g.r * g.s;
+  // it is widened into the fp32 gradient, added there when accumulating. NHWC: written KRSC, moved
+  // to KCRS first.
+  const int64_t wn = g.k * g.c * g.r * g.s, pq = g.p() * g.q();
   Bf16* d16 = dw16(wn);
   const auto ws = [this](std::size_t bytes) { return workspace(bytes); };
-  const GraphConvCall c{ConvDir::BackwardFilter, g, CUDNN_DATA_BFLOAT16, Precision::Bf16, 0.0f, x, dy, d16};
+  const GraphConvCall c{ConvDir::BackwardFilter, g, CUDNN_DATA_BFLOAT16, Precision::Bf16, 0.0f, x, dy, d16, nhwc};
   if (graph_api_ && graph_.prepare(c, ws)) {
     graph_.run(c, ws);
   } else {
-    Plan& p = plan(g);
+    Plan& p = plan(g, nhwc);
     CUDNN_CHECK(cudnnConvolutionBackwardFilter(cudnn_, &kOne, p.x, x, p.y, dy, p.conv, p.bwd_filter,
                                                workspace(p.ws_filter), p.ws_filter, &kZero, p.w, d16));
   }
-  launch_widen_bf16(stream_, wn, d16, dw, accumulate);
-  if (db) launch_channel_sums_bf16(stream_, g.n, g.k, g.p() * g.q(), dy, db, accumulate, *partials_);
+  const Bf16* kcrs = d16;
+  if (nhwc) {
+    Bf16* s = scratch(kFilter, wn);
+    launch_transpose(stream_, g.k, g.r * g.s, g.c, d16, s, 2);
+    kcrs = s;
+  }
+  launch_widen_bf16(stream_, wn, kcrs, dw, accumulate);
+  // NHWC: dy is rows of K channels (outer N*P*Q, inner 1).
+  if (db) launch_channel_sums_bf16(stream_, nhwc ? g.n * pq : g.n, g.k, nhwc ? 1 : pq, dy, db, accumulate, *partials_);
 }
 
 std::string CudaBf16::algorithms(const ConvGeom& g) const {
-  const std::array<int64_t, 11> key{g.n, g.c, g.h, g.w, g.k, g.r, g.s, g.stride_h, g.stride_w, g.pad_h, g.pad_w};
+  const std::array<int64_t, 12> key{g.n, g.c, g.h, g.w, g.k, g.r, g.s, g.stride_h, g.stride_w, g.pad_h, g.pad_w, 0};
   const auto it = plans_.find(key);
   const Plan* p = it == plans_.end() ? nullptr : it->second.get();
   // The graph API's choice where it planned the direction (the forward adds to the bias: beta 1),
   // else the legacy algorithm if planned.
   const auto one = [&](const char* dir, ConvDir d, int legacy, std::size_t ws) {
-    const std::string graph = graph_.describe({d, g, CUDNN_DATA_BFLOAT16, Precision::Bf16, d == ConvDir::Forward ? 1.0f : 0.0f});
-    if (!graph.empty() && graph.rfind("graph API:", 0) != 0) return fmt::format("{} {}", dir, graph);
+    for (bool nhwc : {false, true}) {
+      const std::string graph = graph_.describe(
+          {d, g, CUDNN_DATA_BFLOAT16, Precision::Bf16, d == ConvDir::Forward ? 1.0f : 0.0f, nullptr, nullptr, nullptr, nhwc});
+      if (!graph.empty() && graph.rfind("graph API:", 0) != 0) return fmt::format("{} {}{}", dir, nhwc ? "NHWC " : "", graph);
+    }
     if (p) return fmt::format("{} legacy algorithm {}, {} B workspace", dir, legacy, ws);
     return fmt::format("{} not run", dir);
   };

@@ -42,9 +42,17 @@ class CudaBf16 {
   CudaBf16(Device dev, cudnnHandle_t cudnn, cublasHandle_t cublas, cudaStream_t stream,
            std::optional<std::size_t> workspace_cap, bool exhaustive);
   ~CudaBf16();
+  // Every tensor NCHW, filters KCRS.
   void conv_forward(const ConvGeom& g, const Bf16* x, const Bf16* w, const Bf16* b, Bf16* y);
   void conv_backward_data(const ConvGeom& g, const Bf16* dy, const Bf16* w, Bf16* dx);
   void conv_backward_weights(const ConvGeom& g, const Bf16* x, const Bf16* dy, float* dw, float* db, bool accumulate);
+  // x/dx and y/dy in the layouts io, Blocked being NHWC (--layout nhwc): a call with an NHWC side
+  // runs all in NHWC with the filter in KRSC; a Plain side and the filter (its gradient) pass
+  // through scratch, converted by launch_transpose. dw and db stay fp32 in PyTorch's layouts.
+  void conv_forward(const ConvGeom& g, ConvLayouts io, const Bf16* x, const Bf16* w, const Bf16* b, Bf16* y);
+  void conv_backward_data(const ConvGeom& g, ConvLayouts io, const Bf16* dy, const Bf16* w, Bf16* dx);
+  void conv_backward_weights(const ConvGeom& g, ConvLayouts io, const Bf16* x, const Bf16* dy, float* dw, float* db,
+                             bool accumulate);
   // What each direction of `g` runs so far (Backend::conv_algorithms).
   std::string algorithms(const ConvGeom& g) const;
   void linear_forward(int64_t n, int64_t in, int64_t out, const Bf16* x, const Bf16* w, const Bf16* b, Bf16* y);
@@ -57,7 +65,15 @@ class CudaBf16 {
 
  private:
   struct Plan;
-  Plan& plan(const ConvGeom& g);
+  Plan& plan(const ConvGeom& g, bool nhwc);
+  // One call, every tensor NCHW (filters KCRS) or, with nhwc, NHWC (filters KRSC).
+  void forward(const ConvGeom& g, bool nhwc, const Bf16* x, const Bf16* w, const Bf16* b, Bf16* y);
+  void backward_data(const ConvGeom& g, bool nhwc, const Bf16* dy, const Bf16* w, Bf16* dx);
+  void backward_weights(const ConvGeom& g, bool nhwc, const Bf16* x, const Bf16* dy, float* dw, float* db,
+                        bool accumulate);
+  // Grow-only scratch of the NHWC calls: a Plain side in NHWC, the filter (or its gradient) moved.
+  enum ScratchSlot { kActivation, kFilter, kScratchSlots };
+  Bf16* scratch(ScratchSlot slot, int64_t n);
   template <class Perf>
   const Perf& pick(const Perf* perf, int count, const char* what, const ConvGeom& g);
   void* workspace(std::size_t bytes);
@@ -71,7 +87,8 @@ class CudaBf16 {
   std::unique_ptr<Buffer> workspace_, dw16_;
   PartialsScratch* partials_ = nullptr;
   std::vector<std::unique_ptr<Buffer>> outgrown_;  // kept until destruction: queued work may read them
-  std::map<std::array<int64_t, 11>, std::unique_ptr<Plan>> plans_;
+  std::unique_ptr<Buffer> scratch_[kScratchSlots];
+  std::map<std::array<int64_t, 12>, std::unique_ptr<Plan>> plans_;
   bool graph_api_;
   GraphConv graph_;
 };

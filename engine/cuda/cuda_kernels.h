@@ -63,4 +63,10 @@ void launch_mse_loss_grad(cudaStream_t stream, int64_t n, const float* y, const 
 void launch_adam(cudaStream_t stream, int64_t n, float* p, const float* g, float* m, float* v,
                  const AdamStepScalars& s);
 
+// dst[b][c][r] = src[b][r][c] over batches of rows x cols values of value_bytes (2 or 4) each: NCHW
+// to NHWC is (N, C, H*W), NHWC to NCHW (N, H*W, C), a filter KCRS to KRSC (K, C, R*S) and back
+// (K, R*S, C). src and dst do not overlap (engine/cuda/cuda_transpose.cu).
+void launch_transpose(cudaStream_t stream, int64_t batches, int64_t rows, int64_t cols, const void* src, void* dst,
+                      int value_bytes);
+
 }  // namespace pb::cu
