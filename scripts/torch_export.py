@@ -253,6 +253,9 @@ def main():
     ap.add_argument("--input-shape", required=True, metavar="C,H,W", help="one sample's shape, e.g. 3,64,64 (or F)")
     ap.add_argument("--out", required=True, metavar="DIR", help="output folder (replaced if it exists)")
     ap.add_argument("--args", default="", metavar="JSON", help="keyword arguments of the class, as a JSON object")
+    ap.add_argument("--seed", type=int, default=0, metavar="S",
+                    help="torch.manual_seed before the module is made, so that its initial parameters are the same "
+                         "every export (default 0)")
     args = ap.parse_args()
     try:
         shape = [int(d) for d in args.input_shape.split(",")]
@@ -262,6 +265,7 @@ def main():
         print(f"torch_export: --input-shape {args.input_shape!r}: expected C,H,W or F of positive integers",
               file=sys.stderr)
         return 2
+    torch.manual_seed(args.seed)
     try:
         module = load_module(args.module, args.args)
     except Exception as e:
