@@ -184,6 +184,12 @@ PY
   ;;
 breakdown-mp | breakdown-pipeline | breakdown-fsdp)
   [ "${PARBENCH_SANITIZED:-0}" = 1 ] && { echo "SKIP: shares of a step compared under the sanitizers"; exit 77; }
+  # fsdp's transfer is a real share of its step, and MPI's shared-memory transport moves it about 3
+  # points slower than a memcpy: 2 points are left for noise, which a shared machine exceeds for
+  # minutes at a time. mp's and pipeline's waits (a third of the step and more) against transfers
+  # under 1% keep their margins on any machine.
+  [ "$CASE" = breakdown-fsdp ] && [ "${PARBENCH_TIMING_TESTS:-0}" != 1 ] &&
+    { echo "SKIP: a timing check: PARBENCH_TIMING_TESTS=1 runs it (on a machine with nothing else running)"; exit 77; }
   # The time breakdown does not depend on whether the workers are threads or processes: over MPI
   # a rank's wait for its peers is idle, as in-process (a pipeline's bubble is not transfer). The
   # in-process split is the reference; the margins leave room for 2 processes on shared cores, and
