@@ -103,15 +103,15 @@ result() {
 # before it used their whole budgets; a stage whose minimum no longer fits is not run, and says so.
 hard_cap=570             # the whole check ends before 10 minutes
 budget_env=20            # 1: found, integrity, libraries (or, in a dry run, stage 1 and the parse)
-budget_tests=70          # 2: the GPU tests, one process each
+budget_tests=75          # 2: the GPU tests, one process each
 budget_torch=200         # 3: engine rows (at most engine_each each) and PyTorch (peer_each each)
-budget_layers=165        # 3b: engine profiles (profile_each each), PyTorch's (peer_layers_each), the join (join_each)
+budget_layers=160        # 3b: engine profiles (profile_each each), PyTorch's (peer_layers_each), the join (join_each)
 budget_run=85            # 4: 2 workers (run_two), a traced one-device step (run_trace), every strategy, a U-Net (run_unet)
 budget_sanitizer=25      # 5: memcheck over a small training run
 reserve=5                # the summary and run.tar.gz
 min_tests=30 min_torch=40 min_layers=60 min_run=30 min_sanitizer=20
 engine_each=25 peer_each=50 run_two=40 run_trace=20 run_unet=20
-profile_each=40 peer_layers_each=75 join_each=10
+profile_each=40 peer_layers_each=70 join_each=10
 # Stage 3: engine rows, PRECISION[:MIB][/LAYOUT] (MIB: --conv-workspace-mib MIB, a convolution
 # workspace cap; without, the default fastest-fits policy; LAYOUT: --layout, nchw by default), and
 # PyTorch at peer_precisions. PyTorch's fp32 exhaustive search did not finish within 50 s on an
