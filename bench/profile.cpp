@@ -63,7 +63,8 @@ std::vector<Flag> profile_flags() {
   std::vector<Flag> flags;
   for (const Flag& fl : run_flags())
     if (fl.name == "workload" || fl.name == "image" || fl.name == "width" || fl.name == "device-kind" ||
-        fl.name == "precision" || fl.name == "seed" || fl.name == "conv-workspace-mib" || fl.name == "machine")
+        fl.name == "precision" || fl.name == "seed" || fl.name == "conv-workspace-mib" || fl.name == "layout" ||
+        fl.name == "machine")
       flags.push_back(fl);
   flags.push_back({"device", "INDEX", "which device: the GPU's index on CUDA (CPU: the one CPU)", "0"});
   flags.push_back({"threads", "N", "CPU threads (0: all cores)", "0"});
@@ -177,6 +178,7 @@ ojson profile_context(const Flags& f, const ProfileArgs& a, const Device& dev, c
   c[ctx::precision.name] = f.str("precision");
   c[ctx::conv_workspace_policy.name] =
       a.kind == DeviceKind::Cuda ? conv_workspace_policy_name(bo.conv_workspace_cap_bytes) : "n/a";
+  c[ctx::conv_layout.name] = a.kind == DeviceKind::Cuda ? f.str("layout") : "n/a";
   c[ctx::roofline_peak.name] = fmt::format("{:.6g}", roof.flops_per_s);
   c[ctx::roofline_bandwidth.name] = fmt::format("{:.6g}", roof.bytes_per_s);
   c[ctx::roofline_source.name] = roof.source;
@@ -299,6 +301,8 @@ int cmd_profile(const std::vector<std::string>& args) {
   bo.threads = static_cast<int>(a.threads);
   bo.precision = parse_precision(f.str("precision"));
   bo.conv_workspace_cap_bytes = conv_workspace_cap(f);
+  // The whole net runs as one Sequential: with nhwc, a convolution between two others is timed in NHWC.
+  bo.cuda_nhwc = conv_layout_nhwc(f, a.kind);
   const Device dev{a.kind, static_cast<int>(a.index)};
   const uint64_t seed = static_cast<uint64_t>(f.integer("seed"));
   // One backend times every layer and batch, and measures each call's workspace.

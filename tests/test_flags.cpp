@@ -94,6 +94,8 @@ TEST_F(Flags, LayoutIsNchwOrNhwcAndNhwcIsRefusedWhereItWouldNotApply) {
   refused("train" + linear + " --layout channels_last", "--layout expects nchw or nhwc, got 'channels_last'");
   refused("train" + linear + " --layout nhwc", "--layout nhwc is a layout of the CUDA convolutions, and this run is on the CPU");
   refused("run" + linear + " --layout nhwc --out " + path("r"), "--layout nhwc is a layout of the CUDA convolutions");
+  refused("profile --device-kind cpu --workload linear --layout nhwc --out " + path("p.json"),
+          "--layout nhwc is a layout of the CUDA convolutions");
   const test::Result ok = parbench("run" + linear + " --layout nchw --warmup 0 --out " + path("ok"));
   ASSERT_EQ(ok.code, 0) << ok.out << ok.err;
   const nlohmann::json results = nlohmann::json::parse(test::slurp(path("ok/results.json")));
