@@ -54,6 +54,17 @@ inline ConvGeom random_geom(std::mt19937_64& gen, const GeomLimits& l = {}) {
 }
 inline ConvGeom random_geom(Rand& r, const GeomLimits& l = {}) { return random_geom(r.gen, l); }
 
+// [n][a][b] -> [n][b][a]: NCHW values to NHWC (a = C, b = H*W) and back (a = H*W, b = C).
+template <class T>
+std::vector<T> swap_inner(const std::vector<T>& v, int64_t n, int64_t a, int64_t b) {
+  std::vector<T> out(v.size());
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t p = 0; p < a; ++p)
+      for (int64_t q = 0; q < b; ++q)
+        out[static_cast<std::size_t>((i * b + q) * a + p)] = v[static_cast<std::size_t>((i * a + p) * b + q)];
+  return out;
+}
+
 inline std::string geom_str(const ConvGeom& g) {
   return fmt::format("n{} c{} {}x{} k{} kernel {}x{} stride {}x{} pad {}x{}", g.n, g.c, g.h, g.w, g.k, g.r, g.s,
                      g.stride_h, g.stride_w, g.pad_h, g.pad_w);

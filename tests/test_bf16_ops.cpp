@@ -31,6 +31,7 @@ namespace {
 using test::geom_str;
 using test::Rand;
 using test::random_geom;
+using test::swap_inner;
 
 constexpr double kFp32 = 1.0 / (1 << 24);  // fp32's unit roundoff
 constexpr double kBf16 = 1.0 / (1 << 8);   // bf16's: 8 significant bits, round to nearest
@@ -174,17 +175,6 @@ struct DevBuf {
 template <class T>
 DevBuf<T> dev(Backend& be, const std::vector<T>& h) {
   return DevBuf<T>(be, h);
-}
-
-// [n][a][b] -> [n][b][a]: NCHW values to NHWC (a = C, b = H*W) and back (a = H*W, b = C).
-template <class T>
-std::vector<T> swap_inner(const std::vector<T>& v, int64_t n, int64_t a, int64_t b) {
-  std::vector<T> out(v.size());
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t p = 0; p < a; ++p)
-      for (int64_t q = 0; q < b; ++q)
-        out[static_cast<std::size_t>((i * b + q) * a + p)] = v[static_cast<std::size_t>((i * a + p) * b + q)];
-  return out;
 }
 
 // Conv passes of be against the reference. cudnn: outputs may round partial sums to bf16, and the

@@ -171,21 +171,6 @@ TEST(CudaGpu, ConvSearchEnvironmentVariableIsValidated) {
 // --layout nhwc (BackendOptions::cuda_nhwc): the calls with a Blocked (NHWC) side -- NCHW in,
 // NHWC out (a run's first convolution), NHWC both sides, NHWC in, NCHW out (its last) -- against
 // the CPU's plain calls, through both cuDNN APIs, with and without bias, overwriting and accumulating.
-std::vector<float> to_nhwc(const std::vector<float>& v, int64_t n, int64_t c, int64_t hw) {
-  std::vector<float> out(v.size());
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t ch = 0; ch < c; ++ch)
-      for (int64_t p = 0; p < hw; ++p) out[static_cast<std::size_t>((i * hw + p) * c + ch)] = v[static_cast<std::size_t>((i * c + ch) * hw + p)];
-  return out;
-}
-std::vector<float> from_nhwc(const std::vector<float>& v, int64_t n, int64_t c, int64_t hw) {
-  std::vector<float> out(v.size());
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t ch = 0; ch < c; ++ch)
-      for (int64_t p = 0; p < hw; ++p) out[static_cast<std::size_t>((i * c + ch) * hw + p)] = v[static_cast<std::size_t>((i * hw + p) * c + ch)];
-  return out;
-}
-
 TEST(CudaGpu, ConvWithNhwcSidesMatchesCpu) {
   PB_REQUIRE_GPU();
   Rand r;
@@ -215,8 +200,8 @@ TEST(CudaGpu, ConvWithNhwcSidesMatchesCpu) {
           c_be->conv2d_backward_data(g, dy.data(), w.data(), dx.data());
           c_be->conv2d_backward_weights(g, x.data(), dy.data(), dw.data(), bias ? db.data() : nullptr, accumulate);
 
-          const auto side_x = [&](const std::vector<float>& v) { return io.x == B ? to_nhwc(v, g.n, g.c, g.h * g.w) : v; };
-          const auto side_y = [&](const std::vector<float>& v) { return io.y == B ? to_nhwc(v, g.n, g.k, g.p() * g.q()) : v; };
+          const auto side_x = [&](const std::vector<float>& v) { return io.x == B ? test::swap_inner(v, g.n, g.c, g.h * g.w) : v; };
+          const auto side_y = [&](const std::vector<float>& v) { return io.y == B ? test::swap_inner(v, g.n, g.k, g.p() * g.q()) : v; };
           Tensor gx = gpu(side_x(x)), gw = gpu(w), gb = gpu(b), gdy = gpu(side_y(dy));
           Tensor gy = gpu_poisoned(yn), gdx = gpu_poisoned(xn), gdw = gpu(dw0), gdb = gpu(db0);
           g_be->conv2d_forward_in(g, io, gx.data(), gw.data(), bias ? gb.data() : nullptr, gy.data());
@@ -225,8 +210,8 @@ TEST(CudaGpu, ConvWithNhwcSidesMatchesCpu) {
                                            accumulate);
           SCOPED_TRACE(g_be->conv_algorithms(g));
           const std::vector<float> got_y = gy.to_host(), got_dx = gdx.to_host();
-          EXPECT_REL_CLOSE(io.y == B ? from_nhwc(got_y, g.n, g.k, g.p() * g.q()) : got_y, y, tol_for(p));
-          EXPECT_REL_CLOSE(io.x == B ? from_nhwc(got_dx, g.n, g.c, g.h * g.w) : got_dx, dx, tol_for(p));
+          EXPECT_REL_CLOSE(io.y == B ? test::swap_inner(got_y, g.n, g.p() * g.q(), g.k) : got_y, y, tol_for(p));
+          EXPECT_REL_CLOSE(io.x == B ? test::swap_inner(got_dx, g.n, g.h * g.w, g.c) : got_dx, dx, tol_for(p));
           EXPECT_REL_CLOSE(gdw.to_host(), dw, tol_for(p));
           if (bias) EXPECT_REL_CLOSE(gdb.to_host(), db, tol_for(p));
           else EXPECT_TRUE(same_bits(gdb.to_host(), db0)) << "db written without a bias";

@@ -130,57 +130,42 @@ void CudaBf16::conv_backward_weights(const ConvGeom& g, const Bf16* x, const Bf1
 
 // Of the input (x) and output (y) sides at most one is Plain here (both Plain is the plain call):
 // it goes through the activation scratch, NCHW (N, C, HW) <-> NHWC (N, HW, C).
+const Bf16* CudaBf16::as_nhwc(ActLayout layout, int64_t n, int64_t c, int64_t hw, const Bf16* v) {
+  if (layout == ActLayout::Blocked) return v;
+  Bf16* s = scratch(kActivation, n * c * hw);
+  launch_transpose(stream_, n, c, hw, v, s, 2);
+  return s;
+}
+
+const Bf16* CudaBf16::krsc(const ConvGeom& g, const Bf16* w) {
+  Bf16* s = scratch(kFilter, g.k * g.c * g.r * g.s);
+  launch_transpose(stream_, g.k, g.c, g.r * g.s, w, s, 2);
+  return s;
+}
+
 void CudaBf16::conv_forward(const ConvGeom& g, ConvLayouts io, const Bf16* x, const Bf16* w, const Bf16* b, Bf16* y) {
   if (io.plain()) return forward(g, false, x, w, b, y);
-  const int64_t hw = g.h * g.w, pq = g.p() * g.q();
-  Bf16* wk = scratch(kFilter, g.k * g.c * g.r * g.s);
-  launch_transpose(stream_, g.k, g.c, g.r * g.s, w, wk, 2);
-  const Bf16* xn = x;
-  if (io.x == ActLayout::Plain) {
-    Bf16* s = scratch(kActivation, g.n * g.c * hw);
-    launch_transpose(stream_, g.n, g.c, hw, x, s, 2);
-    xn = s;
-  }
+  const int64_t pq = g.p() * g.q();
   const bool y_plain = io.y == ActLayout::Plain;
   Bf16* yn = y_plain ? scratch(kActivation, g.n * g.k * pq) : y;
-  forward(g, true, xn, wk, b, yn);
+  forward(g, true, as_nhwc(io.x, g.n, g.c, g.h * g.w, x), krsc(g, w), b, yn);
   if (y_plain) launch_transpose(stream_, g.n, pq, g.k, yn, y, 2);
 }
 
 void CudaBf16::conv_backward_data(const ConvGeom& g, ConvLayouts io, const Bf16* dy, const Bf16* w, Bf16* dx) {
   if (io.plain()) return backward_data(g, false, dy, w, dx);
-  const int64_t hw = g.h * g.w, pq = g.p() * g.q();
-  Bf16* wk = scratch(kFilter, g.k * g.c * g.r * g.s);
-  launch_transpose(stream_, g.k, g.c, g.r * g.s, w, wk, 2);
-  const Bf16* dyn = dy;
-  if (io.y == ActLayout::Plain) {
-    Bf16* s = scratch(kActivation, g.n * g.k * pq);
-    launch_transpose(stream_, g.n, g.k, pq, dy, s, 2);
-    dyn = s;
-  }
+  const int64_t hw = g.h * g.w;
   const bool x_plain = io.x == ActLayout::Plain;
   Bf16* dxn = x_plain ? scratch(kActivation, g.n * g.c * hw) : dx;
-  backward_data(g, true, dyn, wk, dxn);
+  backward_data(g, true, as_nhwc(io.y, g.n, g.k, g.p() * g.q(), dy), krsc(g, w), dxn);
   if (x_plain) launch_transpose(stream_, g.n, hw, g.c, dxn, dx, 2);
 }
 
 void CudaBf16::conv_backward_weights(const ConvGeom& g, ConvLayouts io, const Bf16* x, const Bf16* dy, float* dw,
                                      float* db, bool accumulate) {
   if (io.plain()) return backward_weights(g, false, x, dy, dw, db, accumulate);
-  const int64_t hw = g.h * g.w, pq = g.p() * g.q();
-  const Bf16* xn = x;
-  if (io.x == ActLayout::Plain) {
-    Bf16* s = scratch(kActivation, g.n * g.c * hw);
-    launch_transpose(stream_, g.n, g.c, hw, x, s, 2);
-    xn = s;
-  }
-  const Bf16* dyn = dy;
-  if (io.y == ActLayout::Plain) {
-    Bf16* s = scratch(kActivation, g.n * g.k * pq);
-    launch_transpose(stream_, g.n, g.k, pq, dy, s, 2);
-    dyn = s;
-  }
-  backward_weights(g, true, xn, dyn, dw, db, accumulate);
+  backward_weights(g, true, as_nhwc(io.x, g.n, g.c, g.h * g.w, x), as_nhwc(io.y, g.n, g.k, g.p() * g.q(), dy), dw, db,
+                   accumulate);
 }
 
 void CudaBf16::forward(const ConvGeom& g, bool nhwc, const Bf16* x, const Bf16* w, const Bf16* b, Bf16* y) {

@@ -74,6 +74,10 @@ class CudaBf16 {
   // Grow-only scratch of the NHWC calls: a Plain side in NHWC, the filter (or its gradient) moved.
   enum ScratchSlot { kActivation, kFilter, kScratchSlots };
   Bf16* scratch(ScratchSlot slot, int64_t n);
+  // v ([n][c][hw]) in NHWC: v itself when its side is Blocked, else a copy in the activation scratch.
+  const Bf16* as_nhwc(ActLayout layout, int64_t n, int64_t c, int64_t hw, const Bf16* v);
+  // w (KCRS) as KRSC, in the filter scratch.
+  const Bf16* krsc(const ConvGeom& g, const Bf16* w);
   template <class Perf>
   const Perf& pick(const Perf* perf, int count, const char* what, const ConvGeom& g);
   void* workspace(std::size_t bytes);

@@ -198,17 +198,23 @@ const float* CudnnConv::krsc_filter(const ConvGeom& g, const float* w) {
 
 // Of the two operands on the input (x) and output (y) side, at most one is Plain here: both
 // Plain is the plain call. It is converted into the activation scratch on its way in or out.
+float* CudnnConv::as_nhwc(ActLayout layout, cudnnTensorDescriptor_t plain, cudnnTensorDescriptor_t nhwc,
+                          const float* v, int64_t floats) {
+  if (layout == ActLayout::Blocked) return const_cast<float*>(v);
+  float* s = layout_scratch(kActivation, floats);
+  CUDNN_CHECK(cudnnTransformTensor(cudnn_, &kOne, plain, v, &kZero, nhwc, s));
+  return s;
+}
+
 void CudnnConv::forward(const ConvGeom& g, ConvLayouts io, const float* x, const float* w, const float* b, float* y) {
   if (io.plain()) return forward(g, x, w, b, y);
-  const bool x_nhwc = io.x == ActLayout::Blocked, y_nhwc = io.y == ActLayout::Blocked;
+  const bool y_nhwc = io.y == ActLayout::Blocked;
   const float* wk = krsc_filter(g, w);
   for (const BatchPart& part : conv_batch_parts(g)) {
     const ConvGeom gp = sub_batch(g, part.n);
-    const float* xp = x + part.offset * in_per_image(g);
     float* yp = y + part.offset * out_per_image(g);
     ConvPlan &pc = plan_for(gp, false), &pn = plan_for(gp, true);
-    float* xn = x_nhwc ? const_cast<float*>(xp) : layout_scratch(kActivation, part.n * in_per_image(g));
-    if (!x_nhwc) CUDNN_CHECK(cudnnTransformTensor(cudnn_, &kOne, pc.x, xp, &kZero, pn.x, xn));
+    const float* xn = as_nhwc(io.x, pc.x, pn.x, x + part.offset * in_per_image(g), part.n * in_per_image(g));
     float* yn = y_nhwc ? yp : layout_scratch(kActivation, part.n * out_per_image(g));
     forward_part(gp, true, xn, wk, b, yn);
     if (!y_nhwc) CUDNN_CHECK(cudnnTransformTensor(cudnn_, &kOne, pn.y, yn, &kZero, pc.y, yp));
@@ -217,15 +223,13 @@ void CudnnConv::forward(const ConvGeom& g, ConvLayouts io, const float* x, const
 
 void CudnnConv::backward_data(const ConvGeom& g, ConvLayouts io, const float* dy, const float* w, float* dx) {
   if (io.plain()) return backward_data(g, dy, w, dx);
-  const bool x_nhwc = io.x == ActLayout::Blocked, y_nhwc = io.y == ActLayout::Blocked;
+  const bool x_nhwc = io.x == ActLayout::Blocked;
   const float* wk = krsc_filter(g, w);
   for (const BatchPart& part : conv_batch_parts(g)) {
     const ConvGeom gp = sub_batch(g, part.n);
-    const float* dyp = dy + part.offset * out_per_image(g);
     float* dxp = dx + part.offset * in_per_image(g);
     ConvPlan &pc = plan_for(gp, false), &pn = plan_for(gp, true);
-    float* dyn = y_nhwc ? const_cast<float*>(dyp) : layout_scratch(kActivation, part.n * out_per_image(g));
-    if (!y_nhwc) CUDNN_CHECK(cudnnTransformTensor(cudnn_, &kOne, pc.y, dyp, &kZero, pn.y, dyn));
+    const float* dyn = as_nhwc(io.y, pc.y, pn.y, dy + part.offset * out_per_image(g), part.n * out_per_image(g));
     float* dxn = x_nhwc ? dxp : layout_scratch(kActivation, part.n * in_per_image(g));
     backward_data_part(gp, true, dyn, wk, dxn);
     if (!x_nhwc) CUDNN_CHECK(cudnnTransformTensor(cudnn_, &kOne, pn.x, dxn, &kZero, pc.x, dxp));
@@ -237,18 +241,13 @@ void CudnnConv::backward_data(const ConvGeom& g, ConvLayouts io, const float* dy
 void CudnnConv::backward_weights(const ConvGeom& g, ConvLayouts io, const float* x, const float* dy, float* dw,
                                  float* db, bool accumulate) {
   if (io.plain()) return backward_weights(g, x, dy, dw, db, accumulate);
-  const bool x_nhwc = io.x == ActLayout::Blocked, y_nhwc = io.y == ActLayout::Blocked;
   float* dwk = layout_scratch(kFilter, g.k * g.c * g.r * g.s);
   bool later = false;
   for (const BatchPart& part : conv_batch_parts(g)) {
     const ConvGeom gp = sub_batch(g, part.n);
-    const float* xp = x + part.offset * in_per_image(g);
-    const float* dyp = dy + part.offset * out_per_image(g);
     ConvPlan &pc = plan_for(gp, false), &pn = plan_for(gp, true);
-    float* xn = x_nhwc ? const_cast<float*>(xp) : layout_scratch(kActivation, part.n * in_per_image(g));
-    if (!x_nhwc) CUDNN_CHECK(cudnnTransformTensor(cudnn_, &kOne, pc.x, xp, &kZero, pn.x, xn));
-    float* dyn = y_nhwc ? const_cast<float*>(dyp) : layout_scratch(kActivation, part.n * out_per_image(g));
-    if (!y_nhwc) CUDNN_CHECK(cudnnTransformTensor(cudnn_, &kOne, pc.y, dyp, &kZero, pn.y, dyn));
+    const float* xn = as_nhwc(io.x, pc.x, pn.x, x + part.offset * in_per_image(g), part.n * in_per_image(g));
+    const float* dyn = as_nhwc(io.y, pc.y, pn.y, dy + part.offset * out_per_image(g), part.n * out_per_image(g));
     backward_weights_part(gp, true, xn, dyn, dwk, nullptr, later);
     if (db) CUDNN_CHECK(cudnnConvolutionBackwardBias(cudnn_, &kOne, pn.y, dyn, accumulate || later ? &kOne : &kZero,
                                                      pn.bias, db));

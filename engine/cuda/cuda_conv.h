@@ -79,6 +79,10 @@ class CudnnConv {
   // filter or its gradient in KRSC.
   enum ScratchSlot { kActivation, kFilter, kScratchSlots };
   float* layout_scratch(ScratchSlot slot, int64_t floats);
+  // One sub-batch's side v in NHWC: v itself when Blocked, else converted from the plain descriptor
+  // to the NHWC one into the activation scratch.
+  float* as_nhwc(ActLayout layout, cudnnTensorDescriptor_t plain, cudnnTensorDescriptor_t nhwc, const float* v,
+                 int64_t floats);
   // w (KCRS) copied to KRSC in the filter scratch.
   const float* krsc_filter(const ConvGeom& g, const float* w);
   void* workspace(std::size_t bytes);
