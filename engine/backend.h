@@ -46,9 +46,9 @@ AdamStepScalars adam_step_scalars(const AdamParams& a, int64_t step);
 
 // How an activation (or its gradient) lies in memory. Plain is NCHW: what every op, strategy and
 // communicator sees. Blocked is a backend's own convolution layout (oneDNN's nChw16c or nChw8c on
-// CPU, NHWC on CUDA with BackendOptions::cuda_nhwc), kept between consecutive convolutions inside one Sequential stage and never seen outside
-// it; a backend uses it only for channel counts that fill whole blocks, so it takes exactly as
-// many floats as Plain.
+// CPU, NHWC on CUDA with BackendOptions::cuda_nhwc), kept between consecutive convolutions inside
+// one Sequential stage and never seen outside it; it takes exactly as many values as Plain (the
+// CPU backend blocks only channel counts that fill whole blocks).
 enum class ActLayout { Plain, Blocked };
 struct ConvLayouts {
   ActLayout x = ActLayout::Plain;  // the input and its gradient
