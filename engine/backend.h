@@ -133,7 +133,7 @@ class Backend {
   // (the fp32 ones, or under Bf16 the bf16 ones). Both have a bias. Never, by default.
   virtual bool conv_keeps_blocked(const ConvGeom& /*a*/, const ConvGeom& /*b*/) { return false; }
   // The convolution calls with x/dx and y/dy in the layouts io; io all Plain is the plain calls.
-  // A backend with no Blocked layout takes Plain only.
+  // A backend with no Blocked layout takes Plain only; by default the fused one fuses only Plain.
   virtual void conv2d_forward_in(const ConvGeom& g, ConvLayouts io, const float* x, const float* w, const float* b,
                                  float* y);
   virtual bool conv2d_relu_forward_in(const ConvGeom& g, ConvLayouts io, const float* x, const float* w,

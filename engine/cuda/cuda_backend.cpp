@@ -107,10 +107,6 @@ class CudaBackend final : public Backend {
     cu::use_device(device_);
     convs_.forward(g, io, x, w, b, y);
   }
-  bool conv2d_relu_forward_in(const ConvGeom&, ConvLayouts, const float*, const float*, const float*,
-                              float*) override {
-    return false;  // the ReLU runs as its own pass, in either layout
-  }
   void conv2d_backward_data_in(const ConvGeom& g, ConvLayouts io, const float* dy, const float* w,
                                float* dx) override {
     fp32_only("convolution");

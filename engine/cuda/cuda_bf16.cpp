@@ -98,15 +98,6 @@ void* CudaBf16::workspace(std::size_t bytes) {
   return workspace_->data();
 }
 
-Bf16* CudaBf16::dw16(int64_t n) {
-  const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(Bf16);
-  if (!dw16_ || dw16_->bytes() < bytes) {
-    if (dw16_) outgrown_.push_back(std::move(dw16_));
-    dw16_ = std::make_unique<Buffer>(dev_, bytes, MemoryPool::Workspace);
-  }
-  return static_cast<Bf16*>(dw16_->data());
-}
-
 Bf16* CudaBf16::scratch(ScratchSlot slot, int64_t n) {
   const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(Bf16);
   std::unique_ptr<Buffer>& b = scratch_[slot];
@@ -203,7 +194,7 @@ void CudaBf16::backward_weights(const ConvGeom& g, bool nhwc, const Bf16* x, con
   // it is widened into the fp32 gradient, added there when accumulating. NHWC: written KRSC, moved
   // to KCRS first.
   const int64_t wn = g.k * g.c * g.r * g.s, pq = g.p() * g.q();
-  Bf16* d16 = dw16(wn);
+  Bf16* d16 = scratch(kWeightGrad, wn);
   const auto ws = [this](std::size_t bytes) { return workspace(bytes); };
   const GraphConvCall c{ConvDir::BackwardFilter, g, CUDNN_DATA_BFLOAT16, Precision::Bf16, 0.0f, x, dy, d16, nhwc};
   if (graph_api_ && graph_.prepare(c, ws)) {

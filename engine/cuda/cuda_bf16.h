@@ -71,8 +71,9 @@ class CudaBf16 {
   void backward_data(const ConvGeom& g, bool nhwc, const Bf16* dy, const Bf16* w, Bf16* dx);
   void backward_weights(const ConvGeom& g, bool nhwc, const Bf16* x, const Bf16* dy, float* dw, float* db,
                         bool accumulate);
-  // Grow-only scratch of the NHWC calls: a Plain side in NHWC, the filter (or its gradient) moved.
-  enum ScratchSlot { kActivation, kFilter, kScratchSlots };
+  // Grow-only scratch: the filter gradient as cuDNN writes it (bf16), before it is widened; and for
+  // the NHWC calls a Plain side in NHWC and the filter (or its gradient) moved.
+  enum ScratchSlot { kWeightGrad, kActivation, kFilter, kScratchSlots };
   Bf16* scratch(ScratchSlot slot, int64_t n);
   // v ([n][c][hw]) in NHWC: v itself when its side is Blocked, else a copy in the activation scratch.
   const Bf16* as_nhwc(ActLayout layout, int64_t n, int64_t c, int64_t hw, const Bf16* v);
@@ -81,14 +82,13 @@ class CudaBf16 {
   template <class Perf>
   const Perf& pick(const Perf* perf, int count, const char* what, const ConvGeom& g);
   void* workspace(std::size_t bytes);
-  Bf16* dw16(int64_t n);
 
   Device dev_;
   cudnnHandle_t cudnn_;
   cublasHandle_t cublas_;
   cudaStream_t stream_;
   std::optional<std::size_t> cap_;
-  std::unique_ptr<Buffer> workspace_, dw16_;
+  std::unique_ptr<Buffer> workspace_;
   PartialsScratch* partials_ = nullptr;
   std::vector<std::unique_ptr<Buffer>> outgrown_;  // kept until destruction: queued work may read them
   std::unique_ptr<Buffer> scratch_[kScratchSlots];

@@ -145,11 +145,6 @@ bool CudnnConv::run_graph(const GraphConvCall& c, std::string& tag) {
   return ok;
 }
 
-float* CudnnConv::dw_scratch(int64_t n) {
-  const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(float);
-  if (!dw_scratch_ || dw_scratch_->bytes() < bytes) dw_scratch_ = std::make_unique<Buffer>(dev_, bytes, MemoryPool::Workspace);
-  return static_cast<float*>(dw_scratch_->data());
-}
 
 CudnnConv::~CudnnConv() = default;
 
@@ -178,9 +173,9 @@ void CudnnConv::backward_weights(const ConvGeom& g, const float* x, const float*
   }
 }
 
-float* CudnnConv::layout_scratch(ScratchSlot slot, int64_t floats) {
+float* CudnnConv::scratch(ScratchSlot slot, int64_t floats) {
   const std::size_t bytes = static_cast<std::size_t>(floats) * sizeof(float);
-  std::unique_ptr<Buffer>& b = layout_scratch_[slot];
+  std::unique_ptr<Buffer>& b = scratch_[slot];
   if (!b || b->bytes() < bytes) {
     if (b) outgrown_.push_back(std::move(b));  // queued calls may still read it (see workspace())
     b = std::make_unique<Buffer>(dev_, bytes, MemoryPool::Workspace);
@@ -190,7 +185,7 @@ float* CudnnConv::layout_scratch(ScratchSlot slot, int64_t floats) {
 
 const float* CudnnConv::krsc_filter(const ConvGeom& g, const float* w) {
   const ConvGeom g1 = sub_batch(g, 1);  // a filter's descriptors do not depend on the batch
-  float* out = layout_scratch(kFilter, g.k * g.c * g.r * g.s);
+  float* out = scratch(kFilter, g.k * g.c * g.r * g.s);
   CUDNN_CHECK(cudnnTransformTensor(cudnn_, &kOne, plan_for(g1, false).w_as_tensor, w, &kZero,
                                    plan_for(g1, true).w_as_tensor, out));
   return out;
@@ -201,7 +196,7 @@ const float* CudnnConv::krsc_filter(const ConvGeom& g, const float* w) {
 float* CudnnConv::as_nhwc(ActLayout layout, cudnnTensorDescriptor_t plain, cudnnTensorDescriptor_t nhwc,
                           const float* v, int64_t floats) {
   if (layout == ActLayout::Blocked) return const_cast<float*>(v);
-  float* s = layout_scratch(kActivation, floats);
+  float* s = scratch(kActivation, floats);
   CUDNN_CHECK(cudnnTransformTensor(cudnn_, &kOne, plain, v, &kZero, nhwc, s));
   return s;
 }
@@ -215,7 +210,7 @@ void CudnnConv::forward(const ConvGeom& g, ConvLayouts io, const float* x, const
     float* yp = y + part.offset * out_per_image(g);
     ConvPlan &pc = plan_for(gp, false), &pn = plan_for(gp, true);
     const float* xn = as_nhwc(io.x, pc.x, pn.x, x + part.offset * in_per_image(g), part.n * in_per_image(g));
-    float* yn = y_nhwc ? yp : layout_scratch(kActivation, part.n * out_per_image(g));
+    float* yn = y_nhwc ? yp : scratch(kActivation, part.n * out_per_image(g));
     forward_part(gp, true, xn, wk, b, yn);
     if (!y_nhwc) CUDNN_CHECK(cudnnTransformTensor(cudnn_, &kOne, pn.y, yn, &kZero, pc.y, yp));
   }
@@ -230,7 +225,7 @@ void CudnnConv::backward_data(const ConvGeom& g, ConvLayouts io, const float* dy
     float* dxp = dx + part.offset * in_per_image(g);
     ConvPlan &pc = plan_for(gp, false), &pn = plan_for(gp, true);
     const float* dyn = as_nhwc(io.y, pc.y, pn.y, dy + part.offset * out_per_image(g), part.n * out_per_image(g));
-    float* dxn = x_nhwc ? dxp : layout_scratch(kActivation, part.n * in_per_image(g));
+    float* dxn = x_nhwc ? dxp : scratch(kActivation, part.n * in_per_image(g));
     backward_data_part(gp, true, dyn, wk, dxn);
     if (!x_nhwc) CUDNN_CHECK(cudnnTransformTensor(cudnn_, &kOne, pn.x, dxn, &kZero, pc.x, dxp));
   }
@@ -241,7 +236,7 @@ void CudnnConv::backward_data(const ConvGeom& g, ConvLayouts io, const float* dy
 void CudnnConv::backward_weights(const ConvGeom& g, ConvLayouts io, const float* x, const float* dy, float* dw,
                                  float* db, bool accumulate) {
   if (io.plain()) return backward_weights(g, x, dy, dw, db, accumulate);
-  float* dwk = layout_scratch(kFilter, g.k * g.c * g.r * g.s);
+  float* dwk = scratch(kFilter, g.k * g.c * g.r * g.s);
   bool later = false;
   for (const BatchPart& part : conv_batch_parts(g)) {
     const ConvGeom gp = sub_batch(g, part.n);
@@ -365,8 +360,7 @@ void CudnnConv::release_outgrown() noexcept { outgrown_.clear(); }
 void CudnnConv::release_workspace() noexcept {
   outgrown_.clear();
   workspace_.reset();
-  dw_scratch_.reset();
-  for (auto& b : layout_scratch_) b.reset();
+  for (auto& b : scratch_) b.reset();
 }
 
 // The most workspace a timed search (cudnnFind*Ex) may use: the cap where one is set, and no more
@@ -470,7 +464,7 @@ void CudnnConv::backward_weights_part(const ConvGeom& g, bool nhwc, const float*
   // The graph API overwrites (beta = 0, so a timed search can run on the real output); to
   // accumulate, it writes a scratch gradient that is then added to dw.
   if (!p.bwd_filter && graph_api_) {
-    float* out = accumulate ? dw_scratch(g.k * g.c * g.r * g.s) : dw;
+    float* out = accumulate ? scratch(kWeightGrad, g.k * g.c * g.r * g.s) : dw;
     if (run_graph({ConvDir::BackwardFilter, g, CUDNN_DATA_FLOAT, opts_.precision, 0.0f, x, dy, out, nhwc},
                   p.graph_bwd_filter)) {
       if (accumulate) CUDNN_CHECK(cudnnAddTensor(cudnn_, &kOne, p.w_as_tensor, out, &kOne, p.w_as_tensor, dw));
@@ -481,10 +475,10 @@ void CudnnConv::backward_weights_part(const ConvGeom& g, bool nhwc, const float*
   if (!p.bwd_filter) {
     // The timed search writes its output: search into scratch, so gradients being
     // accumulated in dw survive it.
-    std::unique_ptr<Buffer> scratch;
+    std::unique_ptr<Buffer> search_out;
     if (exhaustive_)
-      scratch = std::make_unique<Buffer>(dev_, static_cast<std::size_t>(g.k * g.c * g.r * g.s) * sizeof(float));
-    p.bwd_filter = choose<BwdFilterOps>(p, g, x, dy, scratch ? static_cast<float*>(scratch->data()) : dw);
+      search_out = std::make_unique<Buffer>(dev_, static_cast<std::size_t>(g.k * g.c * g.r * g.s) * sizeof(float));
+    p.bwd_filter = choose<BwdFilterOps>(p, g, x, dy, search_out ? static_cast<float*>(search_out->data()) : dw);
   }
   void* ws = workspace(p.bwd_filter->workspace);
   const float* beta = accumulate ? &kOne : &kZero;

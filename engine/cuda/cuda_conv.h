@@ -75,10 +75,10 @@ class CudnnConv {
   ConvPlan& plan_for(const ConvGeom& g, bool nhwc);
   // The found plan of one sub-batch shape, NCHW's first; null when neither ran.
   const ConvPlan* planned(const ConvGeom& g) const;
-  // Grow-only scratch of the NHWC calls: kActivation holds a Plain operand in NHWC, kFilter the
-  // filter or its gradient in KRSC.
-  enum ScratchSlot { kActivation, kFilter, kScratchSlots };
-  float* layout_scratch(ScratchSlot slot, int64_t floats);
+  // Grow-only scratch: kWeightGrad a filter gradient the graph API adds to dw (accumulate); for the
+  // NHWC calls kActivation a Plain operand in NHWC, kFilter the filter or its gradient in KRSC.
+  enum ScratchSlot { kWeightGrad, kActivation, kFilter, kScratchSlots };
+  float* scratch(ScratchSlot slot, int64_t floats);
   // One sub-batch's side v in NHWC: v itself when Blocked, else converted from the plain descriptor
   // to the NHWC one into the activation scratch.
   float* as_nhwc(ActLayout layout, cudnnTensorDescriptor_t plain, cudnnTensorDescriptor_t nhwc, const float* v,
@@ -92,7 +92,6 @@ class CudnnConv {
   // Runs c through the graph API when it is on and has an engine for c; false: use the legacy API.
   // `tag` keeps what was chosen, for algorithms().
   bool run_graph(const GraphConvCall& c, std::string& tag);
-  float* dw_scratch(int64_t n);
 
   Device dev_;
   BackendOptions opts_;
@@ -103,8 +102,7 @@ class CudnnConv {
   std::map<Key, std::unique_ptr<ConvPlan>> plans_;
   bool graph_api_;
   GraphConv graph_;
-  std::unique_ptr<Buffer> dw_scratch_;  // a filter gradient the graph API adds to dw (accumulate)
-  std::unique_ptr<Buffer> layout_scratch_[kScratchSlots];
+  std::unique_ptr<Buffer> scratch_[kScratchSlots];
 };
 
 }  // namespace pb::cu
