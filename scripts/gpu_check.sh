@@ -23,8 +23,8 @@ longer fits is reported "not run: N s left"), each writing its log as soon as it
                   on both sides
   3b layers       that net per layer and pass (forward, backward-data, backward-weights, bias add
                   and gradient, ReLU forward and backward) in tf32 and bf16: the engine's
-                  `parbench profile` (NCHW; profile/*.json in run.tar.gz, the input of `parbench
-                  project`) beside PyTorch's in NCHW and channels_last
+                  `parbench profile` in NCHW and NHWC (profile/*.json in run.tar.gz, the input of
+                  `parbench project`) beside PyTorch's in NCHW and channels_last
                   (scripts/torch_layer_profile.py), each with its roofline time and achieved
                   fraction (scripts/layer_table.py): tables in summary.md, rows in layers.json
   4 run           parbench run on the one GPU, --oversubscribe: dp, ddp, mp and pipeline with
@@ -104,23 +104,24 @@ result() {
 hard_cap=570             # the whole check ends before 10 minutes
 budget_env=20            # 1: found, integrity, libraries (or, in a dry run, stage 1 and the parse)
 budget_tests=75          # 2: the GPU tests, one process each
-budget_torch=200         # 3: engine rows (at most engine_each each) and PyTorch (peer_each each)
-budget_layers=160        # 3b: engine profiles (profile_each each), PyTorch's (peer_layers_each), the join (join_each)
-budget_run=85            # 4: 2 workers (run_two), a traced one-device step (run_trace), every strategy, a U-Net (run_unet)
-budget_sanitizer=25      # 5: memcheck over a small training run
+budget_torch=190         # 3: engine rows (at most engine_each each) and PyTorch (peer_each each)
+budget_layers=175        # 3b: engine profiles (profile_each each), PyTorch's (peer_layers_each), the join (join_each)
+budget_run=82            # 4: 2 workers (run_two), a traced one-device step (run_trace), every strategy, a U-Net (run_unet)
+budget_sanitizer=23      # 5: memcheck over a small training run
 reserve=5                # the summary and run.tar.gz
 min_tests=30 min_torch=40 min_layers=60 min_run=30 min_sanitizer=20
-engine_each=25 peer_each=50 run_two=40 run_trace=20 run_unet=20
-profile_each=40 peer_layers_each=70 join_each=10
+engine_each=25 peer_each=45 run_two=40 run_trace=20 run_unet=20
+profile_each=27 peer_layers_each=55 join_each=10
 # Stage 3: engine rows, PRECISION[:MIB][/LAYOUT] (MIB: --conv-workspace-mib MIB, a convolution
 # workspace cap; without, the default fastest-fits policy; LAYOUT: --layout, nchw by default), and
 # PyTorch at peer_precisions. PyTorch's fp32 exhaustive search did not finish within 50 s on an
 # H200 (twice), so fp32 has no peer and no row; tf32 and bf16 run in both layouts.
 engine_rows="tf32 tf32/nhwc bf16 bf16/nhwc"
 peer_precisions="tf32 bf16"
-# Stage 3b: the engine's per-layer profiles, one per precision; PyTorch's in one process, every
-# precision in both layouts.
+# Stage 3b: the engine's per-layer profiles, one per precision and layout; PyTorch's in one
+# process, every precision in both layouts.
 layer_precisions="tf32 bf16"
+layer_layouts="nchw nhwc"
 peer_layouts="nchw channels_last"
 # stage_begin NAME BUDGET MINIMUM: the stage may run until stage_end (its budget, cut to what is
 # left of the cap); false, with NAME recorded "not run: N s left", when MINIMUM does not fit.
@@ -194,18 +195,22 @@ gpu_tests() {
         done
 }
 
-# layer_stage DIR ENGINE_ARGS...: the engine's profile per precision, PyTorch's, the joined table
-# (in a dry run DIR holds CPU profiles of a tiny net). Sets layers_table; fails when a side failed.
+# layer_stage DIR ENGINE_ARGS...: the engine's profile per precision and layout, PyTorch's, the
+# joined table (in a dry run DIR holds CPU profiles of a tiny net). Sets layers_table; fails when a
+# side failed.
 layer_stage() {
-    local dir=$1 precision prc bad=() engines=() log=$1/layers.log torch_json=$1/torch-layers.json
+    local dir=$1 precision layout prc bad=() engines=() log=$1/layers.log torch_json=$1/torch-layers.json
     shift
     mkdir -p "$dir"
     for precision in $layer_precisions; do
-        echo "=== parbench profile $precision" >>"$log"
-        timeout "$(within "$profile_each")" "$bundle/parbench" profile "$@" --precision "$precision" \
-            --out "$dir/great_net-$precision.json" >>"$log" 2>&1
-        prc=$?
-        [ "$prc" = 0 ] && engines+=(--engine "$precision=$dir/great_net-$precision.json") || bad+=("engine $precision (exit $prc)")
+        for layout in $layer_layouts; do
+            echo "=== parbench profile $precision $layout" >>"$log"
+            timeout "$(within "$profile_each")" "$bundle/parbench" profile "$@" --precision "$precision" \
+                $([ "$layout" = nchw ] || echo "--layout $layout") --out "$dir/great_net-$precision-$layout.json" >>"$log" 2>&1
+            prc=$?
+            [ "$prc" = 0 ] && engines+=(--engine "$precision/$layout=$dir/great_net-$precision-$layout.json") ||
+                bad+=("engine $precision $layout (exit $prc)")
+        done
     done
     if [ -n "${layers_torch_args:-}" ]; then
         echo "=== PyTorch per layer: $layer_precisions; $peer_layouts" >>"$log"
@@ -339,7 +344,7 @@ stage3() {
 stage_begin "3 engine vs PyTorch" "$budget_torch" "$min_torch" && stage3
 
 # --- 3b. per layer and pass: engine and PyTorch against the roofline ---------------------------
-section "3b per layer: GreatNetwork 512x512 batch 1, engine (NCHW) and PyTorch (NCHW, channels_last), rooflines"
+section "3b per layer: GreatNetwork 512x512 batch 1, engine and PyTorch (NCHW, NHWC), rooflines"
 stage3b() {
     layers_torch_args="--device cuda --image 512 --width 1 --batch 1 --reps 3"
     layer_stage "$scratch/profile" --workload great_net --image 512 --width 1 --batch 1 --device-kind cuda \

@@ -207,6 +207,7 @@ train --workload great_net --image 512 --width 1 --batch 1 --precision tf32 --la
 train --workload great_net --image 512 --width 1 --batch 1 --precision bf16 --device-kind cuda --iterations $iterations --warmup $warmup
 train --workload great_net --image 512 --width 1 --batch 1 --precision bf16 --layout nhwc --device-kind cuda --iterations $iterations --warmup $warmup
 profile --workload great_net --image 512 --width 1 --batch 1 --precision bf16 --device-kind cuda --out $scratch/p.json
+profile --workload great_net --image 512 --width 1 --batch 1 --precision tf32 --layout nhwc --device-kind cuda --out $scratch/p.json
 run --device-kind cuda --oversubscribe --strategies dp,ddp,mp,pipeline --devices 2 --iterations 3 --warmup 1 --out $scratch/run
 run --device-kind cuda --strategies regular --devices 1 --precision tf32 --iterations 2 --warmup 1 --trace --out $scratch/run-trace
 run --device-kind cuda --oversubscribe --strategies all --devices 2,4 --workload great_net --image 64 --width 0.25 --batch 2 --iterations 2 --warmup 1 --out $scratch/run-all
@@ -215,10 +216,11 @@ train --workload great_net --image 64 --width 0.25 --batch 2 --device-kind cuda 
 EOF
     # Stage 3b's whole chain on a tiny net on the CPU: the engine's profiles, PyTorch's where this
     # Python has torch, the joined table (no GPU named: its roofline columns read n/a). fp32 and tf32:
-    # bf16 on a CPU needs oneDNN, which the bundle leaves out.
+    # bf16 on a CPU needs oneDNN, which the bundle leaves out; NCHW only: a CPU run refuses --layout
+    # nhwc (its parse is among the lines above).
     layers_torch_args=""
     "$python" -c 'import torch' 2>/dev/null && layers_torch_args="--device cpu --image 8 --width 0.125 --batch 1 --reps 1"
-    layer_precisions="fp32 tf32" gpu_name="" layer_stage "$scratch/layers-dry" --workload great_net --image 8 --width 0.125 --batch 1 \
+    layer_precisions="fp32 tf32" layer_layouts="nchw" gpu_name="" layer_stage "$scratch/layers-dry" --workload great_net --image 8 --width 0.125 --batch 1 \
         --device-kind cpu --warmup 0 --reps 1 || { cat "$scratch/layers-dry/layers.log"; echo "stage 3b failed on CPU"; exit 1; }
     echo "stage 3b on CPU: $(grep -c '^| [0-9]' "$scratch/layers-dry/layers.md") table rows, layers.json" \
          "($([ -n "$layers_torch_args" ] && echo 'engine and PyTorch' || echo "engine only: '$python' has no torch"))"

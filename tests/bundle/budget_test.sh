@@ -35,7 +35,7 @@ done
 n_rows=$(wc -w <<<"$engine_rows") n_peers=$(wc -w <<<"$peer_precisions")
 [ $((n_rows * engine_each + n_peers * peer_each)) -le "$budget_torch" ] ||
   fail "$n_rows engine rows x $engine_each + $n_peers PyTorch runs x $peer_each exceeds budget_torch $budget_torch"
-n_profiles=$(wc -w <<<"$layer_precisions")
+n_profiles=$(( $(wc -w <<<"$layer_precisions") * $(wc -w <<<"$layer_layouts") ))
 [ $((n_profiles * profile_each + peer_layers_each + join_each)) -le "$budget_layers" ] ||
   fail "$n_profiles profiles x $profile_each + PyTorch $peer_layers_each + join $join_each exceeds budget_layers $budget_layers"
 [ $((run_two + run_trace + run_unet)) -lt "$budget_run" ] ||

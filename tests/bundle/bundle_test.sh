@@ -139,7 +139,7 @@ others=$(cd "$tmp/dry" && find . -type f | sed 's|^\./||' |
 [ -z "$(ls -A "$tmp/cwd")" ] || fail "the dry run left files where it was started: $(ls -A "$tmp/cwd")"
 # Stage 3b's chain ran on the CPU: profiles, the joined table, its rows in layers.json.
 grep -qE '^stage 3b on CPU: [1-9][0-9]* table rows' "$tmp/dry.txt" || { cat "$tmp/dry.txt"; fail "the dry run did not make stage 3b's table"; }
-python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); sys.exit(0 if d["rows"] and d["engine_precisions"] == ["fp32", "tf32"] else 1)' \
+python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); sys.exit(0 if d["rows"] and d["engine_profiles"] == ["fp32/nchw", "tf32/nchw"] else 1)' \
   "$tmp/dry/layers.json" || fail "layers.json lacks the rows of the engine's fp32 and tf32 profiles (the dry run's)"
 echo "gpu_check.sh --dry-run: found first, exit 2 'no GPU' in ${elapsed}s, $n promised file(s)"
 

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """ctest driver for scripts/layer_table.py (gpu_check.sh's stage 3b join), no GPU: an engine profile
-made by `parbench profile` on the CPU joined with a PyTorch profile written here; the roofline of
-each row against the formula computed here from the layer's shapes and H200 datasheet figures; the
-fractions and ratios; the bias rows the engine does not time apart; n/a for a GPU without figures;
-exit 2 on a net that does not match.
+made by `parbench profile` on the CPU (as the NCHW side) and an NHWC side made from it here, joined
+with a PyTorch profile written here; the roofline of each row against the formula computed here
+from the layer's shapes and H200 datasheet figures; the fractions and ratios; the bias rows the
+engine does not time apart; n/a for a GPU without figures; exit 2 on a net that does not match or
+a profile whose precision or layout is not the one named.
 
 usage: layer_table_test.py PARBENCH SOURCE_DIR"""
 import json
@@ -49,8 +50,19 @@ torch_doc = {"torch_layer_profile": 1, "context": {"batch": 2, "device": "cpu"},
 tjson = os.path.join(tmp, "t.json")
 json.dump(torch_doc, open(tjson, "w"))
 
+# The engine's NHWC side: the CPU profile, said to be NHWC, at a quarter of its times except
+# layer 2's forward, which it leaves 3x slower (the faster layout is chosen per row).
+nhwc = json.loads(json.dumps(eng))
+nhwc["context"]["conv_layout"] = "nhwc"
+for l in nhwc["layers"]:
+    for k in ("forward_s", "backward_data_s", "backward_weights_s"):
+        l[k] = [t * (3 if (l["index"], k) == (2, "forward_s") else 0.25) for t in l[k]]
+engine_nhwc = os.path.join(tmp, "e-tf32-nhwc.json")
+json.dump(nhwc, open(engine_nhwc, "w"))
+
 out_json = os.path.join(tmp, "layers.json")
-r = join("--engine", f"tf32={engine}", "--torch", tjson, "--gpu", "NVIDIA H200 141GB HBM3e", "--json", out_json)
+r = join("--engine", f"tf32={engine}", "--engine", f"tf32/nhwc={engine_nhwc}", "--torch", tjson,
+         "--gpu", "NVIDIA H200 141GB HBM3e", "--json", out_json)
 if r.returncode:
     fail(f"layer_table.py exited {r.returncode}: {r.stderr}")
 rows = json.load(open(out_json))["rows"]
@@ -70,13 +82,20 @@ row = by[(2, "forward")]
 if abs(row["roofline_s"] - want) > 1e-9 * want:
     fail(f"layer 2 forward roofline {row['roofline_s']}, expected {want}")
 e = conv["forward_s"][0]
-if row["engine_s"] != e or abs(row["engine_over_best_torch"] - e / 0.5e-3) > 1e-9:
-    fail(f"layer 2 forward: engine {row['engine_s']} (profile: {e}), over the faster PyTorch "
-         f"{row['engine_over_best_torch']} (expected {e / 0.5e-3})")
+if row["engine_s"] != e or row["engine_nhwc_s"] != 3 * e or abs(row["engine_over_best_torch"] - e / 0.5e-3) > 1e-9:
+    fail(f"layer 2 forward: engine NCHW {row['engine_s']} (profile: {e}), NHWC {row['engine_nhwc_s']} (expected "
+         f"{3 * e}), the faster over the faster PyTorch {row['engine_over_best_torch']} (expected {e / 0.5e-3})")
+# Where NHWC is the faster engine layout, the ratio is its.
+bw = eng["layers"][2]["backward_weights_s"][0]
+got = by[(2, "backward-weights")]["engine_over_best_torch"]
+if abs(got - 0.25 * bw / 0.5e-3) > 1e-9 * max(1, got):
+    fail(f"layer 2 backward-weights: faster engine over faster PyTorch {got}, expected {0.25 * bw / 0.5e-3}")
 md = r.stdout
 frac = f"{want / 0.5e-3:.0%}"
-if f"| 2 | conv2d {ci}->{co} | forward | {want * 1e3:.3f} |" not in md or f"0.500 ({frac})" not in md:
-    fail(f"the markdown lacks layer 2's forward row with roofline {want * 1e3:.3f} ms and NHWC 0.500 ({frac}):\n{md}")
+cells = f"| 2 | conv2d {ci}->{co} | forward | {want * 1e3:.3f} | {e * 1e3:.3f} ({want / e:.0%}) | " \
+        f"{3 * e * 1e3:.3f} ({want / (3 * e):.0%}) | 1.000 ({want / 1e-3:.0%}) | 0.500 ({frac}) |"
+if cells not in md or "| engine NCHW | engine NHWC | PyTorch NCHW | PyTorch NHWC |" not in md:
+    fail(f"the markdown lacks layer 2's forward row {cells!r} or the four time columns:\n{md}")
 # A ReLU's backward: 3 tensors of the output's size, memory bound.
 relu = eng["layers"][3]
 y = relu["out"][0] * relu["out"][1] * relu["out"][2] * 2
@@ -106,5 +125,14 @@ if r.returncode != 2 or "layer 2" not in r.stderr:
 r = join("--engine", f"bf16={engine}")
 if r.returncode != 2 or "precision tf32" not in r.stderr:
     fail(f"a profile under the wrong precision: exit {r.returncode}, stderr {r.stderr!r}")
-print("bad input: exit 2 naming the layer or the precision")
+r = join("--engine", f"tf32={engine_nhwc}")
+if r.returncode != 2 or "conv_layout nhwc, not nchw" not in r.stderr:
+    fail(f"an NHWC profile named as NCHW: exit {r.returncode}, stderr {r.stderr!r}")
+r = join("--engine", f"tf32/nhwc={engine}")
+if r.returncode != 2 or "conv_layout n/a, not nhwc" not in r.stderr:
+    fail(f"a CPU profile named as NHWC: exit {r.returncode}, stderr {r.stderr!r}")
+r = join("--engine", f"tf32/nwhc={engine}")
+if r.returncode != 2 or "LAYOUT nchw or nhwc" not in r.stderr:
+    fail(f"an unknown layout: exit {r.returncode}, stderr {r.stderr!r}")
+print("bad input: exit 2 naming the layer, the precision or the layout")
 print("PASS")
