@@ -30,14 +30,14 @@ fail() { echo "gpu_bundle: FAILED: $*" >&2; exit 1; }
 # The bundle must stay small enough (20 MiB) to copy onto a locked-down machine in seconds: the build
 # keeps each function and datum in a section of its own and the linker drops those unused.
 max_bytes=$((20 * 1024 * 1024))
-# What the GPU machine's C and C++ runtimes must provide. The C++ runtime stays the system's
-# (see provided_re below), and the bundled libbenchmark, built by this GCC 12, needs
-# GLIBCXX_3.4.30 (std::condition_variable::wait), which no setting here removes: so the bundle
-# runs where the system libstdc++ is GCC 12's or newer. The check below fails when a bundled file
-# needs more than this, and BUNDLE.txt repeats it.
+# What the GPU machine's C library and libgcc_s must provide; the checks below fail when a bundled
+# file needs more, and BUNDLE.txt repeats it. Its libstdc++ is not used: the binaries carry their
+# own (PARBENCH_STATIC_RUNTIME), so no system libstdc++ is too old (RHEL 9's is GCC 11's, older
+# than this GCC 12's). libgcc_s (the unwinder) stays the system's: GCC_7.0.0 is the newest
+# version GCC 7 to 11 define.
 max_glibc=2.34
-max_glibcxx=3.4.30
-runs_on="glibc >= $max_glibc and a libstdc++ with GLIBCXX_$max_glibcxx (GCC >= 12): Debian 12+, Ubuntu 22.04+ (its libstdc++6 is GCC 12's), Fedora 36+, RHEL/Rocky/Alma 10+; not RHEL 9 or its clones (GCC 11's libstdc++: GLIBCXX_3.4.29), unless a libstdc++.so.6 from GCC >= 12 comes first on LD_LIBRARY_PATH"
+max_gcc_s=7.0.0
+runs_on="glibc >= $max_glibc, whatever its libstdc++: RHEL/Rocky/Alma 9+, Debian 12+, Ubuntu 22.04+, Fedora 35+, Amazon Linux 2023; not RHEL 8 or Ubuntu 20.04 (glibc 2.28, 2.31)"
 
 arch=90
 jobs=$(nproc 2>/dev/null || echo 2)
@@ -72,13 +72,13 @@ if command -v ccache >/dev/null 2>&1; then
 fi
 # The binaries look for their libraries in lib/ next to them ($ORIGIN/lib) and nowhere on the
 # build machine. DT_RPATH rather than DT_RUNPATH: it also serves the bundled libraries' own
-# dependencies (libbenchmark needs the bundled libstdc++), and LD_LIBRARY_PATH cannot
+# dependencies, and LD_LIBRARY_PATH cannot
 # replace a bundled library with an older one.
 echo "gpu_bundle: configuring $build (sm_$arch)"
 mkdir -p "$build"
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release \
       -DPARBENCH_CUDA=ON -DPARBENCH_DNNL=OFF -DPARBENCH_MPI=OFF -DPARBENCH_NATIVE=OFF -DPARBENCH_SANITIZE=OFF \
-      -DPARBENCH_RELOCATABLE=ON -DPARBENCH_CUDA_ARCHS="$arch" -DCMAKE_CUDA_ARCHITECTURES="$arch" \
+      -DPARBENCH_RELOCATABLE=ON -DPARBENCH_STATIC_RUNTIME=ON -DPARBENCH_CUDA_ARCHS="$arch" -DCMAKE_CUDA_ARCHITECTURES="$arch" \
       -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON '-DCMAKE_INSTALL_RPATH=$ORIGIN/lib;$ORIGIN' \
       -DCMAKE_INSTALL_RPATH_USE_LINK_PATH=OFF \
       '-DCMAKE_CXX_FLAGS=-ffunction-sections -fdata-sections' \
@@ -97,10 +97,9 @@ shopt -s nullglob
 modules=("$build"/libparbench_*.so "$build"/lib/libparbench_*.so)
 shopt -u nullglob
 
-# Libraries the GPU machine provides (CUDA toolkit or pip wheels, the driver), the C library
-# and the C++ runtime; everything else a binary needs is copied. The C++ runtime stays the
-# system's: this toolchain's libstdc++ (GCC 12) itself needs glibc 2.36 (arc4random), so
-# bundling it would raise the glibc floor; what it must provide is max_glibcxx above.
+# Libraries the GPU machine provides (CUDA toolkit or pip wheels, the driver), the C library,
+# libgcc_s and the libstdc++ NVIDIA's libraries use (ours is linked in: the check below);
+# everything else a binary needs is copied.
 provided_re='^(linux-vdso|ld-linux-x86-64|libc|libm|libdl|libpthread|librt|libresolv|libutil|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libcublasLt|libcudnn[a-z_]*|libnccl|libnvrtc|libnvJitLink)\.so'
 
 rm -rf "$out"
@@ -149,14 +148,19 @@ bundled_elf | while read -r f; do strip --strip-unneeded "$f"; done
 # No file may need a glibc newer than max_glibc.
 newest=$(bundled_elf | while read -r f; do objdump -T "$f"; done | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' |
          sort -V -u | tail -n 1)
-newest_cxx=$(bundled_elf | while read -r f; do objdump -T "$f"; done | grep -o 'GLIBCXX_[0-9.]*' | sort -V -u | tail -n 1)
 if [ "$(printf '%s\n%s\n' "$newest" "$max_glibc" | sort -V | tail -n 1)" != "$max_glibc" ]; then
     fail "a bundled file needs glibc $newest, newer than $max_glibc"
 fi
-if [ "$(printf '%s\n%s\n' "${newest_cxx#GLIBCXX_}" "$max_glibcxx" | sort -V | tail -n 1)" != "$max_glibcxx" ]; then
-    fail "a bundled file needs $newest_cxx, newer than GLIBCXX_$max_glibcxx: $(bundled_elf | while read -r f; do
-         objdump -T "$f" | grep -q "$newest_cxx" && basename "$f"; done | tr '\n' ' ')"
-fi
+# No file may need the machine's libstdc++ or libgomp (no symbol versioned GLIBCXX_* or CXXABI_*),
+# nor a libgcc_s newer than max_gcc_s.
+bundled_elf | while read -r f; do
+    needs=$(objdump -p "$f" | awk '$1 == "NEEDED" && $2 ~ /^(libstdc\+\+|libgomp)\./ {print $2}' | tr '\n' ' ')
+    vers=$(objdump -T "$f" | { grep -oE '\((GLIBCXX|CXXABI)_[0-9.]*\)' || true; } | sort -u | tr '\n' ' ')
+    [ -z "$needs$vers" ] || fail "$(basename "$f") needs the machine's libstdc++: ${needs}${vers}"
+    gcc_s=$(objdump -T "$f" | { grep -oE '\(GCC_[0-9.]+\)' || true; } | tr -d '()' | sed 's/GCC_//' | sort -V -u | tail -n 1)
+    [ -z "$gcc_s" ] || [ "$(printf '%s\n%s\n' "$gcc_s" "$max_gcc_s" | sort -V | tail -n 1)" = "$max_gcc_s" ] ||
+        fail "$(basename "$f") needs libgcc_s GCC_$gcc_s, newer than GCC_$max_gcc_s"
+done
 # No path of this machine compiled in (__FILE__ in error messages, PARBENCH_SOURCE_DIR):
 # PARBENCH_RELOCATABLE maps them to repository-relative ones.
 bundled_elf | while read -r f; do
@@ -173,8 +177,8 @@ commit=$(git -C "$root" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
     echo "parbench GPU bundle"
     echo "commit $commit$(git -C "$root" diff --quiet HEAD 2>/dev/null || echo ' (with uncommitted changes)')"
     echo "built $(date -u +%Y-%m-%dT%H:%MZ) on $(uname -m), sm_$arch, Release, portable x86-64, oneDNN off, MPI off"
-    echo "needs glibc >= $max_glibc (newest symbol used: GLIBC_$newest), the system's libstdc++ with $newest_cxx,"
-    echo "an NVIDIA driver, and"
+    echo "needs glibc >= $max_glibc (newest symbol used: GLIBC_$newest), a libgcc_s with GCC_$max_gcc_s (GCC >= 7),"
+    echo "no libstdc++ of the system's (libstdc++ and libgomp are linked in), an NVIDIA driver, and"
     echo "cudart/cuBLAS/cuDNN 9/NCCL 2 from a CUDA toolkit or NVIDIA's pip wheels"
     echo "runs on: $runs_on"
     echo "files:"
@@ -184,4 +188,4 @@ sed 's/^[0-9a-f]*  /  /' "$out/SHA256SUMS" >>"$out/BUNDLE.txt"
 
 bytes=$(du -sb "$out" | cut -f1)
 [ "$bytes" -le "$max_bytes" ] || fail "the bundle is $bytes bytes, over the $max_bytes-byte limit"
-echo "gpu_bundle: $out: $((bytes / 1024)) KiB; bundled libraries: $(cd "$out/lib" && ls | tr '\n' ' ')"
+echo "gpu_bundle: $out: $((bytes / 1024)) KiB; bundled libraries: $(cd "$out/lib" && ls | tr '\n' ' ' | grep . || echo none)"

@@ -60,15 +60,20 @@ print("  pip:", " ".join(sorted(d.metadata["Name"] + "==" + d.version for d in m
                          if (d.metadata["Name"] or "").lower().startswith(("nvidia-", "torch")))) or "no nvidia-* or torch packages")' 2>/dev/null ||
         echo "  pip: '$python' cannot list its packages"
     local cxx have need
+    # The bundle's own files carry their C++ runtime; the system's serves NVIDIA's libraries.
     cxx=$(ldconfig -p 2>/dev/null | awk '$1 == "libstdc++.so.6" && /x86-64/ {print $NF; exit}')
     have=$([ -n "$cxx" ] && grep -a -o 'GLIBCXX_3\.4\.[0-9]*' "$cxx" | sort -V -u | tail -n 1)
-    need=$(sed -n 's/.*libstdc++ with \(GLIBCXX_[0-9.]*\).*/\1/p' "$bundle/BUNDLE.txt" | head -n 1)
-    echo "  libstdc++: ${cxx:-not found} (newest ${have:-unknown}); the bundle needs ${need:-see BUNDLE.txt}"
-    if [ -n "$have" ] && [ -n "$need" ] &&
-       [ "$(printf '%s\n%s\n' "$have" "$need" | sort -V | tail -n 1)" != "$have" ]; then
-        echo "  this system's libstdc++ is older than the bundle needs: $(sed -n 's/^runs on: //p' "$bundle/BUNDLE.txt")"
+    echo "  libstdc++: ${cxx:-not found} (newest ${have:-unknown}); the bundle's files do not use it (theirs is linked in)"
+    cxx=$(ldconfig -p 2>/dev/null | awk '$1 == "libgcc_s.so.1" && /x86-64/ {print $NF; exit}')
+    have=$([ -n "$cxx" ] && grep -a -o 'GCC_[0-9][0-9.]*' "$cxx" | sort -V -u | tail -n 1)
+    need=$(sed -n 's/^needs glibc.* a libgcc_s with \(GCC_[0-9.]*\).*/\1/p' "$bundle/BUNDLE.txt" | head -n 1)
+    echo "  libgcc_s: ${cxx:-not found} (newest ${have:-unknown}); the bundle needs ${need:-see BUNDLE.txt}"
+    have=$(ldd --version 2>/dev/null | head -n 1 | grep -oE '[0-9]+\.[0-9]+$')
+    need=$(sed -n 's/^needs glibc >= \([0-9.]*\).*/\1/p' "$bundle/BUNDLE.txt" | head -n 1)
+    echo "  glibc: ${have:-unknown} ($(ldd --version 2>/dev/null | head -n 1)); the bundle needs >= ${need:-see BUNDLE.txt}"
+    if [ -n "$have" ] && [ -n "$need" ] && [ "$(printf '%s\n%s\n' "$have" "$need" | sort -V | tail -n 1)" != "$have" ]; then
+        echo "  this system's glibc is older than the bundle needs: $(sed -n 's/^runs on: //p' "$bundle/BUNDLE.txt")"
     fi
-    echo "  glibc: $(ldd --version 2>/dev/null | head -n 1)"
 }
 
 # NVIDIA's wheels install the namespace package nvidia with one lib/ per wheel.
@@ -214,6 +219,35 @@ run --device-kind cuda --oversubscribe --strategies all --devices 2,4 --workload
 run --device-kind cuda --oversubscribe --workload unet --image 64 --width 0.125 --batch 2 --strategies regular,ddp,fsdp,mp,pipeline-1f1b,pipeline-zb,pipeline-interleaved,pipeline-zbv,tp --devices 3 --iterations 2 --warmup 1 --out $scratch/run-unet
 train --workload great_net --image 64 --width 0.25 --batch 2 --device-kind cuda --iterations 2 --warmup 1
 EOF
+    # What BUNDLE.txt's "runs on" rests on, checked on the files as shipped: none needs a glibc newer
+    # or libgcc_s than it names, nor the system's libstdc++ (RHEL 9's is older than the one they were
+    # built with, so they carry theirs).
+    if command -v objdump >/dev/null 2>&1; then
+        local f need_glibc need_gcc_s newest cxx bad=()
+        need_glibc=$(sed -n 's/^needs glibc >= \([0-9.]*\).*/\1/p' "$bundle/BUNDLE.txt" | head -n 1)
+        need_gcc_s=$(sed -n 's/^needs glibc.* a libgcc_s with GCC_\([0-9.]*\).*/\1/p' "$bundle/BUNDLE.txt" | head -n 1)
+        for f in "$bundle/parbench" "$bundle/parbench_tests" "$bundle"/*.so "$bundle"/lib/*.so*; do
+            [ -e "$f" ] || continue
+            newest=$(objdump -T "$f" | grep -oE '\(GLIBC_[0-9.]+\)' | tr -d '()' | sed 's/GLIBC_//' | sort -V -u | tail -n 1)
+            [ -z "$newest" ] || [ "$(printf '%s\n%s\n' "$newest" "$need_glibc" | sort -V | tail -n 1)" = "$need_glibc" ] ||
+                bad+=("${f#$bundle/} needs glibc $newest")
+            cxx=$(objdump -p "$f" | awk '$1 == "NEEDED" && $2 ~ /^(libstdc\+\+|libgomp)\./ {print $2}'
+                  objdump -T "$f" | grep -oE '\((GLIBCXX|CXXABI)_[0-9.]+\)' | sort -u)
+            [ -z "$cxx" ] || bad+=("${f#$bundle/} needs the system's libstdc++: $(tr '\n' ' ' <<<"$cxx")")
+            newest=$(objdump -T "$f" | grep -oE '\(GCC_[0-9.]+\)' | tr -d '()' | sed 's/GCC_//' | sort -V -u | tail -n 1)
+            [ -z "$newest" ] || [ "$(printf '%s\n%s\n' "$newest" "$need_gcc_s" | sort -V | tail -n 1)" = "$need_gcc_s" ] ||
+                bad+=("${f#$bundle/} needs libgcc_s GCC_$newest")
+        done
+        [ "${#bad[@]}" = 0 ] || { printf '%s\n' "${bad[@]}"; echo "BUNDLE.txt's 'runs on' does not hold"; exit 1; }
+        echo "runs on: every bundled file needs glibc <= $need_glibc, libgcc_s <= GCC_$need_gcc_s and no libstdc++ of the system's"
+    else
+        echo "runs on: not checked (no objdump here)"
+    fi
+    # The program and the CUDA module each carry a C++ runtime; errors and strings cross between
+    # them (the module loaded, the system described, a missing GPU refused by the module).
+    timeout "$(within 60)" "$bundle/parbench_tests" --gtest_filter='Cuda.*' >"$scratch/cuda.txt" 2>&1 ||
+        { cat "$scratch/cuda.txt"; echo "parbench_tests' Cuda.* tests failed"; exit 1; }
+    echo "program and CUDA module: $(grep -E '^\[  PASSED  \]' "$scratch/cuda.txt")"
     # Stage 3b's whole chain on a tiny net on the CPU: the engine's profiles, PyTorch's where this
     # Python has torch, the joined table (no GPU named: its roofline columns read n/a). fp32 and tf32:
     # bf16 on a CPU needs oneDNN, which the bundle leaves out; NCHW only: a CPU run refuses --layout
