@@ -38,6 +38,12 @@ Launch fill(int64_t n) { return grid_stride(n, 4, 0, "fill"); }
 Launch relu_forward(int64_t n) { return grid_stride(n, 8, 1, "relu_forward"); }
 Launch relu_backward(int64_t n) { return grid_stride(n, 12, 1, "relu_backward"); }
 
+Launch bias_relu(int64_t n, int64_t channels) {
+  Launch l = grid_stride(n, 8, 2, "bias_relu");
+  if (l.blocks > 0) l.bytes += 4.0 * static_cast<double>(channels);
+  return l;
+}
+
 Launch broadcast_rows(int64_t rows, int64_t cols) {
   if (rows <= 0 || cols <= 0) return {};
   Launch l = grid_stride(rows * cols, 4, 0, "broadcast_rows");

@@ -6,6 +6,12 @@
 
 #include <cstdint>
 
+#ifdef __CUDACC__
+#define PB_HOST_DEVICE __host__ __device__
+#else
+#define PB_HOST_DEVICE
+#endif
+
 namespace pb::kernels {
 
 constexpr int kThreads = 256;  // threads a block, every kernel
@@ -37,6 +43,35 @@ struct Launch {
 Launch fill(int64_t n);
 Launch relu_forward(int64_t n);
 Launch relu_backward(int64_t n);
+// y = max(y + b[c], 0) in place over n fp32 values of `channels` channels: a convolution's bias and
+// the ReLU after it in one pass (each thread finds its first value's channel once and steps it).
+Launch bias_relu(int64_t n, int64_t channels);
+// The channel of value i of a [outer, channels, inner] tensor, (i / inner) % channels, along a
+// grid-stride loop: divided out once for the thread's first value, then stepped by the stride's
+// share, since a GPU divides 64-bit integers in software. The kernels that add a per-channel bias
+// use it; tests/test_kernel_geometry.cpp runs it on the CPU for every thread of their grids.
+class ChannelStep {
+ public:
+  PB_HOST_DEVICE ChannelStep(int64_t first, int64_t stride, int64_t channels, int64_t inner)
+      : channels_(channels), inner_(inner), step_r_(stride % inner), step_c_((stride / inner) % channels),
+        r_(first % inner), c_((first / inner) % channels) {}
+  PB_HOST_DEVICE int64_t channel() const { return c_; }
+  // To the value `stride` further on: r_ + step_r_ < 2 inner and c_ + step_c_ + 1 < 2 channels, so
+  // one subtraction each.
+  PB_HOST_DEVICE void next() {
+    r_ += step_r_;
+    c_ += step_c_;
+    if (r_ >= inner_) {
+      r_ -= inner_;
+      ++c_;
+    }
+    if (c_ >= channels_) c_ -= channels_;
+  }
+
+ private:
+  int64_t channels_, inner_, step_r_, step_c_, r_, c_;
+};
+
 // y[i, o] = b[o], rows x cols (fp32 Linear's bias before the GEMM adds to it).
 Launch broadcast_rows(int64_t rows, int64_t cols);
 // The ops of nets with skips, over fp32 (value_bytes 4) or bf16 (2) values, each a grid-stride

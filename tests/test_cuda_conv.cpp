@@ -1,6 +1,9 @@
 // cuDNN convolutions against the CPU backend on fresh random shapes and values each run (the seed
 // is printed with any failure), outputs poisoned with NaN first, tolerance per precision: every
 // algorithm search, no workspace, a tensor over cuDNN's limit, the search's environment variable.
+#include <algorithm>
+
+#include "engine/kernel_shapes.h"
 #include "tests/test_cuda_support.h"
 
 namespace pb {
@@ -217,6 +220,46 @@ TEST(CudaGpu, ConvWithNhwcSidesMatchesCpu) {
           else EXPECT_TRUE(same_bits(gdb.to_host(), db0)) << "db written without a bias";
         }
     }
+}
+
+// A convolution with the ReLU after it (one bias_relu pass) gives exactly what the convolution and
+// then relu_forward give, in every layout pair and both APIs, with and without bias; one shape has
+// more outputs than the kernel's grid has threads, so threads step their channel along the grid.
+TEST(CudaGpu, ConvWithReluIsTheConvThenReluBitForBit) {
+  PB_REQUIRE_GPU();
+  Rand r;
+  ConvGeom big;
+  big.n = 2, big.c = 3, big.k = 7, big.h = 397, big.w = 397, big.r = 3, big.s = 3, big.pad_h = 1, big.pad_w = 1;
+  ASSERT_GT(big.n * big.k * big.p() * big.q(), kernels::kMaxBlocks * kernels::kThreads);
+  const ActLayout P = ActLayout::Plain, B = ActLayout::Blocked;
+  for (const char* api : {"graph", "legacy"})
+    for (Precision p : kPrecisions)
+      for (bool nhwc : {false, true}) {
+        test::ScopedEnv env("PARBENCH_CUDNN_API", api);
+        BackendOptions o;
+        o.precision = p;
+        o.cuda_nhwc = nhwc;
+        auto be = make_backend(cuda(), o);
+        const std::vector<ConvLayouts> ios =
+            nhwc ? std::vector<ConvLayouts>{{P, B}, {B, B}, {B, P}} : std::vector<ConvLayouts>{{P, P}};
+        for (ConvLayouts io : ios)
+          for (int trial = 0; trial < 3; ++trial) {
+            const ConvGeom g = trial == 0 ? big : gpu_geom(r);
+            const bool bias = trial != 2;
+            SCOPED_TRACE(fmt::format("seed {} {} API {} x {} y {} bias {}: {}", r.seed, precision_name(p), api,
+                                     io.x == B ? "NHWC" : "NCHW", io.y == B ? "NHWC" : "NCHW", bias, geom_str(g)));
+            const int64_t yn = g.n * g.k * g.p() * g.q();
+            Tensor x = gpu(r.vec(g.n * g.c * g.h * g.w)), w = gpu(r.vec(g.k * g.c * g.r * g.s)), b = gpu(r.vec(g.k));
+            Tensor fused = gpu_poisoned(yn), apart = gpu_poisoned(yn);
+            ASSERT_TRUE(be->conv2d_relu_forward_in(g, io, x.data(), w.data(), bias ? b.data() : nullptr, fused.data()));
+            be->conv2d_forward_in(g, io, x.data(), w.data(), bias ? b.data() : nullptr, apart.data());
+            const std::vector<float> conv = apart.to_host();
+            be->relu_forward(yn, apart.data(), apart.data());
+            const std::vector<float> want = apart.to_host(), got = fused.to_host();
+            EXPECT_TRUE(std::any_of(conv.begin(), conv.end(), [](float v) { return v < 0; })) << "no value for ReLU to clip";
+            EXPECT_TRUE(same_bits(got, want)) << "the fused pass differs from the convolution then ReLU";
+          }
+      }
 }
 
 // The tests above run through the default, cuDNN's graph API; this one through the legacy API,

@@ -97,6 +97,7 @@ std::vector<Case> step_launches(const NetPlan& plan, int64_t batch) {
     if (l.spec.type == LayerType::Conv2d) {
       const int64_t k = l.out[0], pq = l.out[1] * l.out[2];
       add(at + "broadcast_bf16 (conv bias)", kernels::broadcast_bf16(out, k), out);
+      add(at + "bias_relu (conv bias and the ReLU after it)", kernels::bias_relu(out, k), out);
       add(at + "from_bf16 (tp's widened dy)", kernels::from_bf16(out), out);
       for (bool acc : {false, true}) {
         add(at + "widen_bf16 (weight gradient)", kernels::widen_bf16(l.weight_numel, acc), l.weight_numel);
@@ -301,6 +302,37 @@ TEST(KernelGeometry, EveryElementIsSummedOnceIntoItsChannel) {
            {1, 1, 1}, {4, 1000, 1}, {1000, 37, 1}, {5000, 3, 1}, {300, 5, 63}, {2, 1024, 49}, {3000, 2, 255},
            {300, 5, 7}, {1, 1024, 16}, {40, 3, 31}, {2, 9, 32}})
     expect_each_element_once(outer, channels, inner);
+}
+
+// The per-channel bias kernels (bias_relu, broadcast_bf16, add_channel_bias) step each value's
+// channel along their grid-stride loops (kernels::ChannelStep): run here for every thread of the
+// grid those kernels launch, each value is visited once and gets (i / inner) % channels. Shapes
+// with more values than threads (so that threads step), inner 1 (NHWC, rows), strides that wrap
+// the plane and the channels.
+TEST(KernelGeometry, ChannelStepGivesEveryValueItsChannel) {
+  for (const auto& [outer, channels, inner] : std::vector<std::array<int64_t, 3>>{
+           {2, 7, 157609}, {2, 1024, 1}, {1, 3, 1000003}, {5, 9, 49999}, {1, 1, 2100000}, {3, 5, 1},
+           {2, 64, 65536}, {700000, 3, 1}, {2, 3, 5}})
+    for (const Launch& l : {kernels::bias_relu(outer * channels * inner, channels),
+                            kernels::broadcast_bf16(outer * channels * inner, channels),
+                            kernels::add_channel_bias(outer * channels * inner, channels)}) {
+      SCOPED_TRACE(fmt::format("outer {} channels {} inner {}, {} blocks", outer, channels, inner, l.blocks));
+      const int64_t n = outer * channels * inner, stride = l.blocks * l.threads;
+      std::vector<uint8_t> seen(static_cast<std::size_t>(n), 0);
+      int64_t wrong = 0, most = 0;
+      for (int64_t first = 0; first < std::min(n, stride); ++first) {
+        kernels::ChannelStep at(first, stride, channels, inner);
+        int64_t count = 0;
+        for (int64_t i = first; i < n; i += stride, at.next(), ++count) {
+          ++seen[static_cast<std::size_t>(i)];
+          wrong += at.channel() != (i / inner) % channels;
+        }
+        most = std::max(most, count);
+      }
+      EXPECT_EQ(wrong, 0) << "values given another channel";
+      EXPECT_EQ(most, l.serial) << "the most values a thread handles";
+      EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), n) << "values not visited exactly once";
+    }
 }
 
 }  // namespace

@@ -99,6 +99,18 @@ class CudaBackend final : public Backend {
     cu::use_device(device_);
     convs_.backward_weights(g, x, dy, dw, db, accumulate);
   }
+  // The ReLU after a convolution goes into its bias's pass: one read and write of y fewer, the same
+  // values (the sum rounds as cudnnAddTensor's, max(v, 0) as relu_forward's).
+  bool conv2d_relu_forward(const ConvGeom& g, const float* x, const float* w, const float* b, float* y) override {
+    return conv2d_relu_forward_in(g, {}, x, w, b, y);
+  }
+  bool conv2d_relu_forward_in(const ConvGeom& g, ConvLayouts io, const float* x, const float* w, const float* b,
+                              float* y) override {
+    fp32_only("convolution");
+    cu::use_device(device_);
+    convs_.forward(g, io, x, w, b, y, /*relu=*/true);
+    return true;
+  }
   // --layout nhwc: Blocked is NHWC (CudnnConv; under bf16, CudaBf16).
   bool conv_keeps_blocked(const ConvGeom&, const ConvGeom&) override { return opts_.cuda_nhwc; }
   void conv2d_forward_in(const ConvGeom& g, ConvLayouts io, const float* x, const float* w, const float* b,

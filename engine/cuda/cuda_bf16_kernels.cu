@@ -28,9 +28,12 @@ __global__ void relu_kernel(int64_t n, const bf* x, bf* y) {
 __global__ void relu_backward_kernel(int64_t n, const bf* y, const bf* dy, bf* dx) {
   PB_GRID_LOOP(i, n) dx[i] = __bfloat162float(y[i]) > 0.0f ? dy[i] : __float2bfloat16_rn(0.0f);
 }
-// y[i] = b[(i / inner) % channels]: rows (inner 1) or NCHW channels (inner P*Q).
+// y[i] = b[(i / inner) % channels]: rows or NHWC (inner 1), NCHW channels (inner P*Q).
 __global__ void broadcast_kernel(int64_t n, int64_t channels, int64_t inner, const bf* b, bf* y) {
-  PB_GRID_LOOP(i, n) y[i] = b[(i / inner) % channels];
+  const int64_t first = blockIdx.x * int64_t(blockDim.x) + threadIdx.x, stride = int64_t(blockDim.x) * gridDim.x;
+  if (first >= n) return;
+  kernels::ChannelStep at(first, stride, channels, inner);
+  for (int64_t i = first; i < n; i += stride, at.next()) y[i] = b[at.channel()];
 }
 __global__ void widen_kernel(int64_t n, const bf* x, float* y, bool accumulate) {
   PB_GRID_LOOP(i, n) y[i] = accumulate ? y[i] + __bfloat162float(x[i]) : __bfloat162float(x[i]);

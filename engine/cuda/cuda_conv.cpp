@@ -8,6 +8,7 @@
 #include "engine/batch_split.h"
 #include "engine/check.h"
 #include "engine/conv_policy.h"
+#include "engine/cuda/cuda_kernels.h"
 
 namespace pb::cu {
 
@@ -148,10 +149,10 @@ bool CudnnConv::run_graph(const GraphConvCall& c, std::string& tag) {
 
 CudnnConv::~CudnnConv() = default;
 
-void CudnnConv::forward(const ConvGeom& g, const float* x, const float* w, const float* b, float* y) {
+void CudnnConv::forward(const ConvGeom& g, const float* x, const float* w, const float* b, float* y, bool relu) {
   for (const BatchPart& part : conv_batch_parts(g)) {
     const ConvGeom gp = sub_batch(g, part.n);
-    forward_part(gp, false, x + part.offset * in_per_image(g), w, b, y + part.offset * out_per_image(g));
+    forward_part(gp, false, x + part.offset * in_per_image(g), w, b, y + part.offset * out_per_image(g), relu);
   }
 }
 
@@ -201,8 +202,9 @@ float* CudnnConv::as_nhwc(ActLayout layout, cudnnTensorDescriptor_t plain, cudnn
   return s;
 }
 
-void CudnnConv::forward(const ConvGeom& g, ConvLayouts io, const float* x, const float* w, const float* b, float* y) {
-  if (io.plain()) return forward(g, x, w, b, y);
+void CudnnConv::forward(const ConvGeom& g, ConvLayouts io, const float* x, const float* w, const float* b, float* y,
+                        bool relu) {
+  if (io.plain()) return forward(g, x, w, b, y, relu);
   const bool y_nhwc = io.y == ActLayout::Blocked;
   const float* wk = krsc_filter(g, w);
   for (const BatchPart& part : conv_batch_parts(g)) {
@@ -211,7 +213,7 @@ void CudnnConv::forward(const ConvGeom& g, ConvLayouts io, const float* x, const
     ConvPlan &pc = plan_for(gp, false), &pn = plan_for(gp, true);
     const float* xn = as_nhwc(io.x, pc.x, pn.x, x + part.offset * in_per_image(g), part.n * in_per_image(g));
     float* yn = y_nhwc ? yp : scratch(kActivation, part.n * out_per_image(g));
-    forward_part(gp, true, xn, wk, b, yn);
+    forward_part(gp, true, xn, wk, b, yn, relu);
     if (!y_nhwc) CUDNN_CHECK(cudnnTransformTensor(cudnn_, &kOne, pn.y, yn, &kZero, pc.y, yp));
   }
 }
@@ -429,11 +431,24 @@ AlgoChoice CudnnConv::choose(ConvPlan& p, const ConvGeom& g, const float* a, con
   return choices[static_cast<std::size_t>(pick.index)];
 }
 
-void CudnnConv::forward_part(const ConvGeom& g, bool nhwc, const float* x, const float* w, const float* b, float* y) {
+void CudnnConv::bias_epilogue(const ConvPlan& p, const ConvGeom& g, bool nhwc, const float* b, float* y, bool relu) {
+  if (!relu) {
+    if (b) CUDNN_CHECK(cudnnAddTensor(cudnn_, &kOne, p.bias, b, &kOne, p.y, y));
+    return;
+  }
+  cudaStream_t stream = nullptr;
+  CUDNN_CHECK(cudnnGetStream(cudnn_, &stream));
+  const int64_t n = g.n * out_per_image(g);
+  if (b) launch_bias_relu(stream, n, g.k, nhwc ? 1 : g.p() * g.q(), b, y);
+  else launch_relu_forward(stream, n, y, y);
+}
+
+void CudnnConv::forward_part(const ConvGeom& g, bool nhwc, const float* x, const float* w, const float* b, float* y,
+                             bool relu) {
   ConvPlan& p = plan_for(g, nhwc);
   if (!p.fwd &&
       run_graph({ConvDir::Forward, g, CUDNN_DATA_FLOAT, opts_.precision, 0.0f, x, w, y, nhwc}, p.graph_fwd)) {
-    if (b) CUDNN_CHECK(cudnnAddTensor(cudnn_, &kOne, p.bias, b, &kOne, p.y, y));
+    bias_epilogue(p, g, nhwc, b, y, relu);
     return;
   }
   if (!p.fwd) p.fwd = choose<FwdOps>(p, g, x, w, y);
@@ -442,7 +457,7 @@ void CudnnConv::forward_part(const ConvGeom& g, bool nhwc, const float* x, const
   CUDNN_CHECK(cudnnConvolutionForward(cudnn_, &kOne, p.x, x, p.w, w, p.conv,
                                       static_cast<cudnnConvolutionFwdAlgo_t>(p.fwd->algo), ws, p.fwd->workspace,
                                       &kZero, p.y, y));
-  if (b) CUDNN_CHECK(cudnnAddTensor(cudnn_, &kOne, p.bias, b, &kOne, p.y, y));
+  bias_epilogue(p, g, nhwc, b, y, relu);
 }
 
 void CudnnConv::backward_data_part(const ConvGeom& g, bool nhwc, const float* dy, const float* w, float* dx) {

@@ -32,14 +32,16 @@ class CudnnConv {
 
   // cuDNN takes no tensor of 2^31 elements or more: larger batches run as consecutive
   // sub-batches (conv_batch_parts), each with its own plan; weight and bias gradients of the
-  // later parts add to the first's (beta = 1), as PyTorch does.
-  void forward(const ConvGeom& g, const float* x, const float* w, const float* b, float* y);
+  // later parts add to the first's (beta = 1), as PyTorch does. With relu, y = max(y, 0) too, in the
+  // bias's pass (launch_bias_relu).
+  void forward(const ConvGeom& g, const float* x, const float* w, const float* b, float* y, bool relu = false);
   void backward_data(const ConvGeom& g, const float* dy, const float* w, float* dx);
   void backward_weights(const ConvGeom& g, const float* x, const float* dy, float* dw, float* db, bool accumulate);
   // The same with x/dx and y/dy in the layouts io, Blocked being NHWC (BackendOptions::cuda_nhwc). A
   // call with an NHWC operand runs all in NHWC with the filter (and its gradient) in KRSC: a Plain
   // operand and the filter pass through scratch, converted by cudnnTransformTensor.
-  void forward(const ConvGeom& g, ConvLayouts io, const float* x, const float* w, const float* b, float* y);
+  void forward(const ConvGeom& g, ConvLayouts io, const float* x, const float* w, const float* b, float* y,
+               bool relu = false);
   void backward_data(const ConvGeom& g, ConvLayouts io, const float* dy, const float* w, float* dx);
   void backward_weights(const ConvGeom& g, ConvLayouts io, const float* x, const float* dy, float* dw, float* db,
                         bool accumulate);
@@ -68,7 +70,9 @@ class CudnnConv {
   }
 
   // One sub-batch, every tensor NCHW (filters KCRS) or, with nhwc, NHWC (filters KRSC).
-  void forward_part(const ConvGeom& g, bool nhwc, const float* x, const float* w, const float* b, float* y);
+  void forward_part(const ConvGeom& g, bool nhwc, const float* x, const float* w, const float* b, float* y, bool relu);
+  // y += b (per channel), then y = max(y, 0) with relu: cuDNN's bias add alone, or one fused pass.
+  void bias_epilogue(const ConvPlan& p, const ConvGeom& g, bool nhwc, const float* b, float* y, bool relu);
   void backward_data_part(const ConvGeom& g, bool nhwc, const float* dy, const float* w, float* dx);
   void backward_weights_part(const ConvGeom& g, bool nhwc, const float* x, const float* dy, float* dw, float* db,
                              bool accumulate);

@@ -26,6 +26,17 @@ __global__ void relu_forward_kernel(int64_t n, const float* x, float* y) {
   }
 }
 
+// The sum rounds as cudnnAddTensor's does; the channel steps along the loop (kernels::ChannelStep).
+__global__ void bias_relu_kernel(int64_t n, int64_t channels, int64_t inner, const float* b, float* y) {
+  const int64_t first = first_index(), stride = grid_stride();
+  if (first >= n) return;
+  kernels::ChannelStep at(first, stride, channels, inner);
+  for (int64_t i = first; i < n; i += stride, at.next()) {
+    const float v = __fadd_rn(y[i], b[at.channel()]);
+    y[i] = v > 0.0f ? v : 0.0f;
+  }
+}
+
 __global__ void fill_kernel(int64_t n, float value, float* y) {
   for (int64_t i = first_index(); i < n; i += grid_stride()) y[i] = value;
 }
@@ -94,6 +105,12 @@ void launch_fill(cudaStream_t stream, int64_t n, float value, float* y) {
 void launch_relu_forward(cudaStream_t stream, int64_t n, const float* x, float* y) {
   if (n <= 0) return;
   relu_forward_kernel<<<grid(kernels::relu_forward(n)), kThreads, 0, stream>>>(n, x, y);
+  CUDA_CHECK_LAST();
+}
+
+void launch_bias_relu(cudaStream_t stream, int64_t n, int64_t channels, int64_t inner, const float* b, float* y) {
+  if (n <= 0) return;
+  bias_relu_kernel<<<grid(kernels::bias_relu(n, channels)), kThreads, 0, stream>>>(n, channels, inner, b, y);
   CUDA_CHECK_LAST();
 }
 

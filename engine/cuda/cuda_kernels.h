@@ -36,6 +36,8 @@ class PartialsScratch {
 void launch_fill(cudaStream_t stream, int64_t n, float value, float* y);
 void launch_relu_forward(cudaStream_t stream, int64_t n, const float* x, float* y);
 void launch_relu_backward(cudaStream_t stream, int64_t n, const float* y, const float* dy, float* dx);
+// y = max(y + b[c], 0) in place, c = (i / inner) % channels: NCHW (inner P*Q) or NHWC (inner 1).
+void launch_bias_relu(cudaStream_t stream, int64_t n, int64_t channels, int64_t inner, const float* b, float* y);
 
 // y[i, o] = b[o] for i < rows, o < cols (the bias a following GEMM adds to).
 void launch_broadcast_rows(cudaStream_t stream, int64_t rows, int64_t cols, const float* b, float* y);

@@ -94,7 +94,10 @@ __global__ void upsample_backward_kernel(int64_t n, int64_t h, int64_t w, const 
 
 template <class T>
 __global__ void add_channel_bias_kernel(int64_t n, int64_t channels, int64_t inner, const T* b, T* y) {
-  PB_GRID_LOOP(i, n) y[i] = store<T>(load(y[i]) + load(b[(i / inner) % channels]));
+  const int64_t first = blockIdx.x * int64_t(blockDim.x) + threadIdx.x, stride = int64_t(blockDim.x) * gridDim.x;
+  if (first >= n) return;
+  kernels::ChannelStep at(first, stride, channels, inner);
+  for (int64_t i = first; i < n; i += stride, at.next()) y[i] = store<T>(load(y[i]) + load(b[at.channel()]));
 }
 
 const bf* B(const Bf16* p) { return reinterpret_cast<const bf*>(p); }
