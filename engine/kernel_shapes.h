@@ -1,7 +1,8 @@
-// Launch geometry of parbench's own CUDA kernels (engine/cuda/*.cu), in plain C++: every launch
-// site takes its grid and per-thread work from here, and tests/test_kernel_geometry.cpp checks
-// on a CPU that each kernel keeps a GPU busy at the shapes the workloads run. Formulas and the
-// table of bytes and roofline times: docs/gpu.md#parbenchs-own-kernels.
+// Launch geometry of parbench's own CUDA kernels (engine/cuda/*.cu), and the per-thread index
+// math they share, in plain C++: every launch site takes its grid and per-thread work from here,
+// and tests/test_kernel_geometry.cpp checks on a CPU that each kernel keeps a GPU busy at the
+// shapes the workloads run. Formulas and the table of bytes and roofline times:
+// docs/gpu.md#parbenchs-own-kernels.
 #pragma once
 
 #include <cstdint>
