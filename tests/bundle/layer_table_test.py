@@ -115,24 +115,19 @@ if r.returncode or d["datasheet"] is not None or any(row["roofline_s"] is not No
     fail(f"an unknown GPU got roofline figures (exit {r.returncode}):\n{r.stdout[:600]}")
 print("unknown GPU: roofline n/a")
 
-# Another net on one side: exit 2 and a line naming the layer.
+# Bad input, exit 2 and a line naming what is wrong: another net on one side, a profile of another
+# precision or layout than named, an unknown layout.
 bad = json.loads(json.dumps(torch_doc))
 bad["runs"][0]["layers"][2]["out"][0] += 1
 json.dump(bad, open(tjson, "w"))
-r = join("--engine", f"tf32={engine}", "--torch", tjson)
-if r.returncode != 2 or "layer 2" not in r.stderr:
-    fail(f"a mismatched net: exit {r.returncode}, stderr {r.stderr!r}")
-r = join("--engine", f"bf16={engine}")
-if r.returncode != 2 or "precision tf32" not in r.stderr:
-    fail(f"a profile under the wrong precision: exit {r.returncode}, stderr {r.stderr!r}")
-r = join("--engine", f"tf32={engine_nhwc}")
-if r.returncode != 2 or "conv_layout nhwc, not nchw" not in r.stderr:
-    fail(f"an NHWC profile named as NCHW: exit {r.returncode}, stderr {r.stderr!r}")
-r = join("--engine", f"tf32/nhwc={engine}")
-if r.returncode != 2 or "conv_layout n/a, not nhwc" not in r.stderr:
-    fail(f"a CPU profile named as NHWC: exit {r.returncode}, stderr {r.stderr!r}")
-r = join("--engine", f"tf32/nwhc={engine}")
-if r.returncode != 2 or "LAYOUT nchw or nhwc" not in r.stderr:
-    fail(f"an unknown layout: exit {r.returncode}, stderr {r.stderr!r}")
+for args, want, what in [
+        (["--engine", f"tf32={engine}", "--torch", tjson], "layer 2", "a mismatched net"),
+        (["--engine", f"bf16={engine}"], "precision tf32", "a profile under the wrong precision"),
+        (["--engine", f"tf32={engine_nhwc}"], "conv_layout nhwc, not nchw", "an NHWC profile named as NCHW"),
+        (["--engine", f"tf32/nhwc={engine}"], "conv_layout n/a, not nhwc", "a CPU profile named as NHWC"),
+        (["--engine", f"tf32/nwhc={engine}"], "LAYOUT nchw or nhwc", "an unknown layout")]:
+    r = join(*args)
+    if r.returncode != 2 or want not in r.stderr:
+        fail(f"{what}: exit {r.returncode}, stderr {r.stderr!r}")
 print("bad input: exit 2 naming the layer, the precision or the layout")
 print("PASS")
